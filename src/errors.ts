@@ -1,0 +1,40 @@
+/**
+ * Typed errors shared by every layer. One base class with a short message, optional
+ * details for machines and an optional cause; one small subclass per condition.
+ * Callers (and tests) branch on `err.name`, never on the wording.
+ */
+export class TensorLinkError extends Error {
+  readonly details: Record<string, unknown>;
+
+  constructor(message: string, options: { details?: Record<string, unknown>; cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'TensorLinkError';
+    this.details = options.details ?? {};
+  }
+}
+
+function errorClass(name: string) {
+  return class extends TensorLinkError {
+    constructor(message: string, options: { details?: Record<string, unknown>; cause?: unknown } = {}) {
+      super(message, options);
+      this.name = name;
+    }
+  };
+}
+
+/** Shapes that cannot be combined (broadcast, matmul, reshape, concat, state dict). */
+export class ShapeMismatchError extends errorClass('ShapeMismatchError') {}
+/** A dtype an operation does not accept, or two operands of different dtypes. */
+export class DTypeError extends errorClass('DTypeError') {}
+/** An argument out of range or of the wrong kind (a bad dim, a negative size, ...). */
+export class InvalidArgumentError extends errorClass('InvalidArgumentError') {}
+/** A backward pass that cannot run (no graph, graph already freed, non-scalar root). */
+export class AutogradError extends errorClass('AutogradError') {}
+/** A compute backend that cannot be loaded on this machine. */
+export class BackendUnavailableError extends errorClass('BackendUnavailableError') {}
+/** A file that is missing or unreadable. */
+export class FileNotFoundError extends errorClass('FileNotFoundError') {}
+/** A safetensors file or index that does not follow the format. */
+export class SafetensorsFormatError extends errorClass('SafetensorsFormatError') {}
+/** A state dict whose keys or shapes do not match a module. */
+export class StateDictError extends errorClass('StateDictError') {}

@@ -1,0 +1,113 @@
+import { AutogradError } from '../errors.ts';
+import type { Tensor } from './tensor.ts';
+
+/**
+ * Reverse-mode autograd. Every differentiable op records one node on its output:
+ * the inputs and a vector-Jacobian product that maps the output's gradient to one
+ * gradient per input (null where an input needs none). `backward` walks the graph
+ * once in reverse topological order and, unless asked to keep it, frees each node's
+ * saved tensors as soon as they have been used.
+ */
+export type VjpFn = (grad: Tensor) => (Tensor | null)[];
+
+export interface GradNode {
+  readonly op: string;
+  readonly inputs: readonly Tensor[];
+  vjp: VjpFn | null;
+}
+
+let gradEnabled = true;
+
+export function isGradEnabled(): boolean {
+  return gradEnabled;
+}
+
+/** Runs `fn` without recording a graph (inference, optimizer steps, gradient math). */
+export function noGrad<T>(fn: () => T): T {
+  const previous = gradEnabled;
+  gradEnabled = false;
+  try {
+    return fn();
+  } finally {
+    gradEnabled = previous;
+  }
+}
+
+/** Attaches a node to `out` when gradients are on and some input needs one. */
+export function record(out: Tensor, op: string, inputs: readonly Tensor[], vjp: VjpFn): Tensor {
+  if (gradEnabled && inputs.some((t) => t.requiresGrad)) {
+    out.node = { op, inputs, vjp };
+    out.setRequiresGradUnchecked(true);
+  }
+  return out;
+}
+
+function topologicalOrder(root: Tensor): Tensor[] {
+  const order: Tensor[] = [];
+  const visited = new Set<Tensor>();
+  const stack: [Tensor, number][] = [[root, 0]];
+  visited.add(root);
+  while (stack.length > 0) {
+    const top = stack[stack.length - 1];
+    const [t, i] = top;
+    const inputs = t.node?.inputs ?? [];
+    if (i < inputs.length) {
+      top[1]++;
+      const child = inputs[i];
+      if (child.requiresGrad && !visited.has(child)) {
+        visited.add(child);
+        stack.push([child, 0]);
+      }
+    } else {
+      order.push(t);
+      stack.pop();
+    }
+  }
+  return order.reverse();
+}
+
+export interface BackwardOptions {
+  /** Keep the graph's saved tensors so that backward can run through it again. */
+  retainGraph?: boolean;
+}
+
+/**
+ * Accumulates d(root)/d(leaf) into `leaf.grad` for every leaf that requires a gradient.
+ * `grad` defaults to 1 for a scalar root.
+ */
+export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions = {}): void {
+  if (!root.requiresGrad) {
+    throw new AutogradError('backward() on a tensor that does not require grad (no graph was recorded)');
+  }
+  const order = topologicalOrder(root);
+  const grads = new Map<Tensor, Tensor>([[root, grad]]);
+  const previous = gradEnabled;
+  gradEnabled = false;
+  try {
+    for (const t of order) {
+      const g = grads.get(t);
+      grads.delete(t);
+      if (g === undefined) continue;
+      const node = t.node;
+      if (node === null) {
+        t.accumulateGrad(g);
+        continue;
+      }
+      if (node.vjp === null) {
+        throw new AutogradError(
+          `the graph through '${node.op}' was already freed by an earlier backward(); pass { retainGraph: true } to keep it`,
+        );
+      }
+      const inputGrads = node.vjp(g);
+      if (!options.retainGraph) node.vjp = null;
+      node.inputs.forEach((input, i) => {
+        const ig = inputGrads[i];
+        if (ig === null || ig === undefined || !input.requiresGrad) return;
+        const prev = grads.get(input);
+        grads.set(input, prev === undefined ? ig : prev.add(ig));
+      });
+    }
+  } finally {
+    gradEnabled = previous;
+  }
+}

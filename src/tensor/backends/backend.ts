@@ -1,0 +1,13 @@
+import type { FloatArray } from '../dtype.ts';
+import type { MatmulSpec } from '../kernels/matmul.ts';
+
+/**
+ * A compute backend: the kernels that are worth handing to something faster than
+ * plain TypeScript. Everything else runs on the js kernels for every backend.
+ */
+export interface Backend {
+  readonly name: string;
+  /** True when results are bitwise identical on every machine. */
+  readonly deterministic: boolean;
+  matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec): void;
+}

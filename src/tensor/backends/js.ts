@@ -1,0 +1,12 @@
+import { type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
+import type { Backend } from './backend.ts';
+import type { FloatArray } from '../dtype.ts';
+
+/** The portable reference backend: pure TypeScript, bitwise reproducible everywhere. */
+export const jsBackend: Backend = {
+  name: 'js',
+  deterministic: true,
+  matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec): void {
+    matmulJs(a, b, out, spec);
+  },
+};

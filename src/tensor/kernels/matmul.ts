@@ -1,0 +1,115 @@
+import type { FloatArray } from '../dtype.ts';
+
+/**
+ * One batched matrix product: for each of `batch` problems,
+ * out[m, n] = op(A) @ op(B), where op transposes when the flag is set.
+ * A is [m, k] (or [k, m] with transA), B is [k, n] (or [n, k] with transB);
+ * an operand that is not batched is shared by every problem.
+ */
+export interface MatmulSpec {
+  batch: number;
+  m: number;
+  k: number;
+  n: number;
+  transA: boolean;
+  transB: boolean;
+  batchedA: boolean;
+  batchedB: boolean;
+}
+
+/** Columns of B processed per pass, so that a B panel stays in cache. */
+const COLUMN_BLOCK = 256;
+
+/**
+ * The reference GEMM: C = A @ B for row-major A [m, k] and B [k, n]. Each output is
+ * accumulated in double precision over k in increasing order and rounded once, so the
+ * result does not depend on the blocking, the machine or the thread count. Rows are
+ * processed four at a time so that each loaded element of B is used four times.
+ */
+export function gemmNN(
+  A: FloatArray,
+  aOff: number,
+  B: FloatArray,
+  bOff: number,
+  C: FloatArray,
+  cOff: number,
+  m: number,
+  k: number,
+  n: number,
+): void {
+  const acc = new Float64Array(4 * COLUMN_BLOCK);
+  for (let j0 = 0; j0 < n; j0 += COLUMN_BLOCK) {
+    const jn = Math.min(COLUMN_BLOCK, n - j0);
+    for (let i0 = 0; i0 < m; i0 += 4) {
+      const rows = Math.min(4, m - i0);
+      acc.fill(0);
+      if (rows === 4) {
+        const r0 = aOff + i0 * k;
+        const r1 = r0 + k;
+        const r2 = r1 + k;
+        const r3 = r2 + k;
+        for (let p = 0; p < k; p++) {
+          const a0 = A[r0 + p];
+          const a1 = A[r1 + p];
+          const a2 = A[r2 + p];
+          const a3 = A[r3 + p];
+          const bRow = bOff + p * n + j0;
+          for (let j = 0; j < jn; j++) {
+            const b = B[bRow + j];
+            acc[j] += a0 * b;
+            acc[COLUMN_BLOCK + j] += a1 * b;
+            acc[2 * COLUMN_BLOCK + j] += a2 * b;
+            acc[3 * COLUMN_BLOCK + j] += a3 * b;
+          }
+        }
+      } else {
+        for (let r = 0; r < rows; r++) {
+          const row = aOff + (i0 + r) * k;
+          const base = r * COLUMN_BLOCK;
+          for (let p = 0; p < k; p++) {
+            const a = A[row + p];
+            const bRow = bOff + p * n + j0;
+            for (let j = 0; j < jn; j++) acc[base + j] += a * B[bRow + j];
+          }
+        }
+      }
+      for (let r = 0; r < rows; r++) {
+        const o = cOff + (i0 + r) * n + j0;
+        const base = r * COLUMN_BLOCK;
+        for (let j = 0; j < jn; j++) C[o + j] = acc[base + j];
+      }
+    }
+  }
+}
+
+/** Transposes one [rows, cols] matrix at `off` into a new contiguous [cols, rows] array. */
+export function transposed(src: FloatArray, off: number, rows: number, cols: number): FloatArray {
+  const out = src instanceof Float64Array ? new Float64Array(rows * cols) : new Float32Array(rows * cols);
+  const TILE = 32;
+  for (let i0 = 0; i0 < rows; i0 += TILE) {
+    for (let j0 = 0; j0 < cols; j0 += TILE) {
+      const iEnd = Math.min(i0 + TILE, rows);
+      const jEnd = Math.min(j0 + TILE, cols);
+      for (let i = i0; i < iEnd; i++) for (let j = j0; j < jEnd; j++) out[j * rows + i] = src[off + i * cols + j];
+    }
+  }
+  return out;
+}
+
+/** Batched matrix product in pure TypeScript (bitwise reproducible). */
+export function matmulJs(A: FloatArray, B: FloatArray, C: FloatArray, s: MatmulSpec): void {
+  const { m, k, n } = s;
+  let sharedB: FloatArray | null = null;
+  for (let p = 0; p < s.batch; p++) {
+    const aOff = s.batchedA ? p * m * k : 0;
+    const bOff = s.batchedB ? p * k * n : 0;
+    const a = s.transA ? transposed(A, aOff, k, m) : A;
+    let b: FloatArray = B;
+    if (s.transB) {
+      if (s.batchedB || sharedB === null) b = transposed(B, bOff, n, k);
+      else b = sharedB;
+      if (!s.batchedB) sharedB = b;
+    }
+    gemmNN(a, s.transA ? 0 : aOff, b, s.transB ? 0 : bOff, C, p * m * n, m, k, n);
+  }
+}

@@ -1,0 +1,194 @@
+import { DTypeError } from '../../errors.ts';
+import { record } from '../autograd.ts';
+import { allocate, assertFloat, type TypedArray } from '../dtype.ts';
+import { stridedBinary } from '../kernels/strided.ts';
+import { broadcastShapes, broadcastStrides, sameShape, sizeOf } from '../shape.ts';
+import { Tensor } from '../tensor.ts';
+import { sumTo } from './reduce.ts';
+
+/**
+ * Elementwise ops. Unary ops are one table of (forward, derivative) pairs; binary ops
+ * broadcast as NumPy does and reduce their gradients back to each input's shape.
+ */
+
+const SQRT_2_OVER_PI = Math.sqrt(2 / Math.PI);
+const GELU_C = 0.044715;
+
+interface UnaryDef {
+  /** y = f(x) */
+  f: (x: number) => number;
+  /** dy/dx given x and the (stored, possibly rounded) output y */
+  df: (x: number, y: number) => number;
+}
+
+function sigmoidOf(x: number): number {
+  return 1 / (1 + Math.exp(-x));
+}
+
+export const unaryOps = {
+  neg: { f: (x) => -x, df: () => -1 },
+  exp: { f: Math.exp, df: (_x, y) => y },
+  log: { f: Math.log, df: (x) => 1 / x },
+  sqrt: { f: Math.sqrt, df: (_x, y) => 0.5 / y },
+  rsqrt: { f: (x) => 1 / Math.sqrt(x), df: (x) => -0.5 / (x * Math.sqrt(x)) },
+  tanh: { f: Math.tanh, df: (x) => 1 - Math.tanh(x) ** 2 },
+  sigmoid: { f: sigmoidOf, df: (x) => sigmoidOf(x) * (1 - sigmoidOf(x)) },
+  silu: {
+    f: (x) => x * sigmoidOf(x),
+    df: (x) => {
+      const s = sigmoidOf(x);
+      return s * (1 + x * (1 - s));
+    },
+  },
+  // GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  gelu: {
+    f: (x) => 0.5 * x * (1 + Math.tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x))),
+    df: (x) => {
+      const t = Math.tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x));
+      return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_OVER_PI * (1 + 3 * GELU_C * x * x);
+    },
+  },
+  relu: { f: (x) => (x > 0 ? x : 0), df: (x) => (x > 0 ? 1 : 0) },
+} satisfies Record<string, UnaryDef>;
+
+export type UnaryOp = keyof typeof unaryOps;
+
+function unary(op: UnaryOp, x: Tensor): Tensor {
+  assertFloat(x.dtype, op);
+  const { f, df } = unaryOps[op] as UnaryDef;
+  const src = x.data;
+  const out = allocate(x.dtype, src.length);
+  for (let i = 0; i < src.length; i++) out[i] = f(src[i]);
+  const y = new Tensor(out, x.shape);
+  return record(y, op, [x], (g) => {
+    const gd = g.data;
+    const gx = allocate(x.dtype, src.length);
+    for (let i = 0; i < src.length; i++) gx[i] = gd[i] * df(src[i], out[i]);
+    return [new Tensor(gx, x.shape)];
+  });
+}
+
+export const neg = (x: Tensor) => unary('neg', x);
+export const exp = (x: Tensor) => unary('exp', x);
+export const log = (x: Tensor) => unary('log', x);
+export const sqrt = (x: Tensor) => unary('sqrt', x);
+export const rsqrt = (x: Tensor) => unary('rsqrt', x);
+export const tanh = (x: Tensor) => unary('tanh', x);
+export const sigmoid = (x: Tensor) => unary('sigmoid', x);
+export const silu = (x: Tensor) => unary('silu', x);
+export const gelu = (x: Tensor) => unary('gelu', x);
+export const relu = (x: Tensor) => unary('relu', x);
+
+type BinaryOp = 'add' | 'sub' | 'mul' | 'div' | 'pow';
+
+const binaryFns: Record<BinaryOp, (x: number, y: number) => number> = {
+  add: (x, y) => x + y,
+  sub: (x, y) => x - y,
+  mul: (x, y) => x * y,
+  div: (x, y) => x / y,
+  pow: (x, y) => x ** y,
+};
+
+function asTensor(v: Tensor | number, like: Tensor): Tensor {
+  if (typeof v !== 'number') return v;
+  return new Tensor(allocate(like.dtype, 1).fill(v), []);
+}
+
+/** Runs a binary kernel with fast paths for equal shapes and a trailing broadcast (bias). */
+function binaryKernel(op: BinaryOp, a: Tensor, b: Tensor, shape: number[]): TypedArray {
+  const f = binaryFns[op];
+  const out = allocate(a.dtype, sizeOf(shape));
+  const ad = a.data;
+  const bd = b.data;
+  const n = out.length;
+  if (sameShape(a.shape, b.shape)) {
+    for (let i = 0; i < n; i++) out[i] = f(ad[i], bd[i]);
+  } else if (bd.length === 1) {
+    const y = bd[0];
+    if (ad.length === n) for (let i = 0; i < n; i++) out[i] = f(ad[i], y);
+    else stridedBinary(ad, broadcastStrides(a.shape, shape), bd, broadcastStrides(b.shape, shape), shape, out, f);
+  } else if (ad.length === n && isTrailing(b.shape, shape)) {
+    const m = bd.length;
+    for (let i = 0; i < n; i += m) for (let j = 0; j < m; j++) out[i + j] = f(ad[i + j], bd[j]);
+  } else {
+    stridedBinary(ad, broadcastStrides(a.shape, shape), bd, broadcastStrides(b.shape, shape), shape, out, f);
+  }
+  return out;
+}
+
+/** True when `small` (after dropping leading 1s) equals the trailing dims of `big`. */
+function isTrailing(small: readonly number[], big: readonly number[]): boolean {
+  let s = 0;
+  while (s < small.length && small[s] === 1) s++;
+  const tail = small.slice(s);
+  const offset = big.length - tail.length;
+  return offset >= 0 && tail.every((d, i) => d === big[offset + i]);
+}
+
+function binary(op: BinaryOp, aIn: Tensor | number, bIn: Tensor | number): Tensor {
+  const a = typeof aIn === 'number' ? asTensor(aIn, bIn as Tensor) : aIn;
+  const b = asTensor(bIn, a);
+  if (a.dtype !== b.dtype) throw new DTypeError(`${op} of ${a.dtype} and ${b.dtype}; convert one with .to()`);
+  const shape = broadcastShapes(a.shape, b.shape);
+  const out = new Tensor(binaryKernel(op, a, b, shape), shape);
+  return record(out, op, [a, b], (g) => {
+    switch (op) {
+      case 'add':
+        return [sumTo(g, a.shape), sumTo(g, b.shape)];
+      case 'sub':
+        return [sumTo(g, a.shape), b.requiresGrad ? sumTo(neg(g), b.shape) : null];
+      case 'mul':
+        return [
+          a.requiresGrad ? sumTo(mul(g, b), a.shape) : null,
+          b.requiresGrad ? sumTo(mul(g, a), b.shape) : null,
+        ];
+      case 'div':
+        return [
+          a.requiresGrad ? sumTo(div(g, b), a.shape) : null,
+          b.requiresGrad ? sumTo(neg(div(mul(g, out), b)), b.shape) : null,
+        ];
+      case 'pow':
+        return [
+          a.requiresGrad ? sumTo(mul(g, mul(b, binary('pow', a, sub(b, 1)))), a.shape) : null,
+          b.requiresGrad ? sumTo(mul(g, mul(out, log(a))), b.shape) : null,
+        ];
+    }
+  });
+}
+
+export const add = (a: Tensor | number, b: Tensor | number) => binary('add', a, b);
+export const sub = (a: Tensor | number, b: Tensor | number) => binary('sub', a, b);
+export const mul = (a: Tensor | number, b: Tensor | number) => binary('mul', a, b);
+export const div = (a: Tensor | number, b: Tensor | number) => binary('div', a, b);
+
+/** x ** p: a number exponent (fast, one pass) or a tensor exponent (broadcast). */
+export function pow(x: Tensor, p: number | Tensor): Tensor {
+  if (typeof p !== 'number') return binary('pow', x, p);
+  assertFloat(x.dtype, 'pow');
+  const src = x.data;
+  const out = allocate(x.dtype, src.length);
+  for (let i = 0; i < src.length; i++) out[i] = src[i] ** p;
+  return record(new Tensor(out, x.shape), 'pow', [x], (g) => {
+    const gd = g.data;
+    const gx = allocate(x.dtype, src.length);
+    for (let i = 0; i < src.length; i++) gx[i] = gd[i] * p * src[i] ** (p - 1);
+    return [new Tensor(gx, x.shape)];
+  });
+}
+
+/** Where `mask` (int32, broadcast to x) is non-zero, `value`; elsewhere x. */
+export function maskedFill(x: Tensor, mask: Tensor, value: number): Tensor {
+  const shape = broadcastShapes(x.shape, mask.shape);
+  if (!sameShape(shape, x.shape)) throw new DTypeError('maskedFill: mask must broadcast to x');
+  const m = allocate('int32', x.size);
+  stridedBinary(mask.data, broadcastStrides(mask.shape, shape), m, broadcastStrides(shape, shape), shape, m, (v) =>
+    v !== 0 ? 1 : 0,
+  );
+  const out = allocate(x.dtype, x.size);
+  for (let i = 0; i < out.length; i++) out[i] = m[i] ? value : x.data[i];
+  return record(new Tensor(out, x.shape), 'maskedFill', [x], (g) => {
+    const gx = allocate(x.dtype, x.size);
+    for (let i = 0; i < gx.length; i++) gx[i] = m[i] ? 0 : g.data[i];
+    return [new Tensor(gx, x.shape)];
+  });
+}

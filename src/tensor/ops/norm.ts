@@ -1,0 +1,116 @@
+import { ShapeMismatchError } from '../../errors.ts';
+import { record } from '../autograd.ts';
+import { allocate, assertFloat } from '../dtype.ts';
+import { Tensor } from '../tensor.ts';
+
+/**
+ * Layer norm and RMS norm over the last dim, fused, with their analytic VJPs.
+ * layerNorm: y = (x − μ)/σ · w + b, σ = sqrt(var + eps) (biased variance, as PyTorch).
+ * rmsNorm:   y = x / sqrt(mean(x²) + eps) · w (as Llama's LlamaRMSNorm).
+ */
+
+function checkAffine(x: Tensor, weight: Tensor | null | undefined, op: string): number {
+  assertFloat(x.dtype, op);
+  const n = x.shape[x.ndim - 1];
+  if (weight && (weight.ndim !== 1 || weight.size !== n)) {
+    throw new ShapeMismatchError(`${op}: weight [${weight.shape}] does not match the last dim ${n}`);
+  }
+  return n;
+}
+
+export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | null, eps = 1e-5): Tensor {
+  const n = checkAffine(x, weight, 'layerNorm');
+  const rows = x.size / n;
+  const src = x.data;
+  const out = allocate(x.dtype, x.size);
+  const xhat = new Float64Array(x.size);
+  const rstd = new Float64Array(rows);
+  const w = weight?.data;
+  const b = bias?.data;
+  for (let r = 0; r < rows; r++) {
+    const base = r * n;
+    let mean = 0;
+    for (let j = 0; j < n; j++) mean += src[base + j];
+    mean /= n;
+    let v = 0;
+    for (let j = 0; j < n; j++) {
+      const d = src[base + j] - mean;
+      v += d * d;
+    }
+    const rs = 1 / Math.sqrt(v / n + eps);
+    rstd[r] = rs;
+    for (let j = 0; j < n; j++) {
+      const h = (src[base + j] - mean) * rs;
+      xhat[base + j] = h;
+      out[base + j] = h * (w ? w[j] : 1) + (b ? b[j] : 0);
+    }
+  }
+  const inputs = [x, ...(weight ? [weight] : []), ...(bias ? [bias] : [])];
+  return record(new Tensor(out, x.shape), 'layerNorm', inputs, (g) => {
+    const gd = g.data;
+    const gx = allocate(x.dtype, x.size);
+    const gw = new Float64Array(n);
+    const gb = new Float64Array(n);
+    for (let r = 0; r < rows; r++) {
+      const base = r * n;
+      let sumG = 0;
+      let sumGH = 0;
+      for (let j = 0; j < n; j++) {
+        const gh = gd[base + j] * (w ? w[j] : 1);
+        sumG += gh;
+        sumGH += gh * xhat[base + j];
+        gw[j] += gd[base + j] * xhat[base + j];
+        gb[j] += gd[base + j];
+      }
+      for (let j = 0; j < n; j++) {
+        const gh = gd[base + j] * (w ? w[j] : 1);
+        gx[base + j] = (rstd[r] / n) * (n * gh - sumG - xhat[base + j] * sumGH);
+      }
+    }
+    const grads: (Tensor | null)[] = [new Tensor(gx, x.shape)];
+    if (weight) grads.push(new Tensor(allocate(weight.dtype, n).map((_, j) => gw[j]), weight.shape));
+    if (bias) grads.push(new Tensor(allocate(bias.dtype, n).map((_, j) => gb[j]), bias.shape));
+    return grads;
+  });
+}
+
+export function rmsNorm(x: Tensor, weight?: Tensor | null, eps = 1e-6): Tensor {
+  const n = checkAffine(x, weight, 'rmsNorm');
+  const rows = x.size / n;
+  const src = x.data;
+  const out = allocate(x.dtype, x.size);
+  const rstd = new Float64Array(rows);
+  const w = weight?.data;
+  for (let r = 0; r < rows; r++) {
+    const base = r * n;
+    let ss = 0;
+    for (let j = 0; j < n; j++) ss += src[base + j] * src[base + j];
+    const rs = 1 / Math.sqrt(ss / n + eps);
+    rstd[r] = rs;
+    for (let j = 0; j < n; j++) out[base + j] = src[base + j] * rs * (w ? w[j] : 1);
+  }
+  const inputs = weight ? [x, weight] : [x];
+  return record(new Tensor(out, x.shape), 'rmsNorm', inputs, (g) => {
+    const gd = g.data;
+    const gx = allocate(x.dtype, x.size);
+    const gw = new Float64Array(n);
+    for (let r = 0; r < rows; r++) {
+      const base = r * n;
+      const rs = rstd[r];
+      let dot = 0;
+      for (let j = 0; j < n; j++) {
+        const gh = gd[base + j] * (w ? w[j] : 1);
+        dot += gh * src[base + j];
+        gw[j] += gd[base + j] * src[base + j] * rs;
+      }
+      const c = (rs * rs * rs * dot) / n;
+      for (let j = 0; j < n; j++) {
+        const gh = gd[base + j] * (w ? w[j] : 1);
+        gx[base + j] = gh * rs - src[base + j] * c;
+      }
+    }
+    const grads: (Tensor | null)[] = [new Tensor(gx, x.shape)];
+    if (weight) grads.push(new Tensor(allocate(weight.dtype, n).map((_, j) => gw[j]), weight.shape));
+    return grads;
+  });
+}
