@@ -1,50 +1,50 @@
-export { Tensor } from './tensor.ts';
-export { noGrad, isGradEnabled, type BackwardOptions } from './autograd.ts';
-export { tensor, zeros, ones, full, arange, randn, rand, randint, type RandomOptions } from './creation.ts';
-export { Generator } from './random.ts';
-export type { DType, StorageDType, TypedArray, FloatArray } from './dtype.ts';
-export type { Shape } from './shape.ts';
+export { type BackwardOptions, isGradEnabled, noGrad } from './autograd.ts';
 export type { Backend } from './backends/backend.ts';
-export { getBackend, setBackend, withBackend, type BackendName } from './backends/select.ts';
-export { createOrtBackend, ortAvailable } from './backends/ort.ts';
 export { jsBackend } from './backends/js.ts';
+export { createOrtBackend, ortAvailable } from './backends/ort.ts';
+export { type BackendName, getBackend, setBackend, withBackend } from './backends/select.ts';
+export { arange, full, ones, type RandomOptions, rand, randint, randn, tensor, zeros } from './creation.ts';
+export type { DType, FloatArray, StorageDType, TypedArray } from './dtype.ts';
+export { type AttentionOptions, scaledDotProductAttention } from './ops/attention.ts';
+export { dropout } from './ops/dropout.ts';
 export {
   add,
-  sub,
-  mul,
   div,
-  pow,
-  neg,
   exp,
+  gelu,
   log,
-  sqrt,
+  maskedFill,
+  mul,
+  neg,
+  pow,
+  relu,
   rsqrt,
-  tanh,
   sigmoid,
   silu,
-  gelu,
-  relu,
-  maskedFill,
+  sqrt,
+  sub,
+  tanh,
 } from './ops/elementwise.ts';
-export { sum, mean, max, argmax } from './ops/reduce.ts';
+export { embedding } from './ops/embedding.ts';
+export { type CrossEntropyOptions, crossEntropy } from './ops/loss.ts';
+export { linear, matmul } from './ops/matmul.ts';
+export { layerNorm, rmsNorm } from './ops/norm.ts';
+export { argmax, max, mean, sum } from './ops/reduce.ts';
 export {
-  reshape,
-  permute,
-  transpose,
-  narrow,
   cat,
-  split,
   expand,
+  flatten,
   gather,
   indexSelect,
-  unsqueeze,
+  narrow,
+  permute,
+  reshape,
+  split,
   squeeze,
-  flatten,
+  transpose,
+  unsqueeze,
 } from './ops/shape.ts';
-export { matmul, linear } from './ops/matmul.ts';
-export { softmax, logSoftmax } from './ops/softmax.ts';
-export { layerNorm, rmsNorm } from './ops/norm.ts';
-export { embedding } from './ops/embedding.ts';
-export { scaledDotProductAttention, type AttentionOptions } from './ops/attention.ts';
-export { crossEntropy, type CrossEntropyOptions } from './ops/loss.ts';
-export { dropout } from './ops/dropout.ts';
+export { logSoftmax, softmax } from './ops/softmax.ts';
+export { Generator } from './random.ts';
+export type { Shape } from './shape.ts';
+export { Tensor } from './tensor.ts';

@@ -1,5 +1,5 @@
 import { AutogradError, DTypeError, InvalidArgumentError, ShapeMismatchError } from '../errors.ts';
-import { type GradNode, runBackward, type BackwardOptions } from './autograd.ts';
+import { type BackwardOptions, type GradNode, runBackward } from './autograd.ts';
 import { allocate, type DType, dtypeOf, isFloat, type TypedArray } from './dtype.ts';
 import * as ew from './ops/elementwise.ts';
 import * as mm from './ops/matmul.ts';
@@ -64,7 +64,8 @@ export class Tensor {
   /** Size of one dim (negative counts from the end). */
   dim(d: number): number {
     const i = d < 0 ? this.ndim + d : d;
-    if (i < 0 || i >= this.ndim) throw new InvalidArgumentError(`dim ${d} out of range for rank ${this.ndim}`);
+    if (i < 0 || i >= this.ndim)
+      throw new InvalidArgumentError(`dim ${d} out of range for rank ${this.ndim}`);
     return this.shape[i];
   }
 

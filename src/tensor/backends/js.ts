@@ -1,6 +1,6 @@
+import type { FloatArray } from '../dtype.ts';
 import { type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
 import type { Backend } from './backend.ts';
-import type { FloatArray } from '../dtype.ts';
 
 /** The portable reference backend: pure TypeScript, bitwise reproducible everywhere. */
 export const jsBackend: Backend = {

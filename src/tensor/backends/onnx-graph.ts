@@ -62,9 +62,7 @@ export interface NodeSpec {
 }
 
 function valueInfo(v: ValueInfo): Field {
-  const dims = v.shape.map((d) =>
-    bytesField(1, typeof d === 'number' ? intField(1, d) : stringField(2, d)),
-  );
+  const dims = v.shape.map((d) => bytesField(1, typeof d === 'number' ? intField(1, d) : stringField(2, d)));
   const tensorType = concat([intField(1, v.type), bytesField(2, concat(dims))]);
   return concat([stringField(1, v.name), bytesField(2, bytesField(1, tensorType))]);
 }

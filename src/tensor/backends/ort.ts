@@ -38,9 +38,12 @@ function loadOrt(): OrtModules {
     modules = { newSession: () => new binding.InferenceSession() as NativeSession, TensorClass: Tensor };
     return modules;
   } catch (cause) {
-    throw new BackendUnavailableError('onnxruntime-node could not be loaded on this machine; use the js backend', {
-      cause,
-    });
+    throw new BackendUnavailableError(
+      'onnxruntime-node could not be loaded on this machine; use the js backend',
+      {
+        cause,
+      },
+    );
   }
 }
 
@@ -139,7 +142,11 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
           const av = spec.batchedA ? a.subarray(p * m * k, (p + 1) * m * k) : a;
           const bv = spec.batchedB ? b.subarray(p * k * n, (p + 1) * k * n) : b;
           const cv = out.subarray(p * rows, (p + 1) * rows);
-          s.run({ a: new T('float32', av, aDims), b: new T('float32', bv, bDims) }, { c: new T('float32', cv, [m, n]) }, {});
+          s.run(
+            { a: new T('float32', av, aDims), b: new T('float32', bv, bDims) },
+            { c: new T('float32', cv, [m, n]) },
+            {},
+          );
         }
         return;
       }

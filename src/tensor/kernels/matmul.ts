@@ -90,7 +90,8 @@ export function transposed(src: FloatArray, off: number, rows: number, cols: num
     for (let j0 = 0; j0 < cols; j0 += TILE) {
       const iEnd = Math.min(i0 + TILE, rows);
       const jEnd = Math.min(j0 + TILE, cols);
-      for (let i = i0; i < iEnd; i++) for (let j = j0; j < jEnd; j++) out[j * rows + i] = src[off + i * cols + j];
+      for (let i = i0; i < iEnd; i++)
+        for (let j = j0; j < jEnd; j++) out[j * rows + i] = src[off + i * cols + j];
     }
   }
   return out;

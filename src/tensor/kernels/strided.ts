@@ -5,7 +5,12 @@ import type { Shape } from '../shape.ts';
  * Copies `src`, read through arbitrary strides (0 for broadcast dims), into the
  * contiguous `out` of `shape`. The innermost dim is a tight loop.
  */
-export function stridedCopy(src: TypedArray, strides: readonly number[], shape: Shape, out: TypedArray): void {
+export function stridedCopy(
+  src: TypedArray,
+  strides: readonly number[],
+  shape: Shape,
+  out: TypedArray,
+): void {
   const rank = shape.length;
   if (rank === 0) {
     out[0] = src[0];
@@ -73,7 +78,13 @@ export function stridedBinary(
  * Sums `src` viewed as [outer, reduce, inner] over the middle axis into `out`
  * ([outer, inner]), accumulating in double precision in a fixed order.
  */
-export function sumMiddle(src: TypedArray, outer: number, reduce: number, inner: number, out: TypedArray): void {
+export function sumMiddle(
+  src: TypedArray,
+  outer: number,
+  reduce: number,
+  inner: number,
+  out: TypedArray,
+): void {
   if (inner === 1) {
     for (let o = 0; o < outer; o++) {
       let acc = 0;

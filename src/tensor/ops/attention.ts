@@ -20,7 +20,12 @@ export interface AttentionOptions {
  * before the new ones (Tk ≥ Tq): the causal mask is then offset by Tk − Tq, so the
  * query at position i of the new tokens sees keys 0 .. (Tk − Tq + i).
  */
-export function scaledDotProductAttention(q: Tensor, k: Tensor, v: Tensor, options: AttentionOptions = {}): Tensor {
+export function scaledDotProductAttention(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  options: AttentionOptions = {},
+): Tensor {
   if (q.ndim !== 4 || k.ndim !== 4 || v.ndim !== 4) {
     throw new ShapeMismatchError('attention expects q, k, v of rank 4: [batch, heads, time, head dim]');
   }

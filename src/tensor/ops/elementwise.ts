@@ -48,7 +48,7 @@ export const unaryOps = {
       return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_OVER_PI * (1 + 3 * GELU_C * x * x);
     },
   },
-  relu: { f: (x) => (x > 0 ? x : 0), df: (x) => (x > 0 ? 1 : 0) },
+  relu: { f: (x) => Math.max(x, 0), df: (x) => (x > 0 ? 1 : 0) },
 } satisfies Record<string, UnaryDef>;
 
 export type UnaryOp = keyof typeof unaryOps;
@@ -106,7 +106,16 @@ function binaryKernel(op: BinaryOp, a: Tensor, b: Tensor, shape: number[]): Type
   } else if (bd.length === 1) {
     const y = bd[0];
     if (ad.length === n) for (let i = 0; i < n; i++) out[i] = f(ad[i], y);
-    else stridedBinary(ad, broadcastStrides(a.shape, shape), bd, broadcastStrides(b.shape, shape), shape, out, f);
+    else
+      stridedBinary(
+        ad,
+        broadcastStrides(a.shape, shape),
+        bd,
+        broadcastStrides(b.shape, shape),
+        shape,
+        out,
+        f,
+      );
   } else if (ad.length === n && isTrailing(b.shape, shape)) {
     const m = bd.length;
     for (let i = 0; i < n; i += m) for (let j = 0; j < m; j++) out[i + j] = f(ad[i + j], bd[j]);
@@ -181,8 +190,14 @@ export function maskedFill(x: Tensor, mask: Tensor, value: number): Tensor {
   const shape = broadcastShapes(x.shape, mask.shape);
   if (!sameShape(shape, x.shape)) throw new DTypeError('maskedFill: mask must broadcast to x');
   const m = allocate('int32', x.size);
-  stridedBinary(mask.data, broadcastStrides(mask.shape, shape), m, broadcastStrides(shape, shape), shape, m, (v) =>
-    v !== 0 ? 1 : 0,
+  stridedBinary(
+    mask.data,
+    broadcastStrides(mask.shape, shape),
+    m,
+    broadcastStrides(shape, shape),
+    shape,
+    m,
+    (v) => (v !== 0 ? 1 : 0),
   );
   const out = allocate(x.dtype, x.size);
   for (let i = 0; i < out.length; i++) out[i] = m[i] ? value : x.data[i];

@@ -18,11 +18,14 @@ export interface CrossEntropyOptions {
  */
 export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntropyOptions = {}): Tensor {
   assertFloat(logits.dtype, 'crossEntropy');
-  if (targets.dtype !== 'int32') throw new DTypeError(`crossEntropy targets must be int32, got ${targets.dtype}`);
+  if (targets.dtype !== 'int32')
+    throw new DTypeError(`crossEntropy targets must be int32, got ${targets.dtype}`);
   const c = logits.shape[logits.ndim - 1];
   const rows = logits.size / c;
   if (targets.size !== rows) {
-    throw new ShapeMismatchError(`crossEntropy: logits [${logits.shape}] and targets [${targets.shape}] do not match`);
+    throw new ShapeMismatchError(
+      `crossEntropy: logits [${logits.shape}] and targets [${targets.shape}] do not match`,
+    );
   }
   const ignore = options.ignoreIndex ?? -100;
   const reduction = options.reduction ?? 'mean';
@@ -46,7 +49,10 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntr
   }
   let out: Tensor;
   if (reduction === 'none') {
-    out = new Tensor(allocate(logits.dtype, rows).map((_, r) => losses[r]), targets.shape);
+    out = new Tensor(
+      allocate(logits.dtype, rows).map((_, r) => losses[r]),
+      targets.shape,
+    );
   } else {
     let s = 0;
     for (let r = 0; r < rows; r++) s += losses[r];

@@ -1,11 +1,11 @@
-import { ShapeMismatchError, DTypeError } from '../../errors.ts';
+import { DTypeError, ShapeMismatchError } from '../../errors.ts';
 import { record } from '../autograd.ts';
 import { getBackend } from '../backends/select.ts';
 import { allocate, assertFloat, type FloatArray } from '../dtype.ts';
 import { broadcastShapes, sizeOf } from '../shape.ts';
 import { Tensor } from '../tensor.ts';
-import { expand, reshape } from './shape.ts';
 import { sumTo } from './reduce.ts';
+import { expand, reshape } from './shape.ts';
 
 /**
  * Matrix products. `core` multiplies two 3-D operands ([batch or 1, rows, cols]) with
@@ -75,7 +75,9 @@ export function matmul(aIn: Tensor, bIn: Tensor): Tensor {
   const k = a.shape[a.ndim - 1];
   const n = b.shape[b.ndim - 1];
   if (b.shape[b.ndim - 2] !== k) {
-    throw new ShapeMismatchError(`matmul of [${aIn.shape}] and [${bIn.shape}]: inner dims ${k} and ${b.shape[b.ndim - 2]}`);
+    throw new ShapeMismatchError(
+      `matmul of [${aIn.shape}] and [${bIn.shape}]: inner dims ${k} and ${b.shape[b.ndim - 2]}`,
+    );
   }
   let outShape: number[];
   let a3: Tensor;

@@ -68,8 +68,20 @@ export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | nul
       }
     }
     const grads: (Tensor | null)[] = [new Tensor(gx, x.shape)];
-    if (weight) grads.push(new Tensor(allocate(weight.dtype, n).map((_, j) => gw[j]), weight.shape));
-    if (bias) grads.push(new Tensor(allocate(bias.dtype, n).map((_, j) => gb[j]), bias.shape));
+    if (weight)
+      grads.push(
+        new Tensor(
+          allocate(weight.dtype, n).map((_, j) => gw[j]),
+          weight.shape,
+        ),
+      );
+    if (bias)
+      grads.push(
+        new Tensor(
+          allocate(bias.dtype, n).map((_, j) => gb[j]),
+          bias.shape,
+        ),
+      );
     return grads;
   });
 }
@@ -110,7 +122,13 @@ export function rmsNorm(x: Tensor, weight?: Tensor | null, eps = 1e-6): Tensor {
       }
     }
     const grads: (Tensor | null)[] = [new Tensor(gx, x.shape)];
-    if (weight) grads.push(new Tensor(allocate(weight.dtype, n).map((_, j) => gw[j]), weight.shape));
+    if (weight)
+      grads.push(
+        new Tensor(
+          allocate(weight.dtype, n).map((_, j) => gw[j]),
+          weight.shape,
+        ),
+      );
     return grads;
   });
 }

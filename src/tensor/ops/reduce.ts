@@ -118,7 +118,8 @@ export function max(x: Tensor, dim?: number, keepdim = false): Tensor {
   return record(new Tensor(values, outShape), 'max', [x], (g) => {
     const gx = allocate(x.dtype, x.size);
     for (let o = 0; o < outer; o++) {
-      for (let i = 0; i < inner; i++) gx[(o * reduce + where[o * inner + i]) * inner + i] = g.data[o * inner + i];
+      for (let i = 0; i < inner; i++)
+        gx[(o * reduce + where[o * inner + i]) * inner + i] = g.data[o * inner + i];
     }
     return [new Tensor(gx, x.shape)];
   });

@@ -2,7 +2,14 @@ import { DTypeError, InvalidArgumentError, ShapeMismatchError } from '../../erro
 import { record } from '../autograd.ts';
 import { allocate } from '../dtype.ts';
 import { stridedCopy } from '../kernels/strided.ts';
-import { broadcastShapes, broadcastStrides, normalizeDim, resolveShape, sizeOf, stridesOf } from '../shape.ts';
+import {
+  broadcastShapes,
+  broadcastStrides,
+  normalizeDim,
+  resolveShape,
+  sizeOf,
+  stridesOf,
+} from '../shape.ts';
 import { Tensor } from '../tensor.ts';
 import { sumTo } from './reduce.ts';
 
@@ -27,7 +34,11 @@ export function unsqueeze(x: Tensor, dim: number): Tensor {
 }
 
 export function squeeze(x: Tensor, dim?: number): Tensor {
-  if (dim === undefined) return reshape(x, x.shape.filter((d) => d !== 1));
+  if (dim === undefined)
+    return reshape(
+      x,
+      x.shape.filter((d) => d !== 1),
+    );
   const d = normalizeDim(dim, x.ndim);
   if (x.shape[d] !== 1) return x;
   return reshape(x, [...x.shape.slice(0, d), ...x.shape.slice(d + 1)]);
@@ -38,7 +49,8 @@ export function clone(x: Tensor): Tensor {
 }
 
 export function permute(x: Tensor, dims: number[]): Tensor {
-  if (dims.length !== x.ndim) throw new InvalidArgumentError(`permute needs ${x.ndim} dims, got ${dims.length}`);
+  if (dims.length !== x.ndim)
+    throw new InvalidArgumentError(`permute needs ${x.ndim} dims, got ${dims.length}`);
   const perm = dims.map((d) => normalizeDim(d, x.ndim));
   if (new Set(perm).size !== perm.length) throw new InvalidArgumentError(`permute dims [${dims}] repeat`);
   const inStrides = stridesOf(x.shape);
@@ -89,7 +101,9 @@ export function narrow(x: Tensor, dim: number, start: number, length: number): T
   const d = normalizeDim(dim, x.ndim);
   const s = start < 0 ? start + x.shape[d] : start;
   if (s < 0 || length < 0 || s + length > x.shape[d]) {
-    throw new InvalidArgumentError(`narrow(${dim}, ${start}, ${length}) is outside a dim of size ${x.shape[d]}`);
+    throw new InvalidArgumentError(
+      `narrow(${dim}, ${start}, ${length}) is outside a dim of size ${x.shape[d]}`,
+    );
   }
   const shape = [...x.shape];
   shape[d] = length;
@@ -168,7 +182,8 @@ export function expand(x: Tensor, shape: readonly number[]): Tensor {
 function checkIndex(index: Tensor, limit: number, op: string): void {
   if (index.dtype !== 'int32') throw new DTypeError(`${op} needs an int32 index, got ${index.dtype}`);
   for (const v of index.data) {
-    if (v < 0 || v >= limit) throw new InvalidArgumentError(`${op}: index ${v} is out of range [0, ${limit})`);
+    if (v < 0 || v >= limit)
+      throw new InvalidArgumentError(`${op}: index ${v} is out of range [0, ${limit})`);
   }
 }
 
