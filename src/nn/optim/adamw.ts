@@ -1,0 +1,54 @@
+import type { Tensor } from '../../tensor/index.ts';
+import { Optimizer, type ParamGroup, stateBuffer } from './optimizer.ts';
+
+export interface AdamWOptions {
+  /** Learning rate (PyTorch default 1e-3). */
+  lr: number;
+  /** Decay rates of the first and second moment estimates (default [0.9, 0.999]). */
+  betas: [number, number];
+  /** Added to the denominator for stability (default 1e-8). */
+  eps: number;
+  /** Decoupled weight decay (default 1e-2, as PyTorch's AdamW). */
+  weightDecay: number;
+}
+
+const DEFAULTS: AdamWOptions = { lr: 1e-3, betas: [0.9, 0.999], eps: 1e-8, weightDecay: 1e-2 };
+
+/**
+ * Adam with decoupled weight decay, step for step as PyTorch's `torch.optim.AdamW`
+ * (single-tensor path): p ← p(1 − lr·wd); m ← β₁m + (1−β₁)g; v ← β₂v + (1−β₂)g²;
+ * p ← p − lr/(1−β₁ᵗ) · m / (√v/√(1−β₂ᵗ) + ε). Moments are float32 as in PyTorch.
+ * @example
+ * const opt = new AdamW(model.parameters(), { lr: 3e-4 })
+ * loss.backward(); opt.step(); opt.zeroGrad()
+ */
+export class AdamW extends Optimizer<AdamWOptions> {
+  constructor(params: Tensor[] | ParamGroup<AdamWOptions>[], options: Partial<AdamWOptions> = {}) {
+    super(params, { ...DEFAULTS, ...options });
+  }
+
+  protected update(
+    p: Tensor,
+    grad: Tensor,
+    state: Record<string, Float32Array | number>,
+    h: AdamWOptions,
+  ): void {
+    const [b1, b2] = h.betas;
+    const step = ((state.step as number | undefined) ?? 0) + 1;
+    state.step = step;
+    const m = stateBuffer(state, 'exp_avg', p.size);
+    const v = stateBuffer(state, 'exp_avg_sq', p.size);
+    const w = p.data;
+    const g = grad.data;
+    const decay = 1 - h.lr * h.weightDecay;
+    const stepSize = h.lr / (1 - b1 ** step);
+    const bc2Sqrt = Math.sqrt(1 - b2 ** step);
+    for (let i = 0; i < w.length; i++) {
+      if (h.weightDecay !== 0) w[i] *= decay;
+      m[i] = m[i] * b1 + g[i] * (1 - b1);
+      v[i] = v[i] * b2 + g[i] * g[i] * (1 - b2);
+      const denom = Math.fround(Math.sqrt(v[i]) / bc2Sqrt) + h.eps;
+      w[i] -= stepSize * (m[i] / Math.fround(denom));
+    }
+  }
+}

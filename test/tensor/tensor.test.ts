@@ -1,0 +1,143 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { bfloat16ToFloat, floatToBfloat16, floatToHalf, halfToFloat } from '../../src/tensor/dtype.ts';
+import {
+  arange,
+  cat,
+  createOrtBackend,
+  Generator,
+  jsBackend,
+  matmul,
+  ortAvailable,
+  randn,
+  scaledDotProductAttention,
+  setBackend,
+  tensor,
+  withBackend,
+  zeros,
+} from '../../src/tensor/index.ts';
+import { relError } from '../helpers/fixtures.ts';
+
+describe('tensors', () => {
+  setBackend('js');
+
+  test('nested arrays, shapes and PyTorch-style methods', () => {
+    const x = tensor([
+      [1, 2, 3],
+      [4, 5, 6],
+    ]);
+    assert.deepEqual([...x.shape], [2, 3]);
+    assert.deepEqual(x.transpose(0, 1).toArray(), [1, 4, 2, 5, 3, 6]);
+    assert.deepEqual(x.reshape([3, -1]).shape, [3, 2]);
+    assert.deepEqual(x.sum(-1).toArray(), [6, 15]);
+    assert.deepEqual(x.mean().toArray(), [3.5]);
+    assert.deepEqual(x.max(1).toArray(), [3, 6]);
+    assert.deepEqual(x.argmax(-1).toArray(), [2, 2]);
+    assert.deepEqual(x.narrow(1, 1, 2).toArray(), [2, 3, 5, 6]);
+    assert.deepEqual(x.unsqueeze(0).shape, [1, 2, 3]);
+  });
+
+  test('split and cat round-trip', () => {
+    const x = arange(0, 24, 1, 'float32').reshape([2, 3, 4]);
+    const parts = x.split([1, 3], 2);
+    assert.deepEqual(parts[1].shape, [2, 3, 3]);
+    assert.deepEqual(cat(parts, 2).toArray(), x.toArray());
+    assert.equal(x.split(2, 1).length, 2);
+  });
+
+  test('bad shapes and dims give typed errors', () => {
+    const x = zeros([2, 3]);
+    assert.throws(() => x.add(zeros([4])), { name: 'ShapeMismatchError' });
+    assert.throws(() => x.matmul(zeros([2, 3])), { name: 'ShapeMismatchError' });
+    assert.throws(() => x.reshape([4, 2]), { name: 'ShapeMismatchError' });
+    assert.throws(() => x.sum(5), { name: 'InvalidArgumentError' });
+    assert.throws(() => x.add(zeros([2, 3], 'float64')), { name: 'DTypeError' });
+    assert.throws(() => x.narrow(1, 2, 5), { name: 'InvalidArgumentError' });
+  });
+
+  test('float16 and bfloat16 conversions round to nearest even, as PyTorch', () => {
+    assert.equal(floatToHalf(1 / 3), 0x3555);
+    assert.equal(halfToFloat(0x3555), 0.333251953125);
+    assert.equal(floatToHalf(65520), 0x7c00);
+    assert.equal(halfToFloat(0x0001), 2 ** -24);
+    assert.equal(floatToHalf(-0), 0x8000);
+    assert.equal(floatToBfloat16(1 / 3), 0x3eab);
+    assert.equal(bfloat16ToFloat(0x3eab), 0.333984375);
+    assert.ok(Number.isNaN(bfloat16ToFloat(floatToBfloat16(Number.NaN))));
+    for (let h = 0; h < 0x7c00; h += 7) assert.equal(floatToHalf(halfToFloat(h)), h);
+  });
+
+  test('seeded random numbers are the same on every machine', () => {
+    const g = new Generator(42);
+    assert.deepEqual(
+      [g.nextUint32(), g.nextUint32(), g.uniform(), g.normal()],
+      [2837322924, 544945897, 0.11170190572738647, 1.6146213886658298],
+    );
+    assert.deepEqual(
+      randn([4], { seed: 7 }).toArray(),
+      [-0.7277058959007263, -0.05604055896401405, 0.5095173120498657, 0.9654650688171387],
+    );
+  });
+
+  test('attention with every key masked gives zeros, not NaN', () => {
+    const q = randn([1, 1, 2, 4], { seed: 1 });
+    const mask = tensor([0, 0], [1, 1, 1, 2], 'int32');
+    const out = scaledDotProductAttention(q, q, q, { mask });
+    assert.deepEqual(out.toArray(), new Array(8).fill(0));
+  });
+});
+
+describe('backends', () => {
+  test('the js GEMM equals a naive double-precision product rounded once', () => {
+    const a = randn([37, 45], { seed: 3 });
+    const b = randn([45, 29], { seed: 4 });
+    const c = withBackend('js', () => matmul(a, b));
+    for (let i = 0; i < 37; i++) {
+      for (let j = 0; j < 29; j++) {
+        let s = 0;
+        for (let p = 0; p < 45; p++) s += a.data[i * 45 + p] * b.data[p * 29 + j];
+        assert.equal(c.data[i * 29 + j], Math.fround(s));
+      }
+    }
+  });
+
+  test('the ort backend agrees with js within float tolerance', { skip: !ortAvailable() }, () => {
+    const ort = createOrtBackend({ threads: 1, minMacs: 0 });
+    for (const [as, bs] of [
+      [
+        [64, 96],
+        [96, 80],
+      ],
+      [
+        [3, 16, 32],
+        [3, 32, 8],
+      ],
+      [
+        [2, 16, 32],
+        [32, 8],
+      ],
+      [
+        [4, 1, 8, 16],
+        [3, 16, 8],
+      ],
+    ]) {
+      const a = randn(as, { seed: 5 });
+      const b = randn(bs, { seed: 6 });
+      a.requiresGrad = true;
+      b.requiresGrad = true;
+      const ref = withBackend(jsBackend, () => matmul(a, b));
+      withBackend(jsBackend, () => ref.sum().backward());
+      const [ga, gb] = [a.grad!, b.grad!];
+      a.grad = null;
+      b.grad = null;
+      const fast = withBackend(ort, () => matmul(a, b));
+      withBackend(ort, () => fast.sum().backward());
+      assert.ok(relError(fast, ref) < 1e-5, `forward ${as} @ ${bs}`);
+      assert.ok(relError(a.grad!, ga) < 1e-5 && relError(b.grad!, gb) < 1e-5, `grads ${as} @ ${bs}`);
+    }
+  });
+
+  test('unknown backends are refused with a typed error', () => {
+    assert.throws(() => setBackend('cuda' as 'js'), { name: 'InvalidArgumentError' });
+  });
+});
