@@ -55,7 +55,9 @@ describe(`optimizers against PyTorch ${fixture.torch}`, () => {
     });
     const norm = clipGradNorm(params, c.maxNorm);
     assert.ok(Math.abs(norm - c.norm) / c.norm < 1e-6);
-    params.forEach((p, i) => assert.ok(relError(p.grad!, c.clipped[i].data) < 1e-6));
+    params.forEach((p, i) => {
+      assert.ok(relError(p.grad!, c.clipped[i].data) < 1e-6);
+    });
   });
 });
 
