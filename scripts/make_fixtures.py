@@ -150,7 +150,36 @@ def main():
         json.dump({'torch': torch.__version__, 'cases': ops}, f)
     with open(os.path.join(OUT, 'torch-optim.json'), 'w') as f:
         json.dump({'torch': torch.__version__, 'cases': optim_cases()}, f)
+    safetensors_fixture()
     print(f'wrote {len(ops)} op cases and optimizer cases to {OUT}')
+
+
+
+def safetensors_fixture():
+    """A small safetensors file written byte by byte from PyTorch's own F16/BF16/F32/I64
+    encodings, and the float32 values PyTorch decodes them to."""
+    tensors = {
+        'half': torch.randn(3, 5).half(),
+        'bfloat': torch.randn(4, 2).bfloat16(),
+        'float': torch.randn(2, 3),
+        'ids': torch.tensor([[1, -2, 3]], dtype=torch.int64),
+    }
+    codes = {torch.float16: 'F16', torch.bfloat16: 'BF16', torch.float32: 'F32', torch.int64: 'I64'}
+    header, blobs, offset = {'__metadata__': {'format': 'pt'}}, [], 0
+    for name, t in tensors.items():
+        raw = t.contiguous().view(torch.uint8).numpy().tobytes() if t.dtype != torch.bfloat16 else \
+            t.view(torch.int16).numpy().tobytes()
+        header[name] = {'dtype': codes[t.dtype], 'shape': list(t.shape), 'data_offsets': [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b' ' * ((8 - (len(text) + 8) % 8) % 8)
+    with open(os.path.join(OUT, 'torch-mixed.safetensors'), 'wb') as f:
+        f.write(len(text).to_bytes(8, 'little') + text + b''.join(blobs))
+    expected = {name: enc(t.float() if t.is_floating_point() else t) for name, t in tensors.items()}
+    with open(os.path.join(OUT, 'torch-mixed.json'), 'w') as f:
+        json.dump(expected, f)
+
 
 
 if __name__ == '__main__':

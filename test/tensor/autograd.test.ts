@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { noGrad, randn, setBackend, tensor } from '../../src/tensor/index.ts';
+import { noGrad, randn, setBackend, type Tensor, tensor } from '../../src/tensor/index.ts';
 
 describe('autograd', () => {
   setBackend('js');
@@ -20,7 +20,7 @@ describe('autograd', () => {
     assert.deepEqual(x.grad?.toArray(), [6, 6]);
     x.grad = null;
     x.mul(2).sum().backward();
-    assert.deepEqual(x.grad?.toArray(), [2, 2]);
+    assert.deepEqual((x.grad as Tensor | null)?.toArray(), [2, 2]);
   });
 
   test('leaf gradients do not alias each other', () => {

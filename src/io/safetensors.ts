@@ -1,0 +1,345 @@
+import {
+  closeSync,
+  existsSync,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
+import { dirname, join } from 'node:path';
+import { FileNotFoundError, SafetensorsFormatError } from '../errors.ts';
+import { bfloat16ToFloat, floatToBfloat16, floatToHalf, halfToFloat } from '../tensor/dtype.ts';
+import { Tensor } from '../tensor/index.ts';
+import { sizeOf } from '../tensor/shape.ts';
+import {
+  buildHeader,
+  MAX_HEADER_BYTES,
+  parseHeader,
+  SAFE_DTYPE_BYTES,
+  type SafeDType,
+  type TensorEntry,
+} from './safetensors-format.ts';
+
+/**
+ * Safetensors files on disk. Reading opens the file, parses the header and reads each
+ * tensor on demand with positioned reads in bounded chunks, so a multi-gigabyte
+ * checkpoint is never held in one buffer. F16 and BF16 widen to float32; I64 narrows to
+ * int32 (with a range check). Writing streams tensor by tensor.
+ */
+
+/** Bytes read or converted per step: bounds the temporary memory of a load. */
+const CHUNK_BYTES = 16 * 1024 * 1024;
+
+function openFile(path: string): number {
+  try {
+    return openSync(path, 'r');
+  } catch (cause) {
+    throw new FileNotFoundError(`cannot open '${path}'`, { cause });
+  }
+}
+
+function readExactly(fd: number, target: Uint8Array, position: number, where: string): void {
+  let done = 0;
+  while (done < target.length) {
+    const n = readSync(fd, target, done, Math.min(CHUNK_BYTES, target.length - done), position + done);
+    if (n === 0) throw new SafetensorsFormatError(`${where}: file ends early`);
+    done += n;
+  }
+}
+
+/** A safetensors file opened for lazy, tensor-by-tensor reading. Close it when done. */
+export class SafetensorsReader {
+  private constructor(
+    readonly path: string,
+    private fd: number | null,
+    private readonly entries: Map<string, TensorEntry>,
+    readonly metadata: Record<string, string>,
+  ) {}
+
+  static open(path: string): SafetensorsReader {
+    const fd = openFile(path);
+    try {
+      const size = fstatSync(fd).size;
+      if (size < 8) throw new SafetensorsFormatError(`${path}: too short to be a safetensors file`);
+      const prefix = new Uint8Array(8);
+      readExactly(fd, prefix, 0, path);
+      const headerLength = Number(new DataView(prefix.buffer).getBigUint64(0, true));
+      if (headerLength > MAX_HEADER_BYTES || headerLength > size - 8) {
+        throw new SafetensorsFormatError(
+          `${path}: header length ${headerLength} is impossible for a ${size}-byte file`,
+        );
+      }
+      const header = new Uint8Array(headerLength);
+      readExactly(fd, header, 8, path);
+      const parsed = parseHeader(new TextDecoder().decode(header), headerLength, size, path);
+      return new SafetensorsReader(path, fd, parsed.entries, parsed.metadata);
+    } catch (err) {
+      closeSync(fd);
+      throw err;
+    }
+  }
+
+  keys(): string[] {
+    return [...this.entries.keys()];
+  }
+
+  has(name: string): boolean {
+    return this.entries.has(name);
+  }
+
+  info(name: string): { dtype: SafeDType; shape: number[]; byteLength: number } {
+    const e = this.entry(name);
+    return { dtype: e.dtype, shape: [...e.shape], byteLength: e.end - e.begin };
+  }
+
+  private entry(name: string): TensorEntry {
+    const e = this.entries.get(name);
+    if (e === undefined) throw new SafetensorsFormatError(`${this.path}: no tensor named '${name}'`);
+    return e;
+  }
+
+  /** Reads one tensor: floats as float32 (or float64 for F64), integers as int32. */
+  read(name: string): Tensor {
+    if (this.fd === null) throw new SafetensorsFormatError(`${this.path}: reader is closed`);
+    const fd = this.fd;
+    const e = this.entry(name);
+    const count = sizeOf(e.shape);
+    const where = `${this.path} '${name}'`;
+    if (e.dtype === 'F32' || e.dtype === 'F64' || e.dtype === 'I32') {
+      const out =
+        e.dtype === 'F32'
+          ? new Float32Array(count)
+          : e.dtype === 'F64'
+            ? new Float64Array(count)
+            : new Int32Array(count);
+      readExactly(fd, new Uint8Array(out.buffer), e.begin, where);
+      return new Tensor(out, e.shape);
+    }
+    const width = SAFE_DTYPE_BYTES[e.dtype];
+    const out = e.dtype === 'I64' ? new Int32Array(count) : new Float32Array(count);
+    const per = Math.floor(CHUNK_BYTES / width);
+    const chunk = new Uint8Array(Math.min(count, per) * width);
+    for (let start = 0; start < count; start += per) {
+      const n = Math.min(per, count - start);
+      const view = chunk.subarray(0, n * width);
+      readExactly(fd, view, e.begin + start * width, where);
+      const dv = new DataView(view.buffer, view.byteOffset, view.byteLength);
+      if (e.dtype === 'F16')
+        for (let i = 0; i < n; i++) out[start + i] = halfToFloat(dv.getUint16(2 * i, true));
+      else if (e.dtype === 'BF16')
+        for (let i = 0; i < n; i++) out[start + i] = bfloat16ToFloat(dv.getUint16(2 * i, true));
+      else {
+        for (let i = 0; i < n; i++) {
+          const v = dv.getBigInt64(8 * i, true);
+          if (v > 2147483647n || v < -2147483648n)
+            throw new SafetensorsFormatError(`${where}: value ${v} does not fit int32`);
+          out[start + i] = Number(v);
+        }
+      }
+    }
+    return new Tensor(out, e.shape);
+  }
+
+  close(): void {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
+  }
+}
+
+/** Reads every tensor of one file. */
+export function readSafetensors(path: string): Map<string, Tensor> {
+  const reader = SafetensorsReader.open(path);
+  try {
+    return new Map(reader.keys().map((k) => [k, reader.read(k)]));
+  } finally {
+    reader.close();
+  }
+}
+
+export interface WriteOptions {
+  /** Storage type for float tensors (default F32; int32 tensors are always I32). */
+  dtype?: 'F32' | 'F16' | 'BF16';
+  metadata?: Record<string, string>;
+}
+
+function storageType(t: Tensor, dtype: WriteOptions['dtype']): SafeDType {
+  if (t.dtype === 'int32') return 'I32';
+  if (t.dtype === 'float64' && dtype === undefined) return 'F64';
+  return dtype ?? 'F32';
+}
+
+function encodeChunk(t: Tensor, dtype: SafeDType, start: number, n: number): Uint8Array {
+  const width = SAFE_DTYPE_BYTES[dtype];
+  const bytes = new Uint8Array(n * width);
+  const dv = new DataView(bytes.buffer);
+  const src = t.data;
+  for (let i = 0; i < n; i++) {
+    const v = src[start + i];
+    if (dtype === 'F32') dv.setFloat32(4 * i, v, true);
+    else if (dtype === 'F64') dv.setFloat64(8 * i, v, true);
+    else if (dtype === 'I32') dv.setInt32(4 * i, v, true);
+    else if (dtype === 'F16') dv.setUint16(2 * i, floatToHalf(v), true);
+    else if (dtype === 'BF16') dv.setUint16(2 * i, floatToBfloat16(v), true);
+    else dv.setBigInt64(8 * i, BigInt(v), true);
+  }
+  return bytes;
+}
+
+/** Writes tensors to one file, streaming each in bounded chunks. */
+export function writeSafetensors(
+  path: string,
+  tensors: Map<string, Tensor> | Record<string, Tensor>,
+  options: WriteOptions = {},
+): void {
+  const list = [...(tensors instanceof Map ? tensors : Object.entries(tensors))].map(([name, t]) => ({
+    name,
+    tensor: t,
+    dtype: storageType(t, options.dtype),
+    shape: t.shape,
+  }));
+  const { bytes } = buildHeader(list, options.metadata);
+  mkdirSync(dirname(path), { recursive: true });
+  const fd = openSync(path, 'w');
+  try {
+    writeSync(fd, bytes);
+    for (const { tensor, dtype } of list) {
+      const per = Math.floor(CHUNK_BYTES / SAFE_DTYPE_BYTES[dtype]);
+      for (let start = 0; start < tensor.size; start += per) {
+        writeSync(fd, encodeChunk(tensor, dtype, start, Math.min(per, tensor.size - start)));
+      }
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export const INDEX_FILE = 'model.safetensors.index.json';
+export const SINGLE_FILE = 'model.safetensors';
+
+/**
+ * Writes `model.safetensors`, or, when the tensors exceed `maxShardBytes`, shards
+ * `model-0000i-of-0000n.safetensors` plus `model.safetensors.index.json` (Hugging Face's layout).
+ */
+export function writeCheckpoint(
+  dir: string,
+  tensors: Map<string, Tensor>,
+  options: WriteOptions & { maxShardBytes?: number } = {},
+): string[] {
+  const max = options.maxShardBytes ?? 5 * 1024 ** 3;
+  const shards: [string, Tensor][][] = [[]];
+  let current = 0;
+  let total = 0;
+  for (const entry of tensors) {
+    const n = entry[1].size * SAFE_DTYPE_BYTES[storageType(entry[1], options.dtype)];
+    if (current > 0 && current + n > max) {
+      shards.push([]);
+      current = 0;
+    }
+    shards[shards.length - 1].push(entry);
+    current += n;
+    total += n;
+  }
+  mkdirSync(dir, { recursive: true });
+  if (shards.length === 1) {
+    writeSafetensors(join(dir, SINGLE_FILE), new Map(shards[0]), options);
+    return [SINGLE_FILE];
+  }
+  const pad = (i: number) => String(i).padStart(5, '0');
+  const names = shards.map((_, i) => `model-${pad(i + 1)}-of-${pad(shards.length)}.safetensors`);
+  const weightMap: Record<string, string> = {};
+  shards.forEach((shard, i) => {
+    writeSafetensors(join(dir, names[i]), new Map(shard), options);
+    for (const [name] of shard) weightMap[name] = names[i];
+  });
+  writeFileSync(
+    join(dir, INDEX_FILE),
+    `${JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2)}\n`,
+  );
+  return [...names, INDEX_FILE];
+}
+
+/**
+ * A checkpoint directory (single file or sharded with an index) read lazily:
+ * `keys()` lists every tensor, `read(name)` opens the right shard.
+ */
+export class Checkpoint {
+  private readonly readers = new Map<string, SafetensorsReader>();
+
+  private constructor(
+    readonly dir: string,
+    private readonly fileOf: Map<string, string>,
+  ) {}
+
+  static open(dir: string): Checkpoint {
+    if (!existsSync(dir) || !statSync(dir).isDirectory())
+      throw new FileNotFoundError(`no checkpoint directory at '${dir}'`);
+    const indexPath = join(dir, INDEX_FILE);
+    if (existsSync(indexPath)) {
+      let index: { weight_map?: Record<string, unknown> };
+      try {
+        index = JSON.parse(readFileSync(indexPath, 'utf8'));
+      } catch {
+        throw new SafetensorsFormatError(`${indexPath}: not valid JSON`);
+      }
+      const map = index.weight_map;
+      if (typeof map !== 'object' || map === null)
+        throw new SafetensorsFormatError(`${indexPath}: no weight_map`);
+      const fileOf = new Map<string, string>();
+      for (const [k, v] of Object.entries(map)) {
+        if (typeof v !== 'string' || v.includes('/') || v.includes('\\')) {
+          throw new SafetensorsFormatError(`${indexPath}: bad shard name for '${k}'`);
+        }
+        fileOf.set(k, v);
+      }
+      return new Checkpoint(dir, fileOf);
+    }
+    const single = join(dir, SINGLE_FILE);
+    if (!existsSync(single))
+      throw new FileNotFoundError(`'${dir}' has neither ${SINGLE_FILE} nor ${INDEX_FILE}`);
+    const reader = SafetensorsReader.open(single);
+    const ckpt = new Checkpoint(dir, new Map(reader.keys().map((k) => [k, SINGLE_FILE])));
+    ckpt.readers.set(SINGLE_FILE, reader);
+    return ckpt;
+  }
+
+  keys(): string[] {
+    return [...this.fileOf.keys()];
+  }
+
+  private reader(name: string): SafetensorsReader {
+    const file = this.fileOf.get(name);
+    if (file === undefined) throw new SafetensorsFormatError(`${this.dir}: no tensor named '${name}'`);
+    let r = this.readers.get(file);
+    if (r === undefined) {
+      r = SafetensorsReader.open(join(this.dir, file));
+      this.readers.set(file, r);
+    }
+    if (!r.has(name))
+      throw new SafetensorsFormatError(`${file} does not hold '${name}' although the index says so`);
+    return r;
+  }
+
+  info(name: string): { dtype: SafeDType; shape: number[]; byteLength: number } {
+    return this.reader(name).info(name);
+  }
+
+  read(name: string): Tensor {
+    return this.reader(name).read(name);
+  }
+
+  /** Reads every tensor (convenient for small models). */
+  readAll(): Map<string, Tensor> {
+    return new Map(this.keys().map((k) => [k, this.read(k)]));
+  }
+
+  close(): void {
+    for (const r of this.readers.values()) r.close();
+    this.readers.clear();
+  }
+}
+
+export type { SafeDType };
