@@ -137,6 +137,23 @@ describe('backends', () => {
     }
   });
 
+  test('ort elementwise kernels agree with js within float tolerance', { skip: !ortAvailable() }, () => {
+    const ort = createOrtBackend({ threads: 1, minElements: 0 });
+    for (const op of ['exp', 'log', 'tanh', 'sigmoid', 'silu', 'gelu'] as const) {
+      const x = randn([64, 80], { seed: 9 });
+      if (op === 'log') for (let i = 0; i < x.size; i++) x.data[i] = Math.abs(x.data[i]) + 0.1;
+      x.requiresGrad = true;
+      const ref = withBackend(jsBackend, () => x[op]());
+      withBackend(jsBackend, () => ref.sum().backward());
+      const g = x.grad!;
+      x.grad = null;
+      const fast = withBackend(ort, () => x[op]());
+      withBackend(ort, () => fast.sum().backward());
+      assert.ok(relError(fast, ref) < 1e-5, `${op} forward ${relError(fast, ref)}`);
+      assert.ok(relError(x.grad!, g) < 1e-5, `${op} backward ${relError(x.grad!, g)}`);
+    }
+  });
+
   test('unknown backends are refused with a typed error', () => {
     assert.throws(() => setBackend('cuda' as 'js'), { name: 'InvalidArgumentError' });
   });

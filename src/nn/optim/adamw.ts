@@ -40,15 +40,19 @@ export class AdamW extends Optimizer<AdamWOptions> {
     const v = stateBuffer(state, 'exp_avg_sq', p.size);
     const w = p.data;
     const g = grad.data;
-    const decay = 1 - h.lr * h.weightDecay;
+    const decay = h.weightDecay !== 0 ? 1 - h.lr * h.weightDecay : 1;
     const stepSize = h.lr / (1 - b1 ** step);
     const bc2Sqrt = Math.sqrt(1 - b2 ** step);
+    const eps = h.eps;
+    const c1 = 1 - b1;
+    const c2 = 1 - b2;
     for (let i = 0; i < w.length; i++) {
-      if (h.weightDecay !== 0) w[i] *= decay;
-      m[i] = m[i] * b1 + g[i] * (1 - b1);
-      v[i] = v[i] * b2 + g[i] * g[i] * (1 - b2);
-      const denom = Math.fround(Math.sqrt(v[i]) / bc2Sqrt) + h.eps;
-      w[i] -= stepSize * (m[i] / Math.fround(denom));
+      const gi = g[i];
+      if (decay !== 1) w[i] *= decay;
+      m[i] = m[i] * b1 + gi * c1;
+      v[i] = v[i] * b2 + gi * gi * c2;
+      const denom = Math.fround(Math.fround(Math.sqrt(v[i]) / bc2Sqrt) + eps);
+      w[i] -= stepSize * (m[i] / denom);
     }
   }
 }

@@ -10,4 +10,8 @@ export interface Backend {
   /** True when results are bitwise identical on every machine. */
   readonly deterministic: boolean;
   matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec): void;
+  /** y = op(x) for a unary op by name; returns false to leave it to the js kernel. */
+  unary?(op: string, x: FloatArray, y: FloatArray): boolean;
+  /** gx = g · op'(x); returns false to leave it to the js kernel. */
+  unaryBackward?(op: string, x: FloatArray, g: FloatArray, gx: FloatArray): boolean;
 }

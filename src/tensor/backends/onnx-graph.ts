@@ -53,12 +53,15 @@ export interface ValueInfo {
   shape: (number | string)[];
 }
 
-/** One graph node; attributes are integers or integer lists (all we need). */
+/** An attribute: an integer, a list of integers, a float ({ float: x }) or a string. */
+export type AttributeValue = number | number[] | { float: number } | string;
+
+/** One graph node. */
 export interface NodeSpec {
   op: string;
   inputs: string[];
   outputs: string[];
-  attributes?: Record<string, number | number[]>;
+  attributes?: Record<string, AttributeValue>;
 }
 
 function valueInfo(v: ValueInfo): Field {
@@ -67,8 +70,20 @@ function valueInfo(v: ValueInfo): Field {
   return concat([stringField(1, v.name), bytesField(2, bytesField(1, tensorType))]);
 }
 
-function attribute(name: string, value: number | number[]): Field {
-  // AttributeProto: name=1, i=3, ints=8, type=20 (INT=2, INTS=7)
+function floatField(field: number, value: number): Field {
+  const bytes = new Uint8Array(5);
+  bytes[0] = (field << 3) | 5;
+  new DataView(bytes.buffer).setFloat32(1, value, true);
+  return bytes;
+}
+
+function attribute(name: string, value: AttributeValue): Field {
+  // AttributeProto: name=1, f=2, i=3, s=4, ints=8, type=20 (FLOAT=1, INT=2, STRING=3, INTS=7)
+  if (typeof value === 'string')
+    return concat([stringField(1, name), stringField(4, value), intField(20, 3)]);
+  if (typeof value === 'object' && !Array.isArray(value)) {
+    return concat([stringField(1, name), floatField(2, value.float), intField(20, 1)]);
+  }
   if (Array.isArray(value)) {
     return concat([stringField(1, name), ...value.map((x) => intField(8, x)), intField(20, 7)]);
   }

@@ -4,7 +4,16 @@ import { BackendUnavailableError } from '../../errors.ts';
 import type { FloatArray } from '../dtype.ts';
 import { type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
 import type { Backend } from './backend.ts';
-import { encodeModel, type NodeSpec, OnnxType, type ValueInfo } from './onnx-graph.ts';
+import {
+  batchedMatmulGraph,
+  gemmGraph,
+  ORT_UNARY,
+  ORT_UNARY_BACKWARD,
+  type OrtUnary,
+  type OrtUnaryBackward,
+  unaryBackwardGraph,
+  unaryGraph,
+} from './ort-graphs.ts';
 
 /**
  * Matrix products through onnxruntime-node's CPU kernels (MLAS), called
@@ -15,6 +24,8 @@ import { encodeModel, type NodeSpec, OnnxType, type ValueInfo } from './onnx-gra
 
 /** Below this many multiply-adds the native call costs more than the js kernel (measured: bench/run.ts). */
 export const ORT_MIN_MACS = 32 * 1024;
+/** Below this many elements a transcendental op is cheaper in js than a native call (~15 µs). */
+export const ORT_MIN_ELEMENTS = 4096;
 
 interface NativeSession {
   loadModel(buffer: ArrayBuffer, offset: number, length: number, options: object): void;
@@ -57,45 +68,19 @@ export function ortAvailable(): boolean {
   }
 }
 
-function gemmGraph(transA: boolean, transB: boolean): Uint8Array {
-  const inputs: ValueInfo[] = [
-    { name: 'a', type: OnnxType.float32, shape: ['r0', 'c0'] },
-    { name: 'b', type: OnnxType.float32, shape: ['r1', 'c1'] },
-  ];
-  const node: NodeSpec = {
-    op: 'Gemm',
-    inputs: ['a', 'b'],
-    outputs: ['c'],
-    attributes: { transA: transA ? 1 : 0, transB: transB ? 1 : 0 },
-  };
-  return encodeModel([node], inputs, [{ name: 'c', type: OnnxType.float32, shape: ['m', 'n'] }]);
-}
-
-function batchedGraph(transA: boolean, transB: boolean): Uint8Array {
-  const nodes: NodeSpec[] = [];
-  let a = 'a';
-  let b = 'b';
-  if (transA) {
-    nodes.push({ op: 'Transpose', inputs: ['a'], outputs: ['at'], attributes: { perm: [0, 2, 1] } });
-    a = 'at';
-  }
-  if (transB) {
-    nodes.push({ op: 'Transpose', inputs: ['b'], outputs: ['bt'], attributes: { perm: [0, 2, 1] } });
-    b = 'bt';
-  }
-  nodes.push({ op: 'MatMul', inputs: [a, b], outputs: ['c'] });
-  const inputs: ValueInfo[] = [
-    { name: 'a', type: OnnxType.float32, shape: ['ba', 'r0', 'c0'] },
-    { name: 'b', type: OnnxType.float32, shape: ['bb', 'r1', 'c1'] },
-  ];
-  return encodeModel(nodes, inputs, [{ name: 'c', type: OnnxType.float32, shape: ['bc', 'm', 'n'] }]);
-}
-
 export interface OrtBackendOptions {
   /** Intra-op threads (default: all available cores). */
   threads?: number;
   /** Products with fewer multiply-adds run on the js kernel. */
   minMacs?: number;
+  /** Elementwise ops on fewer elements run on the js kernel. */
+  minElements?: number;
+  /**
+   * Let idle pool threads spin-wait, as onnxruntime does by default. Off by default here: a
+   * spinning thread takes a core from the js kernels that run between native calls (measured
+   * on a training step with 2 threads: 880 ms without, 1227 ms with; bench/run.ts).
+   */
+  spinning?: boolean;
 }
 
 /** Creates an ort backend; throws BackendUnavailableError where onnxruntime cannot load. */
@@ -103,12 +88,15 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
   const ort = loadOrt();
   const threads = options.threads ?? availableParallelism();
   const minMacs = options.minMacs ?? ORT_MIN_MACS;
+  const minElements = options.minElements ?? ORT_MIN_ELEMENTS;
   const sessions = new Map<string, NativeSession>();
   const sessionOptions = {
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
+    // See `spinning` above.
+    extra: { session: { intra_op: { allow_spinning: options.spinning ? '1' : '0' } } },
   };
 
   function session(key: string, build: () => Uint8Array): NativeSession {
@@ -150,7 +138,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         }
         return;
       }
-      const s = session(`batched:${transA}:${transB}`, () => batchedGraph(transA, transB));
+      const s = session(`batched:${transA}:${transB}`, () => batchedMatmulGraph(transA, transB));
       s.run(
         {
           a: new T('float32', a, [spec.batchedA ? batch : 1, ...aDims]),
@@ -159,6 +147,22 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         { c: new T('float32', out, [batch, m, n]) },
         {},
       );
+    },
+    unary(op: string, x: FloatArray, y: FloatArray): boolean {
+      if (!(x instanceof Float32Array) || x.length < minElements || !ORT_UNARY.has(op)) return false;
+      const s = session(`unary:${op}`, () => unaryGraph(op as OrtUnary));
+      s.run({ x: new T('float32', x, [x.length]) }, { y: new T('float32', y, [y.length]) }, {});
+      return true;
+    },
+    unaryBackward(op: string, x: FloatArray, g: FloatArray, gx: FloatArray): boolean {
+      if (!(x instanceof Float32Array) || x.length < minElements || !ORT_UNARY_BACKWARD.has(op)) return false;
+      const s = session(`unary-backward:${op}`, () => unaryBackwardGraph(op as OrtUnaryBackward));
+      s.run(
+        { x: new T('float32', x, [x.length]), g: new T('float32', g, [g.length]) },
+        { gx: new T('float32', gx, [gx.length]) },
+        {},
+      );
+      return true;
     },
   };
 }

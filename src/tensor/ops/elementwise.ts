@@ -1,5 +1,6 @@
 import { DTypeError } from '../../errors.ts';
 import { record } from '../autograd.ts';
+import { getBackend } from '../backends/select.ts';
 import { allocate, assertFloat, type TypedArray } from '../dtype.ts';
 import { stridedBinary } from '../kernels/strided.ts';
 import { broadcastShapes, broadcastStrides, sameShape, sizeOf } from '../shape.ts';
@@ -14,56 +15,126 @@ import { sumTo } from './reduce.ts';
 const SQRT_2_OVER_PI = Math.sqrt(2 / Math.PI);
 const GELU_C = 0.044715;
 
-interface UnaryDef {
-  /** y = f(x) */
-  f: (x: number) => number;
-  /** dy/dx given x and the (stored, possibly rounded) output y */
-  df: (x: number, y: number) => number;
-}
+type Buf = Float32Array | Float64Array;
 
-function sigmoidOf(x: number): number {
-  return 1 / (1 + Math.exp(-x));
+/**
+ * One entry per unary op: a forward loop y = f(x) and a backward loop
+ * gx = g · f'(x) (given x and the stored y). Loops are written out per op so that the
+ * engine compiles each to straight-line code instead of a call per element.
+ */
+interface UnaryDef {
+  forward(x: Buf, y: Buf): void;
+  backward(x: Buf, y: Buf, g: Buf, gx: Buf): void;
 }
 
 export const unaryOps = {
-  neg: { f: (x) => -x, df: () => -1 },
-  exp: { f: Math.exp, df: (_x, y) => y },
-  log: { f: Math.log, df: (x) => 1 / x },
-  sqrt: { f: Math.sqrt, df: (_x, y) => 0.5 / y },
-  rsqrt: { f: (x) => 1 / Math.sqrt(x), df: (x) => -0.5 / (x * Math.sqrt(x)) },
-  tanh: { f: Math.tanh, df: (x) => 1 - Math.tanh(x) ** 2 },
-  sigmoid: { f: sigmoidOf, df: (x) => sigmoidOf(x) * (1 - sigmoidOf(x)) },
+  neg: {
+    forward: (x, y) => {
+      for (let i = 0; i < x.length; i++) y[i] = -x[i];
+    },
+    backward: (_x, _y, g, gx) => {
+      for (let i = 0; i < g.length; i++) gx[i] = -g[i];
+    },
+  },
+  exp: {
+    forward: (x, y) => {
+      for (let i = 0; i < x.length; i++) y[i] = Math.exp(x[i]);
+    },
+    backward: (_x, y, g, gx) => {
+      for (let i = 0; i < g.length; i++) gx[i] = g[i] * y[i];
+    },
+  },
+  log: {
+    forward: (x, y) => {
+      for (let i = 0; i < x.length; i++) y[i] = Math.log(x[i]);
+    },
+    backward: (x, _y, g, gx) => {
+      for (let i = 0; i < g.length; i++) gx[i] = g[i] / x[i];
+    },
+  },
+  sqrt: {
+    forward: (x, y) => {
+      for (let i = 0; i < x.length; i++) y[i] = Math.sqrt(x[i]);
+    },
+    backward: (x, _y, g, gx) => {
+      for (let i = 0; i < g.length; i++) gx[i] = (0.5 * g[i]) / Math.sqrt(x[i]);
+    },
+  },
+  rsqrt: {
+    forward: (x, y) => {
+      for (let i = 0; i < x.length; i++) y[i] = 1 / Math.sqrt(x[i]);
+    },
+    backward: (x, _y, g, gx) => {
+      for (let i = 0; i < g.length; i++) gx[i] = (-0.5 * g[i]) / (x[i] * Math.sqrt(x[i]));
+    },
+  },
+  tanh: {
+    forward: (x, y) => {
+      for (let i = 0; i < x.length; i++) y[i] = Math.tanh(x[i]);
+    },
+    backward: (_x, y, g, gx) => {
+      for (let i = 0; i < g.length; i++) gx[i] = g[i] * (1 - y[i] * y[i]);
+    },
+  },
+  sigmoid: {
+    forward: (x, y) => {
+      for (let i = 0; i < x.length; i++) y[i] = 1 / (1 + Math.exp(-x[i]));
+    },
+    backward: (_x, y, g, gx) => {
+      for (let i = 0; i < g.length; i++) gx[i] = g[i] * y[i] * (1 - y[i]);
+    },
+  },
   silu: {
-    f: (x) => x * sigmoidOf(x),
-    df: (x) => {
-      const s = sigmoidOf(x);
-      return s * (1 + x * (1 - s));
+    forward: (x, y) => {
+      for (let i = 0; i < x.length; i++) y[i] = x[i] / (1 + Math.exp(-x[i]));
+    },
+    backward: (x, _y, g, gx) => {
+      for (let i = 0; i < g.length; i++) {
+        const v = x[i];
+        const s = 1 / (1 + Math.exp(-v));
+        gx[i] = g[i] * s * (1 + v * (1 - s));
+      }
     },
   },
   // GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   gelu: {
-    f: (x) => 0.5 * x * (1 + Math.tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x))),
-    df: (x) => {
-      const t = Math.tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x));
-      return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_OVER_PI * (1 + 3 * GELU_C * x * x);
+    forward: (x, y) => {
+      for (let i = 0; i < x.length; i++) {
+        const v = x[i];
+        y[i] = 0.5 * v * (1 + Math.tanh(SQRT_2_OVER_PI * (v + GELU_C * v * v * v)));
+      }
+    },
+    backward: (x, _y, g, gx) => {
+      for (let i = 0; i < g.length; i++) {
+        const v = x[i];
+        const t = Math.tanh(SQRT_2_OVER_PI * (v + GELU_C * v * v * v));
+        gx[i] = g[i] * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * SQRT_2_OVER_PI * (1 + 3 * GELU_C * v * v));
+      }
     },
   },
-  relu: { f: (x) => Math.max(x, 0), df: (x) => (x > 0 ? 1 : 0) },
+  relu: {
+    forward: (x, y) => {
+      for (let i = 0; i < x.length; i++) y[i] = Math.max(x[i], 0);
+    },
+    backward: (x, _y, g, gx) => {
+      for (let i = 0; i < g.length; i++) gx[i] = x[i] > 0 ? g[i] : 0;
+    },
+  },
 } satisfies Record<string, UnaryDef>;
 
 export type UnaryOp = keyof typeof unaryOps;
 
 function unary(op: UnaryOp, x: Tensor): Tensor {
   assertFloat(x.dtype, op);
-  const { f, df } = unaryOps[op] as UnaryDef;
-  const src = x.data;
-  const out = allocate(x.dtype, src.length);
-  for (let i = 0; i < src.length; i++) out[i] = f(src[i]);
+  const def: UnaryDef = unaryOps[op];
+  const src = x.data as Buf;
+  const out = allocate(x.dtype, src.length) as Buf;
+  const backend = getBackend();
+  if (!backend.unary?.(op, src, out)) def.forward(src, out);
   const y = new Tensor(out, x.shape);
   return record(y, op, [x], (g) => {
-    const gd = g.data;
-    const gx = allocate(x.dtype, src.length);
-    for (let i = 0; i < src.length; i++) gx[i] = gd[i] * df(src[i], out[i]);
+    const gx = allocate(x.dtype, src.length) as Buf;
+    if (!backend.unaryBackward?.(op, src, g.data as Buf, gx)) def.backward(src, out, g.data as Buf, gx);
     return [new Tensor(gx, x.shape)];
   });
 }

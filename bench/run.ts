@@ -1,0 +1,83 @@
+/**
+ * `npm run bench`: the engine's speed against the thing a user would otherwise pick,
+ * each figure next to a reference measured in the same run. Prints a table and writes
+ * JSON to bench/out/latest.json (or prints JSON with --json).
+ *
+ * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step]
+ */
+import '../src/polyfills.ts';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { availableParallelism, cpus } from 'node:os';
+import { parseArgs } from 'node:util';
+import { benchElementwise } from './elementwise.ts';
+import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
+import { benchStack } from './stack.ts';
+
+const { values } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    json: { type: 'boolean', default: false },
+    only: { type: 'string' },
+  },
+});
+
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step'];
+const threads = [...new Set([1, Math.min(2, availableParallelism())])];
+const log = (s: string) => process.stderr.write(`${s}\n`);
+
+const rows: Row[] = [];
+const started = Date.now();
+if (sections.includes('gemm')) {
+  log('gemm: engine (ort backend) vs raw onnxruntime-node ...');
+  rows.push(...(await benchOrtGemm(threads)));
+}
+if (sections.includes('js')) {
+  log('gemm: js backend vs blocked TypeScript GEMM ...');
+  rows.push(...(await benchJsGemm()));
+}
+if (sections.includes('crossover')) {
+  log('crossover: where ort starts to pay off ...');
+  rows.push(...(await benchCrossover()));
+}
+if (sections.includes('elementwise')) {
+  log('elementwise: ort vs js ...');
+  rows.push(...(await benchElementwise()));
+}
+if (sections.includes('train-step')) {
+  log('train-step: GPT-2-small-shaped stack vs PyTorch CPU ...');
+  rows.push(...benchStack(values.quick ? [threads[threads.length - 1]] : threads, values.quick ? 4 : 12));
+}
+
+const report = {
+  date: new Date().toISOString(),
+  node: process.version,
+  cpu: cpus()[0]?.model ?? 'unknown',
+  cores: availableParallelism(),
+  seconds: (Date.now() - started) / 1000,
+  rows,
+};
+mkdirSync(new URL('./out/', import.meta.url), { recursive: true });
+writeFileSync(new URL('./out/latest.json', import.meta.url), `${JSON.stringify(report, null, 2)}\n`);
+
+if (values.json) {
+  process.stdout.write(`${JSON.stringify(report)}\n`);
+} else {
+  const fmt = (v: number) =>
+    Number.isNaN(v) ? 'n/a' : v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2);
+  const table = rows.map((r) => ({
+    case: r.case,
+    value: `${fmt(r.value)} ${r.unit}`,
+    reference: `${fmt(r.referenceValue)} ${r.unit} (${r.reference})`,
+    ratio: fmt(r.ratio),
+    target: r.target ?? '',
+  }));
+  const cols = ['case', 'value', 'reference', 'ratio', 'target'] as const;
+  const width = cols.map((c) => Math.max(c.length, ...table.map((t) => t[c].length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(width[i])).join(' | ');
+  console.log(line([...cols]));
+  console.log(width.map((w) => '-'.repeat(w)).join('-|-'));
+  for (const t of table) console.log(line(cols.map((c) => t[c])));
+  console.log(
+    `\n${report.cpu}, ${report.cores} cores, Node ${report.node}; ${report.seconds.toFixed(0)} s. JSON: bench/out/latest.json`,
+  );
+}

@@ -1,0 +1,136 @@
+import { encodeModel, type NodeSpec, OnnxType } from './onnx-graph.ts';
+
+/**
+ * The small ONNX graphs the ort backend runs: matrix products and the transcendental
+ * elementwise ops, whose V8 implementations cost 10–25 ns per element while
+ * onnxruntime's vectorised kernels cost well under 1 ns (measured: bench/run.ts).
+ */
+
+const vec = (name: string) => ({ name, type: OnnxType.float32, shape: ['n'] });
+const mat = (name: string, dims: string[]) => ({ name, type: OnnxType.float32, shape: dims });
+
+export function gemmGraph(transA: boolean, transB: boolean): Uint8Array {
+  const node: NodeSpec = {
+    op: 'Gemm',
+    inputs: ['a', 'b'],
+    outputs: ['c'],
+    attributes: { transA: transA ? 1 : 0, transB: transB ? 1 : 0 },
+  };
+  return encodeModel([node], [mat('a', ['r0', 'c0']), mat('b', ['r1', 'c1'])], [mat('c', ['m', 'n'])]);
+}
+
+export function batchedMatmulGraph(transA: boolean, transB: boolean): Uint8Array {
+  const nodes: NodeSpec[] = [];
+  let a = 'a';
+  let b = 'b';
+  if (transA) {
+    nodes.push({ op: 'Transpose', inputs: ['a'], outputs: ['at'], attributes: { perm: [0, 2, 1] } });
+    a = 'at';
+  }
+  if (transB) {
+    nodes.push({ op: 'Transpose', inputs: ['b'], outputs: ['bt'], attributes: { perm: [0, 2, 1] } });
+    b = 'bt';
+  }
+  nodes.push({ op: 'MatMul', inputs: [a, b], outputs: ['c'] });
+  return encodeModel(
+    nodes,
+    [mat('a', ['ba', 'r0', 'c0']), mat('b', ['bb', 'r1', 'c1'])],
+    [mat('c', ['bc', 'm', 'n'])],
+  );
+}
+
+const SQRT_2_OVER_PI = Math.sqrt(2 / Math.PI);
+const GELU_C = 0.044715;
+
+/** A tiny graph-building helper: named nodes, float constants. */
+class Builder {
+  readonly nodes: NodeSpec[] = [];
+  private count = 0;
+
+  op(op: string, inputs: string[], attributes?: NodeSpec['attributes']): string {
+    const out = `t${this.count++}`;
+    this.nodes.push({ op, inputs, outputs: [out], attributes });
+    return out;
+  }
+
+  constant(value: number): string {
+    return this.op('Constant', [], { value_float: { float: value } });
+  }
+
+  /** Renames the last node's output. */
+  output(name: string): void {
+    this.nodes[this.nodes.length - 1].outputs = [name];
+  }
+}
+
+export type OrtUnary = 'exp' | 'log' | 'tanh' | 'sigmoid' | 'silu' | 'gelu';
+export type OrtUnaryBackward = 'silu' | 'gelu';
+
+export const ORT_UNARY: ReadonlySet<string> = new Set<OrtUnary>([
+  'exp',
+  'log',
+  'tanh',
+  'sigmoid',
+  'silu',
+  'gelu',
+]);
+export const ORT_UNARY_BACKWARD: ReadonlySet<string> = new Set<OrtUnaryBackward>(['silu', 'gelu']);
+
+/** y = op(x) over a flat vector. */
+export function unaryGraph(op: OrtUnary): Uint8Array {
+  const b = new Builder();
+  switch (op) {
+    case 'exp':
+      b.op('Exp', ['x']);
+      break;
+    case 'log':
+      b.op('Log', ['x']);
+      break;
+    case 'tanh':
+      b.op('Tanh', ['x']);
+      break;
+    case 'sigmoid':
+      b.op('Sigmoid', ['x']);
+      break;
+    case 'silu':
+      b.op('Mul', ['x', b.op('Sigmoid', ['x'])]);
+      break;
+    case 'gelu':
+      b.op('Gelu', ['x'], { approximate: 'tanh' });
+      break;
+  }
+  b.output('y');
+  return encodeModel(b.nodes, [vec('x')], [vec('y')], 20);
+}
+
+/** gx = g · op'(x) over flat vectors. */
+export function unaryBackwardGraph(op: OrtUnaryBackward): Uint8Array {
+  const b = new Builder();
+  if (op === 'silu') {
+    // s (1 + x (1 − s))
+    const s = b.op('Sigmoid', ['x']);
+    const oneMinus = b.op('Sub', [b.constant(1), s]);
+    const inner = b.op('Add', [b.constant(1), b.op('Mul', ['x', oneMinus])]);
+    b.op('Mul', ['g', b.op('Mul', [s, inner])]);
+  } else {
+    // t = tanh(c (x + k x³)); 0.5 (1 + t) + 0.5 x (1 − t²) c (1 + 3k x²)
+    const x2 = b.op('Mul', ['x', 'x']);
+    const x3 = b.op('Mul', [x2, 'x']);
+    const u = b.op('Mul', [
+      b.constant(SQRT_2_OVER_PI),
+      b.op('Add', ['x', b.op('Mul', [b.constant(GELU_C), x3])]),
+    ]);
+    const t = b.op('Tanh', [u]);
+    const half = b.constant(0.5);
+    const left = b.op('Mul', [half, b.op('Add', [b.constant(1), t])]);
+    const sech2 = b.op('Sub', [b.constant(1), b.op('Mul', [t, t])]);
+    const du = b.op('Mul', [
+      b.constant(SQRT_2_OVER_PI),
+      b.op('Add', [b.constant(1), b.op('Mul', [b.constant(3 * GELU_C), x2])]),
+    ]);
+    const right = b.op('Mul', [b.op('Mul', [half, 'x']), b.op('Mul', [sech2, du])]);
+    b.op('Mul', ['g', b.op('Add', [left, right])]);
+  }
+  b.output('gx');
+  return encodeModel(b.nodes, [vec('x'), vec('g')], [vec('gx')], 20);
+}
