@@ -1,0 +1,37 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+
+function cli(...args: string[]) {
+  const r = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', timeout: 120_000 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+describe('tensorlink CLI', () => {
+  test('demo --json learns addition and scores it on held-out sums', () => {
+    const r = cli('demo', '--json', '--steps', '500');
+    assert.equal(r.code, 0, r.stderr);
+    const result = JSON.parse(r.stdout);
+    assert.ok(result.accuracy >= 0.95, `accuracy ${result.accuracy}`);
+    assert.equal(result.heldOut, 2000);
+  });
+
+  test('on the js backend the demo is bitwise reproducible', () => {
+    const a = JSON.parse(cli('demo', '--json', '--steps', '20', '--backend', 'js').stdout);
+    const b = JSON.parse(cli('demo', '--json', '--steps', '20', '--backend', 'js').stdout);
+    assert.equal(a.finalLoss, b.finalLoss);
+    assert.equal(a.backend, 'js');
+  });
+
+  test('user errors print one line, no stack trace, and exit non-zero', () => {
+    for (const args of [['demo', '--steps', 'many'], ['demo', '--frobnicate'], ['launch'], ['train']]) {
+      const r = cli(...args);
+      assert.equal(r.code, 2, args.join(' '));
+      assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+      assert.ok(!/\n\s+at /.test(r.stderr), 'no stack trace');
+    }
+  });
+});
