@@ -45,7 +45,7 @@ export async function benchOrtGemm(threads: number[]): Promise<Row[]> {
       executionMode: 'sequential',
       graphOptimizationLevel: 'all',
     });
-    const quiet = createOrtBackend({ threads: t });
+    const auto = createOrtBackend({ threads: t });
     const spinning = createOrtBackend({ threads: t, spinning: true });
     for (const [m, k, n] of GEMM_SHAPES) {
       const a = randn([m, k], { seed: 1 });
@@ -55,7 +55,7 @@ export async function benchOrtGemm(threads: number[]): Promise<Row[]> {
         b: new ort.Tensor('float32', b.data as Float32Array, [k, n]),
       };
       for (const [label, backend] of [
-        ['', quiet],
+        ['', auto],
         [', spinning pool', spinning],
       ] as const) {
         if (t === 1 && label !== '') continue;

@@ -69,7 +69,7 @@ export function benchStack(
   tokens = 512,
   steps = 3,
   withTorch = true,
-  spinning = false,
+  spinning: boolean | 'auto' = 'auto',
 ): Row[] {
   const rows: Row[] = [];
   const model = new Stack(layers);

@@ -76,12 +76,18 @@ export interface OrtBackendOptions {
   /** Elementwise ops on fewer elements run on the js kernel. */
   minElements?: number;
   /**
-   * Let idle pool threads spin-wait, as onnxruntime does by default. Off by default here: a
-   * spinning thread takes a core from the js kernels that run between native calls (measured
-   * on a training step with 2 threads: 880 ms without, 1227 ms with; bench/run.ts).
+   * Whether idle pool threads spin-wait (onnxruntime's default) instead of sleeping. A
+   * spinning thread takes a core from the js kernels that run between native calls
+   * (a training step, 2 threads: ~690 ms quiet, ~1100 ms spinning), but waking a sleeping
+   * one costs tens of µs, which dominates a small product (1×768×3072, 2 threads: 0.67× raw
+   * onnxruntime quiet, 1.05× spinning). 'auto' (default) spins only for products below
+   * SPIN_BELOW_MACS, the latency-bound decoding regime.
    */
-  spinning?: boolean;
+  spinning?: boolean | 'auto';
 }
+
+/** Products below this many multiply-adds use a spinning pool under `spinning: 'auto'`. */
+export const SPIN_BELOW_MACS = 16 * 1024 * 1024;
 
 /** Creates an ort backend; throws BackendUnavailableError where onnxruntime cannot load. */
 export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { threads: number } {
@@ -89,23 +95,25 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
   const threads = options.threads ?? availableParallelism();
   const minMacs = options.minMacs ?? ORT_MIN_MACS;
   const minElements = options.minElements ?? ORT_MIN_ELEMENTS;
+  const spinning = options.spinning ?? 'auto';
   const sessions = new Map<string, NativeSession>();
-  const sessionOptions = {
+  const sessionOptions = (spin: boolean) => ({
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
     // See `spinning` above.
-    extra: { session: { intra_op: { allow_spinning: options.spinning ? '1' : '0' } } },
-  };
+    extra: { session: { intra_op: { allow_spinning: spin ? '1' : '0' } } },
+  });
 
-  function session(key: string, build: () => Uint8Array): NativeSession {
-    let s = sessions.get(key);
+  function session(key: string, build: () => Uint8Array, spin = spinning === true): NativeSession {
+    const fullKey = `${key}:${spin}`;
+    let s = sessions.get(fullKey);
     if (s === undefined) {
       const bytes = build();
       s = ort.newSession();
-      s.loadModel(bytes.buffer as ArrayBuffer, bytes.byteOffset, bytes.byteLength, sessionOptions);
-      sessions.set(key, s);
+      s.loadModel(bytes.buffer as ArrayBuffer, bytes.byteOffset, bytes.byteLength, sessionOptions(spin));
+      sessions.set(fullKey, s);
     }
     return s;
   }
@@ -121,10 +129,11 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         matmulJs(a, b, out, spec);
         return;
       }
+      const spin = spinning === 'auto' ? threads > 1 && batch * m * k * n < SPIN_BELOW_MACS : spinning;
       const aDims = transA ? [k, m] : [m, k];
       const bDims = transB ? [n, k] : [k, n];
       if (batch === 1 || (!spec.batchedA && !spec.batchedB)) {
-        const s = session(`gemm:${transA}:${transB}`, () => gemmGraph(transA, transB));
+        const s = session(`gemm:${transA}:${transB}`, () => gemmGraph(transA, transB), spin);
         const rows = m * n;
         for (let p = 0; p < batch; p++) {
           const av = spec.batchedA ? a.subarray(p * m * k, (p + 1) * m * k) : a;
@@ -138,7 +147,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         }
         return;
       }
-      const s = session(`batched:${transA}:${transB}`, () => batchedMatmulGraph(transA, transB));
+      const s = session(`batched:${transA}:${transB}`, () => batchedMatmulGraph(transA, transB), spin);
       s.run(
         {
           a: new T('float32', a, [spec.batchedA ? batch : 1, ...aDims]),
