@@ -17,6 +17,7 @@ class Block extends Module {
     this.fc = this.addModule('fc', new Linear(768, 3072, { rng }));
     this.proj = this.addModule('proj', new Linear(3072, 768, { rng }));
   }
+
   forward(x: Tensor): Tensor {
     return x.add(this.proj.forward(this.fc.forward(this.ln.forward(x)).gelu()));
   }
@@ -32,6 +33,7 @@ class Stack extends Module {
       new ModuleList(Array.from({ length: layers }, () => new Block(rng))),
     );
   }
+
   forward(x: Tensor): Tensor {
     for (const b of this.blocks) x = b.forward(x);
     return x;

@@ -22,6 +22,7 @@ class Adder extends Module {
     this.fc2 = this.addModule('fc2', new Linear(hidden, hidden, { rng }));
     this.out = this.addModule('out', new Linear(hidden, DIGITS_OUT * 10, { rng }));
   }
+
   /** ids [B, 4] (digit + 10·position) → logits [B, 3, 10] */
   forward(ids: Tensor): Tensor {
     const b = ids.shape[0];

@@ -84,9 +84,9 @@ export function parseHeader(
     }
     const offsets = v.data_offsets;
     if (
-      !Array.isArray(offsets) ||
-      offsets.length !== 2 ||
-      !offsets.every((o) => Number.isInteger(o) && o >= 0)
+      !Array.isArray(offsets)
+      || offsets.length !== 2
+      || !offsets.every((o) => Number.isInteger(o) && o >= 0)
     ) {
       fail(where, `tensor '${name}' has invalid data_offsets`);
     }

@@ -110,8 +110,8 @@ export class SafetensorsReader {
     const count = sizeOf(e.shape);
     const where = `${this.path} '${name}'`;
     if (e.dtype === 'F32' || e.dtype === 'F64' || e.dtype === 'I32') {
-      const out =
-        e.dtype === 'F32'
+      const out
+        = e.dtype === 'F32'
           ? new Float32Array(count)
           : e.dtype === 'F64'
             ? new Float64Array(count)

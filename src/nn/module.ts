@@ -34,7 +34,7 @@ export class Module {
   }
 
   /** Every (dotted name, module) pair below and including this one. */
-  *namedModules(prefix = ''): Generator<[string, Module]> {
+  * namedModules(prefix = ''): Generator<[string, Module]> {
     yield [prefix, this];
     for (const [name, m] of this.ownModules) yield* m.namedModules(prefix ? `${prefix}.${name}` : name);
   }
@@ -43,7 +43,7 @@ export class Module {
    * Every (dotted name, parameter) pair. A tensor shared by two modules (tied weights)
    * appears once, under its first name, unless `includeShared` is set.
    */
-  *namedParameters(prefix = '', includeShared = false): Generator<[string, Tensor]> {
+  * namedParameters(prefix = '', includeShared = false): Generator<[string, Tensor]> {
     const seen = new Set<Tensor>();
     for (const [path, m] of this.namedModules(prefix)) {
       for (const [name, p] of m.ownParameters) {

@@ -123,45 +123,59 @@ export class Tensor {
   add(other: Tensor | number): Tensor {
     return ew.add(this, other);
   }
+
   sub(other: Tensor | number): Tensor {
     return ew.sub(this, other);
   }
+
   mul(other: Tensor | number): Tensor {
     return ew.mul(this, other);
   }
+
   div(other: Tensor | number): Tensor {
     return ew.div(this, other);
   }
+
   pow(exponent: number | Tensor): Tensor {
     return ew.pow(this, exponent);
   }
+
   neg(): Tensor {
     return ew.neg(this);
   }
+
   exp(): Tensor {
     return ew.exp(this);
   }
+
   log(): Tensor {
     return ew.log(this);
   }
+
   sqrt(): Tensor {
     return ew.sqrt(this);
   }
+
   rsqrt(): Tensor {
     return ew.rsqrt(this);
   }
+
   tanh(): Tensor {
     return ew.tanh(this);
   }
+
   sigmoid(): Tensor {
     return ew.sigmoid(this);
   }
+
   silu(): Tensor {
     return ew.silu(this);
   }
+
   gelu(): Tensor {
     return ew.gelu(this);
   }
+
   relu(): Tensor {
     return ew.relu(this);
   }
@@ -175,18 +189,23 @@ export class Tensor {
   sum(dim?: number | number[], keepdim = false): Tensor {
     return red.sum(this, dim, keepdim);
   }
+
   mean(dim?: number | number[], keepdim = false): Tensor {
     return red.mean(this, dim, keepdim);
   }
+
   max(dim?: number, keepdim = false): Tensor {
     return red.max(this, dim, keepdim);
   }
+
   argmax(dim = -1, keepdim = false): Tensor {
     return red.argmax(this, dim, keepdim);
   }
+
   softmax(dim = -1): Tensor {
     return sm.softmax(this, dim);
   }
+
   logSoftmax(dim = -1): Tensor {
     return sm.logSoftmax(this, dim);
   }
@@ -195,40 +214,52 @@ export class Tensor {
   reshape(shape: Shape): Tensor {
     return sh.reshape(this, shape);
   }
+
   /** Alias of reshape (tensors are always contiguous). */
   view(shape: Shape): Tensor {
     return sh.reshape(this, shape);
   }
+
   flatten(startDim = 0, endDim = -1): Tensor {
     return sh.flatten(this, startDim, endDim);
   }
+
   transpose(dim0: number, dim1: number): Tensor {
     return sh.transpose(this, dim0, dim1);
   }
+
   permute(dims: number[]): Tensor {
     return sh.permute(this, dims);
   }
+
   narrow(dim: number, start: number, length: number): Tensor {
     return sh.narrow(this, dim, start, length);
   }
+
   unsqueeze(dim: number): Tensor {
     return sh.unsqueeze(this, dim);
   }
+
   squeeze(dim?: number): Tensor {
     return sh.squeeze(this, dim);
   }
+
   expand(shape: Shape): Tensor {
     return sh.expand(this, shape);
   }
+
   split(sizeOrSizes: number | number[], dim = 0): Tensor[] {
     return sh.split(this, sizeOrSizes, dim);
   }
+
   gather(dim: number, index: Tensor): Tensor {
     return sh.gather(this, dim, index);
   }
+
   indexSelect(dim: number, index: Tensor): Tensor {
     return sh.indexSelect(this, dim, index);
   }
+
   /** Tensors are always contiguous; kept for PyTorch familiarity. */
   contiguous(): Tensor {
     return this;

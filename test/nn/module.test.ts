@@ -20,6 +20,7 @@ class Block extends Module {
     this.ln = this.addModule('ln', new LayerNorm(dim));
     this.fc = this.addModule('fc', new Linear(dim, dim, { rng }));
   }
+
   forward(x: Tensor): Tensor {
     return x.add(this.fc.forward(this.ln.forward(x)).gelu());
   }
@@ -40,6 +41,7 @@ class Tiny extends Module {
     this.head = this.addModule('head', new Linear(dim, classes, { rng, bias: false }));
     this.drop = this.addModule('drop', new Dropout(0.1, new Generator(seed + 1)));
   }
+
   forward(ids: Tensor): Tensor {
     let x = this.drop.forward(this.wte.forward(ids));
     for (const block of this.h) x = block.forward(x);

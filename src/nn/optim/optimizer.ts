@@ -24,8 +24,8 @@ export abstract class Optimizer<H extends { lr: number }> {
   constructor(params: Tensor[] | ParamGroup<H>[], defaults: H) {
     if (defaults.lr < 0) throw new InvalidArgumentError(`learning rate must be ≥ 0, got ${defaults.lr}`);
     const list = params as (Tensor | ParamGroup<H>)[];
-    const groups: ParamGroup<H>[] =
-      list.length > 0 && 'params' in (list[0] as object)
+    const groups: ParamGroup<H>[]
+      = list.length > 0 && 'params' in (list[0] as object)
         ? (list as ParamGroup<H>[])
         : [{ params: list as Tensor[] }];
     this.groups = groups.map((g) => ({ params: g.params, options: { ...defaults, ...g.options } }));
