@@ -15,3 +15,4 @@ export * from './errors.ts';
 export * from './io/index.ts';
 export * from './nn/index.ts';
 export * from './tensor/index.ts';
+export * from './models/index.ts';

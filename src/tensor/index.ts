@@ -7,6 +7,7 @@ export { arange, full, ones, type RandomOptions, rand, randint, randn, tensor, z
 export type { DType, FloatArray, StorageDType, TypedArray } from './dtype.ts';
 export { type AttentionOptions, scaledDotProductAttention } from './ops/attention.ts';
 export { dropout } from './ops/dropout.ts';
+export { rotaryEmbedding } from './ops/rope.ts';
 export {
   add,
   div,

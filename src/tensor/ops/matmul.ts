@@ -111,20 +111,22 @@ function matmul3(a: Tensor, b: Tensor): Tensor {
 }
 
 /**
- * y = x @ weightᵀ + bias, with weight stored [out, in] as PyTorch's nn.Linear.
+ * y = x @ weightᵀ + bias, with weight stored [out, in] as PyTorch's nn.Linear; with
+ * `weightInOut` the weight is stored [in, out] (GPT-2's Conv1D) and y = x @ weight + bias.
  * @example
  * const y = linear(x, w, b)   // [B, T, in] → [B, T, out]
  */
-export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null): Tensor {
+export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, weightInOut = false): Tensor {
   checkFloat(x, weight);
-  const [outF, inF] = weight.shape;
+  const [outF, inF] = weightInOut ? [weight.shape[1], weight.shape[0]] : weight.shape;
   if (weight.ndim !== 2 || x.shape[x.ndim - 1] !== inF) {
     throw new ShapeMismatchError(`linear: input [${x.shape}] does not fit weight [${weight.shape}]`);
   }
+  if (bias && bias.size !== outF) throw new ShapeMismatchError(`linear: bias [${bias.shape}] does not fit ${outF} outputs`);
   const rows = x.size / inF;
   const x3 = new Tensor(x.data, [1, rows, inF]);
-  const w3 = new Tensor(weight.data, [1, outF, inF]);
-  const y = core(x3, w3, false, true);
+  const w3 = new Tensor(weight.data, [1, weight.shape[0], weight.shape[1]]);
+  const y = core(x3, w3, false, !weightInOut);
   if (bias) {
     const yd = y.data;
     const bd = bias.data;
@@ -134,12 +136,16 @@ export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null): Tensor 
   const inputs = bias ? [x, weight, bias] : [x, weight];
   return record(out, 'linear', inputs, (g) => {
     const g3 = new Tensor(g.data, [1, rows, outF]);
-    const dx = x.requiresGrad ? new Tensor(core(g3, w3, false, false).data, x.shape) : null;
-    const dw = weight.requiresGrad ? new Tensor(core(g3, x3, true, false).data, weight.shape) : null;
+    const dx = x.requiresGrad ? new Tensor(core(g3, w3, false, weightInOut).data, x.shape) : null;
+    let dw: Tensor | null = null;
+    if (weight.requiresGrad) {
+      dw = new Tensor((weightInOut ? core(x3, g3, true, false) : core(g3, x3, true, false)).data, weight.shape);
+    }
     let db: Tensor | null = null;
     if (bias?.requiresGrad) {
       const acc = new Float64Array(outF);
-      for (let r = 0; r < rows; r++) for (let j = 0; j < outF; j++) acc[j] += g.data[r * outF + j];
+      const gd = g.data;
+      for (let r = 0; r < rows; r++) for (let j = 0; j < outF; j++) acc[j] += gd[r * outF + j];
       db = new Tensor(allocate(bias.dtype, outF), bias.shape);
       db.data.set(acc);
     }

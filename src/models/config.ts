@@ -1,0 +1,245 @@
+import { InvalidArgumentError } from '../errors.ts';
+
+/** GPT-2 (Hugging Face `model_type: gpt2`). Defaults are GPT-2 small's. */
+export interface GPT2Config {
+  arch: 'gpt2';
+  /** Vocabulary size (50257). */
+  vocabSize: number;
+  /** Longest sequence the learned positions cover (1024). */
+  maxPositions: number;
+  /** Hidden size, n_embd (768). */
+  hidden: number;
+  /** Blocks, n_layer (12). */
+  layers: number;
+  /** Attention heads, n_head (12). */
+  heads: number;
+  /** MLP width, n_inner (4 × hidden). */
+  intermediate: number;
+  /** LayerNorm epsilon (1e-5). */
+  normEps: number;
+  /** Std of the initial weights (0.02). */
+  initializerRange: number;
+  /** The LM head shares the token embedding (true for GPT-2). */
+  tieWordEmbeddings: boolean;
+  bosTokenId?: number;
+  eosTokenId?: number;
+}
+
+/** Llama (`model_type: llama`; Mistral and Qwen2 configs reduce to it). Defaults are Llama-2-7B's shape. */
+export interface LlamaConfig {
+  arch: 'llama';
+  vocabSize: number;
+  maxPositions: number;
+  hidden: number;
+  layers: number;
+  heads: number;
+  /** Key/value heads for grouped-query attention (= heads for multi-head attention). */
+  kvHeads: number;
+  /** Per-head size (hidden / heads unless the config says otherwise). */
+  headDim: number;
+  /** SwiGLU width. */
+  intermediate: number;
+  /** RMSNorm epsilon (1e-6). */
+  normEps: number;
+  /** Rotary base (10000). */
+  ropeTheta: number;
+  initializerRange: number;
+  tieWordEmbeddings: boolean;
+  /** Bias on q, k, v projections (Qwen2) and on o (Llama's attention_bias sets both). */
+  qkvBias: boolean;
+  oBias: boolean;
+  /** The Hugging Face model_type this came from (llama, mistral, qwen2), kept for saving. */
+  modelType: string;
+  bosTokenId?: number;
+  eosTokenId?: number;
+}
+
+export type ModelConfig = GPT2Config | LlamaConfig;
+
+export function gpt2Config(overrides: Partial<Omit<GPT2Config, 'arch'>> = {}): GPT2Config {
+  const hidden = overrides.hidden ?? 768;
+  return {
+    arch: 'gpt2',
+    vocabSize: 50257,
+    maxPositions: 1024,
+    layers: 12,
+    heads: 12,
+    normEps: 1e-5,
+    initializerRange: 0.02,
+    tieWordEmbeddings: true,
+    bosTokenId: 50256,
+    eosTokenId: 50256,
+    ...overrides,
+    hidden,
+    intermediate: overrides.intermediate ?? 4 * hidden,
+  };
+}
+
+export function llamaConfig(overrides: Partial<Omit<LlamaConfig, 'arch'>> = {}): LlamaConfig {
+  const hidden = overrides.hidden ?? 4096;
+  const heads = overrides.heads ?? 32;
+  return {
+    arch: 'llama',
+    vocabSize: 32000,
+    maxPositions: 4096,
+    layers: 32,
+    intermediate: 11008,
+    normEps: 1e-6,
+    ropeTheta: 10000,
+    initializerRange: 0.02,
+    tieWordEmbeddings: false,
+    qkvBias: false,
+    oBias: false,
+    modelType: 'llama',
+    bosTokenId: 1,
+    eosTokenId: 2,
+    ...overrides,
+    hidden,
+    heads,
+    kvHeads: overrides.kvHeads ?? heads,
+    headDim: overrides.headDim ?? hidden / heads,
+  };
+}
+
+/** Checks the dimensions fit together; throws InvalidArgumentError naming the field. */
+export function validateConfig(c: ModelConfig): ModelConfig {
+  const positive = ['vocabSize', 'maxPositions', 'hidden', 'layers', 'heads', 'intermediate'] as const;
+  for (const k of positive) {
+    if (!Number.isInteger(c[k]) || c[k] <= 0) throw new InvalidArgumentError(`config ${k} must be a positive integer, got ${c[k]}`);
+  }
+  if (c.arch === 'gpt2' && c.hidden % c.heads !== 0) {
+    throw new InvalidArgumentError(`hidden size ${c.hidden} is not divisible by ${c.heads} heads`);
+  }
+  if (c.arch === 'llama') {
+    if (c.heads % c.kvHeads !== 0) throw new InvalidArgumentError(`${c.heads} heads are not a multiple of ${c.kvHeads} kv heads`);
+    if (c.headDim % 2 !== 0) throw new InvalidArgumentError(`head dim ${c.headDim} must be even for rotary embeddings`);
+  }
+  return c;
+}
+
+type Json = Record<string, unknown>;
+
+function num(raw: Json, key: string, fallback?: number): number {
+  const v = raw[key];
+  if (v === undefined || v === null) {
+    if (fallback === undefined) throw new InvalidArgumentError(`config.json lacks '${key}'`);
+    return fallback;
+  }
+  if (typeof v !== 'number') throw new InvalidArgumentError(`config.json '${key}' must be a number`);
+  return v;
+}
+
+function firstId(v: unknown): number | undefined {
+  if (typeof v === 'number') return v;
+  if (Array.isArray(v) && typeof v[0] === 'number') return v[0];
+  return undefined;
+}
+
+/** Reads a Hugging Face config.json object. */
+export function configFromHF(raw: Json): ModelConfig {
+  const type = raw.model_type;
+  if (type === 'gpt2') {
+    const hidden = num(raw, 'n_embd');
+    const act = raw.activation_function;
+    if (act !== undefined && act !== 'gelu_new' && act !== 'gelu_pytorch_tanh') {
+      throw new InvalidArgumentError(`GPT-2 activation '${String(act)}' is not supported (gelu_new only)`);
+    }
+    return validateConfig(
+      gpt2Config({
+        vocabSize: num(raw, 'vocab_size'),
+        maxPositions: num(raw, 'n_positions', 1024),
+        hidden,
+        layers: num(raw, 'n_layer'),
+        heads: num(raw, 'n_head'),
+        intermediate: num(raw, 'n_inner', 4 * hidden),
+        normEps: num(raw, 'layer_norm_epsilon', 1e-5),
+        initializerRange: num(raw, 'initializer_range', 0.02),
+        tieWordEmbeddings: raw.tie_word_embeddings !== false,
+        bosTokenId: firstId(raw.bos_token_id),
+        eosTokenId: firstId(raw.eos_token_id),
+      }),
+    );
+  }
+  if (type === 'llama' || type === 'mistral' || type === 'qwen2') {
+    const scaling = raw.rope_scaling as Json | null | undefined;
+    if (scaling && scaling.rope_type !== 'default' && scaling.type !== 'default') {
+      throw new InvalidArgumentError(`rope_scaling ${JSON.stringify(scaling)} is not supported yet`);
+    }
+    const act = raw.hidden_act;
+    if (act !== undefined && act !== 'silu') throw new InvalidArgumentError(`hidden_act '${String(act)}' is not supported (silu only)`);
+    const hidden = num(raw, 'hidden_size');
+    const heads = num(raw, 'num_attention_heads');
+    const attentionBias = raw.attention_bias === true;
+    return validateConfig(
+      llamaConfig({
+        vocabSize: num(raw, 'vocab_size'),
+        maxPositions: num(raw, 'max_position_embeddings', 2048),
+        hidden,
+        layers: num(raw, 'num_hidden_layers'),
+        heads,
+        kvHeads: num(raw, 'num_key_value_heads', heads),
+        headDim: num(raw, 'head_dim', hidden / heads),
+        intermediate: num(raw, 'intermediate_size'),
+        normEps: num(raw, 'rms_norm_eps', 1e-6),
+        ropeTheta: num(raw, 'rope_theta', 10000),
+        initializerRange: num(raw, 'initializer_range', 0.02),
+        tieWordEmbeddings: raw.tie_word_embeddings === true,
+        qkvBias: type === 'qwen2' || attentionBias,
+        oBias: attentionBias,
+        modelType: type,
+        bosTokenId: firstId(raw.bos_token_id),
+        eosTokenId: firstId(raw.eos_token_id),
+      }),
+    );
+  }
+  throw new InvalidArgumentError(`model_type '${String(type)}' is not supported (gpt2, llama, mistral, qwen2)`);
+}
+
+/** Writes a config as Hugging Face's config.json object. */
+export function configToHF(c: ModelConfig): Json {
+  if (c.arch === 'gpt2') {
+    return {
+      architectures: ['GPT2LMHeadModel'],
+      model_type: 'gpt2',
+      vocab_size: c.vocabSize,
+      n_positions: c.maxPositions,
+      n_ctx: c.maxPositions,
+      n_embd: c.hidden,
+      n_layer: c.layers,
+      n_head: c.heads,
+      n_inner: c.intermediate,
+      activation_function: 'gelu_new',
+      layer_norm_epsilon: c.normEps,
+      initializer_range: c.initializerRange,
+      resid_pdrop: 0,
+      embd_pdrop: 0,
+      attn_pdrop: 0,
+      tie_word_embeddings: c.tieWordEmbeddings,
+      bos_token_id: c.bosTokenId,
+      eos_token_id: c.eosTokenId,
+      torch_dtype: 'float32',
+    };
+  }
+  const arch = c.modelType === 'qwen2' ? 'Qwen2ForCausalLM' : c.modelType === 'mistral' ? 'MistralForCausalLM' : 'LlamaForCausalLM';
+  return {
+    architectures: [arch],
+    model_type: c.modelType,
+    vocab_size: c.vocabSize,
+    max_position_embeddings: c.maxPositions,
+    hidden_size: c.hidden,
+    intermediate_size: c.intermediate,
+    num_hidden_layers: c.layers,
+    num_attention_heads: c.heads,
+    num_key_value_heads: c.kvHeads,
+    head_dim: c.headDim,
+    hidden_act: 'silu',
+    rms_norm_eps: c.normEps,
+    rope_theta: c.ropeTheta,
+    initializer_range: c.initializerRange,
+    tie_word_embeddings: c.tieWordEmbeddings,
+    attention_bias: c.oBias,
+    bos_token_id: c.bosTokenId,
+    eos_token_id: c.eosTokenId,
+    torch_dtype: 'float32',
+  };
+}

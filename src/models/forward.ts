@@ -1,0 +1,82 @@
+import { InvalidArgumentError } from '../errors.ts';
+import { cat, scaledDotProductAttention, type Tensor, tensor } from '../tensor/index.ts';
+import type { ForwardContext, ForwardOptions, LayerCache, ModelLayer } from './model.ts';
+
+/** Positions 0..T−1 after `offset` for every row: int32 [B, T]. */
+export function defaultPositions(batch: number, length: number, offset: number): Tensor {
+  const data = new Int32Array(batch * length);
+  for (let b = 0; b < batch; b++) for (let t = 0; t < length; t++) data[b * length + t] = offset + t;
+  return tensor(data, [batch, length], 'int32');
+}
+
+/** Runs ids [B, T] through every layer in order and returns the logits. */
+export function runLayers(layers: readonly ModelLayer[], ids: Tensor, options: ForwardOptions, maxPositions: number): Tensor {
+  if (ids.dtype !== 'int32' || ids.ndim !== 2) {
+    throw new InvalidArgumentError(`token ids must be int32 [batch, time], got ${ids.dtype} [${ids.shape}]`);
+  }
+  const [b, t] = ids.shape;
+  const cache = options.cache ?? null;
+  const past = cache?.length ?? 0;
+  const positions = options.positions ?? defaultPositions(b, t, past);
+  let maxPos = 0;
+  for (const p of positions.data) maxPos = Math.max(maxPos, p);
+  if (maxPos >= maxPositions) {
+    throw new InvalidArgumentError(`position ${maxPos} is past the model's ${maxPositions} positions`);
+  }
+  const keyMask = options.keyMask ?? null;
+  if (keyMask && (keyMask.shape[0] !== b || keyMask.shape[1] !== past + t)) {
+    throw new InvalidArgumentError(`keyMask [${keyMask.shape}] must be [${b}, ${past + t}]`);
+  }
+  const ctx: ForwardContext = { positions, keyMask, cache };
+  let x = ids;
+  for (const layer of layers) x = layer.forward(x, ctx);
+  return x;
+}
+
+/**
+ * Causal attention for one block with the cache: appends the new keys/values
+ * ([B, kvHeads, T, D]) to the layer's cache entry and attends over all of them.
+ * Grouped-query attention repeats each key/value head for `groups` query heads.
+ */
+export function cachedAttention(q: Tensor, k: Tensor, v: Tensor, ctx: ForwardContext, blockIndex: number, groups = 1): Tensor {
+  let keys = k;
+  let values = v;
+  const cache = ctx.cache;
+  if (cache) {
+    const entry: LayerCache | null = cache.layers[blockIndex];
+    if (entry) {
+      keys = cat([entry.k, k], 2);
+      values = cat([entry.v, v], 2);
+    }
+    cache.layers[blockIndex] = { k: keys.detach(), v: values.detach() };
+  }
+  if (groups > 1) {
+    keys = repeatKv(keys, groups);
+    values = repeatKv(values, groups);
+  }
+  const [b] = q.shape;
+  const tk = keys.shape[2];
+  const mask = ctx.keyMask ? ctx.keyMask.reshape([b, 1, 1, tk]) : null;
+  return scaledDotProductAttention(q, keys, values, { causal: true, mask });
+}
+
+/** [B, Hkv, T, D] → [B, Hkv·groups, T, D], each head repeated `groups` times in place (HF's repeat_kv). */
+export function repeatKv(x: Tensor, groups: number): Tensor {
+  const [b, h, t, d] = x.shape;
+  return x
+    .unsqueeze(2)
+    .expand([b, h, groups, t, d])
+    .reshape([b, h * groups, t, d]);
+}
+
+/** [B, T, H·D] → [B, H, T, D] */
+export function splitHeads(x: Tensor, heads: number): Tensor {
+  const [b, t, hd] = x.shape;
+  return x.reshape([b, t, heads, hd / heads]).transpose(1, 2);
+}
+
+/** [B, H, T, D] → [B, T, H·D] */
+export function mergeHeads(x: Tensor): Tensor {
+  const [b, h, t, d] = x.shape;
+  return x.transpose(1, 2).reshape([b, t, h * d]);
+}

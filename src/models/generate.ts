@@ -1,0 +1,113 @@
+import { InvalidArgumentError } from '../errors.ts';
+import { Generator, noGrad, type Tensor, tensor } from '../tensor/index.ts';
+import { type CausalLM, type ForwardOptions, KVCache } from './model.ts';
+import { checkSampling, type SamplingOptions, sampleToken } from './sampling.ts';
+
+export interface GenerateOptions extends SamplingOptions {
+  /** Tokens to add at most (default 32). */
+  maxNewTokens?: number;
+  /** Seed of the sampling generator (default 0): the same seed gives the same tokens. */
+  seed?: number;
+  /** Generation of a sequence ends after one of these (default: the model's end-of-sequence token). */
+  stopTokens?: number[];
+  /** Called for every new token as it is produced (streaming). */
+  onToken?: (token: number, sequence: number) => void;
+}
+
+/**
+ * The model call that generation drives: logits for the new tokens given the cache
+ * state. Local models implement it with `forward`; a distributed model with its chain.
+ */
+export interface StepModel {
+  readonly maxPositions: number;
+  readonly eosTokenId: number | null;
+  step(ids: Tensor, options: ForwardOptions): Promise<Tensor> | Tensor;
+}
+
+export function localStepModel(model: CausalLM): StepModel {
+  const cache = new KVCache(model.config.layers);
+  return {
+    maxPositions: model.config.maxPositions,
+    eosTokenId: model.tokenizer?.eosTokenId ?? model.config.eosTokenId ?? null,
+    step: (ids, options) => noGrad(() => model.forward(ids, { ...options, cache })),
+  };
+}
+
+/** Row-wise last-position logits of [B, T, V] as arrays. */
+function lastLogits(logits: Tensor): Float32Array[] {
+  const [b, t, v] = logits.shape;
+  return Array.from({ length: b }, (_, i) => logits.data.subarray((i * t + t - 1) * v, (i * t + t) * v) as Float32Array);
+}
+
+/**
+ * Continues a batch of prompts of different lengths (left-padded under a key mask, each
+ * with its own positions), one token per step, reusing the KV cache so the prompt is
+ * never recomputed.
+ */
+export async function generateWith(stepModel: StepModel, prompts: number[][], options: GenerateOptions = {}): Promise<number[][]> {
+  checkSampling(options);
+  const maxNew = options.maxNewTokens ?? 32;
+  if (!Number.isInteger(maxNew) || maxNew < 0) throw new InvalidArgumentError('maxNewTokens must be a non-negative integer');
+  if (prompts.length === 0 || prompts.some((p) => p.length === 0)) throw new InvalidArgumentError('every prompt needs at least one token');
+  const longest = Math.max(...prompts.map((p) => p.length));
+  if (longest + maxNew > stepModel.maxPositions) {
+    throw new InvalidArgumentError(`prompt (${longest}) + new tokens (${maxNew}) exceed the model's ${stepModel.maxPositions} positions`);
+  }
+  const stop = new Set(options.stopTokens ?? (stepModel.eosTokenId === null ? [] : [stepModel.eosTokenId]));
+  const rng = new Generator(options.seed ?? 0);
+  const b = prompts.length;
+  // Prefill: left-pad to the longest prompt.
+  const ids = new Int32Array(b * longest);
+  const mask: number[][] = prompts.map((p) => [...new Array<number>(longest - p.length).fill(0), ...p.map(() => 1)]);
+  const positions = new Int32Array(b * longest);
+  prompts.forEach((p, i) => {
+    const pad = longest - p.length;
+    p.forEach((tok, j) => {
+      ids[i * longest + pad + j] = tok;
+      positions[i * longest + pad + j] = j;
+    });
+  });
+  const padded = prompts.some((p) => p.length !== longest);
+  const keyMask = () => (padded ? tensor(mask.flat(), [b, mask[0].length], 'int32') : null);
+  let logits = await stepModel.step(tensor(ids, [b, longest], 'int32'), {
+    keyMask: keyMask(),
+    positions: tensor(positions, [b, longest], 'int32'),
+  });
+  const outputs: number[][] = prompts.map(() => []);
+  const done = new Array<boolean>(b).fill(false);
+  const nextPos = prompts.map((p) => p.length);
+  for (let step = 0; step < maxNew; step++) {
+    const rows = lastLogits(logits);
+    const next = rows.map((row, i) => (done[i] ? 0 : sampleToken(row, options, rng)));
+    next.forEach((tok, i) => {
+      if (done[i]) return;
+      outputs[i].push(tok);
+      options.onToken?.(tok, i);
+      if (stop.has(tok)) done[i] = true;
+    });
+    if (done.every(Boolean) || step === maxNew - 1) break;
+    for (const m of mask) m.push(1);
+    logits = await stepModel.step(tensor(next, [b, 1], 'int32'), {
+      keyMask: keyMask(),
+      positions: tensor(nextPos.map((p) => p), [b, 1], 'int32'),
+    });
+    for (let i = 0; i < b; i++) nextPos[i]++;
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  return outputs;
+}
+
+/**
+ * Generates a continuation of one prompt.
+ * @example
+ * const { tokens } = await generate(model, [15496, 11], { maxNewTokens: 16, temperature: 0 })
+ */
+export async function generate(model: CausalLM, prompt: number[], options: GenerateOptions = {}): Promise<{ tokens: number[] }> {
+  const [tokens] = await generateWith(localStepModel(model), [prompt], options);
+  return { tokens };
+}
+
+/** Generates continuations of several prompts at once (they may differ in length). */
+export async function generateBatch(model: CausalLM, prompts: number[][], options: GenerateOptions = {}): Promise<{ tokens: number[][] }> {
+  return { tokens: await generateWith(localStepModel(model), prompts, options) };
+}

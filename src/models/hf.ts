@@ -1,0 +1,114 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
+import { Checkpoint, writeCheckpoint } from '../io/index.ts';
+import { noGrad } from '../tensor/index.ts';
+import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
+import { GPT2 } from './gpt2.ts';
+import { Llama } from './llama.ts';
+import type { CausalLM } from './model.ts';
+import { HFTokenizer } from './tokenizer.ts';
+
+/**
+ * Builds a randomly initialised model; the same seed gives the same weights everywhere.
+ * @example
+ * const model = createModel(gpt2Config({ layers: 2, hidden: 64, heads: 4, vocabSize: 257 }), { seed: 1 })
+ */
+export function createModel(config: ModelConfig, options: { seed?: number } = {}): CausalLM {
+  validateConfig(config);
+  return config.arch === 'gpt2' ? new GPT2(config, options) : new Llama(config, options);
+}
+
+function readJson(path: string, what: string): Record<string, unknown> {
+  if (!existsSync(path)) throw new FileNotFoundError(`${what} not found: ${path}`);
+  try {
+    const value = JSON.parse(readFileSync(path, 'utf8'));
+    if (typeof value !== 'object' || value === null) throw new Error('not an object');
+    return value as Record<string, unknown>;
+  } catch (cause) {
+    throw new InvalidArgumentError(`${path} is not a valid JSON object`, { cause });
+  }
+}
+
+/** Checkpoint keys that are buffers or duplicates of tied weights, never parameters. */
+function ignorable(key: string, tied: boolean): boolean {
+  return /\.attn\.(masked_)?bias$/.test(key) || /rotary_emb\.inv_freq$/.test(key) || (tied && key === 'lm_head.weight');
+}
+
+/** Maps a checkpoint key to the model's name (GPT-2 checkpoints may lack the `transformer.` prefix). */
+function canonicalKey(key: string, expected: Set<string>): string {
+  if (!expected.has(key) && expected.has(`transformer.${key}`)) return `transformer.${key}`;
+  return key;
+}
+
+/**
+ * Loads a Hugging Face model directory: config.json, model.safetensors or a sharded
+ * index, and tokenizer.json when present. Key sets and shapes are checked; errors name
+ * the key.
+ * @example
+ * const model = await loadModel('models/tiny-gpt2')
+ */
+export async function loadModel(dir: string): Promise<CausalLM> {
+  const config = configFromHF(readJson(join(dir, 'config.json'), 'config.json'));
+  const model = createModel(config);
+  const own = model.hfStateDict();
+  const expected = new Set(own.keys());
+  const ckpt = Checkpoint.open(dir);
+  try {
+    const seen = new Set<string>();
+    const unexpected: string[] = [];
+    noGrad(() => {
+      for (const raw of ckpt.keys()) {
+        if (ignorable(raw, config.tieWordEmbeddings)) continue;
+        const key = canonicalKey(raw, expected);
+        const target = own.get(key);
+        if (target === undefined) {
+          unexpected.push(raw);
+          continue;
+        }
+        const info = ckpt.info(raw);
+        if (info.shape.length !== target.ndim || info.shape.some((d, i) => d !== target.shape[i])) {
+          throw new StateDictError(`'${raw}' has shape [${info.shape}] in the checkpoint, the config implies [${target.shape}]`, {
+            details: { key: raw },
+          });
+        }
+        const t = ckpt.read(raw);
+        target.data.set(t.dtype === 'float32' ? t.data : t.to('float32').data);
+        seen.add(key);
+      }
+    });
+    const missing = [...expected].filter((k) => !seen.has(k));
+    if (missing.length > 0 || unexpected.length > 0) {
+      throw new StateDictError(
+        `checkpoint in ${dir} does not match its config: missing [${missing.slice(0, 4).join(', ')}${missing.length > 4 ? ', ...' : ''}], unexpected [${unexpected.slice(0, 4).join(', ')}${unexpected.length > 4 ? ', ...' : ''}]`,
+        { details: { missing, unexpected } },
+      );
+    }
+  } finally {
+    ckpt.close();
+  }
+  const tokPath = join(dir, 'tokenizer.json');
+  if (existsSync(tokPath)) {
+    const tokConfigPath = join(dir, 'tokenizer_config.json');
+    model.tokenizer = new HFTokenizer(readJson(tokPath, 'tokenizer.json'), existsSync(tokConfigPath) ? readJson(tokConfigPath, 'tokenizer_config.json') : {});
+  }
+  return model;
+}
+
+/**
+ * Writes config.json, model.safetensors (sharded with an index above `maxShardBytes`)
+ * and tokenizer.json: a directory Hugging Face transformers loads.
+ */
+export async function saveModel(model: CausalLM, dir: string, options: { maxShardBytes?: number } = {}): Promise<string[]> {
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'config.json'), `${JSON.stringify(configToHF(model.config), null, 2)}\n`);
+  const files = writeCheckpoint(dir, model.hfStateDict(), { metadata: { format: 'pt' }, maxShardBytes: options.maxShardBytes });
+  const generation = { bos_token_id: model.config.bosTokenId, eos_token_id: model.config.eosTokenId };
+  writeFileSync(join(dir, 'generation_config.json'), `${JSON.stringify(generation, null, 2)}\n`);
+  const out = ['config.json', ...files, 'generation_config.json'];
+  if (model.tokenizer) {
+    writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(model.tokenizer.toJSON()));
+    out.push('tokenizer.json');
+  }
+  return out;
+}

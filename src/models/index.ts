@@ -1,0 +1,25 @@
+export {
+  configFromHF,
+  configToHF,
+  type GPT2Config,
+  gpt2Config,
+  type LlamaConfig,
+  llamaConfig,
+  type ModelConfig,
+  validateConfig,
+} from './config.ts';
+export { GPT2 } from './gpt2.ts';
+export { Llama, rotaryTables } from './llama.ts';
+export { createModel, loadModel, saveModel } from './hf.ts';
+export {
+  type CausalLM,
+  type ForwardContext,
+  type ForwardOptions,
+  KVCache,
+  type LayerKind,
+  type LayerProfile,
+  type ModelLayer,
+} from './model.ts';
+export { byteLevelTokenizerJson, HFTokenizer, type Tokenizer } from './tokenizer.ts';
+export { generate, generateBatch, type GenerateOptions, generateWith, localStepModel, type StepModel } from './generate.ts';
+export { sampleToken, type SamplingOptions } from './sampling.ts';

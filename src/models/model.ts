@@ -1,0 +1,88 @@
+import type { Module } from '../nn/index.ts';
+import type { Tensor } from '../tensor/index.ts';
+import type { ModelConfig } from './config.ts';
+import type { Tokenizer } from './tokenizer.ts';
+
+/** Keys and values of one attention layer for the tokens seen so far: [B, kvHeads, T, headDim]. */
+export interface LayerCache {
+  k: Tensor;
+  v: Tensor;
+}
+
+/**
+ * The KV cache of a decoding session: one entry per block, filled as tokens pass. A step
+ * with the cache feeds only the new tokens; the prompt is never recomputed.
+ */
+export class KVCache {
+  readonly layers: (LayerCache | null)[];
+
+  constructor(layers: number) {
+    this.layers = new Array<LayerCache | null>(layers).fill(null);
+  }
+
+  /** Tokens already cached (the same for every layer). */
+  get length(): number {
+    return this.layers[0]?.k.shape[2] ?? 0;
+  }
+}
+
+/** What a layer needs besides its input: positions, which keys are real, the cache. */
+export interface ForwardContext {
+  /** Position of every token, int32 [B, T]. */
+  positions: Tensor;
+  /** Which keys (cached + new) may be attended to, int32 [B, Tk]; null when all may. */
+  keyMask: Tensor | null;
+  cache: KVCache | null;
+}
+
+export type LayerKind = 'embedding' | 'block' | 'norm' | 'head';
+
+/** Sizes of one layer, per token where it says so: what the partitioner weighs. */
+export interface LayerProfile {
+  params: number;
+  /** Bytes of its parameters at float32. */
+  bytes: number;
+  /** Forward FLOPs per token, excluding attention over the context. */
+  flopsPerToken: number;
+  /** Extra forward FLOPs per token per token of context (attention scores and weighted sum). */
+  attentionFlopsPerContextToken: number;
+  /** Bytes of its output activation per token at float32 (what crosses to the next stage). */
+  activationBytesPerToken: number;
+  /** Bytes of KV cache per token at float32. */
+  kvBytesPerToken: number;
+}
+
+/**
+ * One named, cuttable layer of a model. Embeddings map int32 ids [B, T] to hidden states,
+ * blocks and the final norm map [B, T, H] to [B, T, H], the head maps to logits [B, T, V].
+ */
+export interface ModelLayer {
+  readonly name: string;
+  readonly kind: LayerKind;
+  /** Index among the blocks (for the cache), or -1. */
+  readonly blockIndex: number;
+  /** Its parameters under their Hugging Face names (a tied head lists the embedding it shares). */
+  namedParameters(): [string, Tensor][];
+  forward(x: Tensor, ctx: ForwardContext): Tensor;
+  profile(): LayerProfile;
+}
+
+/** A causal language model: a Module whose forward is a fold over its layers. */
+export interface CausalLM extends Module {
+  readonly config: ModelConfig;
+  /** The layers in order: embedding, blocks, final norm, head. */
+  readonly layers: readonly ModelLayer[];
+  tokenizer: Tokenizer | null;
+  /** Logits [B, T, V] for ids [B, T]. */
+  forward(ids: Tensor, options?: ForwardOptions): Tensor;
+  /** The tensors a Hugging Face checkpoint holds, under its names. */
+  hfStateDict(): Map<string, Tensor>;
+}
+
+export interface ForwardOptions {
+  cache?: KVCache | null;
+  /** int32 [B, Tk]: 1 for real keys (cached + new), 0 for padding. */
+  keyMask?: Tensor | null;
+  /** int32 [B, T]; default: cache length + 0, 1, 2, ... */
+  positions?: Tensor | null;
+}

@@ -1,0 +1,113 @@
+import { Tokenizer as HFTokenizerImpl } from '@huggingface/tokenizers';
+import { InvalidArgumentError } from '../errors.ts';
+
+/** Text ↔ token ids. */
+export interface Tokenizer {
+  readonly vocabSize: number;
+  readonly eosTokenId: number | null;
+  encode(text: string): number[];
+  decode(ids: readonly number[]): string;
+  /** The tokenizer.json content to save beside the weights. */
+  toJSON(): object;
+}
+
+/**
+ * GPT-2's byte ↔ unicode table: printable bytes map to themselves, the rest to
+ * code points from 256 up, so that every byte has a visible character.
+ */
+export function bytesToUnicode(): string[] {
+  const printable: number[] = [];
+  for (let b = 33; b <= 126; b++) printable.push(b);
+  for (let b = 161; b <= 172; b++) printable.push(b);
+  for (let b = 174; b <= 255; b++) printable.push(b);
+  const table = new Array<string>(256);
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    table[b] = printable.includes(b) ? String.fromCodePoint(b) : String.fromCodePoint(256 + extra++);
+  }
+  return table;
+}
+
+/**
+ * A Hugging Face tokenizer.json for byte-level BPE without merges: token id = byte value
+ * (0–255), then the special tokens. Loads in Hugging Face's tokenizers and in ours; handy
+ * for models the project creates itself (`tensorlink init-model`).
+ */
+export function byteLevelTokenizerJson(specials: string[] = ['<|endoftext|>']): object {
+  const vocab: Record<string, number> = {};
+  bytesToUnicode().forEach((ch, b) => {
+    vocab[ch] = b;
+  });
+  const added = specials.map((content, i) => ({
+    id: 256 + i,
+    content,
+    single_word: false,
+    lstrip: false,
+    rstrip: false,
+    normalized: false,
+    special: true,
+  }));
+  for (const a of added) vocab[a.content] = a.id;
+  return {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: added,
+    normalizer: null,
+    pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
+    post_processor: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: '',
+      end_of_word_suffix: '',
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: false,
+      vocab,
+      merges: [],
+    },
+  };
+}
+
+/** A Hugging Face tokenizer.json, through @huggingface/tokenizers. */
+export class HFTokenizer implements Tokenizer {
+  private readonly impl: HFTokenizerImpl;
+  readonly vocabSize: number;
+  readonly eosTokenId: number | null;
+
+  constructor(
+    private readonly json: Record<string, unknown>,
+    config: Record<string, unknown> = {},
+  ) {
+    try {
+      this.impl = new HFTokenizerImpl(json, config);
+    } catch (cause) {
+      throw new InvalidArgumentError(`tokenizer.json could not be read: ${(cause as Error).message}`, { cause });
+    }
+    const model = json.model as { vocab?: Record<string, number> | [string, number][] } | undefined;
+    const vocab = model?.vocab;
+    let max = -1;
+    if (Array.isArray(vocab)) max = vocab.length - 1;
+    else if (vocab) for (const id of Object.values(vocab)) max = Math.max(max, id);
+    for (const a of (json.added_tokens as { id: number }[] | undefined) ?? []) max = Math.max(max, a.id);
+    this.vocabSize = max + 1;
+    const eosName = typeof config.eos_token === 'string' ? config.eos_token : null;
+    const eos = eosName ?? ['<|endoftext|>', '</s>', '<|end_of_text|>', '<|im_end|>'].find((t) => this.impl.token_to_id(t) !== undefined);
+    this.eosTokenId = eos === undefined || eos === null ? null : (this.impl.token_to_id(eos) ?? null);
+  }
+
+  encode(text: string): number[] {
+    return this.impl.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  decode(ids: readonly number[]): string {
+    return this.impl.decode([...ids], { skip_special_tokens: false });
+  }
+
+  toJSON(): object {
+    return this.json;
+  }
+}
