@@ -16,3 +16,4 @@ export * from './io/index.ts';
 export * from './nn/index.ts';
 export * from './tensor/index.ts';
 export * from './models/index.ts';
+export * from './data/index.ts';

@@ -23,3 +23,5 @@ export {
 export { byteLevelTokenizerJson, HFTokenizer, type Tokenizer } from './tokenizer.ts';
 export { generate, generateBatch, type GenerateOptions, generateWith, localStepModel, type StepModel } from './generate.ts';
 export { sampleToken, type SamplingOptions } from './sampling.ts';
+export { LocalTrainer, type LocalTrainerOptions, type StepResult } from './trainer.ts';
+export { evaluateExactMatch, type EvalResult } from './evaluate.ts';

@@ -88,6 +88,13 @@ export interface OrtBackendOptions {
 
 /** Products below this many multiply-adds use a spinning pool under `spinning: 'auto'`. */
 export const SPIN_BELOW_MACS = 16 * 1024 * 1024;
+/**
+ * Work below these sizes runs on the calling thread alone (a 1-thread session): splitting
+ * it across a pool costs more than it saves, and every session's pool is a set of threads
+ * competing for the same cores.
+ */
+export const SINGLE_THREAD_BELOW_MACS = 1024 * 1024;
+export const SINGLE_THREAD_BELOW_ELEMENTS = 256 * 1024;
 
 /** Creates an ort backend; throws BackendUnavailableError where onnxruntime cannot load. */
 export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { threads: number } {
@@ -97,8 +104,8 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
   const minElements = options.minElements ?? ORT_MIN_ELEMENTS;
   const spinning = options.spinning ?? 'auto';
   const sessions = new Map<string, NativeSession>();
-  const sessionOptions = (spin: boolean) => ({
-    intraOpNumThreads: threads,
+  const sessionOptions = (spin: boolean, poolThreads: number) => ({
+    intraOpNumThreads: poolThreads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
@@ -106,13 +113,13 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     extra: { session: { intra_op: { allow_spinning: spin ? '1' : '0' } } },
   });
 
-  function session(key: string, build: () => Uint8Array, spin = spinning === true): NativeSession {
-    const fullKey = `${key}:${spin}`;
+  function session(key: string, build: () => Uint8Array, spin = spinning === true, poolThreads = threads): NativeSession {
+    const fullKey = `${key}:${spin}:${poolThreads}`;
     let s = sessions.get(fullKey);
     if (s === undefined) {
       const bytes = build();
       s = ort.newSession();
-      s.loadModel(bytes.buffer as ArrayBuffer, bytes.byteOffset, bytes.byteLength, sessionOptions(spin));
+      s.loadModel(bytes.buffer as ArrayBuffer, bytes.byteOffset, bytes.byteLength, sessionOptions(spin, poolThreads));
       sessions.set(fullKey, s);
     }
     return s;
@@ -129,11 +136,13 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         matmulJs(a, b, out, spec);
         return;
       }
-      const spin = spinning === 'auto' ? threads > 1 && batch * m * k * n < SPIN_BELOW_MACS : spinning;
+      const macs = batch * m * k * n;
+      const poolThreads = macs < SINGLE_THREAD_BELOW_MACS ? 1 : threads;
+      const spin = spinning === 'auto' ? poolThreads > 1 && macs < SPIN_BELOW_MACS : spinning;
       const aDims = transA ? [k, m] : [m, k];
       const bDims = transB ? [n, k] : [k, n];
       if (batch === 1 || (!spec.batchedA && !spec.batchedB)) {
-        const s = session(`gemm:${transA}:${transB}`, () => gemmGraph(transA, transB), spin);
+        const s = session(`gemm:${transA}:${transB}`, () => gemmGraph(transA, transB), spin, poolThreads);
         const rows = m * n;
         for (let p = 0; p < batch; p++) {
           const av = spec.batchedA ? a.subarray(p * m * k, (p + 1) * m * k) : a;
@@ -147,7 +156,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         }
         return;
       }
-      const s = session(`batched:${transA}:${transB}`, () => batchedMatmulGraph(transA, transB), spin);
+      const s = session(`batched:${transA}:${transB}`, () => batchedMatmulGraph(transA, transB), spin, poolThreads);
       s.run(
         {
           a: new T('float32', a, [spec.batchedA ? batch : 1, ...aDims]),
@@ -159,13 +168,18 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     },
     unary(op: string, x: FloatArray, y: FloatArray): boolean {
       if (!(x instanceof Float32Array) || x.length < minElements || !ORT_UNARY.has(op)) return false;
-      const s = session(`unary:${op}`, () => unaryGraph(op as OrtUnary));
+      const s = session(`unary:${op}`, () => unaryGraph(op as OrtUnary), false, x.length < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads);
       s.run({ x: new T('float32', x, [x.length]) }, { y: new T('float32', y, [y.length]) }, {});
       return true;
     },
     unaryBackward(op: string, x: FloatArray, g: FloatArray, gx: FloatArray): boolean {
       if (!(x instanceof Float32Array) || x.length < minElements || !ORT_UNARY_BACKWARD.has(op)) return false;
-      const s = session(`unary-backward:${op}`, () => unaryBackwardGraph(op as OrtUnaryBackward));
+      const s = session(
+        `unary-backward:${op}`,
+        () => unaryBackwardGraph(op as OrtUnaryBackward),
+        false,
+        x.length < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads,
+      );
       s.run(
         { x: new T('float32', x, [x.length]), g: new T('float32', g, [g.length]) },
         { gx: new T('float32', gx, [gx.length]) },

@@ -18,12 +18,18 @@ function checkAffine(x: Tensor, weight: Tensor | null | undefined, op: string): 
   return n;
 }
 
+function fromDoubles(values: Float64Array, like: Tensor): Tensor {
+  const out = allocate(like.dtype, values.length);
+  out.set(values);
+  return new Tensor(out, like.shape);
+}
+
 export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | null, eps = 1e-5): Tensor {
   const n = checkAffine(x, weight, 'layerNorm');
   const rows = x.size / n;
   const src = x.data;
   const out = allocate(x.dtype, x.size);
-  const xhat = new Float64Array(x.size);
+  const means = new Float64Array(rows);
   const rstd = new Float64Array(rows);
   const w = weight?.data;
   const b = bias?.data;
@@ -39,11 +45,8 @@ export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | nul
     }
     const rs = 1 / Math.sqrt(v / n + eps);
     rstd[r] = rs;
-    for (let j = 0; j < n; j++) {
-      const h = (src[base + j] - mean) * rs;
-      xhat[base + j] = h;
-      out[base + j] = h * (w ? w[j] : 1) + (b ? b[j] : 0);
-    }
+    means[r] = mean;
+    for (let j = 0; j < n; j++) out[base + j] = (src[base + j] - mean) * rs * (w ? w[j] : 1) + (b ? b[j] : 0);
   }
   const inputs = [x, ...(weight ? [weight] : []), ...(bias ? [bias] : [])];
   return record(new Tensor(out, x.shape), 'layerNorm', inputs, (g) => {
@@ -53,35 +56,27 @@ export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | nul
     const gb = new Float64Array(n);
     for (let r = 0; r < rows; r++) {
       const base = r * n;
+      const mean = means[r];
+      const rs = rstd[r];
       let sumG = 0;
       let sumGH = 0;
       for (let j = 0; j < n; j++) {
+        const h = (src[base + j] - mean) * rs; // x̂, recomputed instead of stored
         const gh = gd[base + j] * (w ? w[j] : 1);
         sumG += gh;
-        sumGH += gh * xhat[base + j];
-        gw[j] += gd[base + j] * xhat[base + j];
+        sumGH += gh * h;
+        gw[j] += gd[base + j] * h;
         gb[j] += gd[base + j];
       }
       for (let j = 0; j < n; j++) {
+        const h = (src[base + j] - mean) * rs;
         const gh = gd[base + j] * (w ? w[j] : 1);
-        gx[base + j] = (rstd[r] / n) * (n * gh - sumG - xhat[base + j] * sumGH);
+        gx[base + j] = (rs / n) * (n * gh - sumG - h * sumGH);
       }
     }
     const grads: (Tensor | null)[] = [new Tensor(gx, x.shape)];
-    if (weight)
-      grads.push(
-        new Tensor(
-          allocate(weight.dtype, n).map((_, j) => gw[j]),
-          weight.shape,
-        ),
-      );
-    if (bias)
-      grads.push(
-        new Tensor(
-          allocate(bias.dtype, n).map((_, j) => gb[j]),
-          bias.shape,
-        ),
-      );
+    if (weight) grads.push(fromDoubles(gw, weight));
+    if (bias) grads.push(fromDoubles(gb, bias));
     return grads;
   });
 }
@@ -122,13 +117,7 @@ export function rmsNorm(x: Tensor, weight?: Tensor | null, eps = 1e-6): Tensor {
       }
     }
     const grads: (Tensor | null)[] = [new Tensor(gx, x.shape)];
-    if (weight)
-      grads.push(
-        new Tensor(
-          allocate(weight.dtype, n).map((_, j) => gw[j]),
-          weight.shape,
-        ),
-      );
+    if (weight) grads.push(fromDoubles(gw, weight));
     return grads;
   });
 }
