@@ -2,89 +2,47 @@ import '../polyfills.ts';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { TensorLinkError } from '../errors.ts';
 import { setBackend } from '../tensor/index.ts';
-import { runEngineDemo } from './engine-demo.ts';
-import { bar, createOutput } from './output.ts';
-
-/** A command line that cannot be run as written (unknown command or flag, bad value). */
-export class UsageError extends TensorLinkError {
-  constructor(message: string) {
-    super(message);
-    this.name = 'UsageError';
-  }
-}
+import { type Flags, UsageError } from './args.ts';
+import { demoCommand, demoOptions } from './commands/demo.ts';
+import { generateCommand, generateOptions } from './commands/generate.ts';
+import { initModel, initModelOptions } from './commands/init-model.ts';
+import { trainCommand, trainOptions } from './commands/train.ts';
+import { createOutput, type Output } from './output.ts';
 
 const HELP = `tensorlink: decentralized training and inference of neural networks
 
 usage: tensorlink <command> [options]
 
 commands:
-  demo [--steps N] [--seed S] [--backend js|ort] [--json]
-      the showcase: a network learns 2-digit addition with the engine (autograd + AdamW)
-      and is scored on 2000 sums it never saw. The distributed demo (a local swarm)
-      replaces it when distributed training lands.
+  demo [--steps N] [--seed S] [--backend js|ort]
+      the engine showcase: a network learns 2-digit addition and is scored on sums it never saw
+  init-model --arch gpt2|llama [--layers N --hidden N --heads N --kv-heads N --intermediate N
+             --vocab N --max-positions N] --out DIR [--seed S] [--force]
+      a new random model in Hugging Face layout (config.json, model.safetensors, tokenizer.json)
+  generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-k K --top-p P --seed S] --local 0
+      continues the prompt, streaming tokens as they come
+  train --model DIR (--data FILE | --task addition|reverse) --steps N [--batch B --lr X --seq-len T
+        --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N] --local 0
+      trains on this machine with progress, periodic evaluation and checkpoints (--resume continues one)
 
-planned (not in this version): init-model, generate, train, validator, worker, status
+planned (not in this version): validator, worker, status, and --local N > 0 / --bootstrap ADDR
 
-every command takes --json (one JSON object on stdout) and --help`;
-
-type Flags = Record<string, string | boolean | undefined>;
-
-function intFlag(flags: Flags, name: string, fallback: number, min = 1): number {
-  const raw = flags[name];
-  if (raw === undefined) return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min)
-    throw new UsageError(`--${name} must be an integer ≥ ${min}, got '${raw}'`);
-  return n;
-}
-
-function demo(flags: Flags): void {
-  const out = createOutput(flags.json === true);
-  const steps = intFlag(flags, 'steps', 800);
-  const seed = intFlag(flags, 'seed', 1, 0);
-  if (flags.backend !== undefined) {
-    if (flags.backend !== 'js' && flags.backend !== 'ort')
-      throw new UsageError(`--backend must be js or ort`);
-    setBackend(flags.backend);
-  }
-  out.info(`TensorLink engine demo: learning 2-digit addition (${steps} steps, seed ${seed})`);
-  const result = runEngineDemo({
-    steps,
-    batch: 128,
-    seed,
-    onProgress: (step, loss, lr) => {
-      out.progress(
-        `${bar(step / steps)} step ${step}/${steps}  loss ${loss.toFixed(4)}  lr ${lr.toExponential(2)}`,
-      );
-      if (step % Math.max(1, Math.floor(steps / 4)) === 0 || step === steps) {
-        out.info(`step ${String(step).padStart(5)}  loss ${loss.toFixed(4)}`);
-      }
-    },
-  });
-  const lines = [
-    ...result.examples.map(
-      (e) =>
-        `  ${e.question.padStart(6)} = ${String(e.predicted).padEnd(4)} ${e.predicted === e.answer ? 'right' : `wrong (${e.answer})`}`,
-    ),
-    `exact match on ${result.heldOut} held-out sums: ${(100 * result.accuracy).toFixed(1)}%`,
-    `${result.parameters} parameters, ${result.steps} steps in ${result.seconds.toFixed(1)} s on the ${result.backend} backend`,
-  ];
-  out.result(result, lines.join('\n'));
-}
+every command takes --json (one JSON object on stdout; progress on stderr), --backend js|ort
+(js: bitwise reproducible; ort: fast, the default where it loads) and --help`;
 
 interface Command {
   options: NonNullable<ParseArgsConfig['options']>;
-  run: (flags: Flags) => void | Promise<void>;
+  run: (flags: Flags, out: Output) => Promise<void>;
 }
 
 const COMMANDS: Record<string, Command> = {
-  demo: {
-    options: { steps: { type: 'string' }, seed: { type: 'string' }, backend: { type: 'string' } },
-    run: demo,
-  },
+  'demo': { options: demoOptions, run: demoCommand },
+  'init-model': { options: initModelOptions, run: initModel },
+  'generate': { options: generateOptions, run: generateCommand },
+  'train': { options: trainOptions, run: trainCommand },
 };
 
-const PLANNED = new Set(['init-model', 'generate', 'train', 'validator', 'worker', 'status']);
+const PLANNED = new Set(['validator', 'worker', 'status']);
 
 /** Runs the CLI; returns the exit code. User errors print one line, never a stack trace. */
 export async function main(argv: string[]): Promise<number> {
@@ -94,16 +52,14 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${HELP}\n`);
       return command === undefined ? 2 : 0;
     }
-    if (PLANNED.has(command)) {
-      throw new UsageError(`'${command}' is not available in this version yet (see the README's roadmap)`);
-    }
+    if (PLANNED.has(command)) throw new UsageError(`'${command}' is not available in this version yet (see the README's roadmap)`);
     const spec = COMMANDS[command];
     if (spec === undefined) throw new UsageError(`unknown command '${command}' (try --help)`);
     let flags: Flags;
     try {
       flags = parseArgs({
         args: rest,
-        options: { ...spec.options, json: { type: 'boolean' }, help: { type: 'boolean' } },
+        options: { ...spec.options, json: { type: 'boolean' }, help: { type: 'boolean' }, backend: { type: 'string' } },
         strict: true,
         allowPositionals: false,
       }).values as Flags;
@@ -114,7 +70,11 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${HELP}\n`);
       return 0;
     }
-    await spec.run(flags);
+    if (flags.backend !== undefined) {
+      if (flags.backend !== 'js' && flags.backend !== 'ort') throw new UsageError('--backend must be js or ort');
+      setBackend(flags.backend);
+    }
+    await spec.run(flags, createOutput(flags.json === true));
     return 0;
   } catch (err) {
     if (err instanceof TensorLinkError) {

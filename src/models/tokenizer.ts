@@ -104,6 +104,7 @@ export class HFTokenizer implements Tokenizer {
   }
 
   decode(ids: readonly number[]): string {
+    if (ids.length === 0) return '';
     return this.impl.decode([...ids], { skip_special_tokens: false });
   }
 

@@ -25,6 +25,16 @@ export class Generator {
     this.s3 = next();
   }
 
+  /** The generator's position, to save and restore (resume a job exactly). */
+  getState(): number[] {
+    return [this.s0, this.s1, this.s2, this.s3, this.spare ?? Number.NaN];
+  }
+
+  setState(state: readonly number[]): void {
+    [this.s0, this.s1, this.s2, this.s3] = state.map((v) => v >>> 0);
+    this.spare = Number.isNaN(state[4]) ? null : state[4];
+  }
+
   /** A uniform 32-bit unsigned integer. */
   nextUint32(): number {
     const result = Math.imul(rotl(Math.imul(this.s1, 5) >>> 0, 7), 9) >>> 0;

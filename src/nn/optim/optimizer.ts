@@ -71,6 +71,21 @@ export abstract class Optimizer<H extends { lr: number }> {
     h: H,
   ): void;
 
+  /** The state of one parameter (moments, step), or undefined before its first step. */
+  getState(p: Tensor): Record<string, Float32Array | number> | undefined {
+    return this.state.get(p);
+  }
+
+  /** Restores the state of one parameter (from a checkpoint). */
+  setState(p: Tensor, state: Record<string, Float32Array | number>): void {
+    for (const v of Object.values(state)) {
+      if (v instanceof Float32Array && v.length !== p.size) {
+        throw new InvalidArgumentError(`optimizer state of ${v.length} values does not fit a parameter of ${p.size}`);
+      }
+    }
+    this.state.set(p, { ...state });
+  }
+
   /** Optimizer state per parameter index, for checkpoints. */
   stateDict(): { state: Record<string, Float32Array | number>[]; lr: number } {
     return { state: this.params.map((p) => ({ ...(this.state.get(p) ?? {}) })), lr: this.lr };

@@ -1,0 +1,73 @@
+import { TensorLinkError } from '../errors.ts';
+
+/** A command line that cannot be run as written (unknown command or flag, bad value). */
+export class UsageError extends TensorLinkError {
+  constructor(message: string) {
+    super(message);
+    this.name = 'UsageError';
+  }
+}
+
+export type Flags = Record<string, string | boolean | undefined>;
+
+export function intFlag(flags: Flags, name: string, fallback: number, min = 1): number {
+  const raw = flags[name];
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (typeof raw !== 'string' || !Number.isInteger(n) || n < min) throw new UsageError(`--${name} must be an integer ≥ ${min}, got '${raw}'`);
+  return n;
+}
+
+export function optionalIntFlag(flags: Flags, name: string, min = 0): number | undefined {
+  return flags[name] === undefined ? undefined : intFlag(flags, name, 0, min);
+}
+
+export function numberFlag(flags: Flags, name: string, fallback: number, min = 0): number {
+  const raw = flags[name];
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (typeof raw !== 'string' || !Number.isFinite(n) || n < min) throw new UsageError(`--${name} must be a number ≥ ${min}, got '${raw}'`);
+  return n;
+}
+
+export function stringFlag(flags: Flags, name: string): string | undefined {
+  const raw = flags[name];
+  if (raw === undefined) return undefined;
+  if (typeof raw !== 'string' || raw === '') throw new UsageError(`--${name} needs a value`);
+  return raw;
+}
+
+export function requiredString(flags: Flags, name: string): string {
+  const v = stringFlag(flags, name);
+  if (v === undefined) throw new UsageError(`--${name} is required`);
+  return v;
+}
+
+/** --local N (workers on this machine; 0 = no network) or --bootstrap ADDR. Only --local 0 runs today. */
+export function requireLocalZero(flags: Flags, command: string): void {
+  if (flags.bootstrap !== undefined) {
+    throw new UsageError(`${command} --bootstrap needs the peer-to-peer network, which this version does not have yet; use --local 0`);
+  }
+  const local = intFlag(flags, 'local', 0, 0);
+  if (local !== 0) {
+    throw new UsageError(`${command} --local ${local} needs distributed execution, which this version does not have yet; use --local 0`);
+  }
+}
+
+/** Human byte sizes: "4GiB", "512MiB", "1000000". */
+export function parseBytes(raw: string): number {
+  const m = /^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?$/i.exec(raw.trim());
+  if (!m) throw new UsageError(`'${raw}' is not a size (e.g. 4GiB, 512MiB)`);
+  const units: Record<string, number> = {
+    b: 1,
+    kib: 2 ** 10,
+    mib: 2 ** 20,
+    gib: 2 ** 30,
+    tib: 2 ** 40,
+    kb: 1e3,
+    mb: 1e6,
+    gb: 1e9,
+    tb: 1e12,
+  };
+  return Math.round(Number(m[1]) * units[(m[2] ?? 'b').toLowerCase()]);
+}

@@ -1,0 +1,62 @@
+import { generate, loadModel } from '../../models/index.ts';
+import { type Flags, intFlag, numberFlag, optionalIntFlag, requiredString, requireLocalZero, UsageError } from '../args.ts';
+import type { Output } from '../output.ts';
+
+export const generateOptions = {
+  'model': { type: 'string' },
+  'prompt': { type: 'string' },
+  'max-new-tokens': { type: 'string' },
+  'temperature': { type: 'string' },
+  'top-k': { type: 'string' },
+  'top-p': { type: 'string' },
+  'seed': { type: 'string' },
+  'local': { type: 'string' },
+  'bootstrap': { type: 'string' },
+} as const;
+
+/** `tensorlink generate`: continues a prompt, streaming the text as tokens come. */
+export async function generateCommand(flags: Flags, out: Output): Promise<void> {
+  requireLocalZero(flags, 'generate');
+  const dir = requiredString(flags, 'model');
+  const prompt = requiredString(flags, 'prompt');
+  const model = await loadModel(dir);
+  const tok = model.tokenizer;
+  if (!tok) throw new UsageError(`${dir} has no tokenizer.json; generate needs one to read the prompt`);
+  const promptIds = tok.encode(prompt);
+  if (promptIds.length === 0) throw new UsageError('the prompt encodes to no tokens');
+  const topP = numberFlag(flags, 'top-p', 1);
+  if (topP <= 0 || topP > 1) throw new UsageError('--top-p must be in (0, 1]');
+  const requested = intFlag(flags, 'max-new-tokens', 32, 0);
+  const room = model.config.maxPositions - promptIds.length;
+  if (room < 0) throw new UsageError(`the prompt has ${promptIds.length} tokens, more than the model's ${model.config.maxPositions} positions`);
+  const maxNewTokens = Math.min(requested, room);
+  if (maxNewTokens < requested) out.info(`generating ${maxNewTokens} tokens: the model has ${model.config.maxPositions} positions`);
+  const produced: number[] = [];
+  let printed = '';
+  const started = performance.now();
+  const { tokens } = await generate(model, promptIds, {
+    maxNewTokens,
+    temperature: numberFlag(flags, 'temperature', 0),
+    topK: optionalIntFlag(flags, 'top-k'),
+    topP,
+    seed: intFlag(flags, 'seed', 0, 0),
+    onToken: (t) => {
+      produced.push(t);
+      if (!out.json) {
+        const text = tok.decode(produced);
+        // Print only what is stable: a multi-byte character may still be incomplete.
+        if (!text.endsWith('\uFFFD')) {
+          process.stdout.write(text.slice(printed.length));
+          printed = text;
+        }
+      }
+    },
+  });
+  const text = tok.decode(tokens);
+  const seconds = (performance.now() - started) / 1000;
+  if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds }, '');
+  else {
+    process.stdout.write(`${text.slice(printed.length)}\n`);
+    out.info(`${tokens.length} tokens in ${seconds.toFixed(2)} s`);
+  }
+}

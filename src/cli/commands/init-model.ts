@@ -1,0 +1,62 @@
+import { existsSync, readdirSync } from 'node:fs';
+import { createModel, gpt2Config, HFTokenizer, llamaConfig, saveModel, byteLevelTokenizerJson } from '../../models/index.ts';
+import { type Flags, intFlag, optionalIntFlag, requiredString, stringFlag, UsageError } from '../args.ts';
+import type { Output } from '../output.ts';
+
+export const initModelOptions = {
+  'arch': { type: 'string' },
+  'layers': { type: 'string' },
+  'hidden': { type: 'string' },
+  'heads': { type: 'string' },
+  'kv-heads': { type: 'string' },
+  'intermediate': { type: 'string' },
+  'vocab': { type: 'string' },
+  'max-positions': { type: 'string' },
+  'seed': { type: 'string' },
+  'out': { type: 'string' },
+  'force': { type: 'boolean' },
+} as const;
+
+/** Byte-level tokenizer: 256 byte tokens + <|endoftext|>. */
+const BYTE_VOCAB = 257;
+
+/** `tensorlink init-model`: a new randomly initialised model in Hugging Face layout, with a byte-level tokenizer. */
+export async function initModel(flags: Flags, out: Output): Promise<void> {
+  const arch = stringFlag(flags, 'arch') ?? 'gpt2';
+  if (arch !== 'gpt2' && arch !== 'llama') throw new UsageError(`--arch must be gpt2 or llama, got '${arch}'`);
+  const dir = requiredString(flags, 'out');
+  if (existsSync(dir) && readdirSync(dir).length > 0 && flags.force !== true) {
+    throw new UsageError(`${dir} is not empty (pass --force to overwrite)`);
+  }
+  const vocab = intFlag(flags, 'vocab', BYTE_VOCAB);
+  if (vocab < BYTE_VOCAB) throw new UsageError(`--vocab must be at least ${BYTE_VOCAB} for the byte-level tokenizer`);
+  const hidden = intFlag(flags, 'hidden', 128);
+  const heads = intFlag(flags, 'heads', 4);
+  if (hidden % heads !== 0) throw new UsageError(`--hidden ${hidden} is not divisible by --heads ${heads}`);
+  const common = {
+    vocabSize: vocab,
+    hidden,
+    heads,
+    layers: intFlag(flags, 'layers', 4),
+    maxPositions: intFlag(flags, 'max-positions', 256),
+    bosTokenId: 256,
+    eosTokenId: 256,
+  };
+  const intermediate = optionalIntFlag(flags, 'intermediate', 1);
+  const config
+    = arch === 'gpt2'
+      ? gpt2Config({ ...common, intermediate: intermediate ?? 4 * hidden })
+      : llamaConfig({
+          ...common,
+          kvHeads: intFlag(flags, 'kv-heads', heads),
+          intermediate: intermediate ?? Math.round((8 * hidden) / 3),
+          tieWordEmbeddings: true,
+        });
+  if (config.arch === 'llama' && heads % config.kvHeads !== 0) throw new UsageError(`--heads ${heads} is not a multiple of --kv-heads`);
+  const seed = intFlag(flags, 'seed', 0, 0);
+  const model = createModel(config, { seed });
+  model.tokenizer = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
+  const files = await saveModel(model, dir);
+  const result = { out: dir, arch, parameters: model.numParameters(), seed, files, config };
+  out.result(result, `wrote a ${arch} model with ${model.numParameters()} parameters (seed ${seed}) to ${dir}: ${files.join(', ')}`);
+}

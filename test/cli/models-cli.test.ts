@@ -1,0 +1,73 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+
+function cli(...args: string[]) {
+  const r = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', timeout: 300_000 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr, json: () => JSON.parse(r.stdout) };
+}
+
+describe('init-model, generate and train on one machine', () => {
+  const root = mkdtempSync(join(tmpdir(), 'tl-cli-'));
+  const model = join(root, 'model');
+
+  test('init-model writes a Hugging Face directory', () => {
+    for (const arch of ['gpt2', 'llama']) {
+      const dir = join(root, `init-${arch}`);
+      const r = cli('init-model', '--arch', arch, '--layers', '1', '--hidden', '32', '--heads', '4', '--out', dir, '--seed', '3', '--json');
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(r.json().arch, arch);
+      assert.deepEqual(readdirSync(dir).sort(), ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json']);
+    }
+    const again = cli('init-model', '--out', join(root, 'init-gpt2'));
+    assert.equal(again.code, 2, 'refuses a non-empty directory');
+  });
+
+  test('generate is reproducible for a seed and streams text', () => {
+    assert.equal(cli('init-model', '--arch', 'llama', '--layers', '1', '--hidden', '32', '--heads', '4', '--kv-heads', '2', '--out', model).code, 0);
+    const args = ['generate', '--model', model, '--prompt', '7+8=', '--max-new-tokens', '6', '--temperature', '0.8', '--seed', '4', '--local', '0'];
+    const a = cli(...args, '--json').json();
+    const b = cli(...args, '--json').json();
+    assert.deepEqual(a.tokens, b.tokens);
+    assert.equal(a.tokens.length, 6);
+    const human = cli(...args);
+    assert.equal(human.code, 0, human.stderr);
+    assert.ok(human.stdout.length > 0);
+  });
+
+  test('train saves checkpoints and --resume continues exactly where it stopped', () => {
+    const common = ['train', '--model', model, '--task', 'addition', '--batch', '8', '--lr', '0.003', '--backend', 'js', '--json'];
+    const straight = cli(...common, '--steps', '6', '--eval-every', '3', '--eval-size', '4').json();
+    const out = join(root, 'ckpt');
+    const first = cli(...common, '--steps', '6', '--eval-every', '3', '--eval-size', '4', '--out', out);
+    assert.equal(first.code, 0, first.stderr);
+    assert.deepEqual(first.json().losses, straight.losses);
+    const out2 = join(root, 'ckpt2');
+    const part = cli(...common, '--steps', '6', '--eval-every', '2', '--eval-size', '4', '--out', out2, '--stop-at', '3');
+    assert.equal(part.code, 0, part.stderr);
+    assert.deepEqual(part.json().losses, straight.losses.slice(0, 3));
+    const resumed = cli(...common, '--steps', '6', '--eval-every', '2', '--eval-size', '4', '--out', out2, '--resume');
+    assert.equal(resumed.code, 0, resumed.stderr);
+    assert.deepEqual(resumed.json().losses, straight.losses);
+  });
+
+  test('user errors are one line', () => {
+    for (const args of [
+      ['train', '--model', model, '--steps', '2'],
+      ['train', '--model', join(root, 'missing'), '--task', 'addition', '--steps', '2'],
+      ['train', '--model', model, '--task', 'algebra', '--steps', '2'],
+      ['generate', '--model', model, '--prompt', 'x', '--bootstrap', '/ip4/127.0.0.1/tcp/1'],
+      ['init-model', '--arch', 'rnn', '--out', join(root, 'x')],
+    ]) {
+      const r = cli(...args);
+      assert.ok(r.code === 1 || r.code === 2, args.join(' '));
+      assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    }
+  });
+});
