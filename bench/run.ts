@@ -3,7 +3,7 @@
  * each figure next to a reference measured in the same run. Prints a table and writes
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
- * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step]
+ * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step,gpt2]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -11,6 +11,7 @@ import { availableParallelism, cpus } from 'node:os';
 import { parseArgs } from 'node:util';
 import { benchElementwise } from './elementwise.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
+import { benchGpt2 } from './models.ts';
 import { benchStack } from './stack.ts';
 
 const { values } = parseArgs({
@@ -21,7 +22,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -46,6 +47,11 @@ if (sections.includes('elementwise')) {
 if (sections.includes('train-step')) {
   log('train-step: GPT-2-small-shaped stack vs PyTorch CPU ...');
   rows.push(...benchStack(values.quick ? [threads[threads.length - 1]] : threads, values.quick ? 4 : 12));
+}
+
+if (sections.includes('gpt2')) {
+  log('gpt2: GPT-2 small forward, train step and decoding vs PyTorch CPU ...');
+  rows.push(...benchGpt2(threads, 4, 128, values.quick ? 1 : 3));
 }
 
 const report = {

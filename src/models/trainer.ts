@@ -56,7 +56,7 @@ export class LocalTrainer {
     const params = this.optimizer.params;
     const gradNorm = clip > 0 ? clipGradNorm(params, clip) : Number.NaN;
     this.optimizer.step();
-    this.optimizer.zeroGrad();
+    this.optimizer.zeroGrad(false);
     this.scheduler.step();
     this.stepCount++;
     let tokens = 0;

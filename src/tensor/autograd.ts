@@ -1,4 +1,5 @@
 import { AutogradError } from '../errors.ts';
+import { releaseFloat32 } from './pool.ts';
 import type { Tensor } from './tensor.ts';
 
 /**
@@ -81,6 +82,22 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
   }
   const order = topologicalOrder(root);
   const grads = new Map<Tensor, Tensor>([[root, grad]]);
+  // Buffers this pass allocated to sum contributions and that nothing else holds yet:
+  // further contributions are added in place. Buffers handed to leaves are taken over
+  // (no copy) when no pending gradient shares them.
+  const owned = new Set<ArrayBufferLike>();
+  const adopted = new Set<ArrayBufferLike>([grad.data.buffer]);
+  const sharedWithPending = (buffer: ArrayBufferLike) => {
+    for (const v of grads.values()) if (v.data.buffer === buffer) return true;
+    return false;
+  };
+  /** Hands a consumed gradient's buffer to the pool when nothing else can reach it. */
+  const recycle = (g: Tensor, keep: readonly (Tensor | null | undefined)[] = []) => {
+    const buffer = g.data.buffer;
+    if (!(g.data instanceof Float32Array) || adopted.has(buffer) || sharedWithPending(buffer)) return;
+    if (keep.some((k) => k?.data.buffer === buffer)) return;
+    releaseFloat32(g.data);
+  };
   const previous = gradEnabled;
   gradEnabled = false;
   try {
@@ -88,9 +105,14 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
       const g = grads.get(t);
       grads.delete(t);
       if (g === undefined) continue;
+      owned.delete(g.data.buffer);
       const node = t.node;
       if (node === null) {
-        t.accumulateGrad(g);
+        const buffer = g.data.buffer;
+        const adopt = t.grad === null && !adopted.has(buffer) && !sharedWithPending(buffer);
+        t.accumulateGrad(g, adopt);
+        if (adopt) adopted.add(buffer);
+        else recycle(g);
         continue;
       }
       if (node.vjp === null) {
@@ -100,11 +122,23 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
       }
       const inputGrads = node.vjp(g);
       if (!options.retainGraph) node.vjp = null;
+      if (g !== grad) recycle(g, inputGrads);
       node.inputs.forEach((input, i) => {
         const ig = inputGrads[i];
         if (ig === null || ig === undefined || !input.requiresGrad) return;
         const prev = grads.get(input);
-        grads.set(input, prev === undefined ? ig : prev.add(ig));
+        if (prev === undefined) {
+          grads.set(input, ig);
+        } else if (owned.has(prev.data.buffer)) {
+          const d = prev.data;
+          const s = ig.data;
+          for (let k = 0; k < d.length; k++) d[k] += s[k];
+          recycle(ig, inputGrads);
+        } else {
+          const sum = prev.add(ig);
+          owned.add(sum.data.buffer);
+          grads.set(input, sum);
+        }
       });
     }
   } finally {

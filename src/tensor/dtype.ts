@@ -1,4 +1,5 @@
 import { DTypeError } from '../errors.ts';
+import { takeFloat32 } from './pool.ts';
 
 /** Element types tensors compute in. float64 exists for gradient checks and exact references. */
 export type DType = 'float32' | 'float64' | 'int32';
@@ -11,7 +12,7 @@ export type TypedArray = FloatArray | Int32Array;
 export function allocate(dtype: DType, size: number): TypedArray {
   switch (dtype) {
     case 'float32':
-      return new Float32Array(size);
+      return takeFloat32(size);
     case 'float64':
       return new Float64Array(size);
     case 'int32':

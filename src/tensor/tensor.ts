@@ -98,10 +98,13 @@ export class Tensor {
     return new Tensor(out, this.shape);
   }
 
-  /** @internal Adds `g` into `.grad` (leaves only). */
-  accumulateGrad(g: Tensor): void {
+  /**
+   * @internal Adds `g` into `.grad` (leaves only). With `adopt`, a first gradient takes
+   * over g's buffer instead of copying it (autograd passes it when nothing else holds it).
+   */
+  accumulateGrad(g: Tensor, adopt = false): void {
     if (this.grad === null) {
-      this.grad = new Tensor(g.data.slice(), this.shape);
+      this.grad = new Tensor(adopt ? g.data : g.data.slice(), this.shape);
     } else {
       const d = this.grad.data;
       const s = g.data;

@@ -46,13 +46,14 @@ export class AdamW extends Optimizer<AdamWOptions> {
     const eps = h.eps;
     const c1 = 1 - b1;
     const c2 = 1 - b2;
+    // One fused pass in double precision, rounded to float32 once per stored value.
     for (let i = 0; i < w.length; i++) {
       const gi = g[i];
-      if (decay !== 1) w[i] *= decay;
-      m[i] = m[i] * b1 + gi * c1;
-      v[i] = v[i] * b2 + gi * gi * c2;
-      const denom = Math.fround(Math.fround(Math.sqrt(v[i]) / bc2Sqrt) + eps);
-      w[i] -= stepSize * (m[i] / denom);
+      const mi = m[i] * b1 + gi * c1;
+      const vi = v[i] * b2 + gi * gi * c2;
+      m[i] = mi;
+      v[i] = vi;
+      w[i] = w[i] * decay - (stepSize * mi) / (Math.sqrt(vi) / bc2Sqrt + eps);
     }
   }
 }

@@ -44,9 +44,15 @@ export abstract class Optimizer<H extends { lr: number }> {
     return this.groups.flatMap((g) => g.params);
   }
 
-  /** Sets every gradient to null (PyTorch's default `set_to_none`). */
-  zeroGrad(): void {
-    for (const p of this.params) p.grad = null;
+  /**
+   * Clears every gradient: to null (PyTorch's default `set_to_none`), or with
+   * `setToNone: false` to zeros in place, which keeps the buffers (no fresh memory next step).
+   */
+  zeroGrad(setToNone = true): void {
+    for (const p of this.params) {
+      if (setToNone || p.grad === null) p.grad = null;
+      else p.grad.data.fill(0);
+    }
   }
 
   /** Applies one update to every parameter that has a gradient. */

@@ -1,6 +1,8 @@
 import { DTypeError, ShapeMismatchError } from '../../errors.ts';
 import { record } from '../autograd.ts';
+import { getBackend } from '../backends/select.ts';
 import { allocate, assertFloat } from '../dtype.ts';
+import { releaseFloat32 } from '../pool.ts';
 import { Tensor } from '../tensor.ts';
 
 export interface CrossEntropyOptions {
@@ -31,32 +33,46 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntr
   const reduction = options.reduction ?? 'mean';
   const x = logits.data;
   const t = targets.data;
-  const losses = new Float64Array(rows);
-  const lse = new Float64Array(rows);
-  let count = 0;
   for (let r = 0; r < rows; r++) {
-    const target = t[r];
-    if (target === ignore) continue;
-    if (target < 0 || target >= c) throw new ShapeMismatchError(`target ${target} is outside [0, ${c})`);
+    if (t[r] !== ignore && (t[r] < 0 || t[r] >= c)) throw new ShapeMismatchError(`target ${t[r]} is outside [0, ${c})`);
+  }
+  // e = exp(x − rowmax), kept for the backward pass (softmax = e / rowsum). The exponentials
+  // go to the backend, which may run them vectorised; the rest is one pass per row.
+  const shifted = allocate(logits.dtype, logits.size) as Float32Array | Float64Array;
+  const maxes = new Float64Array(rows);
+  for (let r = 0; r < rows; r++) {
     const base = r * c;
     let mx = Number.NEGATIVE_INFINITY;
     for (let j = 0; j < c; j++) mx = Math.max(mx, x[base + j]);
+    maxes[r] = mx;
+    for (let j = 0; j < c; j++) shifted[base + j] = x[base + j] - mx;
+  }
+  const e = allocate(logits.dtype, logits.size) as Float32Array | Float64Array;
+  if (!getBackend().unary?.('exp', shifted, e)) for (let i = 0; i < e.length; i++) e[i] = Math.exp(shifted[i]);
+  const targetShifted = new Float64Array(rows);
+  for (let r = 0; r < rows; r++) if (t[r] !== ignore) targetShifted[r] = shifted[r * c + t[r]];
+  if (shifted instanceof Float32Array) releaseFloat32(shifted);
+  const sums = new Float64Array(rows);
+  const losses = new Float64Array(rows);
+  let count = 0;
+  for (let r = 0; r < rows; r++) {
+    const base = r * c;
     let total = 0;
-    for (let j = 0; j < c; j++) total += Math.exp(x[base + j] - mx);
-    lse[r] = mx + Math.log(total);
-    losses[r] = lse[r] - x[base + target];
+    for (let j = 0; j < c; j++) total += e[base + j];
+    sums[r] = total;
+    if (t[r] === ignore) continue;
+    losses[r] = Math.log(total) - targetShifted[r];
     count++;
   }
   let out: Tensor;
   if (reduction === 'none') {
-    out = new Tensor(
-      allocate(logits.dtype, rows).map((_, r) => losses[r]),
-      targets.shape,
-    );
+    const values = allocate(logits.dtype, rows);
+    values.set(losses);
+    out = new Tensor(values, targets.shape);
   } else {
-    let s = 0;
-    for (let r = 0; r < rows; r++) s += losses[r];
-    const value = reduction === 'mean' ? (count > 0 ? s / count : Number.NaN) : s;
+    let total = 0;
+    for (let r = 0; r < rows; r++) total += losses[r];
+    const value = reduction === 'mean' ? (count > 0 ? total / count : Number.NaN) : total;
     out = new Tensor(allocate(logits.dtype, 1).fill(value), []);
   }
   return record(out, 'crossEntropy', [logits], (g) => {
@@ -65,7 +81,8 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntr
       if (t[r] === ignore) continue;
       const scale = reduction === 'none' ? g.data[r] : reduction === 'mean' ? g.data[0] / count : g.data[0];
       const base = r * c;
-      for (let j = 0; j < c; j++) gx[base + j] = Math.exp(x[base + j] - lse[r]) * scale;
+      const k = scale / sums[r];
+      for (let j = 0; j < c; j++) gx[base + j] = e[base + j] * k;
       gx[base + t[r]] -= scale;
     }
     return [new Tensor(gx, logits.shape)];
