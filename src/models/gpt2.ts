@@ -1,5 +1,5 @@
 import { Embedding, LayerNorm, Module, ModuleList } from '../nn/index.ts';
-import { Generator, linear, randn, type Tensor, zeros } from '../tensor/index.ts';
+import { Generator, linear, ZeroGenerator, randn, type Tensor, zeros } from '../tensor/index.ts';
 import type { GPT2Config } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
 import type { CausalLM, ForwardContext, ForwardOptions, LayerProfile, ModelLayer } from './model.ts';
@@ -113,10 +113,10 @@ export class GPT2 extends Module implements CausalLM {
 
   constructor(
     readonly config: GPT2Config,
-    options: { seed?: number } = {},
+    options: { seed?: number; init?: boolean } = {},
   ) {
     super();
-    const rng = new Generator(options.seed ?? 0);
+    const rng = options.init === false ? new ZeroGenerator() : new Generator(options.seed ?? 0);
     this.transformer = this.addModule('transformer', new GPT2Transformer(config, rng));
     this.lm_head = config.tieWordEmbeddings ? null : this.addModule('lm_head', new LMHead(config, rng));
     this.layers = this.buildLayers();

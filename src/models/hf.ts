@@ -14,7 +14,7 @@ import { HFTokenizer } from './tokenizer.ts';
  * @example
  * const model = createModel(gpt2Config({ layers: 2, hidden: 64, heads: 4, vocabSize: 257 }), { seed: 1 })
  */
-export function createModel(config: ModelConfig, options: { seed?: number } = {}): CausalLM {
+export function createModel(config: ModelConfig, options: { seed?: number; init?: boolean } = {}): CausalLM {
   validateConfig(config);
   return config.arch === 'gpt2' ? new GPT2(config, options) : new Llama(config, options);
 }
@@ -50,7 +50,7 @@ function canonicalKey(key: string, expected: Set<string>): string {
  */
 export async function loadModel(dir: string): Promise<CausalLM> {
   const config = configFromHF(readJson(join(dir, 'config.json'), 'config.json'));
-  const model = createModel(config);
+  const model = createModel(config, { init: false }); // every weight comes from the checkpoint
   const own = model.hfStateDict();
   const expected = new Set(own.keys());
   const ckpt = Checkpoint.open(dir);

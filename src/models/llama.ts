@@ -1,5 +1,5 @@
 import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
-import { Generator, linear, randn, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
+import { Generator, linear, ZeroGenerator, randn, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
 import type { CausalLM, ForwardContext, ForwardOptions, LayerProfile, ModelLayer } from './model.ts';
@@ -131,10 +131,10 @@ export class Llama extends Module implements CausalLM {
 
   constructor(
     readonly config: LlamaConfig,
-    options: { seed?: number } = {},
+    options: { seed?: number; init?: boolean } = {},
   ) {
     super();
-    const rng = new Generator(options.seed ?? 0);
+    const rng = options.init === false ? new ZeroGenerator() : new Generator(options.seed ?? 0);
     this.model = this.addModule('model', new LlamaModel(config, rng));
     this.lm_head = config.tieWordEmbeddings ? null : this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng));
     this.layers = this.buildLayers();

@@ -46,6 +46,6 @@ export {
   unsqueeze,
 } from './ops/shape.ts';
 export { logSoftmax, softmax } from './ops/softmax.ts';
-export { Generator } from './random.ts';
+export { Generator, ZeroGenerator } from './random.ts';
 export type { Shape } from './shape.ts';
 export { Tensor } from './tensor.ts';

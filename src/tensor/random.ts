@@ -88,3 +88,17 @@ export class Generator {
 function rotl(x: number, k: number): number {
   return ((x << k) | (x >>> (32 - k))) >>> 0;
 }
+
+/**
+ * A generator that yields only zeros: builds a module's parameters without paying for
+ * random numbers when they will be overwritten at once (loading a checkpoint).
+ */
+export class ZeroGenerator extends Generator {
+  override uniform(): number {
+    return 0;
+  }
+
+  override normal(): number {
+    return 0;
+  }
+}

@@ -9,7 +9,8 @@ export interface Backend {
   readonly name: string;
   /** True when results are bitwise identical on every machine. */
   readonly deterministic: boolean;
-  matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec): void;
+  /** out = op(a) op(b) per batch, plus `bias` (length n) on every row when given. */
+  matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec, bias?: FloatArray): void;
   /** y = op(x) for a unary op by name; returns false to leave it to the js kernel. */
   unary?(op: string, x: FloatArray, y: FloatArray): boolean;
   /** gx = g · op'(x); returns false to leave it to the js kernel. */

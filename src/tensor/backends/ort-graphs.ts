@@ -9,14 +9,17 @@ import { encodeModel, type NodeSpec, OnnxType } from './onnx-graph.ts';
 const vec = (name: string) => ({ name, type: OnnxType.float32, shape: ['n'] });
 const mat = (name: string, dims: string[]) => ({ name, type: OnnxType.float32, shape: dims });
 
-export function gemmGraph(transA: boolean, transB: boolean): Uint8Array {
+/** c = op(a) op(b) (+ bias broadcast over rows when `withBias`). */
+export function gemmGraph(transA: boolean, transB: boolean, withBias = false): Uint8Array {
   const node: NodeSpec = {
     op: 'Gemm',
-    inputs: ['a', 'b'],
+    inputs: withBias ? ['a', 'b', 'bias'] : ['a', 'b'],
     outputs: ['c'],
     attributes: { transA: transA ? 1 : 0, transB: transB ? 1 : 0 },
   };
-  return encodeModel([node], [mat('a', ['r0', 'c0']), mat('b', ['r1', 'c1'])], [mat('c', ['m', 'n'])]);
+  const inputs = [mat('a', ['r0', 'c0']), mat('b', ['r1', 'c1'])];
+  if (withBias) inputs.push(vec('bias'));
+  return encodeModel([node], inputs, [mat('c', ['m', 'n'])]);
 }
 
 export function batchedMatmulGraph(transA: boolean, transB: boolean): Uint8Array {

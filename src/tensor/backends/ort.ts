@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
 import { BackendUnavailableError } from '../../errors.ts';
 import type { FloatArray } from '../dtype.ts';
-import { type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
+import { addRowBias, type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
 import type { Backend } from './backend.ts';
 import {
   batchedMatmulGraph,
@@ -130,10 +130,11 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     name: 'ort',
     deterministic: false,
     threads,
-    matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec): void {
+    matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec, bias?: FloatArray): void {
       const { batch, m, k, n, transA, transB } = spec;
       if (!(a instanceof Float32Array) || batch * m * k * n < minMacs) {
         matmulJs(a, b, out, spec);
+        if (bias) addRowBias(out, bias);
         return;
       }
       const macs = batch * m * k * n;
@@ -142,18 +143,18 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
       const aDims = transA ? [k, m] : [m, k];
       const bDims = transB ? [n, k] : [k, n];
       if (batch === 1 || (!spec.batchedA && !spec.batchedB)) {
-        const s = session(`gemm:${transA}:${transB}`, () => gemmGraph(transA, transB), spin, poolThreads);
+        const withBias = bias instanceof Float32Array;
+        const s = session(`gemm:${transA}:${transB}:${withBias}`, () => gemmGraph(transA, transB, withBias), spin, poolThreads);
         const rows = m * n;
         for (let p = 0; p < batch; p++) {
           const av = spec.batchedA ? a.subarray(p * m * k, (p + 1) * m * k) : a;
           const bv = spec.batchedB ? b.subarray(p * k * n, (p + 1) * k * n) : b;
           const cv = out.subarray(p * rows, (p + 1) * rows);
-          s.run(
-            { a: new T('float32', av, aDims), b: new T('float32', bv, bDims) },
-            { c: new T('float32', cv, [m, n]) },
-            {},
-          );
+          const feeds: Record<string, unknown> = { a: new T('float32', av, aDims), b: new T('float32', bv, bDims) };
+          if (withBias) feeds.bias = new T('float32', bias, [n]);
+          s.run(feeds, { c: new T('float32', cv, [m, n]) }, {});
         }
+        if (bias && !withBias) addRowBias(out, bias);
         return;
       }
       const s = session(`batched:${transA}:${transB}`, () => batchedMatmulGraph(transA, transB), spin, poolThreads);
@@ -165,6 +166,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         { c: new T('float32', out, [batch, m, n]) },
         {},
       );
+      if (bias) addRowBias(out, bias);
     },
     unary(op: string, x: FloatArray, y: FloatArray): boolean {
       if (!(x instanceof Float32Array) || x.length < minElements || !ORT_UNARY.has(op)) return false;

@@ -114,3 +114,9 @@ export function matmulJs(A: FloatArray, B: FloatArray, C: FloatArray, s: MatmulS
     gemmNN(a, s.transA ? 0 : aOff, b, s.transB ? 0 : bOff, C, p * m * n, m, k, n);
   }
 }
+
+/** out[r, :] += bias for every row of a row-major [rows, bias.length] buffer. */
+export function addRowBias(out: FloatArray, bias: FloatArray): void {
+  const n = bias.length;
+  for (let r = 0; r < out.length; r += n) for (let j = 0; j < n; j++) out[r + j] += bias[j];
+}

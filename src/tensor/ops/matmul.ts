@@ -13,7 +13,7 @@ import { expand, reshape } from './shape.ts';
  * and express their vector-Jacobian products as further `core` calls.
  */
 
-function core(a: Tensor, b: Tensor, transA: boolean, transB: boolean): Tensor {
+function core(a: Tensor, b: Tensor, transA: boolean, transB: boolean, bias?: Tensor | null): Tensor {
   const [ba, ra, ca] = a.shape;
   const [bb, rb, cb] = b.shape;
   const m = transA ? ca : ra;
@@ -32,7 +32,7 @@ function core(a: Tensor, b: Tensor, transA: boolean, transB: boolean): Tensor {
     transB,
     batchedA: ba > 1 || batch === 1,
     batchedB: bb > 1 || batch === 1,
-  });
+  }, bias ? (bias.data as FloatArray) : undefined);
   return new Tensor(out, [batch, m, n]);
 }
 
@@ -126,12 +126,7 @@ export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, weightIn
   const rows = x.size / inF;
   const x3 = new Tensor(x.data, [1, rows, inF]);
   const w3 = new Tensor(weight.data, [1, weight.shape[0], weight.shape[1]]);
-  const y = core(x3, w3, false, !weightInOut);
-  if (bias) {
-    const yd = y.data;
-    const bd = bias.data;
-    for (let r = 0; r < rows; r++) for (let j = 0; j < outF; j++) yd[r * outF + j] += bd[j];
-  }
+  const y = core(x3, w3, false, !weightInOut, bias);
   const out = new Tensor(y.data, [...x.shape.slice(0, -1), outF]);
   const inputs = bias ? [x, weight, bias] : [x, weight];
   return record(out, 'linear', inputs, (g) => {
