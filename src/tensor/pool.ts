@@ -7,8 +7,8 @@
 
 /** Smaller buffers are cheap to allocate and are not pooled. */
 const MIN_ELEMENTS = 64 * 1024;
-/** The pool never holds more than this; extra released buffers are left to the GC. */
-const MAX_POOLED_BYTES = 1536 * 1024 * 1024;
+/** The pool never holds more than this; the least recently released buffers go to the GC first. */
+const MAX_POOLED_BYTES = 2048 * 1024 * 1024;
 
 const free = new Map<number, Float32Array[]>();
 let pooledBytes = 0;
@@ -32,7 +32,8 @@ export function takeFloat32(size: number): Float32Array {
  */
 export function releaseFloat32(buf: Float32Array): void {
   if (buf.length < MIN_ELEMENTS || buf.byteOffset !== 0 || buf.byteLength !== buf.buffer.byteLength) return;
-  if (pooledBytes + buf.byteLength > MAX_POOLED_BYTES) return;
+  if (buf.byteLength > MAX_POOLED_BYTES) return;
+  while (pooledBytes + buf.byteLength > MAX_POOLED_BYTES) evictOldest();
   let list = free.get(buf.length);
   if (list === undefined) {
     list = [];
@@ -41,6 +42,19 @@ export function releaseFloat32(buf: Float32Array): void {
   if (list.includes(buf)) return;
   list.push(buf);
   pooledBytes += buf.byteLength;
+}
+
+/** Drops the buffer of the size class released longest ago (Map order is insertion order). */
+function evictOldest(): void {
+  for (const [size, list] of free) {
+    const victim = list.shift();
+    if (list.length === 0) free.delete(size);
+    if (victim !== undefined) {
+      pooledBytes -= victim.byteLength;
+      return;
+    }
+  }
+  pooledBytes = 0;
 }
 
 /** Empties the pool (memory goes back to the GC). */

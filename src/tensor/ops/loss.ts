@@ -36,22 +36,16 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntr
   for (let r = 0; r < rows; r++) {
     if (t[r] !== ignore && (t[r] < 0 || t[r] >= c)) throw new ShapeMismatchError(`target ${t[r]} is outside [0, ${c})`);
   }
-  // e = exp(x − rowmax), kept for the backward pass (softmax = e / rowsum). The exponentials
-  // go to the backend, which may run them vectorised; the rest is one pass per row.
-  const shifted = allocate(logits.dtype, logits.size) as Float32Array | Float64Array;
+  // exp(x − rowmax) goes to the backend (vectorised where it can be); it is computed again
+  // in the backward pass instead of being kept, so both passes use pooled temporaries only.
   const maxes = new Float64Array(rows);
   for (let r = 0; r < rows; r++) {
     const base = r * c;
     let mx = Number.NEGATIVE_INFINITY;
     for (let j = 0; j < c; j++) mx = Math.max(mx, x[base + j]);
     maxes[r] = mx;
-    for (let j = 0; j < c; j++) shifted[base + j] = x[base + j] - mx;
   }
-  const e = allocate(logits.dtype, logits.size) as Float32Array | Float64Array;
-  if (!getBackend().unary?.('exp', shifted, e)) for (let i = 0; i < e.length; i++) e[i] = Math.exp(shifted[i]);
-  const targetShifted = new Float64Array(rows);
-  for (let r = 0; r < rows; r++) if (t[r] !== ignore) targetShifted[r] = shifted[r * c + t[r]];
-  if (shifted instanceof Float32Array) releaseFloat32(shifted);
+  const e = shiftedExp(x, maxes, c);
   const sums = new Float64Array(rows);
   const losses = new Float64Array(rows);
   let count = 0;
@@ -61,9 +55,10 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntr
     for (let j = 0; j < c; j++) total += e[base + j];
     sums[r] = total;
     if (t[r] === ignore) continue;
-    losses[r] = Math.log(total) - targetShifted[r];
+    losses[r] = Math.log(total) - (x[base + t[r]] - maxes[r]);
     count++;
   }
+  if (e instanceof Float32Array) releaseFloat32(e);
   let out: Tensor;
   if (reduction === 'none') {
     const values = allocate(logits.dtype, rows);
@@ -76,15 +71,33 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntr
     out = new Tensor(allocate(logits.dtype, 1).fill(value), []);
   }
   return record(out, 'crossEntropy', [logits], (g) => {
-    const gx = allocate(logits.dtype, logits.size);
+    const gx = shiftedExp(x, maxes, c);
+    for (let r = 0; r < rows; r++) {
+      if (t[r] === ignore) gx.fill(0, r * c, (r + 1) * c);
+    }
     for (let r = 0; r < rows; r++) {
       if (t[r] === ignore) continue;
       const scale = reduction === 'none' ? g.data[r] : reduction === 'mean' ? g.data[0] / count : g.data[0];
       const base = r * c;
       const k = scale / sums[r];
-      for (let j = 0; j < c; j++) gx[base + j] = e[base + j] * k;
+      for (let j = 0; j < c; j++) gx[base + j] *= k;
       gx[base + t[r]] -= scale;
     }
     return [new Tensor(gx, logits.shape)];
   });
+}
+
+/** exp(x − rowmax) for every row of [rows, c], through the backend's exp when it has one. */
+function shiftedExp(x: ArrayLike<number> & { length: number }, maxes: Float64Array, c: number): Float32Array | Float64Array {
+  const like = x instanceof Float64Array ? 'float64' : 'float32';
+  const shifted = allocate(like, x.length) as Float32Array | Float64Array;
+  for (let r = 0; r < maxes.length; r++) {
+    const base = r * c;
+    const mx = maxes[r];
+    for (let j = 0; j < c; j++) shifted[base + j] = x[base + j] - mx;
+  }
+  const e = allocate(like, x.length) as Float32Array | Float64Array;
+  if (!getBackend().unary?.('exp', shifted, e)) for (let i = 0; i < e.length; i++) e[i] = Math.exp(shifted[i]);
+  if (shifted instanceof Float32Array) releaseFloat32(shifted);
+  return e;
 }
