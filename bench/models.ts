@@ -67,9 +67,9 @@ export function benchGpt2(threads: number[], batch = 4, seq = 128, runs = 3): Ro
     setBackend(createOrtBackend({ threads: t }));
     const forward = time(() => noGrad(() => model.forward(ids)), runs);
     const step = time(() => {
-      crossEntropy(model.forward(ids), targets).backward();
+      crossEntropy(model.forward(ids), targets).backward(undefined, { releaseActivations: true });
       opt.step();
-      opt.zeroGrad(false);
+      opt.releaseGrads();
     }, runs);
     const cache = new KVCache(model.config.layers);
     noGrad(() => model.forward(ids.narrow(0, 0, 1), { cache }));

@@ -51,12 +51,12 @@ export class LocalTrainer {
     this.model.train();
     const lr = this.optimizer.lr;
     const loss = crossEntropy(this.model.forward(batch.input), batch.target);
-    loss.backward();
+    loss.backward(undefined, { releaseActivations: true });
     const clip = this.options.clipNorm ?? 1;
     const params = this.optimizer.params;
     const gradNorm = clip > 0 ? clipGradNorm(params, clip) : Number.NaN;
     this.optimizer.step();
-    this.optimizer.zeroGrad(false);
+    this.optimizer.releaseGrads();
     this.scheduler.step();
     this.stepCount++;
     let tokens = 0;

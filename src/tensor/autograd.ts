@@ -70,6 +70,29 @@ function topologicalOrder(root: Tensor): Tensor[] {
 export interface BackwardOptions {
   /** Keep the graph's saved tensors so that backward can run through it again. */
   retainGraph?: boolean;
+  /**
+   * Return the buffers of intermediate results to the allocator once the backward pass is
+   * done with them, so the next step reuses memory instead of touching fresh pages. Only for
+   * callers that hold no intermediate tensor of the graph (a training loop that keeps just
+   * the loss); the root, the leaves and tensors outside the graph are never touched.
+   */
+  releaseActivations?: boolean;
+}
+
+/** How many graph tensors use each buffer (views share one), for releaseActivations. */
+function bufferUses(order: readonly Tensor[]): Map<ArrayBufferLike, number> {
+  const uses = new Map<ArrayBufferLike, number>();
+  const seen = new Set<Tensor>();
+  const count = (t: Tensor) => {
+    if (seen.has(t)) return;
+    seen.add(t);
+    uses.set(t.data.buffer, (uses.get(t.data.buffer) ?? 0) + 1);
+  };
+  for (const t of order) {
+    count(t);
+    for (const input of t.node?.inputs ?? []) count(input);
+  }
+  return uses;
 }
 
 /**
@@ -82,6 +105,24 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
   }
   const order = topologicalOrder(root);
   const grads = new Map<Tensor, Tensor>([[root, grad]]);
+  const uses = options.releaseActivations && !options.retainGraph ? bufferUses(order) : null;
+  const pinned = new Set<ArrayBufferLike>([root.data.buffer]);
+  if (uses) {
+    for (const t of order) {
+      if (t.node === null) pinned.add(t.data.buffer);
+      for (const input of t.node?.inputs ?? []) if (input.node === null || !input.requiresGrad) pinned.add(input.data.buffer);
+    }
+  }
+  /** After a node's backward: its output buffer is released when no remaining graph tensor uses it. */
+  const releaseOutput = (t: Tensor) => {
+    if (!uses) return;
+    const buffer = t.data.buffer;
+    const left = (uses.get(buffer) ?? 1) - 1;
+    uses.set(buffer, left);
+    if (left === 0 && !pinned.has(buffer) && t.data instanceof Float32Array && !sharedWithPending(buffer)) {
+      releaseFloat32(t.data);
+    }
+  };
   // Buffers this pass allocated to sum contributions and that nothing else holds yet:
   // further contributions are added in place. Buffers handed to leaves are taken over
   // (no copy) when no pending gradient shares them.
@@ -123,6 +164,7 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
       const inputGrads = node.vjp(g);
       if (!options.retainGraph) node.vjp = null;
       if (g !== grad) recycle(g, inputGrads);
+      if (t !== root) releaseOutput(t);
       node.inputs.forEach((input, i) => {
         const ig = inputGrads[i];
         if (ig === null || ig === undefined || !input.requiresGrad) return;

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import type { Tensor } from '../../tensor/index.ts';
+import { releaseFloat32, type Tensor } from '../../tensor/index.ts';
 
 /** A set of parameters sharing hyper-parameters (PyTorch's param groups). */
 export interface ParamGroup<H> {
@@ -52,6 +52,18 @@ export abstract class Optimizer<H extends { lr: number }> {
     for (const p of this.params) {
       if (setToNone || p.grad === null) p.grad = null;
       else p.grad.data.fill(0);
+    }
+  }
+
+  /**
+   * Sets every gradient to null and hands their buffers back to the allocator, for a
+   * training loop that keeps no reference to old gradients (the next backward reuses the
+   * memory instead of touching fresh pages).
+   */
+  releaseGrads(): void {
+    for (const p of this.params) {
+      if (p.grad?.data instanceof Float32Array) releaseFloat32(p.grad.data);
+      p.grad = null;
     }
   }
 
