@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync } from 'node:fs';
+import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -55,6 +55,16 @@ describe('init-model, generate and train on one machine', () => {
     const resumed = cli(...common, '--steps', '6', '--eval-every', '2', '--eval-size', '4', '--out', out2, '--resume');
     assert.equal(resumed.code, 0, resumed.stderr);
     assert.deepEqual(resumed.json().losses, straight.losses);
+  });
+
+  test('train on a text file reports the held-out loss', () => {
+    const text = join(root, 'corpus.txt');
+    writeFileSync(text, 'the quick brown fox jumps over the lazy dog. '.repeat(40));
+    const r = cli('train', '--model', model, '--data', text, '--steps', '3', '--batch', '2', '--seq-len', '16', '--json', '--local', '0');
+    assert.equal(r.code, 0, r.stderr);
+    const result = r.json();
+    assert.equal(result.losses.length, 3);
+    assert.ok(result.loss > 0 && Number.isFinite(result.loss));
   });
 
   test('user errors are one line', () => {
