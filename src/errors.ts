@@ -38,3 +38,7 @@ export class FileNotFoundError extends errorClass('FileNotFoundError') {}
 export class SafetensorsFormatError extends errorClass('SafetensorsFormatError') {}
 /** A state dict whose keys or shapes do not match a module. */
 export class StateDictError extends errorClass('StateDictError') {}
+/** A message from a peer that is malformed, oversized, unknown or not allowed. */
+export class InvalidMessageError extends errorClass('InvalidMessageError') {}
+/** A peer that cannot be reached (dial failed, stream reset, timeout). */
+export class PeerUnreachableError extends errorClass('PeerUnreachableError') {}

@@ -1,0 +1,16 @@
+export * from './constants.ts';
+export {
+  decodeFrame,
+  encodeControl,
+  encodeTensor,
+  FRAME_CONTROL,
+  FRAME_TENSOR,
+  type Frame,
+  FrameReader,
+  WIRE_DTYPES,
+  type WireDType,
+  type WireTensor,
+} from './frames.ts';
+export { IDENTITY_FILE, loadOrCreateIdentity } from './identity.ts';
+export { createNode, type NodeOptions, type TensorLinkNode } from './node.ts';
+export { receiveFrames, sendParts } from './stream.ts';

@@ -1,0 +1,35 @@
+import type { Stream } from '@libp2p/interface';
+import { InvalidMessageError } from '../errors.ts';
+import { SEND_CHUNK_BYTES } from './constants.ts';
+import { decodeFrame, type Frame, FrameReader } from './frames.ts';
+
+/**
+ * Writes frame parts to a stream in bounded chunks, waiting for 'drain' whenever the
+ * stream's send buffer is full (backpressure), so a 64 MiB tensor never sits in memory twice.
+ */
+export async function sendParts(stream: Stream, parts: Uint8Array[], signal?: AbortSignal): Promise<void> {
+  for (const part of parts) {
+    for (let offset = 0; offset < part.length; offset += SEND_CHUNK_BYTES) {
+      const chunk = part.subarray(offset, Math.min(part.length, offset + SEND_CHUNK_BYTES));
+      if (!stream.send(chunk)) await stream.onDrain({ signal });
+    }
+  }
+}
+
+/**
+ * Calls `onFrame` for every complete frame that arrives on the stream. A malformed frame
+ * resets the stream (its framing can no longer be trusted) and is reported to `onError`;
+ * the node itself carries on.
+ */
+export function receiveFrames(stream: Stream, onFrame: (frame: Frame) => void, onError?: (err: InvalidMessageError) => void): void {
+  const reader = new FrameReader();
+  stream.addEventListener('message', (evt) => {
+    try {
+      for (const body of reader.push(evt.data.subarray())) onFrame(decodeFrame(body));
+    } catch (err) {
+      if (!(err instanceof InvalidMessageError)) throw err;
+      onError?.(err);
+      stream.abort(err);
+    }
+  });
+}
