@@ -6,6 +6,7 @@ import { type Flags, UsageError } from './args.ts';
 import { demoCommand, demoOptions } from './commands/demo.ts';
 import { generateCommand, generateOptions } from './commands/generate.ts';
 import { initModel, initModelOptions } from './commands/init-model.ts';
+import { statusCommand, statusOptions, validatorCommand, validatorOptions, workerCommand, workerOptions } from './commands/nodes.ts';
 import { trainCommand, trainOptions } from './commands/train.ts';
 import { createOutput, type Output } from './output.ts';
 
@@ -25,7 +26,14 @@ commands:
         --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N] --local 0
       trains on this machine with progress, periodic evaluation and checkpoints (--resume continues one)
 
-planned (not in this version): validator, worker, status, and --local N > 0 / --bootstrap ADDR
+  validator [--listen MULTIADDR] [--data DIR]
+      a bootstrap peer, DHT server and registry of workers; prints {"event":"ready",...} when up
+  worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--listen MULTIADDR]
+      lends this machine's compute: measures it, announces it and keeps announcing while alive
+  status --bootstrap MULTIADDR
+      the swarm as its validator sees it: peers, roles, capabilities, tiers, last seen
+
+planned (not in this version): --local N > 0 / --bootstrap ADDR for generate and train
 
 every command takes --json (one JSON object on stdout; progress on stderr), --backend js|ort
 (js: bitwise reproducible; ort: fast, the default where it loads) and --help`;
@@ -40,9 +48,12 @@ const COMMANDS: Record<string, Command> = {
   'init-model': { options: initModelOptions, run: initModel },
   'generate': { options: generateOptions, run: generateCommand },
   'train': { options: trainOptions, run: trainCommand },
+  'validator': { options: validatorOptions, run: validatorCommand },
+  'worker': { options: workerOptions, run: workerCommand },
+  'status': { options: statusOptions, run: statusCommand },
 };
 
-const PLANNED = new Set(['validator', 'worker', 'status']);
+const PLANNED = new Set<string>();
 
 /** Runs the CLI; returns the exit code. User errors print one line, never a stack trace. */
 export async function main(argv: string[]): Promise<number> {

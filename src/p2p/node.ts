@@ -1,5 +1,6 @@
 import '../polyfills.ts';
 import { identify } from '@libp2p/identify';
+import { kadDHT, passthroughMapper } from '@libp2p/kad-dht';
 import type { Libp2p, PrivateKey } from '@libp2p/interface';
 import { noise } from '@libp2p/noise';
 import { ping } from '@libp2p/ping';
@@ -15,11 +16,18 @@ export interface NodeOptions {
   listen?: string[];
 }
 
-export type TensorLinkNode = Libp2p<{ identify: ReturnType<ReturnType<typeof identify>>; ping: ReturnType<ReturnType<typeof ping>> }>;
+/** TensorLink's own DHT: peers of the public libp2p DHT are not ours to query. */
+export const DHT_PROTOCOL = '/tensorlink/kad/1.0.0';
+
+export type TensorLinkNode = Libp2p<{
+  identify: ReturnType<ReturnType<typeof identify>>;
+  ping: ReturnType<ReturnType<typeof ping>>;
+  dht: ReturnType<ReturnType<typeof kadDHT>>;
+}>;
 
 /**
  * A libp2p node with TensorLink's stack: TCP, noise encryption, yamux multiplexing,
- * identify and ping. (The DHT, gossip and bootstrap come with the roles, issue 4.)
+ * identify, ping and a Kademlia DHT (server mode, private addresses kept).
  */
 export async function createNode(options: NodeOptions = {}): Promise<TensorLinkNode> {
   const privateKey: PrivateKey | undefined = options.dataDir ? await loadOrCreateIdentity(options.dataDir) : undefined;
@@ -29,7 +37,12 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
     transports: [tcp()],
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
-    services: { identify: identify(), ping: ping() },
+    services: {
+      identify: identify(),
+      ping: ping(),
+      // Loopback and LAN addresses are what a local or home swarm has: keep them (the default drops them).
+      dht: kadDHT({ protocol: DHT_PROTOCOL, clientMode: false, peerInfoMapper: passthroughMapper }),
+    },
   });
   return node as unknown as TensorLinkNode;
 }

@@ -1,0 +1,91 @@
+import { request, startValidator, startWorker } from '../../node/index.ts';
+import type { PeerRecord } from '../../node/vocabulary.ts';
+import { createNode } from '../../p2p/node.ts';
+import { type Flags, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
+import type { Output } from '../output.ts';
+import { multiaddr } from '@multiformats/multiaddr';
+
+export const validatorOptions = { listen: { type: 'string' }, data: { type: 'string' } } as const;
+export const workerOptions = {
+  bootstrap: { type: 'string' },
+  memory: { type: 'string' },
+  data: { type: 'string' },
+  listen: { type: 'string' },
+} as const;
+export const statusOptions = { bootstrap: { type: 'string' } } as const;
+
+function parseAddr(raw: string, flag: string) {
+  try {
+    return multiaddr(raw);
+  } catch {
+    throw new UsageError(`--${flag} '${raw}' is not a multiaddr (e.g. /ip4/127.0.0.1/tcp/4001/p2p/12D3...)`);
+  }
+}
+
+/** Runs until SIGINT/SIGTERM, then stops the node and exits 0. */
+function runUntilSignal(stop: () => Promise<void>): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      stop().finally(resolve);
+    };
+    process.once('SIGINT', done);
+    process.once('SIGTERM', done);
+  });
+}
+
+function ready(peerId: string, addrs: string[]): void {
+  process.stdout.write(`${JSON.stringify({ event: 'ready', peerId, addrs })}\n`);
+}
+
+/** `tensorlink validator`: a bootstrap peer, DHT server and registry of workers. */
+export async function validatorCommand(flags: Flags, out: Output): Promise<void> {
+  const listen = stringFlag(flags, 'listen');
+  if (listen) parseAddr(listen, 'listen');
+  const v = await startValidator({ dataDir: stringFlag(flags, 'data'), listen: listen ? [listen] : undefined });
+  const addrs = v.node.getMultiaddrs().map(String);
+  ready(v.node.peerId.toString(), addrs);
+  out.info(`validator ${v.node.peerId.toString()} listening on ${addrs.join(', ')}`);
+  await runUntilSignal(v.stop);
+}
+
+/** `tensorlink worker`: lends this machine's compute to the swarm of its validator. */
+export async function workerCommand(flags: Flags, out: Output): Promise<void> {
+  const bootstrap = requiredString(flags, 'bootstrap');
+  parseAddr(bootstrap, 'bootstrap');
+  const memory = stringFlag(flags, 'memory');
+  const listen = stringFlag(flags, 'listen');
+  const w = await startWorker({
+    bootstrap,
+    dataDir: stringFlag(flags, 'data'),
+    listen: listen ? [listen] : undefined,
+    memoryBytes: memory ? parseBytes(memory) : undefined,
+    onError: (err) => out.info(`announce failed: ${err.message}`),
+  });
+  const addrs = w.node.getMultiaddrs().map(String);
+  ready(w.node.peerId.toString(), addrs);
+  out.info(`worker ${w.node.peerId.toString()} (${w.capabilities.gflops} GFLOP/s, tier ${w.capabilities.tier}) joined ${bootstrap}`);
+  await runUntilSignal(w.stop);
+}
+
+function formatBytes(n: number): string {
+  return n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : `${(n / 2 ** 20).toFixed(0)} MiB`;
+}
+
+/** `tensorlink status`: the swarm as its validator sees it. */
+export async function statusCommand(flags: Flags, out: Output): Promise<void> {
+  const bootstrap = parseAddr(requiredString(flags, 'bootstrap'), 'bootstrap');
+  const node = await createNode();
+  try {
+    const reply = await request(node, bootstrap, { type: 'status' }, 10_000);
+    const peers = reply.peers as PeerRecord[];
+    const now = Date.now();
+    const lines = peers.map((p) => {
+      const c = p.capabilities;
+      const caps = c ? `${c.gflops} GFLOP/s tier ${c.tier}, ${formatBytes(c.memoryBytes)}, ${c.cores} cores, ${c.backend}` : '';
+      return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago`;
+    });
+    out.result({ peers }, lines.join('\n'));
+  } finally {
+    await node.stop();
+  }
+}

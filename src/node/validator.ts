@@ -1,0 +1,59 @@
+import type { PeerId } from '@libp2p/interface';
+import { InvalidMessageError } from '../errors.ts';
+import { createNode, type TensorLinkNode } from '../p2p/node.ts';
+import { serveControl } from './control.ts';
+import { type PeerRecord, parseAddrs, parseCapabilities, parseRoles } from './vocabulary.ts';
+
+/** A worker that has not announced itself for this long is dropped from the registry (it refreshes every 2 s). */
+export const PEER_TTL_MS = 10_000;
+
+export interface Validator {
+  node: TensorLinkNode;
+  /** The live peers, the validator first. */
+  peers(): PeerRecord[];
+  stop(): Promise<void>;
+}
+
+/**
+ * The validator: bootstrap peer and DHT server, keeper of the registry of workers (fed
+ * by their announcements), answering `status` with the swarm's state.
+ */
+export async function startValidator(options: { dataDir?: string; listen?: string[] } = {}): Promise<Validator> {
+  const node = await createNode(options);
+  const registry = new Map<string, PeerRecord>();
+  const started = Date.now();
+  const peers = (): PeerRecord[] => {
+    const now = Date.now();
+    for (const [id, r] of registry) if (now - r.lastSeen > PEER_TTL_MS) registry.delete(id);
+    const self: PeerRecord = {
+      peerId: node.peerId.toString(),
+      roles: ['validator'],
+      capabilities: null,
+      addrs: node.getMultiaddrs().map(String),
+      lastSeen: now,
+    };
+    return [self, ...[...registry.values()].sort((a, b) => a.peerId.localeCompare(b.peerId))];
+  };
+  await serveControl(node, {
+    announce: (m, from: PeerId) => {
+      const roles = parseRoles(m.roles);
+      if (roles.includes('validator')) throw new InvalidMessageError('a peer cannot announce itself as a validator');
+      registry.set(from.toString(), {
+        peerId: from.toString(),
+        roles,
+        capabilities: m.capabilities === undefined ? null : parseCapabilities(m.capabilities),
+        addrs: parseAddrs(m.addrs ?? []),
+        lastSeen: Date.now(),
+      });
+      return { type: 'ack', ttlMs: PEER_TTL_MS };
+    },
+    status: () => ({ type: 'status', peers: peers(), uptimeMs: Date.now() - started }),
+  });
+  return {
+    node,
+    peers,
+    stop: async () => {
+      await node.stop();
+    },
+  };
+}
