@@ -38,7 +38,11 @@ export function startNode(args: string[], timeoutMs = 30_000): Promise<Running> 
   });
 }
 
-export async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs: number): Promise<{ value: T; ms: number }> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | null | undefined | false>,
+  timeoutMs: number,
+): Promise<{ value: T; ms: number }> {
   const start = Date.now();
   for (;;) {
     const value = await fn().catch(() => null);
