@@ -3,7 +3,7 @@
  * each figure next to a reference measured in the same run. Prints a table and writes
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
- * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step,gpt2]
+ * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -12,6 +12,7 @@ import { parseArgs } from 'node:util';
 import { benchElementwise } from './elementwise.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchGpt2 } from './models.ts';
+import { benchP2p } from './p2p.ts';
 import { benchStack } from './stack.ts';
 
 const { values } = parseArgs({
@@ -22,7 +23,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -52,6 +53,11 @@ if (sections.includes('train-step')) {
 if (sections.includes('gpt2')) {
   log('gpt2: GPT-2 small forward, train step and decoding vs PyTorch CPU ...');
   rows.push(...benchGpt2(threads, 4, 128, values.quick ? 1 : 3));
+}
+
+if (sections.includes('p2p')) {
+  log('p2p: libp2p vs raw TCP on loopback ...');
+  rows.push(...(await benchP2p()));
 }
 
 const report = {
