@@ -17,3 +17,4 @@ export * from './nn/index.ts';
 export * from './tensor/index.ts';
 export * from './models/index.ts';
 export * from './data/index.ts';
+export * from './node/index.ts';

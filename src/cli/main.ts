@@ -6,7 +6,16 @@ import { type Flags, UsageError } from './args.ts';
 import { demoCommand, demoOptions } from './commands/demo.ts';
 import { generateCommand, generateOptions } from './commands/generate.ts';
 import { initModel, initModelOptions } from './commands/init-model.ts';
-import { statusCommand, statusOptions, validatorCommand, validatorOptions, workerCommand, workerOptions } from './commands/nodes.ts';
+import {
+  statusCommand,
+  statusOptions,
+  swarmCommand,
+  swarmOptions,
+  validatorCommand,
+  validatorOptions,
+  workerCommand,
+  workerOptions,
+} from './commands/nodes.ts';
 import { trainCommand, trainOptions } from './commands/train.ts';
 import { createOutput, type Output } from './output.ts';
 
@@ -32,6 +41,8 @@ commands:
       lends this machine's compute: measures it, announces it and keeps announcing while alive
   status --bootstrap MULTIADDR
       the swarm as its validator sees it: peers, roles, capabilities, tiers, last seen
+  swarm [--workers N] [--memory SIZE]
+      a local swarm: a validator and N workers on 127.0.0.1, each its own process, until Ctrl-C
 
 planned (not in this version): --local N > 0 / --bootstrap ADDR for generate and train
 
@@ -51,6 +62,7 @@ const COMMANDS: Record<string, Command> = {
   'validator': { options: validatorOptions, run: validatorCommand },
   'worker': { options: workerOptions, run: workerCommand },
   'status': { options: statusOptions, run: statusCommand },
+  'swarm': { options: swarmOptions, run: swarmCommand },
 };
 
 const PLANNED = new Set<string>();

@@ -3,3 +3,4 @@ export { measureCapabilities } from './capabilities.ts';
 export { PEER_TTL_MS, startValidator, type Validator } from './validator.ts';
 export { ANNOUNCE_INTERVAL_MS, startWorker, type Worker } from './worker.ts';
 export { type Capabilities, type PeerRecord, type Role, type Tier, tierOf } from './vocabulary.ts';
+export { type LocalPeer, type LocalSwarm, localSwarm } from './local-swarm.ts';

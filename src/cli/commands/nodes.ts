@@ -1,7 +1,7 @@
-import { request, startValidator, startWorker } from '../../node/index.ts';
+import { localSwarm, request, startValidator, startWorker } from '../../node/index.ts';
 import type { PeerRecord } from '../../node/vocabulary.ts';
 import { createNode } from '../../p2p/node.ts';
-import { type Flags, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
+import { type Flags, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 
@@ -13,6 +13,20 @@ export const workerOptions = {
   listen: { type: 'string' },
 } as const;
 export const statusOptions = { bootstrap: { type: 'string' } } as const;
+export const swarmOptions = { workers: { type: 'string' }, memory: { type: 'string' } } as const;
+
+/** `tensorlink swarm`: a validator and N workers on this machine, each its own process, until Ctrl-C. */
+export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
+  const workers = intFlag(flags, 'workers', 3, 1);
+  const memory = stringFlag(flags, 'memory');
+  if (memory) parseBytes(memory);
+  const swarm = await localSwarm({ workers, memory, handleSignals: false });
+  process.stdout.write(
+    `${JSON.stringify({ event: 'ready', bootstrap: swarm.bootstrap, validator: swarm.validator.peerId, workers: swarm.workers.map((w) => w.peerId) })}\n`,
+  );
+  out.info(`local swarm up: validator ${swarm.bootstrap} and ${workers} workers (Ctrl-C stops them all)`);
+  await runUntilSignal(swarm.close);
+}
 
 function parseAddr(raw: string, flag: string) {
   try {

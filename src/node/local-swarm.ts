@@ -1,0 +1,121 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { TensorLinkError } from '../errors.ts';
+
+const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+
+/** A peer of the local swarm: its process, peer id and addresses. */
+export interface LocalPeer {
+  role: 'validator' | 'worker';
+  process: ChildProcess;
+  peerId: string;
+  addrs: string[];
+}
+
+export interface LocalSwarm {
+  validator: LocalPeer;
+  workers: LocalPeer[];
+  /** The validator's address: what `--bootstrap` takes. */
+  bootstrap: string;
+  close(): Promise<void>;
+}
+
+function launch(role: 'validator' | 'worker', args: string[], timeoutMs: number): Promise<LocalPeer> {
+  const child = spawn(process.execPath, [BIN, role, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new TensorLinkError(`the local ${role} did not start within ${timeoutMs} ms: ${err.trim()}`));
+    }, timeoutMs);
+    child.stderr?.on('data', (d) => {
+      err += d;
+    });
+    child.stdout?.on('data', (d) => {
+      out += d;
+      const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
+      if (line) {
+        clearTimeout(timer);
+        const ready = JSON.parse(line) as { peerId: string; addrs: string[] };
+        resolve({ role, process: child, peerId: ready.peerId, addrs: ready.addrs });
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new TensorLinkError(`the local ${role} exited (${code}): ${err.trim()}`));
+    });
+  });
+}
+
+/**
+ * Starts a validator and `workers` workers on 127.0.0.1, each its own process, and stops
+ * them all on `close()` or when this process exits (Ctrl-C included).
+ * @example
+ * const swarm = await localSwarm({ workers: 3 })
+ * console.log(swarm.bootstrap)
+ * await swarm.close()
+ */
+export async function localSwarm(options: {
+  workers: number;
+  memory?: string;
+  timeoutMs?: number;
+  /** Stop the swarm and exit on SIGINT/SIGTERM (default); off when the caller handles signals itself. */
+  handleSignals?: boolean;
+}): Promise<LocalSwarm> {
+  const timeoutMs = options.timeoutMs ?? 60_000;
+  const dir = mkdtempSync(join(tmpdir(), 'tensorlink-swarm-'));
+  const peers: LocalPeer[] = [];
+  const killAll = () => {
+    for (const p of peers) if (p.process.exitCode === null && p.process.signalCode === null) p.process.kill('SIGTERM');
+  };
+  const onExit = () => killAll();
+  const onSignal = () => {
+    killAll();
+    process.exit(130);
+  };
+  const handleSignals = options.handleSignals ?? true;
+  process.once('exit', onExit);
+  if (handleSignals) {
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+  }
+  const close = async () => {
+    process.off('exit', onExit);
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await Promise.all(
+      peers.map(
+        (p) =>
+          new Promise<void>((resolve) => {
+            if (p.process.exitCode !== null || p.process.signalCode !== null) return resolve();
+            const force = setTimeout(() => p.process.kill('SIGKILL'), 5_000);
+            p.process.once('exit', () => {
+              clearTimeout(force);
+              resolve();
+            });
+            p.process.kill('SIGTERM');
+          }),
+      ),
+    );
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const validator = await launch('validator', ['--data', join(dir, 'validator')], timeoutMs);
+    peers.push(validator);
+    const bootstrap = validator.addrs[0];
+    const workers = await Promise.all(
+      Array.from({ length: options.workers }, (_, i) =>
+        launch('worker', ['--bootstrap', bootstrap, '--data', join(dir, `worker-${i}`), ...(options.memory ? ['--memory', options.memory] : [])], timeoutMs),
+      ),
+    );
+    peers.push(...workers);
+    return { validator, workers, bootstrap, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}

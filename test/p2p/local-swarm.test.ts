@@ -1,0 +1,58 @@
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { multiaddr } from '@multiformats/multiaddr';
+import { localSwarm, type PeerRecord, request } from '../../src/node/index.ts';
+import { createNode } from '../../src/p2p/index.ts';
+
+const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+
+function running(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('local swarm', () => {
+  test('localSwarm starts a validator and workers as processes and close() stops them all', async () => {
+    const swarm = await localSwarm({ workers: 2, memory: '512MiB' });
+    const client = await createNode();
+    try {
+      const reply = await request(client, multiaddr(swarm.bootstrap), { type: 'status' });
+      const workers = (reply.peers as PeerRecord[]).filter((p) => p.roles.includes('worker'));
+      assert.deepEqual(workers.map((w) => w.peerId).sort(), swarm.workers.map((w) => w.peerId).sort());
+    } finally {
+      await client.stop();
+      await swarm.close();
+    }
+    for (const p of [swarm.validator, ...swarm.workers]) assert.ok(p.process.exitCode !== null || p.process.signalCode !== null);
+  });
+
+  test('tensorlink swarm leaves no process behind after Ctrl-C', async () => {
+    const child = spawn(process.execPath, [BIN, 'swarm', '--workers', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const ready = await new Promise<{ bootstrap: string }>((resolve, reject) => {
+      let out = '';
+      child.stdout.on('data', (d) => {
+        out += d;
+        const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
+        if (line) resolve(JSON.parse(line));
+      });
+      child.once('exit', (code) => reject(new Error(`swarm exited ${code}`)));
+    });
+    assert.match(ready.bootstrap, /^\/ip4\/127\.0\.0\.1\/tcp\/\d+\/p2p\//);
+    const children = execFileSync('ps', ['-o', 'pid=', '--ppid', String(child.pid)], { encoding: 'utf8' })
+      .split('\n')
+      .map((s) => Number(s.trim()))
+      .filter((n) => n > 0);
+    assert.equal(children.length, 2, 'a validator and a worker');
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    child.kill('SIGINT');
+    assert.equal(await exited, 0);
+    for (let i = 0; i < 40 && children.some(running); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(!children.some(running), 'every swarm process has exited');
+  });
+});
