@@ -42,3 +42,5 @@ export class StateDictError extends errorClass('StateDictError') {}
 export class InvalidMessageError extends errorClass('InvalidMessageError') {}
 /** A peer that cannot be reached (dial failed, stream reset, timeout). */
 export class PeerUnreachableError extends errorClass('PeerUnreachableError') {}
+/** A peer sent more messages than its rate allows; it is answered with this and not served. */
+export class RateLimitedError extends errorClass('RateLimitedError') {}

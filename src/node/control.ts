@@ -1,7 +1,7 @@
 import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
 import type { Multiaddr } from '@multiformats/multiaddr';
-import { InvalidMessageError, PeerUnreachableError, TensorLinkError } from '../errors.ts';
-import { DIAL_TIMEOUT_MS, REQUEST_TIMEOUT_MS } from '../p2p/constants.ts';
+import { InvalidMessageError, PeerUnreachableError, RateLimitedError, TensorLinkError } from '../errors.ts';
+import { DIAL_TIMEOUT_MS, MAX_MESSAGES_PER_SECOND, REQUEST_TIMEOUT_MS } from '../p2p/constants.ts';
 import { encodeControl, type Frame } from '../p2p/frames.ts';
 import { receiveFrames } from '../p2p/stream.ts';
 import { obj } from './vocabulary.ts';
@@ -17,10 +17,32 @@ export type Handler = (message: Record<string, unknown>, from: PeerId) => Promis
  * node keeps serving everyone else.
  */
 export async function serveControl(node: Libp2p, handlers: Record<string, Handler>): Promise<void> {
+  const buckets = new Map<string, { tokens: number; at: number }>();
+  const allow = (peer: PeerId): boolean => {
+    const key = peer.toString();
+    const now = Date.now();
+    const b = buckets.get(key) ?? { tokens: MAX_MESSAGES_PER_SECOND, at: now };
+    b.tokens = Math.min(MAX_MESSAGES_PER_SECOND, b.tokens + ((now - b.at) / 1000) * MAX_MESSAGES_PER_SECOND);
+    b.at = now;
+    buckets.set(key, b);
+    if (b.tokens < 1) return false;
+    b.tokens -= 1;
+    return true;
+  };
   await node.handle(
     CONTROL_PROTOCOL,
     (stream: Stream, connection) => {
       receiveFrames(stream, (frame: Frame) => {
+        if (!allow(connection.remotePeer)) {
+          const id = frame.kind === 'control' ? (frame.message as { id?: unknown } | null)?.id ?? null : null;
+          const e = new RateLimitedError(`more than ${MAX_MESSAGES_PER_SECOND} messages per second`);
+          try {
+            stream.send(encodeControl({ id, type: 'error', error: e.name, message: e.message }));
+          } catch {
+            // the stream is gone
+          }
+          return;
+        }
         void answer(stream, frame, handlers, connection.remotePeer);
       });
     },

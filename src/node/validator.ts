@@ -2,7 +2,7 @@ import type { PeerId } from '@libp2p/interface';
 import { InvalidMessageError } from '../errors.ts';
 import { createNode, type TensorLinkNode } from '../p2p/node.ts';
 import { serveControl } from './control.ts';
-import { type PeerRecord, parseAddrs, parseCapabilities, parseRoles } from './vocabulary.ts';
+import { type PeerRecord, parseAddrs, parseCapabilities, parseProximity, parseRoles } from './vocabulary.ts';
 
 /** A worker that has not announced itself for this long is dropped from the registry (it refreshes every 2 s). */
 export const PEER_TTL_MS = 10_000;
@@ -30,6 +30,7 @@ export async function startValidator(options: { dataDir?: string; listen?: strin
       roles: ['validator'],
       capabilities: null,
       addrs: node.getMultiaddrs().map(String),
+      proximity: {},
       lastSeen: now,
     };
     return [self, ...[...registry.values()].sort((a, b) => a.peerId.localeCompare(b.peerId))];
@@ -43,6 +44,7 @@ export async function startValidator(options: { dataDir?: string; listen?: strin
         roles,
         capabilities: m.capabilities === undefined ? null : parseCapabilities(m.capabilities),
         addrs: parseAddrs(m.addrs ?? []),
+        proximity: parseProximity(m.proximity),
         lastSeen: Date.now(),
       });
       return { type: 'ack', ttlMs: PEER_TTL_MS };

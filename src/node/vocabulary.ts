@@ -16,11 +16,19 @@ export interface Capabilities {
   backend: string;
 }
 
+export interface ProximityEntry {
+  rttMs: number;
+  mbps: number;
+  measuredAt: number;
+}
+
 export interface PeerRecord {
   peerId: string;
   roles: Role[];
   capabilities: Capabilities | null;
   addrs: string[];
+  /** What this peer measured to the peers it knows (peer id → round trip and bandwidth). */
+  proximity: Record<string, ProximityEntry>;
   /** Milliseconds since the epoch when the validator last heard from it. */
   lastSeen: number;
 }
@@ -74,6 +82,25 @@ export function parseRoles(v: unknown): Role[] {
 
 export function parseAddrs(v: unknown): string[] {
   return strings(v, 'addrs', 32);
+}
+
+/** Validates a peer's proximity table (at most 1024 entries). */
+export function parseProximity(v: unknown): Record<string, ProximityEntry> {
+  if (v === undefined) return {};
+  const o = obj(v, 'proximity');
+  const entries = Object.entries(o);
+  if (entries.length > 1024) fail('proximity lists more than 1024 peers');
+  const out: Record<string, ProximityEntry> = {};
+  for (const [peer, raw] of entries) {
+    if (peer.length > 128) fail('proximity peer id too long');
+    const e = obj(raw, `proximity[${peer}]`);
+    out[peer] = {
+      rttMs: finite(e.rttMs, 'proximity.rttMs', 0, 1e6),
+      mbps: finite(e.mbps, 'proximity.mbps', 0, 1e9),
+      measuredAt: finite(e.measuredAt, 'proximity.measuredAt'),
+    };
+  }
+  return out;
 }
 
 export { finite, obj };

@@ -2,10 +2,13 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { createNode, type TensorLinkNode } from '../p2p/node.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { request, serveControl } from './control.ts';
-import type { Capabilities } from './vocabulary.ts';
+import { type Proximity, probe, serveProbes } from './proximity.ts';
+import type { Capabilities, PeerRecord } from './vocabulary.ts';
 
 /** How often a worker refreshes its announcement (well inside the validator's 10 s TTL). */
 export const ANNOUNCE_INTERVAL_MS = 2_000;
+/** How often a worker re-measures its proximity to the other workers. */
+export const PROBE_INTERVAL_MS = 10_000;
 
 export interface Worker {
   node: TensorLinkNode;
@@ -26,9 +29,12 @@ export async function startWorker(options: {
 }): Promise<Worker> {
   const capabilities = measureCapabilities(options.memoryBytes);
   const node = await createNode(options);
+  const proximity: Record<string, Proximity> = {};
   await serveControl(node, {
     capabilities: () => ({ type: 'capabilities', capabilities }),
+    proximity: () => ({ type: 'proximity', proximity }),
   });
+  await serveProbes(node);
   const validator = multiaddr(options.bootstrap);
   const announce = async () => {
     await request(node, validator, {
@@ -36,19 +42,40 @@ export async function startWorker(options: {
       roles: ['worker'],
       capabilities,
       addrs: node.getMultiaddrs().map(String),
+      proximity,
     });
+  };
+  /** Measures round trip and bandwidth to every other worker the validator knows. */
+  const measure = async () => {
+    const status = await request(node, validator, { type: 'status' });
+    const me = node.peerId.toString();
+    for (const peer of (status.peers as PeerRecord[]).filter((p) => p.roles.includes('worker') && p.peerId !== me)) {
+      const addr = peer.addrs[0];
+      if (!addr) continue;
+      try {
+        proximity[peer.peerId] = await probe(node, addr.includes('/p2p/') ? addr : `${addr}/p2p/${peer.peerId}`);
+      } catch (err) {
+        options.onError?.(err as Error);
+      }
+    }
   };
   await announce();
   let stopped = false;
   const timer = setInterval(() => {
     if (!stopped) announce().catch((err: Error) => options.onError?.(err));
   }, ANNOUNCE_INTERVAL_MS);
+  const firstProbe = setTimeout(() => void measure().catch((err: Error) => options.onError?.(err)), ANNOUNCE_INTERVAL_MS);
+  const probeTimer = setInterval(() => {
+    if (!stopped) measure().catch((err: Error) => options.onError?.(err));
+  }, PROBE_INTERVAL_MS);
   return {
     node,
     capabilities,
     stop: async () => {
       stopped = true;
       clearInterval(timer);
+      clearInterval(probeTimer);
+      clearTimeout(firstProbe);
       await node.stop();
     },
   };

@@ -12,3 +12,7 @@ export const REQUEST_TIMEOUT_MS = 30_000;
 export const DIAL_TIMEOUT_MS = 10_000;
 /** Bytes per send() call on a stream: large enough to amortise framing, small enough to interleave jobs. */
 export const SEND_CHUNK_BYTES = 1024 * 1024;
+/** Control messages a peer may send per second (burst up to the same number): status and announcements need a few. */
+export const MAX_MESSAGES_PER_SECOND = 200;
+/** Bytes of an active bandwidth probe: big enough to leave slow start on loopback/LAN, small enough to run often. */
+export const PROBE_BYTES = 256 * 1024;

@@ -96,7 +96,10 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
     const lines = peers.map((p) => {
       const c = p.capabilities;
       const caps = c ? `${c.gflops} GFLOP/s tier ${c.tier}, ${formatBytes(c.memoryBytes)}, ${c.cores} cores, ${c.backend}` : '';
-      return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago`;
+      const near = Object.entries(p.proximity ?? {}).map(
+        ([peer, e]) => `\n    → ${peer.slice(-8)}  ${e.rttMs.toFixed(2)} ms round trip, ${e.mbps.toFixed(0)} Mbit/s`,
+      );
+      return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago${near.join('')}`;
     });
     out.result({ peers }, lines.join('\n'));
   } finally {

@@ -1,0 +1,48 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { CONTROL_PROTOCOL, type PeerRecord, request, startValidator, startWorker } from '../../src/node/index.ts';
+import { createNode, encodeControl, type Frame, MAX_MESSAGES_PER_SECOND, receiveFrames } from '../../src/p2p/index.ts';
+import { waitFor } from '../helpers/processes.ts';
+
+describe('control protocol and proximity', () => {
+  test('a peer flooding the control protocol is rate limited, then served again', async () => {
+    const validator = await startValidator();
+    const client = await createNode();
+    try {
+      const stream = await client.dialProtocol(validator.node.getMultiaddrs()[0], CONTROL_PROTOCOL);
+      const replies: Frame[] = [];
+      receiveFrames(stream, (f) => replies.push(f));
+      const n = MAX_MESSAGES_PER_SECOND * 3;
+      for (let i = 0; i < n; i++) stream.send(encodeControl({ id: i + 1, type: 'status' }));
+      await waitFor('all answers', async () => replies.length === n, 10_000);
+      const errors = replies.filter((f) => f.kind === 'control' && (f.message as { error?: string }).error === 'RateLimitedError');
+      assert.ok(errors.length > 0 && errors.length < n, `${errors.length} of ${n} refused`);
+      await new Promise((r) => setTimeout(r, 1_100));
+      const ok = await request(client, validator.node.getMultiaddrs()[0], { type: 'status' });
+      assert.equal(ok.type, 'status');
+    } finally {
+      await client.stop();
+      await validator.stop();
+    }
+  });
+
+  test('workers measure round trip and bandwidth to each other and the validator shows it', async () => {
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const [a, b] = await Promise.all([startWorker({ bootstrap: boot }), startWorker({ bootstrap: boot })]);
+    try {
+      const { value } = await waitFor(
+        'proximity in status',
+        async () => {
+          const rec = validator.peers().find((p: PeerRecord) => p.peerId === a.node.peerId.toString());
+          return rec?.proximity[b.node.peerId.toString()];
+        },
+        20_000,
+      );
+      assert.ok(value.rttMs >= 0 && value.rttMs < 1000, `rtt ${value.rttMs}`);
+      assert.ok(value.mbps > 0, `bandwidth ${value.mbps}`);
+    } finally {
+      await Promise.all([a.stop(), b.stop(), validator.stop()]);
+    }
+  });
+});
