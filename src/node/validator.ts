@@ -1,6 +1,6 @@
 import type { PeerId } from '@libp2p/interface';
 import { InvalidMessageError } from '../errors.ts';
-import { createNode, type TensorLinkNode } from '../p2p/node.ts';
+import { createNode, PEERS_TOPIC, type TensorLinkNode } from '../p2p/node.ts';
 import { serveControl } from './control.ts';
 import { type PeerRecord, parseAddrs, parseCapabilities, parseProximity, parseRoles } from './vocabulary.ts';
 
@@ -35,18 +35,33 @@ export async function startValidator(options: { dataDir?: string; listen?: strin
     };
     return [self, ...[...registry.values()].sort((a, b) => a.peerId.localeCompare(b.peerId))];
   };
+  /** Records an announcement (direct or gossiped) from an authenticated peer; throws on bad input. */
+  const record = (m: Record<string, unknown>, from: PeerId) => {
+    const roles = parseRoles(m.roles);
+    if (roles.includes('validator')) throw new InvalidMessageError('a peer cannot announce itself as a validator');
+    registry.set(from.toString(), {
+      peerId: from.toString(),
+      roles,
+      capabilities: m.capabilities === undefined ? null : parseCapabilities(m.capabilities),
+      addrs: parseAddrs(m.addrs ?? []),
+      proximity: parseProximity(m.proximity),
+      lastSeen: Date.now(),
+    });
+  };
+  // Gossip: signed messages, so `from` is the publisher; a malformed record is dropped.
+  node.services.pubsub.subscribe(PEERS_TOPIC);
+  node.services.pubsub.addEventListener('message', (evt) => {
+    const msg = evt.detail;
+    if (msg.topic !== PEERS_TOPIC || msg.type !== 'signed' || msg.data.length > 64 * 1024) return;
+    try {
+      record(JSON.parse(new TextDecoder().decode(msg.data)) as Record<string, unknown>, msg.from);
+    } catch {
+      // untrusted input: ignore it, keep serving
+    }
+  });
   await serveControl(node, {
     announce: (m, from: PeerId) => {
-      const roles = parseRoles(m.roles);
-      if (roles.includes('validator')) throw new InvalidMessageError('a peer cannot announce itself as a validator');
-      registry.set(from.toString(), {
-        peerId: from.toString(),
-        roles,
-        capabilities: m.capabilities === undefined ? null : parseCapabilities(m.capabilities),
-        addrs: parseAddrs(m.addrs ?? []),
-        proximity: parseProximity(m.proximity),
-        lastSeen: Date.now(),
-      });
+      record(m, from);
       return { type: 'ack', ttlMs: PEER_TTL_MS };
     },
     status: () => ({ type: 'status', peers: peers(), uptimeMs: Date.now() - started }),

@@ -1,5 +1,5 @@
 import { multiaddr } from '@multiformats/multiaddr';
-import { createNode, type TensorLinkNode } from '../p2p/node.ts';
+import { createNode, PEERS_TOPIC, type TensorLinkNode } from '../p2p/node.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { request, serveControl } from './control.ts';
 import { type Proximity, probe, serveProbes } from './proximity.ts';
@@ -25,6 +25,8 @@ export async function startWorker(options: {
   dataDir?: string;
   listen?: string[];
   memoryBytes?: number;
+  /** How the worker tells the swarm about itself: a direct request to its validator, gossip, or both (default). */
+  announceVia?: 'direct' | 'gossip' | 'both';
   onError?: (err: Error) => void;
 }): Promise<Worker> {
   const capabilities = measureCapabilities(options.memoryBytes);
@@ -36,15 +38,15 @@ export async function startWorker(options: {
   });
   await serveProbes(node);
   const validator = multiaddr(options.bootstrap);
+  const via = options.announceVia ?? 'both';
   const announce = async () => {
-    await request(node, validator, {
-      type: 'announce',
-      roles: ['worker'],
-      capabilities,
-      addrs: node.getMultiaddrs().map(String),
-      proximity,
-    });
+    const record = { roles: ['worker'], capabilities, addrs: node.getMultiaddrs().map(String), proximity };
+    if (via !== 'direct') {
+      await node.services.pubsub.publish(PEERS_TOPIC, new TextEncoder().encode(JSON.stringify(record)));
+    }
+    if (via !== 'gossip') await request(node, validator, { type: 'announce', ...record });
   };
+  if (via === 'gossip') await node.dial(validator, { signal: AbortSignal.timeout(10_000) });
   /** Measures round trip and bandwidth to every other worker the validator knows. */
   const measure = async () => {
     const status = await request(node, validator, { type: 'status' });

@@ -1,4 +1,5 @@
 import '../polyfills.ts';
+import { gossipsub } from '@libp2p/gossipsub';
 import { identify } from '@libp2p/identify';
 import { kadDHT, passthroughMapper } from '@libp2p/kad-dht';
 import type { Libp2p, PrivateKey } from '@libp2p/interface';
@@ -23,11 +24,15 @@ export type TensorLinkNode = Libp2p<{
   identify: ReturnType<ReturnType<typeof identify>>;
   ping: ReturnType<ReturnType<typeof ping>>;
   dht: ReturnType<ReturnType<typeof kadDHT>>;
+  pubsub: ReturnType<ReturnType<typeof gossipsub>>;
 }>;
+
+/** The gossip topic on which peers publish their records (capabilities, proximity). */
+export const PEERS_TOPIC = '/tensorlink/peers/1.0.0';
 
 /**
  * A libp2p node with TensorLink's stack: TCP, noise encryption, yamux multiplexing,
- * identify, ping and a Kademlia DHT (server mode, private addresses kept).
+ * identify, ping, a Kademlia DHT (server mode, private addresses kept) and gossipsub.
  */
 export async function createNode(options: NodeOptions = {}): Promise<TensorLinkNode> {
   const privateKey: PrivateKey | undefined = options.dataDir ? await loadOrCreateIdentity(options.dataDir) : undefined;
@@ -42,6 +47,8 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
       ping: ping(),
       // Loopback and LAN addresses are what a local or home swarm has: keep them (the default drops them).
       dht: kadDHT({ protocol: DHT_PROTOCOL, clientMode: false, peerInfoMapper: passthroughMapper }),
+      // A worker alone with its validator still publishes (the validator may not be in its mesh yet).
+      pubsub: gossipsub({ allowPublishToZeroTopicPeers: true, emitSelf: false }),
     },
   });
   return node as unknown as TensorLinkNode;
