@@ -44,3 +44,5 @@ export class InvalidMessageError extends errorClass('InvalidMessageError') {}
 export class PeerUnreachableError extends errorClass('PeerUnreachableError') {}
 /** A peer sent more messages than its rate allows; it is answered with this and not served. */
 export class RateLimitedError extends errorClass('RateLimitedError') {}
+/** A peer asked for something only another peer may do (e.g. drive a job it does not own). */
+export class UnauthorizedError extends errorClass('UnauthorizedError') {}

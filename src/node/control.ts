@@ -1,6 +1,6 @@
 import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
 import type { Multiaddr } from '@multiformats/multiaddr';
-import { InvalidMessageError, PeerUnreachableError, RateLimitedError, TensorLinkError } from '../errors.ts';
+import { InvalidMessageError, PeerUnreachableError, RateLimitedError, TensorLinkError, UnauthorizedError } from '../errors.ts';
 import { DIAL_TIMEOUT_MS, MAX_MESSAGES_PER_SECOND, REQUEST_TIMEOUT_MS } from '../p2p/constants.ts';
 import { encodeControl, type Frame } from '../p2p/frames.ts';
 import { receiveFrames } from '../p2p/stream.ts';
@@ -105,7 +105,10 @@ export async function request(
       stream.send(encodeControl({ ...message, id }));
     });
     if (reply.type === 'error') {
-      throw new InvalidMessageError(`${peer.toString()} refused the request: ${String(reply.message)}`, { details: reply });
+      const text = `${peer.toString()} refused the request: ${String(reply.message)}`;
+      if (reply.error === 'UnauthorizedError') throw new UnauthorizedError(text, { details: reply });
+      if (reply.error === 'RateLimitedError') throw new RateLimitedError(text, { details: reply });
+      throw new InvalidMessageError(text, { details: reply });
     }
     return reply;
   } finally {

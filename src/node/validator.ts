@@ -2,6 +2,7 @@ import type { PeerId } from '@libp2p/interface';
 import { InvalidMessageError } from '../errors.ts';
 import { createNode, PEERS_TOPIC, type TensorLinkNode } from '../p2p/node.ts';
 import { serveControl } from './control.ts';
+import { createLogger, type Logger } from './log.ts';
 import { type PeerRecord, parseAddrs, parseCapabilities, parseProximity, parseRoles } from './vocabulary.ts';
 
 /** A worker that has not announced itself for this long is dropped from the registry (it refreshes every 2 s). */
@@ -18,13 +19,19 @@ export interface Validator {
  * The validator: bootstrap peer and DHT server, keeper of the registry of workers (fed
  * by their announcements), answering `status` with the swarm's state.
  */
-export async function startValidator(options: { dataDir?: string; listen?: string[] } = {}): Promise<Validator> {
+export async function startValidator(options: { dataDir?: string; listen?: string[]; log?: Logger } = {}): Promise<Validator> {
   const node = await createNode(options);
+  const log = options.log ?? createLogger({ level: 'silent' });
   const registry = new Map<string, PeerRecord>();
   const started = Date.now();
   const peers = (): PeerRecord[] => {
     const now = Date.now();
-    for (const [id, r] of registry) if (now - r.lastSeen > PEER_TTL_MS) registry.delete(id);
+    for (const [id, r] of registry) {
+      if (now - r.lastSeen > PEER_TTL_MS) {
+        registry.delete(id);
+        log.info('peer-dropped', { remote: id, silentMs: now - r.lastSeen });
+      }
+    }
     const self: PeerRecord = {
       peerId: node.peerId.toString(),
       roles: ['validator'],
@@ -39,6 +46,7 @@ export async function startValidator(options: { dataDir?: string; listen?: strin
   const record = (m: Record<string, unknown>, from: PeerId) => {
     const roles = parseRoles(m.roles);
     if (roles.includes('validator')) throw new InvalidMessageError('a peer cannot announce itself as a validator');
+    if (!registry.has(from.toString())) log.info('peer-joined', { remote: from.toString(), roles });
     registry.set(from.toString(), {
       peerId: from.toString(),
       roles,
@@ -55,8 +63,8 @@ export async function startValidator(options: { dataDir?: string; listen?: strin
     if (msg.topic !== PEERS_TOPIC || msg.type !== 'signed' || msg.data.length > 64 * 1024) return;
     try {
       record(JSON.parse(new TextDecoder().decode(msg.data)) as Record<string, unknown>, msg.from);
-    } catch {
-      // untrusted input: ignore it, keep serving
+    } catch (err) {
+      log.warn('bad-gossip', { remote: msg.from.toString(), error: (err as Error).message }); // untrusted input: dropped
     }
   });
   await serveControl(node, {

@@ -2,6 +2,8 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { createNode, PEERS_TOPIC, type TensorLinkNode } from '../p2p/node.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { request, serveControl } from './control.ts';
+import { JobTable } from './jobs.ts';
+import { createLogger, type Logger } from './log.ts';
 import { type Proximity, probe, serveProbes } from './proximity.ts';
 import type { Capabilities, PeerRecord } from './vocabulary.ts';
 
@@ -27,14 +29,23 @@ export async function startWorker(options: {
   memoryBytes?: number;
   /** How the worker tells the swarm about itself: a direct request to its validator, gossip, or both (default). */
   announceVia?: 'direct' | 'gossip' | 'both';
-  onError?: (err: Error) => void;
+  log?: Logger;
 }): Promise<Worker> {
+  const log = options.log ?? createLogger({ level: 'silent' });
   const capabilities = measureCapabilities(options.memoryBytes);
   const node = await createNode(options);
   const proximity: Record<string, Proximity> = {};
+  const jobs = new JobTable();
   await serveControl(node, {
-    capabilities: () => ({ type: 'capabilities', capabilities }),
-    proximity: () => ({ type: 'proximity', proximity }),
+    'capabilities': () => ({ type: 'capabilities', capabilities }),
+    'proximity': () => ({ type: 'proximity', proximity }),
+    // Jobs: whoever opens one owns it; only the owner may drive or close it (the work itself comes with issue 5).
+    'open-job': (m, from) => ({ type: 'job-opened', jobId: jobs.open(m.jobId, from).jobId }),
+    'job-status': (m, from) => ({ type: 'job-status', job: jobs.authorize(m.jobId, from) }),
+    'close-job': (m, from) => {
+      jobs.close(m.jobId, from);
+      return { type: 'job-closed', jobId: m.jobId };
+    },
   });
   await serveProbes(node);
   const validator = multiaddr(options.bootstrap);
@@ -57,18 +68,18 @@ export async function startWorker(options: {
       try {
         proximity[peer.peerId] = await probe(node, addr.includes('/p2p/') ? addr : `${addr}/p2p/${peer.peerId}`);
       } catch (err) {
-        options.onError?.(err as Error);
+        log.debug('probe-failed', { remote: peer.peerId, error: (err as Error).message });
       }
     }
   };
   await announce();
   let stopped = false;
   const timer = setInterval(() => {
-    if (!stopped) announce().catch((err: Error) => options.onError?.(err));
+    if (!stopped) announce().catch((err: Error) => log.warn('announce-failed', { error: err.message }));
   }, ANNOUNCE_INTERVAL_MS);
-  const firstProbe = setTimeout(() => void measure().catch((err: Error) => options.onError?.(err)), ANNOUNCE_INTERVAL_MS);
+  const firstProbe = setTimeout(() => void measure().catch((err: Error) => log.debug('measure-failed', { error: err.message })), ANNOUNCE_INTERVAL_MS);
   const probeTimer = setInterval(() => {
-    if (!stopped) measure().catch((err: Error) => options.onError?.(err));
+    if (!stopped) measure().catch((err: Error) => log.debug('measure-failed', { error: err.message }));
   }, PROBE_INTERVAL_MS);
   return {
     node,

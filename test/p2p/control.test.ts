@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { CONTROL_PROTOCOL, type PeerRecord, request, startValidator, startWorker } from '../../src/node/index.ts';
+import { CONTROL_PROTOCOL, createLogger, type PeerRecord, request, startValidator, startWorker } from '../../src/node/index.ts';
 import { createNode, encodeControl, type Frame, MAX_MESSAGES_PER_SECOND, receiveFrames } from '../../src/p2p/index.ts';
 import { waitFor } from '../helpers/processes.ts';
 
@@ -63,5 +63,44 @@ describe('gossip', () => {
       await w.stop();
       await validator.stop();
     }
+  });
+});
+
+describe('job ownership and logs', () => {
+  test('only a job\'s owner may drive it on a worker', async () => {
+    const validator = await startValidator();
+    const worker = await startWorker({ bootstrap: validator.node.getMultiaddrs()[0].toString() });
+    const [owner, stranger] = await Promise.all([createNode(), createNode()]);
+    const addr = worker.node.getMultiaddrs()[0];
+    try {
+      assert.equal((await request(owner, addr, { type: 'open-job', jobId: 'job-1' })).type, 'job-opened');
+      assert.equal((await request(owner, addr, { type: 'job-status', jobId: 'job-1' })).type, 'job-status');
+      await assert.rejects(request(stranger, addr, { type: 'job-status', jobId: 'job-1' }), { name: 'UnauthorizedError' });
+      await assert.rejects(request(stranger, addr, { type: 'close-job', jobId: 'job-1' }), { name: 'UnauthorizedError' });
+      await assert.rejects(request(stranger, addr, { type: 'open-job', jobId: 'job-1' }), { name: 'UnauthorizedError' });
+      await assert.rejects(request(owner, addr, { type: 'open-job', jobId: '../etc' }), { name: 'InvalidMessageError' });
+      assert.equal((await request(owner, addr, { type: 'close-job', jobId: 'job-1' })).type, 'job-closed');
+    } finally {
+      await Promise.all([owner.stop(), stranger.stop(), worker.stop(), validator.stop()]);
+    }
+  });
+
+  test('logs are structured JSON lines and quiet by default', () => {
+    const lines: string[] = [];
+    const quiet = createLogger({ write: (l) => lines.push(l) });
+    quiet.info('peer-joined', { remote: 'x' });
+    assert.equal(lines.length, 0);
+    quiet.warn('announce-failed', { error: 'e' });
+    const verbose = createLogger({ level: 'info', peer: 'validator', write: (l) => lines.push(l) });
+    verbose.info('peer-joined', { remote: 'x' });
+    const parsed = lines.map((l) => JSON.parse(l));
+    assert.deepEqual(
+      parsed.map((p) => [p.level, p.event]),
+      [
+        ['warn', 'announce-failed'],
+        ['info', 'peer-joined'],
+      ],
+    );
+    assert.equal(parsed[1].peer, 'validator');
   });
 });

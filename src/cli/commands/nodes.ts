@@ -1,16 +1,17 @@
-import { localSwarm, request, startValidator, startWorker } from '../../node/index.ts';
+import { createLogger, isLogLevel, type LogLevel, localSwarm, request, startValidator, startWorker } from '../../node/index.ts';
 import type { PeerRecord } from '../../node/vocabulary.ts';
 import { createNode } from '../../p2p/node.ts';
 import { type Flags, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 
-export const validatorOptions = { listen: { type: 'string' }, data: { type: 'string' } } as const;
+export const validatorOptions = { 'listen': { type: 'string' }, 'data': { type: 'string' }, 'log-level': { type: 'string' } } as const;
 export const workerOptions = {
-  bootstrap: { type: 'string' },
-  memory: { type: 'string' },
-  data: { type: 'string' },
-  listen: { type: 'string' },
+  'bootstrap': { type: 'string' },
+  'memory': { type: 'string' },
+  'data': { type: 'string' },
+  'listen': { type: 'string' },
+  'log-level': { type: 'string' },
 } as const;
 export const statusOptions = { bootstrap: { type: 'string' } } as const;
 export const swarmOptions = { workers: { type: 'string' }, memory: { type: 'string' } } as const;
@@ -47,6 +48,12 @@ function runUntilSignal(stop: () => Promise<void>): Promise<void> {
   });
 }
 
+function logLevel(flags: Flags): LogLevel {
+  const raw = stringFlag(flags, 'log-level') ?? 'warn';
+  if (!isLogLevel(raw)) throw new UsageError('--log-level must be debug, info, warn, error or silent');
+  return raw;
+}
+
 function ready(peerId: string, addrs: string[]): void {
   process.stdout.write(`${JSON.stringify({ event: 'ready', peerId, addrs })}\n`);
 }
@@ -55,7 +62,8 @@ function ready(peerId: string, addrs: string[]): void {
 export async function validatorCommand(flags: Flags, out: Output): Promise<void> {
   const listen = stringFlag(flags, 'listen');
   if (listen) parseAddr(listen, 'listen');
-  const v = await startValidator({ dataDir: stringFlag(flags, 'data'), listen: listen ? [listen] : undefined });
+  const level = logLevel(flags);
+  const v = await startValidator({ dataDir: stringFlag(flags, 'data'), listen: listen ? [listen] : undefined, log: createLogger({ level, peer: 'validator' }) });
   const addrs = v.node.getMultiaddrs().map(String);
   ready(v.node.peerId.toString(), addrs);
   out.info(`validator ${v.node.peerId.toString()} listening on ${addrs.join(', ')}`);
@@ -73,7 +81,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
     dataDir: stringFlag(flags, 'data'),
     listen: listen ? [listen] : undefined,
     memoryBytes: memory ? parseBytes(memory) : undefined,
-    onError: (err) => out.info(`announce failed: ${err.message}`),
+    log: createLogger({ level: logLevel(flags), peer: 'worker' }),
   });
   const addrs = w.node.getMultiaddrs().map(String);
   ready(w.node.peerId.toString(), addrs);
