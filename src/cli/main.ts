@@ -35,9 +35,9 @@ commands:
         --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N] --local 0
       trains on this machine with progress, periodic evaluation and checkpoints (--resume continues one)
 
-  validator [--listen MULTIADDR] [--data DIR]
+  validator [--listen MULTIADDR] [--data DIR] [--log-level debug|info|warn|error]
       a bootstrap peer, DHT server and registry of workers; prints {"event":"ready",...} when up
-  worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--listen MULTIADDR]
+  worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--listen MULTIADDR] [--log-level L]
       lends this machine's compute: measures it, announces it and keeps announcing while alive
   status --bootstrap MULTIADDR
       the swarm as its validator sees it: peers, roles, capabilities, tiers, last seen
