@@ -46,3 +46,5 @@ export class PeerUnreachableError extends errorClass('PeerUnreachableError') {}
 export class RateLimitedError extends errorClass('RateLimitedError') {}
 /** A peer asked for something only another peer may do (e.g. drive a job it does not own). */
 export class UnauthorizedError extends errorClass('UnauthorizedError') {}
+/** No placement of a model fits the devices offered; the message says which layer and how much is short. */
+export class PlanInfeasibleError extends errorClass('PlanInfeasibleError') {}

@@ -18,3 +18,4 @@ export * from './tensor/index.ts';
 export * from './models/index.ts';
 export * from './data/index.ts';
 export * from './node/index.ts';
+export * from './plan/index.ts';
