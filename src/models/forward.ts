@@ -9,10 +9,16 @@ export function defaultPositions(batch: number, length: number, offset: number):
   return tensor(data, [batch, length], 'int32');
 }
 
-/** Runs ids [B, T] through every layer in order and returns the logits. */
+/**
+ * Runs the input through every layer in order: ids [B, T] when the first layer is the
+ * embedding, hidden states [B, T, H] otherwise (a section of a model).
+ */
 export function runLayers(layers: readonly ModelLayer[], ids: Tensor, options: ForwardOptions, maxPositions: number): Tensor {
-  if (ids.dtype !== 'int32' || ids.ndim !== 2) {
+  if (layers[0]?.kind === 'embedding' && (ids.dtype !== 'int32' || ids.ndim !== 2)) {
     throw new InvalidArgumentError(`token ids must be int32 [batch, time], got ${ids.dtype} [${ids.shape}]`);
+  }
+  if (layers[0]?.kind !== 'embedding' && ids.ndim !== 3) {
+    throw new InvalidArgumentError(`this section starts after the embedding: it takes hidden states [batch, time, hidden], got [${ids.shape}]`);
   }
   const [b, t] = ids.shape;
   const cache = options.cache ?? null;

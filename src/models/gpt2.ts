@@ -2,7 +2,7 @@ import { Embedding, LayerNorm, Module, ModuleList } from '../nn/index.ts';
 import { Generator, linear, ZeroGenerator, randn, type Tensor, zeros } from '../tensor/index.ts';
 import type { GPT2Config } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
-import type { CausalLM, ForwardContext, ForwardOptions, LayerProfile, ModelLayer } from './model.ts';
+import { type CausalLM, type ForwardContext, type ForwardOptions, type LayerProfile, type ModelLayer, type SectionParts, type SectionRange, sectionParts } from './model.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
 /** GPT-2 as Hugging Face's GPT2LMHeadModel: same module names, same numbers. */
@@ -83,16 +83,19 @@ export class GPT2Block extends Module {
 }
 
 class GPT2Transformer extends Module {
-  readonly wte: Embedding;
-  readonly wpe: Embedding;
+  readonly wte: Embedding | null;
+  readonly wpe: Embedding | null;
   readonly h: ModuleList<GPT2Block>;
-  readonly ln_f: LayerNorm;
-  constructor(c: GPT2Config, rng: Generator) {
+  readonly ln_f: LayerNorm | null;
+  constructor(c: GPT2Config, rng: Generator, parts: SectionParts) {
     super();
-    this.wte = this.addModule('wte', new Embedding(c.vocabSize, c.hidden, { rng, std: c.initializerRange }));
-    this.wpe = this.addModule('wpe', new Embedding(c.maxPositions, c.hidden, { rng, std: c.initializerRange }));
-    this.h = this.addModule('h', new ModuleList(Array.from({ length: c.layers }, () => new GPT2Block(c, rng))));
-    this.ln_f = this.addModule('ln_f', new LayerNorm(c.hidden, c.normEps));
+    const std = c.initializerRange;
+    this.wte = parts.tokenTable ? this.addModule('wte', new Embedding(c.vocabSize, c.hidden, { rng, std })) : null;
+    this.wpe = parts.embedding ? this.addModule('wpe', new Embedding(c.maxPositions, c.hidden, { rng, std })) : null;
+    const [first, last] = parts.blocks;
+    const blocks = Array.from({ length: last - first }, () => new GPT2Block(c, rng));
+    this.h = this.addModule('h', new ModuleList(blocks, first));
+    this.ln_f = parts.norm ? this.addModule('ln_f', new LayerNorm(c.hidden, c.normEps)) : null;
   }
 }
 
@@ -106,65 +109,77 @@ class LMHead extends Module {
 
 export class GPT2 extends Module implements CausalLM {
   readonly transformer: GPT2Transformer;
-  /** The untied head (null when the head is the token embedding, as in GPT-2). */
+  /** The untied head (null when the head is the token embedding, as in GPT-2, or not in this section). */
   readonly lm_head: LMHead | null;
   readonly layers: readonly ModelLayer[];
+  readonly section: SectionRange;
   tokenizer: Tokenizer | null = null;
 
+  /**
+   * @param options.section build only layers [start, end) (0 = embedding, 1..L blocks,
+   * L + 1 final norm, L + 2 head), without initialising them: a worker's part, loaded after.
+   */
   constructor(
     readonly config: GPT2Config,
-    options: { seed?: number; init?: boolean } = {},
+    options: { seed?: number; init?: boolean; section?: SectionRange } = {},
   ) {
     super();
-    const rng = options.init === false ? new ZeroGenerator() : new Generator(options.seed ?? 0);
-    this.transformer = this.addModule('transformer', new GPT2Transformer(config, rng));
-    this.lm_head = config.tieWordEmbeddings ? null : this.addModule('lm_head', new LMHead(config, rng));
-    this.layers = this.buildLayers();
+    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
+    this.section = options.section ?? [0, config.layers + 3];
+    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    this.transformer = this.addModule('transformer', new GPT2Transformer(config, rng, parts));
+    this.lm_head = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', new LMHead(config, rng)) : null;
+    this.layers = this.buildLayers().slice(this.section[0], this.section[1]);
   }
 
   private buildLayers(): ModelLayer[] {
     const c = this.config;
     const t = this.transformer;
     const h = c.hidden;
-    const perToken = (params: number, extra = 0) => 2 * params + extra;
-    const profile = (params: number, flops: number, out: number, attn = 0, kv = 0): (() => LayerProfile) => () => ({
-      params,
-      bytes: 4 * params,
-      flopsPerToken: flops,
-      attentionFlopsPerContextToken: attn,
-      activationBytesPerToken: 4 * out,
-      kvBytesPerToken: kv,
-    });
-    const blockParams = t.h.at(0).numParameters();
-    const headWeight = () => this.lm_head?.weight ?? t.wte.weight;
-    const headName = this.lm_head ? 'lm_head.weight' : 'transformer.wte.weight';
-    const layers: ModelLayer[] = [
+    const profile = (params: () => number, flops: (p: number) => number, out: number, attn = 0, kv = 0): (() => LayerProfile) => () => {
+      const p = params();
+      return {
+        params: p,
+        bytes: 4 * p,
+        flopsPerToken: flops(p),
+        attentionFlopsPerContextToken: attn,
+        activationBytesPerToken: 4 * out,
+        kvBytesPerToken: kv,
+      };
+    };
+    // the sizes of a block, from the config (a section may hold none to count)
+    const inner = c.intermediate;
+    // 2 layer norms, c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj (weights and biases)
+    const blockParams = () => 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * inner + inner) + (inner * h + h);
+    const headWeight = () => this.lm_head?.weight ?? t.wte!.weight;
+    const headName = c.tieWordEmbeddings ? 'transformer.wte.weight' : 'lm_head.weight';
+    return [
       {
         name: 'transformer.embeddings',
         kind: 'embedding',
         blockIndex: -1,
         namedParameters: () => [
-          ['transformer.wte.weight', t.wte.weight],
-          ['transformer.wpe.weight', t.wpe.weight],
+          ['transformer.wte.weight', t.wte!.weight],
+          ['transformer.wpe.weight', t.wpe!.weight],
         ],
-        forward: (ids, ctx) => t.wte.forward(ids).add(t.wpe.forward(ctx.positions)),
-        profile: profile(t.wte.weight.size + t.wpe.weight.size, h, h),
+        forward: (ids, ctx) => t.wte!.forward(ids).add(t.wpe!.forward(ctx.positions)),
+        profile: profile(() => (c.vocabSize + c.maxPositions) * h, () => h, h),
       },
       ...Array.from({ length: c.layers }, (_, i): ModelLayer => ({
         name: `transformer.h.${i}`,
         kind: 'block',
         blockIndex: i,
-        namedParameters: () => [...t.h.at(i).namedParameters(`transformer.h.${i}`)],
-        forward: (x, ctx) => t.h.at(i).forward(x, ctx, i),
-        profile: profile(blockParams, perToken(blockParams), h, 4 * h, 2 * 4 * h),
+        namedParameters: () => [...t.h.byIndex(i).namedParameters(`transformer.h.${i}`)],
+        forward: (x, ctx) => t.h.byIndex(i).forward(x, ctx, i),
+        profile: profile(blockParams, (p) => 2 * p, h, 4 * h, 2 * 4 * h),
       })),
       {
         name: 'transformer.ln_f',
         kind: 'norm',
         blockIndex: -1,
-        namedParameters: () => [...t.ln_f.namedParameters('transformer.ln_f')],
-        forward: (x) => t.ln_f.forward(x),
-        profile: profile(2 * h, 8 * h, h),
+        namedParameters: () => [...t.ln_f!.namedParameters('transformer.ln_f')],
+        forward: (x) => t.ln_f!.forward(x),
+        profile: profile(() => 2 * h, () => 8 * h, h),
       },
       {
         name: 'lm_head',
@@ -172,10 +187,9 @@ export class GPT2 extends Module implements CausalLM {
         blockIndex: -1,
         namedParameters: () => [[headName, headWeight()]],
         forward: (x) => linear(x, headWeight()),
-        profile: profile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
+        profile: profile(() => c.vocabSize * h, () => 2 * c.vocabSize * h, c.vocabSize),
       },
     ];
-    return layers;
   }
 
   forward(ids: Tensor, options: ForwardOptions = {}): Tensor {

@@ -14,7 +14,7 @@ import { HFTokenizer } from './tokenizer.ts';
  * @example
  * const model = createModel(gpt2Config({ layers: 2, hidden: 64, heads: 4, vocabSize: 257 }), { seed: 1 })
  */
-export function createModel(config: ModelConfig, options: { seed?: number; init?: boolean } = {}): CausalLM {
+export function createModel(config: ModelConfig, options: { seed?: number; init?: boolean; section?: [number, number] } = {}): CausalLM {
   validateConfig(config);
   return config.arch === 'gpt2' ? new GPT2(config, options) : new Llama(config, options);
 }

@@ -11,6 +11,7 @@ export {
 export { GPT2 } from './gpt2.ts';
 export { Llama, rotaryTables } from './llama.ts';
 export { createModel, loadModel, saveModel } from './hf.ts';
+export { type SectionParts, type SectionRange, sectionParts } from './model.ts';
 export {
   type CausalLM,
   type ForwardContext,

@@ -2,7 +2,7 @@ import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
 import { Generator, linear, ZeroGenerator, randn, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
-import type { CausalLM, ForwardContext, ForwardOptions, LayerProfile, ModelLayer } from './model.ts';
+import { type CausalLM, type ForwardContext, type ForwardOptions, type LayerProfile, type ModelLayer, type SectionParts, type SectionRange, sectionParts } from './model.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
 /** Llama as Hugging Face's LlamaForCausalLM (and Mistral/Qwen2, which reduce to it). */
@@ -111,15 +111,16 @@ export class LlamaDecoderLayer extends Module {
 }
 
 class LlamaModel extends Module {
-  readonly embed_tokens: Embedding;
+  readonly embed_tokens: Embedding | null;
   readonly layers: ModuleList<LlamaDecoderLayer>;
-  readonly norm: RMSNorm;
-  constructor(c: LlamaConfig, rng: Generator) {
+  readonly norm: RMSNorm | null;
+  constructor(c: LlamaConfig, rng: Generator, parts: SectionParts) {
     super();
-    this.embed_tokens = this.addModule('embed_tokens', new Embedding(c.vocabSize, c.hidden, { rng }));
-    normalInit(this.embed_tokens, c.initializerRange, rng);
-    this.layers = this.addModule('layers', new ModuleList(Array.from({ length: c.layers }, () => new LlamaDecoderLayer(c, rng))));
-    this.norm = this.addModule('norm', new RMSNorm(c.hidden, c.normEps));
+    this.embed_tokens = parts.tokenTable ? this.addModule('embed_tokens', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
+    if (this.embed_tokens) normalInit(this.embed_tokens, c.initializerRange, rng);
+    const [first, last] = parts.blocks;
+    this.layers = this.addModule('layers', new ModuleList(Array.from({ length: last - first }, () => new LlamaDecoderLayer(c, rng)), first));
+    this.norm = parts.norm ? this.addModule('norm', new RMSNorm(c.hidden, c.normEps)) : null;
   }
 }
 
@@ -127,17 +128,22 @@ export class Llama extends Module implements CausalLM {
   readonly model: LlamaModel;
   readonly lm_head: Linear | null;
   readonly layers: readonly ModelLayer[];
+  readonly section: SectionRange;
   tokenizer: Tokenizer | null = null;
 
+  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
   constructor(
     readonly config: LlamaConfig,
-    options: { seed?: number; init?: boolean } = {},
+    options: { seed?: number; init?: boolean; section?: SectionRange } = {},
   ) {
     super();
-    const rng = options.init === false ? new ZeroGenerator() : new Generator(options.seed ?? 0);
-    this.model = this.addModule('model', new LlamaModel(config, rng));
-    this.lm_head = config.tieWordEmbeddings ? null : this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng));
-    this.layers = this.buildLayers();
+    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
+    this.section = options.section ?? [0, config.layers + 3];
+    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    this.model = this.addModule('model', new LlamaModel(config, rng, parts));
+    this.lm_head
+      = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
+    this.layers = this.buildLayers().slice(this.section[0], this.section[1]);
   }
 
   private buildLayers(): ModelLayer[] {
@@ -152,32 +158,36 @@ export class Llama extends Module implements CausalLM {
       activationBytesPerToken: 4 * out,
       kvBytesPerToken: kv,
     });
-    const blockParams = m.layers.at(0).numParameters();
-    const headWeight = () => this.lm_head?.weight ?? m.embed_tokens.weight;
-    const headName = this.lm_head ? 'lm_head.weight' : 'model.embed_tokens.weight';
+    // the sizes of a block, from the config (a section may hold none to count)
+    const q = c.heads * c.headDim;
+    const kv = c.kvHeads * c.headDim;
+    const blockParams
+      = 2 * h + h * q + 2 * h * kv + q * h + (c.qkvBias ? q + 2 * kv : 0) + (c.oBias ? h : 0) + 3 * h * c.intermediate;
+    const headWeight = () => this.lm_head?.weight ?? m.embed_tokens!.weight;
+    const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
     return [
       {
         name: 'model.embed_tokens',
         kind: 'embedding',
         blockIndex: -1,
-        namedParameters: () => [['model.embed_tokens.weight', m.embed_tokens.weight]],
-        forward: (ids) => m.embed_tokens.forward(ids),
-        profile: profile(m.embed_tokens.weight.size, 0, h),
+        namedParameters: () => [['model.embed_tokens.weight', m.embed_tokens!.weight]],
+        forward: (ids) => m.embed_tokens!.forward(ids),
+        profile: profile(c.vocabSize * h, 0, h),
       },
       ...Array.from({ length: c.layers }, (_, i): ModelLayer => ({
         name: `model.layers.${i}`,
         kind: 'block',
         blockIndex: i,
-        namedParameters: () => [...m.layers.at(i).namedParameters(`model.layers.${i}`)],
-        forward: (x, ctx) => m.layers.at(i).forward(x, ctx, i),
+        namedParameters: () => [...m.layers.byIndex(i).namedParameters(`model.layers.${i}`)],
+        forward: (x, ctx) => m.layers.byIndex(i).forward(x, ctx, i),
         profile: profile(blockParams, 2 * blockParams, h, 4 * c.heads * c.headDim, 2 * 4 * c.kvHeads * c.headDim),
       })),
       {
         name: 'model.norm',
         kind: 'norm',
         blockIndex: -1,
-        namedParameters: () => [['model.norm.weight', m.norm.weight]],
-        forward: (x) => m.norm.forward(x),
+        namedParameters: () => [['model.norm.weight', m.norm!.weight]],
+        forward: (x) => m.norm!.forward(x),
         profile: profile(h, 4 * h, h),
       },
       {

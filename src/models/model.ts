@@ -1,3 +1,4 @@
+import { InvalidArgumentError } from '../errors.ts';
 import type { Module } from '../nn/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import type { ModelConfig } from './config.ts';
@@ -20,9 +21,10 @@ export class KVCache {
     this.layers = new Array<LayerCache | null>(layers).fill(null);
   }
 
-  /** Tokens already cached (the same for every layer). */
+  /** Tokens already cached (the same for every layer this cache holds; a section holds some). */
   get length(): number {
-    return this.layers[0]?.k.shape[2] ?? 0;
+    for (const entry of this.layers) if (entry) return entry.k.shape[2];
+    return 0;
   }
 }
 
@@ -70,11 +72,16 @@ export interface ModelLayer {
 /** A causal language model: a Module whose forward is a fold over its layers. */
 export interface CausalLM extends Module {
   readonly config: ModelConfig;
+  /** The part of the model this object holds (the whole model unless built as a section). */
+  readonly section: SectionRange;
   /** The layers in order: embedding, blocks, final norm, head. */
   readonly layers: readonly ModelLayer[];
   tokenizer: Tokenizer | null;
-  /** Logits [B, T, V] for ids [B, T]. */
-  forward(ids: Tensor, options?: ForwardOptions): Tensor;
+  /**
+   * Runs this object's layers: logits [B, T, V] for ids [B, T] on a whole model; on a section,
+   * whatever its first layer takes (ids or hidden states [B, T, H]) to what its last gives.
+   */
+  forward(input: Tensor, options?: ForwardOptions): Tensor;
   /** The tensors a Hugging Face checkpoint holds, under its names. */
   hfStateDict(): Map<string, Tensor>;
 }
@@ -85,4 +92,37 @@ export interface ForwardOptions {
   keyMask?: Tensor | null;
   /** int32 [B, T]; default: cache length + 0, 1, 2, ... */
   positions?: Tensor | null;
+}
+
+/**
+ * A section of a model: layers [start, end) of its layer list, where 0 is the embedding,
+ * 1..L the blocks, L + 1 the final norm and L + 2 the head. A worker builds only its section.
+ */
+export type SectionRange = [start: number, end: number];
+
+export interface SectionParts {
+  embedding: boolean;
+  /** Blocks [first, last) by block index. */
+  blocks: [number, number];
+  norm: boolean;
+  head: boolean;
+  /** The token table is needed by the embedding, and by a tied head. */
+  tokenTable: boolean;
+}
+
+export function sectionParts(blocks: number, range: SectionRange | undefined, tied: boolean): SectionParts {
+  const total = blocks + 3;
+  const [start, end] = range ?? [0, total];
+  if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end > total || start >= end) {
+    throw new InvalidArgumentError(`section [${start}, ${end}) is not within the model's ${total} layers`);
+  }
+  const head = end === total;
+  const embedding = start === 0;
+  return {
+    embedding,
+    blocks: [Math.min(blocks, Math.max(0, start - 1)), Math.max(0, Math.min(blocks, end - 1))],
+    norm: start <= blocks + 1 && end > blocks + 1,
+    head,
+    tokenTable: embedding || (head && tied),
+  };
 }

@@ -126,14 +126,26 @@ export class Module {
 export class ModuleList<M extends Module = Module> extends Module {
   private readonly items: M[] = [];
 
-  constructor(modules: M[] = []) {
+  /**
+   * @param firstIndex the name of the first module (a section of a model holds blocks
+   * 4..7 under their checkpoint names h.4..h.7)
+   */
+  constructor(
+    modules: M[] = [],
+    readonly firstIndex = 0,
+  ) {
     super();
     for (const m of modules) this.push(m);
   }
 
   push(module: M): void {
-    this.addModule(String(this.items.length), module);
+    this.addModule(String(this.firstIndex + this.items.length), module);
     this.items.push(module);
+  }
+
+  /** The module named `index` (its index in the whole model). */
+  byIndex(index: number): M {
+    return this.at(index - this.firstIndex);
   }
 
   at(i: number): M {
