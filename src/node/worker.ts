@@ -3,6 +3,7 @@ import { createNode, PEERS_TOPIC, type TensorLinkNode } from '../p2p/node.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { request, serveControl } from './control.ts';
 import { JobTable } from './jobs.ts';
+import { serveStages } from './stage.ts';
 import { createLogger, type Logger } from './log.ts';
 import { type Proximity, probe, serveProbes } from './proximity.ts';
 import type { Capabilities, PeerRecord } from './vocabulary.ts';
@@ -48,6 +49,7 @@ export async function startWorker(options: {
     },
   });
   await serveProbes(node);
+  await serveStages(node, jobs, capabilities.memoryBytes);
   const validator = multiaddr(options.bootstrap);
   const via = options.announceVia ?? 'both';
   const announce = async () => {

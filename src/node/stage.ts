@@ -1,0 +1,139 @@
+import { createHash } from 'node:crypto';
+import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
+import { InvalidArgumentError, InvalidMessageError, TensorLinkError } from '../errors.ts';
+import { configFromHF, createModel, type CausalLM, KVCache } from '../models/index.ts';
+import { encodeControl, encodeTensor, type Frame, type WireTensor } from '../p2p/frames.ts';
+import { receiveFrames, sendParts } from '../p2p/stream.ts';
+import { noGrad } from '../tensor/index.ts';
+import type { JobTable } from './jobs.ts';
+import { obj } from './vocabulary.ts';
+import { fromWire, toWire } from './wire-tensor.ts';
+
+/**
+ * The stage protocol: a job's owner loads a section of a model onto a worker and runs
+ * it, one long-lived stream per job. A request is a control frame {id, type, ...} followed
+ * by the tensor frames it announces (requestId = id); answers carry the same id.
+ *   load:    {jobId, config (HF config.json), section: [start, end], weights: [{name, sha256}]}
+ *            + one tensor per weight; each is hash-checked, the section must fit the memory offered.
+ *   forward: {jobId, sessionId, tensors: 2|3} + input (ids or hidden), positions, [key mask];
+ *            the worker keeps the session's KV cache and answers with the output tensor.
+ *   close:   {jobId, sessionId} frees the session's cache.
+ */
+export const STAGE_PROTOCOL = '/tensorlink/stage/1.0.0';
+
+/** Sessions a job may keep open on a worker. */
+export const MAX_SESSIONS_PER_JOB = 256;
+
+interface Pending {
+  header: Record<string, unknown>;
+  expected: number;
+  tensors: WireTensor[];
+}
+
+export function sha256(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: number): Promise<void> {
+  const sections = new Map<string, { model: CausalLM; sessions: Map<string, KVCache> }>();
+  await node.handle(STAGE_PROTOCOL, (stream: Stream, connection) => {
+    const from = connection.remotePeer;
+    let pending: Pending | null = null;
+    const fail = (id: unknown, err: unknown) => {
+      const e = err instanceof TensorLinkError ? err : new TensorLinkError((err as Error).message);
+      try {
+        stream.send(encodeControl({ id, type: 'error', error: e.name, message: e.message }));
+      } catch {
+        // stream gone
+      }
+    };
+    const run = async (p: Pending) => {
+      const { header } = p;
+      try {
+        const reply = await handle(header, p.tensors, from);
+        if (reply.kind === 'tensor') await sendParts(stream, encodeTensor(reply.tensor));
+        else stream.send(encodeControl({ ...reply.message, id: header.id }));
+      } catch (err) {
+        fail(header.id, err);
+      }
+    };
+    const handle = async (
+      h: Record<string, unknown>,
+      tensors: WireTensor[],
+      peer: PeerId,
+    ): Promise<{ kind: 'tensor'; tensor: WireTensor } | { kind: 'control'; message: Record<string, unknown> }> => {
+      const job = jobs.authorize(h.jobId, peer);
+      if (h.type === 'load') {
+        const config = configFromHF(obj(h.config, 'config'));
+        const range = h.section;
+        if (!Array.isArray(range) || range.length !== 2 || !range.every(Number.isInteger)) throw new InvalidMessageError('section must be [start, end]');
+        const model = createModel(config, { section: [range[0], range[1]] });
+        const own = model.hfStateDict();
+        let bytes = 0;
+        for (const t of own.values()) bytes += t.size * 4;
+        if (bytes > memoryBytes) throw new InvalidArgumentError(`the section needs ${bytes} bytes, this worker offers ${memoryBytes}`);
+        const listed = h.weights;
+        if (!Array.isArray(listed) || listed.length !== tensors.length) throw new InvalidMessageError('weights must list one entry per tensor sent');
+        const loaded = new Map<string, ReturnType<typeof fromWire>>();
+        listed.forEach((entry, i) => {
+          const e = obj(entry, 'weight');
+          if (typeof e.name !== 'string' || !own.has(e.name)) throw new InvalidMessageError(`'${String(e.name)}' is not a weight of this section`);
+          if (e.sha256 !== sha256(tensors[i].bytes)) throw new InvalidMessageError(`'${e.name}' does not match its hash`);
+          loaded.set(e.name, fromWire(tensors[i]));
+        });
+        model.loadStateDict(loaded);
+        sections.set(job.jobId, { model, sessions: new Map() });
+        return { kind: 'control', message: { type: 'loaded', params: model.numParameters() } };
+      }
+      const section = sections.get(job.jobId);
+      if (!section) throw new InvalidMessageError(`job ${job.jobId} has no section loaded`);
+      const sessionId = h.sessionId;
+      if (typeof sessionId !== 'string' || sessionId.length > 64) throw new InvalidMessageError('sessionId must be a short string');
+      if (h.type === 'close') {
+        section.sessions.delete(sessionId);
+        return { kind: 'control', message: { type: 'closed' } };
+      }
+      if (h.type === 'forward') {
+        let cache = section.sessions.get(sessionId);
+        if (!cache) {
+          if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
+          cache = new KVCache(section.model.config.layers);
+          section.sessions.set(sessionId, cache);
+        }
+        const [input, positions, keyMask] = tensors.map(fromWire);
+        const out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
+        return { kind: 'tensor', tensor: toWire(out, h.id as number) };
+      }
+      throw new InvalidMessageError(`unknown stage request '${String(h.type)}'`);
+    };
+    receiveFrames(stream, (frame: Frame) => {
+      if (frame.kind === 'control') {
+        try {
+          const header = obj(frame.message, 'request');
+          if (typeof header.id !== 'number') throw new InvalidMessageError('request id must be a number');
+          const expected = header.type === 'load' ? (Array.isArray(header.weights) ? header.weights.length : 0) : Number(header.tensors ?? 0);
+          if (!Number.isInteger(expected) || expected < 0 || expected > 4096) throw new InvalidMessageError('bad tensor count');
+          pending = { header, expected, tensors: [] };
+          if (expected === 0) {
+            const p = pending;
+            pending = null;
+            void run(p);
+          }
+        } catch (err) {
+          fail((frame.message as { id?: unknown })?.id ?? null, err);
+        }
+        return;
+      }
+      const p = pending;
+      if (!p || frame.tensor.requestId !== p.header.id) {
+        fail(frame.tensor.requestId, new InvalidMessageError('a tensor arrived without its request'));
+        return;
+      }
+      p.tensors.push(frame.tensor);
+      if (p.tensors.length === p.expected) {
+        pending = null;
+        void run(p);
+      }
+    });
+  });
+}

@@ -1,0 +1,23 @@
+import { InvalidMessageError } from '../errors.ts';
+import type { WireTensor } from '../p2p/frames.ts';
+import { Tensor } from '../tensor/index.ts';
+
+/** Tensor ↔ wire frame, the one place where the network meets the engine. */
+export function toWire(t: Tensor, requestId: number): WireTensor {
+  const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+  return { requestId, dtype: t.dtype, shape: [...t.shape], bytes };
+}
+
+export function fromWire(w: WireTensor): Tensor {
+  const copy = w.bytes.slice(); // aligned, and no longer tied to the receive buffer
+  switch (w.dtype) {
+    case 'float32':
+      return new Tensor(new Float32Array(copy.buffer), w.shape);
+    case 'float64':
+      return new Tensor(new Float64Array(copy.buffer), w.shape);
+    case 'int32':
+      return new Tensor(new Int32Array(copy.buffer), w.shape);
+    default:
+      throw new InvalidMessageError(`${w.dtype} tensors are storage only; send float32, float64 or int32`);
+  }
+}

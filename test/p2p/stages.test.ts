@@ -1,0 +1,81 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import {
+  type CausalLM,
+  configToHF,
+  createModel,
+  generate,
+  generateWith,
+  gpt2Config,
+  llamaConfig,
+  type StepModel,
+} from '../../src/models/index.ts';
+import { RemoteStage, startValidator, startWorker } from '../../src/node/index.ts';
+import { createNode } from '../../src/p2p/index.ts';
+import { noGrad, setBackend, type Tensor, tensor } from '../../src/tensor/index.ts';
+
+const tensorOf = (ids: number[]) => tensor(ids, [1, ids.length], 'int32');
+
+/** The user keeps the embedding and the head; the blocks run on two workers, in a chain. */
+async function distributed(model: CausalLM, stages: RemoteStage[], cuts: number[], sessionId: string): Promise<StepModel> {
+  const config = model.config;
+  const state = model.hfStateDict();
+  const total = config.layers + 3;
+  const head = createModel(config, { section: [config.layers + 1, total] });
+  head.loadStateDict(new Map([...head.hfStateDict().keys()].map((k) => [k, state.get(k)!])));
+  const embed = createModel(config, { section: [0, 1] });
+  embed.loadStateDict(new Map([...embed.hfStateDict().keys()].map((k) => [k, state.get(k)!])));
+  for (let i = 0; i < stages.length; i++) {
+    const part = createModel(config, { section: [cuts[i], cuts[i + 1]] });
+    const weights = new Map([...part.hfStateDict().keys()].map((k) => [k, state.get(k)!]));
+    await stages[i].load(configToHF(config), [cuts[i], cuts[i + 1]], weights);
+  }
+  return {
+    maxPositions: config.maxPositions,
+    eosTokenId: null,
+    step: async (ids, options) => {
+      const positions = options.positions!;
+      let h: Tensor = noGrad(() => embed.forward(ids, { positions }));
+      for (const s of stages) h = await s.forward(sessionId, h, positions, options.keyMask ?? null);
+      return noGrad(() => head.forward(h, { positions }));
+    },
+  };
+}
+
+describe('distributed inference over libp2p (sections on workers)', () => {
+  setBackend('js');
+  for (const config of [
+    gpt2Config({ vocabSize: 50, hidden: 32, layers: 4, heads: 4, maxPositions: 64 }),
+    llamaConfig({ vocabSize: 50, hidden: 32, layers: 4, heads: 4, kvHeads: 2, intermediate: 48, maxPositions: 64 }),
+  ]) {
+    test(`${config.arch}: greedy generation across two workers equals local generation, token for token`, async () => {
+      const validator = await startValidator();
+      const boot = validator.node.getMultiaddrs()[0].toString();
+      const workers = await Promise.all([startWorker({ bootstrap: boot }), startWorker({ bootstrap: boot })]);
+      const user = await createNode();
+      try {
+        const model = createModel(config, { seed: 11 });
+        const stages = await Promise.all(workers.map((w) => RemoteStage.open(user, w.node.getMultiaddrs()[0], 'job-a')));
+        const step = await distributed(model, stages, [1, 3, config.layers + 1], 's1');
+        const prompts = [[4, 8, 15, 16], [23, 42]];
+        const remote = await generateWith(step, prompts, { maxNewTokens: 10, stopTokens: [] });
+        for (let i = 0; i < prompts.length; i++) {
+          const local = await generate(model, prompts[i], { maxNewTokens: 10, stopTokens: [] });
+          assert.deepEqual(remote[i], local.tokens, `prompt ${i}`);
+        }
+        // another peer can neither take over this job nor use its sections from a job of its own
+        const intruder = await createNode();
+        await assert.rejects(RemoteStage.open(intruder, workers[0].node.getMultiaddrs()[0], 'job-a'), { name: 'UnauthorizedError' });
+        const own = await RemoteStage.open(intruder, workers[0].node.getMultiaddrs()[0], 'job-b');
+        const h = noGrad(() => model.forward(tensorOf([1, 2])));
+        await assert.rejects(own.forward('s1', h, tensorOf([0, 1]), null), { name: 'InvalidMessageError', message: /no section loaded/ });
+        await intruder.stop();
+        await Promise.all(stages.map((s) => s.closeSession('s1')));
+      } finally {
+        await user.stop();
+        await Promise.all(workers.map((w) => w.stop()));
+        await validator.stop();
+      }
+    });
+  }
+});
