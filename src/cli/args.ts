@@ -43,6 +43,18 @@ export function requiredString(flags: Flags, name: string): string {
   return v;
 }
 
+/** Where a command runs: this process (--local 0), a local swarm of N workers, or an existing swarm. */
+export type Placement = { kind: 'local' } | { kind: 'swarm'; workers: number } | { kind: 'remote'; bootstrap: string };
+
+export function placement(flags: Flags): Placement {
+  const bootstrap = stringFlag(flags, 'bootstrap');
+  const local = flags.local === undefined ? undefined : intFlag(flags, 'local', 0, 0);
+  if (bootstrap !== undefined && local !== undefined) throw new UsageError('give either --local N or --bootstrap MULTIADDR, not both');
+  if (bootstrap !== undefined) return { kind: 'remote', bootstrap };
+  if (local === undefined || local === 0) return { kind: 'local' };
+  return { kind: 'swarm', workers: local };
+}
+
 /** --local N (workers on this machine; 0 = no network) or --bootstrap ADDR. Only --local 0 runs today. */
 export function requireLocalZero(flags: Flags, command: string): void {
   if (flags.bootstrap !== undefined) {

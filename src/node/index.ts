@@ -10,3 +10,4 @@ export { createLogger, isLogLevel, type Logger, type LogLevel } from './log.ts';
 export { MAX_SESSIONS_PER_JOB, serveStages, sha256, STAGE_PROTOCOL } from './stage.ts';
 export { RemoteStage } from './remote-stage.ts';
 export { fromWire, toWire } from './wire-tensor.ts';
+export { distribute, type DistributeOptions, type DistributedModel } from './distributed.ts';

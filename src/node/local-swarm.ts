@@ -65,7 +65,10 @@ export async function localSwarm(options: {
   timeoutMs?: number;
   /** Stop the swarm and exit on SIGINT/SIGTERM (default); off when the caller handles signals itself. */
   handleSignals?: boolean;
+  /** The compute backend of every node (default: each node's own default). */
+  backend?: 'js' | 'ort';
 }): Promise<LocalSwarm> {
+  const extra = options.backend ? ['--backend', options.backend] : [];
   const timeoutMs = options.timeoutMs ?? 60_000;
   const dir = mkdtempSync(join(tmpdir(), 'tensorlink-swarm-'));
   const peers: LocalPeer[] = [];
@@ -104,12 +107,12 @@ export async function localSwarm(options: {
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const validator = await launch('validator', ['--data', join(dir, 'validator')], timeoutMs);
+    const validator = await launch('validator', ['--data', join(dir, 'validator'), ...extra], timeoutMs);
     peers.push(validator);
     const bootstrap = validator.addrs[0];
     const workers = await Promise.all(
       Array.from({ length: options.workers }, (_, i) =>
-        launch('worker', ['--bootstrap', bootstrap, '--data', join(dir, `worker-${i}`), ...(options.memory ? ['--memory', options.memory] : [])], timeoutMs),
+        launch('worker', ['--bootstrap', bootstrap, '--data', join(dir, `worker-${i}`), ...(options.memory ? ['--memory', options.memory] : []), ...extra], timeoutMs),
       ),
     );
     peers.push(...workers);

@@ -41,6 +41,16 @@ describe('init-model, generate and train on one machine', () => {
     assert.ok(human.stdout.length > 0);
   });
 
+  test('generate --local 3 (a local swarm) gives the tokens of --local 0, with each strategy', () => {
+    const base = ['generate', '--model', model, '--prompt', '12+', '--max-new-tokens', '5', '--backend', 'js', '--json'];
+    const local = cli(...base, '--local', '0').json();
+    for (const strategy of ['layer-aware', 'parameter-balanced', 'ring-memory-weighted']) {
+      const r = cli(...base, '--local', '3', '--strategy', strategy);
+      assert.equal(r.code, 0, r.stderr);
+      assert.deepEqual(r.json().tokens, local.tokens, strategy);
+    }
+  });
+
   test('train saves checkpoints and --resume continues exactly where it stopped', () => {
     const common = ['train', '--model', model, '--task', 'addition', '--batch', '8', '--lr', '0.003', '--backend', 'js', '--json'];
     const straight = cli(...common, '--steps', '6', '--eval-every', '3', '--eval-size', '4').json();
@@ -72,7 +82,7 @@ describe('init-model, generate and train on one machine', () => {
       ['train', '--model', model, '--steps', '2'],
       ['train', '--model', join(root, 'missing'), '--task', 'addition', '--steps', '2'],
       ['train', '--model', model, '--task', 'algebra', '--steps', '2'],
-      ['generate', '--model', model, '--prompt', 'x', '--bootstrap', '/ip4/127.0.0.1/tcp/1'],
+      ['generate', '--model', model, '--prompt', 'x', '--bootstrap', '/ip4/127.0.0.1/tcp/1/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA'],
       ['init-model', '--arch', 'rnn', '--out', join(root, 'x')],
     ]) {
       const r = cli(...args);

@@ -1,5 +1,8 @@
-import { generate, loadModel } from '../../models/index.ts';
-import { type Flags, intFlag, numberFlag, optionalIntFlag, requiredString, requireLocalZero, UsageError } from '../args.ts';
+import { generate, type GenerateOptions, loadModel } from '../../models/index.ts';
+import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, requiredString, stringFlag, UsageError } from '../args.ts';
+import { createNode } from '../../p2p/node.ts';
+import { distribute, localSwarm } from '../../node/index.ts';
+import { getBackend } from '../../tensor/index.ts';
 import type { Output } from '../output.ts';
 
 export const generateOptions = {
@@ -12,11 +15,19 @@ export const generateOptions = {
   'seed': { type: 'string' },
   'local': { type: 'string' },
   'bootstrap': { type: 'string' },
+  'strategy': { type: 'string' },
+  'privacy': { type: 'string' },
 } as const;
 
 /** `tensorlink generate`: continues a prompt, streaming the text as tokens come. */
 export async function generateCommand(flags: Flags, out: Output): Promise<void> {
-  requireLocalZero(flags, 'generate');
+  const where = placement(flags);
+  const strategy = stringFlag(flags, 'strategy') ?? 'layer-aware';
+  if (strategy !== 'layer-aware' && strategy !== 'parameter-balanced' && strategy !== 'ring-memory-weighted') {
+    throw new UsageError('--strategy must be layer-aware, parameter-balanced or ring-memory-weighted');
+  }
+  const privacy = stringFlag(flags, 'privacy') ?? 'ends';
+  if (privacy !== 'ends' && privacy !== 'none') throw new UsageError('--privacy must be ends or none');
   const dir = requiredString(flags, 'model');
   const prompt = requiredString(flags, 'prompt');
   const model = await loadModel(dir);
@@ -34,7 +45,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   const produced: number[] = [];
   let printed = '';
   const started = performance.now();
-  const { tokens } = await generate(model, promptIds, {
+  const options: GenerateOptions = {
     maxNewTokens,
     temperature: numberFlag(flags, 'temperature', 0),
     topK: optionalIntFlag(flags, 'top-k'),
@@ -51,7 +62,27 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
         }
       }
     },
-  });
+  };
+  let tokens: number[];
+  if (where.kind === 'local') {
+    tokens = (await generate(model, promptIds, options)).tokens;
+  } else {
+    const swarm = where.kind === 'swarm' ? await localSwarm({ workers: where.workers, backend: getBackend().name === 'js' ? 'js' : undefined }) : null;
+    const node = await createNode();
+    try {
+      const bootstrap = swarm ? swarm.bootstrap : (where as { bootstrap: string }).bootstrap;
+      const dm = await distribute(node, bootstrap, model, { strategy, privacy });
+      out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
+      try {
+        tokens = (await dm.generate(promptIds, options)).tokens;
+      } finally {
+        await dm.close();
+      }
+    } finally {
+      await node.stop();
+      await swarm?.close();
+    }
+  }
   const text = tok.decode(tokens);
   const seconds = (performance.now() - started) / 1000;
   if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds }, '');
