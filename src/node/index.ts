@@ -7,7 +7,7 @@ export { type LocalPeer, type LocalSwarm, localSwarm } from './local-swarm.ts';
 export { type Proximity, PROBE_PROTOCOL, probe, serveProbes } from './proximity.ts';
 export { JobTable, MAX_JOBS_PER_WORKER, type JobEntry } from './jobs.ts';
 export { createLogger, isLogLevel, type Logger, type LogLevel } from './log.ts';
-export { MAX_SESSIONS_PER_JOB, serveStages, sha256, STAGE_PROTOCOL } from './stage.ts';
+export { MAX_SESSIONS_PER_JOB, SESSION_IDLE_MS, type StageServer, serveStages, sha256, STAGE_PROTOCOL } from './stage.ts';
 export { RemoteStage } from './remote-stage.ts';
 export { fromWire, toWire } from './wire-tensor.ts';
 export { distribute, type DistributeOptions, type DistributedModel } from './distributed.ts';

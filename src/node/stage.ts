@@ -23,6 +23,8 @@ export const STAGE_PROTOCOL = '/tensorlink/stage/1.0.0';
 
 /** Sessions a job may keep open on a worker. */
 export const MAX_SESSIONS_PER_JOB = 256;
+/** A session unused for this long is freed: its user has vanished (a decoding step is milliseconds). */
+export const SESSION_IDLE_MS = 60_000;
 
 interface Pending {
   header: Record<string, unknown>;
@@ -34,8 +36,15 @@ export function sha256(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
 
-export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: number): Promise<void> {
-  const sections = new Map<string, { model: CausalLM; sessions: Map<string, KVCache> }>();
+export interface StageServer {
+  /** Frees sessions idle for longer than `idleMs`; returns how many were freed. */
+  sweep(idleMs?: number): number;
+  /** Open sessions across all jobs. */
+  sessions(): number;
+}
+
+export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: number): Promise<StageServer> {
+  const sections = new Map<string, { model: CausalLM; sessions: Map<string, { cache: KVCache; lastUsed: number }> }>();
   await node.handle(STAGE_PROTOCOL, (stream: Stream, connection) => {
     const from = connection.remotePeer;
     let pending: Pending | null = null;
@@ -94,12 +103,14 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
         return { kind: 'control', message: { type: 'closed' } };
       }
       if (h.type === 'forward') {
-        let cache = section.sessions.get(sessionId);
-        if (!cache) {
+        let session = section.sessions.get(sessionId);
+        if (!session) {
           if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
-          cache = new KVCache(section.model.config.layers);
-          section.sessions.set(sessionId, cache);
+          session = { cache: new KVCache(section.model.config.layers), lastUsed: Date.now() };
+          section.sessions.set(sessionId, session);
         }
+        session.lastUsed = Date.now();
+        const cache = session.cache;
         const [input, positions, keyMask] = tensors.map(fromWire);
         const out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
         return { kind: 'tensor', tensor: toWire(out, h.id as number) };
@@ -136,4 +147,20 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
       }
     });
   });
+  return {
+    sweep: (idleMs = SESSION_IDLE_MS) => {
+      const now = Date.now();
+      let freed = 0;
+      for (const section of sections.values()) {
+        for (const [id, session] of section.sessions) {
+          if (now - session.lastUsed > idleMs) {
+            section.sessions.delete(id);
+            freed++;
+          }
+        }
+      }
+      return freed;
+    },
+    sessions: () => [...sections.values()].reduce((n, s) => n + s.sessions.size, 0),
+  };
 }

@@ -3,7 +3,7 @@ import { createNode, PEERS_TOPIC, type TensorLinkNode } from '../p2p/node.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { request, serveControl } from './control.ts';
 import { JobTable } from './jobs.ts';
-import { serveStages } from './stage.ts';
+import { SESSION_IDLE_MS, type StageServer, serveStages } from './stage.ts';
 import { createLogger, type Logger } from './log.ts';
 import { type Proximity, probe, serveProbes } from './proximity.ts';
 import type { Capabilities, PeerRecord } from './vocabulary.ts';
@@ -16,6 +16,8 @@ export const PROBE_INTERVAL_MS = 10_000;
 export interface Worker {
   node: TensorLinkNode;
   capabilities: Capabilities;
+  /** The sections and sessions this worker serves. */
+  stages: StageServer;
   stop(): Promise<void>;
 }
 
@@ -49,7 +51,8 @@ export async function startWorker(options: {
     },
   });
   await serveProbes(node);
-  await serveStages(node, jobs, capabilities.memoryBytes);
+  const stages = await serveStages(node, jobs, capabilities.memoryBytes);
+  const sweeper = setInterval(() => stages.sweep(), SESSION_IDLE_MS / 4);
   const validator = multiaddr(options.bootstrap);
   const via = options.announceVia ?? 'both';
   const announce = async () => {
@@ -86,10 +89,12 @@ export async function startWorker(options: {
   return {
     node,
     capabilities,
+    stages,
     stop: async () => {
       stopped = true;
       clearInterval(timer);
       clearInterval(probeTimer);
+      clearInterval(sweeper);
       clearTimeout(firstProbe);
       await node.stop();
     },

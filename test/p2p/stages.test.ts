@@ -10,7 +10,7 @@ import {
   llamaConfig,
   type StepModel,
 } from '../../src/models/index.ts';
-import { RemoteStage, startValidator, startWorker } from '../../src/node/index.ts';
+import { distribute, RemoteStage, startValidator, startWorker } from '../../src/node/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
 import { noGrad, setBackend, type Tensor, tensor } from '../../src/tensor/index.ts';
 
@@ -78,4 +78,60 @@ describe('distributed inference over libp2p (sections on workers)', () => {
       }
     });
   }
+});
+
+describe('several users, vanished users', () => {
+  setBackend('js');
+  test('two users generate at the same time on the same workers and each gets its own tokens', async () => {
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const workers = await Promise.all([startWorker({ bootstrap: boot }), startWorker({ bootstrap: boot })]);
+    const [alice, bob] = await Promise.all([createNode(), createNode()]);
+    try {
+      const config = gpt2Config({ vocabSize: 50, hidden: 32, layers: 4, heads: 4, maxPositions: 64 });
+      const [ma, mb] = [createModel(config, { seed: 1 }), createModel(config, { seed: 2 })];
+      const [da, db] = await Promise.all([
+        distribute(alice, boot, ma, { strategy: 'parameter-balanced' }),
+        distribute(bob, boot, mb, { strategy: 'parameter-balanced' }),
+      ]);
+      assert.equal(da.assignment.length, 2);
+      const [ra, rb] = await Promise.all([
+        da.generate([1, 2, 3], { maxNewTokens: 12, stopTokens: [] }),
+        db.generate([4, 5], { maxNewTokens: 12, stopTokens: [] }),
+      ]);
+      assert.deepEqual(ra.tokens, (await generate(ma, [1, 2, 3], { maxNewTokens: 12, stopTokens: [] })).tokens);
+      assert.deepEqual(rb.tokens, (await generate(mb, [4, 5], { maxNewTokens: 12, stopTokens: [] })).tokens);
+      assert.equal(workers[0].stages.sessions(), 0, 'finished sessions are closed');
+      await Promise.all([da.close(), db.close()]);
+    } finally {
+      await Promise.all([alice.stop(), bob.stop()]);
+      await Promise.all(workers.map((w) => w.stop()));
+      await validator.stop();
+    }
+  });
+
+  test('the sessions of a user who vanished are freed', async () => {
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const worker = await startWorker({ bootstrap: boot });
+    const user = await createNode();
+    try {
+      const config = gpt2Config({ vocabSize: 50, hidden: 32, layers: 2, heads: 4, maxPositions: 64 });
+      const model = createModel(config, { seed: 1 });
+      const stage = await RemoteStage.open(user, worker.node.getMultiaddrs()[0], 'job-v');
+      const part = createModel(config, { section: [1, 3] });
+      const state = model.hfStateDict();
+      await stage.load(configToHF(config), [1, 3], new Map([...part.hfStateDict().keys()].map((k) => [k, state.get(k)!])));
+      const ctx = { positions: tensorOf([0, 1]), keyMask: null, cache: null };
+      const h = noGrad(() => model.layers[0].forward(tensorOf([1, 2]), ctx));
+      await stage.forward('gone', h, tensorOf([0, 1]), null);
+      assert.equal(worker.stages.sessions(), 1);
+      await user.stop(); // vanishes without closing its session
+      assert.equal(worker.stages.sweep(0), 1);
+      assert.equal(worker.stages.sessions(), 0);
+    } finally {
+      await worker.stop();
+      await validator.stop();
+    }
+  });
 });
