@@ -3,7 +3,7 @@
  * each figure next to a reference measured in the same run. Prints a table and writes
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
- * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p]
+ * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -11,6 +11,7 @@ import { availableParallelism, cpus } from 'node:os';
 import { parseArgs } from 'node:util';
 import { benchElementwise } from './elementwise.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
+import { benchDistributed } from './distributed.ts';
 import { benchGpt2 } from './models.ts';
 import { benchP2p } from './p2p.ts';
 import { benchStack } from './stack.ts';
@@ -23,7 +24,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -58,6 +59,11 @@ if (sections.includes('gpt2')) {
 if (sections.includes('p2p')) {
   log('p2p: libp2p vs raw TCP on loopback ...');
   rows.push(...(await benchP2p()));
+}
+
+if (sections.includes('distributed')) {
+  log('distributed: decoding across 1, 2, 3 stages vs local ...');
+  rows.push(...(await benchDistributed()));
 }
 
 const report = {
