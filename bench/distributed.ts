@@ -20,8 +20,8 @@ async function measure(run: (maxNewTokens: number) => Promise<unknown>): Promise
 /**
  * Decoding across 1, 2 and 3 stages on loopback (workers in this process, real libp2p
  * sockets) against local decoding, with a 768-wide hidden state: latency per token, the
- * overhead per stage, and prefill throughput. Today the user relays hidden states between
- * stages, so a stage costs one round trip user ↔ worker.
+ * overhead per stage, and prefill throughput; hidden states going worker to worker (chain,
+ * the default) and, for comparison, relayed through the user.
  */
 export async function benchDistributed(): Promise<Row[]> {
   setBackend('ort', { threads: 1 });
@@ -30,16 +30,21 @@ export async function benchDistributed(): Promise<Row[]> {
   const prompt = Array.from({ length: 128 }, (_, i) => (i * 37) % 4096);
   const local = await measure((n) => generateWith(localStepModel(model) as StepModel, [prompt], { maxNewTokens: n, stopTokens: [] }));
   const rows: Row[] = [];
-  for (const stages of [1, 2, 3]) {
+  for (const [stages, routing] of [
+    [1, 'chain'],
+    [2, 'chain'],
+    [3, 'chain'],
+    [3, 'relay'],
+  ] as const) {
     const validator = await startValidator();
     const boot = validator.node.getMultiaddrs()[0].toString();
     const workers = await Promise.all(Array.from({ length: stages }, () => startWorker({ bootstrap: boot, memoryBytes: 2 ** 30 })));
     const user = await createNode();
     try {
-      const dm = await distribute(user, boot, model, { strategy: 'parameter-balanced' });
+      const dm = await distribute(user, boot, model, { strategy: 'parameter-balanced', routing });
       const t = await measure((n) => dm.generate(prompt, { maxNewTokens: n, stopTokens: [] }));
       await dm.close();
-      const label = `${stages} stage${stages > 1 ? 's' : ''}`;
+      const label = `${stages} stage${stages > 1 ? 's' : ''}, ${routing === 'chain' ? 'worker → worker' : 'relayed by the user'}`;
       rows.push(
         {
           section: 'distributed',
@@ -52,7 +57,7 @@ export async function benchDistributed(): Promise<Row[]> {
         },
         {
           section: 'distributed',
-          case: `overhead per stage, ${label} (one round trip user ↔ worker)`,
+          case: `overhead per stage, ${label}`,
           value: (t.decode - local.decode) / stages,
           unit: 'ms',
           reference: 'target per hop',

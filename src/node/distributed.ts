@@ -6,7 +6,7 @@ import { type CausalLM, configToHF, createModel, type GenerateOptions, generateW
 import { type Device, layerCosts, type Plan, plan, type StrategyName } from '../plan/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { request } from './control.ts';
-import { RemoteStage } from './remote-stage.ts';
+import { RemoteStage, ResultInbox } from './remote-stage.ts';
 import type { PeerRecord } from './vocabulary.ts';
 
 export interface DistributeOptions {
@@ -15,6 +15,11 @@ export interface DistributeOptions {
   privacy?: 'ends' | 'none';
   /** Tokens per step the plan optimises for (default 1: decoding). */
   tokens?: number;
+  /**
+   * 'chain' (default): hidden states go worker to worker and the last returns to the user;
+   * 'relay': the user passes them between workers (one round trip per stage).
+   */
+  routing?: 'chain' | 'relay';
 }
 
 /** A model split across workers; the user holds its ends. */
@@ -64,20 +69,30 @@ export async function distribute(
   const jobId = randomUUID();
   const assignment = chosen.stages.map((s) => ({ peerId: s.device, start: s.start + first, end: s.end + first }));
   const stages: RemoteStage[] = [];
+  const addrs: string[] = [];
+  const routing = options.routing ?? 'chain';
   try {
-    for (const a of assignment) {
+    for (const [i, a] of assignment.entries()) {
       const record = workers.find((w) => w.peerId === a.peerId)!;
       const addr = record.addrs.find((x) => x.includes('/p2p/')) ?? `${record.addrs[0]}/p2p/${record.peerId}`;
+      addrs.push(addr);
       const stage = await RemoteStage.open(node, multiaddr(addr), jobId);
       stages.push(stage);
       const part = createModel(model.config, { section: [a.start, a.end] });
       const state = model.hfStateDict();
-      await stage.load(configToHF(model.config), [a.start, a.end], new Map([...part.hfStateDict().keys()].map((k) => [k, state.get(k)!])));
+      const upstream = routing === 'chain' && i > 0 ? assignment[i - 1].peerId : undefined;
+      await stage.load(
+        configToHF(model.config),
+        [a.start, a.end],
+        new Map([...part.hfStateDict().keys()].map((k) => [k, state.get(k)!])),
+        upstream,
+      );
     }
   } catch (err) {
     await Promise.all(stages.map((s) => s.close()));
     throw err;
   }
+  const inbox = routing === 'chain' ? await inboxFor(node) : null;
   const head = keepEnds ? subset(model, [model.config.layers + 1, total]) : null;
   const embed = keepEnds ? subset(model, [0, 1]) : null;
   const stepModel = (sessionId: string): StepModel => ({
@@ -85,8 +100,18 @@ export async function distribute(
     eosTokenId: model.tokenizer?.eosTokenId ?? model.config.eosTokenId ?? null,
     step: async (ids, opts) => {
       const positions = opts.positions!;
+      const keyMask = opts.keyMask ?? null;
       let x: Tensor = embed ? noGrad(() => embed.forward(ids, { positions })) : ids;
-      for (const s of stages) x = await s.forward(sessionId, x, positions, opts.keyMask ?? null);
+      if (inbox) {
+        const { requestId, result } = inbox.expect();
+        await stages[0].forwardChained(sessionId, keyMask ? [x, positions, keyMask] : [x, positions], addrs.slice(1), {
+          addr: inbox.addr,
+          requestId,
+        });
+        x = await result;
+      } else {
+        for (const s of stages) x = await s.forward(sessionId, x, positions, keyMask);
+      }
       return head ? noGrad(() => head.forward(x, { positions })) : x;
     },
   });
@@ -107,4 +132,16 @@ export async function distribute(
       await Promise.all(stages.map((s) => s.close()));
     },
   };
+}
+
+const inboxes = new WeakMap<Libp2p, Promise<ResultInbox>>();
+
+/** One result inbox per user node (the protocol handler is registered once). */
+function inboxFor(node: Libp2p): Promise<ResultInbox> {
+  let inbox = inboxes.get(node);
+  if (!inbox) {
+    inbox = ResultInbox.start(node);
+    inboxes.set(node, inbox);
+  }
+  return inbox;
 }

@@ -8,6 +8,6 @@ export { type Proximity, PROBE_PROTOCOL, probe, serveProbes } from './proximity.
 export { JobTable, MAX_JOBS_PER_WORKER, type JobEntry } from './jobs.ts';
 export { createLogger, isLogLevel, type Logger, type LogLevel } from './log.ts';
 export { MAX_SESSIONS_PER_JOB, SESSION_IDLE_MS, type StageServer, serveStages, sha256, STAGE_PROTOCOL } from './stage.ts';
-export { RemoteStage } from './remote-stage.ts';
+export { RemoteStage, ResultInbox } from './remote-stage.ts';
 export { fromWire, toWire } from './wire-tensor.ts';
 export { distribute, type DistributeOptions, type DistributedModel } from './distributed.ts';

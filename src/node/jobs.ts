@@ -8,6 +8,8 @@ export interface JobEntry {
   jobId: string;
   /** The peer that opened the job: the only one that may drive or close it. */
   owner: string;
+  /** Peers the owner allowed to pass activations on for this job (the previous stage of a chain). */
+  delegates: Set<string>;
   openedAt: number;
 }
 
@@ -26,17 +28,20 @@ export class JobTable {
       return existing;
     }
     if (this.jobs.size >= MAX_JOBS_PER_WORKER) throw new InvalidArgumentError(`this worker already holds ${MAX_JOBS_PER_WORKER} jobs`);
-    const entry = { jobId: id, owner: from.toString(), openedAt: Date.now() };
+    const entry = { jobId: id, owner: from.toString(), delegates: new Set<string>(), openedAt: Date.now() };
     this.jobs.set(id, entry);
     return entry;
   }
 
-  /** The job, if `from` owns it; a typed error otherwise. */
-  authorize(jobId: unknown, from: PeerId): JobEntry {
+  /** The job, if `from` owns it (or, with `delegates`, was allowed by its owner); a typed error otherwise. */
+  authorize(jobId: unknown, from: PeerId, options: { delegates?: boolean } = {}): JobEntry {
     const id = parseJobId(jobId);
     const entry = this.jobs.get(id);
     if (!entry) throw new InvalidMessageError(`no job ${id} on this worker`);
-    if (entry.owner !== from.toString()) throw new UnauthorizedError(`only the owner of job ${id} may drive it`);
+    const who = from.toString();
+    if (entry.owner !== who && !(options.delegates && entry.delegates.has(who))) {
+      throw new UnauthorizedError(`only the owner of job ${id} may drive it`);
+    }
     return entry;
   }
 

@@ -3,10 +3,10 @@ import type { Multiaddr } from '@multiformats/multiaddr';
 import { InvalidMessageError, PeerUnreachableError, UnauthorizedError } from '../errors.ts';
 import { DIAL_TIMEOUT_MS, REQUEST_TIMEOUT_MS } from '../p2p/constants.ts';
 import { encodeControl, encodeTensor, type Frame } from '../p2p/frames.ts';
-import { receiveFrames, sendParts } from '../p2p/stream.ts';
+import { receiveFrames, sendMessage } from '../p2p/stream.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { request } from './control.ts';
-import { sha256, STAGE_PROTOCOL } from './stage.ts';
+import { RESULT_PROTOCOL, sha256, STAGE_PROTOCOL } from './stage.ts';
 import { fromWire, toWire } from './wire-tensor.ts';
 
 type Waiter = { resolve: (v: Frame) => void; reject: (e: Error) => void; timer: ReturnType<typeof setTimeout> };
@@ -65,20 +65,40 @@ export class RemoteStage {
       }, REQUEST_TIMEOUT_MS);
       this.waiting.set(id, { resolve, reject, timer });
     });
-    this.stream.send(encodeControl({ ...header, id, jobId: this.jobId }));
-    for (const t of tensors) await sendParts(this.stream, encodeTensor(toWire(t, id)));
+    const parts = tensors.flatMap((t) => encodeTensor(toWire(t, id)));
+    await sendMessage(this.stream, [encodeControl({ ...header, id, jobId: this.jobId }), ...parts]);
     return answer;
   }
 
+  /**
+   * Sends a forward that travels on along `route` (the later stages' addresses); the last
+   * stage delivers the output to `replyTo` (this user's result inbox). Nothing comes back here.
+   */
+  async forwardChained(
+    sessionId: string,
+    tensors: Tensor[],
+    route: string[],
+    replyTo: { addr: string; requestId: number },
+  ): Promise<void> {
+    const id = this.nextId++;
+    const header = encodeControl({ type: 'forward', id, jobId: this.jobId, sessionId, tensors: tensors.length, route, replyTo });
+    await sendMessage(this.stream, [header, ...tensors.flatMap((t) => encodeTensor(toWire(t, id)))]);
+  }
+
   /** Sends a section's weights (hash-checked by the worker) and builds it there. */
-  async load(config: Record<string, unknown>, section: [number, number], weights: Map<string, Tensor>): Promise<void> {
+  async load(
+    config: Record<string, unknown>,
+    section: [number, number],
+    weights: Map<string, Tensor>,
+    upstream?: string,
+  ): Promise<void> {
     const names = [...weights.keys()];
     const tensors = names.map((n) => weights.get(n)!);
     const listed = names.map((name, i) => {
       const t = tensors[i];
       return { name, sha256: sha256(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)) };
     });
-    await this.call({ type: 'load', config, section, weights: listed }, tensors);
+    await this.call({ type: 'load', config, section, weights: listed, ...(upstream ? { upstream } : {}) }, tensors);
   }
 
   /** Runs the section for one session (the worker keeps its KV cache). */
@@ -94,5 +114,54 @@ export class RemoteStage {
 
   async close(): Promise<void> {
     await this.stream.close().catch(() => {});
+  }
+}
+
+/**
+ * Where chained forwards end: the user's side of the result protocol. Answers are matched
+ * to the request ids it hands out; anything else is ignored.
+ */
+export class ResultInbox {
+  private nextId = 1;
+  private readonly waiting = new Map<number, Waiter>();
+
+  private constructor(readonly addr: string) {}
+
+  static async start(node: Libp2p): Promise<ResultInbox> {
+    const addr = node.getMultiaddrs()[0]?.toString();
+    if (!addr) throw new PeerUnreachableError('this node listens on no address; chained results cannot reach it');
+    const inbox = new ResultInbox(addr);
+    await node.handle(RESULT_PROTOCOL, (stream: Stream) => {
+      receiveFrames(stream, (frame) => inbox.deliver(frame));
+    });
+    return inbox;
+  }
+
+  private deliver(frame: Frame): void {
+    const id = frame.kind === 'tensor' ? frame.tensor.requestId : (frame.message as { id?: number } | null)?.id;
+    const w = typeof id === 'number' ? this.waiting.get(id) : undefined;
+    if (!w) return;
+    this.waiting.delete(id as number);
+    clearTimeout(w.timer);
+    if (frame.kind === 'control') {
+      const m = frame.message as { error?: string; message?: string };
+      w.reject(m.error === 'UnauthorizedError' ? new UnauthorizedError(String(m.message)) : new InvalidMessageError(String(m.message), { details: m }));
+    } else w.resolve(frame);
+  }
+
+  /** A request id and the promise of its result tensor. */
+  expect(timeoutMs = REQUEST_TIMEOUT_MS): { requestId: number; result: Promise<Tensor> } {
+    const requestId = this.nextId++;
+    const result = new Promise<Frame>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(requestId);
+        reject(new PeerUnreachableError(`no result within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiting.set(requestId, { resolve, reject, timer });
+    }).then((f) => {
+      if (f.kind !== 'tensor') throw new InvalidMessageError('a result must be a tensor');
+      return fromWire(f.tensor);
+    });
+    return { requestId, result };
   }
 }

@@ -1,9 +1,11 @@
 import { createHash } from 'node:crypto';
 import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
+import { multiaddr } from '@multiformats/multiaddr';
+import { DIAL_TIMEOUT_MS } from '../p2p/constants.ts';
 import { InvalidArgumentError, InvalidMessageError, TensorLinkError } from '../errors.ts';
 import { configFromHF, createModel, type CausalLM, KVCache } from '../models/index.ts';
 import { encodeControl, encodeTensor, type Frame, type WireTensor } from '../p2p/frames.ts';
-import { receiveFrames, sendParts } from '../p2p/stream.ts';
+import { receiveFrames, sendMessage } from '../p2p/stream.ts';
 import { noGrad } from '../tensor/index.ts';
 import type { JobTable } from './jobs.ts';
 import { obj } from './vocabulary.ts';
@@ -20,6 +22,12 @@ import { fromWire, toWire } from './wire-tensor.ts';
  *   close:   {jobId, sessionId} frees the session's cache.
  */
 export const STAGE_PROTOCOL = '/tensorlink/stage/1.0.0';
+/**
+ * Chained forwards: a forward may carry `route` (the addresses of the stages after this one)
+ * and `replyTo` ({addr, requestId}: the user). Each worker passes its output straight to the
+ * next stage; the last sends it to the user on this protocol. Errors go to the user too.
+ */
+export const RESULT_PROTOCOL = '/tensorlink/result/1.0.0';
 
 /** Sessions a job may keep open on a worker. */
 export const MAX_SESSIONS_PER_JOB = 256;
@@ -45,6 +53,18 @@ export interface StageServer {
 
 export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: number): Promise<StageServer> {
   const sections = new Map<string, { model: CausalLM; sessions: Map<string, { cache: KVCache; lastUsed: number }> }>();
+  /** Long-lived outgoing streams (to the next stage or to a user), one per protocol and address. */
+  const outgoing = new Map<string, Promise<Stream>>();
+  const streamTo = (addr: string, protocol: string): Promise<Stream> => {
+    const key = `${protocol} ${addr}`;
+    let s = outgoing.get(key);
+    if (!s) {
+      s = node.dialProtocol(multiaddr(addr), protocol, { signal: AbortSignal.timeout(DIAL_TIMEOUT_MS) });
+      outgoing.set(key, s);
+      s.then((st) => st.addEventListener('close', () => outgoing.delete(key))).catch(() => outgoing.delete(key));
+    }
+    return s;
+  };
   await node.handle(STAGE_PROTOCOL, (stream: Stream, connection) => {
     const from = connection.remotePeer;
     let pending: Pending | null = null;
@@ -60,18 +80,30 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
       const { header } = p;
       try {
         const reply = await handle(header, p.tensors, from);
-        if (reply.kind === 'tensor') await sendParts(stream, encodeTensor(reply.tensor));
-        else stream.send(encodeControl({ ...reply.message, id: header.id }));
+        if (reply.kind === 'tensor') await sendMessage(stream, encodeTensor(reply.tensor));
+        else if (reply.kind === 'control') stream.send(encodeControl({ ...reply.message, id: header.id }));
       } catch (err) {
-        fail(header.id, err);
+        // in a chain the user is waiting, not the previous stage: tell the user
+        let replyTo: { addr: string; requestId: number } | null = null;
+        try {
+          replyTo = header.replyTo === undefined ? null : parseReplyTo(header.replyTo);
+        } catch {
+          replyTo = null;
+        }
+        if (replyTo) {
+          const e = err instanceof TensorLinkError ? err : new TensorLinkError((err as Error).message);
+          streamTo(replyTo.addr, RESULT_PROTOCOL)
+            .then((u) => u.send(encodeControl({ id: replyTo.requestId, type: 'error', error: e.name, message: e.message })))
+            .catch(() => {});
+        } else fail(header.id, err);
       }
     };
     const handle = async (
       h: Record<string, unknown>,
       tensors: WireTensor[],
       peer: PeerId,
-    ): Promise<{ kind: 'tensor'; tensor: WireTensor } | { kind: 'control'; message: Record<string, unknown> }> => {
-      const job = jobs.authorize(h.jobId, peer);
+    ): Promise<{ kind: 'tensor'; tensor: WireTensor } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' }> => {
+      const job = jobs.authorize(h.jobId, peer, { delegates: h.type === 'forward' });
       if (h.type === 'load') {
         const config = configFromHF(obj(h.config, 'config'));
         const range = h.section;
@@ -92,6 +124,11 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
         });
         model.loadStateDict(loaded);
         sections.set(job.jobId, { model, sessions: new Map() });
+        // the previous stage of a chain may pass activations on for this job
+        if (h.upstream !== undefined) {
+          if (typeof h.upstream !== 'string' || h.upstream.length > 128) throw new InvalidMessageError('upstream must be a peer id');
+          job.delegates.add(h.upstream);
+        }
         return { kind: 'control', message: { type: 'loaded', params: model.numParameters() } };
       }
       const section = sections.get(job.jobId);
@@ -113,7 +150,20 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
         const cache = session.cache;
         const [input, positions, keyMask] = tensors.map(fromWire);
         const out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
-        return { kind: 'tensor', tensor: toWire(out, h.id as number) };
+        if (h.replyTo === undefined) return { kind: 'tensor', tensor: toWire(out, h.id as number) };
+        const replyTo = parseReplyTo(h.replyTo);
+        const route = parseRoute(h.route);
+        if (route.length > 0) {
+          const next = await streamTo(route[0], STAGE_PROTOCOL);
+          const id = h.id as number;
+          const forwarded = keyMask ? [out, positions, keyMask] : [out, positions];
+          const parts = forwarded.flatMap((t) => encodeTensor(toWire(t, id)));
+          await sendMessage(next, [encodeControl({ ...h, route: route.slice(1) }), ...parts]);
+        } else {
+          const user = await streamTo(replyTo.addr, RESULT_PROTOCOL);
+          await sendMessage(user, encodeTensor(toWire(out, replyTo.requestId)));
+        }
+        return { kind: 'none' };
       }
       throw new InvalidMessageError(`unknown stage request '${String(h.type)}'`);
     };
@@ -163,4 +213,20 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
     },
     sessions: () => [...sections.values()].reduce((n, s) => n + s.sessions.size, 0),
   };
+}
+
+function parseReplyTo(v: unknown): { addr: string; requestId: number } {
+  const o = obj(v, 'replyTo');
+  if (typeof o.addr !== 'string' || o.addr.length > 512 || !Number.isInteger(o.requestId)) {
+    throw new InvalidMessageError('replyTo must be {addr, requestId}');
+  }
+  return { addr: o.addr, requestId: o.requestId as number };
+}
+
+function parseRoute(v: unknown): string[] {
+  if (v === undefined) return [];
+  if (!Array.isArray(v) || v.length > 64 || !v.every((a) => typeof a === 'string' && a.length <= 512)) {
+    throw new InvalidMessageError('route must be a list of addresses');
+  }
+  return v as string[];
 }

@@ -13,4 +13,4 @@ export {
 } from './frames.ts';
 export { IDENTITY_FILE, loadOrCreateIdentity } from './identity.ts';
 export { createNode, type NodeOptions, type TensorLinkNode } from './node.ts';
-export { receiveFrames, sendParts } from './stream.ts';
+export { receiveFrames, sendMessage, sendParts } from './stream.ts';

@@ -33,3 +33,19 @@ export function receiveFrames(stream: Stream, onFrame: (frame: Frame) => void, o
     }
   });
 }
+
+const locks = new WeakMap<Stream, Promise<void>>();
+
+/**
+ * Sends the parts of one message with nothing else in between: concurrent senders on a
+ * shared stream take turns, so a control frame is always followed by its own tensors.
+ */
+export async function sendMessage(stream: Stream, parts: Uint8Array[], signal?: AbortSignal): Promise<void> {
+  const previous = locks.get(stream) ?? Promise.resolve();
+  const mine = previous.then(() => sendParts(stream, parts, signal));
+  locks.set(
+    stream,
+    mine.catch(() => {}),
+  );
+  await mine;
+}
