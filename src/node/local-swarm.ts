@@ -68,7 +68,7 @@ export async function localSwarm(options: {
   /** The compute backend of every node (default: each node's own default). */
   backend?: 'js' | 'ort';
 }): Promise<LocalSwarm> {
-  const extra = options.backend ? ['--backend', options.backend] : [];
+  const extra = [...(options.backend ? ['--backend', options.backend] : []), '--parent-pid', String(process.pid)];
   const timeoutMs = options.timeoutMs ?? 60_000;
   const dir = mkdtempSync(join(tmpdir(), 'tensorlink-swarm-'));
   const peers: LocalPeer[] = [];

@@ -55,4 +55,24 @@ describe('local swarm', () => {
     for (let i = 0; i < 40 && children.some(running); i++) await new Promise((r) => setTimeout(r, 100));
     assert.ok(!children.some(running), 'every swarm process has exited');
   });
+
+  test('the nodes of a swarm killed with SIGKILL exit on their own', async () => {
+    const child = spawn(process.execPath, [BIN, 'swarm', '--workers', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    await new Promise<void>((resolve, reject) => {
+      let out = '';
+      child.stdout.on('data', (d) => {
+        out += d;
+        if (out.includes('"event":"ready"')) resolve();
+      });
+      child.once('exit', (code) => reject(new Error(`swarm exited ${code}`)));
+    });
+    const children = execFileSync('ps', ['-o', 'pid=', '--ppid', String(child.pid)], { encoding: 'utf8' })
+      .split('\n')
+      .map((s) => Number(s.trim()))
+      .filter((n) => n > 0);
+    assert.equal(children.length, 2);
+    child.kill('SIGKILL');
+    for (let i = 0; i < 100 && children.some(running); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(!children.some(running), 'orphaned nodes noticed their parent was gone');
+  });
 });

@@ -5,13 +5,19 @@ import { type Flags, intFlag, parseBytes, requiredString, stringFlag, UsageError
 import type { Output } from '../output.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 
-export const validatorOptions = { 'listen': { type: 'string' }, 'data': { type: 'string' }, 'log-level': { type: 'string' } } as const;
+export const validatorOptions = {
+  'listen': { type: 'string' },
+  'data': { type: 'string' },
+  'log-level': { type: 'string' },
+  'parent-pid': { type: 'string' },
+} as const;
 export const workerOptions = {
   'bootstrap': { type: 'string' },
   'memory': { type: 'string' },
   'data': { type: 'string' },
   'listen': { type: 'string' },
   'log-level': { type: 'string' },
+  'parent-pid': { type: 'string' },
 } as const;
 export const statusOptions = { bootstrap: { type: 'string' } } as const;
 export const swarmOptions = { workers: { type: 'string' }, memory: { type: 'string' } } as const;
@@ -37,14 +43,29 @@ function parseAddr(raw: string, flag: string) {
   }
 }
 
-/** Runs until SIGINT/SIGTERM, then stops the node and exits 0. */
-function runUntilSignal(stop: () => Promise<void>): Promise<void> {
+/**
+ * Runs until SIGINT/SIGTERM — or, with `--parent-pid` (set by a local swarm), until that
+ * process is gone, so a swarm killed with SIGKILL leaves no node behind — then stops the node.
+ */
+function runUntilSignal(stop: () => Promise<void>, flags: Flags = {}): Promise<void> {
+  const parent = flags['parent-pid'] === undefined ? null : intFlag(flags, 'parent-pid', 1);
   return new Promise((resolve) => {
+    let watch: ReturnType<typeof setInterval> | null = null;
     const done = () => {
+      if (watch) clearInterval(watch);
       stop().finally(resolve);
     };
     process.once('SIGINT', done);
     process.once('SIGTERM', done);
+    if (parent !== null) {
+      watch = setInterval(() => {
+        try {
+          process.kill(parent, 0);
+        } catch {
+          done();
+        }
+      }, 500);
+    }
   });
 }
 
@@ -67,7 +88,7 @@ export async function validatorCommand(flags: Flags, out: Output): Promise<void>
   const addrs = v.node.getMultiaddrs().map(String);
   ready(v.node.peerId.toString(), addrs);
   out.info(`validator ${v.node.peerId.toString()} listening on ${addrs.join(', ')}`);
-  await runUntilSignal(v.stop);
+  await runUntilSignal(v.stop, flags);
 }
 
 /** `tensorlink worker`: lends this machine's compute to the swarm of its validator. */
@@ -86,7 +107,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   const addrs = w.node.getMultiaddrs().map(String);
   ready(w.node.peerId.toString(), addrs);
   out.info(`worker ${w.node.peerId.toString()} (${w.capabilities.gflops} GFLOP/s, tier ${w.capabilities.tier}) joined ${bootstrap}`);
-  await runUntilSignal(w.stop);
+  await runUntilSignal(w.stop, flags);
 }
 
 function formatBytes(n: number): string {
