@@ -26,6 +26,16 @@ describe('tensorlink CLI', () => {
     assert.equal(a.backend, 'js');
   });
 
+  test('where onnxruntime cannot load, the program runs on the js backend alone', () => {
+    const preload = fileURLToPath(new URL('../helpers/no-ort.cjs', import.meta.url));
+    const r = spawnSync(process.execPath, ['--require', preload, BIN, 'demo', '--json', '--steps', '30'], { encoding: 'utf8', timeout: 120_000 });
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(JSON.parse(r.stdout).backend, 'js');
+    const forced = spawnSync(process.execPath, ['--require', preload, BIN, 'demo', '--backend', 'ort'], { encoding: 'utf8' });
+    assert.equal(forced.status, 1);
+    assert.match(forced.stderr, /onnxruntime-node could not be loaded/);
+  });
+
   test('user errors print one line, no stack trace, and exit non-zero', () => {
     for (const args of [['demo', '--steps', 'many'], ['demo', '--frobnicate'], ['launch'], ['train']]) {
       const r = cli(...args);
