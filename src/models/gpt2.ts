@@ -2,7 +2,8 @@ import { Embedding, LayerNorm, Module, ModuleList } from '../nn/index.ts';
 import { Generator, linear, ZeroGenerator, randn, type Tensor, zeros } from '../tensor/index.ts';
 import type { GPT2Config } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
-import { type CausalLM, type ForwardContext, type ForwardOptions, type LayerProfile, type ModelLayer, type SectionParts, type SectionRange, sectionParts } from './model.ts';
+import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
+  type ModelLayer, type SectionParts, type SectionRange, sectionParts } from './model.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
 /** GPT-2 as Hugging Face's GPT2LMHeadModel: same module names, same numbers. */
@@ -136,21 +137,10 @@ export class GPT2 extends Module implements CausalLM {
     const c = this.config;
     const t = this.transformer;
     const h = c.hidden;
-    const profile = (params: () => number, flops: (p: number) => number, out: number, attn = 0, kv = 0): (() => LayerProfile) => () => {
-      const p = params();
-      return {
-        params: p,
-        bytes: 4 * p,
-        flopsPerToken: flops(p),
-        attentionFlopsPerContextToken: attn,
-        activationBytesPerToken: 4 * out,
-        kvBytesPerToken: kv,
-      };
-    };
     // the sizes of a block, from the config (a section may hold none to count)
     const inner = c.intermediate;
     // 2 layer norms, c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj (weights and biases)
-    const blockParams = () => 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * inner + inner) + (inner * h + h);
+    const blockParams = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * inner + inner) + (inner * h + h);
     const headWeight = () => this.lm_head?.weight ?? t.wte!.weight;
     const headName = c.tieWordEmbeddings ? 'transformer.wte.weight' : 'lm_head.weight';
     return [
@@ -163,7 +153,7 @@ export class GPT2 extends Module implements CausalLM {
           ['transformer.wpe.weight', t.wpe!.weight],
         ],
         forward: (ids, ctx) => t.wte!.forward(ids).add(t.wpe!.forward(ctx.positions)),
-        profile: profile(() => (c.vocabSize + c.maxPositions) * h, () => h, h),
+        profile: () => layerProfile((c.vocabSize + c.maxPositions) * h, h, h),
       },
       ...Array.from({ length: c.layers }, (_, i): ModelLayer => ({
         name: `transformer.h.${i}`,
@@ -171,7 +161,7 @@ export class GPT2 extends Module implements CausalLM {
         blockIndex: i,
         namedParameters: () => [...t.h.byIndex(i).namedParameters(`transformer.h.${i}`)],
         forward: (x, ctx) => t.h.byIndex(i).forward(x, ctx, i),
-        profile: profile(blockParams, (p) => 2 * p, h, 4 * h, 2 * 4 * h),
+        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
       })),
       {
         name: 'transformer.ln_f',
@@ -179,7 +169,7 @@ export class GPT2 extends Module implements CausalLM {
         blockIndex: -1,
         namedParameters: () => [...t.ln_f!.namedParameters('transformer.ln_f')],
         forward: (x) => t.ln_f!.forward(x),
-        profile: profile(() => 2 * h, () => 8 * h, h),
+        profile: () => layerProfile(2 * h, 8 * h, h),
       },
       {
         name: 'lm_head',
@@ -187,7 +177,7 @@ export class GPT2 extends Module implements CausalLM {
         blockIndex: -1,
         namedParameters: () => [[headName, headWeight()]],
         forward: (x) => linear(x, headWeight()),
-        profile: profile(() => c.vocabSize * h, () => 2 * c.vocabSize * h, c.vocabSize),
+        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
       },
     ];
   }

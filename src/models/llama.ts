@@ -2,7 +2,8 @@ import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
 import { Generator, linear, ZeroGenerator, randn, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
-import { type CausalLM, type ForwardContext, type ForwardOptions, type LayerProfile, type ModelLayer, type SectionParts, type SectionRange, sectionParts } from './model.ts';
+import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
+  type ModelLayer, type SectionParts, type SectionRange, sectionParts } from './model.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
 /** Llama as Hugging Face's LlamaForCausalLM (and Mistral/Qwen2, which reduce to it). */
@@ -23,6 +24,24 @@ function proj(inF: number, outF: number, bias: boolean, c: LlamaConfig, rng: Gen
  * cos and sin of the rotary angles for int32 positions [B, T]: [B, T, headDim] each,
  * computed as Hugging Face does in float32 (inverse frequencies θ^(−2i/d), halves repeated).
  */
+const tableCache = new WeakMap<Tensor, Map<string, { cos: Tensor; sin: Tensor }>>();
+
+/** rotaryTables, computed once per positions tensor (every block of a forward shares them; positions tensors are not mutated). */
+function cachedRotaryTables(positions: Tensor, headDim: number, theta: number): { cos: Tensor; sin: Tensor } {
+  let byShape = tableCache.get(positions);
+  if (!byShape) {
+    byShape = new Map();
+    tableCache.set(positions, byShape);
+  }
+  const key = `${headDim}:${theta}`;
+  let tables = byShape.get(key);
+  if (!tables) {
+    tables = rotaryTables(positions, headDim, theta);
+    byShape.set(key, tables);
+  }
+  return tables;
+}
+
 export function rotaryTables(positions: Tensor, headDim: number, theta: number): { cos: Tensor; sin: Tensor } {
   const [b, t] = positions.shape;
   const half = headDim / 2;
@@ -104,7 +123,7 @@ export class LlamaDecoderLayer extends Module {
   }
 
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
-    const rope = rotaryTables(ctx.positions, this.c.headDim, this.c.ropeTheta);
+    const rope = cachedRotaryTables(ctx.positions, this.c.headDim, this.c.ropeTheta);
     x = x.add(this.self_attn.forward(this.input_layernorm.forward(x), ctx, blockIndex, rope));
     return x.add(this.mlp.forward(this.post_attention_layernorm.forward(x)));
   }
@@ -150,14 +169,6 @@ export class Llama extends Module implements CausalLM {
     const c = this.config;
     const m = this.model;
     const h = c.hidden;
-    const profile = (params: number, flops: number, out: number, attn = 0, kv = 0): (() => LayerProfile) => () => ({
-      params,
-      bytes: 4 * params,
-      flopsPerToken: flops,
-      attentionFlopsPerContextToken: attn,
-      activationBytesPerToken: 4 * out,
-      kvBytesPerToken: kv,
-    });
     // the sizes of a block, from the config (a section may hold none to count)
     const q = c.heads * c.headDim;
     const kv = c.kvHeads * c.headDim;
@@ -172,7 +183,7 @@ export class Llama extends Module implements CausalLM {
         blockIndex: -1,
         namedParameters: () => [['model.embed_tokens.weight', m.embed_tokens!.weight]],
         forward: (ids) => m.embed_tokens!.forward(ids),
-        profile: profile(c.vocabSize * h, 0, h),
+        profile: () => layerProfile(c.vocabSize * h, 0, h),
       },
       ...Array.from({ length: c.layers }, (_, i): ModelLayer => ({
         name: `model.layers.${i}`,
@@ -180,7 +191,7 @@ export class Llama extends Module implements CausalLM {
         blockIndex: i,
         namedParameters: () => [...m.layers.byIndex(i).namedParameters(`model.layers.${i}`)],
         forward: (x, ctx) => m.layers.byIndex(i).forward(x, ctx, i),
-        profile: profile(blockParams, 2 * blockParams, h, 4 * c.heads * c.headDim, 2 * 4 * c.kvHeads * c.headDim),
+        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim),
       })),
       {
         name: 'model.norm',
@@ -188,7 +199,7 @@ export class Llama extends Module implements CausalLM {
         blockIndex: -1,
         namedParameters: () => [['model.norm.weight', m.norm!.weight]],
         forward: (x) => m.norm!.forward(x),
-        profile: profile(h, 4 * h, h),
+        profile: () => layerProfile(h, 4 * h, h),
       },
       {
         name: 'lm_head',
@@ -196,7 +207,7 @@ export class Llama extends Module implements CausalLM {
         blockIndex: -1,
         namedParameters: () => [[headName, headWeight()]],
         forward: (x) => linear(x, headWeight()),
-        profile: profile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
+        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
       },
     ];
   }

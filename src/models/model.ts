@@ -54,6 +54,18 @@ export interface LayerProfile {
   kvBytesPerToken: number;
 }
 
+/** A layer's profile from its sizes, all at float32 (activation and KV sizes are widths per token). */
+export function layerProfile(params: number, flopsPerToken: number, outWidth: number, attention = 0, kvWidth = 0): LayerProfile {
+  return {
+    params,
+    bytes: 4 * params,
+    flopsPerToken,
+    attentionFlopsPerContextToken: attention,
+    activationBytesPerToken: 4 * outWidth,
+    kvBytesPerToken: 4 * kvWidth,
+  };
+}
+
 /**
  * One named, cuttable layer of a model. Embeddings map int32 ids [B, T] to hidden states,
  * blocks and the final norm map [B, T, H] to [B, T, H], the head maps to logits [B, T, V].

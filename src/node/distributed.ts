@@ -32,10 +32,16 @@ export interface DistributedModel {
   close(): Promise<void>;
 }
 
+/** The weights of layers [start, end) of a whole model, under their checkpoint names. */
+function sectionWeights(model: CausalLM, range: [number, number]): Map<string, Tensor> {
+  const state = model.hfStateDict();
+  const names = [...createModel(model.config, { section: range }).hfStateDict().keys()];
+  return new Map(names.map((k) => [k, state.get(k)!]));
+}
+
 function subset(model: CausalLM, range: [number, number]): CausalLM {
   const part = createModel(model.config, { section: range });
-  const state = model.hfStateDict();
-  part.loadStateDict(new Map([...part.hfStateDict().keys()].map((k) => [k, state.get(k)!])));
+  part.loadStateDict(sectionWeights(model, range));
   return part;
 }
 
@@ -78,15 +84,8 @@ export async function distribute(
       addrs.push(addr);
       const stage = await RemoteStage.open(node, multiaddr(addr), jobId);
       stages.push(stage);
-      const part = createModel(model.config, { section: [a.start, a.end] });
-      const state = model.hfStateDict();
       const upstream = routing === 'chain' && i > 0 ? assignment[i - 1].peerId : undefined;
-      await stage.load(
-        configToHF(model.config),
-        [a.start, a.end],
-        new Map([...part.hfStateDict().keys()].map((k) => [k, state.get(k)!])),
-        upstream,
-      );
+      await stage.load(configToHF(model.config), [a.start, a.end], sectionWeights(model, [a.start, a.end]), upstream);
     }
   } catch (err) {
     await Promise.all(stages.map((s) => s.close()));

@@ -23,14 +23,22 @@ export interface LocalSwarm {
   close(): Promise<void>;
 }
 
-function launch(role: 'validator' | 'worker', args: string[], timeoutMs: number): Promise<LocalPeer> {
-  const child = spawn(process.execPath, [BIN, role, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+/** A `tensorlink` node process that printed its {"event":"ready"} line. */
+export interface NodeProcess {
+  process: ChildProcess;
+  peerId: string;
+  addrs: string[];
+}
+
+/** Starts `tensorlink <args>` as its own process and waits for its ready line (typed errors otherwise). */
+export function launchNode(args: string[], timeoutMs: number): Promise<NodeProcess> {
+  const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   return new Promise((resolve, reject) => {
     let out = '';
     let err = '';
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new TensorLinkError(`the local ${role} did not start within ${timeoutMs} ms: ${err.trim()}`));
+      reject(new TensorLinkError(`tensorlink ${args[0]} did not start within ${timeoutMs} ms: ${err.trim()}`));
     }, timeoutMs);
     child.stderr?.on('data', (d) => {
       err += d;
@@ -41,14 +49,18 @@ function launch(role: 'validator' | 'worker', args: string[], timeoutMs: number)
       if (line) {
         clearTimeout(timer);
         const ready = JSON.parse(line) as { peerId: string; addrs: string[] };
-        resolve({ role, process: child, peerId: ready.peerId, addrs: ready.addrs });
+        resolve({ process: child, peerId: ready.peerId, addrs: ready.addrs });
       }
     });
     child.once('exit', (code) => {
       clearTimeout(timer);
-      reject(new TensorLinkError(`the local ${role} exited (${code}): ${err.trim()}`));
+      reject(new TensorLinkError(`tensorlink ${args[0]} exited (${code}): ${err.trim()}`));
     });
   });
+}
+
+async function launch(role: 'validator' | 'worker', args: string[], timeoutMs: number): Promise<LocalPeer> {
+  return { role, ...(await launchNode([role, ...args], timeoutMs)) };
 }
 
 /**

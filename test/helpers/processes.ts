@@ -1,7 +1,5 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-
-const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+import type { ChildProcess } from 'node:child_process';
+import { launchNode } from '../../src/node/local-swarm.ts';
 
 export interface Running {
   child: ChildProcess;
@@ -10,32 +8,9 @@ export interface Running {
 }
 
 /** Starts `tensorlink <args>` as its own process and waits for its {"event":"ready"} line. */
-export function startNode(args: string[], timeoutMs = 30_000): Promise<Running> {
-  const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`no ready line from ${args.join(' ')} within ${timeoutMs} ms: ${err}`));
-    }, timeoutMs);
-    child.stderr?.on('data', (d) => {
-      err += d;
-    });
-    child.stdout?.on('data', (d) => {
-      out += d;
-      const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
-      if (line) {
-        clearTimeout(timer);
-        const ready = JSON.parse(line) as { peerId: string; addrs: string[] };
-        resolve({ child, peerId: ready.peerId, addrs: ready.addrs });
-      }
-    });
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`${args.join(' ')} exited with ${code}: ${err}`));
-    });
-  });
+export async function startNode(args: string[], timeoutMs = 30_000): Promise<Running> {
+  const node = await launchNode(args, timeoutMs);
+  return { child: node.process, peerId: node.peerId, addrs: node.addrs };
 }
 
 export async function waitFor<T>(
