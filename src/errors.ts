@@ -48,3 +48,5 @@ export class RateLimitedError extends errorClass('RateLimitedError') {}
 export class UnauthorizedError extends errorClass('UnauthorizedError') {}
 /** No placement of a model fits the devices offered; the message says which layer and how much is short. */
 export class PlanInfeasibleError extends errorClass('PlanInfeasibleError') {}
+/** A pipeline stage (a worker, or the user's own end) that failed during a training step; details.stage names it. */
+export class StageFailedError extends errorClass('StageFailedError') {}

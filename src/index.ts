@@ -19,3 +19,4 @@ export * from './models/index.ts';
 export * from './data/index.ts';
 export * from './node/index.ts';
 export * from './plan/index.ts';
+export * from './pipeline/index.ts';

@@ -11,6 +11,7 @@ export {
 export { GPT2 } from './gpt2.ts';
 export { Llama, rotaryTables } from './llama.ts';
 export { createModel, loadModel, saveModel } from './hf.ts';
+export { defaultPositions, runLayers } from './forward.ts';
 export { type SectionParts, type SectionRange, sectionParts } from './model.ts';
 export {
   type CausalLM,
@@ -24,5 +25,15 @@ export {
 export { byteLevelTokenizerJson, HFTokenizer, type Tokenizer } from './tokenizer.ts';
 export { generate, generateBatch, type GenerateOptions, generateWith, localStepModel, type StepModel } from './generate.ts';
 export { sampleToken, type SamplingOptions } from './sampling.ts';
-export { LocalTrainer, type LocalTrainerOptions, type StepResult } from './trainer.ts';
+export {
+  countTargets,
+  LocalTrainer,
+  type LocalTrainerOptions,
+  microBatchLoss,
+  splitBatch,
+  type StepResult,
+  trainingOptimizer,
+  type TrainingBatch,
+  trainingSchedule,
+} from './trainer.ts';
 export { evaluateExactMatch, type EvalResult } from './evaluate.ts';

@@ -34,7 +34,7 @@ describe('LocalTrainer', () => {
         const batch = taskBatch(task, tok, rb, 8, 256);
         const loss = crossEntropy(b.forward(batch.input), batch.target);
         loss.backward();
-        clipGradNorm(opt.params, 1);
+        clipGradNorm(b.parameters(), 1);
         opt.step();
         opt.zeroGrad();
         sched.step();

@@ -1,4 +1,4 @@
-import { DTypeError, ShapeMismatchError } from '../../errors.ts';
+import { DTypeError, InvalidArgumentError, ShapeMismatchError } from '../../errors.ts';
 import { record } from '../autograd.ts';
 import { getBackend } from '../backends/select.ts';
 import { allocate, assertFloat } from '../dtype.ts';
@@ -10,6 +10,11 @@ export interface CrossEntropyOptions {
   ignoreIndex?: number;
   /** 'mean' over non-ignored targets (default), 'sum', or 'none' (per position). */
   reduction?: 'mean' | 'sum' | 'none';
+  /**
+   * With 'mean': divide the sum by this instead of the number of non-ignored targets (a
+   * micro-batch's share of a whole batch's mean: the batch's target count).
+   */
+  divisor?: number;
 }
 
 /**
@@ -31,6 +36,7 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntr
   }
   const ignore = options.ignoreIndex ?? -100;
   const reduction = options.reduction ?? 'mean';
+  if (options.divisor !== undefined && !(options.divisor > 0)) throw new InvalidArgumentError(`crossEntropy divisor must be > 0, got ${options.divisor}`);
   const x = logits.data;
   const t = targets.data;
   for (let r = 0; r < rows; r++) {
@@ -59,6 +65,7 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntr
     count++;
   }
   if (e instanceof Float32Array) releaseFloat32(e);
+  const divisor = options.divisor ?? count;
   let out: Tensor;
   if (reduction === 'none') {
     const values = allocate(logits.dtype, rows);
@@ -67,7 +74,7 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntr
   } else {
     let total = 0;
     for (let r = 0; r < rows; r++) total += losses[r];
-    const value = reduction === 'mean' ? (count > 0 ? total / count : Number.NaN) : total;
+    const value = reduction === 'mean' ? (divisor > 0 ? total / divisor : Number.NaN) : total;
     out = new Tensor(allocate(logits.dtype, 1).fill(value), []);
   }
   return record(out, 'crossEntropy', [logits], (g) => {
@@ -77,7 +84,7 @@ export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntr
     }
     for (let r = 0; r < rows; r++) {
       if (t[r] === ignore) continue;
-      const scale = reduction === 'none' ? g.data[r] : reduction === 'mean' ? g.data[0] / count : g.data[0];
+      const scale = reduction === 'none' ? g.data[r] : reduction === 'mean' ? g.data[0] / divisor : g.data[0];
       const base = r * c;
       const k = scale / sums[r];
       for (let j = 0; j < c; j++) gx[base + j] *= k;

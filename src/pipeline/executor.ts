@@ -1,0 +1,198 @@
+import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
+import { type AdamW, gradNormSquared, scaleGrads } from '../nn/index.ts';
+import { type ModelLayer, runLayers, trainingOptimizer } from '../models/index.ts';
+import { noGrad, type Tensor, tensor, zeros } from '../tensor/index.ts';
+
+export interface ExecutorOptions {
+  lr: number;
+  weightDecay?: number;
+  /**
+   * Activation checkpointing: keep only each micro-batch's input after the forward and run
+   * the forward again in the backward (less memory, one more forward per micro-batch).
+   */
+  recompute?: boolean;
+  /**
+   * Parameters this executor shares with another in this process that owns and steps them
+   * (a head tied to the user's embedding): this one is the `user` side of the tie.
+   */
+  tied?: { ties: TiedParameters; role: 'owner' | 'user' };
+}
+
+/**
+ * A tensor two executors of one process share (GPT-2's head is its token embedding). One
+ * process sums a micro-batch's two contributions first and then adds the sum to the
+ * gradient; so here the user side's contribution is held back, and the owner adds it to its
+ * own before accumulating: training stays bit for bit the same as in one process.
+ */
+export class TiedParameters {
+  private readonly pending = new Map<number, Map<Tensor, Tensor>>();
+
+  constructor(readonly params: ReadonlySet<Tensor>) {}
+
+  /** Runs `backward` with the tied gradients set aside; returns what it contributed to them. */
+  private isolated(backward: () => void): Map<Tensor, Tensor> {
+    const before = new Map([...this.params].map((p) => [p, p.grad]));
+    for (const p of this.params) p.grad = null;
+    backward();
+    const contributed = new Map<Tensor, Tensor>();
+    for (const p of this.params) {
+      if (p.grad) contributed.set(p, p.grad);
+      p.grad = before.get(p) ?? null;
+    }
+    return contributed;
+  }
+
+  /** The user side's backward of `micro`: its contribution waits for the owner's. */
+  holdBack(micro: number, backward: () => void): void {
+    this.pending.set(micro, this.isolated(backward));
+  }
+
+  /** The owner's backward of `micro`: both contributions are summed, then accumulated. */
+  combine(micro: number, backward: () => void): void {
+    const own = this.isolated(backward);
+    const held = this.pending.get(micro) ?? new Map<Tensor, Tensor>();
+    this.pending.delete(micro);
+    for (const p of this.params) {
+      let sum: Float32Array | null = null;
+      for (const g of [own.get(p), held.get(p)]) {
+        if (!g) continue;
+        if (!sum) sum = g.data as Float32Array;
+        else for (let i = 0; i < sum.length; i++) sum[i] += g.data[i];
+      }
+      if (!sum) continue;
+      if (!p.grad) p.grad = tensor(sum, p.shape);
+      else {
+        const acc = p.grad.data;
+        for (let i = 0; i < acc.length; i++) acc[i] += sum[i];
+      }
+    }
+  }
+
+  clear(): void {
+    this.pending.clear();
+  }
+}
+
+interface Saved {
+  input: Tensor;
+  output: Tensor | null;
+}
+
+/**
+ * Runs one section of a model for training: forwards per micro-batch (keeping what the
+ * backward needs), backwards given the gradient of the output (returning the gradient of
+ * the input), gradients accumulated over the micro-batches of a step, and its own AdamW.
+ * The same class runs on a worker and on the user's machine (its ends).
+ */
+export class StageExecutor {
+  readonly optimizer: AdamW;
+  /** Parameters under their checkpoint names; a tensor shared by two layers (a tied head) once. */
+  readonly named: Map<string, Tensor>;
+  private readonly saved = new Map<number, Saved>();
+
+  constructor(
+    readonly layers: readonly ModelLayer[],
+    private readonly maxPositions: number,
+    private readonly options: ExecutorOptions,
+  ) {
+    if (layers.length === 0) throw new InvalidArgumentError('a stage needs at least one layer');
+    this.named = new Map();
+    const seen = new Set<Tensor>(options.tied?.role === 'user' ? options.tied.ties.params : []);
+    for (const layer of layers) {
+      for (const [name, p] of layer.namedParameters()) {
+        if (seen.has(p)) continue;
+        seen.add(p);
+        this.named.set(name, p);
+      }
+    }
+    this.optimizer = trainingOptimizer([...this.named.values()], options);
+  }
+
+  /** Micro-batches whose forward ran and whose backward has not. */
+  get held(): number {
+    return this.saved.size;
+  }
+
+  private run(input: Tensor): Tensor {
+    return runLayers(this.layers, input, {}, this.maxPositions);
+  }
+
+  /** The forward of micro-batch `micro`: ids [b, T] or hidden states [b, T, H] in, the section's output out (detached). */
+  forward(micro: number, input: Tensor): Tensor {
+    const leaf = input.dtype === 'int32' ? input : input.detach();
+    if (leaf.dtype !== 'int32') leaf.requiresGrad = true;
+    if (this.options.recompute) {
+      this.saved.set(micro, { input: leaf, output: null });
+      return noGrad(() => this.run(leaf));
+    }
+    const output = this.run(leaf);
+    this.saved.set(micro, { input: leaf, output });
+    return output.detach();
+  }
+
+  /** The backward of micro-batch `micro` given the gradient of its output; the gradient of its input (null for token ids). */
+  backward(micro: number, grad: Tensor): Tensor | null {
+    const s = this.saved.get(micro);
+    if (!s) throw new InvalidMessageError(`backward of micro-batch ${micro} before its forward`);
+    this.saved.delete(micro);
+    const output = s.output ?? this.run(s.input);
+    if (grad.shape.length !== output.shape.length || grad.shape.some((d, i) => d !== output.shape[i])) {
+      throw new InvalidMessageError(`the gradient [${grad.shape}] does not match the output [${output.shape}] of micro-batch ${micro}`);
+    }
+    const tied = this.options.tied;
+    if (tied?.role === 'user') tied.ties.holdBack(micro, () => output.backward(grad, { releaseActivations: true }));
+    else {
+      const run = () => output.backward(grad, { releaseActivations: true });
+      if (tied) tied.ties.combine(micro, run);
+      else run();
+    }
+    if (s.input.dtype === 'int32') return null;
+    return s.input.grad ?? zeros(s.input.shape);
+  }
+
+  /** ‖g‖² of each named parameter (the user adds them, in the model's order, into the global norm). */
+  gradSquares(names: readonly string[]): number[] {
+    return names.map((n) => gradNormSquared([this.param(n)]));
+  }
+
+  private param(name: string): Tensor {
+    const p = this.named.get(name);
+    if (!p) throw new InvalidMessageError(`'${name}' is not a parameter of this stage`);
+    return p;
+  }
+
+  /** The gradients of the named parameters (zeros where none accumulated). */
+  grads(names: readonly string[]): Tensor[] {
+    return names.map((n) => {
+      const p = this.param(n);
+      return p.grad ?? zeros(p.shape);
+    });
+  }
+
+  /** Replaces the named parameters' gradients (after replicas reduced them). */
+  setGrads(names: readonly string[], grads: Tensor[]): void {
+    names.forEach((n, i) => {
+      const p = this.param(n);
+      const g = grads[i];
+      if (g.size !== p.size) throw new InvalidMessageError(`the gradient of '${n}' has ${g.size} values, the parameter ${p.size}`);
+      p.grad = g;
+    });
+  }
+
+  /** Scales the gradients by `scale` (global clipping) and takes one AdamW step at `lr`; frees the gradients. */
+  step(scale: number, lr: number): void {
+    if (this.saved.size > 0) throw new InvalidMessageError(`${this.saved.size} micro-batches have not run their backward`);
+    const params = [...this.named.values()];
+    if (scale < 1) scaleGrads(params, scale);
+    this.optimizer.lr = lr;
+    this.optimizer.step();
+    this.optimizer.releaseGrads();
+  }
+
+  /** Drops what a failed step left behind (saved activations, gradients). */
+  reset(): void {
+    this.saved.clear();
+    this.options.tied?.ties.clear();
+    for (const p of this.named.values()) p.grad = null;
+  }
+}

@@ -1,0 +1,26 @@
+import type { Tensor } from '../tensor/index.ts';
+import type { ReduceGroup } from './exchange.ts';
+
+/**
+ * The pipeline's view of one stage (the `Transport` of ARCHITECTURE.md): the same trainer
+ * drives stages in this process (`LocalStage`) and on workers over libp2p (`RemoteTrainStage`).
+ */
+export interface StageHandle {
+  /** Who runs it, for messages: "worker 12D3Koo…" or "this machine". */
+  readonly label: string;
+  /** Where the other holders of its parameters reach it for reductions. */
+  readonly address: string;
+  /** Its parameters under their checkpoint names. */
+  readonly names: readonly string[];
+  forward(micro: number, input: Tensor): Promise<Tensor>;
+  /** The gradient of the input (null when the input is token ids). */
+  backward(micro: number, grad: Tensor): Promise<Tensor | null>;
+  /** ‖g‖² of each named parameter. */
+  gradSquares(names: readonly string[]): Promise<number[]>;
+  reduce(group: ReduceGroup): Promise<void>;
+  step(scale: number, lr: number): Promise<void>;
+  /** Its current weights (after training: what the user saves). */
+  weights(): Promise<Map<string, Tensor>>;
+  /** Drops the activations and gradients a failed step left behind. */
+  reset(): Promise<void>;
+}

@@ -1,0 +1,8 @@
+export { type Action, bubbleFraction, gpipeActions, oneFOneBActions, type Schedule, schedule, type ScheduleName, stageActions } from './schedule.ts';
+export { simulate, type Simulation } from './simulate.ts';
+export { type ExecutorOptions, StageExecutor, TiedParameters } from './executor.ts';
+export { GradientExchange, REDUCE_TIMEOUT_MS, type ReduceGroup } from './exchange.ts';
+export type { StageHandle } from './handle.ts';
+export { LocalStage } from './local-stage.ts';
+export { type PipelineStage, PipelineTrainer, type PipelineStepResult, type PipelineTrainerOptions } from './trainer.ts';
+export { localPipeline, sectionCopy, sectionWeights, userEnds } from './ends.ts';

@@ -1,0 +1,69 @@
+import { InvalidArgumentError } from '../errors.ts';
+import { type Tensor, tensor } from '../tensor/index.ts';
+import type { StageExecutor } from './executor.ts';
+import { GradientExchange, type ReduceGroup } from './exchange.ts';
+import type { StageHandle } from './handle.ts';
+
+const stages = new Map<string, LocalStage>();
+let counter = 0;
+
+/** A copy, as a message would carry it: the receiver never shares a buffer with the sender. */
+function copy(t: Tensor): Tensor {
+  return tensor(t.data.slice(), t.shape, t.dtype);
+}
+
+/**
+ * A stage in this process: the user's own ends, and the in-memory transport tests use to
+ * run a whole pipeline in one process. Tensors are copied across, as over a wire.
+ */
+export class LocalStage implements StageHandle {
+  readonly address = `memory:${++counter}`;
+  readonly names: readonly string[];
+  private readonly exchange = new GradientExchange();
+
+  constructor(
+    readonly executor: StageExecutor,
+    readonly label = 'this machine',
+  ) {
+    this.names = [...executor.named.keys()];
+    stages.set(this.address, this);
+  }
+
+  async forward(micro: number, input: Tensor): Promise<Tensor> {
+    return copy(this.executor.forward(micro, input));
+  }
+
+  async backward(micro: number, grad: Tensor): Promise<Tensor | null> {
+    const g = this.executor.backward(micro, grad);
+    return g && copy(g);
+  }
+
+  async gradSquares(names: readonly string[]): Promise<number[]> {
+    return this.executor.gradSquares(names);
+  }
+
+  async reduce(group: ReduceGroup): Promise<void> {
+    await this.exchange.reduce(this.executor, group, async (peer, grads) => {
+      const other = stages.get(peer);
+      if (!other) throw new InvalidArgumentError(`no stage at ${peer} in this process`);
+      other.exchange.deliver(group.key, group.index, grads.map(copy));
+    });
+  }
+
+  async step(scale: number, lr: number): Promise<void> {
+    this.executor.step(scale, lr);
+  }
+
+  async weights(): Promise<Map<string, Tensor>> {
+    return new Map([...this.executor.named].map(([n, p]) => [n, copy(p)]));
+  }
+
+  async reset(): Promise<void> {
+    this.executor.reset();
+  }
+
+  /** Unregisters it (no more reductions reach it). */
+  close(): void {
+    stages.delete(this.address);
+  }
+}

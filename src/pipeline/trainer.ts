@@ -1,0 +1,201 @@
+import { InvalidArgumentError, StageFailedError, TensorLinkError } from '../errors.ts';
+import { clipScale, type LrLambda } from '../nn/index.ts';
+import { countTargets, microBatchLoss, splitBatch, type StepResult, type TrainingBatch, trainingSchedule } from '../models/index.ts';
+import type { Tensor } from '../tensor/index.ts';
+import type { StageHandle } from './handle.ts';
+import { type Action, gpipeActions, type ScheduleName, stageActions } from './schedule.ts';
+
+/**
+ * One stage of a pipeline: its replicas (micro-batch k goes to replica k mod r), and how it
+ * orders its work. 'schedule' follows the trainer's schedule; the user's own ends use
+ * 'forwards-first' (the first: all forwards, then backwards as gradients come) and
+ * 'one-by-one' (the last: each forward followed by its backward), which never hold a worker up.
+ */
+export interface PipelineStage {
+  replicas: StageHandle[];
+  order?: 'schedule' | 'forwards-first' | 'one-by-one';
+}
+
+export interface PipelineTrainerOptions {
+  lr: number;
+  /** Steps the learning-rate schedule spans (warm-up, then cosine to 10%). */
+  totalSteps: number;
+  warmupSteps?: number;
+  /** Clip the global gradient norm, over every stage, to this (default 1; 0 disables). */
+  clipNorm?: number;
+  microBatches: number;
+  schedule?: ScheduleName;
+}
+
+export interface PipelineStepResult extends StepResult {
+  /** Wall time of the step, seconds. */
+  seconds: number;
+  /** Seconds each stage's replicas spent on forwards and backwards (as seen from this side: compute and transfer). */
+  busy: number[][];
+}
+
+type Deferred<T> = { promise: Promise<T>; resolve: (v: T) => void; reject: (e: unknown) => void };
+
+function deferred<T>(): Deferred<T> {
+  let resolve!: (v: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  const d = { promise, resolve, reject };
+  d.promise.catch(() => {}); // a step that fails rejects every pending hand-over; the error is reported once
+  return d;
+}
+
+/**
+ * Trains a model split into stages: for each step it splits the batch into micro-batches,
+ * runs the schedule (activations forward, gradients of activations backward), computes the
+ * loss at the user's end, reduces the gradients of replicas and tied weights among their
+ * holders, clips by the global norm over all stages and has every stage take its optimizer step.
+ * Losses, gradients and weights equal one process training with the same micro-batches.
+ */
+export class PipelineTrainer {
+  stepCount = 0;
+  private readonly lambda: LrLambda;
+  private readonly groups: { names: string[]; holders: StageHandle[] }[];
+  /** Every parameter name once, in stage order: the model's order. */
+  private readonly order: string[];
+
+  constructor(
+    readonly stages: PipelineStage[],
+    private readonly options: PipelineTrainerOptions,
+  ) {
+    if (stages.length === 0 || stages.some((s) => s.replicas.length === 0)) throw new InvalidArgumentError('every stage needs a replica');
+    if (!Number.isInteger(options.microBatches) || options.microBatches < 1) {
+      throw new InvalidArgumentError(`micro-batches must be ≥ 1, got ${options.microBatches}`);
+    }
+    for (const s of stages) {
+      if (s.replicas.length > options.microBatches) {
+        throw new InvalidArgumentError(`${s.replicas.length} replicas need at least as many micro-batches (got ${options.microBatches})`);
+      }
+    }
+    this.lambda = trainingSchedule(options);
+    // the holders of every parameter, grouped: parameters with the same holders reduce together
+    const holders = new Map<string, StageHandle[]>();
+    for (const s of stages) for (const h of s.replicas) for (const n of h.names) holders.set(n, [...(holders.get(n) ?? []), h]);
+    const groups = new Map<string, { names: string[]; holders: StageHandle[] }>();
+    for (const [name, hs] of holders) {
+      const key = hs.map((h) => h.address).join(' ');
+      const g = groups.get(key) ?? { names: [], holders: hs };
+      g.names.push(name);
+      groups.set(key, g);
+    }
+    this.groups = [...groups.values()];
+    this.order = [...holders.keys()];
+  }
+
+  /** The learning rate the next step uses. */
+  get lr(): number {
+    return this.options.lr * this.lambda(this.stepCount);
+  }
+
+  /** The actions of replica `j` of stage `s` for this step. */
+  private actions(s: number, j: number): Action[] {
+    const stage = this.stages[s];
+    const m = this.options.microBatches;
+    const micros = Array.from({ length: m }, (_, k) => k).filter((k) => k % stage.replicas.length === j);
+    const order = stage.order ?? 'schedule';
+    if (order === 'forwards-first') return gpipeActions(micros);
+    if (order === 'one-by-one') return micros.flatMap((micro): Action[] => [{ op: 'F', micro }, { op: 'B', micro }]);
+    const scheduled = this.stages.map((x, i) => ({ x, i })).filter(({ x }) => (x.order ?? 'schedule') === 'schedule');
+    const position = scheduled.findIndex(({ i }) => i === s);
+    return stageActions(this.options.schedule ?? '1f1b', micros, position, scheduled.length);
+  }
+
+  async step(batch: TrainingBatch): Promise<PipelineStepResult> {
+    const started = performance.now();
+    const m = this.options.microBatches;
+    const parts = splitBatch(batch, m);
+    const tokens = countTargets(batch.target);
+    const lr = this.lr;
+    const p = this.stages.length;
+    const inputs = this.stages.map(() => parts.map(() => deferred<Tensor>()));
+    const grads = this.stages.map(() => parts.map(() => deferred<Tensor>()));
+    parts.forEach((part, k) => inputs[0][k].resolve(part.input));
+    const losses = new Array<number>(m).fill(0);
+    const busy = this.stages.map((s) => s.replicas.map(() => 0));
+    let failed: unknown = null;
+    const failAll = (err: unknown) => {
+      failed ??= err;
+      for (const list of [...inputs, ...grads]) for (const d of list) d.reject(err);
+    };
+    const blame = (s: number, h: StageHandle, err: unknown): StageFailedError => {
+      if (err instanceof StageFailedError) return err;
+      const text = err instanceof Error ? err.message : String(err);
+      return new StageFailedError(`stage ${s} (${h.label}) failed: ${text}`, {
+        details: { stage: s, worker: h.label, error: err instanceof TensorLinkError ? err.name : 'Error' },
+        cause: err,
+      });
+    };
+    const lossAt = (k: number, logits: Tensor) => {
+      const leaf = logits.detach();
+      leaf.requiresGrad = true;
+      const loss = microBatchLoss(leaf, parts[k].target, tokens);
+      loss.backward();
+      losses[k] = loss.item();
+      grads[p - 1][k].resolve(leaf.grad!);
+    };
+    const run = async (s: number, j: number) => {
+      const h = this.stages[s].replicas[j];
+      for (const a of this.actions(s, j)) {
+        if (failed) return;
+        if (a.op === 'F') {
+          const x = await inputs[s][a.micro].promise;
+          const t0 = performance.now();
+          const y = await h.forward(a.micro, x).catch((err: unknown) => Promise.reject(blame(s, h, err)));
+          busy[s][j] += (performance.now() - t0) / 1000;
+          if (s === p - 1) lossAt(a.micro, y);
+          else inputs[s + 1][a.micro].resolve(y);
+        } else {
+          const g = await grads[s][a.micro].promise;
+          const t0 = performance.now();
+          const gi = await h.backward(a.micro, g).catch((err: unknown) => Promise.reject(blame(s, h, err)));
+          busy[s][j] += (performance.now() - t0) / 1000;
+          if (s > 0) grads[s - 1][a.micro].resolve(gi!);
+        }
+      }
+    };
+    const loops = this.stages.flatMap((stage, s) => stage.replicas.map((_, j) => run(s, j).catch((err: unknown) => failAll(err))));
+    await Promise.all(loops);
+    if (failed) {
+      await Promise.all(this.stages.flatMap((st) => st.replicas.map((h) => h.reset().catch(() => {}))));
+      throw failed;
+    }
+    // the flush: reduce shared parameters, clip by the global norm, step everywhere
+    const atStage = (h: StageHandle) => this.stages.findIndex((st) => st.replicas.includes(h));
+    const guard = <T>(h: StageHandle, work: Promise<T>) => work.catch((err: unknown) => Promise.reject(blame(atStage(h), h, err)));
+    await Promise.all(
+      this.groups
+        .filter((g) => g.holders.length > 1)
+        .flatMap((g, gi) => g.holders.map((h, index) =>
+          guard(h, h.reduce({ key: `${this.stepCount}:${gi}`, names: g.names, peers: g.holders.map((x) => x.address), index })))),
+    );
+    // ‖g‖² per parameter from its first holder, added up in the model's order (as one process does)
+    const squares = new Map<string, number>();
+    await Promise.all(this.groups.map(async (g) => {
+      const values = await guard(g.holders[0], g.holders[0].gradSquares(g.names));
+      g.names.forEach((n, i) => squares.set(n, values[i]));
+    }));
+    let total = 0;
+    for (const n of this.order) total += squares.get(n)!;
+    const gradNorm = Math.sqrt(total);
+    const clip = this.options.clipNorm ?? 1;
+    const scale = clip > 0 ? clipScale(gradNorm, clip) : 1;
+    await Promise.all(this.stages.flatMap((st) => st.replicas.map((h) => guard(h, h.step(scale, lr)))));
+    this.stepCount++;
+    let loss = 0;
+    for (const l of losses) loss += l;
+    return { loss, gradNorm: clip > 0 ? gradNorm : Number.NaN, lr, tokens, seconds: (performance.now() - started) / 1000, busy };
+  }
+
+  /** Moves the learning-rate schedule to `step` (resuming a job). */
+  fastForward(step: number): void {
+    this.stepCount = step;
+  }
+}
