@@ -1,12 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
-import { PlanInfeasibleError } from '../errors.ts';
-import { type CausalLM, configToHF, createModel, type GenerateOptions, generateWith, type StepModel } from '../models/index.ts';
+import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
+import { type CausalLM, configToHF, type GenerateOptions, generateWith, runLayers, type StepModel } from '../models/index.ts';
+import { type PipelineStage, PipelineTrainer, type ScheduleName, sectionWeights, userEnds } from '../pipeline/index.ts';
 import { type Device, layerCosts, type Plan, plan, type StrategyName } from '../plan/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { request } from './control.ts';
 import { RemoteStage, ResultInbox } from './remote-stage.ts';
+import { RemoteTrainStage } from './remote-train.ts';
 import type { PeerRecord } from './vocabulary.ts';
 
 export interface DistributeOptions {
@@ -20,38 +22,59 @@ export interface DistributeOptions {
    * 'relay': the user passes them between workers (one round trip per stage).
    */
   routing?: 'chain' | 'relay';
+  /**
+   * Copies of every section on different workers, for data-parallel training (default 1): the
+   * workers are split into this many groups, the plan is made on the first, and each group
+   * holds the same sections. Generation uses the first copy.
+   */
+  replicas?: number;
+}
+
+export interface DistributedTrainerOptions {
+  /** AdamW on every holder of parameters (the only optimizer so far). */
+  optimizer: { name?: 'adamw'; lr: number; weightDecay?: number };
+  /** Steps the learning-rate schedule spans (warm-up, then cosine to 10%). */
+  totalSteps: number;
+  warmupSteps?: number;
+  /** Micro-batches per step (default: one per replica). */
+  microBatches?: number;
+  schedule?: ScheduleName;
+  /** Must equal the replicas the model was distributed with, if given. */
+  replicas?: number;
+  /** Clip the global gradient norm over all stages (default 1; 0 disables). */
+  clipNorm?: number;
+  /** Workers recompute activations in the backward instead of keeping them. */
+  recompute?: boolean;
 }
 
 /** A model split across workers; the user holds its ends. */
 export interface DistributedModel {
   readonly plan: Plan;
-  /** Which worker runs which layers (global layer indices, end exclusive). */
-  readonly assignment: { peerId: string; start: number; end: number }[];
+  /** Which worker runs which layers (global layer indices, end exclusive), for each replica. */
+  readonly assignment: { peerId: string; start: number; end: number; replica: number }[];
   generate(prompt: number[], options?: GenerateOptions): Promise<{ tokens: number[] }>;
   generateBatch(prompts: number[][], options?: GenerateOptions): Promise<{ tokens: number[][] }>;
+  /** Sets up training on the workers (their AdamW, the reductions among replicas) and returns the trainer. */
+  trainer(options: DistributedTrainerOptions): Promise<PipelineTrainer>;
+  /** Brings the workers' current weights into the user's model (to save it, or to run it alone) and returns it. */
+  pull(): Promise<CausalLM>;
+  /** Ends the job: every worker frees its section, caches and training state. */
   close(): Promise<void>;
 }
 
-/** The weights of layers [start, end) of a whole model, under their checkpoint names. */
-function sectionWeights(model: CausalLM, range: [number, number]): Map<string, Tensor> {
-  const state = model.hfStateDict();
-  const names = [...createModel(model.config, { section: range }).hfStateDict().keys()];
-  return new Map(names.map((k) => [k, state.get(k)!]));
-}
-
-function subset(model: CausalLM, range: [number, number]): CausalLM {
-  const part = createModel(model.config, { section: range });
-  part.loadStateDict(sectionWeights(model, range));
-  return part;
+function addressOf(record: PeerRecord): string {
+  return record.addrs.find((x) => x.includes('/p2p/')) ?? `${record.addrs[0]}/p2p/${record.peerId}`;
 }
 
 /**
  * Plans `model` over the live workers of a validator (layer-aware by default), loads each
- * worker's section (hash-checked), and returns a model that generates across them. With
- * privacy 'ends' the embedding and head never leave this machine.
+ * worker's section (hash-checked), and returns a model that generates and trains across them.
+ * With privacy 'ends' the embedding and head never leave this machine.
  * @example
  * const dm = await distribute(node, validatorAddr, model)
  * const { tokens } = await dm.generate(promptIds, { maxNewTokens: 16 })
+ * const trainer = await dm.trainer({ optimizer: { lr: 1e-3 }, totalSteps: 100, microBatches: 4, schedule: '1f1b' })
+ * await trainer.step({ input, target })
  */
 export async function distribute(
   node: Libp2p,
@@ -62,56 +85,67 @@ export async function distribute(
   const status = await request(node, multiaddr(validatorAddr), { type: 'status' });
   const workers = (status.peers as PeerRecord[]).filter((p) => p.roles.includes('worker') && p.capabilities);
   if (workers.length === 0) throw new PlanInfeasibleError('the validator knows no live workers');
-  const total = model.config.layers + 3;
+  const replicas = options.replicas ?? 1;
+  if (!Number.isInteger(replicas) || replicas < 1) throw new InvalidArgumentError(`replicas must be ≥ 1, got ${replicas}`);
+  if (workers.length < replicas) throw new PlanInfeasibleError(`${replicas} replicas need at least ${replicas} workers; the validator knows ${workers.length}`);
+  const perGroup = Math.floor(workers.length / replicas);
+  const groups = Array.from({ length: replicas }, (_, j) => workers.slice(j * perGroup, (j + 1) * perGroup));
+  const layerCount = model.config.layers;
+  const total = layerCount + 3;
   const keepEnds = (options.privacy ?? 'ends') === 'ends';
-  const [first, last] = keepEnds ? [1, model.config.layers + 1] : [0, total];
+  const [first, last] = keepEnds ? [1, layerCount + 1] : [0, total];
   const costs = layerCosts(model.layers).slice(first, last);
-  const devices: Device[] = workers.map((w) => ({
-    id: w.peerId,
-    memoryBytes: w.capabilities!.memoryBytes,
-    gflops: w.capabilities!.gflops,
-  }));
+  const devices: Device[] = groups[0].map((w) => {
+    const { memoryBytes, gflops } = w.capabilities!;
+    return { id: w.peerId, memoryBytes, gflops };
+  });
   const chosen = plan(options.strategy ?? 'layer-aware', costs, devices, { tokens: options.tokens ?? 1 });
   const jobId = randomUUID();
-  const assignment = chosen.stages.map((s) => ({ peerId: s.device, start: s.start + first, end: s.end + first }));
-  const stages: RemoteStage[] = [];
-  const addrs: string[] = [];
+  const placed = chosen.stages.map((s) => {
+    const index = groups[0].findIndex((w) => w.peerId === s.device);
+    return groups.map((g, replica) => ({ record: g[index], start: s.start + first, end: s.end + first, replica }));
+  });
+  const assignment = placed.flat().map((p) => ({ peerId: p.record.peerId, start: p.start, end: p.end, replica: p.replica }));
+  const stages: RemoteStage[][] = placed.map(() => []);
   const routing = options.routing ?? 'chain';
   try {
-    for (const [i, a] of assignment.entries()) {
-      const record = workers.find((w) => w.peerId === a.peerId)!;
-      const addr = record.addrs.find((x) => x.includes('/p2p/')) ?? `${record.addrs[0]}/p2p/${record.peerId}`;
-      addrs.push(addr);
-      const stage = await RemoteStage.open(node, multiaddr(addr), jobId);
-      stages.push(stage);
-      const upstream = routing === 'chain' && i > 0 ? assignment[i - 1].peerId : undefined;
-      await stage.load(configToHF(model.config), [a.start, a.end], sectionWeights(model, [a.start, a.end]), upstream);
+    for (const [i, copies] of placed.entries()) {
+      for (const c of copies) {
+        const stage = await RemoteStage.open(node, multiaddr(addressOf(c.record)), jobId);
+        stages[i].push(stage);
+        // generation runs on the first copy; its chain passes activations worker to worker
+        const upstream = routing === 'chain' && i > 0 && c.replica === 0 ? placed[i - 1][0].record.peerId : undefined;
+        await stage.load(configToHF(model.config), [c.start, c.end], sectionWeights(model, [c.start, c.end]), upstream);
+      }
     }
   } catch (err) {
-    await Promise.all(stages.map((s) => s.close()));
+    await Promise.all(stages.flat().map((s) => s.close()));
     throw err;
   }
+  const addrs = placed.map((copies) => addressOf(copies[0].record));
   const inbox = routing === 'chain' ? await inboxFor(node) : null;
-  const head = keepEnds ? subset(model, [model.config.layers + 1, total]) : null;
-  const embed = keepEnds ? subset(model, [0, 1]) : null;
+  // the user's ends run on its own model's layers: training updates them in place
+  const maxPositions = model.config.maxPositions;
+  const runEnd = (range: [number, number], x: Tensor, positions: Tensor) =>
+    noGrad(() => runLayers(model.layers.slice(range[0], range[1]), x, { positions }, maxPositions));
   const stepModel = (sessionId: string): StepModel => ({
-    maxPositions: model.config.maxPositions,
+    maxPositions,
     eosTokenId: model.tokenizer?.eosTokenId ?? model.config.eosTokenId ?? null,
     step: async (ids, opts) => {
       const positions = opts.positions!;
       const keyMask = opts.keyMask ?? null;
-      let x: Tensor = embed ? noGrad(() => embed.forward(ids, { positions })) : ids;
+      let x: Tensor = keepEnds ? runEnd([0, 1], ids, positions) : ids;
       if (inbox) {
         const { requestId, result } = inbox.expect();
-        await stages[0].forwardChained(sessionId, keyMask ? [x, positions, keyMask] : [x, positions], addrs.slice(1), {
+        await stages[0][0].forwardChained(sessionId, keyMask ? [x, positions, keyMask] : [x, positions], addrs.slice(1), {
           addr: inbox.addr,
           requestId,
         });
         x = await result;
       } else {
-        for (const s of stages) x = await s.forward(sessionId, x, positions, keyMask);
+        for (const s of stages) x = await s[0].forward(sessionId, x, positions, keyMask);
       }
-      return head ? noGrad(() => head.forward(x, { positions })) : x;
+      return keepEnds ? runEnd([layerCount + 1, total], x, positions) : x;
     },
   });
   const run = async (prompts: number[][], o: GenerateOptions) => {
@@ -119,16 +153,43 @@ export async function distribute(
     try {
       return await generateWith(stepModel(session), prompts, o);
     } finally {
-      await Promise.all(stages.map((s) => s.closeSession(session).catch(() => {})));
+      await Promise.all(stages.map((s) => s[0].closeSession(session).catch(() => {})));
     }
   };
+  let training: RemoteTrainStage[][] | null = null;
   return {
     plan: chosen,
     assignment,
     generate: async (prompt, o = {}) => ({ tokens: (await run([prompt], o))[0] }),
     generateBatch: async (prompts, o = {}) => ({ tokens: await run(prompts, o) }),
+    trainer: async (o) => {
+      if (o.replicas !== undefined && o.replicas !== replicas) {
+        throw new InvalidArgumentError(`the model was distributed with ${replicas} replica(s), the trainer asks for ${o.replicas}: pass replicas to distribute()`);
+      }
+      if (training) throw new InvalidArgumentError('this distributed model already has a trainer');
+      const executor = { lr: o.optimizer.lr, weightDecay: o.optimizer.weightDecay, recompute: o.recompute };
+      const peers = assignment.map((a) => a.peerId);
+      const handles = placed.map((copies, i) =>
+        copies.map((c, j) => new RemoteTrainStage(stages[i][j], addressOf(c.record), `worker ${c.record.peerId}, layers ${c.start}–${c.end - 1}`)));
+      await Promise.all(handles.flat().map((h) => h.setup({ ...executor, peers })));
+      training = handles;
+      const middle: PipelineStage[] = handles.map((hs) => ({ replicas: hs }));
+      const ends = keepEnds ? userEnds(model, executor) : null;
+      return new PipelineTrainer(ends ? [ends.first, ...middle, ends.last] : middle, {
+        lr: o.optimizer.lr,
+        totalSteps: o.totalSteps,
+        warmupSteps: o.warmupSteps,
+        clipNorm: o.clipNorm,
+        microBatches: o.microBatches ?? replicas,
+        schedule: o.schedule,
+      });
+    },
+    pull: async () => {
+      for (const copies of training ?? []) model.loadStateDict(await copies[0].weights(), { strict: false });
+      return model;
+    },
     close: async () => {
-      await Promise.all(stages.map((s) => s.close()));
+      await Promise.all(stages.flat().map((s) => s.close()));
     },
   };
 }

@@ -10,4 +10,6 @@ export { createLogger, isLogLevel, type Logger, type LogLevel } from './log.ts';
 export { MAX_SESSIONS_PER_JOB, SESSION_IDLE_MS, type StageServer, serveStages, sha256, STAGE_PROTOCOL } from './stage.ts';
 export { RemoteStage, ResultInbox } from './remote-stage.ts';
 export { fromWire, toWire } from './wire-tensor.ts';
-export { distribute, type DistributeOptions, type DistributedModel } from './distributed.ts';
+export { distribute, type DistributeOptions, type DistributedModel, type DistributedTrainerOptions } from './distributed.ts';
+export { RemoteTrainStage, TRAIN_REQUEST_TIMEOUT_MS } from './remote-train.ts';
+export { TRAINING_BYTES_PER_PARAM } from './stage-train.ts';

@@ -50,6 +50,11 @@ export class JobTable {
     this.jobs.delete(entry.jobId);
   }
 
+  /** Forgets a job (its owner's stream ended). */
+  remove(jobId: string): void {
+    this.jobs.delete(jobId);
+  }
+
   get size(): number {
     return this.jobs.size;
   }

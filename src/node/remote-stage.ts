@@ -56,13 +56,14 @@ export class RemoteStage {
     }
   }
 
-  private async call(header: Record<string, unknown>, tensors: Tensor[]): Promise<Frame> {
+  /** Sends one request (a control frame and its tensors) and waits for its answer. */
+  async call(header: Record<string, unknown>, tensors: Tensor[], timeoutMs = REQUEST_TIMEOUT_MS): Promise<Frame> {
     const id = this.nextId++;
     const answer = new Promise<Frame>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiting.delete(id);
-        reject(new PeerUnreachableError(`${this.peer.toString()} did not answer within ${REQUEST_TIMEOUT_MS} ms`));
-      }, REQUEST_TIMEOUT_MS);
+        reject(new PeerUnreachableError(`${this.peer.toString()} did not answer within ${timeoutMs} ms`));
+      }, timeoutMs);
       this.waiting.set(id, { resolve, reject, timer });
     });
     const parts = tensors.flatMap((t) => encodeTensor(toWire(t, id)));

@@ -6,8 +6,9 @@ import { InvalidArgumentError, InvalidMessageError, TensorLinkError } from '../e
 import { configFromHF, createModel, type CausalLM, KVCache } from '../models/index.ts';
 import { encodeControl, encodeTensor, type Frame, type WireTensor } from '../p2p/frames.ts';
 import { receiveFrames, sendMessage } from '../p2p/stream.ts';
-import { noGrad } from '../tensor/index.ts';
+import { noGrad, type Tensor } from '../tensor/index.ts';
 import type { JobTable } from './jobs.ts';
+import { handleTraining, type Training, TRAINING_REQUESTS } from './stage-train.ts';
 import { obj } from './vocabulary.ts';
 import { fromWire, toWire } from './wire-tensor.ts';
 
@@ -20,6 +21,8 @@ import { fromWire, toWire } from './wire-tensor.ts';
  *   forward: {jobId, sessionId, tensors: 2|3} + input (ids or hidden), positions, [key mask];
  *            the worker keeps the session's KV cache and answers with the output tensor.
  *   close:   {jobId, sessionId} frees the session's cache.
+ * Training requests on a loaded section are in stage-train.ts. A job ends, and its memory is
+ * freed, when the stream its section was loaded over closes.
  */
 export const STAGE_PROTOCOL = '/tensorlink/stage/1.0.0';
 /**
@@ -49,10 +52,19 @@ export interface StageServer {
   sweep(idleMs?: number): number;
   /** Open sessions across all jobs. */
   sessions(): number;
+  /** Jobs with a section loaded (freed when their owner's stage stream closes). */
+  jobs(): number;
 }
 
 export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: number): Promise<StageServer> {
-  const sections = new Map<string, { model: CausalLM; sessions: Map<string, { cache: KVCache; lastUsed: number }> }>();
+  const sections = new Map<string, { model: CausalLM; sessions: Map<string, { cache: KVCache; lastUsed: number }>; training?: Training }>();
+  let gradsId = 0;
+  const sendGrads = async (addr: string, header: Record<string, unknown>, grads: Tensor[]) => {
+    const id = ++gradsId;
+    const peer = await streamTo(addr, STAGE_PROTOCOL);
+    const parts = grads.flatMap((t) => encodeTensor(toWire(t, id)));
+    await sendMessage(peer, [encodeControl({ ...header, id, tensors: grads.length }), ...parts]);
+  };
   /** Long-lived outgoing streams (to the next stage or to a user), one per protocol and address. */
   const outgoing = new Map<string, Promise<Stream>>();
   const streamTo = (addr: string, protocol: string): Promise<Stream> => {
@@ -68,6 +80,21 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
   await node.handle(STAGE_PROTOCOL, (stream: Stream, connection) => {
     const from = connection.remotePeer;
     let pending: Pending | null = null;
+    // the jobs loaded over this stream end with it: their sections, caches and training state are freed
+    const loadedHere = new Set<string>();
+    const end = () => {
+      for (const jobId of loadedHere) {
+        sections.delete(jobId);
+        jobs.remove(jobId);
+      }
+      loadedHere.clear();
+    };
+    stream.addEventListener('close', end);
+    // the owner closing its side ends the job too (it sends nothing more)
+    stream.addEventListener('remoteCloseWrite', () => {
+      end();
+      stream.close().catch(() => {});
+    });
     const fail = (id: unknown, err: unknown) => {
       const e = err instanceof TensorLinkError ? err : new TensorLinkError((err as Error).message);
       try {
@@ -103,7 +130,7 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
       tensors: WireTensor[],
       peer: PeerId,
     ): Promise<{ kind: 'tensor'; tensor: WireTensor } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' }> => {
-      const job = jobs.authorize(h.jobId, peer, { delegates: h.type === 'forward' });
+      const job = jobs.authorize(h.jobId, peer, { delegates: h.type === 'forward' || h.type === 'grads' });
       if (h.type === 'load') {
         const config = configFromHF(obj(h.config, 'config'));
         const range = h.section;
@@ -124,6 +151,7 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
         });
         model.loadStateDict(loaded);
         sections.set(job.jobId, { model, sessions: new Map() });
+        loadedHere.add(job.jobId);
         // the previous stage of a chain may pass activations on for this job
         if (h.upstream !== undefined) {
           if (typeof h.upstream !== 'string' || h.upstream.length > 128) throw new InvalidMessageError('upstream must be a peer id');
@@ -133,6 +161,10 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
       }
       const section = sections.get(job.jobId);
       if (!section) throw new InvalidMessageError(`job ${job.jobId} has no section loaded`);
+      if (TRAINING_REQUESTS.has(String(h.type))) {
+        const r = await handleTraining(h, tensors, job, section, { memoryBytes, sendGrads });
+        return r.kind === 'tensor' ? { kind: 'tensor', tensor: toWire(r.tensor, h.id as number) } : r;
+      }
       const sessionId = h.sessionId;
       if (typeof sessionId !== 'string' || sessionId.length > 64) throw new InvalidMessageError('sessionId must be a short string');
       if (h.type === 'close') {
@@ -212,6 +244,7 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
       return freed;
     },
     sessions: () => [...sections.values()].reduce((n, s) => n + s.sessions.size, 0),
+    jobs: () => sections.size,
   };
 }
 

@@ -1,0 +1,124 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { additionTask, taskBatch } from '../../src/data/index.ts';
+import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, llamaConfig, LocalTrainer, type ModelConfig } from '../../src/models/index.ts';
+import { distribute, startValidator, startWorker, type Worker } from '../../src/node/index.ts';
+import { createNode } from '../../src/p2p/index.ts';
+import { Generator, setBackend } from '../../src/tensor/index.ts';
+import { assertWeightsClose } from '../helpers/weights.ts';
+
+const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
+const STEPS = 20;
+const options = { lr: 3e-3, totalSteps: STEPS, warmupSteps: 3 };
+
+function reference(config: ModelConfig, m: number): { losses: number[]; weights: Map<string, Float32Array> } {
+  const model = createModel(config, { seed: 5 });
+  const trainer = new LocalTrainer(model, { ...options, microBatches: m });
+  const task = additionTask({ seed: 2 });
+  const rng = new Generator(7);
+  const losses = [];
+  for (let s = 0; s < STEPS; s++) losses.push(trainer.step(taskBatch(task, tok, rng, 8, 256)).loss);
+  return { losses, weights: new Map([...model.hfStateDict()].map(([n, t]) => [n, t.data as Float32Array])) };
+}
+
+async function swarm(workers: number) {
+  const validator = await startValidator();
+  const boot = validator.node.getMultiaddrs()[0].toString();
+  const list: Worker[] = [];
+  for (let i = 0; i < workers; i++) list.push(await startWorker({ bootstrap: boot }));
+  const user = await createNode();
+  return {
+    boot,
+    workers: list,
+    user,
+    stop: async () => {
+      await user.stop();
+      await Promise.all(list.map((w) => w.stop()));
+      await validator.stop();
+    },
+  };
+}
+
+describe('distributed training over libp2p (workers on 127.0.0.1, js backend)', () => {
+  setBackend('js');
+  const configs = [
+    gpt2Config({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, maxPositions: 32 }),
+    llamaConfig({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, kvHeads: 2, intermediate: 48, maxPositions: 32 }),
+  ];
+  for (const config of configs) {
+    for (const schedule of ['gpipe', '1f1b'] as const) {
+      test(`${config.arch}: 3 workers, ${schedule}, 20 steps: the losses and weights of one process, bit for bit`, async () => {
+        const ref = reference(config, 4);
+        const net = await swarm(3);
+        try {
+          const model = createModel(config, { seed: 5 });
+          const dm = await distribute(net.user, net.boot, model, { strategy: 'parameter-balanced' });
+          assert.equal(new Set(dm.assignment.map((a) => a.peerId)).size, 3);
+          const trainer = await dm.trainer({ optimizer: { lr: options.lr }, totalSteps: STEPS, warmupSteps: 3, microBatches: 4, schedule });
+          const task = additionTask({ seed: 2 });
+          const rng = new Generator(7);
+          for (let s = 0; s < STEPS; s++) assert.equal((await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss, ref.losses[s], `step ${s + 1}`);
+          const trained = await dm.pull();
+          for (const [name, t] of trained.hfStateDict()) assert.deepEqual(t.data, ref.weights.get(name), name);
+          await dm.close();
+          // the job's memory is freed on every worker when it ends
+          const deadline = Date.now() + 5000;
+          while (net.workers.some((w) => w.stages.jobs() > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+          assert.deepEqual(net.workers.map((w) => w.stages.jobs()), [0, 0, 0]);
+        } finally {
+          await net.stop();
+        }
+      });
+    }
+  }
+
+  for (const config of configs) {
+    test(`${config.arch}: 2 stages × 2 replicas (gradients reduced worker to worker): one process's losses and weights within 1e-5`, async () => {
+      const ref = reference(config, 4);
+      const net = await swarm(4);
+      try {
+        const model = createModel(config, { seed: 5 });
+        const dm = await distribute(net.user, net.boot, model, { strategy: 'parameter-balanced', replicas: 2 });
+        assert.deepEqual(dm.assignment.map((a) => a.replica), [0, 1, 0, 1]);
+        const trainer = await dm.trainer({
+          optimizer: { lr: options.lr }, totalSteps: STEPS, warmupSteps: 3, microBatches: 4, replicas: 2,
+        });
+        const task = additionTask({ seed: 2 });
+        const rng = new Generator(7);
+        for (let s = 0; s < STEPS; s++) {
+          const { loss } = await trainer.step(taskBatch(task, tok, rng, 8, 256));
+          assert.ok(Math.abs(loss - ref.losses[s]) <= 1e-5 * ref.losses[s], `step ${s + 1}: ${loss} vs ${ref.losses[s]}`);
+        }
+        const trained = await dm.pull();
+        assertWeightsClose(new Map([...trained.hfStateDict()].map(([n, t]) => [n, t.data])), ref.weights, config);
+        await dm.close();
+      } finally {
+        await net.stop();
+      }
+    });
+  }
+
+  test('a worker lost during training: the step fails with a StageFailedError naming its stage', async () => {
+    const config = configs[0];
+    const net = await swarm(2);
+    try {
+      const model = createModel(config, { seed: 5 });
+      const dm = await distribute(net.user, net.boot, model, { strategy: 'parameter-balanced' });
+      const trainer = await dm.trainer({ optimizer: { lr: 1e-3 }, totalSteps: 10, microBatches: 2 });
+      const task = additionTask({ seed: 2 });
+      const rng = new Generator(7);
+      await trainer.step(taskBatch(task, tok, rng, 8, 256));
+      const lost = dm.assignment[1].peerId;
+      await net.workers.find((w) => w.node.peerId.toString() === lost)!.stop();
+      await assert.rejects(trainer.step(taskBatch(task, tok, rng, 8, 256)), (err: Error & { details?: Record<string, unknown> }) => {
+        assert.equal(err.name, 'StageFailedError');
+        assert.equal(err.details?.stage, 2); // the user's embedding is stage 0
+        assert.match(err.message, new RegExp(lost));
+        return true;
+      });
+      await dm.close();
+    } finally {
+      await net.stop();
+    }
+  });
+});
