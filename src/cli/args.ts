@@ -55,17 +55,6 @@ export function placement(flags: Flags): Placement {
   return { kind: 'swarm', workers: local };
 }
 
-/** --local N (workers on this machine; 0 = no network) or --bootstrap ADDR. Only --local 0 runs today. */
-export function requireLocalZero(flags: Flags, command: string): void {
-  if (flags.bootstrap !== undefined) {
-    throw new UsageError(`${command} --bootstrap needs the peer-to-peer network, which this version does not have yet; use --local 0`);
-  }
-  const local = intFlag(flags, 'local', 0, 0);
-  if (local !== 0) {
-    throw new UsageError(`${command} --local ${local} needs distributed execution, which this version does not have yet; use --local 0`);
-  }
-}
-
 /** Human byte sizes: "4GiB", "512MiB", "1000000". */
 export function parseBytes(raw: string): number {
   const m = /^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?$/i.exec(raw.trim());

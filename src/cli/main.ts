@@ -2,7 +2,7 @@ import '../polyfills.ts';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { TensorLinkError } from '../errors.ts';
 import { setBackend } from '../tensor/index.ts';
-import { type Flags, UsageError } from './args.ts';
+import { type Flags, optionalIntFlag, UsageError } from './args.ts';
 import { demoCommand, demoOptions } from './commands/demo.ts';
 import { generateCommand, generateOptions } from './commands/generate.ts';
 import { initModel, initModelOptions } from './commands/init-model.ts';
@@ -29,11 +29,15 @@ commands:
   init-model --arch gpt2|llama [--layers N --hidden N --heads N --kv-heads N --intermediate N
              --vocab N --max-positions N] --out DIR [--seed S] [--force]
       a new random model in Hugging Face layout (config.json, model.safetensors, tokenizer.json)
-  generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-k K --top-p P --seed S] --local 0
-      continues the prompt, streaming tokens as they come
+  generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-k K --top-p P --seed S]
+           [--local N | --bootstrap MULTIADDR] [--strategy S --privacy ends|none]
+      continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
+      --local N on a local swarm of N workers, --bootstrap on an existing swarm
   train --model DIR (--data FILE | --task addition|reverse) --steps N [--batch B --lr X --seq-len T
-        --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N] --local 0
-      trains on this machine with progress, periodic evaluation and checkpoints (--resume continues one)
+        --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
+        [--local N | --bootstrap MULTIADDR] [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none]
+      trains with progress, periodic evaluation and checkpoints (--resume continues one); across
+      workers the model is split into stages, micro-batches flow through a GPipe or 1F1B schedule
 
   validator [--listen MULTIADDR] [--data DIR] [--log-level debug|info|warn|error]
       a bootstrap peer, DHT server and registry of workers; prints {"event":"ready",...} when up
@@ -44,10 +48,9 @@ commands:
   swarm [--workers N] [--memory SIZE]
       a local swarm: a validator and N workers on 127.0.0.1, each its own process, until Ctrl-C
 
-planned (not in this version): --local N > 0 / --bootstrap ADDR for generate and train
-
 every command takes --json (one JSON object on stdout; progress on stderr), --backend js|ort
-(js: bitwise reproducible; ort: fast, the default where it loads) and --help`;
+(js: bitwise reproducible; ort: fast, the default where it loads), --threads N (onnxruntime
+threads, idle ones sleeping: for nodes that share a machine) and --help`;
 
 interface Command {
   options: NonNullable<ParseArgsConfig['options']>;
@@ -82,7 +85,7 @@ export async function main(argv: string[]): Promise<number> {
     try {
       flags = parseArgs({
         args: rest,
-        options: { ...spec.options, json: { type: 'boolean' }, help: { type: 'boolean' }, backend: { type: 'string' } },
+        options: { ...spec.options, json: { type: 'boolean' }, help: { type: 'boolean' }, backend: { type: 'string' }, threads: { type: 'string' } },
         strict: true,
         allowPositionals: false,
       }).values as Flags;
@@ -93,9 +96,16 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${HELP}\n`);
       return 0;
     }
-    if (flags.backend !== undefined) {
-      if (flags.backend !== 'js' && flags.backend !== 'ort') throw new UsageError('--backend must be js or ort');
-      setBackend(flags.backend);
+    if (flags.backend !== undefined && flags.backend !== 'js' && flags.backend !== 'ort') throw new UsageError('--backend must be js or ort');
+    const threads = optionalIntFlag(flags, 'threads', 1);
+    if (flags.backend === 'js') setBackend('js');
+    else if (flags.backend === 'ort' || threads !== undefined) {
+      // --threads N: onnxruntime on N threads that sleep when idle (nodes sharing a machine)
+      try {
+        setBackend('ort', threads === undefined ? {} : { threads, spinning: false });
+      } catch (err) {
+        if (flags.backend === 'ort') throw err;
+      }
     }
     await spec.run(flags, createOutput(flags.json === true));
     return 0;

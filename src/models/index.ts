@@ -36,4 +36,4 @@ export {
   type TrainingBatch,
   trainingSchedule,
 } from './trainer.ts';
-export { evaluateExactMatch, type EvalResult } from './evaluate.ts';
+export { type BatchGenerator, evaluateExactMatch, type EvalResult } from './evaluate.ts';

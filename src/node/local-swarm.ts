@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { TensorLinkError } from '../errors.ts';
@@ -79,8 +79,14 @@ export async function localSwarm(options: {
   handleSignals?: boolean;
   /** The compute backend of every node (default: each node's own default). */
   backend?: 'js' | 'ort';
+  /**
+   * onnxruntime threads per worker (default: the cores shared out among the workers and this
+   * process, at least 1): nodes on one machine must not each spin a pool over every core.
+   */
+  threads?: number;
 }): Promise<LocalSwarm> {
-  const extra = [...(options.backend ? ['--backend', options.backend] : []), '--parent-pid', String(process.pid)];
+  const threads = options.threads ?? Math.max(1, Math.floor(availableParallelism() / (options.workers + 1)));
+  const extra = [...(options.backend ? ['--backend', options.backend] : []), '--threads', String(threads), '--parent-pid', String(process.pid)];
   const timeoutMs = options.timeoutMs ?? 60_000;
   const dir = mkdtempSync(join(tmpdir(), 'tensorlink-swarm-'));
   const peers: LocalPeer[] = [];

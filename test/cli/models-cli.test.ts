@@ -67,6 +67,28 @@ describe('init-model, generate and train on one machine', () => {
     assert.deepEqual(resumed.json().losses, straight.losses);
   });
 
+  test('train --local 3 (a swarm of separate processes) gives the losses and accuracy of --local 0, with each schedule', () => {
+    const gpt = join(root, 'gpt3');
+    assert.equal(cli('init-model', '--arch', 'gpt2', '--layers', '3', '--hidden', '32', '--heads', '4', '--max-positions', '32', '--out', gpt).code, 0);
+    const base = ['train', '--model', gpt, '--task', 'addition', '--steps', '20', '--batch', '8', '--micro-batches', '4', '--lr', '0.003',
+      '--eval-every', '20', '--eval-size', '40', '--backend', 'js', '--json'];
+    const local = cli(...base, '--local', '0').json();
+    for (const schedule of ['gpipe', '1f1b']) {
+      const r = cli(...base, '--local', '3', '--schedule', schedule);
+      assert.equal(r.code, 0, r.stderr);
+      const result = r.json();
+      assert.deepEqual(result.losses, local.losses, schedule);
+      assert.equal(result.accuracy, local.accuracy, schedule);
+      assert.equal(result.stages.length, 5, 'the user\'s two ends and three workers');
+      assert.match(r.stderr, /layer 1[\s\S]*layer 2[\s\S]*layer 3/);
+    }
+    // two stages, each on two workers that reduce their gradients among themselves
+    const replicated = cli(...base, '--local', '4', '--replicas', '2', '--schedule', '1f1b');
+    assert.equal(replicated.code, 0, replicated.stderr);
+    replicated.json().losses.forEach((l: number, i: number) => assert.ok(Math.abs(l - local.losses[i]) <= 1e-5 * local.losses[i], `step ${i + 1}`));
+    assert.match(replicated.stderr, /replica 1/);
+  });
+
   test('train on a text file reports the held-out loss', () => {
     const text = join(root, 'corpus.txt');
     writeFileSync(text, 'the quick brown fox jumps over the lazy dog. '.repeat(40));
@@ -83,6 +105,8 @@ describe('init-model, generate and train on one machine', () => {
       ['train', '--model', join(root, 'missing'), '--task', 'addition', '--steps', '2'],
       ['train', '--model', model, '--task', 'algebra', '--steps', '2'],
       ['generate', '--model', model, '--prompt', 'x', '--bootstrap', '/ip4/127.0.0.1/tcp/1/p2p/12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQAJU5SA'],
+      ['train', '--model', model, '--task', 'addition', '--steps', '2', '--replicas', '2'],
+      ['train', '--model', model, '--task', 'addition', '--steps', '2', '--local', '2', '--replicas', '2'],
       ['init-model', '--arch', 'rnn', '--out', join(root, 'x')],
     ]) {
       const r = cli(...args);

@@ -1,8 +1,8 @@
 import { generate, type GenerateOptions, loadModel } from '../../models/index.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, requiredString, stringFlag, UsageError } from '../args.ts';
 import { createNode } from '../../p2p/node.ts';
-import { distribute, localSwarm } from '../../node/index.ts';
-import { getBackend } from '../../tensor/index.ts';
+import { distribute } from '../../node/index.ts';
+import { startSwarm } from '../swarm.ts';
 import type { Output } from '../output.ts';
 
 export const generateOptions = {
@@ -67,7 +67,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   if (where.kind === 'local') {
     tokens = (await generate(model, promptIds, options)).tokens;
   } else {
-    const swarm = where.kind === 'swarm' ? await localSwarm({ workers: where.workers, backend: getBackend().name === 'js' ? 'js' : undefined }) : null;
+    const swarm = where.kind === 'swarm' ? await startSwarm(where.workers, flags) : null;
     const node = await createNode();
     try {
       const bootstrap = swarm ? swarm.bootstrap : (where as { bootstrap: string }).bootstrap;

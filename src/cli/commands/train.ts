@@ -1,11 +1,14 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Batch, loadTextFile, taskBatch, taskByName, textBatch, type Task, type TextDataset } from '../../data/index.ts';
-import { readSafetensors, writeSafetensors } from '../../io/index.ts';
-import { type CausalLM, evaluateExactMatch, LocalTrainer, loadModel, saveModel } from '../../models/index.ts';
-import { crossEntropy, Generator, noGrad, type Tensor, tensor } from '../../tensor/index.ts';
-import { type Flags, intFlag, numberFlag, requiredString, requireLocalZero, stringFlag, UsageError } from '../args.ts';
+import { type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadModel, saveModel } from '../../models/index.ts';
+import { createNode } from '../../p2p/node.ts';
+import { distribute } from '../../node/index.ts';
+import { crossEntropy, Generator, noGrad } from '../../tensor/index.ts';
+import { startSwarm } from '../swarm.ts';
+import { type Flags, intFlag, numberFlag, placement, requiredString, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
+import { readState, restoreOptimizer, saveOptimizer, STATE_FILE, type TrainerState, writeState } from '../train-state.ts';
 
 export const trainOptions = {
   'model': { type: 'string' },
@@ -26,25 +29,15 @@ export const trainOptions = {
   'schedule': { type: 'string' },
   'micro-batches': { type: 'string' },
   'replicas': { type: 'string' },
+  'strategy': { type: 'string' },
+  'privacy': { type: 'string' },
 } as const;
-
-const STATE_FILE = 'trainer_state.json';
-const OPTIMIZER_FILE = 'optimizer.safetensors';
-
-interface TrainerState {
-  step: number;
-  totalSteps: number;
-  lr: number;
-  seed: number;
-  source: string;
-  rng: number[];
-  losses: number[];
-}
 
 interface Source {
   name: string;
   batch(rng: Generator): Batch;
-  evaluate(model: CausalLM): Promise<{ metric: 'accuracy' | 'loss'; value: number }>;
+  /** Evaluates the model (`generator` continues prompts: locally, or across the workers). */
+  evaluate(model: CausalLM, generator: CausalLM | BatchGenerator): Promise<{ metric: 'accuracy' | 'loss'; value: number }>;
 }
 
 function taskSource(task: Task, model: CausalLM, batchSize: number, evalSize: number): Source {
@@ -54,9 +47,10 @@ function taskSource(task: Task, model: CausalLM, batchSize: number, evalSize: nu
   return {
     name: `task:${task.name}`,
     batch: (rng) => taskBatch(task, tok, rng, batchSize, pad),
-    evaluate: async (m) => {
+    evaluate: async (_, generator) => {
       const examples = task.test.slice(0, evalSize);
-      const { accuracy } = await evaluateExactMatch(m, examples, { terminator: task.terminator, maxNewTokens: maxAnswer });
+      const options = { terminator: task.terminator, maxNewTokens: maxAnswer, batchSize: 250 };
+      const { accuracy } = await evaluateExactMatch(generator, examples, options);
       return { metric: 'accuracy', value: accuracy };
     },
   };
@@ -79,42 +73,116 @@ function textSource(path: string, data: TextDataset, batchSize: number, seqLen: 
   };
 }
 
-function saveTrainer(dir: string, trainer: LocalTrainer, state: TrainerState): void {
-  const moments = new Map<string, Tensor>();
-  for (const [name, p] of trainer.model.namedParameters()) {
-    const s = trainer.optimizer.getState(p);
-    if (!s) continue;
-    moments.set(`${name}.exp_avg`, tensor(s.exp_avg as Float32Array, p.shape));
-    moments.set(`${name}.exp_avg_sq`, tensor(s.exp_avg_sq as Float32Array, p.shape));
-    moments.set(`${name}.step`, tensor([s.step as number], [1]));
-  }
-  writeSafetensors(join(dir, OPTIMIZER_FILE), moments);
-  writeFileSync(join(dir, STATE_FILE), `${JSON.stringify(state)}\n`);
+/** One training run's engine: this process, or a model split across workers. */
+interface Runner {
+  step(batch: Batch): Promise<{ loss: number; lr: number; tokens: number; busy?: number[][] }>;
+  evaluate(): Promise<{ metric: 'accuracy' | 'loss'; value: number }>;
+  /** Writes the weights (Hugging Face layout) and whatever else resuming needs. */
+  checkpoint(dir: string, state: TrainerState): Promise<void>;
+  /** Short names of the pipeline's stages and replicas, for the progress line. */
+  stageNames: string[][];
+  close(): Promise<void>;
 }
 
-function restoreTrainer(dir: string, trainer: LocalTrainer): TrainerState {
-  const state = JSON.parse(readFileSync(join(dir, STATE_FILE), 'utf8')) as TrainerState;
-  const moments = readSafetensors(join(dir, OPTIMIZER_FILE));
-  for (const [name, p] of trainer.model.namedParameters()) {
-    const m = moments.get(`${name}.exp_avg`);
-    const v = moments.get(`${name}.exp_avg_sq`);
-    const step = moments.get(`${name}.step`);
-    if (m && v && step) {
-      trainer.optimizer.setState(p, { exp_avg: m.data as Float32Array, exp_avg_sq: v.data as Float32Array, step: step.data[0] });
+interface RunSettings {
+  model: CausalLM;
+  source: Source;
+  steps: number;
+  lr: number;
+  microBatches: number;
+  resumeFrom: string | null;
+}
+
+function localRunner(s: RunSettings, out: Output): Runner {
+  const trainer = new LocalTrainer(s.model, { lr: s.lr, totalSteps: s.steps, microBatches: s.microBatches });
+  if (s.resumeFrom) {
+    if (!restoreOptimizer(s.resumeFrom, trainer)) out.info('the checkpoint holds no optimizer state: AdamW starts afresh');
+    trainer.fastForward(readState(s.resumeFrom).step);
+  }
+  return {
+    step: async (batch) => trainer.step(batch),
+    evaluate: () => s.source.evaluate(s.model, s.model),
+    checkpoint: async (dir, state) => {
+      await saveModel(s.model, dir);
+      saveOptimizer(dir, trainer);
+      writeState(dir, state);
+    },
+    stageNames: [],
+    close: async () => {},
+  };
+}
+
+interface PipelineFlags {
+  schedule: 'gpipe' | '1f1b';
+  strategy: 'layer-aware' | 'parameter-balanced' | 'ring-memory-weighted';
+  privacy: 'ends' | 'none';
+  replicas: number;
+}
+
+function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
+  const schedule = stringFlag(flags, 'schedule') ?? '1f1b';
+  if (schedule !== 'gpipe' && schedule !== '1f1b') throw new UsageError('--schedule must be gpipe or 1f1b');
+  const strategy = stringFlag(flags, 'strategy') ?? 'parameter-balanced';
+  if (strategy !== 'layer-aware' && strategy !== 'parameter-balanced' && strategy !== 'ring-memory-weighted') {
+    throw new UsageError('--strategy must be layer-aware, parameter-balanced or ring-memory-weighted');
+  }
+  const privacy = stringFlag(flags, 'privacy') ?? 'ends';
+  if (privacy !== 'ends' && privacy !== 'none') throw new UsageError('--privacy must be ends or none');
+  const replicas = intFlag(flags, 'replicas', 1);
+  if (microBatches < replicas) throw new UsageError(`--replicas ${replicas} needs --micro-batches ≥ ${replicas} (each replica takes a share)`);
+  return { schedule, strategy, privacy, replicas };
+}
+
+async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags, out: Output): Promise<Runner> {
+  const where = placement(flags);
+  const { schedule, strategy, privacy, replicas } = p;
+  const swarm = where.kind === 'swarm' ? await startSwarm(where.workers, flags) : null;
+  const node = await createNode();
+  let dm: Awaited<ReturnType<typeof distribute>> | null = null;
+  const close = async () => {
+    await dm?.close();
+    await node.stop();
+    await swarm?.close();
+  };
+  try {
+    const bootstrap = swarm ? swarm.bootstrap : (where as { bootstrap: string }).bootstrap;
+    dm = await distribute(node, bootstrap, s.model, { strategy, privacy, replicas });
+    for (const a of dm.assignment) {
+      const layers = a.end - a.start === 1 ? `layer ${a.start}` : `layers ${a.start}–${a.end - 1}`;
+      out.info(`  worker …${a.peerId.slice(-6)}: ${layers}${replicas > 1 ? ` (replica ${a.replica})` : ''}`);
+    }
+    if (privacy === 'ends') out.info('  this machine: the embedding, the final norm and the head (token ids and logits stay here)');
+    if (s.resumeFrom) out.info('resuming: the weights and the data order continue; AdamW\'s moments start afresh on the workers');
+    const trainer = await dm.trainer({ optimizer: { lr: s.lr }, totalSteps: s.steps, microBatches: s.microBatches, schedule, replicas });
+    if (s.resumeFrom) trainer.fastForward(readState(s.resumeFrom).step);
+    const job = dm;
+    const generator: BatchGenerator = { tokenizer: s.model.tokenizer, generateBatch: (p, o) => job.generateBatch(p, o) };
+    return {
+      step: (batch) => trainer.step(batch),
+      evaluate: async () => s.source.evaluate(await job.pull(), generator),
+      checkpoint: async (dir, state) => {
+        await saveModel(await job.pull(), dir);
+        writeState(dir, state);
+      },
+      stageNames: trainer.stages.map((st) => st.replicas.map((h) => (h.label.startsWith('worker ') ? `…${h.label.slice(7).split(',')[0].slice(-6)}` : 'you'))),
+      close,
+    };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
+/** `tensorlink train`: on this machine (--local 0) or across workers, with progress, evaluation, checkpoints, resume. */
+export async function trainCommand(flags: Flags, out: Output): Promise<void> {
+  const where = placement(flags);
+  const microBatches = intFlag(flags, 'micro-batches', 1);
+  if (where.kind === 'local') {
+    for (const f of ['replicas', 'schedule', 'strategy', 'privacy'] as const) {
+      if (flags[f] !== undefined) throw new UsageError(`--${f} is for training across workers (--local N with N ≥ 1, or --bootstrap ADDR)`);
     }
   }
-  trainer.fastForward(state.step);
-  return state;
-}
-
-/** `tensorlink train` on one machine: progress, periodic evaluation, checkpoints, resume. */
-export async function trainCommand(flags: Flags, out: Output): Promise<void> {
-  requireLocalZero(flags, 'train');
-  for (const f of ['micro-batches', 'replicas'] as const) {
-    if (flags[f] !== undefined && intFlag(flags, f, 1) !== 1) throw new UsageError(`--${f} needs distributed training (coming with --local N); use --local 0`);
-  }
-  const schedule = stringFlag(flags, 'schedule');
-  if (schedule !== undefined && schedule !== 'gpipe' && schedule !== '1f1b') throw new UsageError('--schedule must be gpipe or 1f1b');
+  const pipeline = where.kind === 'local' ? null : pipelineFlags(flags, microBatches);
   const steps = intFlag(flags, 'steps', 0, 1);
   if (flags.steps === undefined) throw new UsageError('--steps is required');
   const taskName = stringFlag(flags, 'task');
@@ -129,6 +197,7 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const model = await loadModel(modelDir);
   if (!model.tokenizer) throw new UsageError(`${modelDir} has no tokenizer.json; training needs one to encode the data`);
   const batchSize = intFlag(flags, 'batch', 32);
+  if (microBatches > batchSize) throw new UsageError(`--micro-batches ${microBatches} is more than the batch of ${batchSize}`);
   const seed = intFlag(flags, 'seed', 0, 0);
   const lr = numberFlag(flags, 'lr', 1e-3);
   const evalEvery = intFlag(flags, 'eval-every', Math.max(1, Math.floor(steps / 5)));
@@ -136,44 +205,51 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const source = taskName
     ? taskSource(taskByName(taskName, seed), model, batchSize, evalSize)
     : textSource(dataPath!, loadTextFile(dataPath!, model.tokenizer), batchSize, intFlag(flags, 'seq-len', Math.min(128, model.config.maxPositions - 1)));
-  const trainer = new LocalTrainer(model, { lr, totalSteps: steps });
   const rng = new Generator(seed + 1);
   let losses: number[] = [];
   let start = 0;
   if (resume) {
-    const state = restoreTrainer(outDir!, trainer);
+    const state = readState(outDir!);
     if (state.source !== source.name) throw new UsageError(`the checkpoint was trained on ${state.source}, not ${source.name}`);
     rng.setState(state.rng);
     losses = state.losses;
     start = state.step;
     out.info(`resuming at step ${start} of ${steps} from ${outDir}`);
   }
-  out.info(`training ${model.config.arch} (${model.numParameters()} parameters) on ${source.name}, ${steps} steps, batch ${batchSize}`);
   // --stop-at N: end after step N with a checkpoint, to be continued with --resume (time-sliced runs).
   const stopAt = Math.min(steps, intFlag(flags, 'stop-at', steps));
   if (stopAt < steps && !outDir) throw new UsageError('--stop-at needs --out DIR to hold the checkpoint');
+  const where_ = where.kind === 'local' ? 'this process' : where.kind === 'swarm' ? `a local swarm of ${where.workers} workers` : where.bootstrap;
+  out.info(`training ${model.config.arch} (${model.numParameters()} parameters) on ${source.name}, ${steps} steps, batch ${batchSize}, on ${where_}`);
+  const settings: RunSettings = { model, source, steps, lr, microBatches, resumeFrom: resume ? outDir! : null };
+  const runner = where.kind === 'local' ? localRunner(settings, out) : await distributedRunner(settings, flags, pipeline!, out);
   const evals: { step: number; metric: string; value: number }[] = [];
   const started = performance.now();
   let tokens = 0;
-  const checkpoint = async (step: number) => {
-    if (!outDir) return;
-    await saveModel(model, outDir);
-    saveTrainer(outDir, trainer, { step, totalSteps: steps, lr, seed, source: source.name, rng: rng.getState(), losses });
-  };
-  for (let step = start + 1; step <= stopAt; step++) {
-    const r = trainer.step(source.batch(rng));
-    losses.push(r.loss);
-    tokens += r.tokens;
-    const seconds = (performance.now() - started) / 1000;
-    out.progress(`${bar(step / steps)} ${step}/${steps}  loss ${r.loss.toFixed(4)}  ${Math.round(tokens / seconds)} tok/s  lr ${r.lr.toExponential(2)}`);
-    if (step % evalEvery === 0 || step === steps) {
-      const e = await source.evaluate(model);
-      evals.push({ step, ...e });
-      out.info(`step ${step}  loss ${r.loss.toFixed(4)}  eval ${e.metric} ${e.metric === 'accuracy' ? `${(100 * e.value).toFixed(1)}%` : e.value.toFixed(4)}  ${seconds.toFixed(0)} s`);
-      await checkpoint(step);
-    } else if (step === stopAt) {
-      await checkpoint(step);
+  const busy = runner.stageNames.map((names) => names.map(() => 0));
+  try {
+    const checkpoint = async (step: number) => {
+      if (outDir) await runner.checkpoint(outDir, { step, totalSteps: steps, lr, seed, source: source.name, rng: rng.getState(), losses });
+    };
+    for (let step = start + 1; step <= stopAt; step++) {
+      const r = await runner.step(source.batch(rng));
+      losses.push(r.loss);
+      tokens += r.tokens;
+      r.busy?.forEach((row, s) => row.forEach((v, j) => (busy[s][j] += v)));
+      const seconds = (performance.now() - started) / 1000;
+      const stagesLine = r.busy ? `  stages ${runner.stageNames.map((n, s) => n.map((x, j) => `${x} ${(1000 * r.busy![s][j]).toFixed(0)}ms`).join('/')).join(' → ')}` : '';
+      out.progress(`${bar(step / steps)} ${step}/${steps}  loss ${r.loss.toFixed(4)}  ${Math.round(tokens / seconds)} tok/s  lr ${r.lr.toExponential(2)}${stagesLine}`);
+      if (step % evalEvery === 0 || step === steps) {
+        const e = await runner.evaluate();
+        evals.push({ step, ...e });
+        out.info(`step ${step}  loss ${r.loss.toFixed(4)}  eval ${e.metric} ${e.metric === 'accuracy' ? `${(100 * e.value).toFixed(1)}%` : e.value.toFixed(4)}  ${seconds.toFixed(0)} s`);
+        await checkpoint(step);
+      } else if (step === stopAt) {
+        await checkpoint(step);
+      }
     }
+  } finally {
+    await runner.close();
   }
   const seconds = (performance.now() - started) / 1000;
   const last = evals.at(-1);
@@ -184,6 +260,9 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
     tokensPerSecond: tokens / seconds,
     evals,
     ...(last ? { [last.metric]: last.value } : {}),
+    ...(runner.stageNames.length > 0
+      ? { stages: runner.stageNames.map((names, s) => names.map((name, j) => ({ name, busySeconds: busy[s][j] }))) }
+      : {}),
     out: outDir ?? null,
   };
   out.result(

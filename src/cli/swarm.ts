@@ -1,0 +1,16 @@
+import { availableParallelism } from 'node:os';
+import { type LocalSwarm, localSwarm } from '../node/index.ts';
+import { getBackend, setBackend } from '../tensor/index.ts';
+import type { Flags } from './args.ts';
+
+/**
+ * The local swarm of `--local N`: a validator and N workers, each its own process, with this
+ * process's backend. The cores are shared out: each worker, and this process, runs
+ * onnxruntime on its share with idle threads asleep (unless --threads says otherwise).
+ */
+export async function startSwarm(workers: number, flags: Flags): Promise<LocalSwarm> {
+  const js = getBackend().name === 'js';
+  const threads = Math.max(1, Math.floor(availableParallelism() / (workers + 1)));
+  if (!js && flags.threads === undefined) setBackend('ort', { threads, spinning: false });
+  return localSwarm({ workers, backend: js ? 'js' : undefined, threads });
+}
