@@ -3,7 +3,7 @@
  * each figure next to a reference measured in the same run. Prints a table and writes
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
- * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed]
+ * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -14,6 +14,7 @@ import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchDistributed } from './distributed.ts';
 import { benchGpt2 } from './models.ts';
 import { benchP2p } from './p2p.ts';
+import { benchPipeline } from './pipeline.ts';
 import { benchStack } from './stack.ts';
 
 const { values } = parseArgs({
@@ -24,7 +25,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -64,6 +65,11 @@ if (sections.includes('p2p')) {
 if (sections.includes('distributed')) {
   log('distributed: decoding across 1, 2, 3 stages vs local ...');
   rows.push(...(await benchDistributed()));
+}
+
+if (sections.includes('pipeline')) {
+  log('pipeline: training across 1, 2, 3 worker processes at m = 1, 4, 8 vs one process ...');
+  rows.push(...(await benchPipeline(values.quick ? 2 : 4)));
 }
 
 const report = {
