@@ -58,6 +58,7 @@ export class RemoteStage {
 
   /** Sends one request (a control frame and its tensors) and waits for its answer. */
   async call(header: Record<string, unknown>, tensors: Tensor[], timeoutMs = REQUEST_TIMEOUT_MS): Promise<Frame> {
+    if (this.stream.status !== 'open') throw new PeerUnreachableError(`${this.peer.toString()}: the stage stream is ${this.stream.status}`);
     const id = this.nextId++;
     const answer = new Promise<Frame>((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -67,7 +68,15 @@ export class RemoteStage {
       this.waiting.set(id, { resolve, reject, timer });
     });
     const parts = tensors.flatMap((t) => encodeTensor(toWire(t, id)));
-    await sendMessage(this.stream, [encodeControl({ ...header, id, jobId: this.jobId }), ...parts]);
+    try {
+      await sendMessage(this.stream, [encodeControl({ ...header, id, jobId: this.jobId }), ...parts]);
+    } catch (cause) {
+      const w = this.waiting.get(id);
+      if (w) clearTimeout(w.timer);
+      this.waiting.delete(id);
+      answer.catch(() => {});
+      throw new PeerUnreachableError(`${this.peer.toString()}: cannot send on the stage stream`, { cause });
+    }
     return answer;
   }
 

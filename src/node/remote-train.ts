@@ -73,6 +73,6 @@ export class RemoteTrainStage implements StageHandle {
   }
 
   async reset(): Promise<void> {
-    await this.call({ type: 'train-reset' });
+    await this.call({ type: 'train-reset' }, [], 10_000);
   }
 }
