@@ -24,13 +24,17 @@ export interface Task {
 export type TaskName = 'addition' | 'reverse';
 
 /** Integer addition of numbers with up to `digits` digits: "123+45=" → "168". */
-export function additionTask(options: { digits?: number; seed?: number; testSize?: number } = {}): Task {
+export function additionTask(options: { digits?: number; seed?: number; testSize?: number; padded?: boolean } = {}): Task {
   const digits = options.digits ?? 2;
   if (digits < 1 || digits > 4) throw new InvalidArgumentError('addition digits must be between 1 and 4');
   const limit = 10 ** digits;
   const all: Example[] = [];
-  for (let a = 0; a < limit; a++) for (let b = 0; b < limit; b++) all.push({ prompt: `${a}+${b}=`, answer: String(a + b) });
-  return split('addition', all, options.seed ?? 0, options.testSize ?? 500);
+  // padded: fixed width, "07+38=045", so that every digit has its own position
+  const num = (n: number, width: number) => (options.padded ? String(n).padStart(width, '0') : String(n));
+  for (let a = 0; a < limit; a++) {
+    for (let b = 0; b < limit; b++) all.push({ prompt: `${num(a, digits)}+${num(b, digits)}=`, answer: num(a + b, digits + 1) });
+  }
+  return split(options.padded ? 'addition-padded' : 'addition', all, options.seed ?? 0, options.testSize ?? 500);
 }
 
 /** Reversal of a lowercase word of 3–`maxLength` letters: "abcd>" → "dcba". */
@@ -58,8 +62,9 @@ function split(name: string, all: Example[], seed: number, testSize: number): Ta
 
 export function taskByName(name: string, seed = 0): Task {
   if (name === 'addition') return additionTask({ seed });
+  if (name === 'addition-padded') return additionTask({ seed, padded: true });
   if (name === 'reverse') return reverseTask({ seed });
-  throw new InvalidArgumentError(`unknown task '${name}' (addition, reverse)`);
+  throw new InvalidArgumentError(`unknown task '${name}' (addition, addition-padded, reverse)`);
 }
 
 /** The share of predictions that equal their answers exactly. */

@@ -12,4 +12,4 @@ export { RemoteStage, ResultInbox } from './remote-stage.ts';
 export { fromWire, toWire } from './wire-tensor.ts';
 export { distribute, type DistributeOptions, type DistributedModel, type DistributedTrainerOptions } from './distributed.ts';
 export { RemoteTrainStage, TRAIN_REQUEST_TIMEOUT_MS } from './remote-train.ts';
-export { TRAINING_BYTES_PER_PARAM } from './stage-train.ts';
+export { TRAINING_BYTES_PER_PARAM, type WorkCounters } from './stage-train.ts';

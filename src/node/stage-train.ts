@@ -15,6 +15,21 @@ export interface Training {
   exchange: GradientExchange;
 }
 
+/** What a worker has done for its jobs (for the swarm's summary). */
+export interface WorkCounters {
+  /** Forwards of inference sessions (prefill and decoding steps). */
+  forwards: number;
+  trainForwards: number;
+  trainBackwards: number;
+  optimizerSteps: number;
+  /** Tokens through its training forwards. */
+  trainTokens: number;
+}
+
+export function newWorkCounters(): WorkCounters {
+  return { forwards: 0, trainForwards: 0, trainBackwards: 0, optimizerSteps: 0, trainTokens: 0 };
+}
+
 export type Reply = { kind: 'tensor'; tensor: Tensor } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
 
 export const TRAINING_REQUESTS = new Set(['train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'train-reset']);
@@ -49,7 +64,7 @@ export async function handleTraining(
   tensors: WireTensor[],
   job: JobEntry,
   section: { model: CausalLM; training?: Training },
-  context: { memoryBytes: number; sendGrads: (addr: string, header: Record<string, unknown>, grads: Tensor[]) => Promise<void> },
+  context: { memoryBytes: number; work: WorkCounters; sendGrads: (addr: string, header: Record<string, unknown>, grads: Tensor[]) => Promise<void> },
 ): Promise<Reply> {
   if (h.type === 'train-setup') {
     const params = section.model.numParameters();
@@ -76,9 +91,14 @@ export async function handleTraining(
     return fromWire(tensors[0]);
   };
   switch (h.type) {
-    case 'train-forward':
-      return { kind: 'tensor', tensor: executor.forward(micro(h), one()) };
+    case 'train-forward': {
+      const input = one();
+      context.work.trainForwards++;
+      context.work.trainTokens += input.shape[0] * input.shape[1];
+      return { kind: 'tensor', tensor: executor.forward(micro(h), input) };
+    }
     case 'train-backward': {
+      context.work.trainBackwards++;
       const g = executor.backward(micro(h), one());
       return g ? { kind: 'tensor', tensor: g } : { kind: 'control', message: { type: 'no-input-gradient' } };
     }
@@ -103,6 +123,7 @@ export async function handleTraining(
     }
     case 'step':
       executor.step(finite(h.scale, 'scale'), finite(h.lr, 'lr'));
+      context.work.optimizerSteps++;
       return { kind: 'control', message: { type: 'stepped' } };
     case 'weight': {
       const p = executor.named.get(String(h.name));

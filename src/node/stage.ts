@@ -8,7 +8,7 @@ import { encodeControl, encodeTensor, type Frame, type WireTensor } from '../p2p
 import { receiveFrames, sendMessage } from '../p2p/stream.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import type { JobTable } from './jobs.ts';
-import { handleTraining, type Training, TRAINING_REQUESTS } from './stage-train.ts';
+import { handleTraining, newWorkCounters, type Training, TRAINING_REQUESTS, type WorkCounters } from './stage-train.ts';
 import { obj } from './vocabulary.ts';
 import { fromWire, toWire } from './wire-tensor.ts';
 
@@ -54,10 +54,13 @@ export interface StageServer {
   sessions(): number;
   /** Jobs with a section loaded (freed when their owner's stage stream closes). */
   jobs(): number;
+  /** What it has computed so far. */
+  work(): WorkCounters;
 }
 
 export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: number): Promise<StageServer> {
   const sections = new Map<string, { model: CausalLM; sessions: Map<string, { cache: KVCache; lastUsed: number }>; training?: Training }>();
+  const work = newWorkCounters();
   let gradsId = 0;
   const sendGrads = async (addr: string, header: Record<string, unknown>, grads: Tensor[]) => {
     const id = ++gradsId;
@@ -162,7 +165,7 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
       const section = sections.get(job.jobId);
       if (!section) throw new InvalidMessageError(`job ${job.jobId} has no section loaded`);
       if (TRAINING_REQUESTS.has(String(h.type))) {
-        const r = await handleTraining(h, tensors, job, section, { memoryBytes, sendGrads });
+        const r = await handleTraining(h, tensors, job, section, { memoryBytes, work, sendGrads });
         return r.kind === 'tensor' ? { kind: 'tensor', tensor: toWire(r.tensor, h.id as number) } : r;
       }
       const sessionId = h.sessionId;
@@ -182,6 +185,7 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
         const cache = session.cache;
         const [input, positions, keyMask] = tensors.map(fromWire);
         const out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
+        work.forwards++;
         if (h.replyTo === undefined) return { kind: 'tensor', tensor: toWire(out, h.id as number) };
         const replyTo = parseReplyTo(h.replyTo);
         const route = parseRoute(h.route);
@@ -245,6 +249,7 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
     },
     sessions: () => [...sections.values()].reduce((n, s) => n + s.sessions.size, 0),
     jobs: () => sections.size,
+    work: () => ({ ...work }),
   };
 }
 

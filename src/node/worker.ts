@@ -1,5 +1,6 @@
 import { multiaddr } from '@multiformats/multiaddr';
 import { createNode, PEERS_TOPIC, type TensorLinkNode } from '../p2p/node.ts';
+import { traffic } from '../p2p/stream.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { request, serveControl } from './control.ts';
 import { JobTable } from './jobs.ts';
@@ -39,8 +40,11 @@ export async function startWorker(options: {
   const node = await createNode(options);
   const proximity: Record<string, Proximity> = {};
   const jobs = new JobTable();
+  const stages = await serveStages(node, jobs, capabilities.memoryBytes);
   await serveControl(node, {
     'capabilities': () => ({ type: 'capabilities', capabilities }),
+    // its work and traffic so far, for summaries
+    'stats': () => ({ type: 'stats', work: stages.work(), bytesSent: traffic.sent, bytesReceived: traffic.received }),
     'proximity': () => ({ type: 'proximity', proximity }),
     // Jobs: whoever opens one owns it; only the owner may drive or close it (the work itself comes with issue 5).
     'open-job': (m, from) => ({ type: 'job-opened', jobId: jobs.open(m.jobId, from).jobId }),
@@ -51,7 +55,6 @@ export async function startWorker(options: {
     },
   });
   await serveProbes(node);
-  const stages = await serveStages(node, jobs, capabilities.memoryBytes);
   const sweeper = setInterval(() => stages.sweep(), SESSION_IDLE_MS / 4);
   const validator = multiaddr(options.bootstrap);
   const via = options.announceVia ?? 'both';

@@ -3,6 +3,9 @@ import { InvalidMessageError } from '../errors.ts';
 import { SEND_CHUNK_BYTES } from './constants.ts';
 import { decodeFrame, type Frame, FrameReader } from './frames.ts';
 
+/** Bytes this process has sent and received through TensorLink's framed protocols. */
+export const traffic = { sent: 0, received: 0 };
+
 /**
  * Writes frame parts to a stream in bounded chunks, waiting for 'drain' whenever the
  * stream's send buffer is full (backpressure), so a 64 MiB tensor never sits in memory twice.
@@ -11,6 +14,7 @@ export async function sendParts(stream: Stream, parts: Uint8Array[], signal?: Ab
   for (const part of parts) {
     for (let offset = 0; offset < part.length; offset += SEND_CHUNK_BYTES) {
       const chunk = part.subarray(offset, Math.min(part.length, offset + SEND_CHUNK_BYTES));
+      traffic.sent += chunk.length;
       if (!stream.send(chunk)) await stream.onDrain({ signal });
     }
   }
@@ -24,6 +28,7 @@ export async function sendParts(stream: Stream, parts: Uint8Array[], signal?: Ab
 export function receiveFrames(stream: Stream, onFrame: (frame: Frame) => void, onError?: (err: InvalidMessageError) => void): void {
   const reader = new FrameReader();
   stream.addEventListener('message', (evt) => {
+    traffic.received += evt.data.byteLength;
     try {
       for (const body of reader.push(evt.data.subarray())) onFrame(decodeFrame(body));
     } catch (err) {

@@ -1,29 +1,180 @@
-import { type Flags, intFlag } from '../args.ts';
-import { runEngineDemo } from '../engine-demo.ts';
+import { multiaddr } from '@multiformats/multiaddr';
+import { additionTask, taskBatch } from '../../data/index.ts';
+import { byteLevelTokenizerJson, createModel, evaluateExactMatch, gpt2Config, HFTokenizer } from '../../models/index.ts';
+import { type DistributedModel, distribute, type PeerRecord, request, type WorkCounters } from '../../node/index.ts';
+import { createNode } from '../../p2p/node.ts';
+import { traffic } from '../../p2p/stream.ts';
+import { Generator, getBackend } from '../../tensor/index.ts';
+import { type Flags, intFlag, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
+import { startSwarm } from '../swarm.ts';
 
-export const demoOptions = { steps: { type: 'string' }, seed: { type: 'string' } } as const;
+export const demoOptions = {
+  'steps': { type: 'string' },
+  'seed': { type: 'string' },
+  'workers': { type: 'string' },
+  'micro-batches': { type: 'string' },
+  'schedule': { type: 'string' },
+} as const;
 
-/** `tensorlink demo`: the single-process engine showcase (until the swarm demo lands). */
+const BATCH = 64;
+const LR = 6e-3;
+const SAMPLES = 6;
+
+const short = (peerId: string) => `…${peerId.slice(-6)}`;
+const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+const thousands = (n: number) => n.toLocaleString('en-US');
+
+/**
+ * `tensorlink demo`: the main job on a local swarm. A validator and three workers start as
+ * processes of their own; a small transformer is split across the workers (the user keeps the
+ * embedding and the head), trained on 2-digit addition through a pipeline schedule, scored on
+ * held-out sums generated across the swarm, and summed up. Everything stops on exit or Ctrl-C.
+ */
 export async function demoCommand(flags: Flags, out: Output): Promise<void> {
-  const steps = intFlag(flags, 'steps', 800);
+  const steps = intFlag(flags, 'steps', 600);
   const seed = intFlag(flags, 'seed', 1, 0);
-  out.info(`TensorLink engine demo: learning 2-digit addition (${steps} steps, seed ${seed})`);
-  const result = runEngineDemo({
-    steps,
-    batch: 128,
-    seed,
-    onProgress: (step, loss, lr) => {
-      out.progress(`${bar(step / steps)} step ${step}/${steps}  loss ${loss.toFixed(4)}  lr ${lr.toExponential(2)}`);
-      if (step % Math.max(1, Math.floor(steps / 4)) === 0 || step === steps) out.info(`step ${String(step).padStart(5)}  loss ${loss.toFixed(4)}`);
-    },
-  });
-  const lines = [
-    ...result.examples.map(
-      (e) => `  ${e.question.padStart(6)} = ${String(e.predicted).padEnd(4)} ${e.predicted === e.answer ? 'right' : `wrong (${e.answer})`}`,
-    ),
-    `exact match on ${result.heldOut} held-out sums: ${(100 * result.accuracy).toFixed(1)}%`,
-    `${result.parameters} parameters, ${result.steps} steps in ${result.seconds.toFixed(1)} s on the ${result.backend} backend`,
-  ];
-  out.result(result, lines.join('\n'));
+  const workers = intFlag(flags, 'workers', 3);
+  const microBatches = intFlag(flags, 'micro-batches', 2);
+  const schedule = stringFlag(flags, 'schedule') ?? '1f1b';
+  if (schedule !== 'gpipe' && schedule !== '1f1b') throw new UsageError('--schedule must be gpipe or 1f1b');
+  if (microBatches > BATCH) throw new UsageError(`--micro-batches must be at most the batch of ${BATCH}`);
+  const started = performance.now();
+  out.info('TensorLink demo: a transformer split across a swarm of workers learns to add.\n');
+  out.info(`[1/5] starting a local swarm: a validator and ${workers} workers, each its own process on 127.0.0.1`);
+  const swarm = await startSwarm(workers, flags);
+  const node = await createNode();
+  let dm: DistributedModel | null = null;
+  try {
+    const status = await request(node, multiaddr(swarm.bootstrap), { type: 'status' });
+    const records = (status.peers as PeerRecord[]).filter((p) => p.roles.includes('worker') && p.capabilities);
+    const names = new Map(records.map((r, i) => [r.peerId, `worker ${String.fromCharCode(65 + i)}`]));
+    out.info(`  validator  ${short(swarm.validator.peerId)}  ${swarm.bootstrap.split('/p2p/')[0]}  bootstrap peer, registry of workers, planner's source`);
+    for (const r of records) {
+      const c = r.capabilities!;
+      out.info(`  ${names.get(r.peerId)}   ${short(r.peerId)}  ${c.backend}, ${c.gflops.toFixed(1)} GFLOP/s measured, ${mib(c.memoryBytes)} offered`);
+    }
+    out.info(`  you (user) ${short(node.peerId.toString())}  keeps the embedding and the head: token ids and logits never leave this process\n`);
+
+    const tokenizer = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
+    const config = gpt2Config({ vocabSize: 257, hidden: 64, layers: workers, heads: 4, maxPositions: 32 });
+    const model = createModel(config, { seed });
+    model.tokenizer = tokenizer;
+    const task = additionTask({ seed, padded: true });
+    out.info(`[2/5] the model: GPT-2 shaped, ${config.layers} blocks, 64 wide, ${thousands(model.numParameters())} parameters; the task: `
+      + `2-digit sums written "07+38=045" (${thousands(task.train.length)} to learn from, ${task.test.length} held out)`);
+    dm = await distribute(node, swarm.bootstrap, model, { strategy: 'parameter-balanced' });
+    const job = dm;
+    out.info('  plan (parameter-balanced: the largest section as small as it can be, so no worker waits on a bigger one):');
+    for (const [i, a] of dm.assignment.entries()) {
+      const stage = dm.plan.stages[i];
+      const layers = model.layers.slice(a.start, a.end).map((l) => l.name).join(', ');
+      out.info(`    ${names.get(a.peerId)}: ${layers} (${thousands(stage.params)} parameters, ${mib(stage.bytes)})`);
+    }
+    out.info('    you: embedding, final norm and head\n');
+
+    out.info(`[3/5] training across the swarm: ${steps} steps of ${BATCH} sums, ${microBatches} micro-batches per step through a `
+      + `${schedule === '1f1b' ? '1F1B' : 'GPipe'} schedule; each worker keeps its own AdamW`);
+    const trainer = await dm.trainer({ optimizer: { lr: LR }, totalSteps: steps, microBatches, schedule });
+    const workerStages = trainer.stages.slice(1, -1).map((s) => s.replicas[0]);
+    const stageNames = dm.assignment.map((a) => names.get(a.peerId)!.replace('worker ', ''));
+    const rng = new Generator(seed + 1);
+    const busy = workerStages.map(() => 0);
+    let tokens = 0;
+    let loss = Number.NaN;
+    const trainStart = performance.now();
+    for (let step = 1; step <= steps; step++) {
+      const r = await trainer.step(taskBatch(task, tokenizer, rng, BATCH, tokenizer.eosTokenId ?? 0));
+      loss = r.loss;
+      tokens += r.tokens;
+      r.busy.slice(1, -1).forEach((b, i) => (busy[i] += b[0]));
+      const seconds = (performance.now() - trainStart) / 1000;
+      const perWorker = r.busy.slice(1, -1).map((b, i) => `${stageNames[i]} ${(1000 * b[0]).toFixed(0)}ms`).join(' ');
+      out.progress(`  ${bar(step / steps)} ${step}/${steps}  loss ${loss.toFixed(4)}  ${thousands(Math.round(tokens / seconds))} tok/s  workers ${perWorker}`);
+      if (step % Math.max(1, Math.floor(steps / 4)) === 0 || step === steps) {
+        out.info(`  step ${String(step).padStart(4)}  loss ${loss.toFixed(4)}  ${seconds.toFixed(0)} s`);
+      }
+    }
+    const trainSeconds = (performance.now() - trainStart) / 1000;
+
+    out.info(`\n[4/5] exact match on the ${task.test.length} held-out sums, each answer generated across the swarm`);
+    const generator = { tokenizer, generateBatch: job.generateBatch.bind(job) };
+    const evaluation = await evaluateExactMatch(generator, task.test, { terminator: task.terminator, maxNewTokens: 4, batchSize: 250 });
+    out.info(`  ${(100 * evaluation.accuracy).toFixed(1)}% right (${Math.round(evaluation.accuracy * task.test.length)} of ${task.test.length})\n`);
+
+    out.info('[5/5] a few of them, token by token as the swarm produces them:');
+    const wrong = task.test.map((e, i) => ({ e, i })).filter(({ e, i }) => evaluation.predictions[i] !== e.answer).slice(0, 2);
+    const picks = [...task.test.slice(0, SAMPLES - wrong.length).map((e) => e), ...wrong.map(({ e }) => e)];
+    const samples = [];
+    for (const example of picks) {
+      out.progress('');
+      process.stderr.write(`  ${example.prompt}`);
+      const produced: number[] = [];
+      const { tokens: ids } = await job.generate(tokenizer.encode(example.prompt), {
+        maxNewTokens: 4,
+        stopTokens: tokenizer.encode(task.terminator),
+        onToken: (t) => {
+          produced.push(t);
+          const text = tokenizer.decode([t]);
+          if (text !== task.terminator) process.stderr.write(text);
+        },
+      });
+      const answer = tokenizer.decode(ids).split(task.terminator)[0];
+      const right = answer === example.answer;
+      process.stderr.write(`  ${right ? 'right' : `wrong (${example.answer})`}\n`);
+      samples.push({ prompt: example.prompt, answer, expected: example.answer, right });
+    }
+
+    const stats = await Promise.all(records.map(async (r) => ({ record: r, stats: await request(node, multiaddr(addressOf(r)), { type: 'stats' }) })));
+    const moved = traffic.received + stats.reduce((n, s) => n + (s.stats.bytesReceived as number), 0);
+    const seconds = (performance.now() - started) / 1000;
+    const perWorker = stats.map(({ record, stats: s }) => {
+      const i = dm!.assignment.findIndex((a) => a.peerId === record.peerId);
+      const work = s.work as WorkCounters;
+      return {
+        worker: names.get(record.peerId)!,
+        peerId: record.peerId,
+        layers: i >= 0 ? [dm!.assignment[i].start, dm!.assignment[i].end - 1] : null,
+        busySeconds: i >= 0 ? busy[i] : 0,
+        ...work,
+        bytesReceived: s.bytesReceived as number,
+        bytesSent: s.bytesSent as number,
+      };
+    });
+    const summary = {
+      accuracy: evaluation.accuracy,
+      heldOut: task.test.length,
+      steps,
+      finalLoss: loss,
+      trainSeconds,
+      seconds,
+      tokensPerSecond: tokens / trainSeconds,
+      bytesMoved: moved,
+      parameters: model.numParameters(),
+      schedule,
+      microBatches,
+      backend: getBackend().name,
+      workers: perWorker,
+      samples,
+    };
+    const lines = [
+      '',
+      'summary',
+      `  exact match on ${task.test.length} held-out sums: ${(100 * evaluation.accuracy).toFixed(1)}%`,
+      `  time: ${seconds.toFixed(0)} s in all, ${trainSeconds.toFixed(0)} s of training (${thousands(Math.round(tokens / trainSeconds))} tok/s), final loss ${loss.toFixed(4)}`,
+      `  moved between peers: ${mib(moved)} (activations and gradients, weights, control)`,
+      ...perWorker.map((w) => `  ${w.worker} ${short(w.peerId)}: layer ${w.layers?.[0]}${w.layers && w.layers[1] !== w.layers[0] ? `–${w.layers[1]}` : ''}, `
+        + `${thousands(w.trainForwards)} forwards, ${thousands(w.trainBackwards)} backwards, ${w.optimizerSteps} optimizer steps, `
+        + `${thousands(w.forwards)} decoding forwards, busy ${w.busySeconds.toFixed(1)} s`),
+    ];
+    out.result(summary, lines.join('\n'));
+  } finally {
+    await dm?.close();
+    await node.stop();
+    await swarm.close();
+  }
+}
+
+function addressOf(record: PeerRecord): string {
+  return record.addrs.find((x) => x.includes('/p2p/')) ?? `${record.addrs[0]}/p2p/${record.peerId}`;
 }
