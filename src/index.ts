@@ -19,4 +19,5 @@ export * from './models/index.ts';
 export * from './data/index.ts';
 export * from './node/index.ts';
 export * from './plan/index.ts';
+export { createNode, type NodeOptions, type TensorLinkNode } from './p2p/index.ts';
 export * from './pipeline/index.ts';

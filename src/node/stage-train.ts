@@ -30,6 +30,9 @@ export function newWorkCounters(): WorkCounters {
   return { forwards: 0, trainForwards: 0, trainBackwards: 0, optimizerSteps: 0, trainTokens: 0 };
 }
 
+/** Sends a job's gradients to another holder of the same parameters (a replica, a tied head). */
+export type SendGrads = (addr: string, header: Record<string, unknown>, grads: Tensor[]) => Promise<void>;
+
 export type Reply = { kind: 'tensor'; tensor: Tensor } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
 
 export const TRAINING_REQUESTS = new Set(['train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'train-reset']);
@@ -64,7 +67,7 @@ export async function handleTraining(
   tensors: WireTensor[],
   job: JobEntry,
   section: { model: CausalLM; training?: Training },
-  context: { memoryBytes: number; work: WorkCounters; sendGrads: (addr: string, header: Record<string, unknown>, grads: Tensor[]) => Promise<void> },
+  context: { memoryBytes: number; work: WorkCounters; sendGrads: SendGrads },
 ): Promise<Reply> {
   if (h.type === 'train-setup') {
     const params = section.model.numParameters();

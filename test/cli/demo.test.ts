@@ -1,0 +1,57 @@
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+
+/** Processes started with `--parent-pid PID` (a local swarm's nodes) that are still alive. */
+function children(pid: number): string[] {
+  const out = spawnSync('ps', ['-eo', 'pid,args'], { encoding: 'utf8' }).stdout;
+  return out.split('\n').filter((l) => l.includes(`--parent-pid ${pid}`));
+}
+
+async function gone(pid: number): Promise<string[]> {
+  const deadline = Date.now() + 10_000;
+  while (children(pid).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+  return children(pid);
+}
+
+describe('tensorlink demo', () => {
+  test('trains across a local swarm to ≥ 90% exact match in under 5 minutes, exits 0, leaves no process', async () => {
+    const child = spawn(process.execPath, [BIN, 'demo', '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const started = Date.now();
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    const seconds = (Date.now() - started) / 1000;
+    assert.equal(code, 0, stderr);
+    assert.ok(seconds < 300, `${seconds} s`);
+    const summary = JSON.parse(stdout);
+    assert.ok(summary.accuracy >= 0.9, `accuracy ${summary.accuracy}`);
+    assert.equal(summary.workers.length, 3);
+    for (const w of summary.workers) assert.ok(w.trainForwards > 0 && w.optimizerSteps === summary.steps, JSON.stringify(w));
+    assert.ok(summary.bytesMoved > 0);
+    assert.match(stderr, /\[1\/5\][\s\S]*worker A[\s\S]*\[2\/5\][\s\S]*plan[\s\S]*\[3\/5\][\s\S]*\[4\/5\][\s\S]*\[5\/5\]/);
+    assert.deepEqual(await gone(child.pid!), []);
+  });
+
+  test('Ctrl-C during training stops every process of the swarm', async () => {
+    const child = spawn(process.execPath, [BIN, 'demo'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    await new Promise<void>((resolve) => {
+      child.stderr.on('data', (d) => {
+        stderr += d;
+        if (stderr.includes('[3/5]')) resolve();
+      });
+    });
+    assert.ok(children(child.pid!).length >= 4, 'the validator and three workers run');
+    child.kill('SIGINT');
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    assert.notEqual(code, 0);
+    assert.deepEqual(await gone(child.pid!), []);
+    assert.equal(spawnSync('ps', ['-o', 'pid=', '-p', String(child.pid)], { encoding: 'utf8' }).stdout.trim(), '', 'the demo itself ended');
+  });
+});
