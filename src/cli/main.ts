@@ -24,18 +24,20 @@ const HELP = `tensorlink: decentralized training and inference of neural network
 usage: tensorlink <command> [options]
 
 commands:
-  demo [--steps N] [--seed S] [--backend js|ort]
-      the engine showcase: a network learns 2-digit addition and is scored on sums it never saw
+  demo [--steps N --seed S --workers N --micro-batches M --schedule gpipe|1f1b]
+      the main job on a local swarm: a validator and 3 workers (own processes) train a transformer,
+      split across the workers, on 2-digit addition, then answer held-out sums across the swarm
   init-model --arch gpt2|llama [--layers N --hidden N --heads N --kv-heads N --intermediate N
              --vocab N --max-positions N] --out DIR [--seed S] [--force]
       a new random model in Hugging Face layout (config.json, model.safetensors, tokenizer.json)
   generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-k K --top-p P --seed S]
-           [--local N | --bootstrap MULTIADDR] [--strategy S --privacy ends|none]
+           [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]] [--strategy S --privacy ends|none]
       continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
       --local N on a local swarm of N workers, --bootstrap on an existing swarm
-  train --model DIR (--data FILE | --task addition|reverse) --steps N [--batch B --lr X --seq-len T
+  train --model DIR (--data FILE | --task addition|addition-padded|reverse) --steps N [--batch B --lr X --seq-len T
         --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
-        [--local N | --bootstrap MULTIADDR] [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none]
+        [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]]
+        [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none]
       trains with progress, periodic evaluation and checkpoints (--resume continues one); across
       workers the model is split into stages, micro-batches flow through a GPipe or 1F1B schedule
 

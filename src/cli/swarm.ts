@@ -1,7 +1,16 @@
 import { availableParallelism } from 'node:os';
 import { type LocalSwarm, localSwarm } from '../node/index.ts';
 import { getBackend, setBackend } from '../tensor/index.ts';
-import type { Flags } from './args.ts';
+import { type Flags, stringFlag } from './args.ts';
+
+/**
+ * Where the user's own node listens (`--listen MULTIADDR`, default 127.0.0.1 on a free port):
+ * across machines the last worker of a chain sends results to it, so it must be reachable.
+ */
+export function userListen(flags: Flags): { listen?: string[] } {
+  const listen = stringFlag(flags, 'listen');
+  return listen ? { listen: [listen] } : {};
+}
 
 /**
  * The local swarm of `--local N`: a validator and N workers, each its own process, with this

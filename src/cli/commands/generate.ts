@@ -2,7 +2,7 @@ import { generate, type GenerateOptions, loadModel } from '../../models/index.ts
 import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, requiredString, stringFlag, UsageError } from '../args.ts';
 import { createNode } from '../../p2p/node.ts';
 import { distribute } from '../../node/index.ts';
-import { startSwarm } from '../swarm.ts';
+import { startSwarm, userListen } from '../swarm.ts';
 import type { Output } from '../output.ts';
 
 export const generateOptions = {
@@ -17,6 +17,7 @@ export const generateOptions = {
   'bootstrap': { type: 'string' },
   'strategy': { type: 'string' },
   'privacy': { type: 'string' },
+  'listen': { type: 'string' },
 } as const;
 
 /** `tensorlink generate`: continues a prompt, streaming the text as tokens come. */
@@ -68,7 +69,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
     tokens = (await generate(model, promptIds, options)).tokens;
   } else {
     const swarm = where.kind === 'swarm' ? await startSwarm(where.workers, flags) : null;
-    const node = await createNode();
+    const node = await createNode(userListen(flags));
     try {
       const bootstrap = swarm ? swarm.bootstrap : (where as { bootstrap: string }).bootstrap;
       const dm = await distribute(node, bootstrap, model, { strategy, privacy });

@@ -5,7 +5,7 @@ import { type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, l
 import { createNode } from '../../p2p/node.ts';
 import { distribute } from '../../node/index.ts';
 import { crossEntropy, Generator, noGrad } from '../../tensor/index.ts';
-import { startSwarm } from '../swarm.ts';
+import { startSwarm, userListen } from '../swarm.ts';
 import { type Flags, intFlag, numberFlag, placement, requiredString, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 import { readState, restoreOptimizer, saveOptimizer, STATE_FILE, type TrainerState, writeState } from '../train-state.ts';
@@ -31,6 +31,7 @@ export const trainOptions = {
   'replicas': { type: 'string' },
   'strategy': { type: 'string' },
   'privacy': { type: 'string' },
+  'listen': { type: 'string' },
 } as const;
 
 interface Source {
@@ -137,7 +138,7 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
   const where = placement(flags);
   const { schedule, strategy, privacy, replicas } = p;
   const swarm = where.kind === 'swarm' ? await startSwarm(where.workers, flags) : null;
-  const node = await createNode();
+  const node = await createNode(userListen(flags));
   let dm: Awaited<ReturnType<typeof distribute>> | null = null;
   const close = async () => {
     await dm?.close();
