@@ -11,14 +11,6 @@ function cli(...args: string[]) {
 }
 
 describe('tensorlink CLI', () => {
-  test('demo --json learns addition and scores it on held-out sums', () => {
-    const r = cli('demo', '--json', '--steps', '500');
-    assert.equal(r.code, 0, r.stderr);
-    const result = JSON.parse(r.stdout);
-    assert.ok(result.accuracy >= 0.95, `accuracy ${result.accuracy}`);
-    assert.equal(result.heldOut, 2000);
-  });
-
   test('on the js backend the demo is bitwise reproducible', () => {
     const a = JSON.parse(cli('demo', '--json', '--steps', '20', '--backend', 'js').stdout);
     const b = JSON.parse(cli('demo', '--json', '--steps', '20', '--backend', 'js').stdout);
