@@ -98,6 +98,30 @@ describe('distributed training over libp2p (workers on 127.0.0.1, js backend)', 
     });
   }
 
+  test('two users train two jobs at the same time on the same workers; each gets one process\'s losses, bit for bit', async () => {
+    const net = await swarm(2);
+    const second = await createNode();
+    try {
+      const runs = configs.map(async (config, i) => {
+        const ref = reference(config, 2);
+        const model = createModel(config, { seed: 5 });
+        const dm = await distribute(i === 0 ? net.user : second, net.boot, model, { strategy: 'parameter-balanced' });
+        assert.equal(new Set(dm.assignment.map((a) => a.peerId)).size, 2);
+        const trainer = await dm.trainer({ optimizer: { lr: options.lr }, totalSteps: STEPS, warmupSteps: 3, microBatches: 2, schedule: '1f1b' });
+        const task = additionTask({ seed: 2 });
+        const rng = new Generator(7);
+        for (let s = 0; s < STEPS; s++) {
+          assert.equal((await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss, ref.losses[s], `${config.arch} step ${s + 1}`);
+        }
+        await dm.close();
+      });
+      await Promise.all(runs);
+    } finally {
+      await second.stop();
+      await net.stop();
+    }
+  });
+
   test('a worker lost during training: the step fails with a StageFailedError naming its stage', async () => {
     const config = configs[0];
     const net = await swarm(2);
