@@ -26,30 +26,77 @@ export function readState(dir: string): TrainerState {
   return JSON.parse(readFileSync(join(dir, STATE_FILE), 'utf8')) as TrainerState;
 }
 
-/** AdamW's moments of a one-process run, by parameter name. */
-export function saveOptimizer(dir: string, trainer: LocalTrainer): void {
-  const moments = new Map<string, Tensor>();
-  for (const [name, p] of trainer.model.namedParameters()) {
-    const s = trainer.optimizer.getState(p);
-    if (!s) continue;
-    moments.set(`${name}.exp_avg`, tensor(s.exp_avg as Float32Array, p.shape));
-    moments.set(`${name}.exp_avg_sq`, tensor(s.exp_avg_sq as Float32Array, p.shape));
-    moments.set(`${name}.step`, tensor([s.step as number], [1]));
+/** AdamW's state per parameter (checkpoint names): exp_avg and exp_avg_sq as one [2, ...shape] tensor, and the step count. */
+export type OptimizerState = Map<string, { moments: Tensor; step: number }>;
+
+/** Writes optimizer state as `NAME.exp_avg`, `NAME.exp_avg_sq`, `NAME.step` (the same file in one process or across workers). */
+export function writeOptimizer(dir: string, state: OptimizerState): void {
+  const out = new Map<string, Tensor>();
+  for (const [name, { moments, step }] of state) {
+    const half = moments.size / 2;
+    const shape = moments.shape.slice(1);
+    const d = moments.data as Float32Array;
+    out.set(`${name}.exp_avg`, tensor(d.slice(0, half), shape));
+    out.set(`${name}.exp_avg_sq`, tensor(d.slice(half), shape));
+    out.set(`${name}.step`, tensor([step], [1]));
   }
-  writeSafetensors(join(dir, OPTIMIZER_FILE), moments);
+  writeSafetensors(join(dir, OPTIMIZER_FILE), out);
 }
 
-/** Restores AdamW's moments if the checkpoint has them (a distributed run's checkpoint does not); true if it did. */
-export function restoreOptimizer(dir: string, trainer: LocalTrainer): boolean {
-  if (!existsSync(join(dir, OPTIMIZER_FILE))) return false;
-  const moments = readSafetensors(join(dir, OPTIMIZER_FILE));
-  for (const [name, p] of trainer.model.namedParameters()) {
-    const m = moments.get(`${name}.exp_avg`);
-    const v = moments.get(`${name}.exp_avg_sq`);
-    const step = moments.get(`${name}.step`);
-    if (m && v && step) {
-      trainer.optimizer.setState(p, { exp_avg: m.data as Float32Array, exp_avg_sq: v.data as Float32Array, step: step.data[0] });
+/** The optimizer state a checkpoint holds, or null if it holds none. */
+export function readOptimizer(dir: string): OptimizerState | null {
+  if (!existsSync(join(dir, OPTIMIZER_FILE))) return null;
+  const file = readSafetensors(join(dir, OPTIMIZER_FILE));
+  const state: OptimizerState = new Map();
+  for (const key of file.keys()) {
+    if (!key.endsWith('.exp_avg')) continue;
+    const name = key.slice(0, -'.exp_avg'.length);
+    const m = file.get(key)!;
+    const v = file.get(`${name}.exp_avg_sq`);
+    const step = file.get(`${name}.step`);
+    if (!v || !step) continue;
+    const both = new Float32Array(2 * m.size);
+    both.set(m.data as Float32Array);
+    both.set(v.data as Float32Array, m.size);
+    state.set(name, { moments: tensor(both, [2, ...m.shape]), step: step.data[0] });
+  }
+  return state;
+}
+
+/** The parameters of a whole model under their checkpoint names (a tied head once). */
+function checkpointParams(trainer: LocalTrainer): Map<string, Tensor> {
+  const out = new Map<string, Tensor>();
+  const seen = new Set<Tensor>();
+  for (const layer of trainer.model.layers) {
+    for (const [name, p] of layer.namedParameters()) {
+      if (seen.has(p)) continue;
+      seen.add(p);
+      out.set(name, p);
     }
   }
-  return true;
+  return out;
+}
+
+/** The optimizer state of a one-process run. */
+export function localOptimizerState(trainer: LocalTrainer): OptimizerState {
+  const state: OptimizerState = new Map();
+  for (const [name, p] of checkpointParams(trainer)) {
+    const s = trainer.optimizer.getState(p);
+    if (!s) continue;
+    const both = new Float32Array(2 * p.size);
+    both.set(s.exp_avg as Float32Array);
+    both.set(s.exp_avg_sq as Float32Array, p.size);
+    state.set(name, { moments: tensor(both, [2, ...p.shape]), step: s.step as number });
+  }
+  return state;
+}
+
+/** Restores a one-process run's optimizer state. */
+export function setLocalOptimizerState(trainer: LocalTrainer, state: OptimizerState): void {
+  for (const [name, p] of checkpointParams(trainer)) {
+    const s = state.get(name);
+    if (!s) continue;
+    const d = s.moments.data as Float32Array;
+    trainer.optimizer.setState(p, { exp_avg: d.slice(0, p.size), exp_avg_sq: d.slice(p.size), step: s.step });
+  }
 }

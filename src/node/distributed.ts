@@ -56,6 +56,10 @@ export interface DistributedModel {
   generateBatch(prompts: number[][], options?: GenerateOptions): Promise<{ tokens: number[][] }>;
   /** Sets up training on the workers (their AdamW, the reductions among replicas) and returns the trainer. */
   trainer(options: DistributedTrainerOptions): Promise<PipelineTrainer>;
+  /** AdamW's state of every parameter that has taken a step, from its first holder: for checkpoints. */
+  optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>>;
+  /** Gives every holder (replicas too) its parameters' optimizer state: resuming from a checkpoint. */
+  setOptimizerState(state: Map<string, { moments: Tensor; step: number }>): Promise<void>;
   /** Brings the workers' current weights into the user's model (to save it, or to run it alone) and returns it. */
   pull(): Promise<CausalLM>;
   /** Ends the job: every worker frees its section, caches and training state. */
@@ -157,6 +161,11 @@ export async function distribute(
     }
   };
   let training: RemoteTrainStage[][] | null = null;
+  let pipeline: PipelineTrainer | null = null;
+  const handles = () => {
+    if (!pipeline) throw new InvalidArgumentError('this distributed model has no trainer yet: call trainer() first');
+    return pipeline.stages.flatMap((s) => s.replicas);
+  };
   return {
     plan: chosen,
     assignment,
@@ -175,7 +184,7 @@ export async function distribute(
       training = handles;
       const middle: PipelineStage[] = handles.map((hs) => ({ replicas: hs }));
       const ends = keepEnds ? userEnds(model, executor) : null;
-      return new PipelineTrainer(ends ? [ends.first, ...middle, ends.last] : middle, {
+      pipeline = new PipelineTrainer(ends ? [ends.first, ...middle, ends.last] : middle, {
         lr: o.optimizer.lr,
         totalSteps: o.totalSteps,
         warmupSteps: o.warmupSteps,
@@ -183,6 +192,15 @@ export async function distribute(
         microBatches: o.microBatches ?? replicas,
         schedule: o.schedule,
       });
+      return pipeline;
+    },
+    optimizerState: async () => {
+      const out = new Map<string, { moments: Tensor; step: number }>();
+      for (const h of handles()) for (const [n, s] of await h.optimizerState()) if (!out.has(n)) out.set(n, s);
+      return out;
+    },
+    setOptimizerState: async (state) => {
+      await Promise.all(handles().map((h) => h.setOptimizerState(state)));
     },
     pull: async () => {
       for (const copies of training ?? []) model.loadStateDict(await copies[0].weights(), { strict: false });

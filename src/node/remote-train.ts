@@ -72,6 +72,23 @@ export class RemoteTrainStage implements StageHandle {
     return out;
   }
 
+  async optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>> {
+    const out = new Map<string, { moments: Tensor; step: number }>();
+    for (const name of this.names) {
+      const step = controlOf(await this.call({ type: 'moments-step', name }), 'moments-step').step;
+      if (typeof step !== 'number') continue; // no step taken yet
+      out.set(name, { moments: tensorOf(await this.call({ type: 'moments', name }), 'moments'), step });
+    }
+    return out;
+  }
+
+  async setOptimizerState(state: Map<string, { moments: Tensor; step: number }>): Promise<void> {
+    for (const name of this.names) {
+      const s = state.get(name);
+      if (s) await this.call({ type: 'set-moments', name, step: s.step }, [s.moments]);
+    }
+  }
+
   async reset(): Promise<void> {
     await this.call({ type: 'train-reset' }, [], 10_000);
   }

@@ -21,6 +21,10 @@ export interface StageHandle {
   step(scale: number, lr: number): Promise<void>;
   /** Its current weights (after training: what the user saves). */
   weights(): Promise<Map<string, Tensor>>;
+  /** AdamW's moments of each parameter that has taken a step ([2, ...shape]: exp_avg, exp_avg_sq) and the step count. */
+  optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>>;
+  /** Restores optimizer state (resuming); names this stage does not hold are ignored. */
+  setOptimizerState(state: Map<string, { moments: Tensor; step: number }>): Promise<void>;
   /** Drops the activations and gradients a failed step left behind. */
   reset(): Promise<void>;
 }

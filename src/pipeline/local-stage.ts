@@ -58,6 +58,22 @@ export class LocalStage implements StageHandle {
     return new Map([...this.executor.named].map(([n, p]) => [n, copy(p)]));
   }
 
+  async optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>> {
+    const out = new Map<string, { moments: Tensor; step: number }>();
+    for (const name of this.names) {
+      const m = this.executor.moments(name);
+      if (m) out.set(name, m);
+    }
+    return out;
+  }
+
+  async setOptimizerState(state: Map<string, { moments: Tensor; step: number }>): Promise<void> {
+    for (const name of this.names) {
+      const s = state.get(name);
+      if (s) this.executor.setMoments(name, copy(s.moments), s.step);
+    }
+  }
+
   async reset(): Promise<void> {
     this.executor.reset();
   }

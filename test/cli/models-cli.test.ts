@@ -87,6 +87,19 @@ describe('init-model, generate and train on one machine', () => {
     assert.equal(replicated.code, 0, replicated.stderr);
     replicated.json().losses.forEach((l: number, i: number) => assert.ok(Math.abs(l - local.losses[i]) <= 1e-5 * local.losses[i], `step ${i + 1}`));
     assert.match(replicated.stderr, /replica 1/);
+    // a checkpoint of a distributed run resumes (weights, AdamW state, data order) across workers or in one process,
+    // and so does a one-process checkpoint across workers: the losses of the straight run, bit for bit
+    const resumable = ['train', '--model', gpt, '--task', 'addition', '--steps', '20', '--batch', '8', '--micro-batches', '4', '--lr', '0.003',
+      '--eval-every', '10', '--eval-size', '8', '--backend', 'js', '--json'];
+    const straight = cli(...resumable, '--local', '0').json().losses;
+    for (const [first, second] of [['3', '3'], ['3', '0'], ['0', '3']]) {
+      const dir = join(root, `resume-${first}-${second}`);
+      const part = cli(...resumable, '--out', dir, '--stop-at', '10', '--local', first);
+      assert.equal(part.code, 0, part.stderr);
+      const rest = cli(...resumable, '--out', dir, '--resume', '--local', second);
+      assert.equal(rest.code, 0, rest.stderr);
+      assert.deepEqual(rest.json().losses, straight, `--local ${first} then --local ${second}`);
+    }
   });
 
   test('train on a text file reports the held-out loss', () => {

@@ -8,7 +8,9 @@ import { crossEntropy, Generator, noGrad } from '../../tensor/index.ts';
 import { startSwarm, userListen } from '../swarm.ts';
 import { type Flags, intFlag, numberFlag, placement, requiredString, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
-import { readState, restoreOptimizer, saveOptimizer, STATE_FILE, type TrainerState, writeState } from '../train-state.ts';
+import {
+  localOptimizerState, readOptimizer, readState, setLocalOptimizerState, STATE_FILE, type TrainerState, writeOptimizer, writeState,
+} from '../train-state.ts';
 
 export const trainOptions = {
   'model': { type: 'string' },
@@ -97,7 +99,9 @@ interface RunSettings {
 function localRunner(s: RunSettings, out: Output): Runner {
   const trainer = new LocalTrainer(s.model, { lr: s.lr, totalSteps: s.steps, microBatches: s.microBatches });
   if (s.resumeFrom) {
-    if (!restoreOptimizer(s.resumeFrom, trainer)) out.info('the checkpoint holds no optimizer state: AdamW starts afresh');
+    const state = readOptimizer(s.resumeFrom);
+    if (state) setLocalOptimizerState(trainer, state);
+    else out.info('the checkpoint holds no optimizer state: AdamW starts afresh');
     trainer.fastForward(readState(s.resumeFrom).step);
   }
   return {
@@ -105,7 +109,7 @@ function localRunner(s: RunSettings, out: Output): Runner {
     evaluate: () => s.source.evaluate(s.model, s.model),
     checkpoint: async (dir, state) => {
       await saveModel(s.model, dir);
-      saveOptimizer(dir, trainer);
+      writeOptimizer(dir, localOptimizerState(trainer));
       writeState(dir, state);
     },
     stageNames: [],
@@ -153,9 +157,13 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
       out.info(`  worker …${a.peerId.slice(-6)}: ${layers}${replicas > 1 ? ` (replica ${a.replica})` : ''}`);
     }
     if (privacy === 'ends') out.info('  this machine: the embedding, the final norm and the head (token ids and logits stay here)');
-    if (s.resumeFrom) out.info('resuming: the weights and the data order continue; AdamW\'s moments start afresh on the workers');
     const trainer = await dm.trainer({ optimizer: { lr: s.lr }, totalSteps: s.steps, microBatches: s.microBatches, schedule, replicas });
-    if (s.resumeFrom) trainer.fastForward(readState(s.resumeFrom).step);
+    if (s.resumeFrom) {
+      trainer.fastForward(readState(s.resumeFrom).step);
+      const state = readOptimizer(s.resumeFrom);
+      if (state) await dm.setOptimizerState(state);
+      else out.info('the checkpoint holds no optimizer state: AdamW starts afresh');
+    }
     const job = dm;
     const generator: BatchGenerator = { tokenizer: s.model.tokenizer, generateBatch: (p, o) => job.generateBatch(p, o) };
     return {
@@ -163,6 +171,7 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
       evaluate: async () => s.source.evaluate(await job.pull(), generator),
       checkpoint: async (dir, state) => {
         await saveModel(await job.pull(), dir);
+        writeOptimizer(dir, await job.optimizerState());
         writeState(dir, state);
       },
       stageNames: trainer.stages.map((st) => st.replicas.map((h) => (h.label.startsWith('worker ') ? `…${h.label.slice(7).split(',')[0].slice(-6)}` : 'you'))),
