@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
-import { type CausalLM, configToHF, type GenerateOptions, generateWith, runLayers, type StepModel } from '../models/index.ts';
+import { type CausalLM, configToHF, defaultPositions, type GenerateOptions, generateWith, runLayers, type StepModel } from '../models/index.ts';
 import { type PipelineStage, PipelineTrainer, type ScheduleName, sectionWeights, userEnds } from '../pipeline/index.ts';
 import { type Device, layerCosts, type Plan, plan, type StrategyName } from '../plan/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
@@ -54,6 +54,8 @@ export interface DistributedModel {
   readonly assignment: { peerId: string; start: number; end: number; replica: number }[];
   generate(prompt: number[], options?: GenerateOptions): Promise<{ tokens: number[] }>;
   generateBatch(prompts: number[][], options?: GenerateOptions): Promise<{ tokens: number[][] }>;
+  /** The logits [B, T, V] of token ids [B, T] (int32), computed across the workers in a session of its own. */
+  logits(ids: Tensor): Promise<Tensor>;
   /** Sets up training on the workers (their AdamW, the reductions among replicas) and returns the trainer. */
   trainer(options: DistributedTrainerOptions): Promise<PipelineTrainer>;
   /** AdamW's state of every parameter that has taken a step, from its first holder: for checkpoints. */
@@ -171,6 +173,15 @@ export async function distribute(
     assignment,
     generate: async (prompt, o = {}) => ({ tokens: (await run([prompt], o))[0] }),
     generateBatch: async (prompts, o = {}) => ({ tokens: await run(prompts, o) }),
+    logits: async (ids) => {
+      if (ids.dtype !== 'int32' || ids.ndim !== 2) throw new InvalidArgumentError(`logits takes int32 ids [batch, time], got ${ids.dtype} [${ids.shape}]`);
+      const session = randomUUID();
+      try {
+        return await stepModel(session).step(ids, { positions: defaultPositions(ids.shape[0], ids.shape[1], 0), keyMask: null });
+      } finally {
+        await Promise.all(stages.map((s) => s[0].closeSession(session).catch(() => {})));
+      }
+    },
     trainer: async (o) => {
       if (o.replicas !== undefined && o.replicas !== replicas) {
         throw new InvalidArgumentError(`the model was distributed with ${replicas} replica(s), the trainer asks for ${o.replicas}: pass replicas to distribute()`);

@@ -135,3 +135,36 @@ describe('several users, vanished users', () => {
     }
   });
 });
+
+describe('logits across workers', () => {
+  setBackend('js');
+  for (const config of [
+    gpt2Config({ vocabSize: 50, hidden: 32, layers: 4, heads: 4, maxPositions: 64 }),
+    llamaConfig({ vocabSize: 50, hidden: 32, layers: 4, heads: 4, kvHeads: 2, intermediate: 48, maxPositions: 64 }),
+  ]) {
+    test(`${config.arch}: logits across three workers equal one process's bit for bit (js), with each strategy and privacy`, async () => {
+      const validator = await startValidator();
+      const boot = validator.node.getMultiaddrs()[0].toString();
+      const workers = await Promise.all([0, 1, 2].map(() => startWorker({ bootstrap: boot })));
+      const user = await createNode();
+      try {
+        const model = createModel(config, { seed: 21 });
+        const ids = tensor([3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 3], [2, 6], 'int32');
+        const local = noGrad(() => model.forward(ids));
+        for (const strategy of ['layer-aware', 'parameter-balanced', 'ring-memory-weighted'] as const) {
+          for (const privacy of ['ends', 'none'] as const) {
+            const dm = await distribute(user, boot, model, { strategy, privacy });
+            const remote = await dm.logits(ids);
+            assert.deepEqual(remote.shape, local.shape);
+            assert.deepEqual(remote.data, local.data, `${strategy}, privacy ${privacy}`);
+            await dm.close();
+          }
+        }
+      } finally {
+        await user.stop();
+        await Promise.all(workers.map((w) => w.stop()));
+        await validator.stop();
+      }
+    });
+  }
+});
