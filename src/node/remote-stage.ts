@@ -6,8 +6,14 @@ import { encodeControl, encodeTensor, type Frame } from '../p2p/frames.ts';
 import { receiveFrames, sendMessage } from '../p2p/stream.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { request } from './control.ts';
-import { RESULT_PROTOCOL, sha256, STAGE_PROTOCOL } from './stage.ts';
+import { chunksOf } from './chunks.ts';
+import { RESULT_PROTOCOL, STAGE_PROTOCOL } from './stage.ts';
 import { fromWire, toWire } from './wire-tensor.ts';
+
+function frameMessage(frame: Frame): Record<string, unknown> {
+  if (frame.kind !== 'control' || typeof frame.message !== 'object' || frame.message === null) throw new InvalidMessageError('expected a control answer');
+  return frame.message as Record<string, unknown>;
+}
 
 type Waiter = { resolve: (v: Frame) => void; reject: (e: Error) => void; timer: ReturnType<typeof setTimeout> };
 
@@ -95,20 +101,39 @@ export class RemoteStage {
     await sendMessage(this.stream, [header, ...tensors.flatMap((t) => encodeTensor(toWire(t, id)))]);
   }
 
-  /** Sends a section's weights (hash-checked by the worker) and builds it there. */
+  /**
+   * Builds a section on the worker: sends the manifest (each weight as the sha256 addresses of
+   * its chunks), then only the chunks the worker lacks (it may hold them from an earlier job, a
+   * load broken off, or its disk), each hash-checked on arrival. Returns how many chunks went.
+   */
   async load(
     config: Record<string, unknown>,
     section: [number, number],
     weights: Map<string, Tensor>,
     upstream?: string,
-  ): Promise<void> {
-    const names = [...weights.keys()];
-    const tensors = names.map((n) => weights.get(n)!);
-    const listed = names.map((name, i) => {
-      const t = tensors[i];
-      return { name, sha256: sha256(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)) };
+    options: { signal?: AbortSignal; onChunk?: (sent: number, needed: number) => void } = {},
+  ): Promise<{ chunksSent: number; chunks: number }> {
+    const chunks = new Map<string, Uint8Array>();
+    const manifest = [...weights].map(([name, t]) => {
+      const parts = chunksOf(t);
+      for (const c of parts) chunks.set(c.sha, c.bytes);
+      return { name, shape: [...t.shape], chunks: parts.map((c) => c.sha) };
     });
-    await this.call({ type: 'load', config, section, weights: listed, ...(upstream ? { upstream } : {}) }, tensors);
+    const answer = await this.call({ type: 'load', config, section, weights: manifest, tensors: 0, ...(upstream ? { upstream } : {}) }, []);
+    const need = frameMessage(answer).chunks;
+    if (!Array.isArray(need) || !need.every((c) => typeof c === 'string' && chunks.has(c))) throw new InvalidMessageError('load: the worker asked for unknown chunks');
+    let sent = 0;
+    for (const sha of need as string[]) {
+      // a load stopped here resumes later: the worker keeps the chunks that arrived
+      if (options.signal?.aborted) throw new PeerUnreachableError(`the load of section [${section}) was stopped after ${sent} of ${need.length} chunks`);
+      const bytes = chunks.get(sha)!;
+      const id = this.nextId++;
+      const wire = { requestId: id, dtype: 'float32' as const, shape: [bytes.length / 4], bytes };
+      await sendMessage(this.stream, [encodeControl({ type: 'chunk', id, jobId: this.jobId, sha, tensors: 1 }), ...encodeTensor(wire)]);
+      options.onChunk?.(++sent, need.length);
+    }
+    await this.call({ type: 'assemble', tensors: 0 }, []);
+    return { chunksSent: need.length, chunks: chunks.size };
   }
 
   /** Runs the section for one session (the worker keeps its KV cache). */

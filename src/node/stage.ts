@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
 import { DIAL_TIMEOUT_MS } from '../p2p/constants.ts';
@@ -7,6 +6,7 @@ import { configFromHF, createModel, type CausalLM, KVCache } from '../models/ind
 import { encodeControl, encodeTensor, type Frame, type WireTensor } from '../p2p/frames.ts';
 import { receiveFrames, sendMessage } from '../p2p/stream.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
+import { ChunkStore, parseWeightEntry, type WeightEntry } from './chunks.ts';
 import type { JobTable } from './jobs.ts';
 import { handleTraining, newWorkCounters, type Training, TRAINING_REQUESTS, type WorkCounters } from './stage-train.ts';
 import { obj } from './vocabulary.ts';
@@ -16,8 +16,10 @@ import { fromWire, toWire } from './wire-tensor.ts';
  * The stage protocol: a job's owner loads a section of a model onto a worker and runs
  * it, one long-lived stream per job. A request is a control frame {id, type, ...} followed
  * by the tensor frames it announces (requestId = id); answers carry the same id.
- *   load:    {jobId, config (HF config.json), section: [start, end], weights: [{name, sha256}]}
- *            + one tensor per weight; each is hash-checked, the section must fit the memory offered.
+ *   load:    {jobId, config (HF config.json), section: [start, end], weights: [{name, shape, chunks}]}
+ *            → {chunks: the sha256 addresses the worker lacks}; the section must fit the memory offered.
+ *   chunk:   {jobId, sha} + its bytes (hash-checked, kept in the worker's chunk store; no answer).
+ *   assemble:{jobId} → {params} once every chunk is there: the section is built.
  *   forward: {jobId, sessionId, tensors: 2|3} + input (ids or hidden), positions, [key mask];
  *            the worker keeps the session's KV cache and answers with the output tensor.
  *   close:   {jobId, sessionId} frees the session's cache.
@@ -43,10 +45,6 @@ interface Pending {
   tensors: WireTensor[];
 }
 
-export function sha256(bytes: Uint8Array): string {
-  return createHash('sha256').update(bytes).digest('hex');
-}
-
 export interface StageServer {
   /** Frees sessions idle for longer than `idleMs`; returns how many were freed. */
   sweep(idleMs?: number): number;
@@ -58,7 +56,9 @@ export interface StageServer {
   work(): WorkCounters;
 }
 
-export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: number): Promise<StageServer> {
+export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: number, store = new ChunkStore()): Promise<StageServer> {
+  /** Sections whose manifest arrived and whose chunks are arriving. */
+  const loading = new Map<string, { model: CausalLM; entries: WeightEntry[]; upstream?: string }>();
   const sections = new Map<string, { model: CausalLM; sessions: Map<string, { cache: KVCache; lastUsed: number }>; training?: Training }>();
   const work = newWorkCounters();
   let gradsId = 0;
@@ -85,8 +85,11 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
     let pending: Pending | null = null;
     // the jobs loaded over this stream end with it: their sections, caches and training state are freed
     const loadedHere = new Set<string>();
+    /** Jobs whose load began on this stream (their half-loaded state goes with it; received chunks stay in the store). */
+    const ownedHere = new Set<string>();
     const end = () => {
-      for (const jobId of loadedHere) {
+      for (const jobId of [...loadedHere, ...ownedHere]) {
+        loading.delete(jobId);
         sections.delete(jobId);
         jobs.remove(jobId);
       }
@@ -135,6 +138,7 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
     ): Promise<{ kind: 'tensor'; tensor: WireTensor } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' }> => {
       const job = jobs.authorize(h.jobId, peer, { delegates: h.type === 'forward' || h.type === 'grads' });
       if (h.type === 'load') {
+        // the manifest: which weights, in which chunks; the worker answers with the chunks it lacks
         const config = configFromHF(obj(h.config, 'config'));
         const range = h.section;
         if (!Array.isArray(range) || range.length !== 2 || !range.every(Number.isInteger)) throw new InvalidMessageError('section must be [start, end]');
@@ -143,24 +147,41 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
         let bytes = 0;
         for (const t of own.values()) bytes += t.size * 4;
         if (bytes > memoryBytes) throw new InvalidArgumentError(`the section needs ${bytes} bytes, this worker offers ${memoryBytes}`);
-        const listed = h.weights;
-        if (!Array.isArray(listed) || listed.length !== tensors.length) throw new InvalidMessageError('weights must list one entry per tensor sent');
-        const loaded = new Map<string, ReturnType<typeof fromWire>>();
-        listed.forEach((entry, i) => {
-          const e = obj(entry, 'weight');
-          if (typeof e.name !== 'string' || !own.has(e.name)) throw new InvalidMessageError(`'${String(e.name)}' is not a weight of this section`);
-          if (e.sha256 !== sha256(tensors[i].bytes)) throw new InvalidMessageError(`'${e.name}' does not match its hash`);
-          loaded.set(e.name, fromWire(tensors[i]));
-        });
-        model.loadStateDict(loaded);
-        sections.set(job.jobId, { model, sessions: new Map() });
+        if (!Array.isArray(h.weights) || h.weights.length !== own.size) throw new InvalidMessageError(`the manifest must list the section's ${own.size} weights`);
+        const entries = h.weights.map(parseWeightEntry);
+        for (const e of entries) {
+          const t = own.get(e.name);
+          if (!t) throw new InvalidMessageError(`'${e.name}' is not a weight of this section`);
+          if (t.shape.length !== e.shape.length || t.shape.some((d, i) => d !== e.shape[i])) {
+            throw new InvalidMessageError(`'${e.name}' has shape [${t.shape}] in this section, the manifest says [${e.shape}]`);
+          }
+        }
+        if (h.upstream !== undefined && (typeof h.upstream !== 'string' || h.upstream.length > 128)) throw new InvalidMessageError('upstream must be a peer id');
+        loading.set(job.jobId, { model, entries, upstream: h.upstream as string | undefined });
+        ownedHere.add(job.jobId);
+        return { kind: 'control', message: { type: 'need', chunks: store.missing(entries) } };
+      }
+      if (h.type === 'chunk') {
+        if (typeof h.sha !== 'string' || tensors.length !== 1) throw new InvalidMessageError('a chunk is {sha} and its bytes');
+        if (!loading.has(job.jobId)) throw new InvalidMessageError(`job ${job.jobId} is not loading a section`);
+        store.put(h.sha, tensors[0].bytes);
+        return { kind: 'none' };
+      }
+      if (h.type === 'assemble') {
+        const pending = loading.get(job.jobId);
+        if (!pending) throw new InvalidMessageError(`job ${job.jobId} is not loading a section`);
+        const missing = store.missing(pending.entries);
+        if (missing.length > 0) throw new InvalidMessageError(`${missing.length} chunks of the section have not arrived (the first: ${missing[0].slice(0, 12)}…)`);
+        pending.model.loadStateDict(new Map(pending.entries.map((e) => [e.name, store.assemble(e)])));
+        loading.delete(job.jobId);
+        // chunks another load still waits for stay (two jobs may share weights)
+        const wanted = new Set([...loading.values()].flatMap((l) => l.entries.flatMap((e) => e.chunks)));
+        store.release(pending.entries.flatMap((e) => e.chunks).filter((sha) => !wanted.has(sha)));
+        sections.set(job.jobId, { model: pending.model, sessions: new Map() });
         loadedHere.add(job.jobId);
         // the previous stage of a chain may pass activations on for this job
-        if (h.upstream !== undefined) {
-          if (typeof h.upstream !== 'string' || h.upstream.length > 128) throw new InvalidMessageError('upstream must be a peer id');
-          job.delegates.add(h.upstream);
-        }
-        return { kind: 'control', message: { type: 'loaded', params: model.numParameters() } };
+        if (pending.upstream) job.delegates.add(pending.upstream);
+        return { kind: 'control', message: { type: 'loaded', params: pending.model.numParameters() } };
       }
       const section = sections.get(job.jobId);
       if (!section) throw new InvalidMessageError(`job ${job.jobId} has no section loaded`);
@@ -208,7 +229,7 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
         try {
           const header = obj(frame.message, 'request');
           if (typeof header.id !== 'number') throw new InvalidMessageError('request id must be a number');
-          const expected = header.type === 'load' ? (Array.isArray(header.weights) ? header.weights.length : 0) : Number(header.tensors ?? 0);
+          const expected = Number(header.tensors ?? 0);
           if (!Number.isInteger(expected) || expected < 0 || expected > 4096) throw new InvalidMessageError('bad tensor count');
           pending = { header, expected, tensors: [] };
           if (expected === 0) {

@@ -1,7 +1,9 @@
 import { multiaddr } from '@multiformats/multiaddr';
 import { createNode, PEERS_TOPIC, type TensorLinkNode } from '../p2p/node.ts';
 import { traffic } from '../p2p/stream.ts';
+import { join } from 'node:path';
 import { measureCapabilities } from './capabilities.ts';
+import { ChunkStore } from './chunks.ts';
 import { request, serveControl } from './control.ts';
 import { JobTable } from './jobs.ts';
 import { SESSION_IDLE_MS, type StageServer, serveStages } from './stage.ts';
@@ -40,7 +42,9 @@ export async function startWorker(options: {
   const node = await createNode(options);
   const proximity: Record<string, Proximity> = {};
   const jobs = new JobTable();
-  const stages = await serveStages(node, jobs, capabilities.memoryBytes);
+  // weight chunks persist in the data directory: a restarted worker is not sent what it holds
+  const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);
+  const stages = await serveStages(node, jobs, capabilities.memoryBytes, store);
   await serveControl(node, {
     'capabilities': () => ({ type: 'capabilities', capabilities }),
     // its work and traffic so far, for summaries

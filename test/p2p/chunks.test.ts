@@ -1,0 +1,70 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { configToHF, createModel, gpt2Config } from '../../src/models/index.ts';
+import { ChunkStore, chunksOf, RemoteStage, startValidator, startWorker } from '../../src/node/index.ts';
+import { sectionWeights } from '../../src/pipeline/index.ts';
+import { createNode } from '../../src/p2p/index.ts';
+import { noGrad, setBackend, tensor } from '../../src/tensor/index.ts';
+
+describe('weights as content-addressed chunks', () => {
+  setBackend('js');
+
+  test('a chunk is checked against its address; a weight is rebuilt from its chunks', () => {
+    const store = new ChunkStore();
+    const t = tensor(Array.from({ length: 10 }, (_, i) => i / 7), [2, 5]);
+    const [c] = chunksOf(t);
+    assert.throws(() => store.put(c.sha, new Uint8Array(c.bytes.length)), { name: 'InvalidMessageError', message: /does not match its hash/ });
+    store.put(c.sha, c.bytes);
+    assert.deepEqual(store.assemble({ name: 'w', shape: [2, 5], chunks: [c.sha] }).data, t.data);
+    assert.throws(() => store.assemble({ name: 'w', shape: [3, 5], chunks: [c.sha] }), /hold 40 bytes, its shape needs 60/);
+  });
+
+  test('a load broken off resumes with the missing chunks only; a restarted worker is sent nothing it holds', async () => {
+    const config = gpt2Config({ vocabSize: 50, hidden: 32, layers: 3, heads: 4, maxPositions: 32 });
+    const model = createModel(config, { seed: 4 });
+    const range: [number, number] = [1, 3];
+    const weights = sectionWeights(model, range);
+    const dataDir = mkdtempSync(join(tmpdir(), 'tl-chunks-'));
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    let worker = await startWorker({ bootstrap: boot, dataDir });
+    const user = await createNode();
+    try {
+      const addr = () => worker.node.getMultiaddrs()[0];
+      // the user stops the first load after 5 chunks
+      const first = await RemoteStage.open(user, addr(), 'job-1');
+      const stop = new AbortController();
+      await assert.rejects(
+        first.load(configToHF(config), range, weights, undefined, { signal: stop.signal, onChunk: (sent) => sent === 5 && stop.abort() }),
+        /stopped after 5 of \d+ chunks/,
+      );
+      await first.close();
+      const second = await RemoteStage.open(user, addr(), 'job-2');
+      const resumed = await second.load(configToHF(config), range, weights);
+      assert.equal(resumed.chunksSent, resumed.chunks - 5, 'only the chunks that had not arrived');
+      await second.close();
+      // restarted with the same data directory, the worker holds every chunk: nothing is sent, and the section computes
+      await worker.stop();
+      worker = await startWorker({ bootstrap: boot, dataDir });
+      const third = await RemoteStage.open(user, addr(), 'job-3');
+      const again = await third.load(configToHF(config), range, weights);
+      assert.equal(again.chunksSent, 0);
+      const x = noGrad(() => createModel(config, { section: [0, 1] }).forward(tensor([1, 2, 3], [1, 3], 'int32')));
+      const positions = tensor([0, 1, 2], [1, 3], 'int32');
+      const local = noGrad(() => {
+        const part = createModel(config, { section: range });
+        part.loadStateDict(weights);
+        return part.forward(x, { positions });
+      });
+      assert.deepEqual((await third.forward('s', x, positions, null)).data, local.data);
+      await third.close();
+    } finally {
+      await user.stop();
+      await worker.stop();
+      await validator.stop();
+    }
+  });
+});
