@@ -58,7 +58,8 @@ export async function benchDistributed(): Promise<Row[]> {
   const config = gpt2Config({ vocabSize: 4096, hidden: 768, layers: 6, heads: 12, maxPositions: 256 });
   const model = createModel(config, { seed: 0 });
   const prompt = Array.from({ length: 128 }, (_, i) => (i * 37) % 4096);
-  const localRun: Run = (n, onToken) => generateWith(localStepModel(model) as StepModel, [prompt], { maxNewTokens: n, stopTokens: [], onToken });
+  const localRun: Run = (n, onToken) =>
+    generateWith(localStepModel(model) as StepModel, [prompt], { maxNewTokens: n, stopTokens: [], onToken });
   const rows: Row[] = [];
   for (const [stages, routing] of [
     [1, 'chain'],
