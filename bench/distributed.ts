@@ -29,7 +29,9 @@ async function tokens(run: Run): Promise<{ prefill: number; perToken: number[] }
  * Median time per decoded token and median prefill of two contenders, measured in turns
  * (`rounds` times each) so that passing load on this shared machine touches both alike.
  */
-async function measurePair(a: Run, b: Run, rounds = 5): Promise<[{ prefill: number; decode: number }, { prefill: number; decode: number }]> {
+type Timing = { prefill: number; decode: number };
+
+async function measurePair(a: Run, b: Run, rounds = 5): Promise<[Timing, Timing]> {
   await a(2);
   await b(2);
   const ra = { prefill: [] as number[], perToken: [] as number[] };
