@@ -4,7 +4,7 @@
  * generate token by token across them: the same tokens as in one process.
  *   node --import tsx examples/distributed-generation.ts
  */
-import { byteLevelTokenizerJson, createModel, createNode, distribute, generate, HFTokenizer, llamaConfig, localSwarm } from '../src/index.ts';
+import { byteLevelTokenizerJson, createModel, generate, HFTokenizer, llamaConfig, localSwarm } from '../src/index.ts';
 
 const tokenizer = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
 const config = llamaConfig({ vocabSize: 257, hidden: 64, layers: 4, heads: 4, kvHeads: 2, intermediate: 128, maxPositions: 64 });
@@ -13,9 +13,8 @@ model.tokenizer = tokenizer;
 const prompt = tokenizer.encode('Hello, swarm');
 
 const swarm = await localSwarm({ workers: 2 });
-const user = await createNode();
 try {
-  const dm = await distribute(user, swarm.bootstrap, model, { strategy: 'parameter-balanced' });
+  const dm = await swarm.user.distribute(model, { strategy: 'parameter-balanced' });
   for (const a of dm.assignment) console.log(`worker …${a.peerId.slice(-6)} holds layers ${a.start}–${a.end - 1}`);
   const streamed: number[] = [];
   const { tokens } = await dm.generate(prompt, { maxNewTokens: 12, stopTokens: [], onToken: (t) => streamed.push(t) });
@@ -26,6 +25,5 @@ try {
   if (tokens.join() !== local.tokens.join()) process.exitCode = 1;
   await dm.close();
 } finally {
-  await user.stop();
   await swarm.close();
 }

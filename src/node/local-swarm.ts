@@ -4,6 +4,9 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { TensorLinkError } from '../errors.ts';
+import type { CausalLM } from '../models/index.ts';
+import { createNode, type TensorLinkNode } from '../p2p/node.ts';
+import { distribute, type DistributedModel, type DistributeOptions } from './distributed.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 
@@ -20,6 +23,11 @@ export interface LocalSwarm {
   workers: LocalPeer[];
   /** The validator's address: what `--bootstrap` takes. */
   bootstrap: string;
+  /** A user node of this process in the swarm: `swarm.user.distribute(model)` plans and loads a job on its workers. */
+  user: {
+    node: TensorLinkNode;
+    distribute(model: CausalLM, options?: DistributeOptions): Promise<DistributedModel>;
+  };
   close(): Promise<void>;
 }
 
@@ -134,7 +142,18 @@ export async function localSwarm(options: {
       ),
     );
     peers.push(...workers);
-    return { validator, workers, bootstrap, close };
+    const node = await createNode();
+    const user = { node, distribute: (model: CausalLM, o?: DistributeOptions) => distribute(node, bootstrap, model, o) };
+    return {
+      validator,
+      workers,
+      bootstrap,
+      user,
+      close: async () => {
+        await node.stop();
+        await close();
+      },
+    };
   } catch (err) {
     await close();
     throw err;
