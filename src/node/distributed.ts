@@ -68,7 +68,8 @@ export interface DistributedModel {
   close(): Promise<void>;
 }
 
-function addressOf(record: PeerRecord): string {
+/** A peer's dialable address (with its peer id) from its record. */
+export function addressOf(record: PeerRecord): string {
   return record.addrs.find((x) => x.includes('/p2p/')) ?? `${record.addrs[0]}/p2p/${record.peerId}`;
 }
 

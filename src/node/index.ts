@@ -11,6 +11,6 @@ export { MAX_SESSIONS_PER_JOB, SESSION_IDLE_MS, type StageServer, serveStages, S
 export { CHUNK_BYTES, ChunkStore, chunksOf, sha256, type WeightEntry } from './chunks.ts';
 export { RemoteStage, ResultInbox } from './remote-stage.ts';
 export { fromWire, toWire } from './wire-tensor.ts';
-export { distribute, type DistributeOptions, type DistributedModel, type DistributedTrainerOptions } from './distributed.ts';
+export { addressOf, distribute, type DistributeOptions, type DistributedModel, type DistributedTrainerOptions } from './distributed.ts';
 export { RemoteTrainStage, TRAIN_REQUEST_TIMEOUT_MS } from './remote-train.ts';
 export { TRAINING_BYTES_PER_PARAM, type WorkCounters } from './stage-train.ts';

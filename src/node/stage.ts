@@ -163,7 +163,10 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
       }
       if (h.type === 'chunk') {
         if (typeof h.sha !== 'string' || tensors.length !== 1) throw new InvalidMessageError('a chunk is {sha} and its bytes');
-        if (!loading.has(job.jobId)) throw new InvalidMessageError(`job ${job.jobId} is not loading a section`);
+        const pending = loading.get(job.jobId);
+        if (!pending) throw new InvalidMessageError(`job ${job.jobId} is not loading a section`);
+        // only chunks the manifest lists are taken: a peer cannot fill the store with anything else
+        if (!pending.entries.some((e) => e.chunks.includes(h.sha as string))) throw new InvalidMessageError('a chunk the manifest does not list');
         store.put(h.sha, tensors[0].bytes);
         return { kind: 'none' };
       }

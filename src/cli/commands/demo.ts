@@ -1,7 +1,7 @@
 import { multiaddr } from '@multiformats/multiaddr';
 import { additionTask, taskBatch } from '../../data/index.ts';
 import { byteLevelTokenizerJson, createModel, evaluateExactMatch, gpt2Config, HFTokenizer } from '../../models/index.ts';
-import { type DistributedModel, distribute, type PeerRecord, request, type WorkCounters } from '../../node/index.ts';
+import { addressOf, type DistributedModel, distribute, type PeerRecord, request, type WorkCounters } from '../../node/index.ts';
 import { createNode } from '../../p2p/node.ts';
 import { traffic } from '../../p2p/stream.ts';
 import { Generator, getBackend } from '../../tensor/index.ts';
@@ -173,8 +173,4 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
     await node.stop();
     await swarm.close();
   }
-}
-
-function addressOf(record: PeerRecord): string {
-  return record.addrs.find((x) => x.includes('/p2p/')) ?? `${record.addrs[0]}/p2p/${record.peerId}`;
 }
