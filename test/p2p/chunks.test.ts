@@ -61,6 +61,14 @@ describe('weights as content-addressed chunks', () => {
       });
       assert.deepEqual((await third.forward('s', x, positions, null)).data, local.data);
       await third.close();
+      // a chunk the manifest does not list is refused: a peer cannot fill a worker's store
+      const fourth = await RemoteStage.open(user, addr(), 'job-4');
+      const manifest = [...weights].map(([name, t]) => ({ name, shape: [...t.shape], chunks: chunksOf(t).map((x) => x.sha) }));
+      await fourth.call({ type: 'load', config: configToHF(config), section: range, weights: manifest, tensors: 0 }, []);
+      const junk = tensor([1, 2, 3, 4], [4]);
+      const [c] = chunksOf(junk);
+      await assert.rejects(fourth.call({ type: 'chunk', sha: c.sha, tensors: 1 }, [junk]), { name: 'InvalidMessageError', message: /does not list/ });
+      await fourth.close();
     } finally {
       await user.stop();
       await worker.stop();
