@@ -1,15 +1,36 @@
 import { availableParallelism } from 'node:os';
 import { type LocalSwarm, localSwarm } from '../node/index.ts';
+import { createNode, type TensorLinkNode } from '../p2p/node.ts';
 import { getBackend, setBackend } from '../tensor/index.ts';
-import { type Flags, stringFlag } from './args.ts';
+import { type Flags, type Placement, stringFlag } from './args.ts';
 
 /**
  * Where the user's own node listens (`--listen MULTIADDR`, default 127.0.0.1 on a free port):
  * across machines the last worker of a chain sends results to it, so it must be reachable.
  */
-export function userListen(flags: Flags): { listen?: string[] } {
+function userListen(flags: Flags): { listen?: string[] } {
   const listen = stringFlag(flags, 'listen');
   return listen ? { listen: [listen] } : {};
+}
+
+/** The user's way into a swarm: its node, the validator to ask, and how to leave. */
+export interface SwarmAccess {
+  node: TensorLinkNode;
+  bootstrap: string;
+  close(): Promise<void>;
+}
+
+/** `--local N`: a local swarm and its user node; `--bootstrap ADDR`: a node of our own (`--listen`) and that validator. */
+export async function joinSwarm(where: Exclude<Placement, { kind: 'local' }>, flags: Flags): Promise<SwarmAccess> {
+  if (where.kind === 'swarm') {
+    const swarm = await startSwarm(where.workers, flags);
+    return { node: swarm.user.node, bootstrap: swarm.bootstrap, close: () => swarm.close() };
+  }
+  const node = await createNode(userListen(flags));
+  const close = async () => {
+    await node.stop();
+  };
+  return { node, bootstrap: where.bootstrap, close };
 }
 
 /**

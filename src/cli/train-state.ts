@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { readSafetensors, writeSafetensors } from '../io/index.ts';
-import type { LocalTrainer } from '../models/index.ts';
+import { layerParameters, type LocalTrainer } from '../models/index.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
 
 export const STATE_FILE = 'trainer_state.json';
@@ -63,24 +63,10 @@ export function readOptimizer(dir: string): OptimizerState | null {
   return state;
 }
 
-/** The parameters of a whole model under their checkpoint names (a tied head once). */
-function checkpointParams(trainer: LocalTrainer): Map<string, Tensor> {
-  const out = new Map<string, Tensor>();
-  const seen = new Set<Tensor>();
-  for (const layer of trainer.model.layers) {
-    for (const [name, p] of layer.namedParameters()) {
-      if (seen.has(p)) continue;
-      seen.add(p);
-      out.set(name, p);
-    }
-  }
-  return out;
-}
-
 /** The optimizer state of a one-process run. */
 export function localOptimizerState(trainer: LocalTrainer): OptimizerState {
   const state: OptimizerState = new Map();
-  for (const [name, p] of checkpointParams(trainer)) {
+  for (const [name, p] of layerParameters(trainer.model.layers)) {
     const s = trainer.optimizer.getState(p);
     if (!s) continue;
     const both = new Float32Array(2 * p.size);
@@ -93,7 +79,7 @@ export function localOptimizerState(trainer: LocalTrainer): OptimizerState {
 
 /** Restores a one-process run's optimizer state. */
 export function setLocalOptimizerState(trainer: LocalTrainer, state: OptimizerState): void {
-  for (const [name, p] of checkpointParams(trainer)) {
+  for (const [name, p] of layerParameters(trainer.model.layers)) {
     const s = state.get(name);
     if (!s) continue;
     const d = s.moments.data as Float32Array;

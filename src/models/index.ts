@@ -19,6 +19,7 @@ export {
   type ForwardOptions,
   KVCache,
   type LayerKind,
+  layerParameters,
   type LayerProfile,
   type ModelLayer,
 } from './model.ts';

@@ -81,6 +81,23 @@ export interface ModelLayer {
   profile(): LayerProfile;
 }
 
+/**
+ * The parameters of some layers under their checkpoint names; a tensor two layers share (a
+ * tied head) is listed once, under the first name, and tensors in `exclude` not at all.
+ */
+export function layerParameters(layers: readonly ModelLayer[], exclude: ReadonlySet<Tensor> = new Set()): Map<string, Tensor> {
+  const out = new Map<string, Tensor>();
+  const seen = new Set<Tensor>(exclude);
+  for (const layer of layers) {
+    for (const [name, p] of layer.namedParameters()) {
+      if (seen.has(p)) continue;
+      seen.add(p);
+      out.set(name, p);
+    }
+  }
+  return out;
+}
+
 /** A causal language model: a Module whose forward is a fold over its layers. */
 export interface CausalLM extends Module {
   readonly config: ModelConfig;

@@ -191,7 +191,7 @@ export async function distribute(
       const executor = { lr: o.optimizer.lr, weightDecay: o.optimizer.weightDecay, recompute: o.recompute };
       const peers = assignment.map((a) => a.peerId);
       const handles = placed.map((copies, i) =>
-        copies.map((c, j) => new RemoteTrainStage(stages[i][j], addressOf(c.record), `worker ${c.record.peerId}, layers ${c.start}–${c.end - 1}`)));
+        copies.map((c, j) => new RemoteTrainStage(stages[i][j], addressOf(c.record), c.record.peerId, `worker ${c.record.peerId}, layers ${c.start}–${c.end - 1}`)));
       await Promise.all(handles.flat().map((h) => h.setup({ ...executor, peers })));
       training = handles;
       const middle: PipelineStage[] = handles.map((hs) => ({ replicas: hs }));

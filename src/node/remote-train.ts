@@ -26,6 +26,7 @@ export class RemoteTrainStage implements StageHandle {
     readonly stage: RemoteStage,
     /** The worker's address with its peer id: where its replicas send gradients. */
     readonly address: string,
+    readonly peerId: string,
     readonly label: string,
   ) {}
 
@@ -74,8 +75,10 @@ export class RemoteTrainStage implements StageHandle {
 
   async optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>> {
     const out = new Map<string, { moments: Tensor; step: number }>();
-    for (const name of this.names) {
-      const step = controlOf(await this.call({ type: 'moments-step', name }), 'moments-step').step;
+    const steps = controlOf(await this.call({ type: 'moment-steps', names: this.names }), 'moment-steps').steps;
+    if (!Array.isArray(steps) || steps.length !== this.names.length) throw new InvalidMessageError('moment-steps: expected one entry per name');
+    for (const [i, name] of this.names.entries()) {
+      const step = steps[i];
       if (typeof step !== 'number') continue; // no step taken yet
       out.set(name, { moments: tensorOf(await this.call({ type: 'moments', name }), 'moments'), step });
     }

@@ -35,7 +35,7 @@ export type SendGrads = (addr: string, header: Record<string, unknown>, grads: T
 
 export type Reply = { kind: 'tensor'; tensor: Tensor } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
 
-export const TRAINING_REQUESTS = new Set(['train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'train-reset', 'moments-step', 'moments', 'set-moments']);
+export const TRAINING_REQUESTS = new Set(['train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'train-reset', 'moment-steps', 'moments', 'set-moments']);
 
 function micro(h: Record<string, unknown>): number {
   if (!Number.isInteger(h.micro) || (h.micro as number) < 0 || (h.micro as number) > 1_000_000) throw new InvalidMessageError('micro must be a micro-batch index');
@@ -61,7 +61,7 @@ function finite(v: unknown, what: string, min = 0): number {
  *   train-forward  {micro} + input       → output        train-backward {micro} + gradient → input gradient
  *   grad-squares   {names} → {values}    reduce {key, names, peers, index} → {} (worker to worker: grads)
  *   step           {scale, lr} → {}      weight {name} → tensor      train-reset → {}
- *   moments-step {name} → {step|null}   moments {name} → [2, ...shape]   set-moments {name, step} + moments → {}
+ *   moment-steps {names} → {steps: (n|null)[]}   moments {name} → [2, ...shape]   set-moments {name, step} + moments → {}
  */
 export async function handleTraining(
   h: Record<string, unknown>,
@@ -134,8 +134,8 @@ export async function handleTraining(
       if (!p) throw new InvalidMessageError(`'${String(h.name)}' is not a parameter of this section`);
       return { kind: 'tensor', tensor: p };
     }
-    case 'moments-step':
-      return { kind: 'control', message: { type: 'moments-step', step: executor.moments(String(h.name))?.step ?? null } };
+    case 'moment-steps':
+      return { kind: 'control', message: { type: 'moment-steps', steps: names(h.names).map((n) => executor.stepsOf(n)) } };
     case 'moments': {
       const m = executor.moments(String(h.name));
       if (!m) throw new InvalidMessageError(`'${String(h.name)}' has no optimizer state yet`);

@@ -83,12 +83,11 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
   await node.handle(STAGE_PROTOCOL, (stream: Stream, connection) => {
     const from = connection.remotePeer;
     let pending: Pending | null = null;
-    // the jobs loaded over this stream end with it: their sections, caches and training state are freed
+    // the jobs loaded over this stream end with it: their sections, caches, training state and
+    // half-finished loads are freed (chunks already received stay in the store)
     const loadedHere = new Set<string>();
-    /** Jobs whose load began on this stream (their half-loaded state goes with it; received chunks stay in the store). */
-    const ownedHere = new Set<string>();
     const end = () => {
-      for (const jobId of [...loadedHere, ...ownedHere]) {
+      for (const jobId of loadedHere) {
         loading.delete(jobId);
         sections.delete(jobId);
         jobs.remove(jobId);
@@ -158,7 +157,7 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
         }
         if (h.upstream !== undefined && (typeof h.upstream !== 'string' || h.upstream.length > 128)) throw new InvalidMessageError('upstream must be a peer id');
         loading.set(job.jobId, { model, entries, upstream: h.upstream as string | undefined });
-        ownedHere.add(job.jobId);
+        loadedHere.add(job.jobId);
         return { kind: 'control', message: { type: 'need', chunks: store.missing(entries) } };
       }
       if (h.type === 'chunk') {
@@ -181,7 +180,6 @@ export async function serveStages(node: Libp2p, jobs: JobTable, memoryBytes: num
         const wanted = new Set([...loading.values()].flatMap((l) => l.entries.flatMap((e) => e.chunks)));
         store.release(pending.entries.flatMap((e) => e.chunks).filter((sha) => !wanted.has(sha)));
         sections.set(job.jobId, { model: pending.model, sessions: new Map() });
-        loadedHere.add(job.jobId);
         // the previous stage of a chain may pass activations on for this job
         if (pending.upstream) job.delegates.add(pending.upstream);
         return { kind: 'control', message: { type: 'loaded', params: pending.model.numParameters() } };

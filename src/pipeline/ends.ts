@@ -1,4 +1,4 @@
-import { type CausalLM, createModel, type SectionRange } from '../models/index.ts';
+import { type CausalLM, createModel, layerParameters, type SectionRange } from '../models/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { type ExecutorOptions, StageExecutor, TiedParameters } from './executor.ts';
 import { LocalStage } from './local-stage.ts';
@@ -13,8 +13,8 @@ export function userEnds(model: CausalLM, options: ExecutorOptions): { first: Pi
   const layers = model.layers;
   const max = model.config.maxPositions;
   const headLayers = layers.slice(layers.length - 2);
-  const embedParams = new Set(layers[0].namedParameters().map(([, p]) => p));
-  const shared = new Set(headLayers.flatMap((l) => l.namedParameters().map(([, p]) => p)).filter((p) => embedParams.has(p)));
+  const embedParams = new Set(layerParameters(layers.slice(0, 1)).values());
+  const shared = new Set([...layerParameters(headLayers).values()].filter((p) => embedParams.has(p)));
   const ties = new TiedParameters(shared);
   const embed = new StageExecutor(layers.slice(0, 1), max, { ...options, tied: { ties, role: 'owner' } });
   const head = new StageExecutor(headLayers, max, { ...options, tied: { ties, role: 'user' } });

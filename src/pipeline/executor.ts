@@ -1,6 +1,6 @@
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { type AdamW, gradNormSquared, scaleGrads } from '../nn/index.ts';
-import { type ModelLayer, runLayers, trainingOptimizer } from '../models/index.ts';
+import { layerParameters, type ModelLayer, runLayers, trainingOptimizer } from '../models/index.ts';
 import { noGrad, type Tensor, tensor, zeros } from '../tensor/index.ts';
 
 export interface ExecutorOptions {
@@ -96,15 +96,7 @@ export class StageExecutor {
     private readonly options: ExecutorOptions,
   ) {
     if (layers.length === 0) throw new InvalidArgumentError('a stage needs at least one layer');
-    this.named = new Map();
-    const seen = new Set<Tensor>(options.tied?.role === 'user' ? options.tied.ties.params : []);
-    for (const layer of layers) {
-      for (const [name, p] of layer.namedParameters()) {
-        if (seen.has(p)) continue;
-        seen.add(p);
-        this.named.set(name, p);
-      }
-    }
+    this.named = layerParameters(layers, options.tied?.role === 'user' ? options.tied.ties.params : undefined);
     this.optimizer = trainingOptimizer([...this.named.values()], options);
   }
 
@@ -187,6 +179,11 @@ export class StageExecutor {
     this.optimizer.lr = lr;
     this.optimizer.step();
     this.optimizer.releaseGrads();
+  }
+
+  /** How many AdamW steps a parameter has taken (null before the first). */
+  stepsOf(name: string): number | null {
+    return (this.optimizer.getState(this.param(name))?.step as number | undefined) ?? null;
   }
 
   /** AdamW's moments of a parameter as one [2, ...shape] tensor (exp_avg, exp_avg_sq), and its step count; null before any step. */

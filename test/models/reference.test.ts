@@ -7,19 +7,9 @@ import { fileURLToPath } from 'node:url';
 import { readSafetensors, writeSafetensors } from '../../src/io/index.ts';
 import { generate, loadModel, saveModel } from '../../src/models/index.ts';
 import { crossEntropy, setBackend, tensor, type Tensor, zeros } from '../../src/tensor/index.ts';
+import { relErr } from '../helpers/weights.ts'; // max |a − b| / max |b|: the issue's measure
 
 const fixtureDir = (name: string) => fileURLToPath(new URL(`../fixtures/models/${name}`, import.meta.url));
-
-/** max |a − b| / max |b| (the issue's measure: error over the largest reference value). */
-function relToMax(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let err = 0;
-  let scale = 0;
-  for (let i = 0; i < b.length; i++) {
-    err = Math.max(err, Math.abs(a[i] - b[i]));
-    scale = Math.max(scale, Math.abs(b[i]));
-  }
-  return err / Math.max(scale, 1e-12);
-}
 
 for (const name of ['gpt2-tiny', 'llama-tiny', 'qwen2-tiny']) {
   describe(`${name} against the PyTorch reference`, () => {
@@ -34,7 +24,7 @@ for (const name of ['gpt2-tiny', 'llama-tiny', 'qwen2-tiny']) {
       const logits = model.forward(ids);
       const ref = expected.get('logits')!;
       assert.deepEqual([...logits.shape], [...ref.shape]);
-      assert.ok(relToMax(logits.data, ref.data) < 1e-4, `logits ${relToMax(logits.data, ref.data)}`);
+      assert.ok(relErr(logits.data, ref.data) < 1e-4, `logits ${relErr(logits.data, ref.data)}`);
       const [b, t] = logits.shape;
       const targets = tensor(
         Array.from({ length: b * t }, (_, i) => (i % t === t - 1 ? -100 : ids.data[i + 1])),
@@ -48,7 +38,7 @@ for (const name of ['gpt2-tiny', 'llama-tiny', 'qwen2-tiny']) {
       for (const [key, p] of model.namedParameters()) {
         const g = expected.get(`grad.${key}`);
         assert.ok(g, `PyTorch has a gradient for ${key}`);
-        assert.ok(relToMax(p.grad!.data, g.data) < 1e-3, `${key}: ${relToMax(p.grad!.data, g.data)}`);
+        assert.ok(relErr(p.grad!.data, g.data) < 1e-3, `${key}: ${relErr(p.grad!.data, g.data)}`);
         checked++;
       }
       assert.equal(checked, [...expected.keys()].filter((k) => k.startsWith('grad.')).length);

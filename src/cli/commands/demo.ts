@@ -2,7 +2,6 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { additionTask, taskBatch } from '../../data/index.ts';
 import { byteLevelTokenizerJson, createModel, evaluateExactMatch, gpt2Config, HFTokenizer } from '../../models/index.ts';
 import { addressOf, type DistributedModel, distribute, type PeerRecord, request, type WorkCounters } from '../../node/index.ts';
-import { createNode } from '../../p2p/node.ts';
 import { traffic } from '../../p2p/stream.ts';
 import { Generator, getBackend } from '../../tensor/index.ts';
 import { type Flags, intFlag, stringFlag, UsageError } from '../args.ts';
@@ -43,7 +42,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
   out.info('TensorLink demo: a transformer split across a swarm of workers learns to add.\n');
   out.info(`[1/5] starting a local swarm: a validator and ${workers} workers, each its own process on 127.0.0.1`);
   const swarm = await startSwarm(workers, flags);
-  const node = await createNode();
+  const node = swarm.user.node;
   let dm: DistributedModel | null = null;
   try {
     const status = await request(node, multiaddr(swarm.bootstrap), { type: 'status' });
@@ -76,10 +75,9 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
     out.info(`[3/5] training across the swarm: ${steps} steps of ${BATCH} sums, ${microBatches} micro-batches per step through a `
       + `${schedule === '1f1b' ? '1F1B' : 'GPipe'} schedule; each worker keeps its own AdamW`);
     const trainer = await dm.trainer({ optimizer: { lr: LR }, totalSteps: steps, microBatches, schedule });
-    const workerStages = trainer.stages.slice(1, -1).map((s) => s.replicas[0]);
     const stageNames = dm.assignment.map((a) => names.get(a.peerId)!.replace('worker ', ''));
     const rng = new Generator(seed + 1);
-    const busy = workerStages.map(() => 0);
+    const busy = dm.assignment.map(() => 0);
     let tokens = 0;
     let loss = Number.NaN;
     const trainStart = performance.now();
@@ -170,7 +168,6 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
     out.result(summary, lines.join('\n'));
   } finally {
     await dm?.close();
-    await node.stop();
     await swarm.close();
   }
 }

@@ -1,8 +1,7 @@
 import { generate, type GenerateOptions, loadModel } from '../../models/index.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, requiredString, stringFlag, UsageError } from '../args.ts';
-import { createNode } from '../../p2p/node.ts';
 import { distribute } from '../../node/index.ts';
-import { startSwarm, userListen } from '../swarm.ts';
+import { joinSwarm } from '../swarm.ts';
 import type { Output } from '../output.ts';
 
 export const generateOptions = {
@@ -68,11 +67,9 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   if (where.kind === 'local') {
     tokens = (await generate(model, promptIds, options)).tokens;
   } else {
-    const swarm = where.kind === 'swarm' ? await startSwarm(where.workers, flags) : null;
-    const node = await createNode(userListen(flags));
+    const access = await joinSwarm(where, flags);
     try {
-      const bootstrap = swarm ? swarm.bootstrap : (where as { bootstrap: string }).bootstrap;
-      const dm = await distribute(node, bootstrap, model, { strategy, privacy });
+      const dm = await distribute(access.node, access.bootstrap, model, { strategy, privacy });
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
       try {
         tokens = (await dm.generate(promptIds, options)).tokens;
@@ -80,8 +77,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
         await dm.close();
       }
     } finally {
-      await node.stop();
-      await swarm?.close();
+      await access.close();
     }
   }
   const text = tok.decode(tokens);

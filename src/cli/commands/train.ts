@@ -2,10 +2,9 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Batch, loadTextFile, taskBatch, taskByName, textBatch, type Task, type TextDataset } from '../../data/index.ts';
 import { type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadModel, saveModel } from '../../models/index.ts';
-import { createNode } from '../../p2p/node.ts';
-import { distribute } from '../../node/index.ts';
+import { distribute, RemoteTrainStage } from '../../node/index.ts';
 import { crossEntropy, Generator, noGrad } from '../../tensor/index.ts';
-import { startSwarm, userListen } from '../swarm.ts';
+import { joinSwarm } from '../swarm.ts';
 import { type Flags, intFlag, numberFlag, placement, requiredString, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 import {
@@ -140,18 +139,16 @@ function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
 
 async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags, out: Output): Promise<Runner> {
   const where = placement(flags);
+  if (where.kind === 'local') throw new UsageError('training across workers needs --local N (N ≥ 1) or --bootstrap ADDR');
   const { schedule, strategy, privacy, replicas } = p;
-  const swarm = where.kind === 'swarm' ? await startSwarm(where.workers, flags) : null;
-  const node = await createNode(userListen(flags));
+  const access = await joinSwarm(where, flags);
   let dm: Awaited<ReturnType<typeof distribute>> | null = null;
   const close = async () => {
     await dm?.close();
-    await node.stop();
-    await swarm?.close();
+    await access.close();
   };
   try {
-    const bootstrap = swarm ? swarm.bootstrap : (where as { bootstrap: string }).bootstrap;
-    dm = await distribute(node, bootstrap, s.model, { strategy, privacy, replicas });
+    dm = await distribute(access.node, access.bootstrap, s.model, { strategy, privacy, replicas });
     for (const a of dm.assignment) {
       const layers = a.end - a.start === 1 ? `layer ${a.start}` : `layers ${a.start}–${a.end - 1}`;
       out.info(`  worker …${a.peerId.slice(-6)}: ${layers}${replicas > 1 ? ` (replica ${a.replica})` : ''}`);
@@ -174,7 +171,7 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
         writeOptimizer(dir, await job.optimizerState());
         writeState(dir, state);
       },
-      stageNames: trainer.stages.map((st) => st.replicas.map((h) => (h.label.startsWith('worker ') ? `…${h.label.slice(7).split(',')[0].slice(-6)}` : 'you'))),
+      stageNames: trainer.stages.map((st) => st.replicas.map((h) => (h instanceof RemoteTrainStage ? `…${h.peerId.slice(-6)}` : 'you'))),
       close,
     };
   } catch (err) {
