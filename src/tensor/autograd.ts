@@ -113,6 +113,12 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
       for (const input of t.node?.inputs ?? []) if (input.node === null || !input.requiresGrad) pinned.add(input.data.buffer);
     }
   }
+  /** Buffers handed to the pool during this pass (the pool may give them out again at once). */
+  const released = new Set<ArrayBufferLike>();
+  const release = (data: Float32Array) => {
+    released.add(data.buffer);
+    releaseFloat32(data);
+  };
   /** After a node's backward: its output buffer is released when no remaining graph tensor uses it. */
   const releaseOutput = (t: Tensor) => {
     if (!uses) return;
@@ -120,7 +126,7 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
     const left = (uses.get(buffer) ?? 1) - 1;
     uses.set(buffer, left);
     if (left === 0 && !pinned.has(buffer) && t.data instanceof Float32Array && !sharedWithPending(buffer)) {
-      releaseFloat32(t.data);
+      release(t.data);
     }
   };
   // Buffers this pass allocated to sum contributions and that nothing else holds yet:
@@ -137,7 +143,7 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
     const buffer = g.data.buffer;
     if (!(g.data instanceof Float32Array) || adopted.has(buffer) || sharedWithPending(buffer)) return;
     if (keep.some((k) => k?.data.buffer === buffer)) return;
-    releaseFloat32(g.data);
+    release(g.data);
   };
   const previous = gradEnabled;
   gradEnabled = false;
@@ -169,19 +175,34 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
         const ig = inputGrads[i];
         if (ig === null || ig === undefined || !input.requiresGrad) return;
         const prev = grads.get(input);
+        // A gradient consumed here may still be handed to a later input of this node.
+        const later = inputGrads.slice(i + 1);
         if (prev === undefined) {
           grads.set(input, ig);
         } else if (owned.has(prev.data.buffer)) {
           const d = prev.data;
           const s = ig.data;
           for (let k = 0; k < d.length; k++) d[k] += s[k];
-          recycle(ig, inputGrads);
+          recycle(ig, later);
         } else {
           const sum = prev.add(ig);
           owned.add(sum.data.buffer);
           grads.set(input, sum);
+          recycle(prev, later);
+          recycle(ig, later);
         }
       });
+    }
+    // Intermediates that no gradient reached (outputs off the gradient's path, inputs kept
+    // only for a backward that never ran) are as dead as the rest once the pass is over.
+    if (uses) {
+      for (const t of order) {
+        for (const x of [t, ...(t.node?.inputs ?? [])]) {
+          const buffer = x.data.buffer;
+          if (!(x.data instanceof Float32Array) || x === root || released.has(buffer)) continue;
+          if (!pinned.has(buffer) && !adopted.has(buffer)) release(x.data);
+        }
+      }
     }
   } finally {
     gradEnabled = previous;

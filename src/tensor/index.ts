@@ -47,6 +47,6 @@ export {
 } from './ops/shape.ts';
 export { logSoftmax, softmax } from './ops/softmax.ts';
 export { Generator, ZeroGenerator } from './random.ts';
-export { releaseFloat32, drainPool } from './pool.ts';
+export { drainPool, poolStats, releaseFloat32 } from './pool.ts';
 export type { Shape } from './shape.ts';
 export { Tensor } from './tensor.ts';

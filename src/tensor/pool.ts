@@ -12,6 +12,8 @@ const MAX_POOLED_BYTES = 2048 * 1024 * 1024;
 
 const free = new Map<number, Float32Array[]>();
 let pooledBytes = 0;
+/** Poolable requests served from the pool and from fresh memory, since the last drainPool(). */
+const counts = { reused: 0, fresh: 0 };
 
 /** A zero-filled Float32Array of `size`, reusing a released buffer when one fits exactly. */
 export function takeFloat32(size: number): Float32Array {
@@ -20,8 +22,10 @@ export function takeFloat32(size: number): Float32Array {
     const buf = list?.pop();
     if (buf !== undefined) {
       pooledBytes -= buf.byteLength;
+      counts.reused++;
       return buf.fill(0);
     }
+    counts.fresh++;
   }
   return new Float32Array(size);
 }
@@ -61,4 +65,11 @@ function evictOldest(): void {
 export function drainPool(): void {
   free.clear();
   pooledBytes = 0;
+  counts.reused = 0;
+  counts.fresh = 0;
+}
+
+/** How many large buffers were reused and how many were freshly allocated since the last drainPool(). */
+export function poolStats(): { reused: number; fresh: number; pooledBytes: number } {
+  return { ...counts, pooledBytes };
 }
