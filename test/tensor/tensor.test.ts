@@ -101,8 +101,9 @@ describe('backends', () => {
     }
   });
 
-  test('the ort backend agrees with js within float tolerance', { skip: !ortAvailable() }, () => {
-    const ort = createOrtBackend({ threads: 1, minMacs: 0 });
+  for (const runtime of ['ffi', 'binding'] as const) test(`the ort backend (${runtime}) agrees with js within float tolerance`, { skip: !ortAvailable() }, () => {
+    const ort = createOrtBackend({ threads: 1, minMacs: 0, runtime });
+    assert.equal(ort.runtime, runtime);
     for (const [as, bs] of [
       [
         [64, 96],
@@ -137,8 +138,8 @@ describe('backends', () => {
     }
   });
 
-  test('ort elementwise kernels agree with js within float tolerance', { skip: !ortAvailable() }, () => {
-    const ort = createOrtBackend({ threads: 1, minElements: 0 });
+  for (const runtime of ['ffi', 'binding'] as const) test(`ort elementwise kernels (${runtime}) agree with js within float tolerance`, { skip: !ortAvailable() }, () => {
+    const ort = createOrtBackend({ threads: 1, minElements: 0, runtime });
     for (const op of ['exp', 'log', 'tanh', 'sigmoid', 'silu', 'gelu'] as const) {
       const x = randn([64, 80], { seed: 9 });
       if (op === 'log') for (let i = 0; i < x.size; i++) x.data[i] = Math.abs(x.data[i]) + 0.1;

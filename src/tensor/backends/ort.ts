@@ -1,6 +1,4 @@
-import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
-import { BackendUnavailableError } from '../../errors.ts';
 import type { FloatArray } from '../dtype.ts';
 import { addRowBias, type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
 import type { Backend } from './backend.ts';
@@ -14,12 +12,12 @@ import {
   unaryBackwardGraph,
   unaryGraph,
 } from './ort-graphs.ts';
+import { loadOrtRuntime, type OrtRuntimeKind, type OrtSession } from './ort-runtime.ts';
 
 /**
- * Matrix products through onnxruntime-node's CPU kernels (MLAS), called
- * synchronously through its native binding so that the engine stays eager: the
- * public `InferenceSession.run` only wraps the same native call in a promise.
- * Outputs are written straight into our buffers (pre-bound fetches).
+ * Matrix products and transcendental elementwise ops through onnxruntime's CPU kernels
+ * (MLAS), called synchronously so that the engine stays eager. Each op is a tiny cached
+ * graph; its inputs and outputs are our own buffers (see ort-runtime.ts for the ways in).
  */
 
 /** Below this many multiply-adds the native call costs more than the js kernel (measured: bench/run.ts). */
@@ -27,41 +25,10 @@ export const ORT_MIN_MACS = 32 * 1024;
 /** Below this many elements a transcendental op is cheaper in js than a native call (~15 µs). */
 export const ORT_MIN_ELEMENTS = 4096;
 
-interface NativeSession {
-  loadModel(buffer: ArrayBuffer, offset: number, length: number, options: object): void;
-  run(feeds: Record<string, unknown>, fetches: Record<string, unknown>, options: object): unknown;
-}
-
-interface OrtModules {
-  newSession(): NativeSession;
-  TensorClass: new (type: string, data: FloatArray, dims: readonly number[]) => unknown;
-}
-
-let modules: OrtModules | null = null;
-
-function loadOrt(): OrtModules {
-  if (modules !== null) return modules;
-  try {
-    const require = createRequire(import.meta.url);
-    const { binding, initOrt } = require('onnxruntime-node/dist/binding.js');
-    const { Tensor } = require('onnxruntime-common');
-    initOrt();
-    modules = { newSession: () => new binding.InferenceSession() as NativeSession, TensorClass: Tensor };
-    return modules;
-  } catch (cause) {
-    throw new BackendUnavailableError(
-      'onnxruntime-node could not be loaded on this machine; use the js backend',
-      {
-        cause,
-      },
-    );
-  }
-}
-
-/** True when onnxruntime-node's native library loads here. */
+/** True when onnxruntime loads here (through either runtime). */
 export function ortAvailable(): boolean {
   try {
-    loadOrt();
+    loadOrtRuntime();
     return true;
   } catch {
     return false;
@@ -84,6 +51,8 @@ export interface OrtBackendOptions {
    * SPIN_BELOW_MACS, the latency-bound decoding regime.
    */
   spinning?: boolean | 'auto';
+  /** How to reach onnxruntime (default: 'ffi' where it loads, else 'binding'). */
+  runtime?: OrtRuntimeKind;
 }
 
 /** Products below this many multiply-adds use a spinning pool under `spinning: 'auto'`. */
@@ -97,39 +66,29 @@ export const SINGLE_THREAD_BELOW_MACS = 1024 * 1024;
 export const SINGLE_THREAD_BELOW_ELEMENTS = 256 * 1024;
 
 /** Creates an ort backend; throws BackendUnavailableError where onnxruntime cannot load. */
-export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { threads: number } {
-  const ort = loadOrt();
+export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { threads: number; runtime: OrtRuntimeKind } {
+  const ort = loadOrtRuntime(options.runtime);
   const threads = options.threads ?? availableParallelism();
   const minMacs = options.minMacs ?? ORT_MIN_MACS;
   const minElements = options.minElements ?? ORT_MIN_ELEMENTS;
   const spinning = options.spinning ?? 'auto';
-  const sessions = new Map<string, NativeSession>();
-  const sessionOptions = (spin: boolean, poolThreads: number) => ({
-    intraOpNumThreads: poolThreads,
-    interOpNumThreads: 1,
-    executionMode: 'sequential',
-    graphOptimizationLevel: 'all',
-    // See `spinning` above.
-    extra: { session: { intra_op: { allow_spinning: spin ? '1' : '0' } } },
-  });
+  const sessions = new Map<string, OrtSession>();
 
-  function session(key: string, build: () => Uint8Array, spin = spinning === true, poolThreads = threads): NativeSession {
+  function session(key: string, build: () => Uint8Array, spin = spinning === true, poolThreads = threads): OrtSession {
     const fullKey = `${key}:${spin}:${poolThreads}`;
     let s = sessions.get(fullKey);
     if (s === undefined) {
-      const bytes = build();
-      s = ort.newSession();
-      s.loadModel(bytes.buffer as ArrayBuffer, bytes.byteOffset, bytes.byteLength, sessionOptions(spin, poolThreads));
+      s = ort.session(build(), poolThreads, spin);
       sessions.set(fullKey, s);
     }
     return s;
   }
 
-  const T = ort.TensorClass;
   return {
     name: 'ort',
     deterministic: false,
     threads,
+    runtime: ort.kind,
     matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec, bias?: FloatArray): void {
       const { batch, m, k, n, transA, transB } = spec;
       if (!(a instanceof Float32Array) || batch * m * k * n < minMacs) {
@@ -148,30 +107,32 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         const rows = m * n;
         for (let p = 0; p < batch; p++) {
           const av = spec.batchedA ? a.subarray(p * m * k, (p + 1) * m * k) : a;
-          const bv = spec.batchedB ? b.subarray(p * k * n, (p + 1) * k * n) : b;
-          const cv = out.subarray(p * rows, (p + 1) * rows);
-          const feeds: Record<string, unknown> = { a: new T('float32', av, aDims), b: new T('float32', bv, bDims) };
-          if (withBias) feeds.bias = new T('float32', bias, [n]);
-          s.run(feeds, { c: new T('float32', cv, [m, n]) }, {});
+          const bv = (spec.batchedB ? b.subarray(p * k * n, (p + 1) * k * n) : b) as Float32Array;
+          const cv = (out as Float32Array).subarray(p * rows, (p + 1) * rows);
+          const inputs = [
+            { name: 'a', data: av, dims: aDims },
+            { name: 'b', data: bv, dims: bDims },
+          ];
+          if (withBias) inputs.push({ name: 'bias', data: bias, dims: [n] });
+          s.run(inputs, [{ name: 'c', data: cv, dims: [m, n] }]);
         }
         if (bias && !withBias) addRowBias(out, bias);
         return;
       }
       const s = session(`batched:${transA}:${transB}`, () => batchedMatmulGraph(transA, transB), spin, poolThreads);
       s.run(
-        {
-          a: new T('float32', a, [spec.batchedA ? batch : 1, ...aDims]),
-          b: new T('float32', b, [spec.batchedB ? batch : 1, ...bDims]),
-        },
-        { c: new T('float32', out, [batch, m, n]) },
-        {},
+        [
+          { name: 'a', data: a, dims: [spec.batchedA ? batch : 1, ...aDims] },
+          { name: 'b', data: b as Float32Array, dims: [spec.batchedB ? batch : 1, ...bDims] },
+        ],
+        [{ name: 'c', data: out as Float32Array, dims: [batch, m, n] }],
       );
       if (bias) addRowBias(out, bias);
     },
     unary(op: string, x: FloatArray, y: FloatArray): boolean {
       if (!(x instanceof Float32Array) || x.length < minElements || !ORT_UNARY.has(op)) return false;
       const s = session(`unary:${op}`, () => unaryGraph(op as OrtUnary), false, x.length < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads);
-      s.run({ x: new T('float32', x, [x.length]) }, { y: new T('float32', y, [y.length]) }, {});
+      s.run([{ name: 'x', data: x, dims: [x.length] }], [{ name: 'y', data: y as Float32Array, dims: [y.length] }]);
       return true;
     },
     unaryBackward(op: string, x: FloatArray, g: FloatArray, gx: FloatArray): boolean {
@@ -183,9 +144,11 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         x.length < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads,
       );
       s.run(
-        { x: new T('float32', x, [x.length]), g: new T('float32', g, [g.length]) },
-        { gx: new T('float32', gx, [gx.length]) },
-        {},
+        [
+          { name: 'x', data: x, dims: [x.length] },
+          { name: 'g', data: g as Float32Array, dims: [g.length] },
+        ],
+        [{ name: 'gx', data: gx as Float32Array, dims: [gx.length] }],
       );
       return true;
     },
