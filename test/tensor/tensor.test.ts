@@ -7,11 +7,13 @@ import {
   createOrtBackend,
   Generator,
   jsBackend,
+  layerNorm,
   matmul,
   ortAvailable,
   randn,
   scaledDotProductAttention,
   setBackend,
+  type Tensor,
   tensor,
   withBackend,
   zeros,
@@ -153,6 +155,34 @@ describe('backends', () => {
       assert.ok(relError(fast, ref) < 1e-5, `${op} forward ${relError(fast, ref)}`);
       assert.ok(relError(x.grad!, g) < 1e-5, `${op} backward ${relError(x.grad!, g)}`);
     }
+  });
+
+  test('ort softmax (causal, with cached keys, and full) and layer norm agree with js within float tolerance', { skip: !ortAvailable() }, () => {
+    const ort = createOrtBackend({ threads: 1, minElements: 0 });
+    const check = (label: string, inputs: Tensor[], f: () => Tensor) => {
+      const weights = randn(f().shape, { seed: 11 });
+      const run = (backend: typeof jsBackend) => {
+        for (const x of inputs) x.grad = null;
+        const out = withBackend(backend, f);
+        withBackend(backend, () => out.mul(weights).sum().backward());
+        return [out, ...inputs.map((x) => x.grad!)];
+      };
+      const ref = run(jsBackend);
+      const fast = run(ort);
+      ref.forEach((r, i) => assert.ok(relError(fast[i], r) < 1e-5, `${label} [${i}] ${relError(fast[i], r)}`));
+    };
+    const q = randn([2, 3, 24, 16], { seed: 1 });
+    const k = randn([2, 3, 40, 16], { seed: 2 });
+    const v = randn([2, 3, 40, 16], { seed: 3 });
+    for (const t of [q, k, v]) t.requiresGrad = true;
+    check('causal attention over 16 cached keys', [q, k, v], () => scaledDotProductAttention(q, k, v, { causal: true }));
+    check('full attention', [q, k, v], () => scaledDotProductAttention(q, k, v));
+    const x = randn([2, 48, 96], { seed: 4 });
+    const w = randn([96], { seed: 5 });
+    const b = randn([96], { seed: 6 });
+    for (const t of [x, w, b]) t.requiresGrad = true;
+    check('layer norm', [x, w, b], () => layerNorm(x, w, b));
+    check('layer norm without affine', [x], () => layerNorm(x));
   });
 
   test('unknown backends are refused with a typed error', () => {

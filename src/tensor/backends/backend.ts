@@ -15,4 +15,14 @@ export interface Backend {
   unary?(op: string, x: FloatArray, y: FloatArray): boolean;
   /** gx = g · op'(x); returns false to leave it to the js kernel. */
   unaryBackward?(op: string, x: FloatArray, g: FloatArray, gx: FloatArray): boolean;
+  /**
+   * y = softmax(scale · x) over rows of `tk` in `blocks` of `tq` rows, row i of a block seeing
+   * keys 0 … i + tk − tq when `causal` (else all); returns false to leave it to the js kernel.
+   */
+  softmax?(x: FloatArray, y: FloatArray, blocks: number, tq: number, tk: number, scale: number, causal: boolean): boolean;
+  /**
+   * Layer norm over rows of n: y, each row's mean and 1/σ (w and b of length n); returns
+   * false to leave it to the js kernel.
+   */
+  layerNorm?(x: FloatArray, w: FloatArray, b: FloatArray, eps: number, y: FloatArray, mean: Float32Array, rstd: Float32Array): boolean;
 }

@@ -137,3 +137,30 @@ export function unaryBackwardGraph(op: OrtUnaryBackward): Uint8Array {
   b.output('gx');
   return encodeModel(b.nodes, [vec('x'), vec('g')], [vec('gx')], 20);
 }
+
+/**
+ * y = softmax(s · x + mask) over the last axis: x is [blocks, tq, tk], s a 1-element
+ * scale and mask an additive [tq, tk] (0 where a query may attend, −∞ elsewhere).
+ */
+export function maskedSoftmaxGraph(): Uint8Array {
+  const b = new Builder();
+  b.op('Softmax', [b.op('Add', [b.op('Mul', ['x', 's']), 'mask'])], { axis: -1 });
+  b.output('y');
+  const x = mat('x', ['r', 'q', 'k']);
+  return encodeModel(b.nodes, [x, { name: 's', type: OnnxType.float32, shape: [1] }, mat('mask', ['q', 'k'])], [mat('y', ['r', 'q', 'k'])]);
+}
+
+/** LayerNormalization over the last axis of x [rows, n]: y, and each row's mean and 1/σ. */
+export function layerNormGraph(eps: number): Uint8Array {
+  const node: NodeSpec = {
+    op: 'LayerNormalization',
+    inputs: ['x', 'w', 'b'],
+    outputs: ['y', 'mean', 'rstd'],
+    attributes: { axis: -1, epsilon: { float: eps } },
+  };
+  return encodeModel(
+    [node],
+    [mat('x', ['rows', 'n']), vec('w'), vec('b')],
+    [mat('y', ['rows', 'n']), mat('mean', ['rows', 'one']), mat('rstd', ['rows', 'one'])],
+  );
+}

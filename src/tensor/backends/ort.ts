@@ -5,6 +5,8 @@ import type { Backend } from './backend.ts';
 import {
   batchedMatmulGraph,
   gemmGraph,
+  layerNormGraph,
+  maskedSoftmaxGraph,
   ORT_UNARY,
   ORT_UNARY_BACKWARD,
   type OrtUnary,
@@ -84,6 +86,21 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     return s;
   }
 
+  /** Additive masks for softmax by shape: 0 where a query may attend, −∞ elsewhere. */
+  const masks = new Map<string, Float32Array>();
+  const softmaxMask = (tq: number, tk: number, causal: boolean) => {
+    const key = `${tq}:${tk}:${causal}`;
+    let mask = masks.get(key);
+    if (mask === undefined) {
+      mask = new Float32Array(tq * tk);
+      if (causal) for (let i = 0; i < tq; i++) mask.fill(Number.NEGATIVE_INFINITY, i * tk + i + tk - tq + 1, (i + 1) * tk);
+      if (masks.size > 64) masks.clear();
+      masks.set(key, mask);
+    }
+    return mask;
+  };
+  const pool = (elements: number) => (elements < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads);
+
   return {
     name: 'ort',
     deterministic: false,
@@ -133,6 +150,38 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
       if (!(x instanceof Float32Array) || x.length < minElements || !ORT_UNARY.has(op)) return false;
       const s = session(`unary:${op}`, () => unaryGraph(op as OrtUnary), false, x.length < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads);
       s.run([{ name: 'x', data: x, dims: [x.length] }], [{ name: 'y', data: y as Float32Array, dims: [y.length] }]);
+      return true;
+    },
+    softmax(x: FloatArray, y: FloatArray, blocks: number, tq: number, tk: number, scale: number, causal: boolean): boolean {
+      if (!(x instanceof Float32Array) || x.length < minElements) return false;
+      const s = session('softmax', maskedSoftmaxGraph, false, pool(x.length));
+      s.run(
+        [
+          { name: 'x', data: x, dims: [blocks, tq, tk] },
+          { name: 's', data: Float32Array.of(scale), dims: [1] },
+          { name: 'mask', data: softmaxMask(tq, tk, causal), dims: [tq, tk] },
+        ],
+        [{ name: 'y', data: y as Float32Array, dims: [blocks, tq, tk] }],
+      );
+      return true;
+    },
+    layerNorm(x: FloatArray, w: FloatArray, b: FloatArray, eps: number, y: FloatArray, mean: Float32Array, rstd: Float32Array): boolean {
+      if (!(x instanceof Float32Array) || x.length < minElements) return false;
+      const n = w.length;
+      const rows = x.length / n;
+      const s = session(`layer-norm:${eps}`, () => layerNormGraph(eps), false, pool(x.length));
+      s.run(
+        [
+          { name: 'x', data: x, dims: [rows, n] },
+          { name: 'w', data: w as Float32Array, dims: [n] },
+          { name: 'b', data: b as Float32Array, dims: [n] },
+        ],
+        [
+          { name: 'y', data: y as Float32Array, dims: [rows, n] },
+          { name: 'mean', data: mean, dims: [rows, 1] },
+          { name: 'rstd', data: rstd, dims: [rows, 1] },
+        ],
+      );
       return true;
     },
     unaryBackward(op: string, x: FloatArray, g: FloatArray, gx: FloatArray): boolean {

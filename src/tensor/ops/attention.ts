@@ -1,6 +1,7 @@
 import { ShapeMismatchError } from '../../errors.ts';
 import { record } from '../autograd.ts';
-import { allocate } from '../dtype.ts';
+import { getBackend } from '../backends/select.ts';
+import { allocate, type FloatArray } from '../dtype.ts';
 import { broadcastShapes, broadcastStrides } from '../shape.ts';
 import { Tensor } from '../tensor.ts';
 import { matmul } from './matmul.ts';
@@ -58,7 +59,8 @@ export function maskedSoftmax(scores: Tensor, scale: number, causal: boolean, ma
   const x = scores.data;
   const y = allocate(scores.dtype, scores.size);
   const allowed = new Uint8Array(tk);
-  for (let bi = 0; bi < b; bi++) {
+  const native = maskData === null && getBackend().softmax?.(x as FloatArray, y as FloatArray, b * h, tq, tk, scale, causal) === true;
+  for (let bi = 0; bi < b && !native; bi++) {
     for (let hi = 0; hi < h; hi++) {
       for (let i = 0; i < tq; i++) {
         const row = ((bi * h + hi) * tq + i) * tk;

@@ -1,6 +1,7 @@
 import { ShapeMismatchError } from '../../errors.ts';
 import { record } from '../autograd.ts';
-import { allocate, assertFloat } from '../dtype.ts';
+import { getBackend } from '../backends/select.ts';
+import { allocate, assertFloat, type FloatArray } from '../dtype.ts';
 import { Tensor } from '../tensor.ts';
 
 /**
@@ -24,6 +25,17 @@ function fromDoubles(values: Float64Array, like: Tensor): Tensor {
   return new Tensor(out, like.shape);
 }
 
+/** The backend's layer norm where it has one (float32 statistics), else null. */
+function nativeLayerNorm(x: FloatArray, w: FloatArray | undefined, b: FloatArray | undefined, eps: number, n: number, y: FloatArray) {
+  const backend = getBackend();
+  if (backend.layerNorm === undefined) return null;
+  const rows = x.length / n;
+  const mean = new Float32Array(rows);
+  const rstd = new Float32Array(rows);
+  const ok = backend.layerNorm(x, w ?? new Float32Array(n).fill(1), b ?? new Float32Array(n), eps, y, mean, rstd);
+  return ok ? { mean, rstd } : null;
+}
+
 export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | null, eps = 1e-5): Tensor {
   const n = checkAffine(x, weight, 'layerNorm');
   const rows = x.size / n;
@@ -33,7 +45,12 @@ export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | nul
   const rstd = new Float64Array(rows);
   const w = weight?.data;
   const b = bias?.data;
-  for (let r = 0; r < rows; r++) {
+  const stats = nativeLayerNorm(src as FloatArray, w as FloatArray | undefined, b as FloatArray | undefined, eps, n, out as FloatArray);
+  if (stats) {
+    means.set(stats.mean);
+    rstd.set(stats.rstd);
+  }
+  for (let r = 0; r < rows && !stats; r++) {
     const base = r * n;
     let mean = 0;
     for (let j = 0; j < n; j++) mean += src[base + j];
