@@ -140,8 +140,20 @@ function open(): OrtRuntime | null {
   const env = take(c.createEnv(LOG_ERROR, 'tensorlink', out));
   const cpu = take(c.createCpuInfo(0, 0, out));
 
+  /** Shapes as int64 arrays, kept: decoding asks for the same few thousands of times. */
+  const shapes = new Map<string, BigInt64Array>();
+  const shapeOf = (dims: readonly number[]) => {
+    const key = dims.join(',');
+    let shape = shapes.get(key);
+    if (shape === undefined) {
+      if (shapes.size > 1024) shapes.clear();
+      shape = BigInt64Array.from(dims, (d) => BigInt(d));
+      shapes.set(key, shape);
+    }
+    return shape;
+  };
   const value = (feed: Feed) => {
-    const shape = BigInt64Array.from(feed.dims, (d) => BigInt(d));
+    const shape = shapeOf(feed.dims);
     return take(c.createTensor(cpu, feed.data, feed.data.byteLength, shape, shape.length, FLOAT, out));
   };
 
