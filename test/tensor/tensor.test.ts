@@ -185,6 +185,23 @@ describe('backends', () => {
     check('layer norm without affine', [x], () => layerNorm(x));
   });
 
+  test('the ffi runtime reads and writes our buffers in place (no fresh pages per call)', { skip: !ortAvailable() }, (t) => {
+    const ort = createOrtBackend({ threads: 1 });
+    if (ort.runtime !== 'ffi') return t.skip('koffi does not load here');
+    const [m, k, n] = [256, 256, 16384]; // a 16 MiB output: 4096 pages if it were copied
+    const a = new Float32Array(m * k).fill(0.5);
+    const b = new Float32Array(k * n).fill(0.25);
+    const out = new Float32Array(m * n);
+    const spec = { batch: 1, m, k, n, transA: false, transB: false, batchedA: false, batchedB: false };
+    ort.matmul(a, b, out, spec);
+    const before = process.resourceUsage().minorPageFault;
+    for (let i = 0; i < 3; i++) ort.matmul(a, b, out, spec);
+    const faults = process.resourceUsage().minorPageFault - before;
+    assert.ok(faults < 400, `${faults} page faults for three products into a 16 MiB buffer`);
+    assert.equal(out[0], 32);
+    assert.equal(out[m * n - 1], 32);
+  });
+
   test('unknown backends are refused with a typed error', () => {
     assert.throws(() => setBackend('cuda' as 'js'), { name: 'InvalidArgumentError' });
   });
