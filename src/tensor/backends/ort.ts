@@ -17,7 +17,7 @@ import {
 import { loadOrtRuntime, type OrtRuntimeKind, type OrtSession } from './ort-runtime.ts';
 
 /**
- * Matrix products and transcendental elementwise ops through onnxruntime's CPU kernels
+ * Matrix products, transcendental elementwise ops, softmax and layer norm through onnxruntime's CPU kernels
  * (MLAS), called synchronously so that the engine stays eager. Each op is a tiny cached
  * graph; its inputs and outputs are our own buffers (see ort-runtime.ts for the ways in).
  */
@@ -99,6 +99,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     }
     return mask;
   };
+  /** Threads for elementwise work on this many elements (small work stays on the calling thread). */
   const pool = (elements: number) => (elements < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads);
 
   return {
@@ -148,7 +149,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     },
     unary(op: string, x: FloatArray, y: FloatArray): boolean {
       if (!(x instanceof Float32Array) || x.length < minElements || !ORT_UNARY.has(op)) return false;
-      const s = session(`unary:${op}`, () => unaryGraph(op as OrtUnary), false, x.length < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads);
+      const s = session(`unary:${op}`, () => unaryGraph(op as OrtUnary), false, pool(x.length));
       s.run([{ name: 'x', data: x, dims: [x.length] }], [{ name: 'y', data: y as Float32Array, dims: [y.length] }]);
       return true;
     },
@@ -190,7 +191,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         `unary-backward:${op}`,
         () => unaryBackwardGraph(op as OrtUnaryBackward),
         false,
-        x.length < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads,
+        pool(x.length),
       );
       s.run(
         [
