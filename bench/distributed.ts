@@ -1,5 +1,7 @@
 import { createModel, generateWith, gpt2Config, localStepModel, type StepModel } from '../src/models/index.ts';
-import { distribute, startValidator, startWorker } from '../src/node/index.ts';
+import { distribute } from '../src/user/index.ts';
+import { startValidator } from '../src/validator/index.ts';
+import { startWorker } from '../src/worker/index.ts';
 import { createNode } from '../src/p2p/index.ts';
 import { setBackend } from '../src/tensor/index.ts';
 import type { Row } from './gemm.ts';

@@ -50,3 +50,5 @@ export class UnauthorizedError extends errorClass('UnauthorizedError') {}
 export class PlanInfeasibleError extends errorClass('PlanInfeasibleError') {}
 /** A pipeline stage (a worker, or the user's own end) that failed during a training step; details.stage names it. */
 export class StageFailedError extends errorClass('StageFailedError') {}
+/** Something awaited (the gradients of a replica, a step of the pipeline) that did not come before its deadline. */
+export class TimeoutError extends errorClass('TimeoutError') {}

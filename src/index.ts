@@ -1,7 +1,10 @@
 /**
- * TensorLink's public API. Engine: tensors with autograd (PyTorch's names), two
- * backends (js: reproducible everywhere; ort: fast). nn: modules, layers, optimizers,
- * schedules. io: safetensors checkpoints.
+ * TensorLink's public API: an explicit list of the names the README promises. Engine:
+ * tensors with autograd (PyTorch's names), two backends (js: reproducible everywhere; ort:
+ * fast). nn: modules, layers, optimizers, schedules. io: safetensors checkpoints. models:
+ * GPT-2 and Llama in Hugging Face layout, tokenizers, generation. Swarms: nodes, the
+ * validator and worker roles, `distribute` and local swarms. Everything else (stage
+ * servers, result inboxes, wire formats) is internal and may change without notice.
  * @example
  * import { randn, Linear, AdamW, Generator } from 'tensorlink'
  * const layer = new Linear(4, 2, { rng: new Generator(0) })
@@ -12,12 +15,50 @@
 import './polyfills.ts';
 
 export * from './errors.ts';
-export * from './io/index.ts';
-export * from './nn/index.ts';
-export * from './tensor/index.ts';
-export * from './models/index.ts';
-export * from './data/index.ts';
-export * from './node/index.ts';
-export * from './plan/index.ts';
-export { createNode, type NodeOptions, type TensorLinkNode } from './p2p/index.ts';
-export * from './pipeline/index.ts';
+
+// tensor/: the engine
+export {
+  add, arange, argmax, type AttentionOptions, type Backend, type BackendName, type BackwardOptions, cat, createOrtBackend, crossEntropy,
+  type CrossEntropyOptions, div, dropout, type DType, embedding, exp, expand, flatten, type FloatArray, full, gather, gelu, Generator,
+  getBackend, indexSelect, isGradEnabled, jsBackend, layerNorm, linear, log, logSoftmax, maskedFill, matmul, max, mean, mul, narrow, neg,
+  noGrad, ones, ortAvailable, permute, poolStats, pow, rand, randint, randn, type RandomOptions, relu, reshape, rmsNorm, rotaryEmbedding,
+  rsqrt, scaledDotProductAttention, setBackend, type Shape, sigmoid, silu, softmax, split, sqrt, squeeze, type StorageDType, sub, sum,
+  tanh, Tensor, tensor, transpose, type TypedArray, unsqueeze, withBackend, ZeroGenerator, zeros,
+} from './tensor/index.ts';
+
+// nn/ and io/: layers, optimizers, schedules; safetensors checkpoints
+export {
+  AdamW, type AdamWOptions, clipGradNorm, constantWithWarmup, cosineWithWarmup, Dropout, Embedding, type InitOptions, LayerNorm, Linear,
+  LRScheduler, type LrLambda, Module, ModuleList, Optimizer, type ParamGroup, RMSNorm, SGD, type SGDOptions,
+} from './nn/index.ts';
+export {
+  Checkpoint, INDEX_FILE, readSafetensors, type SafeDType, SafetensorsReader, SINGLE_FILE, type WriteOptions, writeCheckpoint,
+  writeSafetensors,
+} from './io/index.ts';
+
+// models/ and data/: architectures, loading and saving, tokenizers, generation, local training; tasks and text
+export {
+  type BatchGenerator, byteLevelTokenizerJson, type CausalLM, configFromHF, configToHF, createModel, evaluateExactMatch, type EvalResult,
+  type ForwardOptions, generate, generateBatch, type GenerateOptions, GPT2, type GPT2Config, gpt2Config, HFTokenizer, KVCache,
+  type LayerKind, type LayerProfile, Llama, type LlamaConfig, llamaConfig, loadModel, LocalTrainer, type LocalTrainerOptions,
+  type ModelConfig, type ModelLayer, saveModel, type SamplingOptions, type SectionRange, type StepResult, type Tokenizer,
+  type TrainingBatch, validateConfig,
+} from './models/index.ts';
+export {
+  additionTask, type Batch, type Example, exactMatch, IGNORE_INDEX, loadTextFile, reverseTask, type Task, type TaskName, taskBatch,
+  taskByName, type TextDataset, textBatch,
+} from './data/index.ts';
+
+// plan/ and pipeline/: partition strategies; schedules and the pipeline trainer
+export { type Device, type LayerCost, layerAware, layerCosts, type Links, parameterBalanced, type Plan, plan, ringMemoryWeighted, type Stage, type StrategyName } from './plan/index.ts';
+export {
+  bubbleFraction, localPipeline, type PipelineStage, PipelineTrainer, type PipelineStepResult, type PipelineTrainerOptions,
+  type ScheduleName, simulate,
+} from './pipeline/index.ts';
+
+// the swarm: nodes, roles, distributed jobs, local swarms
+export { type Capabilities, createNode, type NodeOptions, type PeerRecord, type Proximity, type Role, type TensorLinkNode, type Tier } from './p2p/index.ts';
+export { distribute, type DistributeOptions, type DistributedJob, type DistributedModel, type DistributedTrainerOptions, listPeers } from './user/index.ts';
+export { startWorker, type Worker, type WorkerOptions } from './worker/index.ts';
+export { startValidator, type Validator, type ValidatorOptions } from './validator/index.ts';
+export { type LocalPeer, type LocalSwarm, localSwarm } from './cli/local-swarm.ts';

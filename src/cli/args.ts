@@ -1,4 +1,5 @@
 import { TensorLinkError } from '../errors.ts';
+import type { StrategyName } from '../plan/index.ts';
 
 /** A command line that cannot be run as written (unknown command or flag, bad value). */
 export class UsageError extends TensorLinkError {
@@ -71,4 +72,15 @@ export function parseBytes(raw: string): number {
     tb: 1e12,
   };
   return Math.round(Number(m[1]) * units[(m[2] ?? 'b').toLowerCase()]);
+}
+
+const STRATEGIES = ['layer-aware', 'parameter-balanced', 'ring-memory-weighted'] as const;
+
+/** `--strategy` (a partition strategy's name) and `--privacy ends|none`, as generate and train take them. */
+export function planFlags(flags: Flags, defaultStrategy: StrategyName): { strategy: StrategyName; privacy: 'ends' | 'none' } {
+  const strategy = stringFlag(flags, 'strategy') ?? defaultStrategy;
+  if (!(STRATEGIES as readonly string[]).includes(strategy)) throw new UsageError(`--strategy must be ${STRATEGIES.join(', ')}`);
+  const privacy = stringFlag(flags, 'privacy') ?? 'ends';
+  if (privacy !== 'ends' && privacy !== 'none') throw new UsageError('--privacy must be ends or none');
+  return { strategy: strategy as StrategyName, privacy };
 }

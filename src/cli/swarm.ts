@@ -1,8 +1,8 @@
 import { availableParallelism } from 'node:os';
-import { type LocalSwarm, localSwarm } from '../node/index.ts';
-import { createNode, type TensorLinkNode } from '../p2p/node.ts';
+import { createNode, type TensorLinkNode } from '../p2p/index.ts';
 import { getBackend, setBackend } from '../tensor/index.ts';
 import { type Flags, type Placement, stringFlag } from './args.ts';
+import { type LocalSwarm, localSwarm } from './local-swarm.ts';
 
 /**
  * Where the user's own node listens (`--listen MULTIADDR`, default 127.0.0.1 on a free port):

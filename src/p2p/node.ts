@@ -27,9 +27,6 @@ export type TensorLinkNode = Libp2p<{
   pubsub: ReturnType<ReturnType<typeof gossipsub>>;
 }>;
 
-/** The gossip topic on which peers publish their records (capabilities, proximity). */
-export const PEERS_TOPIC = '/tensorlink/peers/1.0.0';
-
 /**
  * A libp2p node with TensorLink's stack: TCP, noise encryption, yamux multiplexing,
  * identify, ping, a Kademlia DHT (server mode, private addresses kept) and gossipsub.

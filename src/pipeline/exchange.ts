@@ -1,4 +1,4 @@
-import { InvalidMessageError, PeerUnreachableError } from '../errors.ts';
+import { InvalidArgumentError, TimeoutError } from '../errors.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
 import type { StageExecutor } from './executor.ts';
 
@@ -32,11 +32,11 @@ export class GradientExchange {
   deliver(key: string, index: number, grads: Tensor[]): void {
     let got = this.inbox.get(key);
     if (!got) {
-      if (this.inbox.size >= MAX_PENDING) throw new InvalidMessageError(`more than ${MAX_PENDING} reductions pending`);
+      if (this.inbox.size >= MAX_PENDING) throw new InvalidArgumentError(`more than ${MAX_PENDING} reductions pending`);
       got = new Map();
       this.inbox.set(key, got);
     }
-    if (!Number.isInteger(index) || index < 0 || got.has(index)) throw new InvalidMessageError(`gradients from holder ${index} of ${key} already arrived`);
+    if (!Number.isInteger(index) || index < 0 || got.has(index)) throw new InvalidArgumentError(`gradients from holder ${index} of ${key} already arrived`);
     got.set(index, grads);
     this.wake.get(key)?.();
   }
@@ -63,7 +63,7 @@ export class GradientExchange {
       };
       const timer = setTimeout(() => {
         this.wake.delete(group.key);
-        reject(new PeerUnreachableError(`gradients of ${group.key} did not arrive from every replica within ${timeoutMs} ms`));
+        reject(new TimeoutError(`gradients of ${group.key} did not arrive from every replica within ${timeoutMs} ms`));
       }, timeoutMs);
       this.wake.set(group.key, check);
       check();
@@ -73,11 +73,11 @@ export class GradientExchange {
     got.set(group.index, mine);
     const sums = group.names.map((name, j) => {
       const first = got.get(0)?.[j];
-      if (!first) throw new InvalidMessageError(`no gradient of '${name}' from holder 0 of ${group.key}`);
+      if (!first) throw new InvalidArgumentError(`no gradient of '${name}' from holder 0 of ${group.key}`);
       const acc = new Float32Array(first.data);
       for (let i = 1; i < group.peers.length; i++) {
         const g = got.get(i)?.[j];
-        if (!g || g.size !== acc.length) throw new InvalidMessageError(`holder ${i} sent a gradient of '${name}' of the wrong size`);
+        if (!g || g.size !== acc.length) throw new InvalidArgumentError(`holder ${i} sent a gradient of '${name}' of the wrong size`);
         const d = g.data;
         for (let e = 0; e < acc.length; e++) acc[e] += d[e];
       }

@@ -1,4 +1,4 @@
-import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
+import { InvalidArgumentError } from '../errors.ts';
 import { type AdamW, gradNormSquared, scaleGrads } from '../nn/index.ts';
 import { layerParameters, type ModelLayer, runLayers, trainingOptimizer } from '../models/index.ts';
 import { noGrad, type Tensor, tensor, zeros } from '../tensor/index.ts';
@@ -125,11 +125,11 @@ export class StageExecutor {
   /** The backward of micro-batch `micro` given the gradient of its output; the gradient of its input (null for token ids). */
   backward(micro: number, grad: Tensor): Tensor | null {
     const s = this.saved.get(micro);
-    if (!s) throw new InvalidMessageError(`backward of micro-batch ${micro} before its forward`);
+    if (!s) throw new InvalidArgumentError(`backward of micro-batch ${micro} before its forward`);
     this.saved.delete(micro);
     const output = s.output ?? this.run(s.input);
     if (grad.shape.length !== output.shape.length || grad.shape.some((d, i) => d !== output.shape[i])) {
-      throw new InvalidMessageError(`the gradient [${grad.shape}] does not match the output [${output.shape}] of micro-batch ${micro}`);
+      throw new InvalidArgumentError(`the gradient [${grad.shape}] does not match the output [${output.shape}] of micro-batch ${micro}`);
     }
     const tied = this.options.tied;
     if (tied?.role === 'user') tied.ties.holdBack(micro, () => output.backward(grad, { releaseActivations: true }));
@@ -149,7 +149,7 @@ export class StageExecutor {
 
   private param(name: string): Tensor {
     const p = this.named.get(name);
-    if (!p) throw new InvalidMessageError(`'${name}' is not a parameter of this stage`);
+    if (!p) throw new InvalidArgumentError(`'${name}' is not a parameter of this stage`);
     return p;
   }
 
@@ -166,14 +166,14 @@ export class StageExecutor {
     names.forEach((n, i) => {
       const p = this.param(n);
       const g = grads[i];
-      if (g.size !== p.size) throw new InvalidMessageError(`the gradient of '${n}' has ${g.size} values, the parameter ${p.size}`);
+      if (g.size !== p.size) throw new InvalidArgumentError(`the gradient of '${n}' has ${g.size} values, the parameter ${p.size}`);
       p.grad = g;
     });
   }
 
   /** Scales the gradients by `scale` (global clipping) and takes one AdamW step at `lr`; frees the gradients. */
   step(scale: number, lr: number): void {
-    if (this.saved.size > 0) throw new InvalidMessageError(`${this.saved.size} micro-batches have not run their backward`);
+    if (this.saved.size > 0) throw new InvalidArgumentError(`${this.saved.size} micro-batches have not run their backward`);
     const params = [...this.named.values()];
     if (scale < 1) scaleGrads(params, scale);
     this.optimizer.lr = lr;
@@ -200,7 +200,7 @@ export class StageExecutor {
   /** Restores what `moments` gave (resuming a job from a checkpoint). */
   setMoments(name: string, moments: Tensor, step: number): void {
     const p = this.param(name);
-    if (moments.size !== 2 * p.size) throw new InvalidMessageError(`the moments of '${name}' must hold ${2 * p.size} values`);
+    if (moments.size !== 2 * p.size) throw new InvalidArgumentError(`the moments of '${name}' must hold ${2 * p.size} values`);
     const d = moments.data as Float32Array;
     this.optimizer.setState(p, { exp_avg: d.slice(0, p.size), exp_avg_sq: d.slice(p.size), step });
   }

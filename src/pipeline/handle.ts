@@ -8,7 +8,7 @@ import type { ReduceGroup } from './exchange.ts';
 export interface StageHandle {
   /** Who runs it, for messages: "worker 12D3Koo…" or "this machine". */
   readonly label: string;
-  /** Where the other holders of its parameters reach it for reductions. */
+  /** How the other holders of its parameters name it in reductions: a worker's peer id, or `memory:N` in this process. */
   readonly address: string;
   /** Its parameters under their checkpoint names. */
   readonly names: readonly string[];

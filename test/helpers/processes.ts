@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { launchNode } from '../../src/node/local-swarm.ts';
+import { launchNode } from '../../src/cli/local-swarm.ts';
 
 export interface Running {
   child: ChildProcess;

@@ -4,9 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { configToHF, createModel, gpt2Config } from '../../src/models/index.ts';
-import { ChunkStore, chunksOf, RemoteStage, startValidator, startWorker } from '../../src/node/index.ts';
+import { RemoteStage } from '../../src/user/index.ts';
+import { startValidator } from '../../src/validator/index.ts';
+import { ChunkStore, startWorker } from '../../src/worker/index.ts';
 import { sectionWeights } from '../../src/pipeline/index.ts';
-import { createNode } from '../../src/p2p/index.ts';
+import { chunksOf, createNode } from '../../src/p2p/index.ts';
 import { noGrad, setBackend, tensor } from '../../src/tensor/index.ts';
 
 describe('weights as content-addressed chunks', () => {

@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { CONTROL_PROTOCOL, createLogger, type PeerRecord, request, startValidator, startWorker } from '../../src/node/index.ts';
-import { createNode, encodeControl, type Frame, MAX_MESSAGES_PER_SECOND, receiveFrames } from '../../src/p2p/index.ts';
+import { startValidator } from '../../src/validator/index.ts';
+import { startWorker } from '../../src/worker/index.ts';
+import {
+  CONTROL_PROTOCOL, createLogger, createNode, encodeControl, type Frame, MAX_MESSAGES_PER_SECOND, type PeerRecord, receiveFrames, request,
+} from '../../src/p2p/index.ts';
 import { waitFor } from '../helpers/processes.ts';
 
 describe('control protocol and proximity', () => {

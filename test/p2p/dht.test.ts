@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { startValidator, startWorker } from '../../src/node/index.ts';
+import { startValidator } from '../../src/validator/index.ts';
+import { startWorker } from '../../src/worker/index.ts';
 
 describe('discovery', () => {
   test('two workers that know only the validator find each other through the DHT', async () => {

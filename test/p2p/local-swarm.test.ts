@@ -3,8 +3,8 @@ import { execFileSync, spawn } from 'node:child_process';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { multiaddr } from '@multiformats/multiaddr';
-import { localSwarm, type PeerRecord, request } from '../../src/node/index.ts';
-import { createNode } from '../../src/p2p/index.ts';
+import { localSwarm } from '../../src/cli/local-swarm.ts';
+import { createNode, type PeerRecord, request } from '../../src/p2p/index.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 

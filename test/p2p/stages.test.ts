@@ -10,7 +10,9 @@ import {
   llamaConfig,
   type StepModel,
 } from '../../src/models/index.ts';
-import { distribute, RemoteStage, startValidator, startWorker } from '../../src/node/index.ts';
+import { distribute, RemoteStage } from '../../src/user/index.ts';
+import { startValidator } from '../../src/validator/index.ts';
+import { startWorker } from '../../src/worker/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
 import { noGrad, setBackend, type Tensor, tensor } from '../../src/tensor/index.ts';
 

@@ -4,8 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { multiaddr } from '@multiformats/multiaddr';
-import { CONTROL_PROTOCOL, type PeerRecord, request } from '../../src/node/index.ts';
-import { createNode, encodeControl, encodeTensor, type TensorLinkNode } from '../../src/p2p/index.ts';
+import {
+  CONTROL_PROTOCOL, createNode, encodeControl, encodeTensor, type PeerRecord, request, type TensorLinkNode,
+} from '../../src/p2p/index.ts';
 import { Generator } from '../../src/tensor/index.ts';
 import { alive, type Running, startNode, waitFor } from '../helpers/processes.ts';
 

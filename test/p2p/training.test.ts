@@ -1,8 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
-import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, llamaConfig, LocalTrainer, type ModelConfig } from '../../src/models/index.ts';
-import { distribute, startValidator, startWorker, type Worker } from '../../src/node/index.ts';
+import {
+  byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, llamaConfig, LocalTrainer, type ModelConfig,
+} from '../../src/models/index.ts';
+import { distribute } from '../../src/user/index.ts';
+import { startValidator } from '../../src/validator/index.ts';
+import { startWorker, type Worker } from '../../src/worker/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';
 import { assertWeightsClose } from '../helpers/weights.ts';

@@ -1,8 +1,8 @@
 import { multiaddr } from '@multiformats/multiaddr';
 import { additionTask, taskBatch } from '../../data/index.ts';
 import { byteLevelTokenizerJson, createModel, evaluateExactMatch, gpt2Config, HFTokenizer } from '../../models/index.ts';
-import { addressOf, type DistributedModel, distribute, type PeerRecord, request, type WorkCounters } from '../../node/index.ts';
-import { traffic } from '../../p2p/stream.ts';
+import { parseStatsAnswer, request, traffic } from '../../p2p/index.ts';
+import { type DistributedModel, distribute, listWorkers } from '../../user/index.ts';
 import { Generator, getBackend } from '../../tensor/index.ts';
 import { type Flags, intFlag, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
@@ -45,8 +45,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
   const node = swarm.user.node;
   let dm: DistributedModel | null = null;
   try {
-    const status = await request(node, multiaddr(swarm.bootstrap), { type: 'status' });
-    const records = (status.peers as PeerRecord[]).filter((p) => p.roles.includes('worker') && p.capabilities);
+    const records = await listWorkers(node, multiaddr(swarm.bootstrap));
     const names = new Map(records.map((r, i) => [r.peerId, `worker ${String.fromCharCode(65 + i)}`]));
     out.info(`  validator  ${short(swarm.validator.peerId)}  ${swarm.bootstrap.split('/p2p/')[0]}  bootstrap peer, registry of workers, planner's source`);
     for (const r of records) {
@@ -123,20 +122,20 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       samples.push({ prompt: example.prompt, answer, expected: example.answer, right });
     }
 
-    const stats = await Promise.all(records.map(async (r) => ({ record: r, stats: await request(node, multiaddr(addressOf(r)), { type: 'stats' }) })));
-    const moved = traffic.received + stats.reduce((n, s) => n + (s.stats.bytesReceived as number), 0);
+    const stats = await Promise.all(records.map(async (r) => ({ record: r, stats: parseStatsAnswer(await request(node, r, { type: 'stats' })) })));
+    const moved = traffic.received + stats.reduce((n, s) => n + s.stats.bytesReceived, 0);
     const seconds = (performance.now() - started) / 1000;
     const perWorker = stats.map(({ record, stats: s }) => {
       const i = dm!.assignment.findIndex((a) => a.peerId === record.peerId);
-      const work = s.work as WorkCounters;
+      const work = s.work;
       return {
         worker: names.get(record.peerId)!,
         peerId: record.peerId,
         layers: i >= 0 ? [dm!.assignment[i].start, dm!.assignment[i].end - 1] : null,
         busySeconds: i >= 0 ? busy[i] : 0,
         ...work,
-        bytesReceived: s.bytesReceived as number,
-        bytesSent: s.bytesSent as number,
+        bytesReceived: s.bytesReceived,
+        bytesSent: s.bytesSent,
       };
     });
     const summary = {

@@ -1,6 +1,6 @@
 import { generate, type GenerateOptions, loadModel } from '../../models/index.ts';
-import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, requiredString, stringFlag, UsageError } from '../args.ts';
-import { distribute } from '../../node/index.ts';
+import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError } from '../args.ts';
+import { distribute } from '../../user/index.ts';
 import { joinSwarm } from '../swarm.ts';
 import type { Output } from '../output.ts';
 
@@ -22,12 +22,7 @@ export const generateOptions = {
 /** `tensorlink generate`: continues a prompt, streaming the text as tokens come. */
 export async function generateCommand(flags: Flags, out: Output): Promise<void> {
   const where = placement(flags);
-  const strategy = stringFlag(flags, 'strategy') ?? 'layer-aware';
-  if (strategy !== 'layer-aware' && strategy !== 'parameter-balanced' && strategy !== 'ring-memory-weighted') {
-    throw new UsageError('--strategy must be layer-aware, parameter-balanced or ring-memory-weighted');
-  }
-  const privacy = stringFlag(flags, 'privacy') ?? 'ends';
-  if (privacy !== 'ends' && privacy !== 'none') throw new UsageError('--privacy must be ends or none');
+  const { strategy, privacy } = planFlags(flags, 'layer-aware');
   const dir = requiredString(flags, 'model');
   const prompt = requiredString(flags, 'prompt');
   const model = await loadModel(dir);

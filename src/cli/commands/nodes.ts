@@ -1,6 +1,8 @@
-import { createLogger, isLogLevel, type LogLevel, localSwarm, request, startValidator, startWorker } from '../../node/index.ts';
-import type { PeerRecord } from '../../node/vocabulary.ts';
-import { createNode } from '../../p2p/node.ts';
+import { createLogger, createNode, isLogLevel, type LogLevel } from '../../p2p/index.ts';
+import { listPeers } from '../../user/index.ts';
+import { startValidator } from '../../validator/index.ts';
+import { startWorker } from '../../worker/index.ts';
+import { localSwarm } from '../local-swarm.ts';
 import { type Flags, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { multiaddr } from '@multiformats/multiaddr';
@@ -119,8 +121,7 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
   const bootstrap = parseAddr(requiredString(flags, 'bootstrap'), 'bootstrap');
   const node = await createNode();
   try {
-    const reply = await request(node, bootstrap, { type: 'status' }, 10_000);
-    const peers = reply.peers as PeerRecord[];
+    const peers = await listPeers(node, bootstrap, 10_000);
     const now = Date.now();
     const lines = peers.map((p) => {
       const c = p.capabilities;

@@ -2,10 +2,11 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Batch, loadTextFile, taskBatch, taskByName, textBatch, type Task, type TextDataset } from '../../data/index.ts';
 import { type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadModel, saveModel } from '../../models/index.ts';
-import { distribute, RemoteTrainStage } from '../../node/index.ts';
+import { distribute, RemoteTrainStage } from '../../user/index.ts';
+import type { StrategyName } from '../../plan/index.ts';
 import { crossEntropy, Generator, noGrad } from '../../tensor/index.ts';
 import { joinSwarm } from '../swarm.ts';
-import { type Flags, intFlag, numberFlag, placement, requiredString, stringFlag, UsageError } from '../args.ts';
+import { type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 import {
   localOptimizerState, readOptimizer, readState, setLocalOptimizerState, STATE_FILE, type TrainerState, writeOptimizer, writeState,
@@ -118,7 +119,7 @@ function localRunner(s: RunSettings, out: Output): Runner {
 
 interface PipelineFlags {
   schedule: 'gpipe' | '1f1b';
-  strategy: 'layer-aware' | 'parameter-balanced' | 'ring-memory-weighted';
+  strategy: StrategyName;
   privacy: 'ends' | 'none';
   replicas: number;
 }
@@ -126,12 +127,7 @@ interface PipelineFlags {
 function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
   const schedule = stringFlag(flags, 'schedule') ?? '1f1b';
   if (schedule !== 'gpipe' && schedule !== '1f1b') throw new UsageError('--schedule must be gpipe or 1f1b');
-  const strategy = stringFlag(flags, 'strategy') ?? 'parameter-balanced';
-  if (strategy !== 'layer-aware' && strategy !== 'parameter-balanced' && strategy !== 'ring-memory-weighted') {
-    throw new UsageError('--strategy must be layer-aware, parameter-balanced or ring-memory-weighted');
-  }
-  const privacy = stringFlag(flags, 'privacy') ?? 'ends';
-  if (privacy !== 'ends' && privacy !== 'none') throw new UsageError('--privacy must be ends or none');
+  const { strategy, privacy } = planFlags(flags, 'parameter-balanced');
   const replicas = intFlag(flags, 'replicas', 1);
   if (microBatches < replicas) throw new UsageError(`--replicas ${replicas} needs --micro-batches ≥ ${replicas} (each replica takes a share)`);
   return { schedule, strategy, privacy, replicas };

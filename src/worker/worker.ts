@@ -1,15 +1,13 @@
-import { multiaddr } from '@multiformats/multiaddr';
-import { createNode, PEERS_TOPIC, type TensorLinkNode } from '../p2p/node.ts';
-import { traffic } from '../p2p/stream.ts';
 import { join } from 'node:path';
+import { multiaddr } from '@multiformats/multiaddr';
+import {
+  type Capabilities, createLogger, createNode, type Logger, PEERS_TOPIC, parseJobRequest, parseStatusAnswer, probe, type Proximity,
+  request, serveControl, serveProbes, SESSION_IDLE_MS, type TensorLinkNode, traffic,
+} from '../p2p/index.ts';
 import { measureCapabilities } from './capabilities.ts';
-import { ChunkStore } from './chunks.ts';
-import { request, serveControl } from './control.ts';
+import { ChunkStore } from './chunk-store.ts';
 import { JobTable } from './jobs.ts';
-import { SESSION_IDLE_MS, type StageServer, serveStages } from './stage.ts';
-import { createLogger, type Logger } from './log.ts';
-import { type Proximity, probe, serveProbes } from './proximity.ts';
-import type { Capabilities, PeerRecord } from './vocabulary.ts';
+import { type StageServer, serveStages } from './stage-server.ts';
 
 /** How often a worker refreshes its announcement (well inside the validator's 10 s TTL). */
 export const ANNOUNCE_INTERVAL_MS = 2_000;
@@ -24,19 +22,24 @@ export interface Worker {
   stop(): Promise<void>;
 }
 
-/**
- * A worker: measures its capabilities, dials its bootstrap validator, announces itself
- * and keeps announcing while alive (a lost validator is retried on the next tick).
- */
-export async function startWorker(options: {
+export interface WorkerOptions {
   bootstrap: string;
   dataDir?: string;
   listen?: string[];
   memoryBytes?: number;
   /** How the worker tells the swarm about itself: a direct request to its validator, gossip, or both (default). */
   announceVia?: 'direct' | 'gossip' | 'both';
+  /** How long a send waits for a peer that takes no bytes before that peer's stream is reset (default SEND_STALL_MS). */
+  stallMs?: number;
   log?: Logger;
-}): Promise<Worker> {
+}
+
+/**
+ * A worker: measures its capabilities, dials its bootstrap validator, announces itself
+ * and keeps announcing while alive (a lost validator is retried on the next tick), serves
+ * the stage protocol for the jobs users open on it, and measures its links to other workers.
+ */
+export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const log = options.log ?? createLogger({ level: 'silent' });
   const capabilities = measureCapabilities(options.memoryBytes);
   const node = await createNode(options);
@@ -44,18 +47,22 @@ export async function startWorker(options: {
   const jobs = new JobTable();
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);
-  const stages = await serveStages(node, jobs, capabilities.memoryBytes, store);
+  const stages = await serveStages(node, jobs, { memoryBytes: capabilities.memoryBytes, store, stallMs: options.stallMs });
   await serveControl(node, {
     'capabilities': () => ({ type: 'capabilities', capabilities }),
-    // its work and traffic so far, for summaries
-    'stats': () => ({ type: 'stats', work: stages.work(), bytesSent: traffic.sent, bytesReceived: traffic.received }),
+    // its work and traffic so far, for summaries; jobs and sessions it holds
+    'stats': () => ({ type: 'stats', work: stages.work(), bytesSent: traffic.sent, bytesReceived: traffic.received, jobs: jobs.size, sessions: stages.sessions() }),
     'proximity': () => ({ type: 'proximity', proximity }),
-    // Jobs: whoever opens one owns it; only the owner may drive or close it (the work itself comes with issue 5).
-    'open-job': (m, from) => ({ type: 'job-opened', jobId: jobs.open(m.jobId, from).jobId }),
-    'job-status': (m, from) => ({ type: 'job-status', job: jobs.authorize(m.jobId, from) }),
+    // Jobs: whoever opens one owns it; only the owner may drive or close it.
+    'open-job': (m, from) => ({ type: 'job-opened', jobId: jobs.open(parseJobRequest(m).jobId, from).jobId }),
+    'job-status': (m, from) => {
+      const job = jobs.authorize(parseJobRequest(m).jobId, from);
+      return { type: 'job-status', job: { jobId: job.jobId, owner: job.owner, openedAt: job.openedAt, loaded: job.section !== undefined } };
+    },
     'close-job': (m, from) => {
-      jobs.close(m.jobId, from);
-      return { type: 'job-closed', jobId: m.jobId };
+      const { jobId } = parseJobRequest(m);
+      jobs.close(jobId, from);
+      return { type: 'job-closed', jobId };
     },
   });
   await serveProbes(node);
@@ -70,15 +77,13 @@ export async function startWorker(options: {
     if (via !== 'gossip') await request(node, validator, { type: 'announce', ...record });
   };
   if (via === 'gossip') await node.dial(validator, { signal: AbortSignal.timeout(10_000) });
-  /** Measures round trip and bandwidth to every other worker the validator knows. */
+  /** Measures round trip and bandwidth to every other worker the validator knows, at any of its addresses. */
   const measure = async () => {
-    const status = await request(node, validator, { type: 'status' });
+    const { peers } = parseStatusAnswer(await request(node, validator, { type: 'status' }));
     const me = node.peerId.toString();
-    for (const peer of (status.peers as PeerRecord[]).filter((p) => p.roles.includes('worker') && p.peerId !== me)) {
-      const addr = peer.addrs[0];
-      if (!addr) continue;
+    for (const peer of peers.filter((p) => p.roles.includes('worker') && p.peerId !== me)) {
       try {
-        proximity[peer.peerId] = await probe(node, addr.includes('/p2p/') ? addr : `${addr}/p2p/${peer.peerId}`);
+        proximity[peer.peerId] = await probe(node, peer);
       } catch (err) {
         log.debug('probe-failed', { remote: peer.peerId, error: (err as Error).message });
       }

@@ -5,10 +5,21 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { TensorLinkError } from '../errors.ts';
 import type { CausalLM } from '../models/index.ts';
-import { createNode, type TensorLinkNode } from '../p2p/node.ts';
-import { distribute, type DistributedModel, type DistributeOptions } from './distributed.ts';
+import { createNode, type TensorLinkNode } from '../p2p/index.ts';
+import { distribute, type DistributedJob, type DistributeOptions } from '../user/index.ts';
 
-const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+/**
+ * How a node process is started: the CLI entry of the same build as this module. From
+ * dist/ that is dist/cli/main.js, run by plain node; from the TypeScript sources it is
+ * src/cli/main.ts, run through tsx (found from this package, not the caller's directory).
+ * Never bin/ and never the other build: a checkout with a stale dist/ still launches the
+ * code that is running, and a user of the package needs nothing but the package.
+ */
+function nodeCommand(): string[] {
+  const fromSources = import.meta.url.endsWith('.ts');
+  const entry = fileURLToPath(new URL(fromSources ? './main.ts' : './main.js', import.meta.url));
+  return fromSources ? ['--import', import.meta.resolve('tsx'), entry] : [entry];
+}
 
 /** A peer of the local swarm: its process, peer id and addresses. */
 export interface LocalPeer {
@@ -26,7 +37,7 @@ export interface LocalSwarm {
   /** A user node of this process in the swarm: `swarm.user.distribute(model)` plans and loads a job on its workers. */
   user: {
     node: TensorLinkNode;
-    distribute(model: CausalLM, options?: DistributeOptions): Promise<DistributedModel>;
+    distribute(model: CausalLM, options?: DistributeOptions): Promise<DistributedJob>;
   };
   close(): Promise<void>;
 }
@@ -40,7 +51,7 @@ export interface NodeProcess {
 
 /** Starts `tensorlink <args>` as its own process and waits for its ready line (typed errors otherwise). */
 export function launchNode(args: string[], timeoutMs: number): Promise<NodeProcess> {
-  const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...nodeCommand(), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   return new Promise((resolve, reject) => {
     let out = '';
     let err = '';

@@ -1,6 +1,6 @@
 import { availableParallelism, freemem } from 'node:os';
 import { getBackend, matmul, noGrad, randn } from '../tensor/index.ts';
-import { type Capabilities, tierOf } from './vocabulary.ts';
+import { type Capabilities, tierOf } from '../p2p/index.ts';
 
 /** Measures this machine's engine: GFLOP/s of a 256³ product (a short run), cores, memory offered. */
 export function measureCapabilities(memoryBytes?: number): Capabilities {

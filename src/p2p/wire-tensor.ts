@@ -1,8 +1,8 @@
 import { InvalidMessageError } from '../errors.ts';
-import type { WireTensor } from '../p2p/frames.ts';
 import { Tensor } from '../tensor/index.ts';
+import type { WireTensor } from './frames.ts';
 
-/** Tensor ↔ wire frame, the one place where the network meets the engine. */
+/** Tensor ↔ wire frame: the one place where the network meets the engine. */
 export function toWire(t: Tensor, requestId: number): WireTensor {
   const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
   return { requestId, dtype: t.dtype, shape: [...t.shape], bytes };

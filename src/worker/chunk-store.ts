@@ -1,50 +1,8 @@
-import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { InvalidMessageError } from '../errors.ts';
+import { HEX64, sha256, type WeightEntry } from '../p2p/index.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
-
-/** Weights travel in chunks of at most this many bytes, each addressed by its sha256. */
-export const CHUNK_BYTES = 4 * 1024 * 1024;
-
-export function sha256(bytes: Uint8Array): string {
-  return createHash('sha256').update(bytes).digest('hex');
-}
-
-/** One weight of a section as the manifest of a load lists it. */
-export interface WeightEntry {
-  name: string;
-  shape: number[];
-  /** The sha256 of each chunk of its float32 bytes, in order. */
-  chunks: string[];
-}
-
-/** The bytes of a float32 tensor cut into chunks, with their addresses. */
-export function chunksOf(t: Tensor): { sha: string; bytes: Uint8Array }[] {
-  const all = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
-  const out = [];
-  for (let offset = 0; offset < all.length || offset === 0; offset += CHUNK_BYTES) {
-    const bytes = all.subarray(offset, Math.min(all.length, offset + CHUNK_BYTES));
-    out.push({ sha: sha256(bytes), bytes });
-    if (all.length === 0) break;
-  }
-  return out;
-}
-
-const HEX64 = /^[0-9a-f]{64}$/;
-
-/** Checks a manifest entry from a peer. */
-export function parseWeightEntry(v: unknown): WeightEntry {
-  const e = v as Partial<WeightEntry> | null;
-  if (typeof e !== 'object' || e === null || typeof e.name !== 'string' || e.name.length > 256) throw new InvalidMessageError('a weight needs a name');
-  if (!Array.isArray(e.shape) || e.shape.length > 8 || !e.shape.every((d) => Number.isInteger(d) && d >= 0)) {
-    throw new InvalidMessageError(`'${e.name}' needs a shape`);
-  }
-  if (!Array.isArray(e.chunks) || e.chunks.length > 1_000_000 || !e.chunks.every((c) => typeof c === 'string' && HEX64.test(c))) {
-    throw new InvalidMessageError(`'${e.name}' needs the sha256 of each chunk`);
-  }
-  return { name: e.name, shape: e.shape, chunks: e.chunks };
-}
 
 /**
  * A worker's content-addressed store of weight chunks: in memory while a load is under way,

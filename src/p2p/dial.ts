@@ -1,0 +1,56 @@
+import type { Libp2p, Stream } from '@libp2p/interface';
+import { peerIdFromString } from '@libp2p/peer-id';
+import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
+import { PeerUnreachableError } from '../errors.ts';
+import { DIAL_TIMEOUT_MS } from './constants.ts';
+import type { PeerTarget } from './vocabulary.ts';
+
+/** The code of the /p2p/ component of a multiaddr. */
+const P2P = 421;
+
+/**
+ * Every address of a peer as a dialable multiaddr ending in its /p2p/ id. libp2p's dialer
+ * takes the whole list, ranks it (public before private, loopback last) and tries each in
+ * turn: a worker listening on 0.0.0.0 announces 127.0.0.1 first, which is the dialer's own
+ * machine on any other host, and its routable address next. Addresses that do not parse, or
+ * that name another peer, are left out.
+ */
+export function dialAddrs(target: PeerTarget): Multiaddr[] {
+  const out: Multiaddr[] = [];
+  for (const raw of target.addrs) {
+    let ma: Multiaddr;
+    try {
+      ma = multiaddr(raw);
+    } catch {
+      continue;
+    }
+    const named = ma.getComponents().find((c) => c.code === P2P)?.value;
+    if (named !== undefined && named !== target.peerId) continue;
+    out.push(named === undefined ? ma.encapsulate(`/p2p/${target.peerId}`) : ma);
+  }
+  return out;
+}
+
+/** A peer to dial: its id and addresses, or one multiaddr (with /p2p/, as `--bootstrap` takes). */
+export type DialTarget = PeerTarget | Multiaddr;
+
+function describe(target: DialTarget): string {
+  return 'peerId' in target ? target.peerId : target.toString();
+}
+
+/**
+ * Opens a stream of `protocol` to a peer, trying each of its addresses; PeerUnreachableError
+ * names the peer and why. A target with no addresses is dialed by its id alone: an open
+ * connection (a job's owner, who dialed this worker) or what identify told the peer store.
+ */
+export async function dialProtocol(node: Libp2p, target: DialTarget, protocol: string, signal?: AbortSignal): Promise<Stream> {
+  const addrs = 'peerId' in target ? dialAddrs(target) : [target];
+  const deadline = AbortSignal.timeout(DIAL_TIMEOUT_MS);
+  try {
+    const to = addrs.length === 0 ? peerIdFromString((target as PeerTarget).peerId) : addrs.length === 1 ? addrs[0] : addrs;
+    return await node.dialProtocol(to, protocol, { signal: signal ? AbortSignal.any([signal, deadline]) : deadline });
+  } catch (cause) {
+    const why = (cause as Error).message;
+    throw new PeerUnreachableError(`cannot reach ${describe(target)}${addrs.length > 1 ? ` at any of ${addrs.length} addresses` : ''}: ${why}`, { cause });
+  }
+}

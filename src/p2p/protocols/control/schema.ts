@@ -1,0 +1,88 @@
+import { InvalidMessageError } from '../../../errors.ts';
+import { finite, int, obj, str } from '../../schema.ts';
+import {
+  type Capabilities,
+  type PeerRecord,
+  type Proximity,
+  type Role,
+  type WorkCounters,
+  parseAddrs,
+  parseCapabilities,
+  parseJobId,
+  parsePeerRecord,
+  parseProximity,
+  parseRoles,
+  parseWorkCounters,
+  VOCABULARY_LIMITS,
+} from '../../vocabulary.ts';
+
+/**
+ * Messages of the control protocol, one parser per message type. Requests are parsed by the
+ * serving side, answers by the asking side; both come from a peer and are untrusted.
+ *
+ *   announce      {roles, capabilities?, addrs, proximity?}          → ack {ttlMs}          (validator)
+ *   status        {}                                                 → status {peers, uptimeMs}
+ *   capabilities  {}                                                 → capabilities {capabilities}   (worker)
+ *   stats         {}                                                 → stats {work, bytesSent, bytesReceived, jobs, sessions}
+ *   proximity     {}                                                 → proximity {proximity}
+ *   open-job, job-status, close-job {jobId}                          → job-opened | job-status | job-closed
+ */
+
+/** The envelope every control request has: a request id and a message type. */
+export function parseEnvelope(message: unknown): { id: number; type: string; body: Record<string, unknown> } {
+  const body = obj(message, 'message');
+  const id = int(body.id, 'message.id');
+  return { id, type: str(body.type, 'message.type', 64), body };
+}
+
+export interface Announcement {
+  roles: Role[];
+  capabilities: Capabilities | null;
+  addrs: string[];
+  proximity: Record<string, Proximity>;
+}
+
+export function parseAnnounce(v: unknown): Announcement {
+  const m = obj(v, 'announcement');
+  return {
+    roles: parseRoles(m.roles),
+    capabilities: m.capabilities === undefined ? null : parseCapabilities(m.capabilities),
+    addrs: parseAddrs(m.addrs ?? []),
+    proximity: parseProximity(m.proximity),
+  };
+}
+
+export function parseStatusAnswer(m: Record<string, unknown>): { peers: PeerRecord[]; uptimeMs: number } {
+  if (m.type !== 'status') throw new InvalidMessageError(`expected a status answer, got '${String(m.type)}'`);
+  if (!Array.isArray(m.peers) || m.peers.length > VOCABULARY_LIMITS.stages * 16) throw new InvalidMessageError('status.peers must be a list of peer records');
+  return { peers: m.peers.map((p, i) => parsePeerRecord(p, `status.peers[${i}]`)), uptimeMs: finite(m.uptimeMs ?? 0, 'status.uptimeMs') };
+}
+
+export function parseJobRequest(m: Record<string, unknown>): { jobId: string } {
+  return { jobId: parseJobId(m.jobId) };
+}
+
+export interface Stats {
+  work: WorkCounters;
+  bytesSent: number;
+  bytesReceived: number;
+  /** Jobs the worker holds (opened, loading or loaded). */
+  jobs: number;
+  /** Inference sessions open across its jobs. */
+  sessions: number;
+}
+
+export function parseStatsAnswer(m: Record<string, unknown>): Stats {
+  if (m.type !== 'stats') throw new InvalidMessageError(`expected a stats answer, got '${String(m.type)}'`);
+  return {
+    work: parseWorkCounters(m.work),
+    bytesSent: finite(m.bytesSent, 'stats.bytesSent'),
+    bytesReceived: finite(m.bytesReceived, 'stats.bytesReceived'),
+    jobs: int(m.jobs, 'stats.jobs'),
+    sessions: int(m.sessions, 'stats.sessions'),
+  };
+}
+
+export function parseCapabilitiesAnswer(m: Record<string, unknown>): Capabilities {
+  return parseCapabilities(m.capabilities);
+}

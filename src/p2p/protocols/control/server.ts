@@ -1,0 +1,52 @@
+import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
+import { InvalidMessageError, RateLimitedError } from '../../../errors.ts';
+import { encodeControl, type Frame } from '../../frames.ts';
+import { PeerRateLimiter } from '../../rate-limit.ts';
+import { receiveFrames, sendQuietly } from '../../stream.ts';
+import { errorToWire } from '../../wire-errors.ts';
+import { CONTROL_PROTOCOL, MAX_INBOUND_STREAMS, MAX_MESSAGES_PER_SECOND } from './constants.ts';
+import { parseEnvelope } from './schema.ts';
+
+export type Handler = (message: Record<string, unknown>, from: PeerId) => Promise<Record<string, unknown>> | Record<string, unknown>;
+
+/**
+ * Serves the control protocol from a table of handlers keyed by message type. A malformed
+ * or unknown message gets a typed error answer (a broken frame resets the stream), a peer
+ * over its rate gets RateLimitedError; the node keeps serving everyone else.
+ */
+export async function serveControl(node: Libp2p, handlers: Record<string, Handler>): Promise<void> {
+  const limiter = new PeerRateLimiter(MAX_MESSAGES_PER_SECOND);
+  node.addEventListener('peer:disconnect', (evt) => limiter.forget(evt.detail.toString()));
+  await node.handle(
+    CONTROL_PROTOCOL,
+    (stream: Stream, connection) => {
+      receiveFrames(stream, (frame: Frame) => {
+        const from = connection.remotePeer;
+        if (limiter.allow(from.toString())) {
+          void answer(stream, frame, handlers, from);
+          return;
+        }
+        const id = frame.kind === 'control' ? ((frame.message as { id?: unknown } | null)?.id ?? null) : null;
+        const refusal = errorToWire(new RateLimitedError(`more than ${MAX_MESSAGES_PER_SECOND} messages per second`));
+        sendQuietly(stream, [encodeControl({ ...refusal, id })]);
+      });
+    },
+    { maxInboundStreams: MAX_INBOUND_STREAMS },
+  );
+}
+
+async function answer(stream: Stream, frame: Frame, handlers: Record<string, Handler>, from: PeerId): Promise<void> {
+  let id: unknown = null;
+  let reply: Record<string, unknown>;
+  try {
+    if (frame.kind !== 'control') throw new InvalidMessageError('the control protocol carries no tensors');
+    const envelope = parseEnvelope(frame.message);
+    id = envelope.id;
+    const handler = Object.hasOwn(handlers, envelope.type) ? handlers[envelope.type] : undefined;
+    if (!handler) throw new InvalidMessageError(`unknown message type '${envelope.type}'`);
+    reply = await handler(envelope.body, from);
+  } catch (err) {
+    reply = errorToWire(err);
+  }
+  sendQuietly(stream, [encodeControl({ ...reply, id })]);
+}

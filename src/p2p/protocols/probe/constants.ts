@@ -1,0 +1,11 @@
+/** The probe protocol: small control frames echoed for the round trip, one tensor frame acknowledged for the bandwidth. */
+export const PROBE_PROTOCOL = '/tensorlink/probe/1.0.0';
+
+/** Bytes of an active bandwidth probe: big enough to leave slow start on loopback/LAN, small enough to run often. */
+export const PROBE_BYTES = 256 * 1024;
+/** Round trips timed per probe; the best one counts (the others caught a busy event loop). */
+export const PROBE_PINGS = 5;
+/** One probe answer may take this long: a probe is a few hundred KiB, seconds even on a slow home link. */
+export const PROBE_TIMEOUT_MS = 10_000;
+/** Probe streams a peer may hold open: a prober opens one per measurement and closes it. */
+export const MAX_PROBE_STREAMS = 8;

@@ -1,0 +1,222 @@
+import { InvalidMessageError } from '../../../errors.ts';
+import type { WireTensor } from '../../frames.ts';
+import { fail, finite, int, list, obj, peerIdText, str, strings } from '../../schema.ts';
+import { parseAssignment, parseJobId, type StageAssignment } from '../../vocabulary.ts';
+import { HEX64, type WeightEntry } from './chunks.ts';
+import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_ROUTE, MAX_TENSORS_PER_REQUEST } from './constants.ts';
+
+/**
+ * Messages of the stage protocol. A request is a control frame {id, type, jobId, tensors: n}
+ * followed by the n tensor frames it announces (their requestId = id); answers carry the id.
+ *
+ * Loading (owner only):
+ *   load       {config, section: [start, end], weights: [{name, shape, chunks}], upstream?, assignment?}
+ *              → need {chunks}: the addresses the worker lacks. `assignment` lists the job's
+ *              sections (peer ids and addresses): the only peers this worker will dial for the job.
+ *   chunk      {sha} + its bytes                → nothing (hash-checked; listed by the manifest)
+ *   assemble   {}                               → loaded {params}
+ *   assign     {assignment, upstream?}          → assigned: the job's sections moved (a stage was replaced)
+ * Inference:
+ *   forward    {sessionId} + input, positions[, key mask] → the output; with `replyTo: {requestId}`
+ *              and `route: [peer ids]` it travels on worker to worker (owner, or the upstream stage)
+ *              and the last stage sends it to the job's owner on the result protocol.
+ *   close      {sessionId}                      → closed
+ * Training (owner; `grads` also from the job's other holders):
+ *   train-setup {lr, weightDecay?, recompute?, peers} → train-ready {names}
+ *   train-forward {micro} + input → output      train-backward {micro} + gradient → input gradient | no-input-gradient
+ *   grad-squares {names} → {values}             reduce {key, names, peers, index} → reduced
+ *   grads {key, index} + gradients → nothing    step {scale, lr} → stepped
+ *   weight {name} → tensor                      moment-steps {names} → {steps}
+ *   moments {name} → [2, ...shape]              set-moments {name, step} + moments → moments-set
+ *   train-reset {} → reset
+ */
+
+export const LOAD_REQUESTS = ['load', 'chunk', 'assemble', 'assign'] as const;
+export const INFERENCE_REQUESTS = ['forward', 'close'] as const;
+export const TRAINING_REQUESTS = [
+  'train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'moment-steps', 'moments', 'set-moments', 'train-reset',
+] as const;
+export type StageRequestType = (typeof LOAD_REQUESTS)[number] | (typeof INFERENCE_REQUESTS)[number] | (typeof TRAINING_REQUESTS)[number];
+
+/** The envelope of every request: what it is, for which job, how many tensors follow. */
+export interface StageEnvelope {
+  id: number;
+  type: string;
+  jobId: unknown;
+  tensors: number;
+  body: Record<string, unknown>;
+}
+
+export function parseStageEnvelope(message: unknown): StageEnvelope {
+  const body = obj(message, 'request');
+  return {
+    id: int(body.id, 'request.id'),
+    type: str(body.type, 'request.type', 64),
+    jobId: body.jobId,
+    tensors: int(body.tensors ?? 0, 'request.tensors', 0, MAX_TENSORS_PER_REQUEST),
+    body,
+  };
+}
+
+export { parseJobId };
+
+/** The tensors a request announced: exactly `n` of them. */
+export function expectTensors(type: string, tensors: WireTensor[], n: number | readonly number[]): WireTensor[] {
+  const allowed = typeof n === 'number' ? [n] : n;
+  if (!allowed.includes(tensors.length)) throw new InvalidMessageError(`${type} takes ${allowed.join(' or ')} tensor(s), got ${tensors.length}`);
+  return tensors;
+}
+
+export function parseWeightEntry(v: unknown, what = 'weight'): WeightEntry {
+  const e = obj(v, what);
+  const name = str(e.name, `${what}.name`, MAX_NAME_LENGTH);
+  if (!Array.isArray(e.shape) || e.shape.length > 8 || !e.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) fail(`'${name}' needs a shape`);
+  if (!Array.isArray(e.chunks) || e.chunks.length > MAX_CHUNKS_PER_WEIGHT || !e.chunks.every((c) => typeof c === 'string' && HEX64.test(c))) {
+    fail(`'${name}' needs the sha256 of each chunk`);
+  }
+  return { name, shape: e.shape as number[], chunks: e.chunks as string[] };
+}
+
+export interface LoadRequest {
+  config: Record<string, unknown>;
+  section: [number, number];
+  weights: WeightEntry[];
+  /** The previous stage of a chain: it may pass activations on for this job. */
+  upstream: string | undefined;
+  /** Every section of the job; empty when the owner drives this section alone. */
+  assignment: StageAssignment[];
+}
+
+export function parseLoad(m: Record<string, unknown>): LoadRequest {
+  const range = m.section;
+  if (!Array.isArray(range) || range.length !== 2 || !range.every((x) => Number.isSafeInteger(x) && x >= 0) || range[0] >= range[1]) {
+    fail('section must be [start, end] with 0 ≤ start < end');
+  }
+  return {
+    config: obj(m.config, 'config'),
+    section: [range[0], range[1]],
+    weights: list(m.weights, 'weights', MAX_NAMES, parseWeightEntry),
+    upstream: m.upstream === undefined ? undefined : peerIdText(m.upstream, 'upstream'),
+    assignment: m.assignment === undefined ? [] : parseAssignment(m.assignment),
+  };
+}
+
+export function parseAssign(m: Record<string, unknown>): { assignment: StageAssignment[]; upstream: string | undefined } {
+  return { assignment: parseAssignment(m.assignment), upstream: m.upstream === undefined ? undefined : peerIdText(m.upstream, 'upstream') };
+}
+
+export function parseChunk(m: Record<string, unknown>): { sha: string } {
+  if (typeof m.sha !== 'string' || !HEX64.test(m.sha)) fail('a chunk is {sha} and its bytes');
+  return { sha: m.sha };
+}
+
+export function parseSessionId(v: unknown): string {
+  if (typeof v !== 'string' || v.length === 0 || v.length > MAX_KEY_LENGTH) fail('sessionId must be a short string');
+  return v;
+}
+
+export interface ForwardRequest {
+  sessionId: string;
+  /** Where the output goes on: the peer ids of the later stages (each must be in the job's assignment). */
+  route: string[];
+  /** Set when the output goes to the job's owner on the result protocol, under this request id. */
+  replyTo: { requestId: number } | null;
+}
+
+export function parseForward(m: Record<string, unknown>): ForwardRequest {
+  const replyTo = m.replyTo === undefined ? null : { requestId: int(obj(m.replyTo, 'replyTo').requestId, 'replyTo.requestId') };
+  const route = m.route === undefined ? [] : list(m.route, 'route', MAX_ROUTE, peerIdText);
+  if (route.length > 0 && !replyTo) fail('a routed forward needs replyTo');
+  return { sessionId: parseSessionId(m.sessionId), route, replyTo };
+}
+
+/** The replyTo of a request, if it has a well-formed one (errors of chained forwards go there). */
+export function replyToOf(m: Record<string, unknown>): { requestId: number } | null {
+  try {
+    return parseForward(m).replyTo;
+  } catch {
+    return null;
+  }
+}
+
+export function parseNames(v: unknown): string[] {
+  return strings(v, 'names', MAX_NAMES, MAX_NAME_LENGTH);
+}
+
+export function parseName(v: unknown): string {
+  return str(v, 'name', MAX_NAME_LENGTH);
+}
+
+export function parseMicro(m: Record<string, unknown>): number {
+  return int(m.micro, 'micro', 0, 1_000_000);
+}
+
+export interface TrainSetupRequest {
+  lr: number;
+  weightDecay: number | undefined;
+  recompute: boolean;
+  /** Peer ids that may send this job's gradients here (replicas, the other holder of a tied head). */
+  peers: string[];
+}
+
+export function parseTrainSetup(m: Record<string, unknown>): TrainSetupRequest {
+  return {
+    lr: finite(m.lr, 'lr'),
+    weightDecay: m.weightDecay === undefined ? undefined : finite(m.weightDecay, 'weightDecay'),
+    recompute: m.recompute === true,
+    peers: m.peers === undefined ? [] : list(m.peers, 'peers', 256, peerIdText),
+  };
+}
+
+export interface ReduceRequest {
+  key: string;
+  names: string[];
+  /** The holders' peer ids, in the order their gradients are added. */
+  peers: string[];
+  index: number;
+}
+
+export function parseReduce(m: Record<string, unknown>): ReduceRequest {
+  const peers = list(m.peers, 'peers', 256, peerIdText);
+  return { key: str(m.key, 'key', MAX_KEY_LENGTH), names: parseNames(m.names), peers, index: int(m.index, 'index', 0, peers.length - 1) };
+}
+
+export function parseGrads(m: Record<string, unknown>): { key: string; index: number } {
+  return { key: str(m.key, 'key', MAX_KEY_LENGTH), index: int(m.index, 'index', 0, 255) };
+}
+
+export function parseStep(m: Record<string, unknown>): { scale: number; lr: number } {
+  return { scale: finite(m.scale, 'scale', 0, 1), lr: finite(m.lr, 'lr') };
+}
+
+export function parseSetMoments(m: Record<string, unknown>): { name: string; step: number } {
+  return { name: parseName(m.name), step: int(m.step, 'step', 0) };
+}
+
+/* Answers, parsed by the user's side. */
+
+export function parseNeedAnswer(m: Record<string, unknown>, known: ReadonlySet<string>): string[] {
+  const need = m.chunks;
+  if (!Array.isArray(need) || !need.every((c) => typeof c === 'string' && known.has(c))) fail('load: the worker asked for chunks the manifest does not list');
+  return need as string[];
+}
+
+export function parseTrainReady(m: Record<string, unknown>): string[] {
+  return parseNames(m.names);
+}
+
+export function parseGradSquares(m: Record<string, unknown>, count: number): number[] {
+  const values = m.values;
+  if (!Array.isArray(values) || values.length !== count || !values.every((v) => typeof v === 'number' && Number.isFinite(v) && v >= 0)) {
+    fail('grad-squares: expected one finite number per name');
+  }
+  return values as number[];
+}
+
+export function parseMomentSteps(m: Record<string, unknown>, count: number): (number | null)[] {
+  const steps = m.steps;
+  if (!Array.isArray(steps) || steps.length !== count || !steps.every((s) => s === null || (Number.isSafeInteger(s) && s >= 0))) {
+    fail('moment-steps: expected one step count (or null) per name');
+  }
+  return steps as (number | null)[];
+}

@@ -1,0 +1,178 @@
+import { fail, finite, int, list, obj, oneOf, peerIdText, strings } from './schema.ts';
+
+/**
+ * The one vocabulary of distributed state: what every role says about peers and jobs.
+ * Each type comes with the parser that turns a peer's JSON into it (or an
+ * InvalidMessageError): the validator parses announcements with these, the user parses the
+ * validator's status with these, the worker parses a job's assignment with these.
+ */
+
+export const ROLES = ['validator', 'worker', 'user'] as const;
+export type Role = (typeof ROLES)[number];
+export type Tier = 'A' | 'B' | 'C';
+
+export interface Capabilities {
+  /** Memory the worker offers for model sections, in bytes. */
+  memoryBytes: number;
+  /** Measured matrix-product speed of its engine. */
+  gflops: number;
+  /** A ≥ 20 TFLOPS, B 5–20, C < 5. */
+  tier: Tier;
+  cores: number;
+  backend: string;
+}
+
+/** Round-trip time and bandwidth from one peer to another, as last measured. */
+export interface Proximity {
+  rttMs: number;
+  mbps: number;
+  measuredAt: number;
+}
+
+export interface PeerRecord {
+  peerId: string;
+  roles: Role[];
+  capabilities: Capabilities | null;
+  /** Every address the peer announced: a dialer is handed all of them and picks what it can reach. */
+  addrs: string[];
+  /** What this peer measured to the peers it knows (peer id → round trip and bandwidth). */
+  proximity: Record<string, Proximity>;
+  /** Milliseconds since the epoch when the validator last heard from it. */
+  lastSeen: number;
+}
+
+/** How to reach a peer: its id and every address it announced. */
+export interface PeerTarget {
+  peerId: string;
+  addrs: string[];
+}
+
+/** A contiguous range of a model's layers (global indices, end exclusive). */
+export interface StageSpan {
+  start: number;
+  end: number;
+}
+
+/** One section of a job on one worker. */
+export interface StageAssignment extends StageSpan, PeerTarget {
+  /** Which copy of the section (data-parallel replicas); 0 runs generation. */
+  replica: number;
+}
+
+/** What a worker has done for its jobs (for the swarm's summary). */
+export interface WorkCounters {
+  /** Forwards of inference sessions (prefill and decoding steps). */
+  forwards: number;
+  trainForwards: number;
+  trainBackwards: number;
+  optimizerSteps: number;
+  /** Tokens through its training forwards. */
+  trainTokens: number;
+}
+
+/** Limits of the vocabulary, each with its reason. */
+export const VOCABULARY_LIMITS = {
+  /** A peer listens on a few interfaces and transports; 32 leaves room for IPv6 and relays. */
+  addrs: 32,
+  /** Characters of one multiaddr: a /dns4/…/tcp/…/p2p/… address is under 200. */
+  addrLength: 512,
+  /** Peers one proximity table may list: a swarm's worth of neighbours, not an amplifier. */
+  proximity: 1024,
+  /** Sections of one job: one per worker per replica; far more than any plan makes. */
+  stages: 1024,
+  /** Layers of a model (blocks + ends): the largest open models have ~130. */
+  layers: 100_000,
+} as const;
+
+export function tierOf(gflops: number): Tier {
+  return gflops >= 20_000 ? 'A' : gflops >= 5_000 ? 'B' : 'C';
+}
+
+export function parseCapabilities(v: unknown): Capabilities {
+  const o = obj(v, 'capabilities');
+  const tier = oneOf(o.tier, 'capabilities.tier', ['A', 'B', 'C'] as const);
+  const backend = o.backend;
+  if (typeof backend !== 'string' || backend.length > 32) fail('capabilities.backend must be a short string');
+  return {
+    memoryBytes: finite(o.memoryBytes, 'capabilities.memoryBytes'),
+    gflops: finite(o.gflops, 'capabilities.gflops', 0, 1e9),
+    tier,
+    cores: finite(o.cores, 'capabilities.cores', 1, 4096),
+    backend,
+  };
+}
+
+export function parseRoles(v: unknown): Role[] {
+  return list(v, 'roles', ROLES.length, (r, what) => oneOf(r, what, ROLES));
+}
+
+export function parseAddrs(v: unknown): string[] {
+  return strings(v, 'addrs', VOCABULARY_LIMITS.addrs, VOCABULARY_LIMITS.addrLength);
+}
+
+export function parseProximity(v: unknown): Record<string, Proximity> {
+  if (v === undefined) return {};
+  const entries = Object.entries(obj(v, 'proximity'));
+  if (entries.length > VOCABULARY_LIMITS.proximity) fail(`proximity lists more than ${VOCABULARY_LIMITS.proximity} peers`);
+  const out: Record<string, Proximity> = {};
+  for (const [peer, raw] of entries) {
+    peerIdText(peer, 'a proximity entry');
+    const e = obj(raw, `proximity[${peer}]`);
+    out[peer] = {
+      rttMs: finite(e.rttMs, 'proximity.rttMs', 0, 1e6),
+      mbps: finite(e.mbps, 'proximity.mbps', 0, 1e9),
+      measuredAt: finite(e.measuredAt, 'proximity.measuredAt'),
+    };
+  }
+  return out;
+}
+
+/** A peer record as the validator's `status` lists it. */
+export function parsePeerRecord(v: unknown, what = 'peer'): PeerRecord {
+  const o = obj(v, what);
+  return {
+    peerId: peerIdText(o.peerId, `${what}.peerId`),
+    roles: parseRoles(o.roles),
+    capabilities: o.capabilities === null || o.capabilities === undefined ? null : parseCapabilities(o.capabilities),
+    addrs: parseAddrs(o.addrs),
+    proximity: parseProximity(o.proximity),
+    lastSeen: finite(o.lastSeen, `${what}.lastSeen`),
+  };
+}
+
+export function parsePeerTarget(v: unknown, what = 'peer'): PeerTarget {
+  const o = obj(v, what);
+  return { peerId: peerIdText(o.peerId, `${what}.peerId`), addrs: parseAddrs(o.addrs) };
+}
+
+export function parseStageAssignment(v: unknown, what = 'stage'): StageAssignment {
+  const o = obj(v, what);
+  const start = int(o.start, `${what}.start`, 0, VOCABULARY_LIMITS.layers);
+  return {
+    ...parsePeerTarget(o, what),
+    start,
+    end: int(o.end, `${what}.end`, start + 1, VOCABULARY_LIMITS.layers),
+    replica: int(o.replica, `${what}.replica`, 0, VOCABULARY_LIMITS.stages),
+  };
+}
+
+/** A job's whole assignment: every section on every worker. */
+export function parseAssignment(v: unknown): StageAssignment[] {
+  return list(v, 'assignment', VOCABULARY_LIMITS.stages, parseStageAssignment);
+}
+
+export function parseWorkCounters(v: unknown): WorkCounters {
+  const o = obj(v, 'work');
+  const n = (k: keyof WorkCounters) => finite(o[k], `work.${k}`);
+  return { forwards: n('forwards'), trainForwards: n('trainForwards'), trainBackwards: n('trainBackwards'), optimizerSteps: n('optimizerSteps'), trainTokens: n('trainTokens') };
+}
+
+export function newWorkCounters(): WorkCounters {
+  return { forwards: 0, trainForwards: 0, trainBackwards: 0, optimizerSteps: 0, trainTokens: 0 };
+}
+
+/** Job ids name jobs on workers and in logs: short, and safe as file and key names. */
+export function parseJobId(v: unknown): string {
+  if (typeof v !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(v)) fail('jobId must be 1–64 letters, digits, _ or -');
+  return v;
+}

@@ -1,0 +1,18 @@
+import type { Libp2p } from '@libp2p/interface';
+import { type DialTarget, parseStatusAnswer, type PeerRecord, request } from '../p2p/index.ts';
+
+/**
+ * The live peers a validator knows, its own record first: the user's one way to ask. The
+ * answer is parsed record by record (a validator is a peer like any other: its answer is
+ * untrusted input), so a malformed one is an InvalidMessageError, never a cast.
+ * @example
+ * const workers = (await listPeers(node, multiaddr(bootstrap))).filter((p) => p.roles.includes('worker'))
+ */
+export async function listPeers(node: Libp2p, validator: DialTarget, timeoutMs?: number): Promise<PeerRecord[]> {
+  return parseStatusAnswer(await request(node, validator, { type: 'status' }, timeoutMs)).peers;
+}
+
+/** The live workers a validator knows that have announced their capabilities. */
+export async function listWorkers(node: Libp2p, validator: DialTarget): Promise<PeerRecord[]> {
+  return (await listPeers(node, validator)).filter((p) => p.roles.includes('worker') && p.capabilities !== null);
+}

@@ -1,0 +1,49 @@
+import type { Libp2p, Stream } from '@libp2p/interface';
+import {
+  errorFromWire, type Frame, fromWire, MAX_RESULT_STREAMS, parseResult, receiveFrames, RequestTable, RESULT_PROTOCOL,
+  STAGE_REQUEST_TIMEOUT_MS,
+} from '../p2p/index.ts';
+import type { Tensor } from '../tensor/index.ts';
+
+/**
+ * Where chained forwards end: the user's side of the result protocol. Results are matched
+ * to the request ids it hands out; anything else (a late answer, one nobody asked for) is
+ * ignored. Workers send here by the user's peer id, over the connection the user opened.
+ */
+export class ResultInbox {
+  private readonly table = new RequestTable<Frame>('the last stage of the chain');
+  /** Who may answer each request: the workers of its chain, no one else. */
+  private readonly senders = new Map<number, ReadonlySet<string>>();
+
+  private constructor() {}
+
+  static async start(node: Libp2p): Promise<ResultInbox> {
+    const inbox = new ResultInbox();
+    await node.handle(
+      RESULT_PROTOCOL,
+      (stream: Stream, connection) => {
+        const from = connection.remotePeer.toString();
+        receiveFrames(stream, (frame) => inbox.deliver(frame, from));
+      },
+      { maxInboundStreams: MAX_RESULT_STREAMS },
+    );
+    return inbox;
+  }
+
+  private deliver(frame: Frame, from: string): void {
+    const result = parseResult(frame);
+    if (!result || !this.table.has(result.id) || !this.senders.get(result.id)?.has(from)) return;
+    this.senders.delete(result.id);
+    if (result.kind === 'error') this.table.reject(result.id, errorFromWire(result.message, from));
+    else this.table.resolve(result.id, result.frame);
+  }
+
+  /** A request id and the promise of its result tensor, which only the peers in `from` (the chain's workers) may send. */
+  expect(from: ReadonlySet<string>, timeoutMs = STAGE_REQUEST_TIMEOUT_MS): { requestId: number; result: Promise<Tensor> } {
+    const { id, answer } = this.table.open(timeoutMs);
+    this.senders.set(id, from);
+    const result = answer.finally(() => this.senders.delete(id)).then((f) => fromWire((f as Frame & { kind: 'tensor' }).tensor));
+    result.catch(() => {});
+    return { requestId: id, result };
+  }
+}

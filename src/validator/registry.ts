@@ -1,0 +1,33 @@
+import { InvalidMessageError } from '../errors.ts';
+import type { Announcement, Logger, PeerRecord } from '../p2p/index.ts';
+
+/** A worker that has not announced itself for this long is dropped from the registry (it refreshes every 2 s). */
+export const PEER_TTL_MS = 10_000;
+
+/**
+ * The validator's registry of live peers, fed by their announcements (direct or gossiped,
+ * both already parsed), each kept for PEER_TTL_MS after it was last heard.
+ */
+export class Registry {
+  private readonly records = new Map<string, PeerRecord>();
+
+  constructor(private readonly log: Logger) {}
+
+  /** Records an announcement from an authenticated peer (throws on one that claims to be a validator). */
+  record(from: string, a: Announcement): void {
+    if (a.roles.includes('validator')) throw new InvalidMessageError('a peer cannot announce itself as a validator');
+    if (!this.records.has(from)) this.log.info('peer-joined', { remote: from, roles: a.roles });
+    this.records.set(from, { peerId: from, ...a, lastSeen: Date.now() });
+  }
+
+  /** The live peers, sorted by peer id (the silent ones are dropped first). */
+  live(): PeerRecord[] {
+    const now = Date.now();
+    for (const [id, r] of this.records) {
+      if (now - r.lastSeen <= PEER_TTL_MS) continue;
+      this.records.delete(id);
+      this.log.info('peer-dropped', { remote: id, silentMs: now - r.lastSeen });
+    }
+    return [...this.records.values()].sort((a, b) => a.peerId.localeCompare(b.peerId));
+  }
+}

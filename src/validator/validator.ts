@@ -1,0 +1,65 @@
+import type { PeerId } from '@libp2p/interface';
+import {
+  createLogger, createNode, type Logger, MAX_GOSSIP_BYTES, PEERS_TOPIC, parseAnnounce, type PeerRecord, serveControl, type TensorLinkNode,
+} from '../p2p/index.ts';
+import { PEER_TTL_MS, Registry } from './registry.ts';
+
+export interface Validator {
+  node: TensorLinkNode;
+  /** The live peers, the validator first. */
+  peers(): PeerRecord[];
+  stop(): Promise<void>;
+}
+
+export interface ValidatorOptions {
+  dataDir?: string;
+  listen?: string[];
+  log?: Logger;
+}
+
+/**
+ * The validator: bootstrap peer and DHT server, keeper of the registry of workers (fed
+ * by their announcements), answering `status` with the swarm's state.
+ */
+export async function startValidator(options: ValidatorOptions = {}): Promise<Validator> {
+  const node = await createNode(options);
+  const log = options.log ?? createLogger({ level: 'silent' });
+  const registry = new Registry(log);
+  const started = Date.now();
+  const peers = (): PeerRecord[] => {
+    const self: PeerRecord = {
+      peerId: node.peerId.toString(),
+      roles: ['validator'],
+      capabilities: null,
+      addrs: node.getMultiaddrs().map(String),
+      proximity: {},
+      lastSeen: Date.now(),
+    };
+    return [self, ...registry.live()];
+  };
+  // Gossip: signed messages, so `from` is the publisher; a malformed record is dropped.
+  node.services.pubsub.subscribe(PEERS_TOPIC);
+  node.services.pubsub.addEventListener('message', (evt) => {
+    const msg = evt.detail;
+    if (msg.topic !== PEERS_TOPIC || msg.type !== 'signed' || msg.data.length > MAX_GOSSIP_BYTES) return;
+    try {
+      registry.record(msg.from.toString(), parseAnnounce(JSON.parse(new TextDecoder().decode(msg.data)) as Record<string, unknown>));
+    } catch (err) {
+      log.warn('bad-gossip', { remote: msg.from.toString(), error: (err as Error).message }); // untrusted input: dropped
+    }
+  });
+  await serveControl(node, {
+    announce: (m, from: PeerId) => {
+      registry.record(from.toString(), parseAnnounce(m));
+      return { type: 'ack', ttlMs: PEER_TTL_MS };
+    },
+    status: () => ({ type: 'status', peers: peers(), uptimeMs: Date.now() - started }),
+  });
+  return {
+    node,
+    peers,
+    stop: async () => {
+      await node.stop();
+    },
+  };
+}

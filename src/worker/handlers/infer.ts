@@ -1,0 +1,54 @@
+import { InvalidArgumentError } from '../../errors.ts';
+import { KVCache } from '../../models/index.ts';
+import {
+  encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
+  STAGE_PROTOCOL, toWire,
+} from '../../p2p/index.ts';
+import { noGrad } from '../../tensor/index.ts';
+import { control, NONE, sectionOf, type StageHandler } from './types.ts';
+
+/**
+ * Inference on a loaded section: `forward` runs one step of a session (the worker keeps its
+ * KV cache) and either answers, or passes the output on to the next stage of the job's
+ * assignment, the last stage sending it to the job's owner; `close` frees a session.
+ */
+export const inferenceHandlers: Record<string, StageHandler> = {
+  forward: {
+    delegates: true,
+    run: async ({ id, body, tensors, job }, { jobs, peers, work, stallMs }) => {
+      const request = parseForward(body);
+      // a chained forward may only go to peers of the job's own assignment: the owner cannot make a worker dial anyone else
+      const next = request.route.length > 0 ? jobs.peerOf(job, request.route[0]) : null;
+      const section = sectionOf(job);
+      let session = section.sessions.get(request.sessionId);
+      if (!session) {
+        if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
+        session = { cache: new KVCache(section.model.config.layers), lastUsed: Date.now() };
+        section.sessions.set(request.sessionId, session);
+      }
+      session.lastUsed = Date.now();
+      const cache = session.cache;
+      const [input, positions, keyMask] = expectTensors('forward', tensors, [2, 3]).map(fromWire);
+      const out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
+      work.forwards++;
+      if (!request.replyTo) return { kind: 'tensor', tensor: out };
+      if (next) {
+        const stream = await peers.to(next, STAGE_PROTOCOL);
+        const forwarded = keyMask ? [out, positions, keyMask] : [out, positions];
+        const parts = forwarded.flatMap((t) => encodeTensor(toWire(t, id)));
+        const header = encodeControl({ ...body, route: request.route.slice(1), tensors: forwarded.length });
+        await sendMessage(stream, [header, ...parts], { stallMs });
+      } else {
+        const owner = await peers.to({ peerId: job.owner, addrs: [] }, RESULT_PROTOCOL);
+        await sendMessage(owner, encodeTensor(toWire(out, request.replyTo.requestId)), { stallMs });
+      }
+      return NONE;
+    },
+  },
+  close: {
+    run: ({ body, job }) => {
+      sectionOf(job).sessions.delete(parseSessionId(body.sessionId));
+      return control('closed');
+    },
+  },
+};

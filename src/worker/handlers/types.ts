@@ -1,0 +1,58 @@
+import type { PeerId } from '@libp2p/interface';
+import { InvalidMessageError } from '../../errors.ts';
+import type { WireTensor, WorkCounters } from '../../p2p/index.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { ChunkStore } from '../chunk-store.ts';
+import type { JobEntry, JobTable, Section, Training } from '../jobs.ts';
+import type { PeerStreams } from '../peer-streams.ts';
+
+/** What every stage handler may use: the worker's jobs, its chunk store, its budget and its outgoing streams. */
+export interface StageContext {
+  jobs: JobTable;
+  store: ChunkStore;
+  /** Memory the worker offers for sections, in bytes. */
+  memoryBytes: number;
+  work: WorkCounters;
+  peers: PeerStreams;
+  /** How long a send may wait for a peer that takes no bytes. */
+  stallMs: number;
+}
+
+/** One request of the stage protocol, parsed down to its envelope, with the job it was authorized for. */
+export interface StageRequest {
+  id: number;
+  type: string;
+  body: Record<string, unknown>;
+  tensors: WireTensor[];
+  job: JobEntry;
+  from: PeerId;
+  /** Ties the job's lifetime to the stream this request came on (a load): the job ends when the stream does. */
+  bindToStream(): void;
+}
+
+export type StageReply = { kind: 'tensor'; tensor: Tensor } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
+
+export interface StageHandler {
+  /** Whether peers the owner delegated (the previous stage of a chain, a replica) may send it; otherwise the owner only. */
+  delegates?: boolean;
+  run(request: StageRequest, context: StageContext): Promise<StageReply> | StageReply;
+}
+
+export const NONE: StageReply = { kind: 'none' };
+
+export function control(type: string, fields: Record<string, unknown> = {}): StageReply {
+  return { kind: 'control', message: { type, ...fields } };
+}
+
+/** The built section of a request's job (a typed error if none is loaded). */
+export function sectionOf(job: JobEntry): Section {
+  if (!job.section) throw new InvalidMessageError(`job ${job.jobId} has no section loaded`);
+  return job.section;
+}
+
+/** The training state of a request's job (a typed error before train-setup). */
+export function trainingOf(job: JobEntry): Training {
+  const training = sectionOf(job).training;
+  if (!training) throw new InvalidMessageError(`job ${job.jobId} is not set up for training on this worker`);
+  return training;
+}

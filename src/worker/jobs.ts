@@ -1,0 +1,114 @@
+import type { PeerId } from '@libp2p/interface';
+import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../errors.ts';
+import type { CausalLM, KVCache } from '../models/index.ts';
+import { parseJobId, type PeerTarget, type StageAssignment, type WeightEntry } from '../p2p/index.ts';
+import type { GradientExchange, StageExecutor } from '../pipeline/index.ts';
+
+/** Jobs a worker holds at once; more would only queue work it cannot do. */
+export const MAX_JOBS_PER_WORKER = 64;
+
+/** A section whose manifest arrived and whose chunks are arriving. */
+export interface Loading {
+  model: CausalLM;
+  entries: WeightEntry[];
+  upstream?: string;
+}
+
+/** A section being trained on this worker. */
+export interface Training {
+  executor: StageExecutor;
+  exchange: GradientExchange;
+}
+
+/** A built section, its inference sessions (each with a KV cache) and its training state. */
+export interface Section {
+  model: CausalLM;
+  sessions: Map<string, { cache: KVCache; lastUsed: number }>;
+  training?: Training;
+}
+
+export interface JobEntry {
+  jobId: string;
+  /** The peer that opened the job: the only one that may drive or close it. */
+  owner: string;
+  /** Peers the owner allowed to send this job's gradients (its replicas, the other holder of a tied head). */
+  delegates: Set<string>;
+  /** The previous stage of the job's chain, allowed to pass activations on (set once the section is built). */
+  upstream?: string;
+  /** Every section of the job, as its owner announced it: the only peers this worker dials for the job. */
+  assignment: StageAssignment[];
+  openedAt: number;
+  loading?: Loading;
+  section?: Section;
+}
+
+/**
+ * The jobs a worker serves, each bound to the peer that created it, with everything the job
+ * holds (its section while loading and once built). Every request that touches a job goes
+ * through `authorize`, so only its owner (or a peer it delegated) can drive it; removing a
+ * job frees all it held.
+ */
+export class JobTable {
+  private readonly jobs = new Map<string, JobEntry>();
+
+  open(jobId: unknown, from: PeerId): JobEntry {
+    const id = parseJobId(jobId);
+    const existing = this.jobs.get(id);
+    if (existing) {
+      if (existing.owner !== from.toString()) throw new UnauthorizedError(`job ${id} belongs to another peer`);
+      return existing;
+    }
+    if (this.jobs.size >= MAX_JOBS_PER_WORKER) throw new InvalidArgumentError(`this worker already holds ${MAX_JOBS_PER_WORKER} jobs`);
+    const entry: JobEntry = { jobId: id, owner: from.toString(), delegates: new Set(), assignment: [], openedAt: Date.now() };
+    this.jobs.set(id, entry);
+    return entry;
+  }
+
+  /** The job, if `from` owns it (or, with `delegates`, was allowed by its owner); a typed error otherwise. */
+  authorize(jobId: unknown, from: PeerId, options: { delegates?: boolean } = {}): JobEntry {
+    const id = parseJobId(jobId);
+    const entry = this.jobs.get(id);
+    if (!entry) throw new InvalidMessageError(`no job ${id} on this worker`);
+    const who = from.toString();
+    if (entry.owner !== who && !(options.delegates && (entry.delegates.has(who) || entry.upstream === who))) {
+      throw new UnauthorizedError(`only the owner of job ${id} may drive it`);
+    }
+    return entry;
+  }
+
+  close(jobId: unknown, from: PeerId): void {
+    const entry = this.authorize(jobId, from);
+    this.jobs.delete(entry.jobId);
+  }
+
+  /** Forgets a job and all it held (its owner's stream ended). */
+  remove(jobId: string): void {
+    this.jobs.delete(jobId);
+  }
+
+  /** Forgets every job `peer` owns (it disconnected); returns how many. */
+  removeOwnedBy(peer: string): number {
+    let n = 0;
+    for (const [id, job] of this.jobs) {
+      if (job.owner !== peer) continue;
+      this.jobs.delete(id);
+      n++;
+    }
+    return n;
+  }
+
+  /** Where a peer of the job's assignment is reached; UnauthorizedError for a peer outside it (a worker dials no one else for a job). */
+  peerOf(job: JobEntry, peerId: string): PeerTarget {
+    const stage = job.assignment.find((s) => s.peerId === peerId);
+    if (!stage) throw new UnauthorizedError(`${peerId} is not a worker of job ${job.jobId}; a job's messages go only to its own workers`);
+    return { peerId: stage.peerId, addrs: stage.addrs };
+  }
+
+  values(): IterableIterator<JobEntry> {
+    return this.jobs.values();
+  }
+
+  get size(): number {
+    return this.jobs.size;
+  }
+}

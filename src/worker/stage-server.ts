@@ -1,0 +1,167 @@
+import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
+import { InvalidMessageError, RateLimitedError } from '../errors.ts';
+import {
+  encodeControl, encodeTensor, errorToWire, type Frame, MAX_STAGE_STREAMS, newWorkCounters, parseStageEnvelope, PeerRateLimiter,
+  receiveFrames, replyToOf, RESULT_PROTOCOL, SEND_STALL_MS, SESSION_IDLE_MS, sendMessage, sendQuietly, STAGE_MESSAGES_PER_SECOND,
+  STAGE_PROTOCOL, type StageEnvelope, toWire, type WireTensor, type WorkCounters,
+} from '../p2p/index.ts';
+import { ChunkStore } from './chunk-store.ts';
+import { inferenceHandlers } from './handlers/infer.ts';
+import { loadHandlers } from './handlers/load.ts';
+import { trainingHandlers } from './handlers/train.ts';
+import type { StageContext, StageHandler } from './handlers/types.ts';
+import type { JobTable } from './jobs.ts';
+import { PeerStreams } from './peer-streams.ts';
+
+/** Every stage request type and its handler: the one dispatch table of the stage protocol. */
+const HANDLERS: Record<string, StageHandler> = { ...loadHandlers, ...inferenceHandlers, ...trainingHandlers };
+
+export interface StageServer {
+  /** Frees sessions idle for longer than `idleMs`; returns how many were freed. */
+  sweep(idleMs?: number): number;
+  /** Open sessions across all jobs. */
+  sessions(): number;
+  /** Jobs with a section loaded (freed when their owner's stage stream closes). */
+  jobs(): number;
+  /** What it has computed so far. */
+  work(): WorkCounters;
+}
+
+export interface StageServerOptions {
+  memoryBytes: number;
+  store?: ChunkStore;
+  /** How long a send waits for a peer that takes no bytes before its stream is reset (default SEND_STALL_MS). */
+  stallMs?: number;
+}
+
+/** A request whose tensors are still arriving; `refused` ones are read to the end and dropped. */
+interface Pending {
+  envelope: StageEnvelope;
+  tensors: WireTensor[];
+  refused: boolean;
+}
+
+/**
+ * Serves the stage protocol: frames become requests (a control header and the tensors it
+ * announces), each peer within its rate, each request authorized against the job table and
+ * dispatched through HANDLERS. A bad request gets a typed error answer (for a chained
+ * forward, at the job's owner) and the worker goes on serving; a broken frame resets only
+ * its stream. Jobs end with the stream they were loaded over, or when their owner disconnects.
+ */
+export async function serveStages(node: Libp2p, jobs: JobTable, options: StageServerOptions): Promise<StageServer> {
+  const context: StageContext = {
+    jobs,
+    store: options.store ?? new ChunkStore(),
+    memoryBytes: options.memoryBytes,
+    work: newWorkCounters(),
+    peers: new PeerStreams(node),
+    stallMs: options.stallMs ?? SEND_STALL_MS,
+  };
+  const limiter = new PeerRateLimiter(STAGE_MESSAGES_PER_SECOND);
+  node.addEventListener('peer:disconnect', (evt) => {
+    const peer = evt.detail.toString();
+    limiter.forget(peer);
+    jobs.removeOwnedBy(peer);
+  });
+  await node.handle(STAGE_PROTOCOL, (stream, connection) => serveStream(stream, connection.remotePeer, context, limiter), {
+    maxInboundStreams: MAX_STAGE_STREAMS,
+  });
+  const sections = () => [...jobs.values()].flatMap((j) => (j.section ? [j.section] : []));
+  return {
+    sweep: (idleMs = SESSION_IDLE_MS) => {
+      const now = Date.now();
+      let freed = 0;
+      for (const section of sections()) {
+        for (const [id, session] of section.sessions) {
+          if (now - session.lastUsed <= idleMs) continue;
+          section.sessions.delete(id);
+          freed++;
+        }
+      }
+      return freed;
+    },
+    sessions: () => sections().reduce((n, s) => n + s.sessions.size, 0),
+    jobs: () => sections().length,
+    work: () => ({ ...context.work }),
+  };
+}
+
+function serveStream(stream: Stream, from: PeerId, context: StageContext, limiter: PeerRateLimiter): void {
+  const { jobs, stallMs } = context;
+  let pending: Pending | null = null;
+  // the jobs loaded over this stream end with it: their sections, caches, training state and
+  // half-finished loads are freed (chunks already received stay in the store)
+  const bound = new Set<string>();
+  const end = () => {
+    for (const jobId of bound) jobs.remove(jobId);
+    bound.clear();
+  };
+  stream.addEventListener('close', end);
+  // the owner closing its side ends the job too (it sends nothing more)
+  stream.addEventListener('remoteCloseWrite', () => {
+    end();
+    stream.close().catch(() => {});
+  });
+  const answerError = (id: unknown, err: unknown) => sendQuietly(stream, [encodeControl({ ...errorToWire(err), id })], { stallMs });
+  const run = async (p: Pending) => {
+    const { envelope } = p;
+    try {
+      if (p.refused) throw new RateLimitedError(`more than ${STAGE_MESSAGES_PER_SECOND} stage requests per second`);
+      const handler = Object.hasOwn(HANDLERS, envelope.type) ? HANDLERS[envelope.type] : undefined;
+      if (!handler) throw new InvalidMessageError(`unknown stage request '${envelope.type}'`);
+      const job = jobs.authorize(envelope.jobId, from, { delegates: handler.delegates === true });
+      const bindToStream = () => bound.add(job.jobId);
+      const request = { id: envelope.id, type: envelope.type, body: envelope.body, tensors: p.tensors, job, from, bindToStream };
+      const reply = await handler.run(request, context);
+      if (reply.kind === 'tensor') await sendMessage(stream, encodeTensor(toWire(reply.tensor, envelope.id)), { stallMs });
+      else if (reply.kind === 'control') await sendMessage(stream, [encodeControl({ ...reply.message, id: envelope.id })], { stallMs });
+    } catch (err) {
+      // in a chain the job's owner is waiting, not the previous stage: tell the owner
+      const replyTo = envelope.type === 'forward' ? replyToOf(envelope.body) : null;
+      const job = replyTo ? tryOwner(jobs, envelope.jobId, from) : null;
+      if (replyTo && job) {
+        context.peers
+          .to({ peerId: job, addrs: [] }, RESULT_PROTOCOL)
+          .then((owner) => sendQuietly(owner, [encodeControl({ ...errorToWire(err), id: replyTo.requestId })], { stallMs }))
+          .catch(() => {});
+      } else answerError(envelope.id, err);
+    }
+  };
+  receiveFrames(stream, (frame: Frame) => {
+    if (frame.kind === 'control') {
+      if (pending) answerError(pending.envelope.id, new InvalidMessageError(`request ${pending.envelope.id} was abandoned: ${pending.envelope.tensors - pending.tensors.length} of its tensors had not arrived when the next request came`));
+      pending = null;
+      let envelope: StageEnvelope;
+      try {
+        envelope = parseStageEnvelope(frame.message);
+      } catch (err) {
+        answerError((frame.message as { id?: unknown } | null)?.id ?? null, err);
+        return;
+      }
+      const p: Pending = { envelope, tensors: [], refused: !limiter.allow(from.toString()) };
+      if (envelope.tensors === 0) void run(p);
+      else pending = p;
+      return;
+    }
+    const p = pending;
+    if (!p || frame.tensor.requestId !== p.envelope.id) {
+      answerError(frame.tensor.requestId, new InvalidMessageError('a tensor arrived without its request'));
+      return;
+    }
+    if (!p.refused) p.tensors.push(frame.tensor);
+    else p.tensors.push({ ...frame.tensor, bytes: new Uint8Array(0) }); // counted, not kept
+    if (p.tensors.length === p.envelope.tensors) {
+      pending = null;
+      void run(p);
+    }
+  });
+}
+
+/** The owner of a job `from` may drive (owner or delegate), or null: errors of chained forwards go to it. */
+function tryOwner(jobs: JobTable, jobId: unknown, from: PeerId): string | null {
+  try {
+    return jobs.authorize(jobId, from, { delegates: true }).owner;
+  } catch {
+    return null;
+  }
+}
