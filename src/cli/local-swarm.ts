@@ -15,7 +15,7 @@ import { distribute, type DistributedJob, type DistributeOptions } from '../user
  * Never bin/ and never the other build: a checkout with a stale dist/ still launches the
  * code that is running, and a user of the package needs nothing but the package.
  */
-function nodeCommand(): string[] {
+export function nodeCommand(): string[] {
   const fromSources = import.meta.url.endsWith('.ts');
   const entry = fileURLToPath(new URL(fromSources ? './main.ts' : './main.js', import.meta.url));
   return fromSources ? ['--import', import.meta.resolve('tsx'), entry] : [entry];
@@ -49,9 +49,13 @@ export interface NodeProcess {
   addrs: string[];
 }
 
-/** Starts `tensorlink <args>` as its own process and waits for its ready line (typed errors otherwise). */
-export function launchNode(args: string[], timeoutMs: number): Promise<NodeProcess> {
-  const child = spawn(process.execPath, [...nodeCommand(), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Starts `tensorlink <args>` as its own process and waits for its ready line (typed errors
+ * otherwise). `prefix` runs it through another command (`ip netns exec NS`: on another host).
+ */
+export function launchNode(args: string[], timeoutMs: number, options: { prefix?: string[] } = {}): Promise<NodeProcess> {
+  const command = [...(options.prefix ?? []), process.execPath, ...nodeCommand(), ...args];
+  const child = spawn(command[0], command.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
   return new Promise((resolve, reject) => {
     let out = '';
     let err = '';

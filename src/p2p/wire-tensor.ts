@@ -9,7 +9,9 @@ export function toWire(t: Tensor, requestId: number): WireTensor {
 }
 
 export function fromWire(w: WireTensor): Tensor {
-  const copy = w.bytes.slice(); // aligned, and no longer tied to the receive buffer
+  // a copy of exactly these bytes: aligned, and no longer tied to the receive buffer. Not `.slice()`:
+  // on a Node Buffer (what sockets deliver) slice is a view, and the view's buffer is a whole pool slab
+  const copy = new Uint8Array(w.bytes);
   switch (w.dtype) {
     case 'float32':
       return new Tensor(new Float32Array(copy.buffer), w.shape);

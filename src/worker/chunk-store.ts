@@ -29,7 +29,7 @@ export class ChunkStore {
       writeFileSync(tmp, bytes);
       renameSync(tmp, join(this.dir, sha));
     } else {
-      this.memory.set(sha, bytes.slice());
+      this.memory.set(sha, new Uint8Array(bytes)); // a copy (Buffer.slice would keep the whole receive buffer alive)
     }
   }
 

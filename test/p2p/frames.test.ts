@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { InvalidMessageError } from '../../src/errors.ts';
-import { decodeFrame, encodeControl, encodeTensor, FrameReader, type WireTensor } from '../../src/p2p/index.ts';
+import { decodeFrame, encodeControl, encodeTensor, FrameReader, fromWire, type WireTensor } from '../../src/p2p/index.ts';
 import { Generator } from '../../src/tensor/index.ts';
 
 function concat(parts: Uint8Array[]): Uint8Array {
@@ -15,6 +15,16 @@ function concat(parts: Uint8Array[]): Uint8Array {
 }
 
 describe('frames', () => {
+  test('a tensor received inside a Node Buffer becomes a tensor of exactly its own bytes', () => {
+    // sockets deliver Buffers, and Buffer.slice is a view of the whole pool slab, not a copy
+    const slab = Buffer.alloc(8192, 0xff);
+    const values = new Float64Array([1.5, -2.25, 3]);
+    slab.set(new Uint8Array(values.buffer), 13);
+    const t = fromWire({ requestId: 1, dtype: 'float64', shape: [3], bytes: slab.subarray(13, 37) });
+    assert.deepEqual([...t.data], [1.5, -2.25, 3]);
+    assert.equal(t.data.buffer.byteLength, 24);
+  });
+
   test('control and tensor frames round-trip through arbitrary chunking', () => {
     const tensor: WireTensor = { requestId: 7, dtype: 'float32', shape: [3, 5], bytes: new Uint8Array(60).map((_, i) => i) };
     const wire = concat([encodeControl({ type: 'hello', n: 1 }), ...encodeTensor(tensor), encodeControl([1, 'two'])]);

@@ -20,6 +20,8 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       // a chained forward may only go to peers of the job's own assignment: the owner cannot make a worker dial anyone else
       const next = request.route.length > 0 ? jobs.peerOf(job, request.route[0]) : null;
       const section = sectionOf(job);
+      // the tensors are checked before a session is made: a malformed request leaves nothing behind
+      const [input, positions, keyMask] = expectTensors('forward', tensors, [2, 3]).map(fromWire);
       let session = section.sessions.get(request.sessionId);
       if (!session) {
         if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
@@ -28,7 +30,6 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       }
       session.lastUsed = Date.now();
       const cache = session.cache;
-      const [input, positions, keyMask] = expectTensors('forward', tensors, [2, 3]).map(fromWire);
       const out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
       work.forwards++;
       if (!request.replyTo) return { kind: 'tensor', tensor: out };
