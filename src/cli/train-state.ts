@@ -67,12 +67,8 @@ export function readOptimizer(dir: string): OptimizerState | null {
 export function localOptimizerState(trainer: LocalTrainer): OptimizerState {
   const state: OptimizerState = new Map();
   for (const [name, p] of layerParameters(trainer.model.layers)) {
-    const s = trainer.optimizer.getState(p);
-    if (!s) continue;
-    const both = new Float32Array(2 * p.size);
-    both.set(s.exp_avg as Float32Array);
-    both.set(s.exp_avg_sq as Float32Array, p.size);
-    state.set(name, { moments: tensor(both, [2, ...p.shape]), step: s.step as number });
+    const m = trainer.optimizer.moments(p);
+    if (m) state.set(name, m);
   }
   return state;
 }
@@ -81,8 +77,6 @@ export function localOptimizerState(trainer: LocalTrainer): OptimizerState {
 export function setLocalOptimizerState(trainer: LocalTrainer, state: OptimizerState): void {
   for (const [name, p] of layerParameters(trainer.model.layers)) {
     const s = state.get(name);
-    if (!s) continue;
-    const d = s.moments.data as Float32Array;
-    trainer.optimizer.setState(p, { exp_avg: d.slice(0, p.size), exp_avg_sq: d.slice(p.size), step: s.step });
+    if (s) trainer.optimizer.setMoments(p, s.moments, s.step);
   }
 }

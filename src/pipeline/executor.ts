@@ -188,21 +188,12 @@ export class StageExecutor {
 
   /** AdamW's moments of a parameter as one [2, ...shape] tensor (exp_avg, exp_avg_sq), and its step count; null before any step. */
   moments(name: string): { moments: Tensor; step: number } | null {
-    const p = this.param(name);
-    const s = this.optimizer.getState(p);
-    if (!s) return null;
-    const both = new Float32Array(2 * p.size);
-    both.set(s.exp_avg as Float32Array);
-    both.set(s.exp_avg_sq as Float32Array, p.size);
-    return { moments: tensor(both, [2, ...p.shape]), step: s.step as number };
+    return this.optimizer.moments(this.param(name));
   }
 
   /** Restores what `moments` gave (resuming a job from a checkpoint). */
   setMoments(name: string, moments: Tensor, step: number): void {
-    const p = this.param(name);
-    if (moments.size !== 2 * p.size) throw new InvalidArgumentError(`the moments of '${name}' must hold ${2 * p.size} values`);
-    const d = moments.data as Float32Array;
-    this.optimizer.setState(p, { exp_avg: d.slice(0, p.size), exp_avg_sq: d.slice(p.size), step });
+    this.optimizer.setMoments(this.param(name), moments, step);
   }
 
   /** Drops what a failed step left behind (saved activations, gradients). */

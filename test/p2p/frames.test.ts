@@ -3,16 +3,7 @@ import { describe, test } from 'node:test';
 import { InvalidMessageError } from '../../src/errors.ts';
 import { decodeFrame, encodeControl, encodeTensor, FrameReader, fromWire, type WireTensor } from '../../src/p2p/index.ts';
 import { Generator } from '../../src/tensor/index.ts';
-
-function concat(parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let o = 0;
-  for (const p of parts) {
-    out.set(p, o);
-    o += p.length;
-  }
-  return out;
-}
+import { concat } from '../helpers/bytes.ts';
 
 describe('frames', () => {
   test('a tensor received inside a Node Buffer becomes a tensor of exactly its own bytes', () => {

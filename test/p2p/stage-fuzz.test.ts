@@ -10,6 +10,7 @@ import {
 import { sectionCopy, sectionWeights } from '../../src/pipeline/index.ts';
 import { Generator, noGrad, setBackend, tensor } from '../../src/tensor/index.ts';
 import { RemoteStage } from '../../src/user/index.ts';
+import { concat } from '../helpers/bytes.ts';
 import { alive, type Running, startNode, waitFor } from '../helpers/processes.ts';
 
 const TYPES = [...LOAD_REQUESTS, ...INFERENCE_REQUESTS, ...TRAINING_REQUESTS, 'frob', '__proto__', 'constructor'];
@@ -35,16 +36,6 @@ const FIELDS: Record<string, string[]> = {
 
 /** Values that are wrong for every field of every schema (wrong type, negative, too long, too deep). */
 const BAD: unknown[] = [null, -1, -0.5, 'x'.repeat(5_000), [[[]]], { a: { b: {} } }, true, ['a'.repeat(600)], [1, 2, 3], { constructor: 1 }];
-
-const concat = (parts: Uint8Array[]) => {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let o = 0;
-  for (const p of parts) {
-    out.set(p, o);
-    o += p.length;
-  }
-  return out;
-};
 
 const floats = (shape: number[], id: number) => encodeTensor({ requestId: id, dtype: 'float32', shape, bytes: new Uint8Array(4 * shape.reduce((a, b) => a * b, 1)) });
 

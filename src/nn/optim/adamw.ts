@@ -1,4 +1,5 @@
-import type { Tensor } from '../../tensor/index.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import { type Tensor, tensor } from '../../tensor/index.ts';
 import { Optimizer, type ParamGroup, stateBuffer } from './optimizer.ts';
 
 export interface AdamWOptions {
@@ -25,6 +26,26 @@ const DEFAULTS: AdamWOptions = { lr: 1e-3, betas: [0.9, 0.999], eps: 1e-8, weigh
 export class AdamW extends Optimizer<AdamWOptions> {
   constructor(params: Tensor[] | ParamGroup<AdamWOptions>[], options: Partial<AdamWOptions> = {}) {
     super(params, { ...DEFAULTS, ...options });
+  }
+
+  /**
+   * The moments of `p` as one [2, ...shape] tensor (exp_avg, then exp_avg_sq) with its step
+   * count, or null before its first step: the form checkpoints and the stage protocol carry.
+   */
+  moments(p: Tensor): { moments: Tensor; step: number } | null {
+    const s = this.getState(p);
+    if (!s) return null;
+    const both = new Float32Array(2 * p.size);
+    both.set(s.exp_avg as Float32Array);
+    both.set(s.exp_avg_sq as Float32Array, p.size);
+    return { moments: tensor(both, [2, ...p.shape]), step: s.step as number };
+  }
+
+  /** Restores what `moments` gave (resuming from a checkpoint, or a replica taking over). */
+  setMoments(p: Tensor, moments: Tensor, step: number): void {
+    if (moments.size !== 2 * p.size) throw new InvalidArgumentError(`the moments of a parameter of ${p.size} values must hold ${2 * p.size}`);
+    const d = moments.data as Float32Array;
+    this.setState(p, { exp_avg: d.slice(0, p.size), exp_avg_sq: d.slice(p.size), step });
   }
 
   protected update(
