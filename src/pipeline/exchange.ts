@@ -28,6 +28,30 @@ export class GradientExchange {
   private readonly inbox = new Map<string, Map<number, Tensor[]>>();
   private readonly wake = new Map<string, () => void>();
 
+  /** Forgets every reduction under way (a step that failed is reset). */
+  clear(): void {
+    this.inbox.clear();
+    this.wake.clear();
+  }
+
+  /** Waits until `count` other holders' gradients of `key` arrived. */
+  private arrival(key: string, count: number, timeoutMs: number): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const check = () => {
+        if ((this.inbox.get(key)?.size ?? 0) < count) return;
+        clearTimeout(timer);
+        this.wake.delete(key);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.wake.delete(key);
+        reject(new TimeoutError(`gradients of ${key} did not arrive from every replica within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.wake.set(key, check);
+      check();
+    });
+  }
+
   /** Gradients from holder `index` of group `key`. */
   deliver(key: string, index: number, grads: Tensor[]): void {
     let got = this.inbox.get(key);
@@ -53,21 +77,13 @@ export class GradientExchange {
   ): Promise<void> {
     const mine = executor.grads(group.names);
     const others = group.peers.length - 1;
-    await Promise.all(group.peers.map((peer, i) => (i === group.index ? undefined : send(peer, mine))));
-    await new Promise<void>((resolve, reject) => {
-      const check = () => {
-        if ((this.inbox.get(group.key)?.size ?? 0) < others) return;
-        clearTimeout(timer);
-        this.wake.delete(group.key);
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        this.wake.delete(group.key);
-        reject(new TimeoutError(`gradients of ${group.key} did not arrive from every replica within ${timeoutMs} ms`));
-      }, timeoutMs);
-      this.wake.set(group.key, check);
-      check();
-    });
+    try {
+      await Promise.all(group.peers.map((peer, i) => (i === group.index ? undefined : send(peer, mine))));
+      await this.arrival(group.key, others, timeoutMs);
+    } catch (err) {
+      this.inbox.delete(group.key); // a failed reduction holds no slot: the step is retried under a new key
+      throw err;
+    }
     const got = this.inbox.get(group.key) ?? new Map<number, Tensor[]>();
     this.inbox.delete(group.key);
     got.set(group.index, mine);

@@ -76,6 +76,7 @@ export class LocalStage implements StageHandle {
 
   async reset(): Promise<void> {
     this.executor.reset();
+    this.exchange.clear();
   }
 
   /** Unregisters it (no more reductions reach it). */

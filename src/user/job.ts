@@ -124,6 +124,10 @@ export class DistributedJob implements DistributedModel {
     if (this.pipeline) throw new InvalidArgumentError('the stages of a job that trains cannot be replaced yet: the trainer holds them');
     const old = this.sections[section]?.[replica];
     if (!old) throw new InvalidArgumentError(`the job has no replica ${replica} of section ${section}`);
+    // a worker holds one section of a job (jobs are keyed by id): loading a second would replace the first
+    if (this.sections.flat().some((s) => s.where.peerId === worker.peerId)) {
+      throw new InvalidArgumentError(`${worker.peerId} already holds a section of this job; move the stage to a worker outside it`);
+    }
     const remote = await RemoteStage.open(this.node, worker, this.jobId);
     const fresh: JobStage = { where: { ...old.where, peerId: worker.peerId, addrs: worker.addrs }, remote };
     const assignment = this.fullAssignment().map((w) => (w === old.where ? fresh.where : w));

@@ -17,7 +17,9 @@ export class Registry {
   record(from: string, a: Announcement): void {
     if (a.roles.includes('validator')) throw new InvalidMessageError('a peer cannot announce itself as a validator');
     if (!this.records.has(from)) this.log.info('peer-joined', { remote: from, roles: a.roles });
-    this.records.set(from, { peerId: from, ...a, lastSeen: Date.now() });
+    // proximity only to peers the registry knows: made-up peer ids would only swell every status answer
+    const proximity = Object.fromEntries(Object.entries(a.proximity).filter(([peer]) => this.records.has(peer)));
+    this.records.set(from, { peerId: from, ...a, proximity, lastSeen: Date.now() });
   }
 
   /** The live peers, sorted by peer id (the silent ones are dropped first). */

@@ -51,6 +51,9 @@ export interface JobEntry {
 export class JobTable {
   private readonly jobs = new Map<string, JobEntry>();
 
+  /** `onRemove` runs after a job left the table (the worker frees what it held outside the entry: chunks in memory). */
+  constructor(private readonly onRemove: (job: JobEntry) => void = () => {}) {}
+
   open(jobId: unknown, from: PeerId): JobEntry {
     const id = parseJobId(jobId);
     const existing = this.jobs.get(id);
@@ -77,24 +80,22 @@ export class JobTable {
   }
 
   close(jobId: unknown, from: PeerId): void {
-    const entry = this.authorize(jobId, from);
-    this.jobs.delete(entry.jobId);
+    this.remove(this.authorize(jobId, from).jobId);
   }
 
   /** Forgets a job and all it held (its owner's stream ended). */
   remove(jobId: string): void {
+    const job = this.jobs.get(jobId);
+    if (!job) return;
     this.jobs.delete(jobId);
+    this.onRemove(job);
   }
 
   /** Forgets every job `peer` owns (it disconnected); returns how many. */
   removeOwnedBy(peer: string): number {
-    let n = 0;
-    for (const [id, job] of this.jobs) {
-      if (job.owner !== peer) continue;
-      this.jobs.delete(id);
-      n++;
-    }
-    return n;
+    const owned = [...this.jobs.values()].filter((j) => j.owner === peer);
+    for (const job of owned) this.remove(job.jobId);
+    return owned.length;
   }
 
   /** Where a peer of the job's assignment is reached; UnauthorizedError for a peer outside it (a worker dials no one else for a job). */

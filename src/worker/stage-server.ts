@@ -34,11 +34,11 @@ export interface StageServerOptions {
   stallMs?: number;
 }
 
-/** A request whose tensors are still arriving; `refused` ones are read to the end and dropped. */
+/** A request whose tensors are still arriving; a `refused` one (its error decided on arrival) has them read to the end and dropped. */
 interface Pending {
   envelope: StageEnvelope;
   tensors: WireTensor[];
-  refused: boolean;
+  refused: Error | null;
 }
 
 /**
@@ -103,12 +103,24 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
     stream.close().catch(() => {});
   });
   const answerError = (id: unknown, err: unknown) => sendQuietly(stream, [encodeControl({ ...errorToWire(err), id })], { stallMs });
+  /** Decided when the header arrives, before any of its tensors: within the rate, a known type, its tensor count, its job. */
+  const admit = (envelope: StageEnvelope): Error | null => {
+    try {
+      if (!limiter.allow(from.toString())) throw new RateLimitedError(`more than ${STAGE_MESSAGES_PER_SECOND} stage requests per second`);
+      const handler = handlerOf(envelope.type);
+      const max = handler.maxTensors ?? 0;
+      if (envelope.tensors > max) throw new InvalidMessageError(`${envelope.type} carries at most ${max} tensors, the request announces ${envelope.tensors}`);
+      jobs.authorize(envelope.jobId, from, { delegates: handler.delegates === true });
+      return null;
+    } catch (err) {
+      return err as Error;
+    }
+  };
   const run = async (p: Pending) => {
     const { envelope } = p;
     try {
-      if (p.refused) throw new RateLimitedError(`more than ${STAGE_MESSAGES_PER_SECOND} stage requests per second`);
-      const handler = Object.hasOwn(HANDLERS, envelope.type) ? HANDLERS[envelope.type] : undefined;
-      if (!handler) throw new InvalidMessageError(`unknown stage request '${envelope.type}'`);
+      if (p.refused) throw p.refused;
+      const handler = handlerOf(envelope.type);
       const job = jobs.authorize(envelope.jobId, from, { delegates: handler.delegates === true });
       const bindToStream = () => bound.add(job.jobId);
       const request = { id: envelope.id, type: envelope.type, body: envelope.body, tensors: p.tensors, job, from, bindToStream };
@@ -138,7 +150,7 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
         answerError((frame.message as { id?: unknown } | null)?.id ?? null, err);
         return;
       }
-      const p: Pending = { envelope, tensors: [], refused: !limiter.allow(from.toString()) };
+      const p: Pending = { envelope, tensors: [], refused: admit(envelope) };
       if (envelope.tensors === 0) void run(p);
       else pending = p;
       return;
@@ -155,6 +167,12 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
       void run(p);
     }
   });
+}
+
+function handlerOf(type: string): StageHandler {
+  const handler = Object.hasOwn(HANDLERS, type) ? HANDLERS[type] : undefined;
+  if (!handler) throw new InvalidMessageError(`unknown stage request '${type}'`);
+  return handler;
 }
 
 /** The owner of a job `from` may drive (owner or delegate), or null: errors of chained forwards go to it. */

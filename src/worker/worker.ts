@@ -6,6 +6,7 @@ import {
 } from '../p2p/index.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { ChunkStore } from './chunk-store.ts';
+import { releaseChunks } from './handlers/load.ts';
 import { JobTable } from './jobs.ts';
 import { type StageServer, serveStages } from './stage-server.ts';
 
@@ -44,9 +45,10 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const capabilities = measureCapabilities(options.memoryBytes);
   const node = await createNode(options);
   const proximity: Record<string, Proximity> = {};
-  const jobs = new JobTable();
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);
+  // a job that ends half-loaded frees the chunks it was holding in memory
+  const jobs: JobTable = new JobTable((gone) => gone.loading && releaseChunks(store, jobs, gone.loading.entries));
   const stages = await serveStages(node, jobs, { memoryBytes: capabilities.memoryBytes, store, stallMs: options.stallMs });
   await serveControl(node, {
     'capabilities': () => ({ type: 'capabilities', capabilities }),

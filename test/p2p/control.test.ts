@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { startValidator } from '../../src/validator/index.ts';
+import { Registry, startValidator } from '../../src/validator/index.ts';
 import { startWorker } from '../../src/worker/index.ts';
 import {
-  CONTROL_PROTOCOL, createLogger, createNode, encodeControl, type Frame, MAX_MESSAGES_PER_SECOND, type PeerRecord, receiveFrames, request,
+  CONTROL_PROTOCOL, createLogger, createNode, encodeControl, type Frame, MAX_CONTROL_BYTES, MAX_MESSAGES_PER_SECOND, type PeerRecord,
+  receiveFrames, request, serveControl,
 } from '../../src/p2p/index.ts';
 import { waitFor } from '../helpers/processes.ts';
 
@@ -47,6 +48,32 @@ describe('control protocol and proximity', () => {
     } finally {
       await Promise.all([a.stop(), b.stop(), validator.stop()]);
     }
+  });
+});
+
+describe('answers and records at their limits', () => {
+  test('an answer too large for a control frame becomes an error answer, and the node goes on serving', async () => {
+    const server = await createNode();
+    const client = await createNode();
+    await serveControl(server, { huge: () => ({ type: 'huge', pad: 'x'.repeat(MAX_CONTROL_BYTES) }), small: () => ({ type: 'small' }) });
+    try {
+      const addr = server.getMultiaddrs()[0];
+      await assert.rejects(request(client, addr, { type: 'huge' }), { name: 'InvalidMessageError', message: /exceeds/ });
+      assert.equal((await request(client, addr, { type: 'small' })).type, 'small');
+    } finally {
+      await client.stop();
+      await server.stop();
+    }
+  });
+
+  test('the registry keeps proximity only to peers it knows', () => {
+    const registry = new Registry(createLogger({ level: 'silent' }));
+    const link = { rttMs: 1, mbps: 100, measuredAt: 1 };
+    const announce = (proximity: Record<string, typeof link>) => ({ roles: ['worker' as const], capabilities: null, addrs: [], proximity });
+    registry.record('12D3KooWAAAAAAAA', announce({}));
+    registry.record('12D3KooWBBBBBBBB', announce({ '12D3KooWAAAAAAAA': link, '12D3KooWmadeupid': link }));
+    const b = registry.live().find((p) => p.peerId === '12D3KooWBBBBBBBB')!;
+    assert.deepEqual(Object.keys(b.proximity), ['12D3KooWAAAAAAAA']);
   });
 });
 

@@ -15,6 +15,7 @@ import { control, NONE, sectionOf, type StageHandler } from './types.ts';
 export const inferenceHandlers: Record<string, StageHandler> = {
   forward: {
     delegates: true,
+    maxTensors: 3,
     run: async ({ id, body, tensors, job }, { jobs, peers, work, stallMs }) => {
       const request = parseForward(body);
       // a chained forward may only go to peers of the job's own assignment: the owner cannot make a worker dial anyone else

@@ -1,6 +1,8 @@
 import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../../errors.ts';
 import { configFromHF, createModel } from '../../models/index.ts';
-import { expectTensors, parseAssign, parseChunk, parseLoad, type StageAssignment } from '../../p2p/index.ts';
+import { CHUNK_BYTES, expectTensors, parseAssign, parseChunk, parseLoad, type StageAssignment, type WeightEntry } from '../../p2p/index.ts';
+import type { ChunkStore } from '../chunk-store.ts';
+import type { JobTable } from '../jobs.ts';
 import { control, NONE, type StageHandler } from './types.ts';
 
 /**
@@ -23,6 +25,8 @@ export const loadHandlers: Record<string, StageHandler> = {
         if (t.shape.length !== e.shape.length || t.shape.some((d, i) => d !== e.shape[i])) {
           throw new InvalidMessageError(`'${e.name}' has shape [${t.shape}] in this section, the manifest says [${e.shape}]`);
         }
+        const chunks = Math.max(1, Math.ceil((4 * t.size) / CHUNK_BYTES));
+        if (e.chunks.length !== chunks) throw new InvalidMessageError(`'${e.name}' is ${chunks} chunks of ${CHUNK_BYTES} bytes, the manifest lists ${e.chunks.length}`);
       }
       checkUpstream(job.jobId, request.assignment, request.upstream);
       job.assignment = request.assignment;
@@ -32,12 +36,17 @@ export const loadHandlers: Record<string, StageHandler> = {
     },
   },
   chunk: {
+    maxTensors: 1,
     run: ({ body, tensors, job }, { store }) => {
       const { sha } = parseChunk(body);
       const [bytes] = expectTensors('chunk', tensors, 1);
       if (!job.loading) throw new InvalidMessageError(`job ${job.jobId} is not loading a section`);
-      // only chunks the manifest lists are taken: a peer cannot fill the store with anything else
-      if (!job.loading.entries.some((e) => e.chunks.includes(sha))) throw new InvalidMessageError('a chunk the manifest does not list');
+      // only chunks the manifest lists, of the size their place in the weight gives, are taken: a peer cannot fill the store
+      const entry = job.loading.entries.find((e) => e.chunks.includes(sha));
+      if (!entry) throw new InvalidMessageError('a chunk the manifest does not list');
+      const size = 4 * entry.shape.reduce((a, b) => a * b, 1);
+      const expected = Math.min(CHUNK_BYTES, size - entry.chunks.indexOf(sha) * CHUNK_BYTES);
+      if (bytes.bytes.length !== expected) throw new InvalidMessageError(`a chunk of '${entry.name}' must hold ${expected} bytes, not ${bytes.bytes.length}`);
       store.put(sha, bytes.bytes);
       return NONE;
     },
@@ -50,9 +59,7 @@ export const loadHandlers: Record<string, StageHandler> = {
       if (missing.length > 0) throw new InvalidMessageError(`${missing.length} chunks of the section have not arrived (the first: ${missing[0].slice(0, 12)}…)`);
       loading.model.loadStateDict(new Map(loading.entries.map((e) => [e.name, store.assemble(e)])));
       job.loading = undefined;
-      // chunks another load still waits for stay (two jobs may share weights)
-      const wanted = new Set([...jobs.values()].flatMap((j) => j.loading?.entries.flatMap((e) => e.chunks) ?? []));
-      store.release(loading.entries.flatMap((e) => e.chunks).filter((sha) => !wanted.has(sha)));
+      releaseChunks(store, jobs, loading.entries);
       job.section = { model: loading.model, sessions: new Map() };
       // the previous stage of a chain may pass activations on for this job
       job.upstream = loading.upstream;
@@ -71,6 +78,12 @@ export const loadHandlers: Record<string, StageHandler> = {
     },
   },
 };
+
+/** Drops the in-memory copies of a load's chunks, but those another load still waits for (two jobs may share weights). */
+export function releaseChunks(store: ChunkStore, jobs: JobTable, entries: readonly WeightEntry[]): void {
+  const wanted = new Set([...jobs.values()].flatMap((j) => j.loading?.entries.flatMap((e) => e.chunks) ?? []));
+  store.release(entries.flatMap((e) => e.chunks).filter((sha) => !wanted.has(sha)));
+}
 
 function checkUpstream(jobId: string, assignment: StageAssignment[], upstream: string | undefined): void {
   if (upstream !== undefined && !assignment.some((s) => s.peerId === upstream)) {

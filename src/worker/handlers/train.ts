@@ -1,7 +1,7 @@
 import { InvalidArgumentError, InvalidMessageError } from '../../errors.ts';
 import {
-  encodeControl, encodeTensor, expectTensors, fromWire, parseGrads, parseMicro, parseName, parseNames, parseReduce, parseSetMoments,
-  parseStep, parseTrainSetup, sendMessage, STAGE_PROTOCOL, toWire,
+  encodeControl, encodeTensor, expectTensors, fromWire, MAX_TENSORS_PER_REQUEST, parseGrads, parseMicro, parseName, parseNames,
+  parseReduce, parseSetMoments, parseStep, parseTrainSetup, sendMessage, STAGE_PROTOCOL, toWire,
 } from '../../p2p/index.ts';
 import { GradientExchange, StageExecutor } from '../../pipeline/index.ts';
 import { control, NONE, sectionOf, type StageHandler, type StageRequest, trainingOf } from './types.ts';
@@ -35,6 +35,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
     },
   },
   'train-forward': {
+    maxTensors: 1,
     run: (r, { work }) => {
       const input = one(r);
       const tensor = trainingOf(r.job).executor.forward(parseMicro(r.body), input);
@@ -44,6 +45,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
     },
   },
   'train-backward': {
+    maxTensors: 1,
     run: (r, { work }) => {
       const g = trainingOf(r.job).executor.backward(parseMicro(r.body), one(r));
       work.trainBackwards++;
@@ -55,6 +57,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
   },
   'grads': {
     delegates: true,
+    maxTensors: MAX_TENSORS_PER_REQUEST,
     run: ({ body, tensors, job }) => {
       const { key, index } = parseGrads(body);
       trainingOf(job).exchange.deliver(key, index, tensors.map(fromWire));
@@ -110,6 +113,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
     },
   },
   'set-moments': {
+    maxTensors: 1,
     run: (r) => {
       const { name, step } = parseSetMoments(r.body);
       trainingOf(r.job).executor.setMoments(name, one(r), step);
@@ -118,7 +122,9 @@ export const trainingHandlers: Record<string, StageHandler> = {
   },
   'train-reset': {
     run: ({ job }) => {
-      trainingOf(job).executor.reset();
+      const { executor, exchange } = trainingOf(job);
+      executor.reset();
+      exchange.clear();
       return control('reset');
     },
   },

@@ -35,6 +35,8 @@ export type StageReply = { kind: 'tensor'; tensor: Tensor } | { kind: 'control';
 export interface StageHandler {
   /** Whether peers the owner delegated (the previous stage of a chain, a replica) may send it; otherwise the owner only. */
   delegates?: boolean;
+  /** Tensor frames the request may carry (default 0); a header announcing more is refused before any arrives. */
+  maxTensors?: number;
   run(request: StageRequest, context: StageContext): Promise<StageReply> | StageReply;
 }
 

@@ -37,16 +37,17 @@ export async function serveControl(node: Libp2p, handlers: Record<string, Handle
 
 async function answer(stream: Stream, frame: Frame, handlers: Record<string, Handler>, from: PeerId): Promise<void> {
   let id: unknown = null;
-  let reply: Record<string, unknown>;
+  let reply: Uint8Array;
   try {
     if (frame.kind !== 'control') throw new InvalidMessageError('the control protocol carries no tensors');
     const envelope = parseEnvelope(frame.message);
     id = envelope.id;
     const handler = Object.hasOwn(handlers, envelope.type) ? handlers[envelope.type] : undefined;
     if (!handler) throw new InvalidMessageError(`unknown message type '${envelope.type}'`);
-    reply = await handler(envelope.body, from);
+    // encoded here: an answer too large for a control frame is an error answer, never an unhandled rejection
+    reply = encodeControl({ ...(await handler(envelope.body, from)), id });
   } catch (err) {
-    reply = errorToWire(err);
+    reply = encodeControl({ ...errorToWire(err), id: typeof id === 'number' ? id : null });
   }
-  sendQuietly(stream, [encodeControl({ ...reply, id })]);
+  sendQuietly(stream, [reply]);
 }

@@ -130,10 +130,10 @@ export function parseForward(m: Record<string, unknown>): ForwardRequest {
   return { sessionId: parseSessionId(m.sessionId), route, replyTo };
 }
 
-/** The replyTo of a request, if it has a well-formed one (errors of chained forwards go there). */
+/** The replyTo of a request alone, if it has a well-formed one: errors of chained forwards go there, whatever else is wrong. */
 export function replyToOf(m: Record<string, unknown>): { requestId: number } | null {
   try {
-    return parseForward(m).replyTo;
+    return m.replyTo === undefined ? null : { requestId: int(obj(m.replyTo, 'replyTo').requestId, 'replyTo.requestId') };
   } catch {
     return null;
   }
