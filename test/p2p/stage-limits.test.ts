@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { configToHF, createModel, gpt2Config } from '../../src/models/index.ts';
-import { createNode, STAGE_PROTOCOL, type TensorLinkNode } from '../../src/p2p/index.ts';
+import { chunksOf, createNode, STAGE_PROTOCOL, type TensorLinkNode } from '../../src/p2p/index.ts';
 import { sectionCopy, sectionWeights } from '../../src/pipeline/index.ts';
 import { noGrad, setBackend, tensor } from '../../src/tensor/index.ts';
 import { RemoteStage, ResultInbox } from '../../src/user/index.ts';
@@ -101,6 +101,31 @@ describe('limits of the stage protocol', () => {
       const ok = inbox.expect(new Set([self.peerId]), 10_000);
       await stage.forwardChained('s2', [hidden(2), positions(2)], [], ok.requestId);
       assert.deepEqual((await ok.result).shape, [1, 2, 64]);
+    } finally {
+      await s.stop();
+    }
+  });
+
+  test('manifests, chunks and sessions keep to the sizes the model gives', async () => {
+    const s = await setup();
+    try {
+      const user = await s.node();
+      const stage = await RemoteStage.open(user, s.addr(), 'job-sizes');
+      const weights = sectionWeights(model, range);
+      const manifest = [...weights].map(([name, t]) => ({ name, shape: [...t.shape], chunks: chunksOf(t).map((c) => c.sha) }));
+      const padded = manifest.map((e, i) => (i === 0 ? { ...e, chunks: [...e.chunks, e.chunks[0]] } : e));
+      await assert.rejects(stage.call({ type: 'load', config: configToHF(config), section: range, weights: padded }, []), { name: 'InvalidMessageError', message: /chunks of/ });
+      await stage.call({ type: 'load', config: configToHF(config), section: range, weights: manifest }, []);
+      const first = weights.values().next().value!;
+      const [c] = chunksOf(first);
+      const short = tensor(new Float32Array(c.bytes.buffer, c.bytes.byteOffset, c.bytes.length / 4).slice(0, 4), [4]);
+      await assert.rejects(stage.call({ type: 'chunk', sha: c.sha }, [short]), { name: 'InvalidMessageError' });
+      await stage.close();
+      const fine = await RemoteStage.open(user, s.addr(), 'job-sizes-2');
+      await fine.load(configToHF(config), range, weights);
+      await fine.forward('long', hidden(500), positions(500), null);
+      await assert.rejects(fine.forward('long', hidden(20), positions(20), null), { name: 'InvalidArgumentError', message: /would hold 520 positions, the model has 512/ });
+      await fine.close();
     } finally {
       await s.stop();
     }

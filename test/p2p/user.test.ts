@@ -55,6 +55,8 @@ describe('the user side', () => {
       const spare = await startWorker({ bootstrap: boot });
       workers.push(spare);
       const moved = dm.assignment[1].peerId;
+      // a worker of the same job cannot take a second section of it
+      await assert.rejects(dm.replaceStage(1, 0, { peerId: dm.assignment[0].peerId, addrs: [] }), { name: 'InvalidArgumentError' });
       const old = workers.find((w) => w.node.peerId.toString() === moved)!;
       await dm.replaceStage(1, 0, { peerId: spare.node.peerId.toString(), addrs: spare.node.getMultiaddrs().map(String) });
       assert.equal(dm.assignment[1].peerId, spare.node.peerId.toString());

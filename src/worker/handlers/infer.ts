@@ -31,6 +31,11 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       }
       session.lastUsed = Date.now();
       const cache = session.cache;
+      // positions come from the peer: the cache never grows past the model's context, whatever it says
+      const steps = input.shape[1] ?? 0;
+      if (cache.length + steps > section.model.config.maxPositions) {
+        throw new InvalidArgumentError(`session ${request.sessionId} would hold ${cache.length + steps} positions, the model has ${section.model.config.maxPositions}`);
+      }
       const out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
       work.forwards++;
       if (!request.replyTo) return { kind: 'tensor', tensor: out };
