@@ -34,7 +34,8 @@ export function dialAddrs(target: PeerTarget): Multiaddr[] {
 /** A peer to dial: its id and addresses, or one multiaddr (with /p2p/, as `--bootstrap` takes). */
 export type DialTarget = PeerTarget | Multiaddr;
 
-function describe(target: DialTarget): string {
+/** How a target is named in messages and keys: its peer id, or its multiaddr. */
+export function targetName(target: DialTarget): string {
   return 'peerId' in target ? target.peerId : target.toString();
 }
 
@@ -51,6 +52,6 @@ export async function dialProtocol(node: Libp2p, target: DialTarget, protocol: s
     return await node.dialProtocol(to, protocol, { signal: signal ? AbortSignal.any([signal, deadline]) : deadline });
   } catch (cause) {
     const why = (cause as Error).message;
-    throw new PeerUnreachableError(`cannot reach ${describe(target)}${addrs.length > 1 ? ` at any of ${addrs.length} addresses` : ''}: ${why}`, { cause });
+    throw new PeerUnreachableError(`cannot reach ${targetName(target)}${addrs.length > 1 ? ` at any of ${addrs.length} addresses` : ''}: ${why}`, { cause });
   }
 }

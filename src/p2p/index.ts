@@ -1,6 +1,6 @@
 /** The network layer: nodes, frames, streams, the shared vocabulary and one folder per protocol. */
 export * from './constants.ts';
-export { type DialTarget, dialAddrs, dialProtocol } from './dial.ts';
+export { type DialTarget, dialAddrs, dialProtocol, targetName } from './dial.ts';
 export {
   decodeFrame,
   encodeControl,

@@ -141,7 +141,10 @@ export class DistributedJob implements DistributedModel {
     await old.remote.close();
     await Promise.all(
       this.sections.flatMap((copies, i) =>
-        copies.filter((s) => s !== fresh).map((s) => s.remote.call({ type: 'assign', assignment, ...(this.upstreamOf(i, s) ? { upstream: this.upstreamOf(i, s) } : {}) }, []))),
+        copies.filter((s) => s !== fresh).map((s) => {
+          const upstream = this.upstreamOf(i, s);
+          return s.remote.call({ type: 'assign', assignment, ...(upstream ? { upstream } : {}) }, []);
+        })),
     );
   }
 

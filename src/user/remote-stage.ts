@@ -2,9 +2,9 @@ import type { Libp2p, Stream } from '@libp2p/interface';
 import type { Multiaddr } from '@multiformats/multiaddr';
 import { InvalidMessageError, PeerUnreachableError } from '../errors.ts';
 import {
-  chunksOf, type DialTarget, dialProtocol, encodeControl, encodeTensor, errorFromWire, type Frame, fromWire, isWireError,
+  chunksOf, dialProtocol, encodeControl, encodeTensor, errorFromWire, type Frame, fromWire, isWireError,
   parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL, STAGE_REQUEST_TIMEOUT_MS,
-  type StageAssignment, toWire,
+  type StageAssignment, targetName, toWire, type WireTensor,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 
@@ -51,10 +51,9 @@ export class RemoteStage {
 
   /** Opens (and so owns) job `jobId` on the worker, and its stage stream; the worker is reached at any of its addresses. */
   static async open(node: Libp2p, target: PeerTarget | Multiaddr, jobId: string): Promise<RemoteStage> {
-    const dial: DialTarget = target;
-    await request(node, dial, { type: 'open-job', jobId });
-    const stream = await dialProtocol(node, dial, STAGE_PROTOCOL);
-    return new RemoteStage('peerId' in target ? target.peerId : target.toString(), jobId, stream);
+    await request(node, target, { type: 'open-job', jobId });
+    const stream = await dialProtocol(node, target, STAGE_PROTOCOL);
+    return new RemoteStage(targetName(target), jobId, stream);
   }
 
   /** Sends one request (a control frame and its tensors) and waits for its answer. */
@@ -62,17 +61,17 @@ export class RemoteStage {
     if (this.stream.status !== 'open') throw new PeerUnreachableError(`${this.peer}: the stage stream is ${this.stream.status}`);
     const { id, answer } = this.table.open(timeoutMs);
     try {
-      await this.send(id, header, tensors);
+      await this.send(id, header, tensors.map((t) => toWire(t, id)));
     } catch (cause) {
       this.table.reject(id, new PeerUnreachableError(`${this.peer}: cannot send on the stage stream`, { cause }));
     }
     return answer;
   }
 
-  /** Sends a request that gets no answer on this stream (a chunk, a chained forward). */
-  private async send(id: number, header: Record<string, unknown>, tensors: Tensor[]): Promise<void> {
-    const parts = tensors.flatMap((t) => encodeTensor(toWire(t, id)));
-    await sendMessage(this.stream, [encodeControl({ ...header, id, jobId: this.jobId, tensors: tensors.length }), ...parts]);
+  /** Sends one request: its header (with id, job and tensor count) and its tensors, nothing in between. */
+  private async send(id: number, header: Record<string, unknown>, tensors: WireTensor[], signal?: AbortSignal): Promise<void> {
+    const parts = tensors.flatMap((t) => encodeTensor(t));
+    await sendMessage(this.stream, [encodeControl({ ...header, id, jobId: this.jobId, tensors: tensors.length }), ...parts], { signal });
   }
 
   /**
@@ -81,7 +80,8 @@ export class RemoteStage {
    * `requestId`. Nothing comes back on this stream.
    */
   async forwardChained(sessionId: string, tensors: Tensor[], route: string[], requestId: number): Promise<void> {
-    await this.send(this.table.unanswered(), { type: 'forward', sessionId, route, replyTo: { requestId } }, tensors).catch((cause: unknown) => {
+    const id = this.table.unanswered();
+    await this.send(id, { type: 'forward', sessionId, route, replyTo: { requestId } }, tensors.map((t) => toWire(t, id))).catch((cause: unknown) => {
       throw new PeerUnreachableError(`${this.peer}: cannot send on the stage stream`, { cause });
     });
   }
@@ -114,8 +114,7 @@ export class RemoteStage {
       if (options.signal?.aborted) throw new PeerUnreachableError(`the load of section [${section}) was stopped after ${sent} of ${need.length} chunks`);
       const bytes = chunks.get(sha)!;
       const id = this.table.unanswered();
-      const wire = { requestId: id, dtype: 'float32' as const, shape: [bytes.length / 4], bytes };
-      await sendMessage(this.stream, [encodeControl({ type: 'chunk', id, jobId: this.jobId, sha, tensors: 1 }), ...encodeTensor(wire)], { signal: options.signal });
+      await this.send(id, { type: 'chunk', sha }, [{ requestId: id, dtype: 'float32', shape: [bytes.length / 4], bytes }], options.signal);
       options.onChunk?.(++sent, need.length);
     }
     await this.call({ type: 'assemble' }, []);

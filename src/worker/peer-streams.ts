@@ -1,5 +1,5 @@
 import type { Libp2p, Stream } from '@libp2p/interface';
-import { type DialTarget, dialProtocol } from '../p2p/index.ts';
+import { type DialTarget, dialProtocol, targetName } from '../p2p/index.ts';
 
 /**
  * A worker's long-lived outgoing streams (to the next stage of a chain, to a replica, to a
@@ -12,7 +12,7 @@ export class PeerStreams {
   constructor(private readonly node: Libp2p) {}
 
   to(target: DialTarget, protocol: string): Promise<Stream> {
-    const key = `${protocol} ${'peerId' in target ? target.peerId : target.toString()}`;
+    const key = `${protocol} ${targetName(target)}`;
     let s = this.open.get(key);
     if (!s) {
       s = dialProtocol(this.node, target, protocol);

@@ -10,7 +10,7 @@ import { inferenceHandlers } from './handlers/infer.ts';
 import { loadHandlers } from './handlers/load.ts';
 import { trainingHandlers } from './handlers/train.ts';
 import type { StageContext, StageHandler } from './handlers/types.ts';
-import type { JobTable } from './jobs.ts';
+import type { JobEntry, JobTable } from './jobs.ts';
 import { PeerStreams } from './peer-streams.ts';
 
 /** Every stage request type and its handler: the one dispatch table of the stage protocol. */
@@ -34,11 +34,11 @@ export interface StageServerOptions {
   stallMs?: number;
 }
 
-/** A request whose tensors are still arriving; a `refused` one (its error decided on arrival) has them read to the end and dropped. */
+/** A request whose tensors are still arriving, with what its header was admitted as, or why it was refused (its tensors dropped). */
 interface Pending {
   envelope: StageEnvelope;
   tensors: WireTensor[];
-  refused: Error | null;
+  admitted: { handler: StageHandler; job: JobEntry } | Error;
 }
 
 /**
@@ -104,24 +104,22 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
   });
   const answerError = (id: unknown, err: unknown) => sendQuietly(stream, [encodeControl({ ...errorToWire(err), id })], { stallMs });
   /** Decided when the header arrives, before any of its tensors: within the rate, a known type, its tensor count, its job. */
-  const admit = (envelope: StageEnvelope): Error | null => {
+  const admit = (envelope: StageEnvelope): Pending['admitted'] => {
     try {
       if (!limiter.allow(from.toString())) throw new RateLimitedError(`more than ${STAGE_MESSAGES_PER_SECOND} stage requests per second`);
       const handler = handlerOf(envelope.type);
       const max = handler.maxTensors ?? 0;
       if (envelope.tensors > max) throw new InvalidMessageError(`${envelope.type} carries at most ${max} tensors, the request announces ${envelope.tensors}`);
-      jobs.authorize(envelope.jobId, from, { delegates: handler.delegates === true });
-      return null;
+      return { handler, job: jobs.authorize(envelope.jobId, from, { delegates: handler.delegates === true }) };
     } catch (err) {
       return err as Error;
     }
   };
   const run = async (p: Pending) => {
-    const { envelope } = p;
+    const { envelope, admitted } = p;
     try {
-      if (p.refused) throw p.refused;
-      const handler = handlerOf(envelope.type);
-      const job = jobs.authorize(envelope.jobId, from, { delegates: handler.delegates === true });
+      if (admitted instanceof Error) throw admitted;
+      const { handler, job } = admitted;
       const bindToStream = () => bound.add(job.jobId);
       const request = { id: envelope.id, type: envelope.type, body: envelope.body, tensors: p.tensors, job, from, bindToStream };
       const reply = await handler.run(request, context);
@@ -130,10 +128,10 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
     } catch (err) {
       // in a chain the job's owner is waiting, not the previous stage: tell the owner
       const replyTo = envelope.type === 'forward' ? replyToOf(envelope.body) : null;
-      const job = replyTo ? tryOwner(jobs, envelope.jobId, from) : null;
-      if (replyTo && job) {
+      const owner = admitted instanceof Error ? null : admitted.job.owner;
+      if (replyTo && owner) {
         context.peers
-          .to({ peerId: job, addrs: [] }, RESULT_PROTOCOL)
+          .to({ peerId: owner, addrs: [] }, RESULT_PROTOCOL)
           .then((owner) => sendQuietly(owner, [encodeControl({ ...errorToWire(err), id: replyTo.requestId })], { stallMs }))
           .catch(() => {});
       } else answerError(envelope.id, err);
@@ -150,7 +148,7 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
         answerError((frame.message as { id?: unknown } | null)?.id ?? null, err);
         return;
       }
-      const p: Pending = { envelope, tensors: [], refused: admit(envelope) };
+      const p: Pending = { envelope, tensors: [], admitted: admit(envelope) };
       if (envelope.tensors === 0) void run(p);
       else pending = p;
       return;
@@ -160,7 +158,7 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
       answerError(frame.tensor.requestId, new InvalidMessageError('a tensor arrived without its request'));
       return;
     }
-    if (!p.refused) p.tensors.push(frame.tensor);
+    if (!(p.admitted instanceof Error)) p.tensors.push(frame.tensor);
     else p.tensors.push({ ...frame.tensor, bytes: new Uint8Array(0) }); // counted, not kept
     if (p.tensors.length === p.envelope.tensors) {
       pending = null;
@@ -173,13 +171,4 @@ function handlerOf(type: string): StageHandler {
   const handler = Object.hasOwn(HANDLERS, type) ? HANDLERS[type] : undefined;
   if (!handler) throw new InvalidMessageError(`unknown stage request '${type}'`);
   return handler;
-}
-
-/** The owner of a job `from` may drive (owner or delegate), or null: errors of chained forwards go to it. */
-function tryOwner(jobs: JobTable, jobId: unknown, from: PeerId): string | null {
-  try {
-    return jobs.authorize(jobId, from, { delegates: true }).owner;
-  } catch {
-    return null;
-  }
 }

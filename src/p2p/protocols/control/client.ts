@@ -1,16 +1,12 @@
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidMessageError, PeerUnreachableError } from '../../../errors.ts';
-import { type DialTarget, dialProtocol } from '../../dial.ts';
+import { type DialTarget, dialProtocol, targetName } from '../../dial.ts';
 import { encodeControl } from '../../frames.ts';
 import { RequestTable } from '../../requests.ts';
 import { obj } from '../../schema.ts';
 import { receiveFrames, sendMessage } from '../../stream.ts';
 import { errorFromWire, isWireError } from '../../wire-errors.ts';
 import { CONTROL_PROTOCOL, REQUEST_TIMEOUT_MS } from './constants.ts';
-
-function who(target: DialTarget): string {
-  return 'peerId' in target ? target.peerId : target.toString();
-}
 
 /**
  * Sends one control request on a fresh stream and waits for its answer. An error answer
@@ -24,7 +20,7 @@ export async function request(
   timeoutMs = REQUEST_TIMEOUT_MS,
   signal?: AbortSignal,
 ): Promise<Record<string, unknown>> {
-  const peer = who(target);
+  const peer = targetName(target);
   const stream = await dialProtocol(node, target, CONTROL_PROTOCOL, signal);
   const table = new RequestTable<Record<string, unknown>>(peer);
   const { id, answer } = table.open(timeoutMs, signal);

@@ -123,8 +123,12 @@ export interface ForwardRequest {
   replyTo: { requestId: number } | null;
 }
 
+function parseReplyTo(v: unknown): { requestId: number } | null {
+  return v === undefined ? null : { requestId: int(obj(v, 'replyTo').requestId, 'replyTo.requestId') };
+}
+
 export function parseForward(m: Record<string, unknown>): ForwardRequest {
-  const replyTo = m.replyTo === undefined ? null : { requestId: int(obj(m.replyTo, 'replyTo').requestId, 'replyTo.requestId') };
+  const replyTo = parseReplyTo(m.replyTo);
   const route = m.route === undefined ? [] : list(m.route, 'route', MAX_ROUTE, peerIdText);
   if (route.length > 0 && !replyTo) fail('a routed forward needs replyTo');
   return { sessionId: parseSessionId(m.sessionId), route, replyTo };
@@ -133,7 +137,7 @@ export function parseForward(m: Record<string, unknown>): ForwardRequest {
 /** The replyTo of a request alone, if it has a well-formed one: errors of chained forwards go there, whatever else is wrong. */
 export function replyToOf(m: Record<string, unknown>): { requestId: number } | null {
   try {
-    return m.replyTo === undefined ? null : { requestId: int(obj(m.replyTo, 'replyTo').requestId, 'replyTo.requestId') };
+    return parseReplyTo(m.replyTo);
   } catch {
     return null;
   }
