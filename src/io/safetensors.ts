@@ -144,6 +144,33 @@ export class SafetensorsReader {
     return new Tensor(out, e.shape);
   }
 
+  /**
+   * Elements [start, start + count) of a float tensor as float32 (F16 and BF16 widened, F64
+   * narrowed): a window of a weight, so a large one is streamed without being held whole.
+   */
+  readFloat32(name: string, start: number, count: number): Float32Array {
+    if (this.fd === null) throw new SafetensorsFormatError(`${this.path}: reader is closed`);
+    const e = this.entry(name);
+    const where = `${this.path} '${name}'`;
+    if (!Number.isSafeInteger(start) || !Number.isSafeInteger(count) || start < 0 || count < 0 || start + count > sizeOf(e.shape)) {
+      throw new SafetensorsFormatError(`${where}: elements [${start}, ${start + count}) are outside its ${sizeOf(e.shape)}`);
+    }
+    if (e.dtype === 'I32' || e.dtype === 'I64') throw new SafetensorsFormatError(`${where}: ${e.dtype} is not a float tensor`);
+    const out = new Float32Array(count);
+    const width = SAFE_DTYPE_BYTES[e.dtype];
+    if (e.dtype === 'F32') {
+      readExactly(this.fd, new Uint8Array(out.buffer), e.begin + 4 * start, where);
+      return out;
+    }
+    const bytes = new Uint8Array(count * width);
+    readExactly(this.fd, bytes, e.begin + width * start, where);
+    const dv = new DataView(bytes.buffer);
+    if (e.dtype === 'F64') for (let i = 0; i < count; i++) out[i] = dv.getFloat64(8 * i, true);
+    else if (e.dtype === 'F16') for (let i = 0; i < count; i++) out[i] = halfToFloat(dv.getUint16(2 * i, true));
+    else for (let i = 0; i < count; i++) out[i] = bfloat16ToFloat(dv.getUint16(2 * i, true));
+    return out;
+  }
+
   close(): void {
     if (this.fd !== null) closeSync(this.fd);
     this.fd = null;
@@ -220,6 +247,92 @@ export function writeSafetensors(
 export const INDEX_FILE = 'model.safetensors.index.json';
 export const SINGLE_FILE = 'model.safetensors';
 
+/** One tensor of a checkpoint to be written: its name, shape and storage type. */
+export interface PlannedTensor {
+  name: string;
+  shape: number[];
+  dtype: SafeDType;
+}
+
+/** The files of a checkpoint: one `model.safetensors`, or shards of at most `maxShardBytes` each (Hugging Face's names). */
+export function planShards(tensors: PlannedTensor[], maxShardBytes = 5 * 1024 ** 3): { file: string; tensors: PlannedTensor[] }[] {
+  const shards: PlannedTensor[][] = [[]];
+  let current = 0;
+  for (const t of tensors) {
+    const n = sizeOf(t.shape) * SAFE_DTYPE_BYTES[t.dtype];
+    if (current > 0 && current + n > maxShardBytes) {
+      shards.push([]);
+      current = 0;
+    }
+    shards[shards.length - 1].push(t);
+    current += n;
+  }
+  if (shards.length === 1) return [{ file: SINGLE_FILE, tensors: shards[0] }];
+  const pad = (i: number) => String(i).padStart(5, '0');
+  return shards.map((ts, i) => ({ file: `model-${pad(i + 1)}-of-${pad(shards.length)}.safetensors`, tensors: ts }));
+}
+
+/** The index of a sharded checkpoint (`model.safetensors.index.json`), for shards as planShards made them. */
+export function writeShardIndex(dir: string, shards: { file: string; tensors: PlannedTensor[] }[]): void {
+  const weightMap: Record<string, string> = {};
+  let total = 0;
+  for (const shard of shards) {
+    for (const t of shard.tensors) {
+      weightMap[t.name] = shard.file;
+      total += sizeOf(t.shape) * SAFE_DTYPE_BYTES[t.dtype];
+    }
+  }
+  writeFileSync(join(dir, INDEX_FILE), `${JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2)}\n`);
+}
+
+/**
+ * A safetensors file written tensor by tensor as the tensors become available: the header
+ * (every name, shape and offset) first, then each tensor in the planned order. Nothing but
+ * the tensor being written is held.
+ */
+export class SafetensorsWriter {
+  private next = 0;
+
+  private constructor(
+    readonly path: string,
+    private fd: number | null,
+    private readonly planned: PlannedTensor[],
+  ) {}
+
+  static create(path: string, planned: PlannedTensor[], metadata?: Record<string, string>): SafetensorsWriter {
+    mkdirSync(dirname(path), { recursive: true });
+    const fd = openSync(path, 'w');
+    writeSync(fd, buildHeader(planned, metadata).bytes);
+    return new SafetensorsWriter(path, fd, planned);
+  }
+
+  /** The name the next `write` must bring, or null when the file is complete. */
+  get expecting(): string | null {
+    return this.planned[this.next]?.name ?? null;
+  }
+
+  /** Writes the next planned tensor (names and shapes must follow the plan). */
+  write(name: string, t: Tensor): void {
+    const planned = this.planned[this.next];
+    if (this.fd === null) throw new SafetensorsFormatError(`${this.path}: writer is closed`);
+    if (!planned || planned.name !== name) throw new SafetensorsFormatError(`${this.path}: expected '${planned?.name ?? 'nothing'}', got '${name}'`);
+    if (planned.shape.length !== t.ndim || planned.shape.some((d, i) => d !== t.shape[i])) {
+      throw new SafetensorsFormatError(`${this.path}: '${name}' was planned as [${planned.shape}], got [${t.shape}]`);
+    }
+    const per = Math.floor(CHUNK_BYTES / SAFE_DTYPE_BYTES[planned.dtype]);
+    for (let start = 0; start < t.size; start += per) writeSync(this.fd, encodeChunk(t, planned.dtype, start, Math.min(per, t.size - start)));
+    this.next++;
+  }
+
+  /** Closes the file; an incomplete one is an error (its header promises tensors that never came). */
+  close(): void {
+    if (this.fd === null) return;
+    closeSync(this.fd);
+    this.fd = null;
+    if (this.next < this.planned.length) throw new SafetensorsFormatError(`${this.path}: closed before '${this.planned[this.next].name}' was written`);
+  }
+}
+
 /**
  * Writes `model.safetensors`, or, when the tensors exceed `maxShardBytes`, shards
  * `model-0000i-of-0000n.safetensors` plus `model.safetensors.index.json` (Hugging Face's layout).
@@ -229,37 +342,15 @@ export function writeCheckpoint(
   tensors: Map<string, Tensor>,
   options: WriteOptions & { maxShardBytes?: number } = {},
 ): string[] {
-  const max = options.maxShardBytes ?? 5 * 1024 ** 3;
-  const shards: [string, Tensor][][] = [[]];
-  let current = 0;
-  let total = 0;
-  for (const entry of tensors) {
-    const n = entry[1].size * SAFE_DTYPE_BYTES[storageType(entry[1], options.dtype)];
-    if (current > 0 && current + n > max) {
-      shards.push([]);
-      current = 0;
-    }
-    shards[shards.length - 1].push(entry);
-    current += n;
-    total += n;
-  }
+  const planned = [...tensors].map(([name, t]) => ({ name, shape: [...t.shape], dtype: storageType(t, options.dtype) }));
+  const shards = planShards(planned, options.maxShardBytes);
   mkdirSync(dir, { recursive: true });
-  if (shards.length === 1) {
-    writeSafetensors(join(dir, SINGLE_FILE), new Map(shards[0]), options);
-    return [SINGLE_FILE];
+  for (const shard of shards) {
+    writeSafetensors(join(dir, shard.file), new Map(shard.tensors.map((t) => [t.name, tensors.get(t.name)!])), options);
   }
-  const pad = (i: number) => String(i).padStart(5, '0');
-  const names = shards.map((_, i) => `model-${pad(i + 1)}-of-${pad(shards.length)}.safetensors`);
-  const weightMap: Record<string, string> = {};
-  shards.forEach((shard, i) => {
-    writeSafetensors(join(dir, names[i]), new Map(shard), options);
-    for (const [name] of shard) weightMap[name] = names[i];
-  });
-  writeFileSync(
-    join(dir, INDEX_FILE),
-    `${JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2)}\n`,
-  );
-  return [...names, INDEX_FILE];
+  if (shards.length === 1) return [SINGLE_FILE];
+  writeShardIndex(dir, shards);
+  return [...shards.map((sh) => sh.file), INDEX_FILE];
 }
 
 /**
@@ -271,7 +362,7 @@ export class Checkpoint {
 
   private constructor(
     readonly dir: string,
-    private readonly fileOf: Map<string, string>,
+    private readonly files: Map<string, string>,
   ) {}
 
   static open(dir: string): Checkpoint {
@@ -307,12 +398,11 @@ export class Checkpoint {
   }
 
   keys(): string[] {
-    return [...this.fileOf.keys()];
+    return [...this.files.keys()];
   }
 
   private reader(name: string): SafetensorsReader {
-    const file = this.fileOf.get(name);
-    if (file === undefined) throw new SafetensorsFormatError(`${this.dir}: no tensor named '${name}'`);
+    const file = this.fileOf(name);
     let r = this.readers.get(file);
     if (r === undefined) {
       r = SafetensorsReader.open(join(this.dir, file));
@@ -329,6 +419,18 @@ export class Checkpoint {
 
   read(name: string): Tensor {
     return this.reader(name).read(name);
+  }
+
+  /** Elements [start, start + count) of a float tensor as float32 (see SafetensorsReader.readFloat32). */
+  readFloat32(name: string, start: number, count: number): Float32Array {
+    return this.reader(name).readFloat32(name, start, count);
+  }
+
+  /** The file that holds a tensor (relative to the directory). */
+  fileOf(name: string): string {
+    const file = this.files.get(name);
+    if (file === undefined) throw new SafetensorsFormatError(`${this.dir}: no tensor named '${name}'`);
+    return file;
   }
 
   /** Reads every tensor (convenient for small models). */

@@ -3,7 +3,7 @@ import { Generator, linear, ZeroGenerator, randn, type Tensor, zeros } from '../
 import type { GPT2Config } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type SectionParts, type SectionRange, sectionParts } from './model.ts';
+  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
 /** GPT-2 as Hugging Face's GPT2LMHeadModel: same module names, same numbers. */
@@ -113,7 +113,8 @@ export class GPT2 extends Module implements CausalLM {
   /** The untied head (null when the head is the token embedding, as in GPT-2, or not in this section). */
   readonly lm_head: LMHead | null;
   readonly layers: readonly ModelLayer[];
-  readonly section: SectionRange;
+  readonly wholeLayers: readonly ModelLayer[];
+  readonly section: ModelPart;
   tokenizer: Tokenizer | null = null;
 
   /**
@@ -122,7 +123,7 @@ export class GPT2 extends Module implements CausalLM {
    */
   constructor(
     readonly config: GPT2Config,
-    options: { seed?: number; init?: boolean; section?: SectionRange } = {},
+    options: { seed?: number; init?: boolean; section?: ModelPart } = {},
   ) {
     super();
     const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
@@ -130,7 +131,8 @@ export class GPT2 extends Module implements CausalLM {
     const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
     this.transformer = this.addModule('transformer', new GPT2Transformer(config, rng, parts));
     this.lm_head = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', new LMHead(config, rng)) : null;
-    this.layers = this.buildLayers().slice(this.section[0], this.section[1]);
+    this.wholeLayers = this.buildLayers();
+    this.layers = partLayers(this.wholeLayers, this.section);
   }
 
   private buildLayers(): ModelLayer[] {

@@ -6,7 +6,8 @@ import { noGrad } from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
 import { GPT2 } from './gpt2.ts';
 import { Llama } from './llama.ts';
-import type { CausalLM } from './model.ts';
+import { ignorableKey, layersOfWeight } from './checkpoint-weights.ts';
+import type { CausalLM, ModelPart } from './model.ts';
 import { HFTokenizer } from './tokenizer.ts';
 
 /**
@@ -14,7 +15,7 @@ import { HFTokenizer } from './tokenizer.ts';
  * @example
  * const model = createModel(gpt2Config({ layers: 2, hidden: 64, heads: 4, vocabSize: 257 }), { seed: 1 })
  */
-export function createModel(config: ModelConfig, options: { seed?: number; init?: boolean; section?: [number, number] } = {}): CausalLM {
+export function createModel(config: ModelConfig, options: { seed?: number; init?: boolean; section?: ModelPart } = {}): CausalLM {
   validateConfig(config);
   return config.arch === 'gpt2' ? new GPT2(config, options) : new Llama(config, options);
 }
@@ -30,11 +31,6 @@ function readJson(path: string, what: string): Record<string, unknown> {
   }
 }
 
-/** Checkpoint keys that are buffers or duplicates of tied weights, never parameters. */
-function ignorable(key: string, tied: boolean): boolean {
-  return /\.attn\.(masked_)?bias$/.test(key) || /rotary_emb\.inv_freq$/.test(key) || (tied && key === 'lm_head.weight');
-}
-
 /** Maps a checkpoint key to the model's name (GPT-2 checkpoints may lack the `transformer.` prefix). */
 function canonicalKey(key: string, expected: Set<string>): string {
   if (!expected.has(key) && expected.has(`transformer.${key}`)) return `transformer.${key}`;
@@ -44,13 +40,16 @@ function canonicalKey(key: string, expected: Set<string>): string {
 /**
  * Loads a Hugging Face model directory: config.json, model.safetensors or a sharded
  * index, and tokenizer.json when present. Key sets and shapes are checked; errors name
- * the key.
+ * the key. With `part`, only that part is built and read (a worker's section, or the user's
+ * ends): the rest of the checkpoint stays on disk.
  * @example
  * const model = await loadModel('models/tiny-gpt2')
+ * const ends = await loadModel('models/big', { part: 'ends' })   // embedding, final norm, head
  */
-export async function loadModel(dir: string): Promise<CausalLM> {
+export async function loadModel(dir: string, options: { part?: ModelPart } = {}): Promise<CausalLM> {
   const config = configFromHF(readJson(join(dir, 'config.json'), 'config.json'));
-  const model = createModel(config, { init: false }); // every weight comes from the checkpoint
+  const part = options.part;
+  const model = createModel(config, { init: false, section: part }); // every weight comes from the checkpoint
   const own = model.hfStateDict();
   const expected = new Set(own.keys());
   const ckpt = Checkpoint.open(dir);
@@ -59,11 +58,12 @@ export async function loadModel(dir: string): Promise<CausalLM> {
     const unexpected: string[] = [];
     noGrad(() => {
       for (const raw of ckpt.keys()) {
-        if (ignorable(raw, config.tieWordEmbeddings)) continue;
+        if (ignorableKey(raw, config.tieWordEmbeddings)) continue;
         const key = canonicalKey(raw, expected);
         const target = own.get(key);
         if (target === undefined) {
-          unexpected.push(raw);
+          // a part skips the weights of other layers; a name no layer has is unexpected either way
+          if (!part || (layersOfWeight(config, raw).length === 0 && layersOfWeight(config, `transformer.${raw}`).length === 0)) unexpected.push(raw);
           continue;
         }
         const info = ckpt.info(raw);

@@ -3,7 +3,7 @@ import { Generator, linear, ZeroGenerator, randn, rotaryEmbedding, type Tensor, 
 import type { LlamaConfig } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type SectionParts, type SectionRange, sectionParts } from './model.ts';
+  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
 /** Llama as Hugging Face's LlamaForCausalLM (and Mistral/Qwen2, which reduce to it). */
@@ -147,13 +147,14 @@ export class Llama extends Module implements CausalLM {
   readonly model: LlamaModel;
   readonly lm_head: Linear | null;
   readonly layers: readonly ModelLayer[];
-  readonly section: SectionRange;
+  readonly wholeLayers: readonly ModelLayer[];
+  readonly section: ModelPart;
   tokenizer: Tokenizer | null = null;
 
   /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
   constructor(
     readonly config: LlamaConfig,
-    options: { seed?: number; init?: boolean; section?: SectionRange } = {},
+    options: { seed?: number; init?: boolean; section?: ModelPart } = {},
   ) {
     super();
     const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
@@ -162,7 +163,8 @@ export class Llama extends Module implements CausalLM {
     this.model = this.addModule('model', new LlamaModel(config, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
-    this.layers = this.buildLayers().slice(this.section[0], this.section[1]);
+    this.wholeLayers = this.buildLayers();
+    this.layers = partLayers(this.wholeLayers, this.section);
   }
 
   private buildLayers(): ModelLayer[] {

@@ -101,10 +101,15 @@ export function layerParameters(layers: readonly ModelLayer[], exclude: Readonly
 /** A causal language model: a Module whose forward is a fold over its layers. */
 export interface CausalLM extends Module {
   readonly config: ModelConfig;
-  /** The part of the model this object holds (the whole model unless built as a section). */
-  readonly section: SectionRange;
-  /** The layers in order: embedding, blocks, final norm, head. */
+  /** The part of the model this object holds (the whole model unless built as a section or as the ends). */
+  readonly section: ModelPart;
+  /** The layers this object holds, in order: embedding, blocks, final norm, head (or those of its part). */
   readonly layers: readonly ModelLayer[];
+  /**
+   * Every layer of the whole model, held or not: names and profiles for planning. Only those
+   * in `layers` can run.
+   */
+  readonly wholeLayers: readonly ModelLayer[];
   tokenizer: Tokenizer | null;
   /**
    * Runs this object's layers: logits [B, T, V] for ids [B, T] on a whole model; on a section,
@@ -129,6 +134,12 @@ export interface ForwardOptions {
  */
 export type SectionRange = [start: number, end: number];
 
+/**
+ * What a model object holds: a section (layers [start, end)), or 'ends', the user's part of a
+ * model it keeps at home: the embedding, the final norm and the head, without the blocks.
+ */
+export type ModelPart = SectionRange | 'ends';
+
 export interface SectionParts {
   embedding: boolean;
   /** Blocks [first, last) by block index. */
@@ -139,8 +150,9 @@ export interface SectionParts {
   tokenTable: boolean;
 }
 
-export function sectionParts(blocks: number, range: SectionRange | undefined, tied: boolean): SectionParts {
+export function sectionParts(blocks: number, range: ModelPart | undefined, tied: boolean): SectionParts {
   const total = blocks + 3;
+  if (range === 'ends') return { embedding: true, blocks: [0, 0], norm: true, head: true, tokenTable: true };
   const [start, end] = range ?? [0, total];
   if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end > total || start >= end) {
     throw new InvalidArgumentError(`section [${start}, ${end}) is not within the model's ${total} layers`);
@@ -154,4 +166,9 @@ export function sectionParts(blocks: number, range: SectionRange | undefined, ti
     head,
     tokenTable: embedding || (head && tied),
   };
+}
+
+/** The layers of `whole` (every layer of a model) that `part` holds. */
+export function partLayers(whole: readonly ModelLayer[], part: ModelPart): ModelLayer[] {
+  return part === 'ends' ? whole.filter((l) => l.kind !== 'block') : whole.slice(part[0], part[1]);
 }

@@ -1,0 +1,233 @@
+import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
+import { Checkpoint } from '../io/index.ts';
+import { configFromHF, type ModelConfig } from './config.ts';
+import type { ModelPart } from './model.ts';
+
+/**
+ * A Hugging Face checkpoint directory seen weight by weight, without loading it: the names
+ * and shapes of any part of the model, each weight's float32 bytes cut into chunks and read
+ * one chunk at a time, and the sha256 of every chunk, computed once and cached. The user
+ * streams a worker's section from here; a worker indexes the checkpoints it holds with it.
+ */
+
+/** Checkpoint keys that are buffers or duplicates of tied weights, never parameters. */
+export function ignorableKey(key: string, tied: boolean): boolean {
+  return /\.attn\.(masked_)?bias$/.test(key) || /rotary_emb\.inv_freq$/.test(key) || (tied && key === 'lm_head.weight');
+}
+
+/**
+ * The layers a weight belongs to, by its Hugging Face name: 0 the embedding, 1..L the blocks,
+ * L + 1 the final norm, L + 2 the head (a token table tied to the head belongs to both ends).
+ * Empty for a name the architecture does not have.
+ */
+export function layersOfWeight(config: ModelConfig, name: string): number[] {
+  const L = config.layers;
+  const tied = config.tieWordEmbeddings;
+  const [table, positions, block, norm] = config.arch === 'gpt2'
+    ? ['transformer.wte.weight', 'transformer.wpe.weight', /^transformer\.h\.(\d+)\./, /^transformer\.ln_f\.(weight|bias)$/]
+    : ['model.embed_tokens.weight', null, /^model\.layers\.(\d+)\./, /^model\.norm\.weight$/];
+  if (name === table) return tied ? [0, L + 2] : [0];
+  if (name === positions) return [0];
+  if (name === 'lm_head.weight') return tied ? [] : [L + 2];
+  if (norm.test(name)) return [L + 1];
+  const m = block.exec(name);
+  if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
+  return [];
+}
+
+/** Whether a part of the model holds layer `layer`. */
+function partHolds(config: ModelConfig, part: ModelPart, layer: number): boolean {
+  if (part === 'ends') return layer === 0 || layer > config.layers;
+  return layer >= part[0] && layer < part[1];
+}
+
+/** One weight of a part: its name and shape. */
+export interface WeightShape {
+  name: string;
+  shape: number[];
+}
+
+/** A file's identity for the hash cache: a changed file is hashed again. */
+interface FileStamp {
+  size: number;
+  mtimeMs: number;
+}
+
+interface HashCache {
+  version: 1;
+  chunkBytes: number;
+  files: Record<string, FileStamp & { hashes: Record<string, string[]> }>;
+}
+
+/** Where hashes of checkpoints are cached by default: `$TENSORLINK_CACHE`, else ~/.cache/tensorlink. */
+export function defaultCacheDir(): string {
+  return process.env.TENSORLINK_CACHE ?? join(homedir(), '.cache', 'tensorlink');
+}
+
+/** Yields to the event loop: long hashing must not starve the sends it overlaps with. */
+const yieldNow = () => new Promise<void>((r) => setImmediate(r));
+
+export class CheckpointWeights {
+  private cache: HashCache;
+  private dirty = false;
+
+  private constructor(
+    readonly dir: string,
+    readonly config: ModelConfig,
+    private readonly ckpt: Checkpoint,
+    /** Model name → checkpoint key (GPT-2 checkpoints may lack the `transformer.` prefix). */
+    private readonly keys: Map<string, string>,
+    private readonly chunkBytes: number,
+    private readonly cacheFile: string | null,
+  ) {
+    this.cache = { version: 1, chunkBytes, files: {} };
+    if (cacheFile) {
+      try {
+        const cached = JSON.parse(readFileSync(cacheFile, 'utf8')) as HashCache;
+        if (cached.version === 1 && cached.chunkBytes === chunkBytes && typeof cached.files === 'object') this.cache = cached;
+      } catch {
+        // no cache yet, or an unreadable one: hash again
+      }
+    }
+  }
+
+  /**
+   * Opens a checkpoint directory (config.json and safetensors files). `chunkBytes` is the size
+   * of the float32 chunks that are hashed; `cacheDir` (null: no cache) keeps their hashes.
+   */
+  static open(dir: string, options: { chunkBytes: number; cacheDir?: string | null }): CheckpointWeights {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+    } catch (cause) {
+      throw new FileNotFoundError(`${dir} holds no readable config.json`, { cause });
+    }
+    if (typeof raw !== 'object' || raw === null) throw new InvalidArgumentError(`${join(dir, 'config.json')} is not a JSON object`);
+    const config = configFromHF(raw as Record<string, unknown>);
+    const ckpt = Checkpoint.open(dir);
+    const keys = new Map<string, string>();
+    for (const key of ckpt.keys()) {
+      if (ignorableKey(key, config.tieWordEmbeddings)) continue;
+      const name = layersOfWeight(config, key).length === 0 && layersOfWeight(config, `transformer.${key}`).length > 0 ? `transformer.${key}` : key;
+      keys.set(name, key);
+    }
+    const cacheDir = options.cacheDir === undefined ? defaultCacheDir() : options.cacheDir;
+    const cacheFile = cacheDir ? join(cacheDir, `${createHash('sha256').update(resolve(dir)).digest('hex').slice(0, 32)}.json`) : null;
+    return new CheckpointWeights(dir, config, ckpt, keys, options.chunkBytes, cacheFile);
+  }
+
+  /** Every weight of the model, by its model name. */
+  names(): string[] {
+    return [...this.keys.keys()];
+  }
+
+  has(name: string): boolean {
+    return this.keys.has(name);
+  }
+
+  private key(name: string): string {
+    const key = this.keys.get(name);
+    if (key === undefined) throw new StateDictError(`the checkpoint in ${this.dir} has no weight '${name}'`, { details: { key: name } });
+    return key;
+  }
+
+  shape(name: string): number[] {
+    return this.ckpt.info(this.key(name)).shape;
+  }
+
+  /** Bytes of a weight as float32. */
+  byteLength(name: string): number {
+    return 4 * this.shape(name).reduce((a, b) => a * b, 1);
+  }
+
+  /**
+   * The weights of a part of the model, in checkpoint order. Every layer of the part must have
+   * its weights: a part that finds none for one of its layers names it.
+   */
+  partWeights(part: ModelPart): WeightShape[] {
+    const out: WeightShape[] = [];
+    const covered = new Set<number>();
+    for (const name of this.keys.keys()) {
+      const layers = layersOfWeight(this.config, name).filter((l) => partHolds(this.config, part, l));
+      if (layers.length === 0) continue;
+      for (const l of layers) covered.add(l);
+      out.push({ name, shape: this.shape(name) });
+    }
+    const [start, end] = part === 'ends' ? [0, this.config.layers + 3] : part;
+    for (let l = start; l < end; l++) {
+      if (partHolds(this.config, part, l) && !covered.has(l)) throw new StateDictError(`the checkpoint in ${this.dir} has no weights for layer ${l}`);
+    }
+    return out;
+  }
+
+  /** Chunks of a weight's float32 bytes (an empty weight is one empty chunk). */
+  chunkCount(name: string): number {
+    return Math.max(1, Math.ceil(this.byteLength(name) / this.chunkBytes));
+  }
+
+  /** Chunk `index` of a weight's float32 bytes (little-endian), read from its file now. */
+  chunk(name: string, index: number): Uint8Array {
+    const per = this.chunkBytes / 4;
+    const total = this.byteLength(name) / 4;
+    const start = index * per;
+    const data = this.ckpt.readFloat32(this.key(name), start, Math.max(0, Math.min(per, total - start)));
+    return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  }
+
+  private stamp(name: string): { file: string } & FileStamp {
+    const file = this.ckpt.fileOf(this.key(name));
+    const st = statSync(join(this.dir, file));
+    return { file, size: st.size, mtimeMs: st.mtimeMs };
+  }
+
+  /** Whether the hashes of a weight are cached (its file unchanged since). */
+  cached(name: string): boolean {
+    const { file, size, mtimeMs } = this.stamp(name);
+    const entry = this.cache.files[file];
+    return entry !== undefined && entry.size === size && entry.mtimeMs === mtimeMs && entry.hashes[this.key(name)] !== undefined;
+  }
+
+  /** The sha256 of each chunk of a weight: from the cache, or read and hashed now (yielding between chunks). */
+  async hashes(name: string): Promise<string[]> {
+    const { file, size, mtimeMs } = this.stamp(name);
+    let entry = this.cache.files[file];
+    if (!entry || entry.size !== size || entry.mtimeMs !== mtimeMs) {
+      entry = { size, mtimeMs, hashes: {} };
+      this.cache.files[file] = entry;
+    }
+    const key = this.key(name);
+    const known = entry.hashes[key];
+    if (known) return known;
+    const out: string[] = [];
+    for (let i = 0; i < this.chunkCount(name); i++) {
+      out.push(createHash('sha256').update(this.chunk(name, i)).digest('hex'));
+      await yieldNow();
+    }
+    entry.hashes[key] = out;
+    this.dirty = true;
+    return out;
+  }
+
+  /** Writes new hashes to the cache file (a cache that cannot be written is only slower next time). */
+  saveCache(): void {
+    if (!this.cacheFile || !this.dirty) return;
+    try {
+      mkdirSync(join(this.cacheFile, '..'), { recursive: true });
+      const tmp = `${this.cacheFile}.${process.pid}.tmp`;
+      writeFileSync(tmp, JSON.stringify(this.cache));
+      renameSync(tmp, this.cacheFile);
+      this.dirty = false;
+    } catch {
+      // read-only home or cache directory: hashes are computed again next time
+    }
+  }
+
+  close(): void {
+    this.saveCache();
+    this.ckpt.close();
+  }
+}
