@@ -320,7 +320,9 @@ export class SafetensorsWriter {
       throw new SafetensorsFormatError(`${this.path}: '${name}' was planned as [${planned.shape}], got [${t.shape}]`);
     }
     const per = Math.floor(CHUNK_BYTES / SAFE_DTYPE_BYTES[planned.dtype]);
-    for (let start = 0; start < t.size; start += per) writeSync(this.fd, encodeChunk(t, planned.dtype, start, Math.min(per, t.size - start)));
+    for (let start = 0; start < t.size; start += per) {
+      writeSync(this.fd, encodeChunk(t, planned.dtype, start, Math.min(per, t.size - start)));
+    }
     this.next++;
   }
 
