@@ -7,8 +7,8 @@ import { configFromHF, configToHF, type ModelConfig, validateConfig } from './co
 import { GPT2 } from './gpt2.ts';
 import { Llama } from './llama.ts';
 import { ignorableKey, layersOfWeight } from './checkpoint-weights.ts';
-import type { CausalLM, ModelPart } from './model.ts';
-import { HFTokenizer } from './tokenizer.ts';
+import { type CausalLM, type ModelLayer, type ModelPart, partLayers } from './model.ts';
+import { HFTokenizer, type Tokenizer } from './tokenizer.ts';
 
 /**
  * Builds a randomly initialised model; the same seed gives the same weights everywhere.
@@ -18,6 +18,23 @@ import { HFTokenizer } from './tokenizer.ts';
 export function createModel(config: ModelConfig, options: { seed?: number; init?: boolean; section?: ModelPart } = {}): CausalLM {
   validateConfig(config);
   return config.arch === 'gpt2' ? new GPT2(config, options) : new Llama(config, options);
+}
+
+/**
+ * Every layer of a model (names and profiles, for planning and budgets) without allocating its
+ * weights: only the final norm is built.
+ */
+export function modelLayers(config: ModelConfig): readonly ModelLayer[] {
+  return createModel(config, { section: [config.layers + 1, config.layers + 2] }).wholeLayers;
+}
+
+/** Bytes of the weights of a part of a model at float32 (a head tied to an embedding of the same part counted once). */
+export function partBytes(config: ModelConfig, part: ModelPart): number {
+  const layers = modelLayers(config);
+  const held = partLayers(layers, part);
+  let bytes = held.reduce((sum, l) => sum + l.profile().bytes, 0);
+  if (config.tieWordEmbeddings && held.includes(layers[0]) && held.includes(layers[layers.length - 1])) bytes -= layers[layers.length - 1].profile().bytes;
+  return bytes;
 }
 
 function readJson(path: string, what: string): Record<string, unknown> {
@@ -87,12 +104,16 @@ export async function loadModel(dir: string, options: { part?: ModelPart } = {})
   } finally {
     ckpt.close();
   }
-  const tokPath = join(dir, 'tokenizer.json');
-  if (existsSync(tokPath)) {
-    const tokConfigPath = join(dir, 'tokenizer_config.json');
-    model.tokenizer = new HFTokenizer(readJson(tokPath, 'tokenizer.json'), existsSync(tokConfigPath) ? readJson(tokConfigPath, 'tokenizer_config.json') : {});
-  }
+  model.tokenizer = loadTokenizer(dir);
   return model;
+}
+
+/** The tokenizer of a Hugging Face directory (tokenizer.json, with tokenizer_config.json if present), or null if it has none. */
+export function loadTokenizer(dir: string): HFTokenizer | null {
+  const tokPath = join(dir, 'tokenizer.json');
+  if (!existsSync(tokPath)) return null;
+  const tokConfigPath = join(dir, 'tokenizer_config.json');
+  return new HFTokenizer(readJson(tokPath, 'tokenizer.json'), existsSync(tokConfigPath) ? readJson(tokConfigPath, 'tokenizer_config.json') : {});
 }
 
 /**
@@ -100,14 +121,19 @@ export async function loadModel(dir: string, options: { part?: ModelPart } = {})
  * and tokenizer.json: a directory Hugging Face transformers loads.
  */
 export async function saveModel(model: CausalLM, dir: string, options: { maxShardBytes?: number } = {}): Promise<string[]> {
+  const files = writeModelFiles(dir, model.config, model.tokenizer);
+  return [...files, ...writeCheckpoint(dir, model.hfStateDict(), { metadata: { format: 'pt' }, maxShardBytes: options.maxShardBytes })];
+}
+
+/** Everything of a Hugging Face directory but the weights: config.json, generation_config.json and tokenizer.json. */
+export function writeModelFiles(dir: string, config: ModelConfig, tokenizer: Tokenizer | null): string[] {
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'config.json'), `${JSON.stringify(configToHF(model.config), null, 2)}\n`);
-  const files = writeCheckpoint(dir, model.hfStateDict(), { metadata: { format: 'pt' }, maxShardBytes: options.maxShardBytes });
-  const generation = { bos_token_id: model.config.bosTokenId, eos_token_id: model.config.eosTokenId };
+  writeFileSync(join(dir, 'config.json'), `${JSON.stringify(configToHF(config), null, 2)}\n`);
+  const generation = { bos_token_id: config.bosTokenId, eos_token_id: config.eosTokenId };
   writeFileSync(join(dir, 'generation_config.json'), `${JSON.stringify(generation, null, 2)}\n`);
-  const out = ['config.json', ...files, 'generation_config.json'];
-  if (model.tokenizer) {
-    writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(model.tokenizer.toJSON()));
+  const out = ['config.json', 'generation_config.json'];
+  if (tokenizer) {
+    writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tokenizer.toJSON()));
     out.push('tokenizer.json');
   }
   return out;

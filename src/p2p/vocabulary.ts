@@ -14,6 +14,8 @@ export type Tier = 'A' | 'B' | 'C';
 export interface Capabilities {
   /** Memory the worker offers for model sections, in bytes. */
   memoryBytes: number;
+  /** Of that, what its jobs do not hold now (weights, training state, activations, KV caches); absent: all of it. */
+  memoryFreeBytes?: number;
   /** Measured matrix-product speed of its engine. */
   gflops: number;
   /** A ≥ 20 TFLOPS, B 5–20, C < 5. */
@@ -68,6 +70,9 @@ export interface WorkCounters {
   optimizerSteps: number;
   /** Tokens through its training forwards. */
   trainTokens: number;
+  /** Bytes of weights sent to it for loads, and bytes it found in its own store or checkpoints instead. */
+  weightBytesReceived: number;
+  weightBytesReused: number;
 }
 
 /** Limits of the vocabulary, each with its reason. */
@@ -95,6 +100,7 @@ export function parseCapabilities(v: unknown): Capabilities {
   if (typeof backend !== 'string' || backend.length > 32) fail('capabilities.backend must be a short string');
   return {
     memoryBytes: finite(o.memoryBytes, 'capabilities.memoryBytes'),
+    ...(o.memoryFreeBytes === undefined ? {} : { memoryFreeBytes: finite(o.memoryFreeBytes, 'capabilities.memoryFreeBytes', 0) }),
     gflops: finite(o.gflops, 'capabilities.gflops', 0, 1e9),
     tier,
     cores: finite(o.cores, 'capabilities.cores', 1, 4096),
@@ -164,11 +170,19 @@ export function parseAssignment(v: unknown): StageAssignment[] {
 export function parseWorkCounters(v: unknown): WorkCounters {
   const o = obj(v, 'work');
   const n = (k: keyof WorkCounters) => finite(o[k], `work.${k}`);
-  return { forwards: n('forwards'), trainForwards: n('trainForwards'), trainBackwards: n('trainBackwards'), optimizerSteps: n('optimizerSteps'), trainTokens: n('trainTokens') };
+  return {
+    forwards: n('forwards'),
+    trainForwards: n('trainForwards'),
+    trainBackwards: n('trainBackwards'),
+    optimizerSteps: n('optimizerSteps'),
+    trainTokens: n('trainTokens'),
+    weightBytesReceived: n('weightBytesReceived'),
+    weightBytesReused: n('weightBytesReused'),
+  };
 }
 
 export function newWorkCounters(): WorkCounters {
-  return { forwards: 0, trainForwards: 0, trainBackwards: 0, optimizerSteps: 0, trainTokens: 0 };
+  return { forwards: 0, trainForwards: 0, trainBackwards: 0, optimizerSteps: 0, trainTokens: 0, weightBytesReceived: 0, weightBytesReused: 0 };
 }
 
 /** Job ids name jobs on workers and in logs: short, and safe as file and key names. */

@@ -15,6 +15,31 @@ function prefix(values: number[]): number[] {
   return out;
 }
 
+function mib(bytes: number): string {
+  return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
+}
+
+/**
+ * Why contiguous sections cannot fit although the memory adds up (the devices' spare room is
+ * split into pieces no layer fits): the largest devices first, each taking layers in order while
+ * they fit; the first layer left over is named with what is missing.
+ */
+function shortfall(layers: LayerCost[], devices: Device[]): PlanInfeasibleError {
+  const free = [...devices].sort((a, b) => b.memoryBytes - a.memoryBytes).map((d) => d.memoryBytes);
+  let d = 0;
+  let i = 0;
+  while (i < layers.length && d < free.length) {
+    if (layers[i].bytes <= free[d]) free[d] -= layers[i++].bytes;
+    else d++;
+  }
+  const rest = layers.slice(i).reduce((sum, l) => sum + l.bytes, 0);
+  const name = layers[Math.min(i, layers.length - 1)].name;
+  return new PlanInfeasibleError(
+    `no contiguous split fits: from layer ${name} on, ${mib(rest)} of layers find no device with room (each device's spare memory is smaller than the next layer; about ${mib(rest)} short)`,
+    { details: { layer: name, needed: rest } },
+  );
+}
+
 function checkInputs(layers: LayerCost[], devices: Device[]): void {
   if (layers.length === 0) throw new InvalidArgumentError('a model needs at least one layer to plan');
   if (devices.length === 0) throw new PlanInfeasibleError('no devices are available');
@@ -69,8 +94,8 @@ function assertFits(plan: Plan, devices: Device[], layers: LayerCost[]): Plan {
     const d = byId.get(s.device)!;
     if (s.bytes > d.memoryBytes) {
       throw new PlanInfeasibleError(
-        `${plan.strategy}: layers ${layers[s.start].name}..${layers[s.end - 1].name} need ${s.bytes} bytes, device ${d.id} offers ${d.memoryBytes} (${s.bytes - d.memoryBytes} short)`,
-        { details: { device: d.id, needed: s.bytes, offered: d.memoryBytes } },
+        `${plan.strategy}: layers ${layers[s.start].name}..${layers[s.end - 1].name} need ${mib(s.bytes)}, device ${d.id} offers ${mib(d.memoryBytes)} (${mib(s.bytes - d.memoryBytes)} short)`,
+        { details: { layer: layers[s.start].name, device: d.id, needed: s.bytes, offered: d.memoryBytes } },
       );
     }
   }
@@ -236,12 +261,16 @@ export function layerAware(layers: LayerCost[], devices: Device[], options: { to
   const largest = Math.max(...devices.map((d) => d.memoryBytes));
   const biggest = layers.reduce((a, b) => (b.bytes > a.bytes ? b : a));
   if (biggest.bytes > largest) {
-    throw new PlanInfeasibleError(`layer ${biggest.name} needs ${biggest.bytes} bytes, the largest device offers ${largest} (${biggest.bytes - largest} short)`);
+    throw new PlanInfeasibleError(`layer ${biggest.name} needs ${mib(biggest.bytes)}, the largest device offers ${mib(largest)} (${mib(biggest.bytes - largest)} short)`, {
+      details: { layer: biggest.name, needed: biggest.bytes, offered: largest },
+    });
   }
   const totalBytes = layers.reduce((s, l) => s + l.bytes, 0);
   const totalMemory = devices.reduce((s, d) => s + d.memoryBytes, 0);
   if (totalBytes > totalMemory) {
-    throw new PlanInfeasibleError(`the model needs ${totalBytes} bytes, all devices together offer ${totalMemory} (${totalBytes - totalMemory} short)`);
+    throw new PlanInfeasibleError(`the model needs ${mib(totalBytes)}, all devices together offer ${mib(totalMemory)} (${mib(totalBytes - totalMemory)} short)`, {
+      details: { needed: totalBytes, offered: totalMemory },
+    });
   }
   const orders: Device[][] = [];
   if (devices.length <= EXACT_DEVICES) {
@@ -260,7 +289,7 @@ export function layerAware(layers: LayerCost[], devices: Device[], options: { to
     const r = bestForOrder(layers, order, tokens, links);
     if (r && (best === null || r.bottleneck < best.bottleneck * (1 - 1e-12))) best = { order, cuts: r.cuts, bottleneck: r.bottleneck };
   }
-  if (best === null) throw new PlanInfeasibleError('no order of the devices fits the model in their memory');
+  if (best === null) throw shortfall(layers, devices);
   return assertFits(buildPlan('layer-aware', layers, best.order, best.cuts, tokens, links), devices, layers);
 }
 

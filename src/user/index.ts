@@ -1,7 +1,9 @@
 /** The user's room: `distribute` and the distributed job, remote stages, the result inbox, the validator's peer list. */
 export { distribute, type DistributeOptions } from './distribute.ts';
-export { DistributedJob, type DistributedModel, type DistributedTrainerOptions, type JobStage } from './job.ts';
+export { DistributedJob, type DistributedModel, type DistributedTrainerOptions, type JobStage, LOAD_CONCURRENCY } from './job.ts';
 export { listPeers, listWorkers } from './peers.ts';
-export { controlAnswer, type LoadOptions, RemoteStage, tensorAnswer } from './remote-stage.ts';
+export { controlAnswer, type LoadOptions, type LoadProgress, type LoadResult, RemoteStage, tensorAnswer } from './remote-stage.ts';
+export { checkpointSource, type SectionSource, tensorSource } from './section-source.ts';
+export { modelFromCheckpoint, modelInMemory, type UserModel } from './user-model.ts';
 export { RemoteTrainStage } from './remote-train.ts';
 export { ResultInbox } from './result-inbox.ts';

@@ -1,16 +1,22 @@
 import { randomUUID } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError } from '../errors.ts';
+import { join } from 'node:path';
+import { planShards, type PlannedTensor, SafetensorsWriter, writeShardIndex } from '../io/index.ts';
 import {
-  type CausalLM, configToHF, defaultPositions, type GenerateOptions, generateWith, runLayers, type StepModel,
+  type CausalLM, configToHF, defaultPositions, type GenerateOptions, generateWith, runLayers, type StepModel, writeModelFiles,
 } from '../models/index.ts';
 import type { PeerTarget, StageAssignment } from '../p2p/index.ts';
-import { type PipelineStage, PipelineTrainer, type ScheduleName, sectionWeights, userEnds } from '../pipeline/index.ts';
+import { type PipelineStage, PipelineTrainer, type ScheduleName, userEnds } from '../pipeline/index.ts';
 import type { Plan } from '../plan/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
-import { RemoteStage } from './remote-stage.ts';
+import { type LoadProgress, type LoadResult, RemoteStage } from './remote-stage.ts';
 import { RemoteTrainStage } from './remote-train.ts';
 import type { ResultInbox } from './result-inbox.ts';
+import type { UserModel } from './user-model.ts';
+
+/** Sections loaded at once: each holds a few chunks in flight, so the user's memory stays bounded however many workers there are. */
+export const LOAD_CONCURRENCY = 4;
 
 export interface DistributedTrainerOptions {
   /** AdamW on every holder of parameters (the only optimizer so far). */
@@ -44,8 +50,10 @@ export interface DistributedModel {
   optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>>;
   /** Gives every holder (replicas too) its parameters' optimizer state: resuming from a checkpoint. */
   setOptimizerState(state: Map<string, { moments: Tensor; step: number }>): Promise<void>;
-  /** Brings the workers' current weights into the user's model (to save it, or to run it alone) and returns it. */
+  /** Brings the workers' current weights into the user's model (to run it alone) and returns it: only when the user holds the whole model. */
   pull(): Promise<CausalLM>;
+  /** Writes the model as it is now to a Hugging Face directory, weight by weight as they arrive from the workers. */
+  save(dir: string, options?: { maxShardBytes?: number }): Promise<string[]>;
   /** Ends the job: every worker frees its section, caches and training state. */
   close(): Promise<void>;
 }
@@ -69,17 +77,27 @@ export class DistributedJob implements DistributedModel {
   private training: RemoteTrainStage[][] = [];
   private readonly keepEnds: boolean;
 
+  private readonly onProgress: ((stage: JobStage, progress: LoadProgress) => void) | undefined;
+
   constructor(
     private readonly node: Libp2p,
     readonly jobId: string,
-    readonly model: CausalLM,
+    /** What the user holds of the model: its ends (or the whole model) and where sections come from. */
+    readonly source: UserModel,
     readonly plan: Plan,
     private readonly sections: JobStage[][],
     /** Where chained results arrive; null: the user relays hidden states between workers. */
     private readonly inbox: ResultInbox | null,
-    options: { keepEnds: boolean },
+    options: { keepEnds: boolean; onProgress?: (stage: JobStage, progress: LoadProgress) => void },
   ) {
     this.keepEnds = options.keepEnds;
+    this.onProgress = options.onProgress;
+  }
+
+  /** The user's own layers (its ends); a typed error when it keeps none. */
+  private get ends(): CausalLM {
+    if (!this.source.ends) throw new InvalidArgumentError('this job keeps no layers on the user\'s side (privacy \'none\')');
+    return this.source.ends;
   }
 
   get assignment(): { peerId: string; start: number; end: number; replica: number }[] {
@@ -96,18 +114,29 @@ export class DistributedJob implements DistributedModel {
     return this.sections.map((copies) => copies[0]);
   }
 
-  /** Loads every section on its worker (the first replica of each section after the previous one's, for the chain). */
-  async load(): Promise<void> {
+  /**
+   * Loads every section on its worker, LOAD_CONCURRENCY at a time: each streams from the
+   * user's source while the others do, so the user holds only the chunks in flight.
+   */
+  async load(): Promise<LoadResult[]> {
     const assignment = this.fullAssignment();
-    for (const [i, copies] of this.sections.entries()) {
-      for (const s of copies) await this.loadStage(i, s, assignment);
-    }
+    const stages = this.sections.flatMap((copies, i) => copies.map((s) => ({ i, s })));
+    const results: LoadResult[] = new Array(stages.length);
+    let next = 0;
+    const lane = async () => {
+      while (next < stages.length) {
+        const k = next++;
+        results[k] = await this.loadStage(stages[k].i, stages[k].s, assignment);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(LOAD_CONCURRENCY, stages.length) }, lane));
+    return results;
   }
 
-  private async loadStage(section: number, s: JobStage, assignment: StageAssignment[]): Promise<void> {
+  private async loadStage(section: number, s: JobStage, assignment: StageAssignment[]): Promise<LoadResult> {
     const range: [number, number] = [s.where.start, s.where.end];
-    const weights = sectionWeights(this.model, range);
-    await s.remote.load(configToHF(this.model.config), range, weights, this.upstreamOf(section, s), { assignment });
+    const onProgress = this.onProgress ? (p: LoadProgress) => this.onProgress!(s, p) : undefined;
+    return s.remote.load(configToHF(this.source.config), range, this.source.section(range), { upstream: this.upstreamOf(section, s), assignment, onProgress });
   }
 
   /** The peer that passes activations to this stage: the previous section's first replica, in a chain. */
@@ -148,21 +177,23 @@ export class DistributedJob implements DistributedModel {
     );
   }
 
-  private runEnd(range: [number, number], x: Tensor, positions: Tensor): Tensor {
-    return noGrad(() => runLayers(this.model.layers.slice(range[0], range[1]), x, { positions }, this.model.config.maxPositions));
+  /** Runs the user's first end (the embedding) or its last (final norm and head): the first layer it holds, or the last two. */
+  private runEnd(which: 'first' | 'last', x: Tensor, positions: Tensor): Tensor {
+    const layers = this.ends.layers;
+    const run = which === 'first' ? layers.slice(0, 1) : layers.slice(layers.length - 2);
+    return noGrad(() => runLayers(run, x, { positions }, this.source.config.maxPositions));
   }
 
   /** One step of a session through the job: the user's first end, the workers, the user's last end. */
   private stepModel(sessionId: string): StepModel {
-    const layerCount = this.model.config.layers;
-    const total = layerCount + 3;
+    const config = this.source.config;
     return {
-      maxPositions: this.model.config.maxPositions,
-      eosTokenId: this.model.tokenizer?.eosTokenId ?? this.model.config.eosTokenId ?? null,
+      maxPositions: config.maxPositions,
+      eosTokenId: this.source.tokenizer?.eosTokenId ?? config.eosTokenId ?? null,
       step: async (ids, opts) => {
         const positions = opts.positions!;
         const keyMask = opts.keyMask ?? null;
-        let x: Tensor = this.keepEnds ? this.runEnd([0, 1], ids, positions) : ids;
+        let x: Tensor = this.keepEnds ? this.runEnd('first', ids, positions) : ids;
         const route = this.route();
         if (this.inbox) {
           const { requestId, result } = this.inbox.expect(new Set(route.map((s) => s.where.peerId)));
@@ -172,7 +203,7 @@ export class DistributedJob implements DistributedModel {
         } else {
           for (const s of route) x = await s.remote.forward(sessionId, x, positions, keyMask);
         }
-        return this.keepEnds ? this.runEnd([layerCount + 1, total], x, positions) : x;
+        return this.keepEnds ? this.runEnd('last', x, positions) : x;
       },
     };
   }
@@ -213,7 +244,7 @@ export class DistributedJob implements DistributedModel {
     await Promise.all(handles.flat().map((h) => h.setup({ ...executor, peers })));
     this.training = handles;
     const middle: PipelineStage[] = handles.map((hs) => ({ replicas: hs }));
-    const ends = this.keepEnds ? userEnds(this.model, executor) : null;
+    const ends = this.keepEnds ? userEnds(this.ends, executor) : null;
     this.pipeline = new PipelineTrainer(ends ? [ends.first, ...middle, ends.last] : middle, {
       lr: o.optimizer.lr,
       totalSteps: o.totalSteps,
@@ -240,11 +271,46 @@ export class DistributedJob implements DistributedModel {
   }
 
   async pull(): Promise<CausalLM> {
-    for (const copies of this.training) this.model.loadStateDict(await copies[0].weights(), { strict: false });
-    return this.model;
+    const model = this.source.whole;
+    if (!model) throw new InvalidArgumentError('the user holds only the ends of this model: write its weights with save(dir) instead of pulling them into memory');
+    for (const copies of this.sections) {
+      const { remote, where } = copies[0];
+      for (const w of this.source.section([where.start, where.end]).weights) model.loadStateDict(new Map([[w.name, await remote.weight(w.name)]]), { strict: false });
+    }
+    return model;
+  }
+
+  /**
+   * Writes the model as it is now (the user's ends and every worker's section) to `dir` in
+   * Hugging Face's layout, sharded above `maxShardBytes`: each weight is fetched from its first
+   * holder and written as it arrives, so the user never holds more than one weight.
+   */
+  async save(dir: string, options: { maxShardBytes?: number } = {}): Promise<string[]> {
+    const from = new Map<string, () => Promise<Tensor>>();
+    const planned: PlannedTensor[] = [];
+    const add = (name: string, shape: readonly number[], get: () => Promise<Tensor>) => {
+      if (from.has(name)) return; // a tied table held at both ends is written once
+      from.set(name, get);
+      planned.push({ name, shape: [...shape], dtype: 'F32' });
+    };
+    if (this.keepEnds) for (const [name, t] of this.ends.hfStateDict()) add(name, t.shape, async () => t);
+    for (const copies of this.sections) {
+      const { remote, where } = copies[0];
+      for (const w of this.source.section([where.start, where.end]).weights) add(w.name, w.shape, () => remote.weight(w.name));
+    }
+    writeModelFiles(dir, this.source.config, this.source.tokenizer);
+    const shards = planShards(planned, options.maxShardBytes);
+    for (const shard of shards) {
+      const writer = SafetensorsWriter.create(join(dir, shard.file), shard.tensors, { format: 'pt' });
+      for (const t of shard.tensors) writer.write(t.name, await from.get(t.name)!());
+      writer.close();
+    }
+    if (shards.length > 1) writeShardIndex(dir, shards);
+    return shards.map((sh) => sh.file);
   }
 
   async close(): Promise<void> {
     await Promise.all(this.sections.flat().map((s) => s.remote.close()));
+    this.source.close();
   }
 }

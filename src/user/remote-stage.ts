@@ -2,11 +2,12 @@ import type { Libp2p, Stream } from '@libp2p/interface';
 import type { Multiaddr } from '@multiformats/multiaddr';
 import { InvalidMessageError, PeerUnreachableError } from '../errors.ts';
 import {
-  chunksOf, dialProtocol, encodeControl, encodeTensor, errorFromWire, type Frame, fromWire, isWireError,
-  parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL, STAGE_REQUEST_TIMEOUT_MS,
+  dialProtocol, encodeControl, encodeTensor, errorFromWire, type Frame, fromWire, isWireError,
+  parseLoadedAnswer, parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL, STAGE_REQUEST_TIMEOUT_MS, TRAIN_REQUEST_TIMEOUT_MS,
   type StageAssignment, targetName, toWire, type WireTensor,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
+import type { SectionSource } from './section-source.ts';
 
 /** The control answer of a request (a typed error when a tensor came instead). */
 export function controlAnswer(frame: Frame, what: string): Record<string, unknown> {
@@ -20,12 +21,35 @@ export function tensorAnswer(frame: Frame, what: string): Tensor {
   return fromWire(frame.tensor);
 }
 
+/** How far a section's load has come. */
+export interface LoadProgress {
+  /** Bytes of the section settled: sent, or found on the worker. */
+  done: number;
+  /** Bytes sent over the network so far. */
+  sent: number;
+  /** Bytes of the whole section. */
+  total: number;
+  /** Chunks sent so far. */
+  chunks: number;
+}
+
 /** Options of a section's load. */
 export interface LoadOptions {
+  /** The previous stage of a chain (a peer id): it may pass activations on to this one. */
+  upstream?: string;
   /** Every section of the job: the only peers this worker may send the job's activations and gradients to. */
   assignment?: StageAssignment[];
   signal?: AbortSignal;
-  onChunk?: (sent: number, needed: number) => void;
+  /** Called after each manifest and each chunk. */
+  onProgress?: (progress: LoadProgress) => void;
+}
+
+/** What a load moved: chunks sent of the distinct chunks listed, and bytes sent and found on the worker. */
+export interface LoadResult {
+  chunksSent: number;
+  chunks: number;
+  bytesSent: number;
+  bytesReused: number;
 }
 
 /**
@@ -87,44 +111,65 @@ export class RemoteStage {
   }
 
   /**
-   * Builds a section on the worker: sends the manifest (each weight as the sha256 addresses of
-   * its chunks), then only the chunks the worker lacks (it may hold them from an earlier job, a
-   * load broken off, or its disk), each hash-checked on arrival. `upstream` (the previous stage
-   * of a chain, by peer id) may pass activations on to this one. Returns how many chunks went.
+   * Builds a section on the worker from `source`: the worker reserves its memory and builds it
+   * empty, then weight by weight the user sends a manifest (the sha256 of each chunk) and only
+   * the chunks the worker lacks (it may hold them from an earlier job, a load broken off, or a
+   * checkpoint on its disk), each hash-checked and written into place on arrival. The next
+   * weight is hashed while this one's chunks are in flight; only chunks in flight are held.
    */
-  async load(
-    config: Record<string, unknown>,
-    section: [number, number],
-    weights: Map<string, Tensor>,
-    upstream?: string,
-    options: LoadOptions = {},
-  ): Promise<{ chunksSent: number; chunks: number }> {
-    const chunks = new Map<string, Uint8Array>();
-    const manifest = [...weights].map(([name, t]) => {
-      const parts = chunksOf(t);
-      for (const c of parts) chunks.set(c.sha, c.bytes);
-      return { name, shape: [...t.shape], chunks: parts.map((c) => c.sha) };
-    });
-    const extra = { ...(upstream ? { upstream } : {}), ...(options.assignment ? { assignment: options.assignment } : {}) };
-    const answer = await this.call({ type: 'load', config, section, weights: manifest, ...extra }, []);
-    const need = parseNeedAnswer(controlAnswer(answer, 'load'), new Set(chunks.keys()));
-    let sent = 0;
-    for (const sha of need) {
-      // a load stopped here resumes later: the worker keeps the chunks that arrived
-      if (options.signal?.aborted) throw new PeerUnreachableError(`the load of section [${section}) was stopped after ${sent} of ${need.length} chunks`);
-      const bytes = chunks.get(sha)!;
-      const id = this.table.unanswered();
-      await this.send(id, { type: 'chunk', sha }, [{ requestId: id, dtype: 'float32', shape: [bytes.length / 4], bytes }], options.signal);
-      options.onChunk?.(++sent, need.length);
+  async load(config: Record<string, unknown>, section: [number, number], source: SectionSource, options: LoadOptions = {}): Promise<LoadResult> {
+    const extra = { ...(options.upstream ? { upstream: options.upstream } : {}), ...(options.assignment ? { assignment: options.assignment } : {}) };
+    await this.call({ type: 'load', config, section, ...extra }, []);
+    const weights = source.weights;
+    const size = (w: { shape: number[] }) => 4 * w.shape.reduce((a, b) => a * b, 1);
+    const progress: LoadProgress = { done: 0, sent: 0, total: weights.reduce((sum, w) => sum + size(w), 0), chunks: 0 };
+    const result: LoadResult = { chunksSent: 0, chunks: 0, bytesSent: 0, bytesReused: 0 };
+    const distinct = new Set<string>();
+    const hashing = weights.map(() => null as Promise<string[]> | null);
+    const hashesOf = (i: number) => {
+      hashing[i] ??= source.hashes(weights[i].name);
+      hashing[i]!.catch(() => {}); // awaited below; a failure while an earlier weight is sending is not unhandled
+      return hashing[i]!;
+    };
+    for (const [i, w] of weights.entries()) {
+      const chunks = await hashesOf(i);
+      if (i + 1 < weights.length) void hashesOf(i + 1);
+      for (const sha of chunks) distinct.add(sha);
+      result.chunks = distinct.size;
+      const answer = await this.call({ type: 'manifest', weights: [{ name: w.name, shape: w.shape, chunks }] }, []);
+      const need = parseNeedAnswer(controlAnswer(answer, 'manifest'), new Set(chunks));
+      let sentHere = 0;
+      for (const sha of need) {
+        // a load stopped here resumes later: a worker with a data directory keeps the chunks that arrived
+        if (options.signal?.aborted) throw new PeerUnreachableError(`the load of section [${section}) was stopped after ${result.chunksSent} chunks`);
+        const bytes = source.chunk(w.name, chunks.indexOf(sha));
+        const id = this.table.unanswered();
+        await this.send(id, { type: 'chunk', sha }, [{ requestId: id, dtype: 'float32', shape: [bytes.length / 4], bytes }], options.signal);
+        result.chunksSent++;
+        progress.chunks++;
+        sentHere += bytes.length;
+        progress.sent += bytes.length;
+        progress.done += bytes.length;
+        options.onProgress?.({ ...progress });
+      }
+      progress.done += size(w) - sentHere;
+      options.onProgress?.({ ...progress });
     }
-    await this.call({ type: 'assemble' }, []);
-    return { chunksSent: need.length, chunks: chunks.size };
+    const loaded = parseLoadedAnswer(controlAnswer(await this.call({ type: 'assemble' }, []), 'assemble'));
+    result.bytesSent = loaded.received;
+    result.bytesReused = loaded.reused;
+    return result;
   }
 
   /** Runs the section for one session (the worker keeps its KV cache). */
   async forward(sessionId: string, input: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
     const frame = await this.call({ type: 'forward', sessionId }, keyMask ? [input, positions, keyMask] : [input, positions]);
     return tensorAnswer(frame, 'forward');
+  }
+
+  /** One weight of the section as the worker holds it now (trained, if it trains). */
+  async weight(name: string): Promise<Tensor> {
+    return tensorAnswer(await this.call({ type: 'weight', name }, [], TRAIN_REQUEST_TIMEOUT_MS), 'weight');
   }
 
   async closeSession(sessionId: string): Promise<void> {

@@ -53,7 +53,7 @@ export class RemoteTrainStage implements StageHandle {
 
   async weights(): Promise<Map<string, Tensor>> {
     const out = new Map<string, Tensor>();
-    for (const name of this.names) out.set(name, tensorAnswer(await this.call({ type: 'weight', name }), 'weight'));
+    for (const name of this.names) out.set(name, await this.stage.weight(name));
     return out;
   }
 

@@ -3,5 +3,7 @@ export { measureCapabilities } from './capabilities.ts';
 export { ChunkStore } from './chunk-store.ts';
 export { JobTable, MAX_JOBS_PER_WORKER, type JobEntry } from './jobs.ts';
 export { type StageServer, type StageServerOptions, serveStages } from './stage-server.ts';
-export { TRAINING_BYTES_PER_PARAM } from './handlers/train.ts';
+export { activationBytes } from './handlers/train.ts';
+export { type JobMemory, MemoryBudget, type MemoryUse } from './memory.ts';
+export { ModelIndex } from './model-index.ts';
 export { ANNOUNCE_INTERVAL_MS, PROBE_INTERVAL_MS, startWorker, type Worker, type WorkerOptions } from './worker.ts';

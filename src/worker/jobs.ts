@@ -3,14 +3,31 @@ import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '..
 import type { CausalLM, KVCache } from '../models/index.ts';
 import { parseJobId, type PeerTarget, type StageAssignment, type WeightEntry } from '../p2p/index.ts';
 import type { GradientExchange, StageExecutor } from '../pipeline/index.ts';
+import type { Tensor } from '../tensor/index.ts';
+import type { MemoryBudget } from './memory.ts';
 
 /** Jobs a worker holds at once; more would only queue work it cannot do. */
 export const MAX_JOBS_PER_WORKER = 64;
 
-/** A section whose manifest arrived and whose chunks are arriving. */
+/** Where an awaited chunk goes: a byte range of one of the section's weights. */
+export interface ChunkPlace {
+  target: Tensor;
+  offset: number;
+  bytes: number;
+}
+
+/** A section built empty whose weights are arriving (manifest by manifest, chunk by chunk). */
 export interface Loading {
   model: CausalLM;
-  entries: WeightEntry[];
+  /** The section's weights by name: chunks are written into them as they come. */
+  targets: Map<string, Tensor>;
+  /** The weights a manifest has listed so far. */
+  listed: Map<string, WeightEntry>;
+  /** Chunks not yet arrived, by address, and the places each fills. */
+  waiting: Map<string, ChunkPlace[]>;
+  /** Bytes of weights sent to the worker, and bytes it found in its own store or checkpoints. */
+  received: number;
+  reused: number;
   upstream?: string;
 }
 
@@ -18,12 +35,22 @@ export interface Loading {
 export interface Training {
   executor: StageExecutor;
   exchange: GradientExchange;
+  /** Bytes of activations each micro-batch keeps for its backward (counted against the budget until then). */
+  kept: Map<number, number>;
+  recompute: boolean;
+}
+
+/** An inference session: its KV cache and the bytes the budget counts for it. */
+export interface Session {
+  cache: KVCache;
+  lastUsed: number;
+  kvBytes: number;
 }
 
 /** A built section, its inference sessions (each with a KV cache) and its training state. */
 export interface Section {
   model: CausalLM;
-  sessions: Map<string, { cache: KVCache; lastUsed: number }>;
+  sessions: Map<string, Session>;
   training?: Training;
 }
 
@@ -103,6 +130,14 @@ export class JobTable {
     const stage = job.assignment.find((s) => s.peerId === peerId);
     if (!stage) throw new UnauthorizedError(`${peerId} is not a worker of job ${job.jobId}; a job's messages go only to its own workers`);
     return { peerId: stage.peerId, addrs: stage.addrs };
+  }
+
+  /** Frees a session of a job's section (its KV cache, and what the budget counted for it). */
+  dropSession(job: JobEntry, sessionId: string, memory: MemoryBudget): void {
+    const session = job.section?.sessions.get(sessionId);
+    if (!session) return;
+    job.section!.sessions.delete(sessionId);
+    memory.add(job.jobId, 'kv-cache', -session.kvBytes, 'closing a session');
   }
 
   values(): IterableIterator<JobEntry> {

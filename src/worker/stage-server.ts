@@ -11,6 +11,8 @@ import { loadHandlers } from './handlers/load.ts';
 import { trainingHandlers } from './handlers/train.ts';
 import type { StageContext, StageHandler } from './handlers/types.ts';
 import type { JobEntry, JobTable } from './jobs.ts';
+import type { MemoryBudget } from './memory.ts';
+import type { ModelIndex } from './model-index.ts';
 import { PeerStreams } from './peer-streams.ts';
 
 /** Every stage request type and its handler: the one dispatch table of the stage protocol. */
@@ -28,8 +30,9 @@ export interface StageServer {
 }
 
 export interface StageServerOptions {
-  memoryBytes: number;
+  memory: MemoryBudget;
   store?: ChunkStore;
+  models?: ModelIndex | null;
   /** How long a send waits for a peer that takes no bytes before its stream is reset (default SEND_STALL_MS). */
   stallMs?: number;
 }
@@ -52,7 +55,8 @@ export async function serveStages(node: Libp2p, jobs: JobTable, options: StageSe
   const context: StageContext = {
     jobs,
     store: options.store ?? new ChunkStore(),
-    memoryBytes: options.memoryBytes,
+    models: options.models ?? null,
+    memory: options.memory,
     work: newWorkCounters(),
     peers: new PeerStreams(node),
     stallMs: options.stallMs ?? SEND_STALL_MS,
@@ -71,10 +75,10 @@ export async function serveStages(node: Libp2p, jobs: JobTable, options: StageSe
     sweep: (idleMs = SESSION_IDLE_MS) => {
       const now = Date.now();
       let freed = 0;
-      for (const section of sections()) {
-        for (const [id, session] of section.sessions) {
+      for (const job of jobs.values()) {
+        for (const [id, session] of job.section?.sessions ?? []) {
           if (now - session.lastUsed <= idleMs) continue;
-          section.sessions.delete(id);
+          jobs.dropSession(job, id, context.memory);
           freed++;
         }
       }

@@ -1,13 +1,15 @@
 import { join } from 'node:path';
 import { multiaddr } from '@multiformats/multiaddr';
+import { defaultCacheDir } from '../models/index.ts';
 import {
   type Capabilities, createLogger, createNode, type Logger, PEERS_TOPIC, parseJobRequest, parseStatusAnswer, probe, type Proximity,
   request, serveControl, serveProbes, SESSION_IDLE_MS, type TensorLinkNode, traffic,
 } from '../p2p/index.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { ChunkStore } from './chunk-store.ts';
-import { releaseChunks } from './handlers/load.ts';
 import { JobTable } from './jobs.ts';
+import { MemoryBudget } from './memory.ts';
+import { ModelIndex } from './model-index.ts';
 import { type StageServer, serveStages } from './stage-server.ts';
 
 /** How often a worker refreshes its announcement (well inside the validator's 10 s TTL). */
@@ -20,6 +22,8 @@ export interface Worker {
   capabilities: Capabilities;
   /** The sections and sessions this worker serves. */
   stages: StageServer;
+  /** What its jobs hold against what it offers. */
+  memory: MemoryBudget;
   stop(): Promise<void>;
 }
 
@@ -28,6 +32,8 @@ export interface WorkerOptions {
   dataDir?: string;
   listen?: string[];
   memoryBytes?: number;
+  /** Hugging Face checkpoint directories this worker holds (`--models`): loads of their weights need no transfer. */
+  modelsDir?: string;
   /** How the worker tells the swarm about itself: a direct request to its validator, gossip, or both (default). */
   announceVia?: 'direct' | 'gossip' | 'both';
   /** How long a send waits for a peer that takes no bytes before that peer's stream is reset (default SEND_STALL_MS). */
@@ -43,17 +49,24 @@ export interface WorkerOptions {
 export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const log = options.log ?? createLogger({ level: 'silent' });
   const capabilities = measureCapabilities(options.memoryBytes);
+  const memory = new MemoryBudget(capabilities.memoryBytes);
+  // the checkpoints it holds are indexed (hashes cached in the data directory) before it offers itself
+  const models = options.modelsDir
+    ? await ModelIndex.build(options.modelsDir, options.dataDir ? join(options.dataDir, 'index') : defaultCacheDir(), log)
+    : null;
   const node = await createNode(options);
   const proximity: Record<string, Proximity> = {};
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);
-  // a job that ends half-loaded frees the chunks it was holding in memory
-  const jobs: JobTable = new JobTable((gone) => gone.loading && releaseChunks(store, jobs, gone.loading.entries));
-  const stages = await serveStages(node, jobs, { memoryBytes: capabilities.memoryBytes, store, stallMs: options.stallMs });
+  // a job that ends returns all it held to the budget
+  const jobs = new JobTable((gone) => memory.release(gone.jobId));
+  const stages = await serveStages(node, jobs, { memory, store, models, stallMs: options.stallMs });
   await serveControl(node, {
-    'capabilities': () => ({ type: 'capabilities', capabilities }),
-    // its work and traffic so far, for summaries; jobs and sessions it holds
-    'stats': () => ({ type: 'stats', work: stages.work(), bytesSent: traffic.sent, bytesReceived: traffic.received, jobs: jobs.size, sessions: stages.sessions() }),
+    'capabilities': () => ({ type: 'capabilities', capabilities: { ...capabilities, memoryFreeBytes: memory.free() } }),
+    // its work and traffic so far, for summaries; jobs and sessions it holds, and its memory per job
+    'stats': () => ({
+      type: 'stats', work: stages.work(), bytesSent: traffic.sent, bytesReceived: traffic.received, jobs: jobs.size, sessions: stages.sessions(), memory: memory.report(),
+    }),
     'proximity': () => ({ type: 'proximity', proximity }),
     // Jobs: whoever opens one owns it; only the owner may drive or close it.
     'open-job': (m, from) => ({ type: 'job-opened', jobId: jobs.open(parseJobRequest(m).jobId, from).jobId }),
@@ -72,7 +85,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const validator = multiaddr(options.bootstrap);
   const via = options.announceVia ?? 'both';
   const announce = async () => {
-    const record = { roles: ['worker'], capabilities, addrs: node.getMultiaddrs().map(String), proximity };
+    const record = { roles: ['worker'], capabilities: { ...capabilities, memoryFreeBytes: memory.free() }, addrs: node.getMultiaddrs().map(String), proximity };
     if (via !== 'direct') {
       await node.services.pubsub.publish(PEERS_TOPIC, new TextEncoder().encode(JSON.stringify(record)));
     }
@@ -104,6 +117,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     node,
     capabilities,
     stages,
+    memory,
     stop: async () => {
       stopped = true;
       clearInterval(timer);
@@ -111,6 +125,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       clearInterval(sweeper);
       clearTimeout(firstProbe);
       await node.stop();
+      models?.close();
     },
   };
 }

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import {
-  CheckpointWeights, createModel, gpt2Config, llamaConfig, loadModel, type ModelPart, saveModel,
+  CheckpointWeights, createModel, gpt2Config, llamaConfig, loadModel, type ModelPart, partBytes, saveModel,
 } from '../../src/models/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
 
@@ -26,7 +26,9 @@ for (const config of configs) {
       const state = model.hfStateDict();
       const parts: ModelPart[] = ['ends', [0, 1], [1, 3], [2, 6], [0, 6], [4, 6], [5, 6]];
       for (const part of parts) {
-        const own = createModel(config, { section: part }).hfStateDict();
+        const built = createModel(config, { section: part });
+        const own = built.hfStateDict();
+        assert.equal(partBytes(config, part), 4 * built.numParameters(), `bytes of part ${part}`);
         const listed = weights.partWeights(part);
         assert.deepEqual(listed.map((w) => w.name).sort(), [...own.keys()].sort(), `part ${part}`);
         for (const w of listed) assert.deepEqual(w.shape, [...own.get(w.name)!.shape]);

@@ -9,7 +9,7 @@ import {
 } from '../../src/p2p/index.ts';
 import { sectionCopy, sectionWeights } from '../../src/pipeline/index.ts';
 import { Generator, noGrad, setBackend, tensor } from '../../src/tensor/index.ts';
-import { RemoteStage } from '../../src/user/index.ts';
+import { RemoteStage, tensorSource } from '../../src/user/index.ts';
 import { concat } from '../helpers/bytes.ts';
 import { alive, type Running, startNode, waitFor } from '../helpers/processes.ts';
 
@@ -118,7 +118,7 @@ describe('the stage protocol under 10,000 malformed, truncated, oversized and ou
     const model = createModel(config, { seed: 3 });
     const range: [number, number] = [1, 3];
     const stage = await RemoteStage.open(owner, addr, 'job-owner');
-    await stage.load(configToHF(config), range, sectionWeights(model, range));
+    await stage.load(configToHF(config), range, tensorSource(sectionWeights(model, range)));
     const x = noGrad(() => createModel(config, { section: [0, 1] }).forward(tensor([1, 2, 3], [1, 3], 'int32')));
     const positions = tensor([0, 1, 2], [1, 3], 'int32');
     const expected = noGrad(() => sectionCopy(model, range).forward(x, { positions })).data;

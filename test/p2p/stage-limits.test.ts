@@ -4,7 +4,7 @@ import { configToHF, createModel, gpt2Config } from '../../src/models/index.ts';
 import { chunksOf, createNode, STAGE_PROTOCOL, type TensorLinkNode } from '../../src/p2p/index.ts';
 import { sectionCopy, sectionWeights } from '../../src/pipeline/index.ts';
 import { noGrad, setBackend, tensor } from '../../src/tensor/index.ts';
-import { RemoteStage, ResultInbox } from '../../src/user/index.ts';
+import { RemoteStage, ResultInbox, tensorSource } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { startWorker } from '../../src/worker/index.ts';
 import { waitFor } from '../helpers/processes.ts';
@@ -45,7 +45,7 @@ describe('limits of the stage protocol', () => {
     try {
       const reader = await s.node();
       const stage = await RemoteStage.open(reader, s.addr(), 'job-silent');
-      await stage.load(configToHF(config), range, sectionWeights(model, range));
+      await stage.load(configToHF(config), range, tensorSource(sectionWeights(model, range)));
       // stop reading, then ask for outputs far larger than what the link buffers (each 128 KiB)
       const stream = (stage as unknown as { stream: { pause(): void } }).stream;
       stream.pause();
@@ -58,7 +58,7 @@ describe('limits of the stage protocol', () => {
       // the worker goes on serving everyone else
       const other = await s.node();
       const fine = await RemoteStage.open(other, s.addr(), 'job-other');
-      await fine.load(configToHF(config), range, sectionWeights(model, range));
+      await fine.load(configToHF(config), range, tensorSource(sectionWeights(model, range)));
       const out = await fine.forward('a', hidden(4), positions(4), null);
       assert.deepEqual(out.data, noGrad(() => sectionCopy(model, range).forward(hidden(4), { positions: positions(4) })).data);
       await fine.close();
@@ -80,7 +80,7 @@ describe('limits of the stage protocol', () => {
       const stage = await RemoteStage.open(user, s.addr(), 'job-route');
       const addrs = s.worker.node.getMultiaddrs().map(String);
       const self = { peerId: s.worker.node.peerId.toString(), addrs, start: 1, end: 3, replica: 0 };
-      await stage.load(configToHF(config), range, sectionWeights(model, range), undefined, { assignment: [self] });
+      await stage.load(configToHF(config), range, tensorSource(sectionWeights(model, range)), { assignment: [self] });
       const target = bystander.peerId.toString();
       // a chained forward routed to the bystander: refused, the error arrives at the owner's inbox
       const { requestId, result } = inbox.expect(new Set([self.peerId]), 10_000);
@@ -93,7 +93,7 @@ describe('limits of the stage protocol', () => {
       // an upstream outside the assignment is refused too
       const again = await RemoteStage.open(user, s.addr(), 'job-route-2');
       await assert.rejects(
-        again.load(configToHF(config), range, sectionWeights(model, range), target, { assignment: [self] }),
+        again.load(configToHF(config), range, tensorSource(sectionWeights(model, range)), { upstream: target, assignment: [self] }),
         { name: 'UnauthorizedError', message: /not a worker of job/ },
       );
       assert.equal(dialed, 0, 'the worker never opened a stream to the bystander');
@@ -114,15 +114,17 @@ describe('limits of the stage protocol', () => {
       const weights = sectionWeights(model, range);
       const manifest = [...weights].map(([name, t]) => ({ name, shape: [...t.shape], chunks: chunksOf(t).map((c) => c.sha) }));
       const padded = manifest.map((e, i) => (i === 0 ? { ...e, chunks: [...e.chunks, e.chunks[0]] } : e));
-      await assert.rejects(stage.call({ type: 'load', config: configToHF(config), section: range, weights: padded }, []), { name: 'InvalidMessageError', message: /chunks of/ });
-      await stage.call({ type: 'load', config: configToHF(config), section: range, weights: manifest }, []);
+      await stage.call({ type: 'load', config: configToHF(config), section: range }, []);
+      await assert.rejects(stage.call({ type: 'manifest', weights: padded }, []), { name: 'InvalidMessageError', message: /chunks of/ });
+      await stage.call({ type: 'manifest', weights: manifest }, []);
+      await assert.rejects(stage.call({ type: 'manifest', weights: manifest.slice(0, 1) }, []), { name: 'InvalidMessageError', message: /earlier manifest/ });
       const first = weights.values().next().value!;
       const [c] = chunksOf(first);
       const short = tensor(new Float32Array(c.bytes.buffer, c.bytes.byteOffset, c.bytes.length / 4).slice(0, 4), [4]);
       await assert.rejects(stage.call({ type: 'chunk', sha: c.sha }, [short]), { name: 'InvalidMessageError' });
       await stage.close();
       const fine = await RemoteStage.open(user, s.addr(), 'job-sizes-2');
-      await fine.load(configToHF(config), range, weights);
+      await fine.load(configToHF(config), range, tensorSource(weights));
       await fine.forward('long', hidden(500), positions(500), null);
       await assert.rejects(fine.forward('long', hidden(20), positions(20), null), { name: 'InvalidArgumentError', message: /would hold 520 positions, the model has 512/ });
       await fine.close();
@@ -137,9 +139,9 @@ describe('limits of the stage protocol', () => {
     const user = await createNode();
     try {
       const stage = await RemoteStage.open(user, worker.node.getMultiaddrs()[0], 'job-big');
-      await assert.rejects(stage.load(configToHF(config), range, sectionWeights(model, range)), {
-        name: 'InvalidArgumentError',
-        message: /the section needs \d+ bytes, this worker offers 1000/,
+      await assert.rejects(stage.load(configToHF(config), range, tensorSource(sectionWeights(model, range))), {
+        name: 'MemoryBudgetError',
+        message: /section \[1, 3\) of gpt2 needs [\d.]+ MiB more; this worker has 0.0 MiB free of the 0.0 MiB it offers \(--memory\)/,
       });
     } finally {
       await user.stop();

@@ -10,7 +10,7 @@ import {
   llamaConfig,
   type StepModel,
 } from '../../src/models/index.ts';
-import { distribute, RemoteStage } from '../../src/user/index.ts';
+import { distribute, RemoteStage, tensorSource } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { startWorker } from '../../src/worker/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
@@ -30,7 +30,7 @@ async function distributed(model: CausalLM, stages: RemoteStage[], cuts: number[
   for (let i = 0; i < stages.length; i++) {
     const part = createModel(config, { section: [cuts[i], cuts[i + 1]] });
     const weights = new Map([...part.hfStateDict().keys()].map((k) => [k, state.get(k)!]));
-    await stages[i].load(configToHF(config), [cuts[i], cuts[i + 1]], weights);
+    await stages[i].load(configToHF(config), [cuts[i], cuts[i + 1]], tensorSource(weights));
   }
   return {
     maxPositions: config.maxPositions,
@@ -123,7 +123,7 @@ describe('several users, vanished users', () => {
       const stage = await RemoteStage.open(user, worker.node.getMultiaddrs()[0], 'job-v');
       const part = createModel(config, { section: [1, 3] });
       const state = model.hfStateDict();
-      await stage.load(configToHF(config), [1, 3], new Map([...part.hfStateDict().keys()].map((k) => [k, state.get(k)!])));
+      await stage.load(configToHF(config), [1, 3], tensorSource(new Map([...part.hfStateDict().keys()].map((k) => [k, state.get(k)!]))));
       const ctx = { positions: tensorOf([0, 1]), keyMask: null, cache: null };
       const h = noGrad(() => model.layers[0].forward(tensorOf([1, 2]), ctx));
       await stage.forward('gone', h, tensorOf([0, 1]), null);

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { KVCache } from '../../models/index.ts';
+import { KVCache, type ModelLayer } from '../../models/index.ts';
 import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
   STAGE_PROTOCOL, toWire,
@@ -16,7 +16,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
   forward: {
     delegates: true,
     maxTensors: 3,
-    run: async ({ id, body, tensors, job }, { jobs, peers, work, stallMs }) => {
+    run: async ({ id, body, tensors, job }, { jobs, peers, work, stallMs, memory }) => {
       const request = parseForward(body);
       // a chained forward may only go to peers of the job's own assignment: the owner cannot make a worker dial anyone else
       const next = request.route.length > 0 ? jobs.peerOf(job, request.route[0]) : null;
@@ -26,7 +26,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       let session = section.sessions.get(request.sessionId);
       if (!session) {
         if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
-        session = { cache: new KVCache(section.model.config.layers), lastUsed: Date.now() };
+        session = { cache: new KVCache(section.model.config.layers), lastUsed: Date.now(), kvBytes: 0 };
         section.sessions.set(request.sessionId, session);
       }
       session.lastUsed = Date.now();
@@ -36,6 +36,10 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       if (cache.length + steps > section.model.config.maxPositions) {
         throw new InvalidArgumentError(`session ${request.sessionId} would hold ${cache.length + steps} positions, the model has ${section.model.config.maxPositions}`);
       }
+      // the cache's growth is counted before it happens: a session that would pass the budget is refused
+      const growth = (input.shape[0] ?? 1) * steps * kvBytesPerToken(section.model.layers);
+      memory.add(job.jobId, 'kv-cache', growth, `the KV cache of session ${request.sessionId} (${cache.length + steps} positions)`);
+      session.kvBytes += growth;
       const out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
       work.forwards++;
       if (!request.replyTo) return { kind: 'tensor', tensor: out };
@@ -53,9 +57,15 @@ export const inferenceHandlers: Record<string, StageHandler> = {
     },
   },
   close: {
-    run: ({ body, job }) => {
-      sectionOf(job).sessions.delete(parseSessionId(body.sessionId));
+    run: ({ body, job }, { jobs, memory }) => {
+      sectionOf(job);
+      jobs.dropSession(job, parseSessionId(body.sessionId), memory);
       return control('closed');
     },
   },
 };
+
+/** Bytes of KV cache one token of a session takes in these layers. */
+function kvBytesPerToken(layers: readonly ModelLayer[]): number {
+  return layers.reduce((sum, l) => sum + l.profile().kvBytesPerToken, 0);
+}

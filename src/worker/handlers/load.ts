@@ -1,69 +1,100 @@
-import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../../errors.ts';
-import { configFromHF, createModel } from '../../models/index.ts';
-import { CHUNK_BYTES, expectTensors, parseAssign, parseChunk, parseLoad, type StageAssignment, type WeightEntry } from '../../p2p/index.ts';
-import type { ChunkStore } from '../chunk-store.ts';
-import type { JobTable } from '../jobs.ts';
+import { InvalidMessageError, UnauthorizedError } from '../../errors.ts';
+import { configFromHF, createModel, partBytes } from '../../models/index.ts';
+import {
+  CHUNK_BYTES, expectTensors, parseAssign, parseChunk, parseLoad, parseManifest, type StageAssignment, type WeightEntry,
+} from '../../p2p/index.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { ChunkPlace, JobEntry, Loading } from '../jobs.ts';
 import { control, NONE, type StageHandler } from './types.ts';
 
 /**
- * Loading a section: the manifest (`load`), the chunks the worker lacked (`chunk`), and the
- * build (`assemble`). Only the job's owner loads; the job ends with the stream it loaded over.
+ * Loading a section: `load` reserves its memory and builds it empty, each `manifest` lists
+ * some of its weights as chunk addresses (the worker fills those it holds and asks for the
+ * rest), each `chunk` is written into its weight as it arrives, and `assemble` checks that
+ * nothing is missing. Only the job's owner loads; the job ends with the stream it loaded over.
  */
 export const loadHandlers: Record<string, StageHandler> = {
   load: {
-    run: ({ body, job, bindToStream }, { store, memoryBytes }) => {
+    run: ({ body, job, bindToStream }, { memory }) => {
       const request = parseLoad(body);
-      const model = createModel(configFromHF(request.config), { section: request.section });
-      const own = model.hfStateDict();
-      let bytes = 0;
-      for (const t of own.values()) bytes += t.size * 4;
-      if (bytes > memoryBytes) throw new InvalidArgumentError(`the section needs ${bytes} bytes, this worker offers ${memoryBytes}`);
-      if (request.weights.length !== own.size) throw new InvalidMessageError(`the manifest must list the section's ${own.size} weights`);
-      for (const e of request.weights) {
-        const t = own.get(e.name);
-        if (!t) throw new InvalidMessageError(`'${e.name}' is not a weight of this section`);
-        if (t.shape.length !== e.shape.length || t.shape.some((d, i) => d !== e.shape[i])) {
-          throw new InvalidMessageError(`'${e.name}' has shape [${t.shape}] in this section, the manifest says [${e.shape}]`);
-        }
-        const chunks = Math.max(1, Math.ceil((4 * t.size) / CHUNK_BYTES));
-        if (e.chunks.length !== chunks) throw new InvalidMessageError(`'${e.name}' is ${chunks} chunks of ${CHUNK_BYTES} bytes, the manifest lists ${e.chunks.length}`);
-      }
+      const config = configFromHF(request.config);
       checkUpstream(job.jobId, request.assignment, request.upstream);
+      // the budget first: nothing is allocated for a section that does not fit
+      job.section = undefined;
+      job.loading = undefined;
+      memory.hold(job.jobId, 'weights', partBytes(config, request.section), `section [${request.section[0]}, ${request.section[1]}) of ${config.arch}`);
+      const model = createModel(config, { section: request.section });
       job.assignment = request.assignment;
-      job.loading = { model, entries: request.weights, upstream: request.upstream };
+      const targets = model.hfStateDict();
+      job.loading = { model, targets, listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream };
       bindToStream();
-      return control('need', { chunks: store.missing(request.weights) });
+      return control('loading', { weights: targets.size });
+    },
+  },
+  manifest: {
+    run: ({ body, job }, context) => {
+      const loading = loadingOf(job);
+      const entries = parseManifest(body);
+      for (const e of entries) checkEntry(loading, e);
+      const need: string[] = [];
+      for (const e of entries) {
+        loading.listed.set(e.name, e);
+        const target = loading.targets.get(e.name)!;
+        const size = 4 * target.size;
+        for (const [i, sha] of e.chunks.entries()) {
+          const place = { target, offset: i * CHUNK_BYTES, bytes: Math.min(CHUNK_BYTES, size - i * CHUNK_BYTES) };
+          const waiting = loading.waiting.get(sha);
+          if (waiting) {
+            waiting.push(place);
+            continue;
+          }
+          const held = context.store.get(sha) ?? context.models?.read(sha) ?? null;
+          if (held && held.length === place.bytes) {
+            fill(place, held);
+            loading.reused += place.bytes;
+            context.work.weightBytesReused += place.bytes;
+          } else {
+            loading.waiting.set(sha, [place]);
+            need.push(sha);
+          }
+        }
+      }
+      return control('need', { chunks: need });
     },
   },
   chunk: {
     maxTensors: 1,
-    run: ({ body, tensors, job }, { store }) => {
+    run: ({ body, tensors, job }, { store, work }) => {
       const { sha } = parseChunk(body);
-      const [bytes] = expectTensors('chunk', tensors, 1);
-      if (!job.loading) throw new InvalidMessageError(`job ${job.jobId} is not loading a section`);
-      // only chunks the manifest lists, of the size their place in the weight gives, are taken: a peer cannot fill the store
-      const entry = job.loading.entries.find((e) => e.chunks.includes(sha));
-      if (!entry) throw new InvalidMessageError('a chunk the manifest does not list');
-      const size = 4 * entry.shape.reduce((a, b) => a * b, 1);
-      const expected = Math.min(CHUNK_BYTES, size - entry.chunks.indexOf(sha) * CHUNK_BYTES);
-      if (bytes.bytes.length !== expected) throw new InvalidMessageError(`a chunk of '${entry.name}' must hold ${expected} bytes, not ${bytes.bytes.length}`);
-      store.put(sha, bytes.bytes);
+      const [chunk] = expectTensors('chunk', tensors, 1);
+      const loading = loadingOf(job);
+      // only chunks a manifest listed, of the size their place in the weight gives, are taken: a peer cannot fill the store
+      const places = loading.waiting.get(sha);
+      if (!places) throw new InvalidMessageError('a chunk no manifest lists (or one that already arrived)');
+      const expected = places[0].bytes;
+      if (chunk.bytes.length !== expected) throw new InvalidMessageError(`chunk ${sha.slice(0, 12)}… must hold ${expected} bytes, not ${chunk.bytes.length}`);
+      store.put(sha, chunk.bytes); // checks the hash (and keeps the chunk when the worker has a data directory)
+      for (const place of places) fill(place, chunk.bytes);
+      loading.waiting.delete(sha);
+      loading.received += expected;
+      work.weightBytesReceived += expected;
       return NONE;
     },
   },
   assemble: {
-    run: ({ job }, { store, jobs }) => {
-      const loading = job.loading;
-      if (!loading) throw new InvalidMessageError(`job ${job.jobId} is not loading a section`);
-      const missing = store.missing(loading.entries);
-      if (missing.length > 0) throw new InvalidMessageError(`${missing.length} chunks of the section have not arrived (the first: ${missing[0].slice(0, 12)}…)`);
-      loading.model.loadStateDict(new Map(loading.entries.map((e) => [e.name, store.assemble(e)])));
+    run: ({ job }) => {
+      const loading = loadingOf(job);
+      const unlisted = [...loading.targets.keys()].filter((n) => !loading.listed.has(n));
+      if (unlisted.length > 0) throw new InvalidMessageError(`${unlisted.length} weights of the section were in no manifest (the first: '${unlisted[0]}')`);
+      if (loading.waiting.size > 0) {
+        const first = loading.waiting.keys().next().value!;
+        throw new InvalidMessageError(`${loading.waiting.size} chunks of the section have not arrived (the first: ${first.slice(0, 12)}…)`);
+      }
       job.loading = undefined;
-      releaseChunks(store, jobs, loading.entries);
       job.section = { model: loading.model, sessions: new Map() };
       // the previous stage of a chain may pass activations on for this job
       job.upstream = loading.upstream;
-      return control('loaded', { params: loading.model.numParameters() });
+      return control('loaded', { params: loading.model.numParameters(), received: loading.received, reused: loading.reused });
     },
   },
   // a new assignment (a stage of the job moved to another worker): whom this section sends to and hears from
@@ -79,10 +110,27 @@ export const loadHandlers: Record<string, StageHandler> = {
   },
 };
 
-/** Drops the in-memory copies of a load's chunks, but those another load still waits for (two jobs may share weights). */
-export function releaseChunks(store: ChunkStore, jobs: JobTable, entries: readonly WeightEntry[]): void {
-  const wanted = new Set([...jobs.values()].flatMap((j) => j.loading?.entries.flatMap((e) => e.chunks) ?? []));
-  store.release(entries.flatMap((e) => e.chunks).filter((sha) => !wanted.has(sha)));
+function loadingOf(job: JobEntry): Loading {
+  if (!job.loading) throw new InvalidMessageError(`job ${job.jobId} is not loading a section`);
+  return job.loading;
+}
+
+/** A manifest entry must name a weight of the section, once, with its shape and its number of chunks. */
+function checkEntry(loading: Loading, e: WeightEntry): void {
+  const t: Tensor | undefined = loading.targets.get(e.name);
+  if (!t) throw new InvalidMessageError(`'${e.name}' is not a weight of this section`);
+  if (loading.listed.has(e.name)) throw new InvalidMessageError(`'${e.name}' was listed by an earlier manifest`);
+  if (t.shape.length !== e.shape.length || t.shape.some((d, i) => d !== e.shape[i])) {
+    throw new InvalidMessageError(`'${e.name}' has shape [${t.shape}] in this section, the manifest says [${e.shape}]`);
+  }
+  const chunks = Math.max(1, Math.ceil((4 * t.size) / CHUNK_BYTES));
+  if (e.chunks.length !== chunks) throw new InvalidMessageError(`'${e.name}' is ${chunks} chunks of ${CHUNK_BYTES} bytes, the manifest lists ${e.chunks.length}`);
+}
+
+/** Writes a chunk's bytes into its place in a weight. */
+function fill(place: ChunkPlace, bytes: Uint8Array): void {
+  const data = place.target.data;
+  new Uint8Array(data.buffer, data.byteOffset + place.offset, place.bytes).set(bytes);
 }
 
 function checkUpstream(jobId: string, assignment: StageAssignment[], upstream: string | undefined): void {

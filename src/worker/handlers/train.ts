@@ -3,11 +3,23 @@ import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_TENSORS_PER_REQUEST, parseGrads, parseMicro, parseName, parseNames,
   parseReduce, parseSetMoments, parseStep, parseTrainSetup, sendMessage, STAGE_PROTOCOL, toWire,
 } from '../../p2p/index.ts';
+import type { CausalLM } from '../../models/index.ts';
 import { GradientExchange, StageExecutor } from '../../pipeline/index.ts';
 import { control, NONE, sectionOf, type StageHandler, type StageRequest, trainingOf } from './types.ts';
 
-/** Bytes per parameter a trained section needs: weights, gradients and AdamW's two moments. */
-export const TRAINING_BYTES_PER_PARAM = 16;
+/**
+ * Bytes a micro-batch of shape [B, T] keeps for its backward in a section: per block about
+ * 17·H + 2.5·heads·T floats per token (the saved inputs of its norms, projections, attention
+ * probabilities and MLP: Korthikanti et al., 2022, at float32), plus each other layer's output;
+ * with recomputation, only the section's input.
+ */
+export function activationBytes(model: CausalLM, shape: readonly number[], recompute: boolean): number {
+  const tokens = (shape[0] ?? 1) * (shape[1] ?? 1);
+  if (recompute) return 4 * shape.reduce((a, b) => a * b, 1);
+  const { hidden, heads } = model.config;
+  const T = shape[1] ?? 1;
+  return model.layers.reduce((sum, l) => sum + tokens * (l.kind === 'block' ? 4 * (17 * hidden + 2.5 * heads * T) : l.profile().activationBytesPerToken), 0);
+}
 
 function one(r: StageRequest) {
   return fromWire(expectTensors(r.type, r.tensors, 1)[0]);
@@ -21,24 +33,30 @@ function one(r: StageRequest) {
  */
 export const trainingHandlers: Record<string, StageHandler> = {
   'train-setup': {
-    run: ({ body, job }, { memoryBytes }) => {
+    run: ({ body, job }, { memory }) => {
       const section = sectionOf(job);
       const request = parseTrainSetup(body);
-      const need = section.model.numParameters() * TRAINING_BYTES_PER_PARAM;
-      if (need > memoryBytes) {
-        throw new InvalidArgumentError(`training this section needs ${need} bytes (weights, gradients, AdamW state), this worker offers ${memoryBytes}`);
-      }
+      // gradients and AdamW's two moments, each the size of the weights, counted before they exist
+      const bytes = 4 * section.model.numParameters();
+      memory.hold(job.jobId, 'gradients', bytes, 'the gradients of this section');
+      memory.hold(job.jobId, 'optimizer', 2 * bytes, 'AdamW\'s state for this section');
       for (const p of request.peers) job.delegates.add(p);
       const executor = new StageExecutor(section.model.layers, section.model.config.maxPositions, request);
-      section.training = { executor, exchange: new GradientExchange() };
+      section.training = { executor, exchange: new GradientExchange(), kept: new Map(), recompute: request.recompute };
       return control('train-ready', { names: [...executor.named.keys()] });
     },
   },
   'train-forward': {
     maxTensors: 1,
-    run: (r, { work }) => {
+    run: (r, { work, memory }) => {
       const input = one(r);
-      const tensor = trainingOf(r.job).executor.forward(parseMicro(r.body), input);
+      const training = trainingOf(r.job);
+      const micro = parseMicro(r.body);
+      // what this micro-batch keeps for its backward is counted before the forward runs
+      const kept = activationBytes(sectionOf(r.job).model, input.shape, training.recompute);
+      memory.add(r.job.jobId, 'activations', kept - (training.kept.get(micro) ?? 0), `the activations of micro-batch ${micro}`);
+      training.kept.set(micro, kept);
+      const tensor = training.executor.forward(micro, input);
       work.trainForwards++;
       work.trainTokens += input.shape[0] * input.shape[1];
       return { kind: 'tensor', tensor };
@@ -46,8 +64,12 @@ export const trainingHandlers: Record<string, StageHandler> = {
   },
   'train-backward': {
     maxTensors: 1,
-    run: (r, { work }) => {
-      const g = trainingOf(r.job).executor.backward(parseMicro(r.body), one(r));
+    run: (r, { work, memory }) => {
+      const training = trainingOf(r.job);
+      const micro = parseMicro(r.body);
+      const g = training.executor.backward(micro, one(r));
+      memory.add(r.job.jobId, 'activations', -(training.kept.get(micro) ?? 0), 'a backward');
+      training.kept.delete(micro);
       work.trainBackwards++;
       return g ? { kind: 'tensor', tensor: g } : control('no-input-gradient');
     },
@@ -92,9 +114,10 @@ export const trainingHandlers: Record<string, StageHandler> = {
   },
   'weight': {
     run: ({ body, job }) => {
+      // any loaded section's weight (the executor trains these same tensors in place)
       const name = parseName(body.name);
-      const p = trainingOf(job).executor.named.get(name);
-      if (!p) throw new InvalidMessageError(`'${name}' is not a parameter of this section`);
+      const p = sectionOf(job).model.hfStateDict().get(name);
+      if (!p) throw new InvalidMessageError(`'${name}' is not a weight of this section`);
       return { kind: 'tensor', tensor: p };
     },
   },
@@ -121,10 +144,12 @@ export const trainingHandlers: Record<string, StageHandler> = {
     },
   },
   'train-reset': {
-    run: ({ job }) => {
-      const { executor, exchange } = trainingOf(job);
+    run: ({ job }, { memory }) => {
+      const { executor, exchange, kept } = trainingOf(job);
       executor.reset();
       exchange.clear();
+      kept.clear();
+      memory.hold(job.jobId, 'activations', 0, 'a reset');
       return control('reset');
     },
   },

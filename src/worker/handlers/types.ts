@@ -4,14 +4,18 @@ import type { WireTensor, WorkCounters } from '../../p2p/index.ts';
 import type { Tensor } from '../../tensor/index.ts';
 import type { ChunkStore } from '../chunk-store.ts';
 import type { JobEntry, JobTable, Section, Training } from '../jobs.ts';
+import type { MemoryBudget } from '../memory.ts';
+import type { ModelIndex } from '../model-index.ts';
 import type { PeerStreams } from '../peer-streams.ts';
 
 /** What every stage handler may use: the worker's jobs, its chunk store, its budget and its outgoing streams. */
 export interface StageContext {
   jobs: JobTable;
   store: ChunkStore;
-  /** Memory the worker offers for sections, in bytes. */
-  memoryBytes: number;
+  /** The checkpoints the worker holds on disk (`--models`), by chunk address. */
+  models: ModelIndex | null;
+  /** Every byte its jobs hold, against what the worker offers (`--memory`). */
+  memory: MemoryBudget;
   work: WorkCounters;
   peers: PeerStreams;
   /** How long a send may wait for a peer that takes no bytes. */

@@ -23,7 +23,7 @@ import {
  *   announce      {roles, capabilities?, addrs, proximity?}          → ack {ttlMs}          (validator)
  *   status        {}                                                 → status {peers, uptimeMs}
  *   capabilities  {}                                                 → capabilities {capabilities}   (worker)
- *   stats         {}                                                 → stats {work, bytesSent, bytesReceived, jobs, sessions}
+ *   stats         {}                                                 → stats {work, bytesSent, bytesReceived, jobs, sessions, memory}
  *   proximity     {}                                                 → proximity {proximity}
  *   open-job, job-status, close-job {jobId}                          → job-opened | job-status | job-closed
  */
@@ -70,6 +70,8 @@ export interface Stats {
   jobs: number;
   /** Inference sessions open across its jobs. */
   sessions: number;
+  /** Bytes it offers, what its jobs hold, and what is free. */
+  memory: { total: number; used: number; free: number };
 }
 
 export function parseStatsAnswer(m: Record<string, unknown>): Stats {
@@ -80,7 +82,13 @@ export function parseStatsAnswer(m: Record<string, unknown>): Stats {
     bytesReceived: finite(m.bytesReceived, 'stats.bytesReceived'),
     jobs: int(m.jobs, 'stats.jobs'),
     sessions: int(m.sessions, 'stats.sessions'),
+    memory: parseMemory(m.memory),
   };
+}
+
+function parseMemory(v: unknown): Stats['memory'] {
+  const o = obj(v, 'stats.memory');
+  return { total: finite(o.total, 'stats.memory.total', 0), used: finite(o.used, 'stats.memory.used', 0), free: finite(o.free, 'stats.memory.free', 0) };
 }
 
 export function parseCapabilitiesAnswer(m: Record<string, unknown>): Capabilities {

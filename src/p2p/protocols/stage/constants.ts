@@ -2,7 +2,7 @@
  * The stage protocol: a job's owner loads a section of a model onto a worker and runs it,
  * over one long-lived stream per job (see schema.ts for the messages).
  */
-export const STAGE_PROTOCOL = '/tensorlink/stage/1.0.0';
+export const STAGE_PROTOCOL = '/tensorlink/stage/2.0.0';
 
 /** Sessions a job may keep open on a worker: each holds a KV cache; a server batches far fewer users than this. */
 export const MAX_SESSIONS_PER_JOB = 256;

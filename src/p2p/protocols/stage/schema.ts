@@ -10,11 +10,16 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  * followed by the n tensor frames it announces (their requestId = id); answers carry the id.
  *
  * Loading (owner only):
- *   load       {config, section: [start, end], weights: [{name, shape, chunks}], upstream?, assignment?}
- *              → need {chunks}: the addresses the worker lacks. `assignment` lists the job's
- *              sections (peer ids and addresses): the only peers this worker will dial for the job.
- *   chunk      {sha} + its bytes                → nothing (hash-checked; listed by the manifest)
- *   assemble   {}                               → loaded {params}
+ *   load       {config, section: [start, end], upstream?, assignment?} → loading {weights}: the
+ *              worker has reserved the section's memory and built it empty. `assignment` lists the
+ *              job's sections (peer ids and addresses): the only peers this worker will dial for the job.
+ *   manifest   {weights: [{name, shape, chunks}]}  → need {chunks}: some of the section's weights,
+ *              each as the sha256 of its float32 chunks; the worker fills what it holds (its chunk
+ *              store, the checkpoints of its --models) and names the chunks it lacks.
+ *   chunk      {sha} + its bytes                → nothing (hash-checked, listed by a manifest,
+ *              written into the section as it arrives)
+ *   assemble   {}                               → loaded {params, received, reused}: bytes sent
+ *              to it and bytes it had
  *   assign     {assignment, upstream?}          → assigned: the job's sections moved (a stage was replaced)
  * Inference:
  *   forward    {sessionId} + input, positions[, key mask] → the output; with `replyTo: {requestId}`
@@ -31,7 +36,7 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  *   train-reset {} → reset
  */
 
-export const LOAD_REQUESTS = ['load', 'chunk', 'assemble', 'assign'] as const;
+export const LOAD_REQUESTS = ['load', 'manifest', 'chunk', 'assemble', 'assign'] as const;
 export const INFERENCE_REQUESTS = ['forward', 'close'] as const;
 export const TRAINING_REQUESTS = [
   'train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'moment-steps', 'moments', 'set-moments', 'train-reset',
@@ -80,7 +85,6 @@ export function parseWeightEntry(v: unknown, what = 'weight'): WeightEntry {
 export interface LoadRequest {
   config: Record<string, unknown>;
   section: [number, number];
-  weights: WeightEntry[];
   /** The previous stage of a chain: it may pass activations on for this job. */
   upstream: string | undefined;
   /** Every section of the job; empty when the owner drives this section alone. */
@@ -95,10 +99,13 @@ export function parseLoad(m: Record<string, unknown>): LoadRequest {
   return {
     config: obj(m.config, 'config'),
     section: [range[0], range[1]],
-    weights: list(m.weights, 'weights', MAX_NAMES, parseWeightEntry),
     upstream: m.upstream === undefined ? undefined : peerIdText(m.upstream, 'upstream'),
     assignment: m.assignment === undefined ? [] : parseAssignment(m.assignment),
   };
+}
+
+export function parseManifest(m: Record<string, unknown>): WeightEntry[] {
+  return list(m.weights, 'weights', MAX_NAMES, parseWeightEntry);
 }
 
 export function parseAssign(m: Record<string, unknown>): { assignment: StageAssignment[]; upstream: string | undefined } {
@@ -203,6 +210,10 @@ export function parseNeedAnswer(m: Record<string, unknown>, known: ReadonlySet<s
   const need = m.chunks;
   if (!Array.isArray(need) || !need.every((c) => typeof c === 'string' && known.has(c))) fail('load: the worker asked for chunks the manifest does not list');
   return need as string[];
+}
+
+export function parseLoadedAnswer(m: Record<string, unknown>): { params: number; received: number; reused: number } {
+  return { params: int(m.params, 'params', 0), received: int(m.received, 'received', 0), reused: int(m.reused, 'reused', 0) };
 }
 
 export function parseTrainReady(m: Record<string, unknown>): string[] {

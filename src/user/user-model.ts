@@ -1,0 +1,74 @@
+import {
+  type CausalLM, CheckpointWeights, loadModel, loadTokenizer, type ModelConfig, type ModelLayer, modelLayers, partBytes, type SectionRange,
+  type Tokenizer,
+} from '../models/index.ts';
+import { CHUNK_BYTES } from '../p2p/index.ts';
+import { sectionWeights } from '../pipeline/index.ts';
+import { checkpointSource, type SectionSource, tensorSource } from './section-source.ts';
+
+/**
+ * What the user holds of a model it distributes: its config and tokenizer, the layers it runs
+ * itself (its ends, or a whole model it already has in memory), and where each worker's section
+ * comes from. A model given as a checkpoint directory is never loaded whole: the user builds its
+ * ends alone (none with privacy 'none') and streams sections from the files.
+ */
+export interface UserModel {
+  readonly config: ModelConfig;
+  readonly tokenizer: Tokenizer | null;
+  /** The layers the user runs (its first and last two positions are the ends); null when it keeps none. */
+  readonly ends: CausalLM | null;
+  /** The whole model, when the user holds it in memory. */
+  readonly whole: CausalLM | null;
+  /** Every layer of the model (names and profiles), for planning. */
+  readonly layers: readonly ModelLayer[];
+  /** Bytes of the weights the user holds. */
+  readonly heldBytes: number;
+  /** Where layers [start, end) come from when a worker loads them. */
+  section(range: SectionRange): SectionSource;
+  /** The files the model came from, if it came from a directory (tokenizer and generation config are copied from there on save). */
+  readonly dir: string | null;
+  close(): void;
+}
+
+/** A model the user already holds in memory. */
+export function modelInMemory(model: CausalLM): UserModel {
+  return {
+    config: model.config,
+    tokenizer: model.tokenizer,
+    ends: model,
+    whole: model,
+    layers: model.wholeLayers,
+    heldBytes: 4 * model.numParameters(),
+    section: (range) => tensorSource(sectionWeights(model, range)),
+    dir: null,
+    close: () => {},
+  };
+}
+
+/**
+ * A model in a Hugging Face directory, of which the user loads only its ends (`keepEnds`) and
+ * the tokenizer; sections stream from the checkpoint. The chunk hashes are cached in `cacheDir`
+ * (default: defaultCacheDir(); null: none), so a second run sends its manifests without hashing.
+ */
+export async function modelFromCheckpoint(dir: string, options: { keepEnds: boolean; cacheDir?: string | null }): Promise<UserModel> {
+  const checkpoint = CheckpointWeights.open(dir, { chunkBytes: CHUNK_BYTES, cacheDir: options.cacheDir });
+  try {
+    const config = checkpoint.config;
+    const ends = options.keepEnds ? await loadModel(dir, { part: 'ends' }) : null;
+    const tokenizer = ends?.tokenizer ?? loadTokenizer(dir);
+    return {
+      config,
+      tokenizer,
+      ends,
+      whole: null,
+      layers: modelLayers(config),
+      heldBytes: ends ? partBytes(config, 'ends') : 0,
+      section: (range) => checkpointSource(checkpoint, range),
+      dir,
+      close: () => checkpoint.close(),
+    };
+  } catch (err) {
+    checkpoint.close();
+    throw err;
+  }
+}

@@ -1,0 +1,78 @@
+import { MemoryBudgetError } from '../errors.ts';
+
+/** What a job holds on a worker, each counted against the worker's budget. */
+export type MemoryUse = 'weights' | 'gradients' | 'optimizer' | 'activations' | 'kv-cache';
+
+export const MEMORY_USES: readonly MemoryUse[] = ['weights', 'gradients', 'optimizer', 'activations', 'kv-cache'];
+
+/** Bytes as a person reads them. */
+export function mib(bytes: number): string {
+  return bytes >= 1024 ** 3 ? `${(bytes / 1024 ** 3).toFixed(2)} GiB` : `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
+}
+
+/** One job's holdings, as `status` and `stats` show them. */
+export type JobMemory = { jobId: string } & Record<MemoryUse, number>;
+
+/**
+ * A worker's memory budget (`--memory`): every byte a job holds is accounted here before it
+ * is allocated (weights when a section loads, gradients and AdamW's moments when it trains,
+ * activations kept for backward per micro-batch, KV caches per session). A request that would
+ * take the worker past its budget is refused with MemoryBudgetError and nothing is allocated;
+ * freeing a job returns all it held.
+ */
+export class MemoryBudget {
+  private readonly jobs = new Map<string, Record<MemoryUse, number>>();
+
+  constructor(readonly total: number) {}
+
+  used(): number {
+    let sum = 0;
+    for (const held of this.jobs.values()) for (const use of MEMORY_USES) sum += held[use];
+    return sum;
+  }
+
+  free(): number {
+    return Math.max(0, this.total - this.used());
+  }
+
+  /** What a job holds for `use`. */
+  held(jobId: string, use: MemoryUse): number {
+    return this.jobs.get(jobId)?.[use] ?? 0;
+  }
+
+  /**
+   * Sets what a job holds for `use` to `bytes`. Growing past the budget throws
+   * MemoryBudgetError, naming `what` and the numbers, and changes nothing; shrinking always works.
+   */
+  hold(jobId: string, use: MemoryUse, bytes: number, what: string): void {
+    const held = this.jobs.get(jobId) ?? { 'weights': 0, 'gradients': 0, 'optimizer': 0, 'activations': 0, 'kv-cache': 0 };
+    const growth = bytes - held[use];
+    if (growth > 0 && growth > this.free()) {
+      throw new MemoryBudgetError(
+        `${what} needs ${mib(growth)} more; this worker has ${mib(this.free())} free of the ${mib(this.total)} it offers (--memory)`,
+        { details: { needed: growth, free: this.free(), total: this.total } },
+      );
+    }
+    held[use] = bytes;
+    this.jobs.set(jobId, held);
+  }
+
+  /** Adds to (or, negative, takes from) what a job holds for `use`. */
+  add(jobId: string, use: MemoryUse, bytes: number, what: string): void {
+    this.hold(jobId, use, Math.max(0, this.held(jobId, use) + bytes), what);
+  }
+
+  /** Frees all a job held. */
+  release(jobId: string): void {
+    this.jobs.delete(jobId);
+  }
+
+  report(): { total: number; used: number; free: number; jobs: JobMemory[] } {
+    return {
+      total: this.total,
+      used: this.used(),
+      free: this.free(),
+      jobs: [...this.jobs].map(([jobId, held]) => ({ jobId, ...held })),
+    };
+  }
+}
