@@ -52,5 +52,5 @@ export class PlanInfeasibleError extends errorClass('PlanInfeasibleError') {}
 export class StageFailedError extends errorClass('StageFailedError') {}
 /** Something awaited (the gradients of a replica, a step of the pipeline) that did not come before its deadline. */
 export class TimeoutError extends errorClass('TimeoutError') {}
-/** A worker asked to hold more than its `--memory` allows (weights, training state, activations, KV caches); it refuses and keeps serving. */
+/** A worker asked to hold more than its `--memory` allows (weights, training state, activations, KV caches): it refuses, keeps serving. */
 export class MemoryBudgetError extends errorClass('MemoryBudgetError') {}

@@ -33,7 +33,8 @@ export function partBytes(config: ModelConfig, part: ModelPart): number {
   const layers = modelLayers(config);
   const held = partLayers(layers, part);
   let bytes = held.reduce((sum, l) => sum + l.profile().bytes, 0);
-  if (config.tieWordEmbeddings && held.includes(layers[0]) && held.includes(layers[layers.length - 1])) bytes -= layers[layers.length - 1].profile().bytes;
+  const head = layers[layers.length - 1];
+  if (config.tieWordEmbeddings && held.includes(layers[0]) && held.includes(head)) bytes -= head.profile().bytes;
   return bytes;
 }
 

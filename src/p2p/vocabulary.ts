@@ -182,7 +182,9 @@ export function parseWorkCounters(v: unknown): WorkCounters {
 }
 
 export function newWorkCounters(): WorkCounters {
-  return { forwards: 0, trainForwards: 0, trainBackwards: 0, optimizerSteps: 0, trainTokens: 0, weightBytesReceived: 0, weightBytesReused: 0 };
+  return {
+    forwards: 0, trainForwards: 0, trainBackwards: 0, optimizerSteps: 0, trainTokens: 0, weightBytesReceived: 0, weightBytesReused: 0,
+  };
 }
 
 /** Job ids name jobs on workers and in logs: short, and safe as file and key names. */

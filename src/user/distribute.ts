@@ -70,7 +70,12 @@ export async function distribute(
   }
 }
 
-async function distributeSource(node: Libp2p, validator: string | DialTarget, source: UserModel, options: DistributeOptions): Promise<DistributedJob> {
+async function distributeSource(
+  node: Libp2p,
+  validator: string | DialTarget,
+  source: UserModel,
+  options: DistributeOptions,
+): Promise<DistributedJob> {
   const workers = await listWorkers(node, typeof validator === 'string' ? multiaddr(validator) : validator);
   if (workers.length === 0) throw new PlanInfeasibleError('the validator knows no live workers');
   const replicas = options.replicas ?? 1;

@@ -50,7 +50,7 @@ export interface DistributedModel {
   optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>>;
   /** Gives every holder (replicas too) its parameters' optimizer state: resuming from a checkpoint. */
   setOptimizerState(state: Map<string, { moments: Tensor; step: number }>): Promise<void>;
-  /** Brings the workers' current weights into the user's model (to run it alone) and returns it: only when the user holds the whole model. */
+  /** Brings the workers' weights into the user's model (to run it alone) and returns it: only when the user holds the whole model. */
   pull(): Promise<CausalLM>;
   /** Writes the model as it is now to a Hugging Face directory, weight by weight as they arrive from the workers. */
   save(dir: string, options?: { maxShardBytes?: number }): Promise<string[]>;
@@ -136,7 +136,8 @@ export class DistributedJob implements DistributedModel {
   private async loadStage(section: number, s: JobStage, assignment: StageAssignment[]): Promise<LoadResult> {
     const range: [number, number] = [s.where.start, s.where.end];
     const onProgress = this.onProgress ? (p: LoadProgress) => this.onProgress!(s, p) : undefined;
-    return s.remote.load(configToHF(this.source.config), range, this.source.section(range), { upstream: this.upstreamOf(section, s), assignment, onProgress });
+    const options = { upstream: this.upstreamOf(section, s), assignment, onProgress };
+    return s.remote.load(configToHF(this.source.config), range, this.source.section(range), options);
   }
 
   /** The peer that passes activations to this stage: the previous section's first replica, in a chain. */
@@ -275,7 +276,9 @@ export class DistributedJob implements DistributedModel {
     if (!model) throw new InvalidArgumentError('the user holds only the ends of this model: write its weights with save(dir) instead of pulling them into memory');
     for (const copies of this.sections) {
       const { remote, where } = copies[0];
-      for (const w of this.source.section([where.start, where.end]).weights) model.loadStateDict(new Map([[w.name, await remote.weight(w.name)]]), { strict: false });
+      for (const w of this.source.section([where.start, where.end]).weights) {
+        model.loadStateDict(new Map([[w.name, await remote.weight(w.name)]]), { strict: false });
+      }
     }
     return model;
   }

@@ -3,7 +3,8 @@ import type { Multiaddr } from '@multiformats/multiaddr';
 import { InvalidMessageError, PeerUnreachableError } from '../errors.ts';
 import {
   dialProtocol, encodeControl, encodeTensor, errorFromWire, type Frame, fromWire, isWireError,
-  parseLoadedAnswer, parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL, STAGE_REQUEST_TIMEOUT_MS, TRAIN_REQUEST_TIMEOUT_MS,
+  parseLoadedAnswer, parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL, STAGE_REQUEST_TIMEOUT_MS,
+  TRAIN_REQUEST_TIMEOUT_MS,
   type StageAssignment, targetName, toWire, type WireTensor,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
@@ -118,7 +119,10 @@ export class RemoteStage {
    * weight is hashed while this one's chunks are in flight; only chunks in flight are held.
    */
   async load(config: Record<string, unknown>, section: [number, number], source: SectionSource, options: LoadOptions = {}): Promise<LoadResult> {
-    const extra = { ...(options.upstream ? { upstream: options.upstream } : {}), ...(options.assignment ? { assignment: options.assignment } : {}) };
+    const extra = {
+      ...(options.upstream ? { upstream: options.upstream } : {}),
+      ...(options.assignment ? { assignment: options.assignment } : {}),
+    };
     await this.call({ type: 'load', config, section, ...extra }, []);
     const weights = source.weights;
     const size = (w: { shape: number[] }) => 4 * w.shape.reduce((a, b) => a * b, 1);

@@ -43,7 +43,10 @@ describe('weights as content-addressed chunks', () => {
       const first = await RemoteStage.open(user, addr(), 'job-1');
       const stop = new AbortController();
       await assert.rejects(
-        first.load(configToHF(config), range, tensorSource(weights), { signal: stop.signal, onProgress: (p) => p.chunks === 5 && stop.abort() }),
+        first.load(configToHF(config), range, tensorSource(weights), {
+          signal: stop.signal,
+          onProgress: (p) => p.chunks === 5 && stop.abort(),
+        }),
         /stopped after 5 chunks/,
       );
       await first.close();

@@ -1,4 +1,4 @@
-import { InvalidArgumentError, InvalidMessageError } from '../../errors.ts';
+import { InvalidMessageError } from '../../errors.ts';
 import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_TENSORS_PER_REQUEST, parseGrads, parseMicro, parseName, parseNames,
   parseReduce, parseSetMoments, parseStep, parseTrainSetup, sendMessage, STAGE_PROTOCOL, toWire,
