@@ -3,8 +3,8 @@ import type { Multiaddr } from '@multiformats/multiaddr';
 import { InvalidMessageError, PeerUnreachableError } from '../errors.ts';
 import {
   dialProtocol, encodeControl, encodeTensor, errorFromWire, type Frame, fromWire, isWireError,
-  parseLoadedAnswer, parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL, STAGE_REQUEST_TIMEOUT_MS,
-  TRAIN_REQUEST_TIMEOUT_MS,
+  parseLoadedAnswer, parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL,
+  STAGE_REQUEST_TIMEOUT_MS, TRAIN_REQUEST_TIMEOUT_MS,
   type StageAssignment, targetName, toWire, type WireTensor,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
@@ -118,7 +118,12 @@ export class RemoteStage {
    * checkpoint on its disk), each hash-checked and written into place on arrival. The next
    * weight is hashed while this one's chunks are in flight; only chunks in flight are held.
    */
-  async load(config: Record<string, unknown>, section: [number, number], source: SectionSource, options: LoadOptions = {}): Promise<LoadResult> {
+  async load(
+    config: Record<string, unknown>,
+    section: [number, number],
+    source: SectionSource,
+    options: LoadOptions = {},
+  ): Promise<LoadResult> {
     const extra = {
       ...(options.upstream ? { upstream: options.upstream } : {}),
       ...(options.assignment ? { assignment: options.assignment } : {}),
