@@ -34,10 +34,10 @@ export interface LocalSwarm {
   workers: LocalPeer[];
   /** The validator's address: what `--bootstrap` takes. */
   bootstrap: string;
-  /** A user node of this process in the swarm: `swarm.user.distribute(model)` plans and loads a job on its workers. */
+  /** A user node of this process in the swarm: `swarm.user.distribute(model)` plans and loads a job on its workers (a model, or a checkpoint directory streamed from disk). */
   user: {
     node: TensorLinkNode;
-    distribute(model: CausalLM, options?: DistributeOptions): Promise<DistributedJob>;
+    distribute(model: CausalLM | string, options?: DistributeOptions): Promise<DistributedJob>;
   };
   close(): Promise<void>;
 }
@@ -97,6 +97,8 @@ async function launch(role: 'validator' | 'worker', args: string[], timeoutMs: n
 export async function localSwarm(options: {
   workers: number;
   memory?: string;
+  /** A directory of Hugging Face checkpoints every worker holds (`worker --models`): loads of them move no weights. */
+  models?: string;
   timeoutMs?: number;
   /** Stop the swarm and exit on SIGINT/SIGTERM (default); off when the caller handles signals itself. */
   handleSignals?: boolean;
@@ -153,12 +155,15 @@ export async function localSwarm(options: {
     const bootstrap = validator.addrs[0];
     const workers = await Promise.all(
       Array.from({ length: options.workers }, (_, i) =>
-        launch('worker', ['--bootstrap', bootstrap, '--data', join(dir, `worker-${i}`), ...(options.memory ? ['--memory', options.memory] : []), ...extra], timeoutMs),
+        launch('worker', [
+          '--bootstrap', bootstrap, '--data', join(dir, `worker-${i}`),
+          ...(options.memory ? ['--memory', options.memory] : []), ...(options.models ? ['--models', options.models] : []), ...extra,
+        ], timeoutMs),
       ),
     );
     peers.push(...workers);
     const node = await createNode();
-    const user = { node, distribute: (model: CausalLM, o?: DistributeOptions) => distribute(node, bootstrap, model, o) };
+    const user = { node, distribute: (model: CausalLM | string, o?: DistributeOptions) => distribute(node, bootstrap, model, o) };
     return {
       validator,
       workers,

@@ -43,7 +43,7 @@ commands:
 
   validator [--listen MULTIADDR] [--data DIR] [--log-level debug|info|warn|error]
       a bootstrap peer, DHT server and registry of workers; prints {"event":"ready",...} when up
-  worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--listen MULTIADDR] [--log-level L]
+  worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--models DIR] [--listen MULTIADDR] [--log-level L]
       lends this machine's compute: measures it, announces it and keeps announcing while alive
   status --bootstrap MULTIADDR
       the swarm as its validator sees it: peers, roles, capabilities, tiers, last seen

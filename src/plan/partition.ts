@@ -16,7 +16,7 @@ function prefix(values: number[]): number[] {
 }
 
 function mib(bytes: number): string {
-  return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
+  return bytes < 1024 ** 2 ? `${bytes} bytes` : `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
 }
 
 /**

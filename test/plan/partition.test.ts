@@ -128,8 +128,12 @@ describe('partitioning', () => {
       { name: 'block.0', params: 1000, bytes: 4000, flopsPerToken: 2000, activationBytesPerToken: 4 },
     ];
     const devices: Device[] = [{ id: 'a', memoryBytes: 3000, gflops: 1 }];
-    assert.throws(() => layerAware(layers, devices), { name: 'PlanInfeasibleError', message: /block\.0 needs 4000 bytes.*1000 short/ });
+    assert.throws(() => layerAware(layers, devices), { name: 'PlanInfeasibleError', message: /block\.0 needs 4000 bytes.*1000 bytes short/ });
     assert.throws(() => parameterBalanced(layers, [{ id: 'a', memoryBytes: 4000, gflops: 1 }]), { name: 'PlanInfeasibleError' });
+    // the memory adds up, but no device has room for a second block: the third is named, with what is missing
+    const blocks = [0, 1, 2].map((i): LayerCost => ({ name: `block.${i}`, params: 750, bytes: 3000, flopsPerToken: 1, activationBytesPerToken: 4 }));
+    const two = [{ id: 'a', memoryBytes: 5000, gflops: 1 }, { id: 'b', memoryBytes: 5000, gflops: 1 }];
+    assert.throws(() => layerAware(blocks, two), { name: 'PlanInfeasibleError', message: /from layer block\.2 on, 3000 bytes of layers find no device with room/ });
   });
 
   test('planning 100 devices × 80 layers takes under a second', () => {

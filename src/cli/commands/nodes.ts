@@ -17,6 +17,7 @@ export const workerOptions = {
   'bootstrap': { type: 'string' },
   'memory': { type: 'string' },
   'data': { type: 'string' },
+  'models': { type: 'string' },
   'listen': { type: 'string' },
   'log-level': { type: 'string' },
   'parent-pid': { type: 'string' },
@@ -102,6 +103,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   const w = await startWorker({
     bootstrap,
     dataDir: stringFlag(flags, 'data'),
+    modelsDir: stringFlag(flags, 'models'),
     listen: listen ? [listen] : undefined,
     memoryBytes: memory ? parseBytes(memory) : undefined,
     log: createLogger({ level: logLevel(flags), peer: 'worker' }),
@@ -125,7 +127,10 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
     const now = Date.now();
     const lines = peers.map((p) => {
       const c = p.capabilities;
-      const caps = c ? `${c.gflops} GFLOP/s tier ${c.tier}, ${formatBytes(c.memoryBytes)}, ${c.cores} cores, ${c.backend}` : '';
+      const memory = c && c.memoryFreeBytes !== undefined
+        ? `${formatBytes(c.memoryBytes - c.memoryFreeBytes)} used, ${formatBytes(c.memoryFreeBytes)} free of ${formatBytes(c.memoryBytes)}`
+        : c ? formatBytes(c.memoryBytes) : '';
+      const caps = c ? `${c.gflops} GFLOP/s tier ${c.tier}, ${memory}, ${c.cores} cores, ${c.backend}` : '';
       const near = Object.entries(p.proximity ?? {}).map(
         ([peer, e]) => `\n    → ${peer.slice(-8)}  ${e.rttMs.toFixed(2)} ms round trip, ${e.mbps.toFixed(0)} Mbit/s`,
       );
