@@ -8,6 +8,7 @@
  *   with it: distribute(node, bootstrap, DIR) (the user keeps the ends, the workers' sections stream from disk).
  */
 import '../src/polyfills.ts';
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { generate, loadModel } from '../src/models/index.ts';
 import { createNode } from '../src/p2p/index.ts';
@@ -22,10 +23,25 @@ export interface LoadUserResult {
   loadSeconds: number;
   /** Weight bytes the user sent to the workers (0 when loading locally). */
   bytesSent: number;
-  /** Peak resident set of this process over its whole life. */
+  /** Peak resident set of this process over its whole life (VmHWM on Linux). */
   maxRssBytes: number;
   /** Resident set after imports, the compute backend and the libp2p node started: before any loading. */
   baselineRssBytes: number;
+}
+
+/**
+ * The peak resident set of this process since it started. On Linux that is VmHWM: getrusage's
+ * maxRSS (process.resourceUsage().maxRSS) carries the parent's peak across fork and exec, so
+ * a child of a bench that built a 340 MB model reports at least that much whatever it did.
+ */
+function peakRss(): number {
+  try {
+    const hwm = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    if (hwm) return Number(hwm[1]) * 1024;
+  } catch {
+    // not Linux: maxRSS, which may include the parent's peak
+  }
+  return process.resourceUsage().maxRSS * 1024;
 }
 
 const { values } = parseArgs({
@@ -75,7 +91,7 @@ const result: LoadUserResult = {
   ttftSeconds,
   loadSeconds,
   bytesSent,
-  maxRssBytes: process.resourceUsage().maxRSS * 1024,
+  maxRssBytes: peakRss(),
   baselineRssBytes,
 };
 process.stdout.write(`${JSON.stringify(result)}\n`);

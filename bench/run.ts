@@ -3,7 +3,7 @@
  * each figure next to a reference measured in the same run. Prints a table and writes
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
- * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline]
+ * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,load]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -12,6 +12,7 @@ import { parseArgs } from 'node:util';
 import { benchElementwise } from './elementwise.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchDistributed } from './distributed.ts';
+import { benchLoad } from './load.ts';
 import { benchGpt2 } from './models.ts';
 import { benchP2p } from './p2p.ts';
 import { benchPipeline } from './pipeline.ts';
@@ -25,7 +26,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'load'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -70,6 +71,11 @@ if (sections.includes('distributed')) {
 if (sections.includes('pipeline')) {
   log('pipeline: training across 1, 2, 3 worker processes at m = 1, 4, 8 vs one process ...');
   rows.push(...(await benchPipeline(values.quick ? 2 : 4)));
+}
+
+if (sections.includes('load')) {
+  log('load: a checkpoint onto 1, 2, 3 worker processes, cold and warm, vs loading it in one process ...');
+  rows.push(...(await benchLoad(values.quick)));
 }
 
 const report = {

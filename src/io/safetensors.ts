@@ -147,8 +147,9 @@ export class SafetensorsReader {
   /**
    * Elements [start, start + count) of a float tensor as float32 (F16 and BF16 widened, F64
    * narrowed): a window of a weight, so a large one is streamed without being held whole.
+   * `into` (at least `count` long) takes the values instead of a new array.
    */
-  readFloat32(name: string, start: number, count: number): Float32Array {
+  readFloat32(name: string, start: number, count: number, into?: Float32Array): Float32Array {
     if (this.fd === null) throw new SafetensorsFormatError(`${this.path}: reader is closed`);
     const e = this.entry(name);
     const where = `${this.path} '${name}'`;
@@ -156,10 +157,10 @@ export class SafetensorsReader {
       throw new SafetensorsFormatError(`${where}: elements [${start}, ${start + count}) are outside its ${sizeOf(e.shape)}`);
     }
     if (e.dtype === 'I32' || e.dtype === 'I64') throw new SafetensorsFormatError(`${where}: ${e.dtype} is not a float tensor`);
-    const out = new Float32Array(count);
+    const out = into ? into.subarray(0, count) : new Float32Array(count);
     const width = SAFE_DTYPE_BYTES[e.dtype];
     if (e.dtype === 'F32') {
-      readExactly(this.fd, new Uint8Array(out.buffer), e.begin + 4 * start, where);
+      readExactly(this.fd, new Uint8Array(out.buffer, out.byteOffset, out.byteLength), e.begin + 4 * start, where);
       return out;
     }
     const bytes = new Uint8Array(count * width);
@@ -199,8 +200,12 @@ function storageType(t: Tensor, dtype: WriteOptions['dtype']): SafeDType {
   return dtype ?? 'F32';
 }
 
+/** A little-endian machine writes float32 data as it is in memory (no copy). */
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
 function encodeChunk(t: Tensor, dtype: SafeDType, start: number, n: number): Uint8Array {
   const width = SAFE_DTYPE_BYTES[dtype];
+  if (dtype === 'F32' && t.data instanceof Float32Array && LITTLE_ENDIAN) return new Uint8Array(t.data.buffer, t.data.byteOffset + 4 * start, 4 * n);
   const bytes = new Uint8Array(n * width);
   const dv = new DataView(bytes.buffer);
   const src = t.data;
@@ -424,8 +429,8 @@ export class Checkpoint {
   }
 
   /** Elements [start, start + count) of a float tensor as float32 (see SafetensorsReader.readFloat32). */
-  readFloat32(name: string, start: number, count: number): Float32Array {
-    return this.reader(name).readFloat32(name, start, count);
+  readFloat32(name: string, start: number, count: number, into?: Float32Array): Float32Array {
+    return this.reader(name).readFloat32(name, start, count, into);
   }
 
   /** The file that holds a tensor (relative to the directory). */

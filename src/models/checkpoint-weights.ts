@@ -74,6 +74,7 @@ const yieldNow = () => new Promise<void>((r) => setImmediate(r));
 export class CheckpointWeights {
   private cache: HashCache;
   private dirty = false;
+  private scratch: Float32Array | null = null;
 
   private constructor(
     readonly dir: string,
@@ -169,12 +170,15 @@ export class CheckpointWeights {
     return Math.max(1, Math.ceil(this.byteLength(name) / this.chunkBytes));
   }
 
-  /** Chunk `index` of a weight's float32 bytes (little-endian), read from its file now. */
-  chunk(name: string, index: number): Uint8Array {
+  /**
+   * Chunk `index` of a weight's float32 bytes (little-endian), read from its file now into a
+   * new array, or into `scratch` (for bytes used at once and not kept, as when hashing).
+   */
+  chunk(name: string, index: number, scratch?: Float32Array): Uint8Array {
     const per = this.chunkBytes / 4;
     const total = this.byteLength(name) / 4;
     const start = index * per;
-    const data = this.ckpt.readFloat32(this.key(name), start, Math.max(0, Math.min(per, total - start)));
+    const data = this.ckpt.readFloat32(this.key(name), start, Math.max(0, Math.min(per, total - start)), scratch);
     return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
   }
 
@@ -203,8 +207,10 @@ export class CheckpointWeights {
     const known = entry.hashes[key];
     if (known) return known;
     const out: string[] = [];
+    // one scratch buffer for every chunk hashed: hashing a large checkpoint leaves no garbage behind
+    this.scratch ??= new Float32Array(this.chunkBytes / 4);
     for (let i = 0; i < this.chunkCount(name); i++) {
-      out.push(createHash('sha256').update(this.chunk(name, i)).digest('hex'));
+      out.push(createHash('sha256').update(this.chunk(name, i, this.scratch)).digest('hex'));
       await yieldNow();
     }
     entry.hashes[key] = out;
