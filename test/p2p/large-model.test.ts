@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, test } from 'node:test';
 import { localSwarm } from '../../src/cli/local-swarm.ts';
-import { createModel, generate, gpt2Config, loadModel, partBytes, saveModel } from '../../src/models/index.ts';
+import { createModel, gpt2Config, loadModel, partBytes, saveModel } from '../../src/models/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
 
 const run = promisify(execFile);
