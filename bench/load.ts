@@ -29,7 +29,9 @@ const HOLDING_LABEL: Record<Holding, string> = {
 };
 
 /** The reference when every local run failed. */
-const NO_REFERENCE: LoadUserResult = { ttftSeconds: Number.NaN, loadSeconds: Number.NaN, bytesSent: 0, maxRssBytes: Number.NaN, baselineRssBytes: Number.NaN };
+const NO_REFERENCE: LoadUserResult = {
+  ttftSeconds: Number.NaN, loadSeconds: Number.NaN, bytesSent: 0, maxRssBytes: Number.NaN, baselineRssBytes: Number.NaN,
+};
 
 interface Measured extends LoadUserResult {
   /** Weight bytes the workers received over the network, and found in their own store or checkpoints, during the case. */
@@ -197,7 +199,8 @@ function caseRows(
   model: string,
 ): Row[] {
   const modelBytes = sizes.model;
-  const failed = m instanceof Error ? ` (failed: ${m.message.split('\n')[0].slice(0, 160)})` : '';
+  // the first clause of the error in the table; all of it (the child's stderr too) went to stderr
+  const failed = m instanceof Error ? ` (failed: ${m.message.split(/\n|; stderr/)[0].slice(0, 160)})` : '';
   const r = m instanceof Error ? null : m;
   const ttft = r?.ttftSeconds ?? Number.NaN;
   const rate = r ? modelBytes / MB / r.loadSeconds : Number.NaN;

@@ -34,7 +34,7 @@ export interface LocalSwarm {
   workers: LocalPeer[];
   /** The validator's address: what `--bootstrap` takes. */
   bootstrap: string;
-  /** A user node of this process in the swarm: `swarm.user.distribute(model)` plans and loads a job (a model, or a checkpoint directory). */
+  /** A user node of this process in the swarm: `swarm.user.distribute(model)` plans and loads a job (a model or a checkpoint dir). */
   user: {
     node: TensorLinkNode;
     distribute(model: CausalLM | string, options?: DistributeOptions): Promise<DistributedJob>;
