@@ -8,12 +8,12 @@
  *   with it: distribute(node, bootstrap, DIR) (the user keeps the ends, the workers' sections stream from disk).
  */
 import '../src/polyfills.ts';
-import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { generate, loadModel } from '../src/models/index.ts';
 import { createNode } from '../src/p2p/index.ts';
 import { getBackend } from '../src/tensor/index.ts';
 import { distribute } from '../src/user/index.ts';
+import { peakRss } from '../test/helpers/rss.ts';
 
 /** What one case measured, as the parent bench reads it. */
 export interface LoadUserResult {
@@ -27,21 +27,6 @@ export interface LoadUserResult {
   maxRssBytes: number;
   /** Resident set after imports, the compute backend and the libp2p node started: before any loading. */
   baselineRssBytes: number;
-}
-
-/**
- * The peak resident set of this process since it started. On Linux that is VmHWM: getrusage's
- * maxRSS (process.resourceUsage().maxRSS) carries the parent's peak across fork and exec, so
- * a child of a bench that built a 340 MB model reports at least that much whatever it did.
- */
-function peakRss(): number {
-  try {
-    const hwm = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
-    if (hwm) return Number(hwm[1]) * 1024;
-  } catch {
-    // not Linux: maxRSS, which may include the parent's peak
-  }
-  return process.resourceUsage().maxRSS * 1024;
 }
 
 const { values } = parseArgs({

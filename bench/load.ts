@@ -111,7 +111,8 @@ async function onSwarm(workers: number, runs: Holding[], dir: string, cacheDir: 
       log(`${label}, ${h} ...`);
       try {
         const m = await distributedCase(swarm, dir, cacheDir);
-        log(`${label}, ${h}: first token ${m.ttftSeconds.toFixed(2)} s, workers received ${(m.received / MB).toFixed(0)} MB`);
+        const moved = `workers received ${(m.received / MB).toFixed(0)} MB, reused ${(m.reused / MB).toFixed(0)} MB`;
+        log(`${label}, ${h}: first token ${m.ttftSeconds.toFixed(2)} s, ${moved}`);
         cases.push([h, m]);
       } catch (err) {
         log(`${label}, ${h}: FAILED: ${(err as Error).message}`);
@@ -134,14 +135,15 @@ async function writeModel(config: GPT2Config, dir: string): Promise<number> {
 }
 
 /**
- * Loading a GPT-2-shaped checkpoint (342 MB of float32 weights; --quick: 101 MB) onto 1, 2
- * and 3 workers (each its own process on loopback), against loading it in one process
- * (loadModel and the first token), measured in the same run: time to the first token, load
- * throughput, the user's peak resident set, and the weight bytes the workers received. Cold:
- * a fresh swarm whose workers hold nothing; warm: a second load on the same swarm (the chunks
- * are on the workers' disks); --models: a fresh swarm whose workers index the checkpoint. The
- * user's side runs in a child process per case (bench/load-user.ts). The checkpoint was just
- * written, so every case reads it from the page cache.
+ * Loading a GPT-2-shaped checkpoint (341 MB of float32 weights; --quick: 102 MB and 1, 2
+ * workers) onto 1, 2 and 3 workers (each its own process on loopback), against loading it in
+ * one process (loadModel and the first token), measured in the same run: time to the first
+ * token, load throughput, the user's peak resident set, and the weight bytes the workers
+ * received. Cold: a fresh swarm whose workers hold nothing, and a fresh hash cache for the
+ * user; warm: a second load on the same swarm (the chunks are on the workers' disks, the
+ * hashes in the user's cache); --models: a fresh swarm whose workers indexed the checkpoint
+ * before they announced themselves (not timed). The user's side runs in a child process per
+ * case (bench/load-user.ts). The checkpoint was just written: every case reads the page cache.
  */
 export async function benchLoad(quick: boolean): Promise<Row[]> {
   const config = quick

@@ -65,7 +65,7 @@ function canonicalKey(key: string, expected: Set<string>): string {
  * const ends = await loadModel('models/big', { part: 'ends' })   // embedding, final norm, head
  */
 export async function loadModel(dir: string, options: { part?: ModelPart } = {}): Promise<CausalLM> {
-  const config = configFromHF(readJson(join(dir, 'config.json'), 'config.json'));
+  const config = loadConfig(dir);
   const part = options.part;
   const model = createModel(config, { init: false, section: part }); // every weight comes from the checkpoint
   const own = model.hfStateDict();
@@ -107,6 +107,11 @@ export async function loadModel(dir: string, options: { part?: ModelPart } = {})
   }
   model.tokenizer = loadTokenizer(dir);
   return model;
+}
+
+/** The config of a Hugging Face directory (config.json), without its weights. */
+export function loadConfig(dir: string): ModelConfig {
+  return configFromHF(readJson(join(dir, 'config.json'), 'config.json'));
 }
 
 /** The tokenizer of a Hugging Face directory (tokenizer.json, with tokenizer_config.json if present), or null if it has none. */

@@ -10,6 +10,7 @@ import { loadModel } from '../../src/models/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
 import { randint, setBackend, tensor } from '../../src/tensor/index.ts';
 import { distribute } from '../../src/user/index.ts';
+import { peakRss } from './rss.ts';
 
 const [bootstrap, dir, mode, out, cacheDir] = process.argv.slice(2);
 setBackend('js');
@@ -18,8 +19,6 @@ const baselineRss = process.memoryUsage().rss;
 const dm = await distribute(node, bootstrap, mode === 'checkpoint' ? dir : await loadModel(dir), { strategy: 'parameter-balanced', cacheDir });
 const loadedRss = process.memoryUsage().rss;
 const { tokens } = await dm.generate([1, 2, 3, 4], { maxNewTokens: 6, temperature: 0, stopTokens: [] });
-const rss = (what: string) => process.env.TL_RSS && process.stderr.write(`${what}: ${((process.resourceUsage().maxRSS * 1024 - baselineRss) / 2 ** 20).toFixed(1)} MiB\n`);
-rss('generated');
 const trainer = await dm.trainer({ optimizer: { lr: 1e-3 }, totalSteps: 2, microBatches: 2, schedule: '1f1b' });
 const losses: number[] = [];
 for (let step = 0; step < 2; step++) {
@@ -27,12 +26,9 @@ for (let step = 0; step < 2; step++) {
   const target = tensor(Array.from(input.data, (v) => (v * 7 + 3) % 256), [2, 8], 'int32');
   losses.push((await trainer.step({ input, target })).loss);
 }
-rss('trained');
 await dm.save(out, { maxShardBytes: 16 * 1024 ** 2 });
-rss('saved');
 const heldBytes = dm.source.heldBytes;
 await dm.close();
 await node.stop();
-const peakRss = process.resourceUsage().maxRSS * 1024;
-process.stdout.write(`${JSON.stringify({ tokens, losses, heldBytes, baselineRss, loadedRss, peakRss })}\n`);
+process.stdout.write(`${JSON.stringify({ tokens, losses, heldBytes, baselineRss, loadedRss, peakRss: peakRss() })}\n`);
 process.exit(0);

@@ -1,4 +1,5 @@
-import { generate, type GenerateOptions, loadModel } from '../../models/index.ts';
+import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
+import { loadProgress } from '../load-progress.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError } from '../args.ts';
 import { distribute } from '../../user/index.ts';
 import { joinSwarm } from '../swarm.ts';
@@ -25,18 +26,20 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   const { strategy, privacy } = planFlags(flags, 'layer-aware');
   const dir = requiredString(flags, 'model');
   const prompt = requiredString(flags, 'prompt');
-  const model = await loadModel(dir);
-  const tok = model.tokenizer;
+  // across workers the user reads only its ends from the checkpoint; sections stream from the files
+  const model = where.kind === 'local' ? await loadModel(dir) : null;
+  const config = model?.config ?? loadConfig(dir);
+  const tok = model ? model.tokenizer : loadTokenizer(dir);
   if (!tok) throw new UsageError(`${dir} has no tokenizer.json; generate needs one to read the prompt`);
   const promptIds = tok.encode(prompt);
   if (promptIds.length === 0) throw new UsageError('the prompt encodes to no tokens');
   const topP = numberFlag(flags, 'top-p', 1);
   if (topP <= 0 || topP > 1) throw new UsageError('--top-p must be in (0, 1]');
   const requested = intFlag(flags, 'max-new-tokens', 32, 0);
-  const room = model.config.maxPositions - promptIds.length;
-  if (room < 0) throw new UsageError(`the prompt has ${promptIds.length} tokens, more than the model's ${model.config.maxPositions} positions`);
+  const room = config.maxPositions - promptIds.length;
+  if (room < 0) throw new UsageError(`the prompt has ${promptIds.length} tokens, more than the model's ${config.maxPositions} positions`);
   const maxNewTokens = Math.min(requested, room);
-  if (maxNewTokens < requested) out.info(`generating ${maxNewTokens} tokens: the model has ${model.config.maxPositions} positions`);
+  if (maxNewTokens < requested) out.info(`generating ${maxNewTokens} tokens: the model has ${config.maxPositions} positions`);
   const produced: number[] = [];
   let printed = '';
   const started = performance.now();
@@ -60,11 +63,11 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   };
   let tokens: number[];
   if (where.kind === 'local') {
-    tokens = (await generate(model, promptIds, options)).tokens;
+    tokens = (await generate(model!, promptIds, options)).tokens;
   } else {
     const access = await joinSwarm(where, flags);
     try {
-      const dm = await distribute(access.node, access.bootstrap, model, { strategy, privacy });
+      const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out) });
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
       try {
         tokens = (await dm.generate(promptIds, options)).tokens;

@@ -1,10 +1,14 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Batch, loadTextFile, taskBatch, taskByName, textBatch, type Task, type TextDataset } from '../../data/index.ts';
-import { type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadModel, saveModel } from '../../models/index.ts';
+import {
+  type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadConfig, loadModel, loadTokenizer, partBytes, saveModel,
+  type Tokenizer,
+} from '../../models/index.ts';
 import { distribute, RemoteTrainStage } from '../../user/index.ts';
 import type { StrategyName } from '../../plan/index.ts';
-import { crossEntropy, Generator, noGrad } from '../../tensor/index.ts';
+import { crossEntropy, Generator, noGrad, type Tensor } from '../../tensor/index.ts';
+import { loadProgress } from '../load-progress.ts';
 import { joinSwarm } from '../swarm.ts';
 import { type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
@@ -36,21 +40,25 @@ export const trainOptions = {
   'listen': { type: 'string' },
 } as const;
 
+/** How a source evaluates the model being trained: its logits, and a generator that continues prompts (locally, or across the workers). */
+interface Evaluator {
+  logits(ids: Tensor): Promise<Tensor>;
+  generator: CausalLM | BatchGenerator;
+}
+
 interface Source {
   name: string;
   batch(rng: Generator): Batch;
-  /** Evaluates the model (`generator` continues prompts: locally, or across the workers). */
-  evaluate(model: CausalLM, generator: CausalLM | BatchGenerator): Promise<{ metric: 'accuracy' | 'loss'; value: number }>;
+  evaluate(model: Evaluator): Promise<{ metric: 'accuracy' | 'loss'; value: number }>;
 }
 
-function taskSource(task: Task, model: CausalLM, batchSize: number, evalSize: number): Source {
-  const tok = model.tokenizer!;
+function taskSource(task: Task, tok: Tokenizer, batchSize: number, evalSize: number): Source {
   const pad = tok.eosTokenId ?? 0;
   const maxAnswer = Math.max(...task.test.map((e) => tok.encode(e.answer).length)) + 1;
   return {
     name: `task:${task.name}`,
     batch: (rng) => taskBatch(task, tok, rng, batchSize, pad),
-    evaluate: async (_, generator) => {
+    evaluate: async ({ generator }) => {
       const examples = task.test.slice(0, evalSize);
       const options = { terminator: task.terminator, maxNewTokens: maxAnswer, batchSize: 250 };
       const { accuracy } = await evaluateExactMatch(generator, examples, options);
@@ -69,7 +77,8 @@ function textSource(path: string, data: TextDataset, batchSize: number, seqLen: 
       const rounds = 4;
       for (let i = 0; i < rounds; i++) {
         const b = textBatch(data.heldOut.length > seqLen + 2 ? data.heldOut : data.train, rng, batchSize, seqLen);
-        total += noGrad(() => crossEntropy(m.eval().forward(b.input), b.target).item());
+        const logits = await m.logits(b.input);
+        total += noGrad(() => crossEntropy(logits, b.target).item());
       }
       return { metric: 'loss', value: total / rounds };
     },
@@ -88,7 +97,11 @@ interface Runner {
 }
 
 interface RunSettings {
-  model: CausalLM;
+  /** The model directory (across workers, sections stream from it and the user loads only its ends). */
+  dir: string;
+  /** The model in this process (a run on this machine only). */
+  model: CausalLM | null;
+  tokenizer: Tokenizer;
   source: Source;
   steps: number;
   lr: number;
@@ -97,7 +110,8 @@ interface RunSettings {
 }
 
 function localRunner(s: RunSettings, out: Output): Runner {
-  const trainer = new LocalTrainer(s.model, { lr: s.lr, totalSteps: s.steps, microBatches: s.microBatches });
+  const model = s.model!;
+  const trainer = new LocalTrainer(model, { lr: s.lr, totalSteps: s.steps, microBatches: s.microBatches });
   if (s.resumeFrom) {
     const state = readOptimizer(s.resumeFrom);
     if (state) setLocalOptimizerState(trainer, state);
@@ -106,9 +120,9 @@ function localRunner(s: RunSettings, out: Output): Runner {
   }
   return {
     step: async (batch) => trainer.step(batch),
-    evaluate: () => s.source.evaluate(s.model, s.model),
+    evaluate: () => s.source.evaluate({ logits: async (ids) => noGrad(() => model.eval().forward(ids)), generator: model }),
     checkpoint: async (dir, state) => {
-      await saveModel(s.model, dir);
+      await saveModel(model, dir);
       writeOptimizer(dir, localOptimizerState(trainer));
       writeState(dir, state);
     },
@@ -144,7 +158,8 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
     await access.close();
   };
   try {
-    dm = await distribute(access.node, access.bootstrap, s.model, { strategy, privacy, replicas });
+    const onProgress = loadProgress(out);
+    dm = await distribute(access.node, access.bootstrap, s.dir, { strategy, privacy, replicas, training: true, onProgress });
     for (const a of dm.assignment) {
       const layers = a.end - a.start === 1 ? `layer ${a.start}` : `layers ${a.start}–${a.end - 1}`;
       out.info(`  worker …${a.peerId.slice(-6)}: ${layers}${replicas > 1 ? ` (replica ${a.replica})` : ''}`);
@@ -158,12 +173,13 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
       else out.info('the checkpoint holds no optimizer state: AdamW starts afresh');
     }
     const job = dm;
-    const generator: BatchGenerator = { tokenizer: s.model.tokenizer, generateBatch: (p, o) => job.generateBatch(p, o) };
+    const generator: BatchGenerator = { tokenizer: s.tokenizer, generateBatch: (p, o) => job.generateBatch(p, o) };
     return {
       step: (batch) => trainer.step(batch),
-      evaluate: async () => s.source.evaluate(await job.pull(), generator),
+      evaluate: async () => s.source.evaluate({ logits: (ids) => job.logits(ids), generator }),
       checkpoint: async (dir, state) => {
-        await saveModel(await job.pull(), dir);
+        // weight by weight from the workers into the files: the user never holds the whole model
+        await job.save(dir);
         writeOptimizer(dir, await job.optimizerState());
         writeState(dir, state);
       },
@@ -197,8 +213,10 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
     throw new UsageError(`--resume needs --out DIR holding a ${STATE_FILE} from an earlier run`);
   }
   const modelDir = resume ? outDir! : requiredString(flags, 'model');
-  const model = await loadModel(modelDir);
-  if (!model.tokenizer) throw new UsageError(`${modelDir} has no tokenizer.json; training needs one to encode the data`);
+  const model = where.kind === 'local' ? await loadModel(modelDir) : null;
+  const config = model?.config ?? loadConfig(modelDir);
+  const tokenizer = model ? model.tokenizer : loadTokenizer(modelDir);
+  if (!tokenizer) throw new UsageError(`${modelDir} has no tokenizer.json; training needs one to encode the data`);
   const batchSize = intFlag(flags, 'batch', 32);
   if (microBatches > batchSize) throw new UsageError(`--micro-batches ${microBatches} is more than the batch of ${batchSize}`);
   const seed = intFlag(flags, 'seed', 0, 0);
@@ -206,8 +224,8 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const evalEvery = intFlag(flags, 'eval-every', Math.max(1, Math.floor(steps / 5)));
   const evalSize = intFlag(flags, 'eval-size', 200);
   const source = taskName
-    ? taskSource(taskByName(taskName, seed), model, batchSize, evalSize)
-    : textSource(dataPath!, loadTextFile(dataPath!, model.tokenizer), batchSize, intFlag(flags, 'seq-len', Math.min(128, model.config.maxPositions - 1)));
+    ? taskSource(taskByName(taskName, seed), tokenizer, batchSize, evalSize)
+    : textSource(dataPath!, loadTextFile(dataPath!, tokenizer), batchSize, intFlag(flags, 'seq-len', Math.min(128, config.maxPositions - 1)));
   const rng = new Generator(seed + 1);
   let losses: number[] = [];
   let start = 0;
@@ -223,8 +241,9 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const stopAt = Math.min(steps, intFlag(flags, 'stop-at', steps));
   if (stopAt < steps && !outDir) throw new UsageError('--stop-at needs --out DIR to hold the checkpoint');
   const where_ = where.kind === 'local' ? 'this process' : where.kind === 'swarm' ? `a local swarm of ${where.workers} workers` : where.bootstrap;
-  out.info(`training ${model.config.arch} (${model.numParameters()} parameters) on ${source.name}, ${steps} steps, batch ${batchSize}, on ${where_}`);
-  const settings: RunSettings = { model, source, steps, lr, microBatches, resumeFrom: resume ? outDir! : null };
+  const parameters = partBytes(config, [0, config.layers + 3]) / 4;
+  out.info(`training ${config.arch} (${parameters} parameters) on ${source.name}, ${steps} steps, batch ${batchSize}, on ${where_}`);
+  const settings: RunSettings = { dir: modelDir, model, tokenizer, source, steps, lr, microBatches, resumeFrom: resume ? outDir! : null };
   const runner = where.kind === 'local' ? localRunner(settings, out) : await distributedRunner(settings, flags, pipeline!, out);
   const evals: { step: number; metric: string; value: number }[] = [];
   const started = performance.now();
