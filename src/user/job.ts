@@ -4,7 +4,8 @@ import { InvalidArgumentError } from '../errors.ts';
 import { join } from 'node:path';
 import { planShards, type PlannedTensor, SafetensorsWriter, writeShardIndex } from '../io/index.ts';
 import {
-  type CausalLM, configToHF, defaultPositions, type GenerateOptions, generateWith, runLayers, type StepModel, writeModelFiles,
+  type CausalLM, configToHF, defaultPositions, type GenerateOptions, generateWith, layerParameters, runLayers, type StepModel,
+  writeModelFiles,
 } from '../models/index.ts';
 import type { PeerTarget, StageAssignment } from '../p2p/index.ts';
 import { type PipelineStage, PipelineTrainer, type ScheduleName, userEnds } from '../pipeline/index.ts';
@@ -296,7 +297,11 @@ export class DistributedJob implements DistributedModel {
       from.set(name, get);
       planned.push({ name, shape: [...shape], dtype: 'F32' });
     };
-    if (this.keepEnds) for (const [name, t] of this.ends.hfStateDict()) add(name, t.shape, async () => t);
+    if (this.keepEnds) {
+      // the user's own layers only (a whole model in memory has stale copies of the workers' sections)
+      const layers = this.ends.layers;
+      for (const [name, t] of layerParameters([layers[0], ...layers.slice(layers.length - 2)])) add(name, t.shape, async () => t);
+    }
     for (const copies of this.sections) {
       const { remote, where } = copies[0];
       for (const w of this.source.section([where.start, where.end]).weights) add(w.name, w.shape, () => remote.weight(w.name));
