@@ -40,8 +40,9 @@ export {
 export {
   type BatchGenerator, byteLevelTokenizerJson, type CausalLM, configFromHF, configToHF, createModel, evaluateExactMatch, type EvalResult,
   type ForwardOptions, generate, generateBatch, type GenerateOptions, GPT2, type GPT2Config, gpt2Config, HFTokenizer, KVCache,
-  type LayerKind, type LayerProfile, Llama, type LlamaConfig, llamaConfig, loadModel, LocalTrainer, type LocalTrainerOptions,
-  type ModelConfig, type ModelLayer, saveModel, type SamplingOptions, type SectionRange, type StepResult, type Tokenizer,
+  type LayerKind, type LayerProfile, Llama, type LlamaConfig, llamaConfig, loadConfig, loadModel, loadTokenizer, LocalTrainer,
+  type LocalTrainerOptions, type ModelConfig, type ModelLayer, type ModelPart, saveModel, type SamplingOptions, type SectionRange,
+  type StepResult, type Tokenizer,
   type TrainingBatch, validateConfig,
 } from './models/index.ts';
 export {
@@ -58,7 +59,10 @@ export {
 
 // the swarm: nodes, roles, distributed jobs, local swarms
 export { type Capabilities, createNode, type NodeOptions, type PeerRecord, type Proximity, type Role, type TensorLinkNode, type Tier } from './p2p/index.ts';
-export { distribute, type DistributeOptions, type DistributedJob, type DistributedModel, type DistributedTrainerOptions, listPeers } from './user/index.ts';
+export {
+  distribute, type DistributeOptions, type DistributedJob, type DistributedModel, type DistributedTrainerOptions, listPeers,
+  type LoadProgress,
+} from './user/index.ts';
 export { startWorker, type Worker, type WorkerOptions } from './worker/index.ts';
 export { startValidator, type Validator, type ValidatorOptions } from './validator/index.ts';
 export { type LocalPeer, type LocalSwarm, localSwarm } from './cli/local-swarm.ts';
