@@ -1,6 +1,6 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { readSafetensors, writeSafetensors } from '../io/index.ts';
+import { readSafetensors, SafetensorsReader, SafetensorsWriter, writeSafetensors } from '../io/index.ts';
 import { layerParameters, type LocalTrainer } from '../models/index.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
 
@@ -41,6 +41,56 @@ export function writeOptimizer(dir: string, state: OptimizerState): void {
     out.set(`${name}.step`, tensor([step], [1]));
   }
   writeSafetensors(join(dir, OPTIMIZER_FILE), out);
+}
+
+/**
+ * Writes optimizer state in the same layout as writeOptimizer, parameter by parameter as each
+ * one's moments arrive (from the workers): only one parameter's state is held at a time.
+ */
+export async function writeOptimizerStreamed(
+  dir: string,
+  entries: { name: string; shape: number[]; step: number; moments: () => Promise<Tensor> }[],
+): Promise<void> {
+  const planned = entries.flatMap((e) => [
+    { name: `${e.name}.exp_avg`, shape: e.shape, dtype: 'F32' as const },
+    { name: `${e.name}.exp_avg_sq`, shape: e.shape, dtype: 'F32' as const },
+    { name: `${e.name}.step`, shape: [1], dtype: 'F32' as const },
+  ]);
+  const writer = SafetensorsWriter.create(join(dir, OPTIMIZER_FILE), planned);
+  try {
+    for (const e of entries) {
+      const moments = await e.moments();
+      const half = moments.size / 2;
+      const d = moments.data as Float32Array;
+      writer.write(`${e.name}.exp_avg`, tensor(d.subarray(0, half), e.shape));
+      writer.write(`${e.name}.exp_avg_sq`, tensor(d.subarray(half), e.shape));
+      writer.write(`${e.name}.step`, tensor([e.step], [1]));
+    }
+    writer.close();
+  } finally {
+    writer.abandon();
+  }
+}
+
+/**
+ * The optimizer state of a checkpoint read parameter by parameter (null for a parameter it does
+ * not hold), and a close; null if the checkpoint holds no optimizer state.
+ */
+export function openOptimizer(dir: string): { read: (name: string) => { moments: Tensor; step: number } | null; close: () => void } | null {
+  if (!existsSync(join(dir, OPTIMIZER_FILE))) return null;
+  const file = SafetensorsReader.open(join(dir, OPTIMIZER_FILE));
+  return {
+    read: (name) => {
+      if (!file.has(`${name}.exp_avg`) || !file.has(`${name}.exp_avg_sq`) || !file.has(`${name}.step`)) return null;
+      const m = file.read(`${name}.exp_avg`);
+      const v = file.read(`${name}.exp_avg_sq`);
+      const both = new Float32Array(2 * m.size);
+      both.set(m.data as Float32Array);
+      both.set(v.data as Float32Array, m.size);
+      return { moments: tensor(both, [2, ...m.shape]), step: file.read(`${name}.step`).data[0] };
+    },
+    close: () => file.close(),
+  };
 }
 
 /** The optimizer state a checkpoint holds, or null if it holds none. */

@@ -331,6 +331,12 @@ export class SafetensorsWriter {
     this.next++;
   }
 
+  /** Closes the file without completing it (a write that failed half-way): no descriptor is left open. */
+  abandon(): void {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
+  }
+
   /** Closes the file; an incomplete one is an error (its header promises tensors that never came). */
   close(): void {
     if (this.fd === null) return;
@@ -408,7 +414,10 @@ export class Checkpoint {
     return [...this.files.keys()];
   }
 
+  private closed = false;
+
   private reader(name: string): SafetensorsReader {
+    if (this.closed) throw new SafetensorsFormatError(`${this.dir}: checkpoint is closed`);
     const file = this.fileOf(name);
     let r = this.readers.get(file);
     if (r === undefined) {
@@ -446,6 +455,7 @@ export class Checkpoint {
   }
 
   close(): void {
+    this.closed = true;
     for (const r of this.readers.values()) r.close();
     this.readers.clear();
   }

@@ -51,14 +51,20 @@ export interface WeightShape {
   shape: number[];
 }
 
-/** A file's identity for the hash cache: a changed file is hashed again. */
+/** A file's identity for the hash cache: a changed (or replaced) file is hashed again. */
 interface FileStamp {
   size: number;
   mtimeMs: number;
+  ctimeMs: number;
+  ino: number;
+}
+
+function sameFile(a: FileStamp, b: FileStamp): boolean {
+  return a.size === b.size && a.mtimeMs === b.mtimeMs && a.ctimeMs === b.ctimeMs && a.ino === b.ino;
 }
 
 interface HashCache {
-  version: 1;
+  version: 2;
   chunkBytes: number;
   files: Record<string, FileStamp & { hashes: Record<string, string[]> }>;
 }
@@ -85,11 +91,11 @@ export class CheckpointWeights {
     private readonly chunkBytes: number,
     private readonly cacheFile: string | null,
   ) {
-    this.cache = { version: 1, chunkBytes, files: {} };
+    this.cache = { version: 2, chunkBytes, files: {} };
     if (cacheFile) {
       try {
         const cached = JSON.parse(readFileSync(cacheFile, 'utf8')) as HashCache;
-        if (cached.version === 1 && cached.chunkBytes === chunkBytes && typeof cached.files === 'object') this.cache = cached;
+        if (cached.version === 2 && cached.chunkBytes === chunkBytes && typeof cached.files === 'object') this.cache = cached;
       } catch {
         // no cache yet, or an unreadable one: hash again
       }
@@ -185,22 +191,22 @@ export class CheckpointWeights {
   private stamp(name: string): { file: string } & FileStamp {
     const file = this.ckpt.fileOf(this.key(name));
     const st = statSync(join(this.dir, file));
-    return { file, size: st.size, mtimeMs: st.mtimeMs };
+    return { file, size: st.size, mtimeMs: st.mtimeMs, ctimeMs: st.ctimeMs, ino: st.ino };
   }
 
   /** Whether the hashes of a weight are cached (its file unchanged since). */
   cached(name: string): boolean {
-    const { file, size, mtimeMs } = this.stamp(name);
+    const { file, ...stamp } = this.stamp(name);
     const entry = this.cache.files[file];
-    return entry !== undefined && entry.size === size && entry.mtimeMs === mtimeMs && entry.hashes[this.key(name)] !== undefined;
+    return entry !== undefined && sameFile(entry, stamp) && entry.hashes[this.key(name)] !== undefined;
   }
 
   /** The sha256 of each chunk of a weight: from the cache, or read and hashed now (yielding between chunks). */
   async hashes(name: string): Promise<string[]> {
-    const { file, size, mtimeMs } = this.stamp(name);
+    const { file, ...stamp } = this.stamp(name);
     let entry = this.cache.files[file];
-    if (!entry || entry.size !== size || entry.mtimeMs !== mtimeMs) {
-      entry = { size, mtimeMs, hashes: {} };
+    if (!entry || !sameFile(entry, stamp)) {
+      entry = { ...stamp, hashes: {} };
       this.cache.files[file] = entry;
     }
     const key = this.key(name);

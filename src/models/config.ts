@@ -102,10 +102,28 @@ export function llamaConfig(overrides: Partial<Omit<LlamaConfig, 'arch'>> = {}):
 }
 
 /** Checks the dimensions fit together; throws InvalidArgumentError naming the field. */
+/**
+ * The largest config values accepted, each far beyond any open model and each with its reason:
+ * a config also arrives from peers (a worker builds the section a user names), and one absurd
+ * number must not make it allocate without bound or compute sizes that overflow.
+ */
+export const CONFIG_LIMITS = {
+  /** Tokenizers of open models have up to ~256k entries. */
+  vocabSize: 4_194_304,
+  /** Contexts of open models reach 128k–1M positions. */
+  maxPositions: 4_194_304,
+  /** The widest open models are ~16k–25k wide. */
+  hidden: 262_144,
+  /** Open models have at most a few hundred blocks. */
+  layers: 4_096,
+  heads: 16_384,
+  intermediate: 1_048_576,
+} as const;
+
 export function validateConfig(c: ModelConfig): ModelConfig {
-  const positive = ['vocabSize', 'maxPositions', 'hidden', 'layers', 'heads', 'intermediate'] as const;
-  for (const k of positive) {
+  for (const k of Object.keys(CONFIG_LIMITS) as (keyof typeof CONFIG_LIMITS)[]) {
     if (!Number.isInteger(c[k]) || c[k] <= 0) throw new InvalidArgumentError(`config ${k} must be a positive integer, got ${c[k]}`);
+    if (c[k] > CONFIG_LIMITS[k]) throw new InvalidArgumentError(`config ${k} is ${c[k]}, more than the ${CONFIG_LIMITS[k]} any model here may have`);
   }
   if (c.arch === 'gpt2' && c.hidden % c.heads !== 0) {
     throw new InvalidArgumentError(`hidden size ${c.hidden} is not divisible by ${c.heads} heads`);

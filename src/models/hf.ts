@@ -1,8 +1,8 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
-import { Checkpoint, writeCheckpoint } from '../io/index.ts';
-import { noGrad } from '../tensor/index.ts';
+import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint, writeShardIndex } from '../io/index.ts';
+import { noGrad, type Tensor } from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
 import { GPT2 } from './gpt2.ts';
 import { Llama } from './llama.ts';
@@ -129,6 +129,39 @@ export function loadTokenizer(dir: string): HFTokenizer | null {
 export async function saveModel(model: CausalLM, dir: string, options: { maxShardBytes?: number } = {}): Promise<string[]> {
   const files = writeModelFiles(dir, model.config, model.tokenizer);
   return [...files, ...writeCheckpoint(dir, model.hfStateDict(), { metadata: { format: 'pt' }, maxShardBytes: options.maxShardBytes })];
+}
+
+/**
+ * Writes a model to a Hugging Face directory weight by weight, as the weights become available:
+ * `weights` lists names and shapes in order, and `read(name)` brings each one when its turn
+ * comes, so only that weight is held (the weights of a model split across workers, fetched from
+ * them). Sharded above `maxShardBytes`, as saveModel.
+ */
+export async function saveModelStreamed(
+  dir: string,
+  config: ModelConfig,
+  tokenizer: Tokenizer | null,
+  weights: { name: string; shape: number[] }[],
+  read: (name: string) => Promise<Tensor>,
+  options: { maxShardBytes?: number } = {},
+): Promise<string[]> {
+  const files = writeModelFiles(dir, config, tokenizer);
+  const shards = planShards(weights.map((w) => ({ ...w, dtype: 'F32' as const })), options.maxShardBytes);
+  for (const shard of shards) {
+    const writer = SafetensorsWriter.create(join(dir, shard.file), shard.tensors, { format: 'pt' });
+    try {
+      for (const t of shard.tensors) writer.write(t.name, await read(t.name));
+      writer.close();
+    } finally {
+      writer.abandon();
+    }
+    files.push(shard.file);
+  }
+  if (shards.length > 1) {
+    writeShardIndex(dir, shards);
+    files.push(INDEX_FILE);
+  }
+  return files;
 }
 
 /** Everything of a Hugging Face directory but the weights: config.json, generation_config.json and tokenizer.json. */

@@ -10,7 +10,7 @@ export {
 } from './config.ts';
 export { GPT2 } from './gpt2.ts';
 export { Llama, rotaryTables } from './llama.ts';
-export { createModel, loadConfig, loadModel, loadTokenizer, modelLayers, partBytes, saveModel, writeModelFiles } from './hf.ts';
+export { createModel, loadConfig, loadModel, loadTokenizer, modelLayers, partBytes, saveModel, saveModelStreamed, writeModelFiles } from './hf.ts';
 export { CheckpointWeights, defaultCacheDir, layersOfWeight, type WeightShape } from './checkpoint-weights.ts';
 export { defaultPositions, runLayers } from './forward.ts';
 export { type ModelPart, partLayers, type SectionParts, type SectionRange, sectionParts } from './model.ts';

@@ -35,7 +35,7 @@ function shortfall(layers: LayerCost[], devices: Device[]): PlanInfeasibleError 
   const rest = layers.slice(i).reduce((sum, l) => sum + l.bytes, 0);
   const name = layers[Math.min(i, layers.length - 1)].name;
   return new PlanInfeasibleError(
-    `no contiguous split fits: from layer ${name} on, ${mib(rest)} of layers find no device with room (each device's spare memory is smaller than the next layer; about ${mib(rest)} short)`,
+    `no contiguous split fits: from layer ${name} on, ${mib(rest)} of layers find no device with room (the devices' spare memory is split into pieces smaller than the next layer)`,
     { details: { layer: name, needed: rest } },
   );
 }

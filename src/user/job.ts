@@ -1,11 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError } from '../errors.ts';
-import { join } from 'node:path';
-import { planShards, type PlannedTensor, SafetensorsWriter, writeShardIndex } from '../io/index.ts';
 import {
   type CausalLM, configToHF, defaultPositions, type GenerateOptions, generateWith, layerParameters, runLayers, type StepModel,
-  writeModelFiles,
+  saveModelStreamed,
 } from '../models/index.ts';
 import type { PeerTarget, StageAssignment } from '../p2p/index.ts';
 import { type PipelineStage, PipelineTrainer, type ScheduleName, userEnds } from '../pipeline/index.ts';
@@ -123,21 +121,28 @@ export class DistributedJob implements DistributedModel {
     const assignment = this.fullAssignment();
     const stages = this.sections.flatMap((copies, i) => copies.map((s) => ({ i, s })));
     const results: LoadResult[] = new Array(stages.length);
+    // one failed section stops the others: the job fails as a whole
+    const failed = new AbortController();
     let next = 0;
     const lane = async () => {
-      while (next < stages.length) {
+      while (next < stages.length && !failed.signal.aborted) {
         const k = next++;
-        results[k] = await this.loadStage(stages[k].i, stages[k].s, assignment);
+        try {
+          results[k] = await this.loadStage(stages[k].i, stages[k].s, assignment, failed.signal);
+        } catch (err) {
+          failed.abort();
+          throw err;
+        }
       }
     };
     await Promise.all(Array.from({ length: Math.min(LOAD_CONCURRENCY, stages.length) }, lane));
     return results;
   }
 
-  private async loadStage(section: number, s: JobStage, assignment: StageAssignment[]): Promise<LoadResult> {
+  private async loadStage(section: number, s: JobStage, assignment: StageAssignment[], signal?: AbortSignal): Promise<LoadResult> {
     const range: [number, number] = [s.where.start, s.where.end];
     const onProgress = this.onProgress ? (p: LoadProgress) => this.onProgress!(s, p) : undefined;
-    const options = { upstream: this.upstreamOf(section, s), assignment, onProgress };
+    const options = { upstream: this.upstreamOf(section, s), assignment, onProgress, signal };
     return s.remote.load(configToHF(this.source.config), range, this.source.section(range), options);
   }
 
@@ -267,6 +272,48 @@ export class DistributedJob implements DistributedModel {
     return out;
   }
 
+  /**
+   * AdamW's state parameter by parameter, for checkpoints of models larger than the user's
+   * memory: each parameter that has taken a step, its shape and step count, and a fetch of its
+   * moments ([2, ...shape]) from its first holder when the writer gets to it.
+   */
+  async optimizerEntries(): Promise<{ name: string; shape: number[]; step: number; moments: () => Promise<Tensor> }[]> {
+    if (!this.pipeline) throw new InvalidArgumentError('this distributed model has no trainer yet: call trainer() first');
+    const out: { name: string; shape: number[]; step: number; moments: () => Promise<Tensor> }[] = [];
+    const seen = new Set<string>();
+    const shapes = new Map<string, number[]>();
+    for (const [s] of this.sections) for (const w of this.source.section([s.where.start, s.where.end]).weights) shapes.set(w.name, w.shape);
+    for (const stage of this.pipeline.stages) {
+      const h = stage.replicas[0];
+      if (h instanceof RemoteTrainStage) {
+        for (const { name, step } of await h.momentSteps()) {
+          if (seen.has(name)) continue;
+          seen.add(name);
+          out.push({ name, shape: shapes.get(name)!, step, moments: () => h.moments(name) });
+        }
+      } else {
+        // the user's own ends: small, and in this process
+        for (const [name, s] of await h.optimizerState()) {
+          if (seen.has(name)) continue;
+          seen.add(name);
+          out.push({ name, shape: s.moments.shape.slice(1), step: s.step, moments: async () => s.moments });
+        }
+      }
+    }
+    return out;
+  }
+
+  /** Restores AdamW's state parameter by parameter (`read` gives its moments and step, or null): resuming without holding it all. */
+  async restoreOptimizer(read: (name: string) => { moments: Tensor; step: number } | null): Promise<void> {
+    if (!this.pipeline) throw new InvalidArgumentError('this distributed model has no trainer yet: call trainer() first');
+    for (const h of this.pipeline.stages.flatMap((s) => s.replicas)) {
+      for (const name of h.names) {
+        const s = read(name);
+        if (s) await h.setOptimizerState(new Map([[name, s]]));
+      }
+    }
+  }
+
   async setOptimizerState(state: Map<string, { moments: Tensor; step: number }>): Promise<void> {
     if (!this.pipeline) throw new InvalidArgumentError('this distributed model has no trainer yet: call trainer() first');
     await Promise.all(this.pipeline.stages.flatMap((s) => s.replicas).map((h) => h.setOptimizerState(state)));
@@ -291,11 +338,11 @@ export class DistributedJob implements DistributedModel {
    */
   async save(dir: string, options: { maxShardBytes?: number } = {}): Promise<string[]> {
     const from = new Map<string, () => Promise<Tensor>>();
-    const planned: PlannedTensor[] = [];
+    const planned: { name: string; shape: number[] }[] = [];
     const add = (name: string, shape: readonly number[], get: () => Promise<Tensor>) => {
       if (from.has(name)) return; // a tied table held at both ends is written once
       from.set(name, get);
-      planned.push({ name, shape: [...shape], dtype: 'F32' });
+      planned.push({ name, shape: [...shape] });
     };
     if (this.keepEnds) {
       // the user's own layers only (a whole model in memory has stale copies of the workers' sections)
@@ -306,15 +353,7 @@ export class DistributedJob implements DistributedModel {
       const { remote, where } = copies[0];
       for (const w of this.source.section([where.start, where.end]).weights) add(w.name, w.shape, () => remote.weight(w.name));
     }
-    writeModelFiles(dir, this.source.config, this.source.tokenizer);
-    const shards = planShards(planned, options.maxShardBytes);
-    for (const shard of shards) {
-      const writer = SafetensorsWriter.create(join(dir, shard.file), shard.tensors, { format: 'pt' });
-      for (const t of shard.tensors) writer.write(t.name, await from.get(t.name)!());
-      writer.close();
-    }
-    if (shards.length > 1) writeShardIndex(dir, shards);
-    return shards.map((sh) => sh.file);
+    return saveModelStreamed(dir, this.source.config, this.source.tokenizer, planned, (name) => from.get(name)!(), options);
   }
 
   async close(): Promise<void> {

@@ -145,7 +145,8 @@ export class RemoteStage {
       if (i + 1 < weights.length) void hashesOf(i + 1);
       for (const sha of chunks) distinct.add(sha);
       result.chunks = distinct.size;
-      const answer = await this.call({ type: 'manifest', weights: [{ name: w.name, shape: w.shape, chunks }] }, []);
+      // a worker reads and re-hashes the chunks it holds before it answers: a large weight takes a while
+      const answer = await this.call({ type: 'manifest', weights: [{ name: w.name, shape: w.shape, chunks }] }, [], TRAIN_REQUEST_TIMEOUT_MS);
       const need = parseNeedAnswer(controlAnswer(answer, 'manifest'), new Set(chunks));
       let sentHere = 0;
       for (const sha of need) {

@@ -57,6 +57,17 @@ export class RemoteTrainStage implements StageHandle {
     return out;
   }
 
+  /** The parameters that have taken a step, with their step counts. */
+  async momentSteps(): Promise<{ name: string; step: number }[]> {
+    const steps = parseMomentSteps(controlAnswer(await this.call({ type: 'moment-steps', names: this.names }), 'moment-steps'), this.names.length);
+    return this.names.flatMap((name, i) => (steps[i] === null ? [] : [{ name, step: steps[i] }]));
+  }
+
+  /** AdamW's moments of one parameter, [2, ...shape]. */
+  async moments(name: string): Promise<Tensor> {
+    return tensorAnswer(await this.call({ type: 'moments', name }), 'moments');
+  }
+
   async optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>> {
     const out = new Map<string, { moments: Tensor; step: number }>();
     const steps = parseMomentSteps(controlAnswer(await this.call({ type: 'moment-steps', names: this.names }), 'moment-steps'), this.names.length);

@@ -106,6 +106,11 @@ export class JobTable {
     return entry;
   }
 
+  /** Whether this entry is still the table's (not removed, nor replaced) between a request's header and its tensors. */
+  holds(entry: JobEntry): boolean {
+    return this.jobs.get(entry.jobId) === entry;
+  }
+
   close(jobId: unknown, from: PeerId): void {
     this.remove(this.authorize(jobId, from).jobId);
   }

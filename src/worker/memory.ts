@@ -45,21 +45,30 @@ export class MemoryBudget {
    * MemoryBudgetError, naming `what` and the numbers, and changes nothing; shrinking always works.
    */
   hold(jobId: string, use: MemoryUse, bytes: number, what: string): void {
+    this.holdAll(jobId, { [use]: bytes }, what);
+  }
+
+  /** Adds to (or, negative, takes from) what a job holds for `use`. */
+  add(jobId: string, use: MemoryUse, bytes: number, what: string): void {
+    this.hold(jobId, use, Math.max(0, this.held(jobId, use) + bytes), what);
+  }
+
+  /** Sets several holdings of a job at once: all of them, or (past the budget, or given a non-size) none. */
+  holdAll(jobId: string, holdings: Partial<Record<MemoryUse, number>>, what: string): void {
     const held = this.jobs.get(jobId) ?? { 'weights': 0, 'gradients': 0, 'optimizer': 0, 'activations': 0, 'kv-cache': 0 };
-    const growth = bytes - held[use];
+    let growth = 0;
+    for (const [use, bytes] of Object.entries(holdings) as [MemoryUse, number][]) {
+      if (!Number.isFinite(bytes) || bytes < 0) throw new MemoryBudgetError(`${what}: ${bytes} is not a size in bytes`);
+      growth += bytes - held[use];
+    }
     if (growth > 0 && growth > this.free()) {
       throw new MemoryBudgetError(
         `${what} needs ${mib(growth)} more; this worker has ${mib(this.free())} free of the ${mib(this.total)} it offers (--memory)`,
         { details: { needed: growth, free: this.free(), total: this.total } },
       );
     }
-    held[use] = bytes;
+    Object.assign(held, holdings);
     this.jobs.set(jobId, held);
-  }
-
-  /** Adds to (or, negative, takes from) what a job holds for `use`. */
-  add(jobId: string, use: MemoryUse, bytes: number, what: string): void {
-    this.hold(jobId, use, Math.max(0, this.held(jobId, use) + bytes), what);
   }
 
   /** Frees all a job held. */

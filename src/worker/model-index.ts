@@ -38,7 +38,15 @@ export class ModelIndex {
       index.opened.push(weights);
       let chunks = 0;
       for (const name of weights.names()) {
-        for (const [i, sha] of (await weights.hashes(name)).entries()) {
+        let hashes: string[];
+        try {
+          hashes = await weights.hashes(name);
+        } catch (err) {
+          // a weight that cannot be read as floats (an integer buffer, a damaged file) is left out, not the worker
+          log?.warn('weight-skipped', { dir: candidate, weight: name, error: (err as Error).message });
+          continue;
+        }
+        for (const [i, sha] of hashes.entries()) {
           if (!index.places.has(sha)) index.places.set(sha, { weights, name, index: i });
           chunks++;
         }

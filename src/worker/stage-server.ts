@@ -124,6 +124,8 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
     try {
       if (admitted instanceof Error) throw admitted;
       const { handler, job } = admitted;
+      // the job may have ended while the request's tensors were arriving: nothing may run on (or be counted for) what it held
+      if (!jobs.holds(job)) throw new InvalidMessageError(`job ${job.jobId} ended before the request's tensors had all arrived`);
       const bindToStream = () => bound.add(job.jobId);
       const request = { id: envelope.id, type: envelope.type, body: envelope.body, tensors: p.tensors, job, from, bindToStream };
       const reply = await handler.run(request, context);

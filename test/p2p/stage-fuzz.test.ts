@@ -16,7 +16,8 @@ import { alive, type Running, startNode, waitFor } from '../helpers/processes.ts
 const TYPES = [...LOAD_REQUESTS, ...INFERENCE_REQUESTS, ...TRAINING_REQUESTS, 'frob', '__proto__', 'constructor'];
 /** The fields each request type reads: the fuzzer fills them with values no schema accepts. */
 const FIELDS: Record<string, string[]> = {
-  'load': ['config', 'section', 'weights', 'upstream', 'assignment'],
+  'load': ['config', 'section', 'upstream', 'assignment'],
+  'manifest': ['weights'],
   'chunk': ['sha'],
   'assign': ['assignment', 'upstream'],
   'forward': ['sessionId', 'route', 'replyTo'],

@@ -13,7 +13,8 @@ import { joinSwarm } from '../swarm.ts';
 import { type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 import {
-  localOptimizerState, readOptimizer, readState, setLocalOptimizerState, STATE_FILE, type TrainerState, writeOptimizer, writeState,
+  localOptimizerState, openOptimizer, readOptimizer, readState, setLocalOptimizerState, STATE_FILE, type TrainerState, writeOptimizer,
+  writeOptimizerStreamed, writeState,
 } from '../train-state.ts';
 
 export const trainOptions = {
@@ -168,9 +169,15 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
     const trainer = await dm.trainer({ optimizer: { lr: s.lr }, totalSteps: s.steps, microBatches: s.microBatches, schedule, replicas });
     if (s.resumeFrom) {
       trainer.fastForward(readState(s.resumeFrom).step);
-      const state = readOptimizer(s.resumeFrom);
-      if (state) await dm.setOptimizerState(state);
-      else out.info('the checkpoint holds no optimizer state: AdamW starts afresh');
+      // parameter by parameter: the user never holds the whole optimizer state
+      const state = openOptimizer(s.resumeFrom);
+      if (state) {
+        try {
+          await dm.restoreOptimizer(state.read);
+        } finally {
+          state.close();
+        }
+      } else out.info('the checkpoint holds no optimizer state: AdamW starts afresh');
     }
     const job = dm;
     const generator: BatchGenerator = { tokenizer: s.tokenizer, generateBatch: (p, o) => job.generateBatch(p, o) };
@@ -180,7 +187,7 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
       checkpoint: async (dir, state) => {
         // weight by weight from the workers into the files: the user never holds the whole model
         await job.save(dir);
-        writeOptimizer(dir, await job.optimizerState());
+        await writeOptimizerStreamed(dir, await job.optimizerEntries());
         writeState(dir, state);
       },
       stageNames: trainer.stages.map((st) => st.replicas.map((h) => (h instanceof RemoteTrainStage ? `…${h.peerId.slice(-6)}` : 'you'))),

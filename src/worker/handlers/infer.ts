@@ -40,7 +40,15 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const growth = (input.shape[0] ?? 1) * steps * kvBytesPerToken(section.model.layers);
       memory.add(job.jobId, 'kv-cache', growth, `the KV cache of session ${request.sessionId} (${cache.length + steps} positions)`);
       session.kvBytes += growth;
-      const out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
+      let out;
+      try {
+        out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
+      } catch (err) {
+        // a forward that failed grew nothing
+        session.kvBytes -= growth;
+        memory.add(job.jobId, 'kv-cache', -growth, 'a failed forward');
+        throw err;
+      }
       work.forwards++;
       if (!request.replyTo) return { kind: 'tensor', tensor: out };
       if (next) {

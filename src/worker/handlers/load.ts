@@ -1,5 +1,5 @@
 import { InvalidMessageError, UnauthorizedError } from '../../errors.ts';
-import { configFromHF, createModel, partBytes } from '../../models/index.ts';
+import { configFromHF, createModel, partBytes, sectionParts } from '../../models/index.ts';
 import {
   CHUNK_BYTES, expectTensors, parseAssign, parseChunk, parseLoad, parseManifest, type StageAssignment, type WeightEntry,
 } from '../../p2p/index.ts';
@@ -19,11 +19,20 @@ export const loadHandlers: Record<string, StageHandler> = {
       const request = parseLoad(body);
       const config = configFromHF(request.config);
       checkUpstream(job.jobId, request.assignment, request.upstream);
-      // the budget first: nothing is allocated for a section that does not fit
+      // a new load replaces whatever the job held: its section, training state, caches and their budget
       job.section = undefined;
       job.loading = undefined;
+      memory.release(job.jobId);
+      // the range and the budget first: nothing is allocated for a section that is not in the model or does not fit
+      sectionParts(config.layers, request.section, config.tieWordEmbeddings);
       memory.hold(job.jobId, 'weights', partBytes(config, request.section), `section [${request.section[0]}, ${request.section[1]}) of ${config.arch}`);
-      const model = createModel(config, { section: request.section });
+      let model;
+      try {
+        model = createModel(config, { section: request.section });
+      } catch (err) {
+        memory.release(job.jobId);
+        throw err;
+      }
       job.assignment = request.assignment;
       const targets = model.hfStateDict();
       job.loading = { model, targets, listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream };
@@ -32,22 +41,32 @@ export const loadHandlers: Record<string, StageHandler> = {
     },
   },
   manifest: {
-    run: ({ body, job }, context) => {
+    run: async ({ body, job }, context) => {
       const loading = loadingOf(job);
       const entries = parseManifest(body);
-      for (const e of entries) checkEntry(loading, e);
+      const names = new Set<string>();
+      for (const e of entries) {
+        if (names.has(e.name)) throw new InvalidMessageError(`'${e.name}' is listed twice`);
+        names.add(e.name);
+        checkEntry(loading, e);
+      }
+      // listed before any chunk is read: a manifest arriving while this one reads cannot list them again
+      for (const e of entries) loading.listed.set(e.name, e);
       const need: string[] = [];
       for (const e of entries) {
-        loading.listed.set(e.name, e);
         const target = loading.targets.get(e.name)!;
         const size = 4 * target.size;
         for (const [i, sha] of e.chunks.entries()) {
           const place = { target, offset: i * CHUNK_BYTES, bytes: Math.min(CHUNK_BYTES, size - i * CHUNK_BYTES) };
           const waiting = loading.waiting.get(sha);
           if (waiting) {
+            // one address is one content: it cannot fill places of different sizes
+            if (waiting[0].bytes !== place.bytes) throw new InvalidMessageError(`chunk ${sha.slice(0, 12)}… is listed for places of ${waiting[0].bytes} and ${place.bytes} bytes`);
             waiting.push(place);
             continue;
           }
+          // reading and re-hashing what it holds takes time: other requests are served between chunks
+          await new Promise<void>((resolve) => setImmediate(resolve));
           const held = context.store.get(sha) ?? context.models?.read(sha) ?? null;
           if (held && held.length === place.bytes) {
             fill(place, held);

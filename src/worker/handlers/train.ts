@@ -38,8 +38,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const request = parseTrainSetup(body);
       // gradients and AdamW's two moments, each the size of the weights, counted before they exist
       const bytes = 4 * section.model.numParameters();
-      memory.hold(job.jobId, 'gradients', bytes, 'the gradients of this section');
-      memory.hold(job.jobId, 'optimizer', 2 * bytes, 'AdamW\'s state for this section');
+      memory.holdAll(job.jobId, { gradients: bytes, optimizer: 2 * bytes, activations: 0 }, 'training this section (gradients and AdamW\'s two moments)');
       for (const p of request.peers) job.delegates.add(p);
       const executor = new StageExecutor(section.model.layers, section.model.config.maxPositions, request);
       section.training = { executor, exchange: new GradientExchange(), kept: new Map(), recompute: request.recompute };
