@@ -39,6 +39,11 @@ export function layersOfWeight(config: ModelConfig, name: string): number[] {
   return [];
 }
 
+/** The model's name for a checkpoint key: GPT-2 checkpoints may lack the `transformer.` prefix. */
+export function canonicalName(config: ModelConfig, key: string): string {
+  return layersOfWeight(config, key).length === 0 && layersOfWeight(config, `transformer.${key}`).length > 0 ? `transformer.${key}` : key;
+}
+
 /** Whether a part of the model holds layer `layer`. */
 function partHolds(config: ModelConfig, part: ModelPart, layer: number): boolean {
   if (part === 'ends') return layer === 0 || layer > config.layers;
@@ -119,8 +124,7 @@ export class CheckpointWeights {
     const keys = new Map<string, string>();
     for (const key of ckpt.keys()) {
       if (ignorableKey(key, config.tieWordEmbeddings)) continue;
-      const name = layersOfWeight(config, key).length === 0 && layersOfWeight(config, `transformer.${key}`).length > 0 ? `transformer.${key}` : key;
-      keys.set(name, key);
+      keys.set(canonicalName(config, key), key);
     }
     const cacheDir = options.cacheDir === undefined ? defaultCacheDir() : options.cacheDir;
     const cacheFile = cacheDir ? join(cacheDir, `${createHash('sha256').update(resolve(dir)).digest('hex').slice(0, 32)}.json`) : null;

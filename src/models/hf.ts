@@ -6,7 +6,7 @@ import { noGrad, type Tensor } from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
 import { GPT2 } from './gpt2.ts';
 import { Llama } from './llama.ts';
-import { ignorableKey, layersOfWeight } from './checkpoint-weights.ts';
+import { canonicalName, ignorableKey, layersOfWeight } from './checkpoint-weights.ts';
 import { type CausalLM, type ModelLayer, type ModelPart, partLayers } from './model.ts';
 import { HFTokenizer, type Tokenizer } from './tokenizer.ts';
 
@@ -49,12 +49,6 @@ function readJson(path: string, what: string): Record<string, unknown> {
   }
 }
 
-/** Maps a checkpoint key to the model's name (GPT-2 checkpoints may lack the `transformer.` prefix). */
-function canonicalKey(key: string, expected: Set<string>): string {
-  if (!expected.has(key) && expected.has(`transformer.${key}`)) return `transformer.${key}`;
-  return key;
-}
-
 /**
  * Loads a Hugging Face model directory: config.json, model.safetensors or a sharded
  * index, and tokenizer.json when present. Key sets and shapes are checked; errors name
@@ -77,11 +71,11 @@ export async function loadModel(dir: string, options: { part?: ModelPart } = {})
     noGrad(() => {
       for (const raw of ckpt.keys()) {
         if (ignorableKey(raw, config.tieWordEmbeddings)) continue;
-        const key = canonicalKey(raw, expected);
+        const key = canonicalName(config, raw);
         const target = own.get(key);
         if (target === undefined) {
           // a part skips the weights of other layers; a name no layer has is unexpected either way
-          if (!part || (layersOfWeight(config, raw).length === 0 && layersOfWeight(config, `transformer.${raw}`).length === 0)) unexpected.push(raw);
+          if (!part || layersOfWeight(config, key).length === 0) unexpected.push(raw);
           continue;
         }
         const info = ckpt.info(raw);

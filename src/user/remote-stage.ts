@@ -134,15 +134,15 @@ export class RemoteStage {
     const progress: LoadProgress = { done: 0, sent: 0, total: weights.reduce((sum, w) => sum + size(w), 0), chunks: 0 };
     const result: LoadResult = { chunksSent: 0, chunks: 0, bytesSent: 0, bytesReused: 0 };
     const distinct = new Set<string>();
-    const hashing = weights.map(() => null as Promise<string[]> | null);
     const hashesOf = (i: number) => {
-      hashing[i] ??= source.hashes(weights[i].name);
-      hashing[i]!.catch(() => {}); // awaited below; a failure while an earlier weight is sending is not unhandled
-      return hashing[i]!;
+      const hashing = source.hashes(weights[i].name);
+      hashing.catch(() => {}); // awaited below; a failure while an earlier weight is sending is not unhandled
+      return hashing;
     };
+    let next = weights.length > 0 ? hashesOf(0) : null;
     for (const [i, w] of weights.entries()) {
-      const chunks = await hashesOf(i);
-      if (i + 1 < weights.length) void hashesOf(i + 1);
+      const chunks = await next!;
+      next = i + 1 < weights.length ? hashesOf(i + 1) : null;
       for (const sha of chunks) distinct.add(sha);
       result.chunks = distinct.size;
       // a worker reads and re-hashes the chunks it holds before it answers: a large weight takes a while

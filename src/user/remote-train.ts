@@ -70,12 +70,7 @@ export class RemoteTrainStage implements StageHandle {
 
   async optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>> {
     const out = new Map<string, { moments: Tensor; step: number }>();
-    const steps = parseMomentSteps(controlAnswer(await this.call({ type: 'moment-steps', names: this.names }), 'moment-steps'), this.names.length);
-    for (const [i, name] of this.names.entries()) {
-      const step = steps[i];
-      if (step === null) continue; // no step taken yet
-      out.set(name, { moments: tensorAnswer(await this.call({ type: 'moments', name }), 'moments'), step });
-    }
+    for (const { name, step } of await this.momentSteps()) out.set(name, { moments: await this.moments(name), step });
     return out;
   }
 

@@ -4,6 +4,7 @@ import {
 } from '../models/index.ts';
 import { CHUNK_BYTES } from '../p2p/index.ts';
 import { sectionWeights } from '../pipeline/index.ts';
+import type { Tensor } from '../tensor/index.ts';
 import { checkpointSource, type SectionSource, tensorSource } from './section-source.ts';
 
 /**
@@ -32,6 +33,9 @@ export interface UserModel {
 
 /** A model the user already holds in memory. */
 export function modelInMemory(model: CausalLM): UserModel {
+  // a section's names come from building it empty: once per range, not on every load, save or pull
+  // (its hashes are not kept: the weights may have changed since)
+  const sections = new Map<string, Map<string, Tensor>>();
   return {
     config: model.config,
     tokenizer: model.tokenizer,
@@ -39,7 +43,11 @@ export function modelInMemory(model: CausalLM): UserModel {
     whole: model,
     layers: model.wholeLayers,
     heldBytes: 4 * model.numParameters(),
-    section: (range) => tensorSource(sectionWeights(model, range)),
+    section: (range) => {
+      const key = `${range[0]}:${range[1]}`;
+      if (!sections.has(key)) sections.set(key, sectionWeights(model, range));
+      return tensorSource(sections.get(key)!);
+    },
     dir: null,
     close: () => {},
   };
