@@ -54,3 +54,5 @@ export class StageFailedError extends errorClass('StageFailedError') {}
 export class TimeoutError extends errorClass('TimeoutError') {}
 /** A worker asked to hold more than its `--memory` allows (weights, training state, activations, KV caches): it refuses, keeps serving. */
 export class MemoryBudgetError extends errorClass('MemoryBudgetError') {}
+/** A worker's record or result failed a check: a bad signature, a broken chain, outputs that disagree, a failed re-execution. */
+export class VerificationError extends errorClass('VerificationError') {}

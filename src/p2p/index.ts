@@ -15,7 +15,7 @@ export {
 } from './frames.ts';
 export { IDENTITY_FILE, loadOrCreateIdentity } from './identity.ts';
 export { createLogger, isLogLevel, type Logger, type LogLevel } from './log.ts';
-export { createNode, DHT_PROTOCOL, type NodeOptions, type TensorLinkNode } from './node.ts';
+export { createNode, DHT_PROTOCOL, type NodeOptions, publicKeyOf, signerOf, type TensorLinkNode } from './node.ts';
 export { PeerRateLimiter } from './rate-limit.ts';
 export { RequestTable } from './requests.ts';
 export { receiveFrames, type SendOptions, sendMessage, sendParts, sendQuietly, traffic } from './stream.ts';

@@ -7,7 +7,10 @@ import { noise } from '@libp2p/noise';
 import { ping } from '@libp2p/ping';
 import { tcp } from '@libp2p/tcp';
 import { yamux } from '@libp2p/yamux';
+import { generateKeyPair } from '@libp2p/crypto/keys';
+import { peerIdFromString } from '@libp2p/peer-id';
 import { createLibp2p } from 'libp2p';
+import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { loadOrCreateIdentity } from './identity.ts';
 
 export interface NodeOptions {
@@ -32,9 +35,9 @@ export type TensorLinkNode = Libp2p<{
  * identify, ping, a Kademlia DHT (server mode, private addresses kept) and gossipsub.
  */
 export async function createNode(options: NodeOptions = {}): Promise<TensorLinkNode> {
-  const privateKey: PrivateKey | undefined = options.dataDir ? await loadOrCreateIdentity(options.dataDir) : undefined;
+  const privateKey: PrivateKey = options.dataDir ? await loadOrCreateIdentity(options.dataDir) : await generateKeyPair('Ed25519');
   const node = await createLibp2p({
-    ...(privateKey ? { privateKey } : {}),
+    privateKey,
     addresses: { listen: options.listen ?? ['/ip4/127.0.0.1/tcp/0'] },
     transports: [tcp()],
     connectionEncrypters: [noise()],
@@ -48,5 +51,31 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
       pubsub: gossipsub({ allowPublishToZeroTopicPeers: true, emitSelf: false }),
     },
   });
+  identities.set(node, privateKey);
   return node as unknown as TensorLinkNode;
+}
+
+const identities = new WeakMap<object, PrivateKey>();
+
+/**
+ * The node's signer for records: its peer id and the 32-byte seed of its Ed25519 identity
+ * key (the key libp2p authenticates its connections with), so that a record's signature is
+ * checked against nothing but the peer id.
+ */
+export function signerOf(node: object): { peer: string; seed: Uint8Array } {
+  const key = identities.get(node);
+  if (!key || key.type !== 'Ed25519') throw new InvalidArgumentError('this node was not made by createNode: it has no Ed25519 identity to sign with');
+  return { peer: (node as { peerId: { toString(): string } }).peerId.toString(), seed: key.raw.subarray(0, 32) };
+}
+
+/** The raw 32-byte Ed25519 public key a peer id embeds (a typed error for other ids). */
+export function publicKeyOf(peer: string): Uint8Array {
+  let key;
+  try {
+    key = peerIdFromString(peer).publicKey;
+  } catch (cause) {
+    throw new InvalidMessageError(`'${peer.slice(0, 80)}' is not a peer id`, { cause });
+  }
+  if (!key || key.type !== 'Ed25519') throw new InvalidMessageError(`${peer} has no Ed25519 key in its id`);
+  return key.raw;
 }

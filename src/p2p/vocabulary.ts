@@ -41,6 +41,11 @@ export interface PeerRecord {
   proximity: Record<string, Proximity>;
   /** Milliseconds since the epoch when the validator last heard from it. */
   lastSeen: number;
+  /** A worker's score with the validator: an exponential moving average of its checks (1 passed, 0 failed). */
+  reputation?: number;
+  checks?: { passed: number; failed: number };
+  /** Flagged by a failed check: given no new work. */
+  excluded?: boolean;
 }
 
 /** How to reach a peer: its id and every address it announced. */
@@ -143,6 +148,9 @@ export function parsePeerRecord(v: unknown, what = 'peer'): PeerRecord {
     addrs: parseAddrs(o.addrs),
     proximity: parseProximity(o.proximity),
     lastSeen: finite(o.lastSeen, `${what}.lastSeen`),
+    ...(o.reputation === undefined ? {} : { reputation: finite(o.reputation, `${what}.reputation`, 0, 1) }),
+    ...(o.checks === undefined ? {} : { checks: parseChecks(o.checks, `${what}.checks`) }),
+    ...(o.excluded === undefined ? {} : { excluded: o.excluded === true }),
   };
 }
 
@@ -191,4 +199,9 @@ export function newWorkCounters(): WorkCounters {
 export function parseJobId(v: unknown): string {
   if (typeof v !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(v)) fail('jobId must be 1–64 letters, digits, _ or -');
   return v;
+}
+
+function parseChecks(v: unknown, what: string): { passed: number; failed: number } {
+  const o = obj(v, what);
+  return { passed: int(o.passed, `${what}.passed`, 0), failed: int(o.failed, `${what}.failed`, 0) };
 }

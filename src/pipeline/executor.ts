@@ -16,6 +16,12 @@ export interface ExecutorOptions {
    * (a head tied to the user's embedding): this one is the `user` side of the tie.
    */
   tied?: { ties: TiedParameters; role: 'owner' | 'user' };
+  /**
+   * Each backward's contribution to the parameters' gradients is computed apart and then
+   * added to them (bit for bit what accumulating in the backward gives), and handed to this
+   * first: a worker hashes it into the backward's record (and fault injection may alter it).
+   */
+  onContribution?: (micro: number, contribution: Map<string, Tensor>) => void;
 }
 
 /**
@@ -132,7 +138,8 @@ export class StageExecutor {
       throw new InvalidArgumentError(`the gradient [${grad.shape}] does not match the output [${output.shape}] of micro-batch ${micro}`);
     }
     const tied = this.options.tied;
-    if (tied?.role === 'user') tied.ties.holdBack(micro, () => output.backward(grad, { releaseActivations: true }));
+    if (this.options.onContribution) this.contribute(micro, () => output.backward(grad, { releaseActivations: true }));
+    else if (tied?.role === 'user') tied.ties.holdBack(micro, () => output.backward(grad, { releaseActivations: true }));
     else {
       const run = () => output.backward(grad, { releaseActivations: true });
       if (tied) tied.ties.combine(micro, run);
@@ -140,6 +147,32 @@ export class StageExecutor {
     }
     if (s.input.dtype === 'int32') return null;
     return s.input.grad ?? zeros(s.input.shape);
+  }
+
+  /** Runs a backward with the gradients set aside, hands its contribution on, then adds it to them. */
+  private contribute(micro: number, backward: () => void): void {
+    const before = new Map([...this.named].map(([n, p]) => [n, p.grad]));
+    for (const p of this.named.values()) p.grad = null;
+    backward();
+    const contribution = new Map<string, Tensor>();
+    for (const [n, p] of this.named) if (p.grad) contribution.set(n, p.grad);
+    this.options.onContribution!(micro, contribution);
+    for (const [n, p] of this.named) {
+      const c = contribution.get(n);
+      const acc = before.get(n) ?? null;
+      // a parameter the micro-batch did not reach keeps what it had (null stays null: AdamW skips it)
+      if (!c) {
+        p.grad = acc;
+        continue;
+      }
+      if (!acc) p.grad = c;
+      else {
+        const a = acc.data;
+        const d = c.data;
+        for (let i = 0; i < a.length; i++) a[i] += d[i];
+        p.grad = acc;
+      }
+    }
   }
 
   /** ‖g‖² of each named parameter (the user adds them, in the model's order, into the global norm). */

@@ -5,8 +5,10 @@ import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
 import type { CausalLM } from '../models/index.ts';
 import type { DialTarget, PeerRecord, StageAssignment } from '../p2p/index.ts';
 import { type Device, layerCosts, plan, type StrategyName } from '../plan/index.ts';
-import { DistributedJob, type JobStage } from './job.ts';
-import { listWorkers } from './peers.ts';
+import { configToHF } from '../models/index.ts';
+import { DistributedJob, type JobStage, type Placement } from './job.ts';
+import { listPeers, listWorkers } from './peers.ts';
+import { DEFAULT_SAMPLE_RATE, JobVerifier, type VerifyOptions } from './verifier.ts';
 import { type LoadProgress, RemoteStage } from './remote-stage.ts';
 import { modelFromCheckpoint, modelInMemory, type UserModel } from './user-model.ts';
 import { ResultInbox } from './result-inbox.ts';
@@ -30,13 +32,19 @@ export interface DistributeOptions {
   replicas?: number;
   /**
    * Plan for training: a worker then holds the section's gradients and AdamW's two moments too,
-   * four times its weights (activations come on top; leave room in --memory).
+   * four times its weights, eight with verification on (activations come on top; leave room in --memory).
    */
   training?: boolean;
   /** Hashes of a checkpoint's chunks are cached here (default: defaultCacheDir(); null: not cached). */
   cacheDir?: string | null;
   /** Called as each section loads: which worker, bytes settled, sent and in all. */
   onProgress?: (stage: StageAssignment, progress: LoadProgress) => void;
+  /**
+   * Checking the workers: `redundancy` k runs each section on k workers and compares their
+   * results (default 1); `sampleRate` p has the validator re-run that share of their records
+   * (default DEFAULT_SAMPLE_RATE). A worker caught is flagged, excluded, and its work redone.
+   */
+  verify?: VerifyOptions;
 }
 
 /**
@@ -72,22 +80,59 @@ export async function distribute(
 
 async function distributeSource(
   node: Libp2p,
-  validator: string | DialTarget,
+  validatorAddr: string | DialTarget,
   source: UserModel,
   options: DistributeOptions,
 ): Promise<DistributedJob> {
-  const workers = await listWorkers(node, typeof validator === 'string' ? multiaddr(validator) : validator);
-  if (workers.length === 0) throw new PlanInfeasibleError('the validator knows no live workers');
-  const replicas = options.replicas ?? 1;
-  if (!Number.isInteger(replicas) || replicas < 1) throw new InvalidArgumentError(`replicas must be ≥ 1, got ${replicas}`);
-  if (workers.length < replicas) throw new PlanInfeasibleError(`${replicas} replicas need at least ${replicas} workers; the validator knows ${workers.length}`);
+  const validator = typeof validatorAddr === 'string' ? multiaddr(validatorAddr) : validatorAddr;
+  const redundancy = options.verify?.redundancy ?? 1;
+  if ((options.replicas ?? 1) > 1 && redundancy > 1) throw new InvalidArgumentError('redundancy with replicas is not supported yet: use one or the other');
+  const keepEnds = (options.privacy ?? 'ends') === 'ends';
+  const first = await place(node, validator, source, options);
+  let job: DistributedJob | null = null;
+  try {
+    const self = (await listPeers(node, validator)).find((p) => p.roles.includes('validator'));
+    if (!self) throw new PlanInfeasibleError('the validator did not name itself in its status');
+    const verifier = new JobVerifier(node, validator, self.peerId, options.verify ?? {}, () => ({
+      jobId: job!.jobId,
+      config: configToHF(source.config),
+      optimizer: job!.optimizerSettings ?? { lr: 0 },
+    }));
+    const inbox = (options.routing ?? 'chain') === 'chain' ? await inboxFor(node) : null;
+    const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;
+    job = new DistributedJob(node, first.jobId, source, first.plan, first.sections, inbox, {
+      keepEnds, onProgress, verifier, relocate: () => place(node, validator, source, options),
+    });
+    await job.load();
+    return job;
+  } catch (err) {
+    await Promise.all(first.sections.flat().map((s) => s.remote.close()));
+    throw err;
+  }
+}
+
+/**
+ * Plans the model over the live workers the validator has not flagged, and opens a job on
+ * each chosen worker: replicas (or redundant copies) on disjoint groups of workers.
+ */
+async function place(node: Libp2p, validator: DialTarget, source: UserModel, options: DistributeOptions): Promise<Placement> {
+  const workers = await listWorkers(node, validator);
+  if (workers.length === 0) throw new PlanInfeasibleError('the validator knows no live workers it trusts');
+  const copies = Math.max(options.replicas ?? 1, options.verify?.redundancy ?? 1);
+  const replicas = copies;
+  if (!Number.isInteger(replicas) || replicas < 1) throw new InvalidArgumentError(`replicas and redundancy must be integers ≥ 1, got ${replicas}`);
+  if (workers.length < replicas) {
+    throw new PlanInfeasibleError(`${replicas} copies of each section (replicas or redundancy) need at least ${replicas} workers; the validator trusts ${workers.length}`);
+  }
   const perGroup = Math.floor(workers.length / replicas);
   const groups = Array.from({ length: replicas }, (_, j) => workers.slice(j * perGroup, (j + 1) * perGroup));
   const layerCount = source.config.layers;
   const keepEnds = (options.privacy ?? 'ends') === 'ends';
   const [first, last] = keepEnds ? [1, layerCount + 1] : [0, layerCount + 3];
-  // a worker trains with gradients and two AdamW moments beside the weights
-  const factor = options.training ? 4 : 1;
+  // a worker trains with gradients and two AdamW moments beside the weights, and with verification
+  // on it keeps the weights, moments and gradients each step started from (four more)
+  const verifying = (options.verify?.sampleRate ?? DEFAULT_SAMPLE_RATE) > 0 || (options.verify?.redundancy ?? 1) > 1;
+  const factor = options.training ? (verifying ? 8 : 4) : 1;
   const costs = layerCosts(source.layers).slice(first, last).map((c) => ({ ...c, bytes: factor * c.bytes }));
   const devices: Device[] = groups.map((group) => group.map((w) => {
     const { memoryBytes, memoryFreeBytes, gflops } = w.capabilities!;
@@ -109,11 +154,7 @@ async function distributeSource(
         opened.push({ where, remote: await RemoteStage.open(node, targetOf(c.record), jobId) });
       }
     }
-    const inbox = (options.routing ?? 'chain') === 'chain' ? await inboxFor(node) : null;
-    const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;
-    const job = new DistributedJob(node, jobId, source, chosen, sections, inbox, { keepEnds, onProgress });
-    await job.load();
-    return job;
+    return { jobId, plan: chosen, sections };
   } catch (err) {
     await Promise.all(sections.flat().map((s) => s.remote.close()));
     throw err;

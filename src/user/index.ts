@@ -5,5 +5,8 @@ export { listPeers, listWorkers } from './peers.ts';
 export { controlAnswer, type LoadOptions, type LoadProgress, type LoadResult, RemoteStage, tensorAnswer } from './remote-stage.ts';
 export { checkpointSource, type SectionSource, tensorSource } from './section-source.ts';
 export { modelFromCheckpoint, modelInMemory, type UserModel } from './user-model.ts';
+export { type JobStepResult, JobTrainer } from './job-trainer.ts';
+export { RedundantStage } from './redundant-stage.ts';
 export { RemoteTrainStage } from './remote-train.ts';
+export { DEFAULT_SAMPLE_RATE, JobVerifier, type VerificationSummary, type VerifyOptions } from './verifier.ts';
 export { ResultInbox } from './result-inbox.ts';

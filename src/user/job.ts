@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
-import { InvalidArgumentError } from '../errors.ts';
+import { InvalidArgumentError, VerificationError } from '../errors.ts';
 import {
   type CausalLM, configToHF, defaultPositions, type GenerateOptions, generateWith, layerParameters, runLayers, type StepModel,
   saveModelStreamed,
@@ -10,7 +10,10 @@ import { type PipelineStage, PipelineTrainer, type ScheduleName, userEnds } from
 import type { Plan } from '../plan/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { type LoadProgress, type LoadResult, RemoteStage } from './remote-stage.ts';
+import { JobTrainer } from './job-trainer.ts';
+import { RedundantStage } from './redundant-stage.ts';
 import { RemoteTrainStage } from './remote-train.ts';
+import type { JobVerifier, VerificationSummary } from './verifier.ts';
 import type { ResultInbox } from './result-inbox.ts';
 import type { UserModel } from './user-model.ts';
 
@@ -43,8 +46,8 @@ export interface DistributedModel {
   generateBatch(prompts: number[][], options?: GenerateOptions): Promise<{ tokens: number[][] }>;
   /** The logits [B, T, V] of token ids [B, T] (int32), computed across the workers in a session of its own. */
   logits(ids: Tensor): Promise<Tensor>;
-  /** Sets up training on the workers (their AdamW, the reductions among replicas) and returns the trainer. */
-  trainer(options: DistributedTrainerOptions): Promise<PipelineTrainer>;
+  /** Sets up training on the workers (their AdamW, the reductions among replicas, verification) and returns the trainer. */
+  trainer(options: DistributedTrainerOptions): Promise<JobTrainer>;
   /** AdamW's state of every parameter that has taken a step, from its first holder: for checkpoints. */
   optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>>;
   /** Gives every holder (replicas too) its parameters' optimizer state: resuming from a checkpoint. */
@@ -55,6 +58,13 @@ export interface DistributedModel {
   save(dir: string, options?: { maxShardBytes?: number }): Promise<string[]>;
   /** Ends the job: every worker frees its section, caches and training state. */
   close(): Promise<void>;
+}
+
+/** Where a job's sections are: its id on the workers, its plan and its opened stages. */
+export interface Placement {
+  jobId: string;
+  plan: Plan;
+  sections: JobStage[][];
 }
 
 /** One section of the job on one worker, as the user drives it. */
@@ -72,25 +82,43 @@ export interface JobStage {
  */
 export class DistributedJob implements DistributedModel {
   private pipeline: PipelineTrainer | null = null;
-  /** The workers' training handles, [section][replica], once trainer() ran. */
-  private training: RemoteTrainStage[][] = [];
   private readonly keepEnds: boolean;
 
   private readonly onProgress: ((stage: JobStage, progress: LoadProgress) => void) | undefined;
+  /** Checks the workers' records: sampled re-execution, redundant copies compared. */
+  readonly verifier: JobVerifier | null;
+  /** Plans and opens the job again on the workers still trusted (a rollback). */
+  private readonly relocate: (() => Promise<Placement>) | null;
 
   constructor(
     private readonly node: Libp2p,
-    readonly jobId: string,
+    public jobId: string,
     /** What the user holds of the model: its ends (or the whole model) and where sections come from. */
     readonly source: UserModel,
-    readonly plan: Plan,
-    private readonly sections: JobStage[][],
+    public plan: Plan,
+    /** sections[i][c]: copy c of the i-th section (a replica for data parallelism, or a redundant copy). */
+    private sections: JobStage[][],
     /** Where chained results arrive; null: the user relays hidden states between workers. */
     private readonly inbox: ResultInbox | null,
-    options: { keepEnds: boolean; onProgress?: (stage: JobStage, progress: LoadProgress) => void },
+    options: {
+      keepEnds: boolean;
+      onProgress?: (stage: JobStage, progress: LoadProgress) => void;
+      verifier?: JobVerifier | null;
+      relocate?: () => Promise<Placement>;
+    },
   ) {
     this.keepEnds = options.keepEnds;
     this.onProgress = options.onProgress;
+    this.verifier = options.verifier ?? null;
+    this.relocate = options.relocate ?? null;
+  }
+
+  /** The optimizer every holder runs (re-execution runs the same), once trainer() ran. */
+  optimizerSettings: { lr: number; weightDecay?: number } | null = null;
+
+  /** What verification has done in this job so far. */
+  get verification(): VerificationSummary | null {
+    return this.verifier ? { ...this.verifier.summary, flagged: [...this.verifier.summary.flagged] } : null;
   }
 
   /** The user's own layers (its ends); a typed error when it keeps none. */
@@ -238,19 +266,69 @@ export class DistributedJob implements DistributedModel {
     return this.session(async (id) => this.stepModel(id).step(ids, { positions, keyMask: null }));
   }
 
-  async trainer(o: DistributedTrainerOptions): Promise<PipelineTrainer> {
-    const replicas = this.sections[0].length;
+  /** Copies of each section that train different micro-batches: 1 when the copies are redundant. */
+  private get replicas(): number {
+    return (this.verifier?.redundancy ?? 1) > 1 ? 1 : this.sections[0].length;
+  }
+
+  async trainer(o: DistributedTrainerOptions): Promise<JobTrainer> {
+    const replicas = this.replicas;
     if (o.replicas !== undefined && o.replicas !== replicas) {
       throw new InvalidArgumentError(`the model was distributed with ${replicas} replica(s), the trainer asks for ${o.replicas}: pass replicas to distribute()`);
     }
     if (this.pipeline) throw new InvalidArgumentError('this distributed model already has a trainer');
+    const verifier = this.verifier;
+    if (!verifier) throw new InvalidArgumentError('this job was made without a verifier: distribute() makes one');
+    const { lr, weightDecay } = o.optimizer;
+    this.optimizerSettings = { lr, ...(weightDecay === undefined ? {} : { weightDecay }) };
+    // the user's ends as they start: a rollback restores them
+    const start = this.keepEnds ? [...layerParameters(this.endLayers()).values()].map((t) => (t.data as Float32Array).slice()) : [];
+    const restart = async () => {
+      await Promise.all(this.sections.flat().map((s) => s.remote.close()));
+      const placed = await this.relocate!();
+      this.jobId = placed.jobId;
+      this.plan = placed.plan;
+      this.sections = placed.sections;
+      this.pipeline = null;
+      await this.load();
+      if (this.keepEnds) [...layerParameters(this.endLayers()).values()].forEach((t, i) => (t.data as Float32Array).set(start[i]));
+      return this.buildPipeline(o, verifier);
+    };
+    const pipeline = await this.buildPipeline(o, verifier);
+    return new JobTrainer(pipeline, verifier, async () => {
+      if (!this.relocate) throw new VerificationError('a worker was caught and this job cannot be planned again');
+      return restart();
+    });
+  }
+
+  /** The user's own layers: the embedding, and the final norm with the head. */
+  private endLayers() {
+    const layers = this.ends.layers;
+    return [layers[0], ...layers.slice(layers.length - 2)];
+  }
+
+  /** A worker caught cheating leaves the job: its stage is closed and it is no longer a copy of its section. */
+  private async exclude(lane: RemoteTrainStage): Promise<void> {
+    for (const copies of this.sections) {
+      const i = copies.findIndex((s) => s.remote === lane.stage);
+      if (i >= 0) copies.splice(i, 1);
+    }
+    await lane.stage.close();
+  }
+
+  private async buildPipeline(o: DistributedTrainerOptions, verifier: JobVerifier): Promise<PipelineTrainer> {
+    const replicas = this.replicas;
     const executor = { lr: o.optimizer.lr, weightDecay: o.optimizer.weightDecay, recompute: o.recompute };
-    const peers = this.assignment.map((a) => a.peerId);
+    // the job's other holders may send gradients; the validator may fetch what re-running a record needs
+    const peers = [...this.assignment.map((a) => a.peerId), verifier.validatorPeer];
     const handles = this.sections.map((copies) =>
       copies.map((s) => new RemoteTrainStage(s.remote, s.where, `worker ${s.where.peerId}, layers ${s.where.start}–${s.where.end - 1}`)));
-    await Promise.all(handles.flat().map((h) => h.setup({ ...executor, peers })));
-    this.training = handles;
-    const middle: PipelineStage[] = handles.map((hs) => ({ replicas: hs }));
+    await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState: verifier.keepsState, peers })));
+    const onFlag = (lane: RemoteTrainStage) => this.exclude(lane);
+    // redundant copies run the same micro-batches as one stage; replicas run their own
+    const middle: PipelineStage[] = handles.map((hs) => ({
+      replicas: replicas === 1 ? [new RedundantStage(hs, verifier, onFlag)] : hs.map((h) => new RedundantStage([h], verifier, onFlag)),
+    }));
     const ends = this.keepEnds ? userEnds(this.ends, executor) : null;
     this.pipeline = new PipelineTrainer(ends ? [ends.first, ...middle, ends.last] : middle, {
       lr: o.optimizer.lr,
@@ -284,7 +362,8 @@ export class DistributedJob implements DistributedModel {
     const shapes = new Map<string, number[]>();
     for (const [s] of this.sections) for (const w of this.source.section([s.where.start, s.where.end]).weights) shapes.set(w.name, w.shape);
     for (const stage of this.pipeline.stages) {
-      const h = stage.replicas[0];
+      const first = stage.replicas[0];
+      const h = first instanceof RedundantStage ? first.primary : first;
       if (h instanceof RemoteTrainStage) {
         for (const { name, step } of await h.momentSteps()) {
           if (seen.has(name)) continue;

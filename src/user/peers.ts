@@ -14,5 +14,6 @@ export async function listPeers(node: Libp2p, validator: DialTarget, timeoutMs?:
 
 /** The live workers a validator knows that have announced their capabilities. */
 export async function listWorkers(node: Libp2p, validator: DialTarget): Promise<PeerRecord[]> {
-  return (await listPeers(node, validator)).filter((p) => p.roles.includes('worker') && p.capabilities !== null);
+  // a worker the validator flagged gets no new work
+  return (await listPeers(node, validator)).filter((p) => p.roles.includes('worker') && p.capabilities !== null && p.excluded !== true);
 }

@@ -16,6 +16,15 @@ export function controlAnswer(frame: Frame, what: string): Record<string, unknow
   return frame.message as Record<string, unknown>;
 }
 
+/** An answer with the signed record a worker sent with it (parsed by its receiver, untrusted until then). */
+export type RecordedFrame = Frame & { record?: unknown };
+
+/** The record that came with an answer: beside a tensor, or inside a control answer. */
+export function recordOf(frame: RecordedFrame): unknown {
+  if (frame.kind === 'tensor') return frame.record;
+  return (frame.message as { record?: unknown } | null)?.record;
+}
+
 /** The tensor answer of a request (a typed error when a control message came instead). */
 export function tensorAnswer(frame: Frame, what: string): Tensor {
   if (frame.kind !== 'tensor') throw new InvalidMessageError(`${what}: expected a tensor`);
@@ -58,7 +67,7 @@ export interface LoadResult {
  * matched to answers by id, errors arriving as the typed errors the worker named.
  */
 export class RemoteStage {
-  private readonly table: RequestTable<Frame>;
+  private readonly table: RequestTable<RecordedFrame>;
 
   private constructor(
     readonly peer: string,
@@ -66,10 +75,18 @@ export class RemoteStage {
     private readonly stream: Stream,
   ) {
     this.table = new RequestTable(peer);
+    // a result's signed record arrives just before it, under its id: kept until the result comes
+    const records = new Map<unknown, unknown>();
     receiveFrames(stream, (frame) => {
       const id = frame.kind === 'tensor' ? frame.tensor.requestId : (frame.message as { id?: unknown } | null)?.id;
       if (frame.kind === 'control' && isWireError(frame.message)) this.table.reject(id, errorFromWire(frame.message, peer));
-      else this.table.resolve(id, frame);
+      else if (frame.kind === 'control' && (frame.message as { type?: unknown }).type === 'record') {
+        if (records.size < 1024) records.set(id, (frame.message as { record?: unknown }).record);
+      } else if (frame.kind === 'tensor') {
+        const record = records.get(id);
+        records.delete(id);
+        this.table.resolve(id, record === undefined ? frame : { ...frame, record });
+      } else this.table.resolve(id, frame);
     });
     stream.addEventListener('close', () => this.table.rejectAll(new PeerUnreachableError(`${peer} closed the stage stream`)));
   }
@@ -82,7 +99,7 @@ export class RemoteStage {
   }
 
   /** Sends one request (a control frame and its tensors) and waits for its answer. */
-  async call(header: Record<string, unknown>, tensors: Tensor[], timeoutMs = STAGE_REQUEST_TIMEOUT_MS): Promise<Frame> {
+  async call(header: Record<string, unknown>, tensors: Tensor[], timeoutMs = STAGE_REQUEST_TIMEOUT_MS): Promise<RecordedFrame> {
     if (this.stream.status !== 'open') throw new PeerUnreachableError(`${this.peer}: the stage stream is ${this.stream.status}`);
     const { id, answer } = this.table.open(timeoutMs);
     try {
@@ -173,8 +190,18 @@ export class RemoteStage {
 
   /** Runs the section for one session (the worker keeps its KV cache). */
   async forward(sessionId: string, input: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
-    const frame = await this.call({ type: 'forward', sessionId }, keyMask ? [input, positions, keyMask] : [input, positions]);
-    return tensorAnswer(frame, 'forward');
+    return (await this.forwardRecorded(sessionId, input, positions, keyMask)).output;
+  }
+
+  /** A session's step with the worker's signed record of it (unchecked: the caller checks it). */
+  async forwardRecorded(
+    sessionId: string,
+    input: Tensor,
+    positions: Tensor,
+    keyMask: Tensor | null,
+  ): Promise<{ output: Tensor; record: unknown }> {
+    const frame: RecordedFrame = await this.call({ type: 'forward', sessionId }, keyMask ? [input, positions, keyMask] : [input, positions]);
+    return { output: tensorAnswer(frame, 'forward'), record: recordOf(frame) };
   }
 
   /** One weight of the section as the worker holds it now (trained, if it trains). */

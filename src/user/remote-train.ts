@@ -1,13 +1,31 @@
 import {
-  type Frame, parseGradSquares, parseMomentSteps, parseTrainReady, type PeerTarget, TRAIN_REQUEST_TIMEOUT_MS,
+  parseGradSquares, parseMomentSteps, parseTrainReady, type PeerTarget, publicKeyOf, TRAIN_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
 import { REDUCE_TIMEOUT_MS, type ReduceGroup, type StageHandle } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
-import { controlAnswer, type RemoteStage, tensorAnswer } from './remote-stage.ts';
+import { checkRecord, hashTensors, parseRecord, type RecordKind, type WorkRecord } from '../verify/index.ts';
+import { controlAnswer, type RecordedFrame, recordOf, type RemoteStage, tensorAnswer } from './remote-stage.ts';
 
-/** A section being trained on a worker, driven over the job's stage stream (the libp2p side of `StageHandle`). */
+/** A result and the worker's signed record of it, checked on arrival. */
+export interface Recorded<T> {
+  value: T;
+  record: WorkRecord;
+}
+
+/**
+ * A section being trained on a worker, driven over the job's stage stream (the libp2p side of
+ * `StageHandle`). Every forward, backward and step comes back with the worker's signed record,
+ * checked on arrival: its signature, the computation asked for, the hash of the input sent
+ * and of the output returned, and the weights its last step produced (the chain). Checked
+ * records go to `onRecord` (the job's verifier samples them for re-execution).
+ */
 export class RemoteTrainStage implements StageHandle {
   names: readonly string[] = [];
+  /** Optimizer steps this worker has taken: the step its next records belong to. */
+  steps = 0;
+  /** The weights its last step produced (or its first record named): every later record must name them. */
+  private chainWeights: string | undefined;
+  onRecord: ((stage: RemoteTrainStage, record: WorkRecord) => void) | null = null;
   /** Other holders of its parameters name it by peer id; the worker finds the addresses in the job's assignment. */
   readonly address: string;
   readonly peerId: string;
@@ -21,22 +39,45 @@ export class RemoteTrainStage implements StageHandle {
     this.address = worker.peerId;
   }
 
-  private call(header: Record<string, unknown>, tensors: Tensor[] = [], timeoutMs = TRAIN_REQUEST_TIMEOUT_MS): Promise<Frame> {
+  private call(header: Record<string, unknown>, tensors: Tensor[] = [], timeoutMs = TRAIN_REQUEST_TIMEOUT_MS): Promise<RecordedFrame> {
     return this.stage.call(header, tensors, timeoutMs);
   }
 
+  /** Parses and checks the record that came with an answer (a typed error if it is missing, forged or about something else). */
+  private checked(frame: RecordedFrame, kind: RecordKind, micro: number, input: string, output: string | undefined): WorkRecord {
+    const record = parseRecord(recordOf(frame));
+    checkRecord(record, publicKeyOf(this.peerId), {
+      job: this.stage.jobId, peer: this.peerId, kind, step: this.steps, micro, input,
+      ...(output === undefined ? {} : { output }), weights: this.chainWeights,
+    });
+    this.chainWeights ??= record.weights;
+    this.onRecord?.(this, record);
+    return record;
+  }
+
   /** Creates the worker's optimizer for its section; `peers` (peer ids) may send it gradients (replicas, a tied head). */
-  async setup(options: { lr: number; weightDecay?: number; recompute?: boolean; peers: string[] }): Promise<void> {
+  async setup(options: { lr: number; weightDecay?: number; recompute?: boolean; keepState?: boolean; peers: string[] }): Promise<void> {
     this.names = parseTrainReady(controlAnswer(await this.call({ type: 'train-setup', ...options }), 'train-setup'));
   }
 
   async forward(micro: number, input: Tensor): Promise<Tensor> {
-    return tensorAnswer(await this.call({ type: 'train-forward', micro }, [input]), 'train-forward');
+    return (await this.forwardRecorded(micro, input)).value;
+  }
+
+  async forwardRecorded(micro: number, input: Tensor): Promise<Recorded<Tensor>> {
+    const frame = await this.call({ type: 'train-forward', micro }, [input]);
+    const value = tensorAnswer(frame, 'train-forward');
+    return { value, record: this.checked(frame, 'forward', micro, hashTensors([input]), hashTensors([value])) };
   }
 
   async backward(micro: number, grad: Tensor): Promise<Tensor | null> {
-    const answer = await this.call({ type: 'train-backward', micro }, [grad]);
-    return answer.kind === 'tensor' ? tensorAnswer(answer, 'train-backward') : null;
+    return (await this.backwardRecorded(micro, grad)).value;
+  }
+
+  async backwardRecorded(micro: number, grad: Tensor): Promise<Recorded<Tensor | null>> {
+    const frame = await this.call({ type: 'train-backward', micro }, [grad]);
+    const value = frame.kind === 'tensor' ? tensorAnswer(frame, 'train-backward') : null;
+    return { value, record: this.checked(frame, 'backward', micro, hashTensors([grad]), value ? hashTensors([value]) : '') };
   }
 
   async gradSquares(names: readonly string[]): Promise<number[]> {
@@ -48,7 +89,18 @@ export class RemoteTrainStage implements StageHandle {
   }
 
   async step(scale: number, lr: number): Promise<void> {
-    await this.call({ type: 'step', scale, lr });
+    await this.stepRecorded(scale, lr);
+  }
+
+  /** The optimizer step and its record: the gradients, optimizer state before and after, the weights after. */
+  async stepRecorded(scale: number, lr: number): Promise<WorkRecord> {
+    const frame = await this.call({ type: 'step', scale, lr });
+    const record = parseRecord(recordOf(frame));
+    checkRecord(record, publicKeyOf(this.peerId), { job: this.stage.jobId, peer: this.peerId, kind: 'step', step: this.steps, micro: 0, weights: this.chainWeights });
+    this.chainWeights = record.output;
+    this.steps++;
+    this.onRecord?.(this, record);
+    return record;
   }
 
   async weights(): Promise<Map<string, Tensor>> {
@@ -79,6 +131,7 @@ export class RemoteTrainStage implements StageHandle {
       const s = state.get(name);
       if (s) await this.call({ type: 'set-moments', name, step: s.step }, [s.moments]);
     }
+    this.chainWeights = undefined; // the chain restarts from what the next record names
   }
 
   async reset(): Promise<void> {

@@ -1,13 +1,18 @@
 import type { PeerId } from '@libp2p/interface';
 import {
-  createLogger, createNode, type Logger, MAX_GOSSIP_BYTES, PEERS_TOPIC, parseAnnounce, type PeerRecord, serveControl, type TensorLinkNode,
+  createLogger, createNode, type Logger, MAX_GOSSIP_BYTES, PEERS_TOPIC, parseAnnounce, parseAuditMessage, type PeerRecord, serveControl,
+  type TensorLinkNode,
 } from '../p2p/index.ts';
+import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
+import { audit } from './audit.ts';
 import { PEER_TTL_MS, Registry } from './registry.ts';
 
 export interface Validator {
   node: TensorLinkNode;
-  /** The live peers, the validator first. */
+  /** The live peers, the validator first, each worker with its reputation. */
   peers(): PeerRecord[];
+  /** Its checks of workers' records so far. */
+  reputation: Reputation;
   stop(): Promise<void>;
 }
 
@@ -25,6 +30,12 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   const node = await createNode(options);
   const log = options.log ?? createLogger({ level: 'silent' });
   const registry = new Registry(log);
+  const reputation = new Reputation();
+  const withStanding = (p: PeerRecord): PeerRecord => {
+    if (!p.roles.includes('worker')) return p;
+    const s: Standing = reputation.standing(p.peerId);
+    return { ...p, reputation: s.score, checks: { passed: s.passed, failed: s.failed }, excluded: s.excluded };
+  };
   const started = Date.now();
   const peers = (): PeerRecord[] => {
     const self: PeerRecord = {
@@ -35,7 +46,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       proximity: {},
       lastSeen: Date.now(),
     };
-    return [self, ...registry.live()];
+    return [self, ...registry.live().map(withStanding)];
   };
   // Gossip: signed messages, so `from` is the publisher; a malformed record is dropped.
   node.services.pubsub.subscribe(PEERS_TOPIC);
@@ -54,10 +65,20 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       return { type: 'ack', ttlMs: PEER_TTL_MS };
     },
     status: () => ({ type: 'status', peers: peers(), uptimeMs: Date.now() - started }),
+    // re-runs a record a user sampled (or two redundant workers disagree on) and scores its worker
+    audit: async (m) => {
+      const request = parseAuditMessage(m);
+      const record = parseRecord(request.record);
+      const worker = request.worker;
+      const verdict = await audit(node, reputation, { ...request, record });
+      if (!verdict.ok) log.warn('worker-flagged', { peer: worker.peerId, record: `${record.kind} ${record.step}:${record.micro}`, reason: verdict.reason });
+      return { type: 'audit-result', ...verdict };
+    },
   });
   return {
     node,
     peers,
+    reputation,
     stop: async () => {
       await node.stop();
     },

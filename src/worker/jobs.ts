@@ -1,3 +1,4 @@
+import type { TrainingRecords } from './records.ts';
 import type { PeerId } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../errors.ts';
 import type { CausalLM, KVCache } from '../models/index.ts';
@@ -29,6 +30,7 @@ export interface Loading {
   received: number;
   reused: number;
   upstream?: string;
+  range: [number, number];
 }
 
 /** A section being trained on this worker. */
@@ -38,6 +40,10 @@ export interface Training {
   /** Bytes of activations each micro-batch keeps for its backward (counted against the budget until then). */
   kept: Map<number, number>;
   recompute: boolean;
+  /** Its signed records and what re-running them needs. */
+  records: TrainingRecords;
+  /** The hash of the last backward's contribution to the gradients (for its record). */
+  contribution: () => string;
 }
 
 /** An inference session: its KV cache and the bytes the budget counts for it. */
@@ -50,6 +56,12 @@ export interface Session {
 /** A built section, its inference sessions (each with a KV cache) and its training state. */
 export interface Section {
   model: CausalLM;
+  /** Its global layer range [start, end): what its records name. */
+  range: [number, number];
+  /** The hash of its weights for decoding records (a section that trains hashes through its records). */
+  weightsHash?: string;
+  /** Decoding records signed so far. */
+  seq?: number;
   sessions: Map<string, Session>;
   training?: Training;
 }

@@ -1,9 +1,9 @@
 import { MemoryBudgetError } from '../errors.ts';
 
 /** What a job holds on a worker, each counted against the worker's budget. */
-export type MemoryUse = 'weights' | 'gradients' | 'optimizer' | 'activations' | 'kv-cache';
+export type MemoryUse = 'weights' | 'gradients' | 'optimizer' | 'activations' | 'kv-cache' | 'snapshot';
 
-export const MEMORY_USES: readonly MemoryUse[] = ['weights', 'gradients', 'optimizer', 'activations', 'kv-cache'];
+export const MEMORY_USES: readonly MemoryUse[] = ['weights', 'gradients', 'optimizer', 'activations', 'kv-cache', 'snapshot'];
 
 /** Bytes as a person reads them. */
 export function mib(bytes: number): string {
@@ -55,7 +55,7 @@ export class MemoryBudget {
 
   /** Sets several holdings of a job at once: all of them, or (past the budget, or given a non-size) none. */
   holdAll(jobId: string, holdings: Partial<Record<MemoryUse, number>>, what: string): void {
-    const held = this.jobs.get(jobId) ?? { 'weights': 0, 'gradients': 0, 'optimizer': 0, 'activations': 0, 'kv-cache': 0 };
+    const held = this.jobs.get(jobId) ?? { 'weights': 0, 'gradients': 0, 'optimizer': 0, 'activations': 0, 'kv-cache': 0, 'snapshot': 0 };
     let growth = 0;
     for (const [use, bytes] of Object.entries(holdings) as [MemoryUse, number][]) {
       if (!Number.isFinite(bytes) || bytes < 0) throw new MemoryBudgetError(`${what}: ${bytes} is not a size in bytes`);

@@ -5,7 +5,10 @@ import {
   receiveFrames, replyToOf, RESULT_PROTOCOL, SEND_STALL_MS, SESSION_IDLE_MS, sendMessage, sendQuietly, STAGE_MESSAGES_PER_SECOND,
   STAGE_PROTOCOL, type StageEnvelope, toWire, type WireTensor, type WorkCounters,
 } from '../p2p/index.ts';
+import type { RecordSigner } from '../verify/index.ts';
 import { ChunkStore } from './chunk-store.ts';
+import type { FaultInjector } from './fault.ts';
+import { auditHandlers } from './handlers/audit.ts';
 import { inferenceHandlers } from './handlers/infer.ts';
 import { loadHandlers } from './handlers/load.ts';
 import { trainingHandlers } from './handlers/train.ts';
@@ -16,7 +19,7 @@ import type { ModelIndex } from './model-index.ts';
 import { PeerStreams } from './peer-streams.ts';
 
 /** Every stage request type and its handler: the one dispatch table of the stage protocol. */
-const HANDLERS: Record<string, StageHandler> = { ...loadHandlers, ...inferenceHandlers, ...trainingHandlers };
+const HANDLERS: Record<string, StageHandler> = { ...loadHandlers, ...inferenceHandlers, ...trainingHandlers, ...auditHandlers };
 
 export interface StageServer {
   /** Frees sessions idle for longer than `idleMs`; returns how many were freed. */
@@ -35,6 +38,8 @@ export interface StageServerOptions {
   models?: ModelIndex | null;
   /** How long a send waits for a peer that takes no bytes before its stream is reset (default SEND_STALL_MS). */
   stallMs?: number;
+  signer: RecordSigner;
+  fault?: FaultInjector | null;
 }
 
 /** A request whose tensors are still arriving, with what its header was admitted as, or why it was refused (its tensors dropped). */
@@ -60,6 +65,8 @@ export async function serveStages(node: Libp2p, jobs: JobTable, options: StageSe
     work: newWorkCounters(),
     peers: new PeerStreams(node),
     stallMs: options.stallMs ?? SEND_STALL_MS,
+    signer: options.signer,
+    fault: options.fault ?? null,
   };
   const limiter = new PeerRateLimiter(STAGE_MESSAGES_PER_SECOND);
   node.addEventListener('peer:disconnect', (evt) => {
@@ -129,8 +136,11 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
       const bindToStream = () => bound.add(job.jobId);
       const request = { id: envelope.id, type: envelope.type, body: envelope.body, tensors: p.tensors, job, from, bindToStream };
       const reply = await handler.run(request, context);
-      if (reply.kind === 'tensor') await sendMessage(stream, encodeTensor(toWire(reply.tensor, envelope.id)), { stallMs });
-      else if (reply.kind === 'control') await sendMessage(stream, [encodeControl({ ...reply.message, id: envelope.id })], { stallMs });
+      if (reply.kind === 'tensor') {
+        // a result's record travels just before it, under the same id
+        const record = reply.record ? [encodeControl({ type: 'record', id: envelope.id, record: reply.record })] : [];
+        await sendMessage(stream, [...record, ...encodeTensor(toWire(reply.tensor, envelope.id))], { stallMs });
+      } else if (reply.kind === 'control') await sendMessage(stream, [encodeControl({ ...reply.message, id: envelope.id })], { stallMs });
     } catch (err) {
       // in a chain the job's owner is waiting, not the previous stage: tell the owner
       const replyTo = envelope.type === 'forward' ? replyToOf(envelope.body) : null;

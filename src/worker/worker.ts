@@ -3,10 +3,11 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { defaultCacheDir } from '../models/index.ts';
 import {
   type Capabilities, createLogger, createNode, type Logger, PEERS_TOPIC, parseJobRequest, parseStatusAnswer, probe, type Proximity,
-  request, serveControl, serveProbes, SESSION_IDLE_MS, type TensorLinkNode, traffic,
+  request, serveControl, serveProbes, signerOf, SESSION_IDLE_MS, type TensorLinkNode, traffic,
 } from '../p2p/index.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { ChunkStore } from './chunk-store.ts';
+import { type Fault, FaultInjector } from './fault.ts';
 import { JobTable } from './jobs.ts';
 import { MemoryBudget } from './memory.ts';
 import { ModelIndex } from './model-index.ts';
@@ -34,6 +35,8 @@ export interface WorkerOptions {
   memoryBytes?: number;
   /** Hugging Face checkpoint directories this worker holds (`--models`): loads of their weights need no transfer. */
   modelsDir?: string;
+  /** Cheat on purpose (`--fault`): for testing the network's defences only. */
+  fault?: Fault;
   /** How the worker tells the swarm about itself: a direct request to its validator, gossip, or both (default). */
   announceVia?: 'direct' | 'gossip' | 'both';
   /** How long a send waits for a peer that takes no bytes before that peer's stream is reset (default SEND_STALL_MS). */
@@ -60,7 +63,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);
   // a job that ends returns all it held to the budget
   const jobs = new JobTable((gone) => memory.release(gone.jobId));
-  const stages = await serveStages(node, jobs, { memory, store, models, stallMs: options.stallMs });
+  const fault = options.fault ? new FaultInjector(options.fault) : null;
+  const stages = await serveStages(node, jobs, { memory, store, models, stallMs: options.stallMs, signer: signerOf(node), fault });
   await serveControl(node, {
     'capabilities': () => ({ type: 'capabilities', capabilities: { ...capabilities, memoryFreeBytes: memory.free() } }),
     // its work and traffic so far, for summaries; jobs and sessions it holds, and its memory per job

@@ -5,7 +5,7 @@ import {
   type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadConfig, loadModel, loadTokenizer, partBytes, saveModel,
   type Tokenizer,
 } from '../../models/index.ts';
-import { distribute, RemoteTrainStage } from '../../user/index.ts';
+import { distribute, RedundantStage } from '../../user/index.ts';
 import type { StrategyName } from '../../plan/index.ts';
 import { crossEntropy, Generator, noGrad, type Tensor } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
@@ -190,7 +190,7 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
         await writeOptimizerStreamed(dir, await job.optimizerEntries());
         writeState(dir, state);
       },
-      stageNames: trainer.stages.map((st) => st.replicas.map((h) => (h instanceof RemoteTrainStage ? `…${h.peerId.slice(-6)}` : 'you'))),
+      stageNames: trainer.stages.map((st) => st.replicas.map((h) => (h instanceof RedundantStage ? `…${h.primary.peerId.slice(-6)}` : 'you'))),
       close,
     };
   } catch (err) {

@@ -4,7 +4,8 @@ import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
   STAGE_PROTOCOL, toWire,
 } from '../../p2p/index.ts';
-import { noGrad } from '../../tensor/index.ts';
+import { getBackend, noGrad } from '../../tensor/index.ts';
+import { hashNamed, hashTensors, signRecord } from '../../verify/index.ts';
 import { control, NONE, sectionOf, type StageHandler } from './types.ts';
 
 /**
@@ -16,7 +17,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
   forward: {
     delegates: true,
     maxTensors: 3,
-    run: async ({ id, body, tensors, job }, { jobs, peers, work, stallMs, memory }) => {
+    run: async ({ id, body, tensors, job }, { jobs, peers, work, stallMs, memory, fault, signer }) => {
       const request = parseForward(body);
       // a chained forward may only go to peers of the job's own assignment: the owner cannot make a worker dial anyone else
       const next = request.route.length > 0 ? jobs.peerOf(job, request.route[0]) : null;
@@ -41,8 +42,10 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       memory.add(job.jobId, 'kv-cache', growth, `the KV cache of session ${request.sessionId} (${cache.length + steps} positions)`);
       session.kvBytes += growth;
       let out;
+      const position = cache.length;
       try {
         out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
+        if (fault) out = fault.output('decode', out, input);
       } catch (err) {
         // a forward that failed grew nothing
         session.kvBytes -= growth;
@@ -50,7 +53,15 @@ export const inferenceHandlers: Record<string, StageHandler> = {
         throw err;
       }
       work.forwards++;
-      if (!request.replyTo) return { kind: 'tensor', tensor: out };
+      if (!request.replyTo) {
+        // its signed record travels with the output: the user compares redundant workers' records
+        const weights = section.training?.records.weightsHash() ?? (section.weightsHash ??= hashNamed(section.model.hfStateDict()));
+        const record = signRecord({
+          job: job.jobId, step: position, micro: 0, stage: section.range, kind: 'decode', input: hashTensors([input]), output: hashTensors([out]),
+          weights, backend: getBackend().name, seq: section.seq = (section.seq ?? 0) + 1,
+        }, signer);
+        return { kind: 'tensor', tensor: out, record };
+      }
       if (next) {
         const stream = await peers.to(next, STAGE_PROTOCOL);
         const forwarded = keyMask ? [out, positions, keyMask] : [out, positions];

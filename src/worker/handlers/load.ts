@@ -35,7 +35,8 @@ export const loadHandlers: Record<string, StageHandler> = {
       }
       job.assignment = request.assignment;
       const targets = model.hfStateDict();
-      job.loading = { model, targets, listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream };
+      job.loading = { model, targets, listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream,
+        range: request.section };
       bindToStream();
       return control('loading', { weights: targets.size });
     },
@@ -110,7 +111,7 @@ export const loadHandlers: Record<string, StageHandler> = {
         throw new InvalidMessageError(`${loading.waiting.size} chunks of the section have not arrived (the first: ${first.slice(0, 12)}…)`);
       }
       job.loading = undefined;
-      job.section = { model: loading.model, sessions: new Map() };
+      job.section = { model: loading.model, range: loading.range, sessions: new Map() };
       // the previous stage of a chain may pass activations on for this job
       job.upstream = loading.upstream;
       return control('loaded', { params: loading.model.numParameters(), received: loading.received, reused: loading.reused });

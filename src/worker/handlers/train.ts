@@ -5,6 +5,9 @@ import {
 } from '../../p2p/index.ts';
 import type { CausalLM } from '../../models/index.ts';
 import { GradientExchange, StageExecutor } from '../../pipeline/index.ts';
+import { getBackend, type Tensor } from '../../tensor/index.ts';
+import { gradsHash, hashTensors } from '../../verify/index.ts';
+import { TrainingRecords } from '../records.ts';
 import { control, NONE, sectionOf, type StageHandler, type StageRequest, trainingOf } from './types.ts';
 
 /**
@@ -33,21 +36,40 @@ function one(r: StageRequest) {
  */
 export const trainingHandlers: Record<string, StageHandler> = {
   'train-setup': {
-    run: ({ body, job }, { memory }) => {
+    run: ({ body, job }, { memory, signer, fault }) => {
       const section = sectionOf(job);
       const request = parseTrainSetup(body);
-      // gradients and AdamW's two moments, each the size of the weights, counted before they exist
+      // gradients and AdamW's two moments, each the size of the weights, counted before they exist; with
+      // verification on, the state each step starts from (weights, moments, gradients) is kept until the next
       const bytes = 4 * section.model.numParameters();
-      memory.holdAll(job.jobId, { gradients: bytes, optimizer: 2 * bytes, activations: 0 }, 'training this section (gradients and AdamW\'s two moments)');
+      const snapshot = request.keepState ? 4 * bytes : 0;
+      memory.holdAll(
+        job.jobId,
+        { gradients: bytes, optimizer: 2 * bytes, activations: 0, snapshot },
+        request.keepState
+          ? 'training this section (gradients, AdamW\'s two moments, and the state a step starts from for verification)'
+          : 'training this section (gradients and AdamW\'s two moments)',
+      );
       for (const p of request.peers) job.delegates.add(p);
-      const executor = new StageExecutor(section.model.layers, section.model.config.maxPositions, request);
-      section.training = { executor, exchange: new GradientExchange(), kept: new Map(), recompute: request.recompute };
+      // each backward's contribution is hashed into its record (and a cheating worker alters it first)
+      let contribution = '';
+      const executor: StageExecutor = new StageExecutor(section.model.layers, section.model.config.maxPositions, {
+        ...request,
+        onContribution: (_micro, c) => {
+          fault?.contribution(c);
+          contribution = gradsHash(executor, c);
+        },
+      });
+      const records = new TrainingRecords(job.jobId, section.range, signer, getBackend().name, executor, request.keepState);
+      section.training = {
+        executor, exchange: new GradientExchange(), kept: new Map(), recompute: request.recompute, records, contribution: () => contribution,
+      };
       return control('train-ready', { names: [...executor.named.keys()] });
     },
   },
   'train-forward': {
     maxTensors: 1,
-    run: (r, { work, memory }) => {
+    run: (r, { work, memory, fault }) => {
       const input = one(r);
       const training = trainingOf(r.job);
       const micro = parseMicro(r.body);
@@ -55,22 +77,35 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const kept = activationBytes(sectionOf(r.job).model, input.shape, training.recompute);
       memory.add(r.job.jobId, 'activations', kept - (training.kept.get(micro) ?? 0), `the activations of micro-batch ${micro}`);
       training.kept.set(micro, kept);
-      const tensor = training.executor.forward(micro, input);
+      const honest = training.executor.forward(micro, input);
+      const tensor = fault ? fault.output('forward', honest, input) : honest;
+      const { records } = training;
+      const record = records.sign({ kind: 'forward', micro, input: hashTensors([input]), output: hashTensors([tensor]), weights: records.weightsHash() });
+      records.keep({ record, input: input.clone(), ...(record.backend === 'js' ? {} : { output: tensor }) });
       work.trainForwards++;
       work.trainTokens += input.shape[0] * input.shape[1];
-      return { kind: 'tensor', tensor };
+      return { kind: 'tensor', tensor, record };
     },
   },
   'train-backward': {
     maxTensors: 1,
-    run: (r, { work, memory }) => {
+    run: (r, { work, memory, fault }) => {
       const training = trainingOf(r.job);
       const micro = parseMicro(r.body);
-      const g = training.executor.backward(micro, one(r));
+      const { records } = training;
+      const forward = records.find('forward', records.step, micro);
+      const grad = one(r);
+      const honest = training.executor.backward(micro, grad);
+      const g: Tensor | null = honest && fault ? fault.output('backward', honest, grad) : honest;
       memory.add(r.job.jobId, 'activations', -(training.kept.get(micro) ?? 0), 'a backward');
       training.kept.delete(micro);
+      const record = records.sign({
+        kind: 'backward', micro, input: hashTensors([grad]), output: g ? hashTensors([g]) : '', grads: training.contribution(),
+        weights: records.weightsHash(),
+      });
+      records.keep({ record, input: forward.input, grad, ...(g && record.backend !== 'js' ? { output: g } : {}) });
       work.trainBackwards++;
-      return g ? { kind: 'tensor', tensor: g } : control('no-input-gradient');
+      return g ? { kind: 'tensor', tensor: g, record } : control('no-input-gradient', { record });
     },
   },
   'grad-squares': {
@@ -104,11 +139,11 @@ export const trainingHandlers: Record<string, StageHandler> = {
     },
   },
   'step': {
-    run: ({ body, job }, { work }) => {
+    run: ({ body, job }, { work, fault }) => {
       const { scale, lr } = parseStep(body);
-      trainingOf(job).executor.step(scale, lr);
+      const record = trainingOf(job).records.stepWith(scale, lr, !(fault?.skipsStep() ?? false));
       work.optimizerSteps++;
-      return control('stepped');
+      return control('stepped', { record });
     },
   },
   'weight': {
@@ -138,14 +173,17 @@ export const trainingHandlers: Record<string, StageHandler> = {
     maxTensors: 1,
     run: (r) => {
       const { name, step } = parseSetMoments(r.body);
-      trainingOf(r.job).executor.setMoments(name, one(r), step);
+      const training = trainingOf(r.job);
+      training.executor.setMoments(name, one(r), step);
+      training.records.invalidate();
       return control('moments-set');
     },
   },
   'train-reset': {
     run: ({ job }, { memory }) => {
-      const { executor, exchange, kept } = trainingOf(job);
+      const { executor, exchange, kept, records } = trainingOf(job);
       executor.reset();
+      records.dropStep();
       exchange.clear();
       kept.clear();
       memory.hold(job.jobId, 'activations', 0, 'a reset');

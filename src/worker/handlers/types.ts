@@ -2,7 +2,9 @@ import type { PeerId } from '@libp2p/interface';
 import { InvalidMessageError } from '../../errors.ts';
 import type { WireTensor, WorkCounters } from '../../p2p/index.ts';
 import type { Tensor } from '../../tensor/index.ts';
+import type { RecordSigner, WorkRecord } from '../../verify/index.ts';
 import type { ChunkStore } from '../chunk-store.ts';
+import type { FaultInjector } from '../fault.ts';
 import type { JobEntry, JobTable, Section, Training } from '../jobs.ts';
 import type { MemoryBudget } from '../memory.ts';
 import type { ModelIndex } from '../model-index.ts';
@@ -20,6 +22,10 @@ export interface StageContext {
   peers: PeerStreams;
   /** How long a send may wait for a peer that takes no bytes. */
   stallMs: number;
+  /** Signs the records of its computations (its libp2p identity). */
+  signer: RecordSigner;
+  /** A cheating worker's faults (`--fault`, for testing the network's defences); null when honest. */
+  fault: FaultInjector | null;
 }
 
 /** One request of the stage protocol, parsed down to its envelope, with the job it was authorized for. */
@@ -34,7 +40,7 @@ export interface StageRequest {
   bindToStream(): void;
 }
 
-export type StageReply = { kind: 'tensor'; tensor: Tensor } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
+export type StageReply = { kind: 'tensor'; tensor: Tensor; record?: WorkRecord } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
 
 export interface StageHandler {
   /** Whether peers the owner delegated (the previous stage of a chain, a replica) may send it; otherwise the owner only. */

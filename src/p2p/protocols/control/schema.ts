@@ -3,6 +3,8 @@ import { finite, int, obj, str } from '../../schema.ts';
 import {
   type Capabilities,
   type PeerRecord,
+  type PeerTarget,
+  parsePeerTarget,
   type Proximity,
   type Role,
   type WorkCounters,
@@ -93,4 +95,27 @@ function parseMemory(v: unknown): Stats['memory'] {
 
 export function parseCapabilitiesAnswer(m: Record<string, unknown>): Capabilities {
   return parseCapabilities(m.capabilities);
+}
+
+/** A user's request that a validator re-run one record of its job (the record itself is parsed by verify/). */
+export interface AuditMessage {
+  jobId: string;
+  worker: PeerTarget;
+  config: Record<string, unknown>;
+  optimizer: { lr: number; weightDecay?: number };
+  record: unknown;
+}
+
+export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {
+  const optimizer = obj(m.optimizer, 'optimizer');
+  return {
+    jobId: parseJobId(m.jobId),
+    worker: parsePeerTarget(m.worker, 'worker'),
+    config: obj(m.config, 'config'),
+    optimizer: {
+      lr: finite(optimizer.lr, 'optimizer.lr'),
+      ...(optimizer.weightDecay === undefined ? {} : { weightDecay: finite(optimizer.weightDecay, 'optimizer.weightDecay') }),
+    },
+    record: m.record,
+  };
 }

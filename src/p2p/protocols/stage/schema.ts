@@ -34,6 +34,11 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  *   weight {name} → tensor                      moment-steps {names} → {steps}
  *   moments {name} → [2, ...shape]              set-moments {name, step} + moments → moments-set
  *   train-reset {} → reset
+ * Records: every train-forward, train-backward and forward answer is preceded by a control
+ *   frame {type: 'record', id, record} (its signed record, same id); step answers carry theirs.
+ * Audits (owner, or a peer it named in train-setup: a validator):
+ *   audit-index {kind, step, micro}           → audit {record, parts: [{part, name?, shape, step?}]}
+ *   audit-part {kind, step, micro, part, name?} → tensor: what re-running the record needs
  */
 
 export const LOAD_REQUESTS = ['load', 'manifest', 'chunk', 'assemble', 'assign'] as const;
@@ -41,7 +46,14 @@ export const INFERENCE_REQUESTS = ['forward', 'close'] as const;
 export const TRAINING_REQUESTS = [
   'train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'moment-steps', 'moments', 'set-moments', 'train-reset',
 ] as const;
-export type StageRequestType = (typeof LOAD_REQUESTS)[number] | (typeof INFERENCE_REQUESTS)[number] | (typeof TRAINING_REQUESTS)[number];
+export const AUDIT_REQUESTS = ['audit-index', 'audit-part'] as const;
+export const AUDIT_PARTS = ['weight', 'input', 'grad', 'output', 'grads', 'moments'] as const;
+export type AuditPart = (typeof AUDIT_PARTS)[number];
+export type StageRequestType
+  = | (typeof LOAD_REQUESTS)[number]
+    | (typeof INFERENCE_REQUESTS)[number]
+    | (typeof TRAINING_REQUESTS)[number]
+    | (typeof AUDIT_REQUESTS)[number];
 
 /** The envelope of every request: what it is, for which job, how many tensors follow. */
 export interface StageEnvelope {
@@ -163,6 +175,8 @@ export function parseMicro(m: Record<string, unknown>): number {
 }
 
 export interface TrainSetupRequest {
+  /** Steps keep the state they started from, for re-running step records (verification on). */
+  keepState: boolean;
   lr: number;
   weightDecay: number | undefined;
   recompute: boolean;
@@ -175,6 +189,7 @@ export function parseTrainSetup(m: Record<string, unknown>): TrainSetupRequest {
     lr: finite(m.lr, 'lr'),
     weightDecay: m.weightDecay === undefined ? undefined : finite(m.weightDecay, 'weightDecay'),
     recompute: m.recompute === true,
+    keepState: m.keepState === true,
     peers: m.peers === undefined ? [] : list(m.peers, 'peers', 256, peerIdText),
   };
 }
@@ -234,4 +249,26 @@ export function parseMomentSteps(m: Record<string, unknown>, count: number): (nu
     fail('moment-steps: expected one step count (or null) per name');
   }
   return steps as (number | null)[];
+}
+
+export interface AuditRequest {
+  kind: 'forward' | 'backward' | 'step';
+  step: number;
+  micro: number;
+  part?: AuditPart;
+  name?: string;
+}
+
+/** Which kept computation an audit asks about (and, for audit-part, which piece of it). */
+export function parseAudit(m: Record<string, unknown>, withPart: boolean): AuditRequest {
+  const kind = str(m.kind, 'kind', 16);
+  if (kind !== 'forward' && kind !== 'backward' && kind !== 'step') fail(`kind must be forward, backward or step, got '${kind}'`);
+  const out: AuditRequest = { kind, step: int(m.step, 'step', 0), micro: parseMicro(m) };
+  if (withPart) {
+    const part = str(m.part, 'part', 16) as AuditPart;
+    if (!AUDIT_PARTS.includes(part)) fail(`part must be one of ${AUDIT_PARTS.join(', ')}`);
+    out.part = part;
+    if (m.name !== undefined) out.name = parseName(m.name);
+  }
+  return out;
 }

@@ -1,0 +1,123 @@
+import { InvalidArgumentError, VerificationError } from '../errors.ts';
+import type { ReduceGroup, StageHandle } from '../pipeline/index.ts';
+import type { Tensor } from '../tensor/index.ts';
+import { agree, type WorkRecord } from '../verify/index.ts';
+import type { Recorded, RemoteTrainStage } from './remote-train.ts';
+import type { JobVerifier } from './verifier.ts';
+
+/** Whether two redundant results are the same: bit for bit on js (their records' hashes), within ORT_TOLERANCE on ort. */
+function sameResult(a: Recorded<Tensor | null>, b: Recorded<Tensor | null>): boolean {
+  if (a.record.backend === 'js' && b.record.backend === 'js') return a.record.output === b.record.output && a.record.grads === b.record.grads;
+  if (!a.value || !b.value) return a.value === b.value;
+  return agree('ort', a.value.data as Float32Array, b.value.data as Float32Array);
+}
+
+/** Whether two step records agree: on js the gradients, the state before and after and the weights after are the same. */
+function sameStep(a: Recorded<null>, b: Recorded<null>): boolean {
+  const [x, y] = [a.record, b.record];
+  if (x.backend !== 'js' || y.backend !== 'js') return true; // ort steps drift within tolerance: the next results are compared
+  return x.input === y.input && x.state === y.state && x.output === y.output && x.after === y.after;
+}
+
+/**
+ * One section of a training job on k workers (security level k) that compute the same
+ * micro-batches: each result is accepted only when the copies agree. When they do not, the
+ * validator re-runs every copy's record from what that worker kept; the workers whose record
+ * does not reproduce are flagged (`onFlag` excludes them from the job) and the step goes on
+ * with a result that did. With k = 1 it is one worker, its records checked on arrival.
+ */
+export class RedundantStage implements StageHandle {
+  constructor(
+    readonly lanes: RemoteTrainStage[],
+    private readonly verifier: JobVerifier,
+    private readonly onFlag: (lane: RemoteTrainStage, reason: string) => Promise<void>,
+  ) {
+    for (const lane of lanes) lane.onRecord = (stage, record) => verifier.observe(stage.worker, record);
+  }
+
+  /** The first worker still trusted: generation, checkpoints and reductions use it. */
+  get primary(): RemoteTrainStage {
+    return this.lanes[0];
+  }
+
+  get label(): string {
+    return this.lanes.length > 1 ? `${this.primary.label} and ${this.lanes.length - 1} redundant` : this.primary.label;
+  }
+
+  get address(): string {
+    return this.primary.address;
+  }
+
+  get names(): readonly string[] {
+    return this.primary.names;
+  }
+
+  /** Runs `op` on every copy; the agreed result, or the one the validator's re-execution confirms. */
+  private async agreed<T extends Tensor | null>(
+    what: string,
+    op: (lane: RemoteTrainStage) => Promise<Recorded<T>>,
+    same: (a: Recorded<T>, b: Recorded<T>) => boolean,
+  ): Promise<T> {
+    const lanes = [...this.lanes];
+    const results = await Promise.all(lanes.map(op));
+    if (lanes.length === 1) return results[0].value;
+    this.verifier.summary.compared++;
+    if (results.every((r) => same(r, results[0]))) return results[0].value;
+    const verdicts = await Promise.all(results.map((r, i) => this.verifier.audit(lanes[i].worker, r.record)));
+    let accepted: Recorded<T> | null = null;
+    for (const [i, v] of verdicts.entries()) {
+      if (v.ok) accepted ??= results[i];
+      else await this.flag(lanes[i], `${what}: ${v.reason}`);
+    }
+    if (!accepted) throw new VerificationError(`no copy of ${this.primary.label}'s ${what} could be reproduced by the validator`);
+    // copies that passed must also agree with the accepted one
+    for (const [i, r] of results.entries()) {
+      if (verdicts[i].ok && r !== accepted && !same(r, accepted)) await this.flag(lanes[i], `${what}: disagrees with a reproduced result`);
+    }
+    return accepted.value;
+  }
+
+  private async flag(lane: RemoteTrainStage, reason: string): Promise<void> {
+    const i = this.lanes.indexOf(lane);
+    if (i < 0) return;
+    this.lanes.splice(i, 1);
+    await this.onFlag(lane, reason);
+  }
+
+  forward(micro: number, input: Tensor): Promise<Tensor> {
+    return this.agreed(`forward of micro-batch ${micro}`, (l) => l.forwardRecorded(micro, input), sameResult);
+  }
+
+  backward(micro: number, grad: Tensor): Promise<Tensor | null> {
+    return this.agreed(`backward of micro-batch ${micro}`, (l) => l.backwardRecorded(micro, grad), sameResult);
+  }
+
+  gradSquares(names: readonly string[]): Promise<number[]> {
+    return this.primary.gradSquares(names);
+  }
+
+  async reduce(group: ReduceGroup): Promise<void> {
+    if (this.lanes.length > 1) throw new InvalidArgumentError('redundancy with replicas, or with a tied head split across workers, is not supported yet');
+    await this.primary.reduce(group);
+  }
+
+  async step(scale: number, lr: number): Promise<void> {
+    await this.agreed('optimizer step', async (l) => ({ value: null, record: await l.stepRecorded(scale, lr) as WorkRecord }), sameStep);
+  }
+
+  weights(): Promise<Map<string, Tensor>> {
+    return this.primary.weights();
+  }
+
+  optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>> {
+    return this.primary.optimizerState();
+  }
+
+  async setOptimizerState(state: Map<string, { moments: Tensor; step: number }>): Promise<void> {
+    await Promise.all(this.lanes.map((l) => l.setOptimizerState(state)));
+  }
+
+  async reset(): Promise<void> {
+    await Promise.all(this.lanes.map((l) => l.reset()));
+  }
+}

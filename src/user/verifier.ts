@@ -1,0 +1,103 @@
+import type { Libp2p } from '@libp2p/interface';
+import { InvalidArgumentError } from '../errors.ts';
+import { type DialTarget, type PeerTarget, request, TRAIN_REQUEST_TIMEOUT_MS } from '../p2p/index.ts';
+import { AuditSampler, type WorkRecord } from '../verify/index.ts';
+
+/** How a job checks its workers. */
+export interface VerifyOptions {
+  /**
+   * Security level k: every section runs on k workers that compute the same micro-batches;
+   * their results are compared before the user accepts one (bit for bit on js). Default 1.
+   */
+  redundancy?: number;
+  /** The share of records a validator re-executes (default DEFAULT_SAMPLE_RATE; 0: none). */
+  sampleRate?: number;
+  /** Seeds which records are sampled (default: random; workers cannot predict it either way). */
+  seed?: number;
+}
+
+/** The sample rate when none is given: about one record in twenty re-run. */
+export const DEFAULT_SAMPLE_RATE = 0.05;
+
+/** What verification did in a job, as `--json` reports it. */
+export interface VerificationSummary {
+  /** Records re-executed by the validator (sampled, or settling a disagreement). */
+  checked: number;
+  failed: number;
+  /** Workers caught: excluded from the job and flagged at the validator. */
+  flagged: string[];
+  /** Steps run again after a rollback. */
+  replayedSteps: number;
+  /** Results compared among redundant workers. */
+  compared: number;
+}
+
+export interface AuditVerdict {
+  ok: boolean;
+  reason: string;
+  peer: string;
+}
+
+/**
+ * The user's side of verification: samples the records its workers return, asks the
+ * validator to re-run the sampled ones (the validator fetches what re-running needs from the
+ * worker, re-executes and scores it), and settles disagreements among redundant workers the
+ * same way. Counts what it did.
+ */
+export class JobVerifier {
+  readonly redundancy: number;
+  readonly sampler: AuditSampler;
+  private sampled: { worker: PeerTarget; record: WorkRecord }[] = [];
+  readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0 };
+
+  constructor(
+    private readonly node: Libp2p,
+    private readonly validator: DialTarget,
+    /** The validator's peer id: workers hand it what re-running their records needs. */
+    readonly validatorPeer: string,
+    options: VerifyOptions,
+    /** What an audit request names: the job, the model's config and the optimizer's settings. */
+    private readonly context: () => { jobId: string; config: Record<string, unknown>; optimizer: { lr: number; weightDecay?: number } },
+  ) {
+    const k = options.redundancy ?? 1;
+    if (!Number.isInteger(k) || k < 1) throw new InvalidArgumentError(`redundancy must be an integer ≥ 1, got ${k}`);
+    this.redundancy = k;
+    this.sampler = new AuditSampler(options.sampleRate ?? DEFAULT_SAMPLE_RATE, options.seed);
+  }
+
+  /** Whether workers must keep the state each step started from (anything may be re-run). */
+  get keepsState(): boolean {
+    return this.sampler.rate > 0 || this.redundancy > 1;
+  }
+
+  /** A checked record arrived: sampled for re-execution with the job's rate. */
+  observe(worker: PeerTarget, record: WorkRecord): void {
+    if (this.sampler.pick()) this.sampled.push({ worker, record });
+  }
+
+  /** Asks the validator to re-run one record of `worker`; a failed check flags the worker. */
+  async audit(worker: PeerTarget, record: WorkRecord): Promise<AuditVerdict> {
+    const { jobId, config, optimizer } = this.context();
+    const answer = await request(this.node, this.validator, { type: 'audit', jobId, worker, config, optimizer, record }, TRAIN_REQUEST_TIMEOUT_MS);
+    this.summary.checked++;
+    const ok = answer.ok === true;
+    if (!ok) {
+      this.summary.failed++;
+      if (!this.summary.flagged.includes(worker.peerId)) this.summary.flagged.push(worker.peerId);
+    }
+    return { ok, reason: typeof answer.reason === 'string' ? answer.reason : '', peer: worker.peerId };
+  }
+
+  /** Re-runs the records sampled since the last call; the verdicts that failed. */
+  async auditSampled(): Promise<AuditVerdict[]> {
+    const batch = this.sampled;
+    this.sampled = [];
+    const verdicts = await Promise.all(batch.map(({ worker, record }) => this.audit(worker, record)));
+    return verdicts.filter((v) => !v.ok);
+  }
+
+  /** Forgets sampled records (a step that failed, or a job rolled back). */
+  discardSampled(): void {
+    this.sampled = [];
+  }
+}

@@ -1,0 +1,100 @@
+import type { Libp2p } from '@libp2p/interface';
+import { InvalidMessageError, PeerUnreachableError, TensorLinkError } from '../errors.ts';
+import {
+  dialProtocol, encodeControl, errorFromWire, type Frame, fromWire, isWireError, type PeerTarget, publicKeyOf, receiveFrames, RequestTable,
+  sendMessage, STAGE_PROTOCOL, TRAIN_REQUEST_TIMEOUT_MS,
+} from '../p2p/index.ts';
+import type { Tensor } from '../tensor/index.ts';
+import { type Bundle, parseRecord, recordId, reexecute, type Reputation, signatureValid, type Verdict, type WorkRecord } from '../verify/index.ts';
+
+/** What a user asks a validator to check: one record a worker signed for its job, and what the job is. */
+export interface AuditRequest {
+  jobId: string;
+  worker: PeerTarget;
+  /** The model's config (Hugging Face form): the user's, not the worker's word. */
+  config: Record<string, unknown>;
+  optimizer: { lr: number; weightDecay?: number };
+  record: WorkRecord;
+}
+
+export interface AuditVerdict extends Verdict {
+  peer: string;
+  /** The worker failed to hand over what it signed (the record is no longer kept, or never was). */
+  unavailable?: boolean;
+}
+
+/** A stage stream to a worker for the audits of one job: requests matched to answers by id. */
+async function openAuditStream(node: Libp2p, worker: PeerTarget, jobId: string) {
+  const stream = await dialProtocol(node, worker, STAGE_PROTOCOL);
+  const table = new RequestTable<Frame>(worker.peerId);
+  receiveFrames(stream, (frame) => {
+    const id = frame.kind === 'tensor' ? frame.tensor.requestId : (frame.message as { id?: unknown } | null)?.id;
+    if (frame.kind === 'control' && isWireError(frame.message)) table.reject(id, errorFromWire(frame.message, worker.peerId));
+    else table.resolve(id, frame);
+  });
+  stream.addEventListener('close', () => table.rejectAll(new PeerUnreachableError(`${worker.peerId} closed the audit stream`)));
+  const call = async (header: Record<string, unknown>): Promise<Frame> => {
+    const { id, answer } = table.open(TRAIN_REQUEST_TIMEOUT_MS);
+    await sendMessage(stream, [encodeControl({ ...header, id, jobId, tensors: 0 })]);
+    return answer;
+  };
+  return { call, close: () => stream.close().catch(() => {}) };
+}
+
+/**
+ * Re-runs one record: checks the user's copy is signed by the worker, fetches from the
+ * worker what re-running it needs (its kept record must be the same record), re-executes it
+ * and scores the worker by the outcome. Only the validator's own re-execution moves a
+ * worker's reputation: a user cannot frame a worker, whose signed record and kept inputs
+ * are the evidence.
+ */
+export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequest): Promise<AuditVerdict> {
+  const { record, worker } = req;
+  if (record.peer !== worker.peerId || !signatureValid(record, publicKeyOf(worker.peerId))) {
+    throw new InvalidMessageError(`the record to audit is not signed by ${worker.peerId}`);
+  }
+  const finish = (v: Verdict, unavailable = false): AuditVerdict => {
+    reputation.check(worker.peerId, v.ok, v.ok ? undefined : `${record.kind} ${record.step}:${record.micro}: ${v.reason}`);
+    return { ...v, peer: worker.peerId, ...(unavailable ? { unavailable } : {}) };
+  };
+  const client = await openAuditStream(node, worker, req.jobId);
+  try {
+    const which = { kind: record.kind, step: record.step, micro: record.micro };
+    let index: Record<string, unknown>;
+    try {
+      const frame = await client.call({ type: 'audit-index', ...which });
+      if (frame.kind !== 'control') throw new InvalidMessageError('audit-index: expected a control answer');
+      index = frame.message as Record<string, unknown>;
+    } catch (err) {
+      if (err instanceof PeerUnreachableError) throw err;
+      // it signed the record and cannot show what it computed it from
+      return finish({ ok: false, reason: `it could not hand over what re-running its record needs: ${(err as Error).message}` }, true);
+    }
+    const kept = parseRecord(index.record);
+    if (recordId(kept) !== recordId(record)) return finish({ ok: false, reason: 'the record it kept is not the record it returned' });
+    if (!Array.isArray(index.parts) || index.parts.length > 100_000) throw new InvalidMessageError('audit: parts must be a list');
+    const bundle: Bundle = { config: req.config, range: record.stage, optimizer: req.optimizer, weights: new Map() };
+    for (const p of index.parts as { part?: unknown; name?: unknown; step?: unknown }[]) {
+      const frame = await client.call({ type: 'audit-part', ...which, part: p.part, ...(typeof p.name === 'string' ? { name: p.name } : {}) });
+      if (frame.kind !== 'tensor') throw new InvalidMessageError('audit-part: expected a tensor');
+      const t: Tensor = fromWire(frame.tensor);
+      const name = typeof p.name === 'string' ? p.name : '';
+      if (p.part === 'weight') bundle.weights.set(name, t);
+      else if (p.part === 'input') bundle.input = t;
+      else if (p.part === 'grad') bundle.grad = t;
+      else if (p.part === 'output') bundle.output = t;
+      else if (p.part === 'grads') (bundle.grads ??= new Map()).set(name, t);
+      else if (p.part === 'moments') (bundle.moments ??= new Map()).set(name, { moments: t, step: typeof p.step === 'number' ? p.step : 0 });
+    }
+    if (record.kind === 'step') {
+      bundle.grads ??= new Map();
+      bundle.moments ??= new Map();
+    }
+    return finish(reexecute(record, bundle));
+  } catch (err) {
+    if (err instanceof TensorLinkError) throw err;
+    throw new InvalidMessageError(`the audit of ${worker.peerId} failed: ${(err as Error).message}`, { cause: err });
+  } finally {
+    await client.close();
+  }
+}

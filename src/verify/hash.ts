@@ -1,0 +1,45 @@
+import { createHash, type Hash } from 'node:crypto';
+import type { Tensor } from '../tensor/index.ts';
+
+/** The bytes of a typed array, without a copy. */
+function bytesOf(a: ArrayBufferView): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+function addTensor(h: Hash, t: Tensor): void {
+  h.update(`${t.dtype}[${t.shape.join(',')}]`);
+  h.update(bytesOf(t.data as ArrayBufferView));
+}
+
+/**
+ * The sha256 of tensors as a record names them: each tensor's dtype, shape and bytes, in
+ * order. Two results hash equal exactly when they are bit for bit the same.
+ */
+export function hashTensors(tensors: readonly Tensor[]): string {
+  const h = createHash('sha256');
+  h.update(`${tensors.length}:`);
+  for (const t of tensors) addTensor(h, t);
+  return h.digest('hex');
+}
+
+/** The sha256 of named tensors (a section's weights, its gradients), in the order given. */
+export function hashNamed(named: Iterable<readonly [string, Tensor | null]>): string {
+  const h = createHash('sha256');
+  for (const [name, t] of named) {
+    h.update(`${name}=`);
+    if (t) addTensor(h, t);
+    else h.update('none;');
+  }
+  return h.digest('hex');
+}
+
+/** The sha256 of raw float arrays with their names (optimizer moments, snapshots). */
+export function hashArrays(named: Iterable<readonly [string, Float32Array | null, number?]>): string {
+  const h = createHash('sha256');
+  for (const [name, a, step] of named) {
+    h.update(`${name}@${step ?? -1}=`);
+    if (a) h.update(bytesOf(a));
+    else h.update('none;');
+  }
+  return h.digest('hex');
+}

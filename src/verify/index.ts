@@ -1,0 +1,11 @@
+export { agree, type ComputeBackend, drift, ORT_TOLERANCE } from './compare.ts';
+export { hashArrays, hashNamed, hashTensors } from './hash.ts';
+export {
+  checkRecord, type Expectation, parseRecord, RECORD_KINDS, type RecordKind, recordBytes, recordId, type RecordSigner, signatureValid,
+  signRecord, type WorkFields, type WorkRecord,
+} from './record.ts';
+export { type Bundle, reexecute, type Verdict } from './reexec.ts';
+export { type Standing, Reputation } from './reputation.ts';
+export { AuditSampler, expectedStepsToCatch, stepCatchProbability, stepsToCatch } from './sampling.ts';
+export { gradsHash, optimizerHash, weightsHash } from './state.ts';
+export { cosineSimilarity, type ContributionScore, duplicateGroups, FLAGGED_SCORE, heldOutLoss, heldOutLossAfter, type ReplicaGradients, scoreContributions } from './contribution.ts';

@@ -1,0 +1,199 @@
+import { createHash, createPrivateKey, createPublicKey, type KeyObject, sign, verify } from 'node:crypto';
+import { InvalidMessageError, VerificationError } from '../errors.ts';
+
+/** What a worker computed: one micro-batch's forward or backward at one step, an optimizer step, a decoding step. */
+export const RECORD_KINDS = ['forward', 'backward', 'step', 'decode'] as const;
+export type RecordKind = (typeof RECORD_KINDS)[number];
+
+/**
+ * A worker's signed statement of one computation. Hashes are sha256 (hex) of tensors
+ * (`hashTensors`) or of a section's named state:
+ * - forward/decode: `input` the activations (or ids) it was given, `output` what it returned;
+ * - backward: `input` the gradient of its output, `output` the gradient of its input ('' for
+ *   token ids), `grads` this micro-batch's contribution to its parameters' gradients;
+ * - step: `input` the gradients it stepped with, `state`/`after` AdamW's state before and
+ *   after, `output` the weights after, with the `scale` and `lr` it was told;
+ * - every kind: `weights` the section's weights it computed with (before a step).
+ * Records chain: a stage's input hash is its predecessor's output hash, and a step's forward
+ * records name the weights the previous step record produced.
+ */
+export interface WorkFields {
+  job: string;
+  step: number;
+  micro: number;
+  /** The section's global layer range [start, end). */
+  stage: [number, number];
+  kind: RecordKind;
+  input: string;
+  output: string;
+  weights: string;
+  grads?: string;
+  state?: string;
+  after?: string;
+  scale?: number;
+  lr?: number;
+  /** The backend that computed it: 'js' results are compared bit for bit, 'ort' within ORT_TOLERANCE. */
+  backend: string;
+  /** The worker's peer id; its Ed25519 key signs the record. */
+  peer: string;
+  /** The worker's count of records for this job: a replayed record repeats a number. */
+  seq: number;
+}
+
+export interface WorkRecord extends WorkFields {
+  /** Ed25519 signature (base64) over `recordBytes`. */
+  sig: string;
+}
+
+/** The order fields are signed in: the record's canonical form does not depend on how an object was built. */
+const FIELDS: readonly (keyof WorkFields)[] = [
+  'job', 'step', 'micro', 'stage', 'kind', 'input', 'output', 'weights', 'grads', 'state', 'after', 'scale', 'lr', 'backend', 'peer', 'seq',
+];
+
+/** The bytes a record's signature covers: its fields in a fixed order, as JSON. */
+export function recordBytes(r: WorkFields): Uint8Array {
+  const entries = FIELDS.filter((k) => r[k] !== undefined).map((k) => [k, r[k]]);
+  return new TextEncoder().encode(JSON.stringify(entries));
+}
+
+/** A record's content address: the sha256 of its signed bytes and signature. */
+export function recordId(r: WorkRecord): string {
+  return createHash('sha256').update(recordBytes(r)).update(r.sig).digest('hex');
+}
+
+/** Who signs: a peer id and the 32-byte seed of its Ed25519 key (libp2p's identity key). */
+export interface RecordSigner {
+  peer: string;
+  seed: Uint8Array;
+}
+
+const PKCS8_ED25519 = Buffer.from('302e020100300506032b657004220420', 'hex');
+const SPKI_ED25519 = Buffer.from('302a300506032b6570032100', 'hex');
+const privateKeys = new WeakMap<Uint8Array, KeyObject>();
+const publicKeys = new Map<string, KeyObject>();
+
+function privateKeyOf(seed: Uint8Array): KeyObject {
+  let key = privateKeys.get(seed);
+  if (!key) {
+    key = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519, seed.subarray(0, 32)]), format: 'der', type: 'pkcs8' });
+    privateKeys.set(seed, key);
+  }
+  return key;
+}
+
+function publicKeyOf(raw: Uint8Array): KeyObject {
+  const hex = Buffer.from(raw).toString('hex');
+  let key = publicKeys.get(hex);
+  if (!key) {
+    key = createPublicKey({ key: Buffer.concat([SPKI_ED25519, raw]), format: 'der', type: 'spki' });
+    if (publicKeys.size > 4096) publicKeys.clear();
+    publicKeys.set(hex, key);
+  }
+  return key;
+}
+
+export function signRecord(fields: Omit<WorkFields, 'peer'>, signer: RecordSigner): WorkRecord {
+  const r: WorkFields = { ...fields, peer: signer.peer };
+  return { ...r, sig: sign(null, recordBytes(r), privateKeyOf(signer.seed)).toString('base64') };
+}
+
+/** Whether the record's signature is its peer's: `publicKey` is the raw 32-byte Ed25519 key of `record.peer`. */
+export function signatureValid(record: WorkRecord, publicKey: Uint8Array): boolean {
+  try {
+    return verify(null, recordBytes(record), publicKeyOf(publicKey), Buffer.from(record.sig, 'base64'));
+  } catch {
+    return false;
+  }
+}
+
+const HASH = /^[0-9a-f]{64}$/;
+const MAX_TEXT = 200;
+
+function text(v: unknown, what: string, pattern?: RegExp): string {
+  if (typeof v !== 'string' || v.length > MAX_TEXT || (pattern && !pattern.test(v))) throw new InvalidMessageError(`record.${what} is not a valid value`);
+  return v;
+}
+
+function count(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new InvalidMessageError(`record.${what} must be a non-negative integer`);
+  return v;
+}
+
+function num(v: unknown, what: string): number | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw new InvalidMessageError(`record.${what} must be a finite number`);
+  return v;
+}
+
+function hash(v: unknown, what: string, optional: boolean): string | undefined {
+  if (v === undefined && optional) return undefined;
+  return text(v, what, HASH);
+}
+
+/** Parses a record from a peer (untrusted): every field typed and bounded, or a typed error. */
+export function parseRecord(v: unknown): WorkRecord {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new InvalidMessageError('a record must be an object');
+  const m = v as Record<string, unknown>;
+  const kind = text(m.kind, 'kind') as RecordKind;
+  if (!RECORD_KINDS.includes(kind)) throw new InvalidMessageError(`record.kind '${kind}' is not one of ${RECORD_KINDS.join(', ')}`);
+  const stage = m.stage;
+  if (!Array.isArray(stage) || stage.length !== 2) throw new InvalidMessageError('record.stage must be [start, end]');
+  const output = m.output === '' && kind === 'backward' ? '' : text(m.output, 'output', HASH);
+  const r: WorkRecord = {
+    job: text(m.job, 'job'),
+    step: count(m.step, 'step'),
+    micro: count(m.micro, 'micro'),
+    stage: [count(stage[0], 'stage'), count(stage[1], 'stage')],
+    kind,
+    input: text(m.input, 'input', HASH),
+    output,
+    weights: text(m.weights, 'weights', HASH),
+    grads: hash(m.grads, 'grads', true),
+    state: hash(m.state, 'state', true),
+    after: hash(m.after, 'after', true),
+    scale: num(m.scale, 'scale'),
+    lr: num(m.lr, 'lr'),
+    backend: text(m.backend, 'backend'),
+    peer: text(m.peer, 'peer'),
+    seq: count(m.seq, 'seq'),
+    sig: text(m.sig, 'sig'),
+  };
+  for (const k of Object.keys(r) as (keyof WorkRecord)[]) if (r[k] === undefined) delete r[k];
+  return r;
+}
+
+/** What the receiver of a result knows it asked for and got: the record must say the same. */
+export interface Expectation {
+  job: string;
+  peer: string;
+  kind: RecordKind;
+  step: number;
+  micro: number;
+  /** The hash of what it sent (the predecessor's output: the chain). */
+  input?: string;
+  /** The hash of what came back. */
+  output?: string;
+  /** The weights the worker's last step produced (the chain across steps). */
+  weights?: string;
+}
+
+/**
+ * Checks a record on arrival: signed by the worker that answered, about this job, this
+ * computation, the input it was given and the output it returned. A mismatch is a
+ * VerificationError naming the field: a worker cannot lie about what it was given.
+ */
+export function checkRecord(record: WorkRecord, publicKey: Uint8Array, expect: Expectation): void {
+  const fail = (what: string) => {
+    throw new VerificationError(`${expect.peer}: the record of ${expect.kind} ${expect.step}:${expect.micro} ${what}`, {
+      details: { peer: expect.peer, kind: expect.kind, step: expect.step, micro: expect.micro },
+    });
+  };
+  if (record.peer !== expect.peer) fail(`is signed as ${record.peer}`);
+  if (!signatureValid(record, publicKey)) fail('has a signature that is not its key\'s');
+  if (record.job !== expect.job || record.kind !== expect.kind || record.step !== expect.step || record.micro !== expect.micro) {
+    fail(`describes ${record.kind} ${record.step}:${record.micro} of job ${record.job}`);
+  }
+  if (expect.input !== undefined && record.input !== expect.input) fail('names an input other than the one it was sent');
+  if (expect.output !== undefined && record.output !== expect.output) fail('names an output other than the one it returned');
+  if (expect.weights !== undefined && record.weights !== expect.weights) fail('names weights other than its last step produced');
+}

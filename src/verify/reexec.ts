@@ -1,0 +1,111 @@
+import { InvalidArgumentError } from '../errors.ts';
+import { configFromHF, createModel } from '../models/index.ts';
+import { StageExecutor } from '../pipeline/index.ts';
+import { type Tensor, withBackend } from '../tensor/index.ts';
+import { agree } from './compare.ts';
+import { hashTensors } from './hash.ts';
+import type { WorkRecord } from './record.ts';
+import { gradsHash, optimizerHash, weightsHash } from './state.ts';
+
+/**
+ * What re-running one record needs, each piece checked against the record's hashes before
+ * anything runs: the section's weights at that step; the forward's input (and, for a
+ * backward, the gradient it was given); for a step, the gradients and AdamW's state it
+ * stepped from. `output` is the worker's own result, for ort's tolerance.
+ */
+export interface Bundle {
+  /** The model's config in Hugging Face form, and the section's global layer range. */
+  config: Record<string, unknown>;
+  range: [number, number];
+  optimizer: { lr: number; weightDecay?: number };
+  weights: Map<string, Tensor>;
+  input?: Tensor;
+  grad?: Tensor;
+  output?: Tensor;
+  grads?: Map<string, Tensor>;
+  moments?: Map<string, { moments: Tensor; step: number }>;
+}
+
+export interface Verdict {
+  /** Whether the record is what re-running it gives. */
+  ok: boolean;
+  /** Why not, for a person (and the evidence a slashing keeps). */
+  reason: string;
+  /** The output hash re-execution gave (bitwise on js). */
+  output?: string;
+}
+
+const pass = (output?: string): Verdict => ({ ok: true, reason: 'reproduced', output });
+const fail = (reason: string, output?: string): Verdict => ({ ok: false, reason, output });
+
+/**
+ * Re-runs a record (forward, backward, or the optimizer step) on the section rebuilt from
+ * the bundle and compares: bit for bit for 'js' records, within ORT_TOLERANCE for 'ort'
+ * (against the worker's own output, which must hash as its record says). A bundle that
+ * does not hash as the record says fails: the worker kept or sent something else.
+ */
+export function reexecute(record: WorkRecord, bundle: Bundle): Verdict {
+  const backend = record.backend === 'js' ? 'js' : 'ort';
+  const run = () => reexecuteOn(record, bundle, backend);
+  try {
+    return backend === 'js' ? withBackend('js', run) : run();
+  } catch (err) {
+    return fail(`re-execution failed: ${(err as Error).message}`);
+  }
+}
+
+function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'): Verdict {
+  const config = configFromHF(bundle.config);
+  if (record.stage[0] !== bundle.range[0] || record.stage[1] !== bundle.range[1]) {
+    throw new InvalidArgumentError(`the record is of layers [${record.stage}), the bundle of [${bundle.range}]`);
+  }
+  const model = createModel(config, { section: bundle.range });
+  model.loadStateDict(bundle.weights);
+  const captured: Map<string, Tensor>[] = [];
+  const executor = new StageExecutor(model.layers, config.maxPositions, {
+    ...bundle.optimizer,
+    onContribution: (_micro, c) => captured.push(new Map([...c].map(([n, t]) => [n, t.clone()]))),
+  });
+  if (weightsHash(executor) !== record.weights) return fail('the weights it kept are not the weights its record names');
+  const compare = (mine: Tensor, theirs: string, what: string): Verdict | null => {
+    const h = hashTensors([mine]);
+    if (h === theirs) return null;
+    if (backend === 'ort' && bundle.output && hashTensors([bundle.output]) === theirs) {
+      if (agree('ort', mine.data as Float32Array, bundle.output.data as Float32Array)) return null;
+    }
+    return fail(`its ${what} is not what the computation gives`, h);
+  };
+  if (record.kind === 'forward' || record.kind === 'backward') {
+    const input = bundle.input;
+    if (!input) return fail('the bundle has no input');
+    if (record.kind === 'forward') {
+      if (hashTensors([input]) !== record.input) return fail('the input it kept is not the input its record names');
+      const y = executor.forward(0, input);
+      return compare(y, record.output, 'output') ?? pass(record.output);
+    }
+    const grad = bundle.grad;
+    if (!grad || hashTensors([grad]) !== record.input) return fail('the gradient it kept is not the one its record names');
+    executor.forward(0, input);
+    const gi = executor.backward(0, grad);
+    const bad = gi ? compare(gi, record.output, 'input gradient') : record.output === '' ? null : fail('it names an input gradient of token ids');
+    if (bad) return bad;
+    const contribution = gradsHash(executor, captured[0] ?? new Map());
+    if (contribution !== record.grads) return fail('its parameters\' gradients are not what the backward gives', contribution);
+    return pass(record.output);
+  }
+  if (record.kind === 'step') {
+    const { grads, moments } = bundle;
+    if (!grads || !moments) return fail('the bundle has no optimizer state');
+    for (const [n, s] of moments) executor.setMoments(n, s.moments, s.step);
+    if (optimizerHash(executor) !== record.state) return fail('the optimizer state it kept is not the one its record names');
+    if (gradsHash(executor, grads) !== record.input) return fail('the gradients it kept are not the ones its record names');
+    executor.setGrads([...grads.keys()], [...grads.values()]);
+    executor.step(record.scale ?? 1, record.lr ?? bundle.optimizer.lr);
+    const w = weightsHash(executor);
+    if (w !== record.output) return fail('the weights after its step are not what the step gives', w);
+    const after = optimizerHash(executor);
+    if (after !== record.after) return fail('its optimizer state after the step is not what the step gives', w);
+    return pass(w);
+  }
+  return fail(`records of kind '${record.kind}' are compared among redundant workers, not re-executed`);
+}

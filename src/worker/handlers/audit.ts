@@ -1,0 +1,67 @@
+import { InvalidMessageError } from '../../errors.ts';
+import { parseAudit } from '../../p2p/index.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { KeptComputation, TrainingRecords } from '../records.ts';
+import { control, type StageHandler, trainingOf } from './types.ts';
+
+/** One piece of what re-running a kept record needs. */
+interface PartEntry {
+  part: string;
+  name?: string;
+  shape: number[];
+  step?: number;
+}
+
+function keptOf(records: TrainingRecords, kind: 'forward' | 'backward' | 'step', step: number, micro: number): KeptComputation {
+  return records.find(kind, step, micro);
+}
+
+/** Every piece of a record's bundle, by part and name. */
+function pieces(records: TrainingRecords, kept: KeptComputation): Map<string, { entry: PartEntry; tensor: Tensor }> {
+  const out = new Map<string, { entry: PartEntry; tensor: Tensor }>();
+  const add = (part: string, tensor: Tensor | undefined, name?: string, step?: number) => {
+    if (!tensor) return;
+    out.set(`${part}:${name ?? ''}`, { entry: { part, ...(name ? { name } : {}), shape: [...tensor.shape], ...(step === undefined ? {} : { step }) }, tensor });
+  };
+  const { record } = kept;
+  if (record.kind === 'step') {
+    const snap = records.snapshot;
+    if (!snap || snap.step !== record.step) throw new InvalidMessageError(`the state step ${record.step} started from is no longer kept`);
+    for (const [n, t] of snap.weights) add('weight', t, n);
+    for (const [n, t] of snap.grads) add('grads', t, n);
+    for (const [n, m] of snap.moments) add('moments', m.moments, n, m.step);
+    return out;
+  }
+  for (const [n, t] of records.weightsAt(record.step)) add('weight', t, n);
+  add('input', kept.input);
+  add('grad', kept.grad);
+  add('output', kept.output);
+  return out;
+}
+
+/**
+ * Audits of kept records, by the job's owner or a verifier it named (a validator): the
+ * index lists what re-running a record needs; each part is then fetched as a tensor. What
+ * is sent is what the worker holds: the verifier checks it against the signed record.
+ */
+export const auditHandlers: Record<string, StageHandler> = {
+  'audit-index': {
+    delegates: true,
+    run: ({ body, job }) => {
+      const { kind, step, micro } = parseAudit(body, false);
+      const { records } = trainingOf(job);
+      const kept = keptOf(records, kind, step, micro);
+      return control('audit', { record: kept.record, parts: [...pieces(records, kept).values()].map((p) => p.entry) });
+    },
+  },
+  'audit-part': {
+    delegates: true,
+    run: ({ body, job }) => {
+      const { kind, step, micro, part, name } = parseAudit(body, true);
+      const { records } = trainingOf(job);
+      const piece = pieces(records, keptOf(records, kind, step, micro)).get(`${part}:${name ?? ''}`);
+      if (!piece) throw new InvalidMessageError(`the record of ${kind} ${step}:${micro} has no part ${part}${name ? ` '${name}'` : ''}`);
+      return { kind: 'tensor', tensor: piece.tensor };
+    },
+  },
+};
