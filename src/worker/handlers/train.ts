@@ -62,7 +62,8 @@ export const trainingHandlers: Record<string, StageHandler> = {
       });
       const records = new TrainingRecords(job.jobId, section.range, signer, getBackend().name, executor, request.keepState);
       section.training = {
-        executor, exchange: new GradientExchange(), kept: new Map(), recompute: request.recompute, records, contribution: () => contribution,
+        executor, exchange: new GradientExchange(), kept: new Map(), recompute: request.recompute, records,
+        contribution: () => contribution,
       };
       return control('train-ready', { names: [...executor.named.keys()] });
     },
