@@ -99,7 +99,8 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
     for (const [n, s] of moments) executor.setMoments(n, s.moments, s.step);
     if (optimizerHash(executor) !== record.state) return fail('the optimizer state it kept is not the one its record names');
     if (gradsHash(executor, grads) !== record.input) return fail('the gradients it kept are not the ones its record names');
-    executor.setGrads([...grads.keys()], [...grads.values()]);
+    // stepping scales the gradients in place: the bundle's own stay as they came
+    executor.setGrads([...grads.keys()], [...grads.values()].map((g) => g.clone()));
     executor.step(record.scale ?? 1, record.lr ?? bundle.optimizer.lr);
     const w = weightsHash(executor);
     if (w !== record.output) return fail('the weights after its step are not what the step gives', w);
