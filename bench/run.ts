@@ -3,7 +3,8 @@
  * each figure next to a reference measured in the same run. Prints a table and writes
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
- * usage: npm run bench [-- --quick] [-- --json] [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,load]
+ * usage: npm run bench [-- --quick] [-- --json]
+ *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -17,6 +18,7 @@ import { benchGpt2 } from './models.ts';
 import { benchP2p } from './p2p.ts';
 import { benchPipeline } from './pipeline.ts';
 import { benchStack } from './stack.ts';
+import { benchVerify } from './verify.ts';
 
 const { values } = parseArgs({
   options: {
@@ -26,7 +28,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'load'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -71,6 +73,11 @@ if (sections.includes('distributed')) {
 if (sections.includes('pipeline')) {
   log('pipeline: training across 1, 2, 3 worker processes at m = 1, 4, 8 vs one process ...');
   rows.push(...(await benchPipeline(values.quick ? 2 : 4)));
+}
+
+if (sections.includes('verify')) {
+  log('verify: training with sampled re-execution at p = 0.01, 0.05, 0.1 and with redundancy 2 vs p = 0 ...');
+  rows.push(...(await benchVerify(values.quick ? 3 : 16)));
 }
 
 if (sections.includes('load')) {

@@ -84,3 +84,14 @@ export function planFlags(flags: Flags, defaultStrategy: StrategyName): { strate
   if (privacy !== 'ends' && privacy !== 'none') throw new UsageError('--privacy must be ends or none');
   return { strategy: strategy as StrategyName, privacy };
 }
+
+/** `--redundancy K` and `--verify-rate P`, as train and generate take them. */
+export function verifyFlags(flags: Flags): { redundancy: number; sampleRate?: number } {
+  const redundancy = intFlag(flags, 'redundancy', 1);
+  if (redundancy > 1 && flags.replicas !== undefined && flags.replicas !== '1') throw new UsageError('--redundancy and --replicas cannot be combined yet');
+  const raw = flags['verify-rate'];
+  if (raw === undefined) return { redundancy };
+  const sampleRate = numberFlag(flags, 'verify-rate', 0);
+  if (sampleRate > 1) throw new UsageError(`--verify-rate is a share of records within [0, 1], got '${String(raw)}'`);
+  return { redundancy, sampleRate };
+}

@@ -102,6 +102,8 @@ export async function localSwarm(options: {
   timeoutMs?: number;
   /** Stop the swarm and exit on SIGINT/SIGTERM (default); off when the caller handles signals itself. */
   handleSignals?: boolean;
+  /** `--fault KIND[:RATE]` for the worker at each index (a cheater, to show the network's defences); undefined: honest. */
+  faults?: (string | undefined)[];
   /** The compute backend of every node (default: each node's own default). */
   backend?: 'js' | 'ort';
   /**
@@ -158,6 +160,7 @@ export async function localSwarm(options: {
         launch('worker', [
           '--bootstrap', bootstrap, '--data', join(dir, `worker-${i}`),
           ...(options.memory ? ['--memory', options.memory] : []), ...(options.models ? ['--models', options.models] : []), ...extra,
+          ...(options.faults?.[i] ? ['--fault', options.faults[i]!] : []),
         ], timeoutMs),
       ),
     );

@@ -13,6 +13,7 @@ import { type LoadProgress, type LoadResult, RemoteStage } from './remote-stage.
 import { JobTrainer } from './job-trainer.ts';
 import { RedundantStage } from './redundant-stage.ts';
 import { RemoteTrainStage } from './remote-train.ts';
+import { SessionSteps } from './session-steps.ts';
 import type { JobVerifier, VerificationSummary } from './verifier.ts';
 import type { ResultInbox } from './result-inbox.ts';
 import type { UserModel } from './user-model.ts';
@@ -170,7 +171,8 @@ export class DistributedJob implements DistributedModel {
   private async loadStage(section: number, s: JobStage, assignment: StageAssignment[], signal?: AbortSignal): Promise<LoadResult> {
     const range: [number, number] = [s.where.start, s.where.end];
     const onProgress = this.onProgress ? (p: LoadProgress) => this.onProgress!(s, p) : undefined;
-    const options = { upstream: this.upstreamOf(section, s), assignment, onProgress, signal };
+    const verifiers = this.verifier ? [this.verifier.validatorPeer] : [];
+    const options = { upstream: this.upstreamOf(section, s), assignment, onProgress, signal, verifiers };
     return s.remote.load(configToHF(this.source.config), range, this.source.section(range), options);
   }
 
@@ -219,51 +221,74 @@ export class DistributedJob implements DistributedModel {
     return noGrad(() => runLayers(run, x, { positions }, this.source.config.maxPositions));
   }
 
-  /** One step of a session through the job: the user's first end, the workers, the user's last end. */
+  /** One step of a session through the job: the user's first end, the workers (every result checked), the user's last end. */
   private stepModel(sessionId: string): StepModel {
     const config = this.source.config;
+    const steps = new SessionSteps({
+      jobId: this.jobId, sections: this.sections, inbox: this.inbox, verifier: this.verifier, exclude: (s) => this.excludeStage(s),
+    }, sessionId);
     return {
       maxPositions: config.maxPositions,
       eosTokenId: this.source.tokenizer?.eosTokenId ?? config.eosTokenId ?? null,
       step: async (ids, opts) => {
         const positions = opts.positions!;
         const keyMask = opts.keyMask ?? null;
-        let x: Tensor = this.keepEnds ? this.runEnd('first', ids, positions) : ids;
-        const route = this.route();
-        if (this.inbox) {
-          const { requestId, result } = this.inbox.expect(new Set(route.map((s) => s.where.peerId)));
-          const peers = route.slice(1).map((s) => s.where.peerId);
-          await route[0].remote.forwardChained(sessionId, keyMask ? [x, positions, keyMask] : [x, positions], peers, requestId);
-          x = await result;
-        } else {
-          for (const s of route) x = await s.remote.forward(sessionId, x, positions, keyMask);
-        }
+        const x = await steps.run(this.keepEnds ? this.runEnd('first', ids, positions) : ids, positions, keyMask);
         return this.keepEnds ? this.runEnd('last', x, positions) : x;
       },
     };
   }
 
-  private async session<T>(run: (session: string) => Promise<T>): Promise<T> {
-    const session = randomUUID();
-    try {
-      return await run(session);
-    } finally {
-      await Promise.all(this.route().map((s) => s.remote.closeSession(session).catch(() => {})));
+  /**
+   * Runs a session and has its sampled records re-run before it closes (the workers keep a
+   * session's inputs until then). When a worker is caught, its results may have steered the
+   * session: the job is planned again on trusted workers and the session run again.
+   */
+  private async session<T>(run: (session: string) => Promise<T>, steps: (result: T) => number): Promise<T> {
+    for (;;) {
+      const session = randomUUID();
+      let result: T;
+      let failed: { peer: string }[];
+      try {
+        result = await run(session);
+        failed = (await this.verifier?.auditSampled()) ?? [];
+      } finally {
+        await Promise.all(this.sections.flat().map((s) => s.remote.closeSession(session).catch(() => {})));
+      }
+      if (failed.length === 0) return result;
+      if (this.pipeline || !this.relocate) {
+        throw new VerificationError(`${failed.map((f) => f.peer).join(', ')} failed re-execution of a decoding step; the result was discarded`, {
+          details: { flagged: failed.map((f) => f.peer) },
+        });
+      }
+      await this.replan();
+      this.verifier!.summary.replayedSteps += steps(result);
     }
   }
 
+  /** Closes every section and places the job again on the workers the validator still trusts. */
+  private async replan(): Promise<void> {
+    await Promise.all(this.sections.flat().map((s) => s.remote.close()));
+    const placed = await this.relocate!();
+    this.jobId = placed.jobId;
+    this.plan = placed.plan;
+    this.sections = placed.sections;
+    this.pipeline = null;
+    await this.load();
+  }
+
   async generate(prompt: number[], options: GenerateOptions = {}): Promise<{ tokens: number[] }> {
-    return { tokens: (await this.session((id) => generateWith(this.stepModel(id), [prompt], options)))[0] };
+    return { tokens: (await this.session((id) => generateWith(this.stepModel(id), [prompt], options), (t) => t[0].length))[0] };
   }
 
   async generateBatch(prompts: number[][], options: GenerateOptions = {}): Promise<{ tokens: number[][] }> {
-    return { tokens: await this.session((id) => generateWith(this.stepModel(id), prompts, options)) };
+    return { tokens: await this.session((id) => generateWith(this.stepModel(id), prompts, options), (t) => t[0]?.length ?? 0) };
   }
 
   async logits(ids: Tensor): Promise<Tensor> {
     if (ids.dtype !== 'int32' || ids.ndim !== 2) throw new InvalidArgumentError(`logits takes int32 ids [batch, time], got ${ids.dtype} [${ids.shape}]`);
     const positions = defaultPositions(ids.shape[0], ids.shape[1], 0);
-    return this.session(async (id) => this.stepModel(id).step(ids, { positions, keyMask: null }));
+    return this.session(async (id) => this.stepModel(id).step(ids, { positions, keyMask: null }), () => 1);
   }
 
   /** Copies of each section that train different micro-batches: 1 when the copies are redundant. */
@@ -284,13 +309,7 @@ export class DistributedJob implements DistributedModel {
     // the user's ends as they start: a rollback restores them
     const start = this.keepEnds ? [...layerParameters(this.endLayers()).values()].map((t) => (t.data as Float32Array).slice()) : [];
     const restart = async () => {
-      await Promise.all(this.sections.flat().map((s) => s.remote.close()));
-      const placed = await this.relocate!();
-      this.jobId = placed.jobId;
-      this.plan = placed.plan;
-      this.sections = placed.sections;
-      this.pipeline = null;
-      await this.load();
+      await this.replan();
       if (this.keepEnds) [...layerParameters(this.endLayers()).values()].forEach((t, i) => (t.data as Float32Array).set(start[i]));
       return this.buildPipeline(o, verifier);
     };
@@ -309,11 +328,16 @@ export class DistributedJob implements DistributedModel {
 
   /** A worker caught cheating leaves the job: its stage is closed and it is no longer a copy of its section. */
   private async exclude(lane: RemoteTrainStage): Promise<void> {
+    const stage = this.sections.flat().find((s) => s.remote === lane.stage);
+    if (stage) await this.excludeStage(stage);
+  }
+
+  private async excludeStage(stage: JobStage): Promise<void> {
     for (const copies of this.sections) {
-      const i = copies.findIndex((s) => s.remote === lane.stage);
+      const i = copies.indexOf(stage);
       if (i >= 0) copies.splice(i, 1);
     }
-    await lane.stage.close();
+    await stage.remote.close();
   }
 
   private async buildPipeline(o: DistributedTrainerOptions, verifier: JobVerifier): Promise<PipelineTrainer> {

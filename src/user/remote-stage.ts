@@ -50,6 +50,8 @@ export interface LoadOptions {
   /** Every section of the job: the only peers this worker may send the job's activations and gradients to. */
   assignment?: StageAssignment[];
   signal?: AbortSignal;
+  /** Peers (validators) that may fetch what re-running this section's records needs. */
+  verifiers?: string[];
   /** Called after each manifest and each chunk. */
   onProgress?: (progress: LoadProgress) => void;
 }
@@ -144,6 +146,7 @@ export class RemoteStage {
     const extra = {
       ...(options.upstream ? { upstream: options.upstream } : {}),
       ...(options.assignment ? { assignment: options.assignment } : {}),
+      ...(options.verifiers?.length ? { verifiers: options.verifiers } : {}),
     };
     await this.call({ type: 'load', config, section, ...extra }, []);
     const weights = source.weights;

@@ -12,6 +12,8 @@ import type { Tensor } from '../tensor/index.ts';
  */
 export class ResultInbox {
   private readonly table = new RequestTable<Frame>('the last stage of the chain');
+  /** The chain's records of each request, arrived before its result. */
+  private readonly records = new Map<number, unknown[]>();
   /** Who may answer each request: the workers of its chain, no one else. */
   private readonly senders = new Map<number, ReadonlySet<string>>();
 
@@ -33,16 +35,30 @@ export class ResultInbox {
   private deliver(frame: Frame, from: string): void {
     const result = parseResult(frame);
     if (!result || !this.table.has(result.id) || !this.senders.get(result.id)?.has(from)) return;
+    if (result.kind === 'records') {
+      this.records.set(result.id, result.records);
+      return;
+    }
     this.senders.delete(result.id);
     if (result.kind === 'error') this.table.reject(result.id, errorFromWire(result.message, from));
     else this.table.resolve(result.id, result.frame);
   }
 
-  /** A request id and the promise of its result tensor, which only the peers in `from` (the chain's workers) may send. */
-  expect(from: ReadonlySet<string>, timeoutMs = STAGE_REQUEST_TIMEOUT_MS): { requestId: number; result: Promise<Tensor> } {
+  /**
+   * A request id and the promise of its result tensor, with the signed records the chain's
+   * stages sent with it (unchecked: the caller checks them), which only the peers in `from`
+   * (the chain's workers) may send.
+   */
+  expect(
+    from: ReadonlySet<string>,
+    timeoutMs = STAGE_REQUEST_TIMEOUT_MS,
+  ): { requestId: number; result: Promise<{ output: Tensor; records: unknown[] }> } {
     const { id, answer } = this.table.open(timeoutMs);
     this.senders.set(id, from);
-    const result = answer.finally(() => this.senders.delete(id)).then((f) => fromWire((f as Frame & { kind: 'tensor' }).tensor));
+    const result = answer
+      .finally(() => this.senders.delete(id))
+      .then((f) => ({ output: fromWire((f as Frame & { kind: 'tensor' }).tensor), records: this.records.get(id) ?? [] }))
+      .finally(() => this.records.delete(id));
     result.catch(() => {});
     return { requestId: id, result };
   }

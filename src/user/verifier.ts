@@ -47,7 +47,7 @@ export interface AuditVerdict {
 export class JobVerifier {
   readonly redundancy: number;
   readonly sampler: AuditSampler;
-  private sampled: { worker: PeerTarget; record: WorkRecord }[] = [];
+  private sampled: { worker: PeerTarget; record: WorkRecord; sent?: string[] }[] = [];
   readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0 };
 
   constructor(
@@ -70,15 +70,16 @@ export class JobVerifier {
     return this.sampler.rate > 0 || this.redundancy > 1;
   }
 
-  /** A checked record arrived: sampled for re-execution with the job's rate. */
-  observe(worker: PeerTarget, record: WorkRecord): void {
-    if (this.sampler.pick()) this.sampled.push({ worker, record });
+  /** A checked record arrived: sampled for re-execution with the job's rate (`sent`: a decoding step's session inputs so far). */
+  observe(worker: PeerTarget, record: WorkRecord, sent?: () => string[]): void {
+    if (this.sampler.pick()) this.sampled.push({ worker, record, ...(sent ? { sent: sent() } : {}) });
   }
 
   /** Asks the validator to re-run one record of `worker`; a failed check flags the worker. */
-  async audit(worker: PeerTarget, record: WorkRecord): Promise<AuditVerdict> {
+  async audit(worker: PeerTarget, record: WorkRecord, sent?: string[]): Promise<AuditVerdict> {
     const { jobId, config, optimizer } = this.context();
-    const answer = await request(this.node, this.validator, { type: 'audit', jobId, worker, config, optimizer, record }, TRAIN_REQUEST_TIMEOUT_MS);
+    const message = { type: 'audit', jobId, worker: { peerId: worker.peerId, addrs: worker.addrs }, config, optimizer, record, ...(sent ? { sent } : {}) };
+    const answer = await request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS);
     this.summary.checked++;
     const ok = answer.ok === true;
     if (!ok) {
@@ -92,7 +93,7 @@ export class JobVerifier {
   async auditSampled(): Promise<AuditVerdict[]> {
     const batch = this.sampled;
     this.sampled = [];
-    const verdicts = await Promise.all(batch.map(({ worker, record }) => this.audit(worker, record)));
+    const verdicts = await Promise.all(batch.map(({ worker, record, sent }) => this.audit(worker, record, sent)));
     return verdicts.filter((v) => !v.ok);
   }
 

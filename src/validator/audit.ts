@@ -15,6 +15,8 @@ export interface AuditRequest {
   config: Record<string, unknown>;
   optimizer: { lr: number; weightDecay?: number };
   record: WorkRecord;
+  /** For a decoding step: the hashes of the inputs its session was sent, in order, up to it. */
+  sent?: string[];
 }
 
 export interface AuditVerdict extends Verdict {
@@ -59,7 +61,7 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
   };
   const client = await openAuditStream(node, worker, req.jobId);
   try {
-    const which = { kind: record.kind, step: record.step, micro: record.micro };
+    const which = { kind: record.kind, step: record.step, micro: record.micro, ...(record.session ? { session: record.session } : {}) };
     let index: Record<string, unknown>;
     try {
       const frame = await client.call({ type: 'audit-index', ...which });
@@ -74,12 +76,23 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
     if (recordId(kept) !== recordId(record)) return finish({ ok: false, reason: 'the record it kept is not the record it returned' });
     if (!Array.isArray(index.parts) || index.parts.length > 100_000) throw new InvalidMessageError('audit: parts must be a list');
     const bundle: Bundle = { config: req.config, range: record.stage, optimizer: req.optimizer, weights: new Map() };
+    if (req.sent) bundle.sent = req.sent;
+    const history: { input?: Tensor; positions?: Tensor; keyMask: Tensor | null }[] = [];
+    const at = (name: string) => {
+      const i = Number(name);
+      if (!Number.isSafeInteger(i) || i < 0 || i > 1_000_000) throw new InvalidMessageError(`audit: '${name}' is not a step of a session`);
+      history[i] ??= { keyMask: null };
+      return history[i];
+    };
     for (const p of index.parts as { part?: unknown; name?: unknown; step?: unknown }[]) {
       const frame = await client.call({ type: 'audit-part', ...which, part: p.part, ...(typeof p.name === 'string' ? { name: p.name } : {}) });
       if (frame.kind !== 'tensor') throw new InvalidMessageError('audit-part: expected a tensor');
       const t: Tensor = fromWire(frame.tensor);
       const name = typeof p.name === 'string' ? p.name : '';
       if (p.part === 'weight') bundle.weights.set(name, t);
+      else if (record.kind === 'decode' && p.part === 'input') at(name).input = t;
+      else if (p.part === 'positions') at(name).positions = t;
+      else if (p.part === 'mask') at(name).keyMask = t;
       else if (p.part === 'input') bundle.input = t;
       else if (p.part === 'grad') bundle.grad = t;
       else if (p.part === 'output') bundle.output = t;
@@ -89,6 +102,10 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
     if (record.kind === 'step') {
       bundle.grads ??= new Map();
       bundle.moments ??= new Map();
+    }
+    if (record.kind === 'decode') {
+      if (history.some((h) => !h || !h.input || !h.positions)) return finish({ ok: false, reason: 'it handed over an incomplete session' });
+      bundle.history = history.map((h) => ({ input: h.input!, positions: h.positions!, keyMask: h.keyMask }));
     }
     return finish(reexecute(record, bundle));
   } catch (err) {

@@ -8,7 +8,8 @@ export type RecordKind = (typeof RECORD_KINDS)[number];
 /**
  * A worker's signed statement of one computation. Hashes are sha256 (hex) of tensors
  * (`hashTensors`) or of a section's named state:
- * - forward/decode: `input` the activations (or ids) it was given, `output` what it returned;
+ * - forward/decode: `input` the activations (or ids) it was given, `output` what it returned
+ *   (a decoding step names its `session`; its `step` is the session's position);
  * - backward: `input` the gradient of its output, `output` the gradient of its input ('' for
  *   token ids), `grads` this micro-batch's contribution to its parameters' gradients;
  * - step: `input` the gradients it stepped with, `state`/`after` AdamW's state before and
@@ -24,6 +25,8 @@ export interface WorkFields {
   /** The section's global layer range [start, end). */
   stage: [number, number];
   kind: RecordKind;
+  /** A decoding step's session (its `step` is the session's position). */
+  session?: string;
   input: string;
   output: string;
   weights: string;
@@ -47,7 +50,7 @@ export interface WorkRecord extends WorkFields {
 
 /** The order fields are signed in: the record's canonical form does not depend on how an object was built. */
 const FIELDS: readonly (keyof WorkFields)[] = [
-  'job', 'step', 'micro', 'stage', 'kind', 'input', 'output', 'weights', 'grads', 'state', 'after', 'scale', 'lr', 'backend', 'peer', 'seq',
+  'job', 'step', 'micro', 'stage', 'kind', 'session', 'input', 'output', 'weights', 'grads', 'state', 'after', 'scale', 'lr', 'backend', 'peer', 'seq',
 ];
 
 /** The bytes a record's signature covers: its fields in a fixed order, as JSON. */
@@ -145,6 +148,7 @@ export function parseRecord(v: unknown): WorkRecord {
     micro: count(m.micro, 'micro'),
     stage: [count(stage[0], 'stage'), count(stage[1], 'stage')],
     kind,
+    session: m.session === undefined ? undefined : text(m.session, 'session'),
     input: text(m.input, 'input', HASH),
     output,
     weights: text(m.weights, 'weights', HASH),

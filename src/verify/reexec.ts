@@ -1,9 +1,9 @@
 import { InvalidArgumentError } from '../errors.ts';
-import { configFromHF, createModel } from '../models/index.ts';
+import { type CausalLM, configFromHF, createModel, KVCache } from '../models/index.ts';
 import { StageExecutor } from '../pipeline/index.ts';
-import { type Tensor, withBackend } from '../tensor/index.ts';
+import { noGrad, type Tensor, withBackend } from '../tensor/index.ts';
 import { agree } from './compare.ts';
-import { hashTensors } from './hash.ts';
+import { hashNamed, hashTensors } from './hash.ts';
 import type { WorkRecord } from './record.ts';
 import { gradsHash, optimizerHash, weightsHash } from './state.ts';
 
@@ -24,6 +24,10 @@ export interface Bundle {
   output?: Tensor;
   grads?: Map<string, Tensor>;
   moments?: Map<string, { moments: Tensor; step: number }>;
+  /** A decoding step: every step of its session up to it, in order (the KV cache is rebuilt from them). */
+  history?: { input: Tensor; positions: Tensor; keyMask: Tensor | null }[];
+  /** The hashes of those inputs as the user sent them: the worker cannot swap its session's past. */
+  sent?: string[];
 }
 
 export interface Verdict {
@@ -61,6 +65,7 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
   }
   const model = createModel(config, { section: bundle.range });
   model.loadStateDict(bundle.weights);
+  if (record.kind === 'decode') return reexecuteDecode(record, bundle, model, backend);
   const captured: Map<string, Tensor>[] = [];
   const executor = new StageExecutor(model.layers, config.maxPositions, {
     ...bundle.optimizer,
@@ -108,5 +113,29 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
     if (after !== record.after) return fail('its optimizer state after the step is not what the step gives', w);
     return pass(w);
   }
-  return fail(`records of kind '${record.kind}' are compared among redundant workers, not re-executed`);
+  return fail(`records of kind '${record.kind}' cannot be re-executed`);
+}
+
+/** The sha256 of a model's weights in checkpoint-name order, as decoding records name them. */
+export function checkpointHash(model: CausalLM): string {
+  return hashNamed([...model.hfStateDict()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+function reexecuteDecode(record: WorkRecord, bundle: Bundle, model: CausalLM, backend: 'js' | 'ort'): Verdict {
+  if (checkpointHash(model) !== record.weights) return fail('the weights it kept are not the weights its record names');
+  const history = bundle.history ?? [];
+  if (history.length === 0) return fail('the bundle has no inputs');
+  if (bundle.sent && (bundle.sent.length !== history.length || history.some((h, i) => hashTensors([h.input]) !== bundle.sent![i]))) {
+    return fail('the inputs it kept are not the ones its session was sent');
+  }
+  if (hashTensors([history.at(-1)!.input]) !== record.input) return fail('the input it kept is not the input its record names');
+  const cache = new KVCache(model.config.layers);
+  let y: Tensor | null = null;
+  for (const h of history) y = noGrad(() => model.forward(h.input, { cache, positions: h.positions, keyMask: h.keyMask }));
+  const h = hashTensors([y!]);
+  if (h === record.output) return pass(h);
+  if (backend === 'ort' && bundle.output && hashTensors([bundle.output]) === record.output && agree('ort', y!.data as Float32Array, bundle.output.data as Float32Array)) {
+    return pass(record.output);
+  }
+  return fail('its output is not what the computation gives', h);
 }

@@ -1,3 +1,4 @@
+import type { WorkRecord } from '../verify/index.ts';
 import type { TrainingRecords } from './records.ts';
 import type { PeerId } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../errors.ts';
@@ -50,7 +51,10 @@ export interface Training {
 export interface Session {
   cache: KVCache;
   lastUsed: number;
+  /** Bytes the budget counts for it: its KV cache and the inputs it keeps. */
   kvBytes: number;
+  /** Each step's inputs and record: what re-running a decoding step needs (the cache is rebuilt from them). */
+  history: { input: Tensor; positions: Tensor; keyMask: Tensor | null; record: WorkRecord }[];
 }
 
 /** A built section, its inference sessions (each with a KV cache) and its training state. */

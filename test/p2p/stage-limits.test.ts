@@ -100,7 +100,7 @@ describe('limits of the stage protocol', () => {
       // the same job routed within its assignment works: the worker ends the chain and answers the owner
       const ok = inbox.expect(new Set([self.peerId]), 10_000);
       await stage.forwardChained('s2', [hidden(2), positions(2)], [], ok.requestId);
-      assert.deepEqual((await ok.result).shape, [1, 2, 64]);
+      assert.deepEqual((await ok.result).output.shape, [1, 2, 64]);
     } finally {
       await s.stop();
     }

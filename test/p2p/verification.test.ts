@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
-import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, LocalTrainer } from '../../src/models/index.ts';
+import { byteLevelTokenizerJson, createModel, generate, gpt2Config, HFTokenizer, LocalTrainer } from '../../src/models/index.ts';
 import { createNode, parseStatusAnswer, request } from '../../src/p2p/index.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';
 import { distribute } from '../../src/user/index.ts';
@@ -115,6 +115,43 @@ describe('proof of learning: cheating workers are caught and the job stays exact
       assert.ok(!dm.assignment.some((a) => a.peerId === net.cheater));
       const trained = await dm.pull();
       for (const [name, t] of trained.hfStateDict()) assert.deepEqual(t.data, long.weights.get(name), name);
+      await dm.close();
+    } finally {
+      await net.stop();
+    }
+  });
+});
+
+describe('proof of learning in generation: decoding steps are signed, chained and checked (js backend)', () => {
+  setBackend('js');
+  const prompt = [5, 9, 14, 3];
+  const expected = async () => (await generate(createModel(config, { seed: 5 }), prompt, { maxNewTokens: 12 })).tokens;
+
+  test('redundancy 2 against a noisy worker: the disagreement is settled by re-running the session, the cheater is flagged, the tokens are an honest run\'s', async () => {
+    const net = await swarm(3, 'noise', 1);
+    try {
+      const dm = await distribute(net.user, net.boot, createModel(config, { seed: 5 }), {
+        strategy: 'parameter-balanced', verify: { redundancy: 2, sampleRate: 0 },
+      });
+      assert.ok(dm.assignment.some((a) => a.peerId === net.cheater));
+      assert.deepEqual((await dm.generate(prompt, { maxNewTokens: 12 })).tokens, await expected());
+      assert.deepEqual(dm.verification!.flagged, [net.cheater]);
+      assert.ok(!dm.assignment.some((a) => a.peerId === net.cheater));
+      await dm.close();
+    } finally {
+      await net.stop();
+    }
+  });
+
+  test('sampled re-execution of a chain: a cheating worker is caught, the job is planned again without it and the tokens are an honest run\'s', async () => {
+    const net = await swarm(2, 'zero', 1);
+    try {
+      const dm = await distribute(net.user, net.boot, createModel(config, { seed: 5 }), { strategy: 'parameter-balanced', verify: { sampleRate: 0.3, seed: 1 } });
+      assert.ok(dm.assignment.some((a) => a.peerId === net.cheater));
+      assert.deepEqual((await dm.generate(prompt, { maxNewTokens: 12 })).tokens, await expected());
+      assert.deepEqual(dm.verification!.flagged, [net.cheater]);
+      assert.ok(dm.verification!.replayedSteps > 0);
+      assert.ok(!dm.assignment.some((a) => a.peerId === net.cheater));
       await dm.close();
     } finally {
       await net.stop();

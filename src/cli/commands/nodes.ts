@@ -1,7 +1,7 @@
 import { createLogger, createNode, isLogLevel, type LogLevel } from '../../p2p/index.ts';
 import { listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
-import { startWorker } from '../../worker/index.ts';
+import { parseFault, startWorker } from '../../worker/index.ts';
 import { localSwarm } from '../local-swarm.ts';
 import { type Flags, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
@@ -18,6 +18,7 @@ export const workerOptions = {
   'memory': { type: 'string' },
   'data': { type: 'string' },
   'models': { type: 'string' },
+  'fault': { type: 'string' },
   'listen': { type: 'string' },
   'log-level': { type: 'string' },
   'parent-pid': { type: 'string' },
@@ -100,8 +101,16 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   parseAddr(bootstrap, 'bootstrap');
   const memory = stringFlag(flags, 'memory');
   const listen = stringFlag(flags, 'listen');
+  const faultText = stringFlag(flags, 'fault');
+  let fault;
+  try {
+    fault = faultText === undefined ? undefined : parseFault(faultText);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
   const w = await startWorker({
     bootstrap,
+    fault,
     dataDir: stringFlag(flags, 'data'),
     modelsDir: stringFlag(flags, 'models'),
     listen: listen ? [listen] : undefined,
@@ -111,6 +120,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   const addrs = w.node.getMultiaddrs().map(String);
   ready(w.node.peerId.toString(), addrs);
   out.info(`worker ${w.node.peerId.toString()} (${w.capabilities.gflops} GFLOP/s, tier ${w.capabilities.tier}) joined ${bootstrap}`);
+  if (fault) out.info(`this worker CHEATS on purpose (--fault ${fault.kind}:${fault.rate}), to test the network's defences`);
   await runUntilSignal(w.stop, flags);
 }
 
@@ -134,7 +144,10 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
       const near = Object.entries(p.proximity ?? {}).map(
         ([peer, e]) => `\n    → ${peer.slice(-8)}  ${e.rttMs.toFixed(2)} ms round trip, ${e.mbps.toFixed(0)} Mbit/s`,
       );
-      return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago${near.join('')}`;
+      const standing = p.reputation === undefined
+        ? ''
+        : `  reputation ${p.reputation.toFixed(2)} (${p.checks?.passed ?? 0} checks passed, ${p.checks?.failed ?? 0} failed)${p.excluded ? ' EXCLUDED' : ''}`;
+      return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}${standing}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago${near.join('')}`;
     });
     out.result({ peers }, lines.join('\n'));
   } finally {

@@ -5,12 +5,12 @@ import {
   type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadConfig, loadModel, loadTokenizer, partBytes, saveModel,
   type Tokenizer,
 } from '../../models/index.ts';
-import { distribute, RedundantStage } from '../../user/index.ts';
+import { distribute, RedundantStage, type VerificationSummary, type VerifyOptions } from '../../user/index.ts';
 import type { StrategyName } from '../../plan/index.ts';
 import { crossEntropy, Generator, noGrad, type Tensor } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import { joinSwarm } from '../swarm.ts';
-import { type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError } from '../args.ts';
+import { type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 import {
   localOptimizerState, openOptimizer, readOptimizer, readState, setLocalOptimizerState, STATE_FILE, type TrainerState, writeOptimizer,
@@ -36,6 +36,8 @@ export const trainOptions = {
   'schedule': { type: 'string' },
   'micro-batches': { type: 'string' },
   'replicas': { type: 'string' },
+  'redundancy': { type: 'string' },
+  'verify-rate': { type: 'string' },
   'strategy': { type: 'string' },
   'privacy': { type: 'string' },
   'listen': { type: 'string' },
@@ -94,6 +96,8 @@ interface Runner {
   checkpoint(dir: string, state: TrainerState): Promise<void>;
   /** Short names of the pipeline's stages and replicas, for the progress line. */
   stageNames: string[][];
+  /** What verification did (across workers). */
+  verification?: () => VerificationSummary | null;
   close(): Promise<void>;
 }
 
@@ -137,6 +141,7 @@ interface PipelineFlags {
   strategy: StrategyName;
   privacy: 'ends' | 'none';
   replicas: number;
+  verify: VerifyOptions;
 }
 
 function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
@@ -145,13 +150,13 @@ function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
   const { strategy, privacy } = planFlags(flags, 'parameter-balanced');
   const replicas = intFlag(flags, 'replicas', 1);
   if (microBatches < replicas) throw new UsageError(`--replicas ${replicas} needs --micro-batches ≥ ${replicas} (each replica takes a share)`);
-  return { schedule, strategy, privacy, replicas };
+  return { schedule, strategy, privacy, replicas, verify: verifyFlags(flags) };
 }
 
 async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags, out: Output): Promise<Runner> {
   const where = placement(flags);
   if (where.kind === 'local') throw new UsageError('training across workers needs --local N (N ≥ 1) or --bootstrap ADDR');
-  const { schedule, strategy, privacy, replicas } = p;
+  const { schedule, strategy, privacy, replicas, verify } = p;
   const access = await joinSwarm(where, flags);
   let dm: Awaited<ReturnType<typeof distribute>> | null = null;
   const close = async () => {
@@ -160,7 +165,8 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
   };
   try {
     const onProgress = loadProgress(out);
-    dm = await distribute(access.node, access.bootstrap, s.dir, { strategy, privacy, replicas, training: true, onProgress });
+    dm = await distribute(access.node, access.bootstrap, s.dir, { strategy, privacy, replicas, training: true, onProgress, verify });
+    if ((verify.redundancy ?? 1) > 1) out.info(`  every section runs on ${verify.redundancy} workers; their results are compared bit for bit before one is used`);
     for (const a of dm.assignment) {
       const layers = a.end - a.start === 1 ? `layer ${a.start}` : `layers ${a.start}–${a.end - 1}`;
       out.info(`  worker …${a.peerId.slice(-6)}: ${layers}${replicas > 1 ? ` (replica ${a.replica})` : ''}`);
@@ -190,6 +196,7 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
         await writeOptimizerStreamed(dir, await job.optimizerEntries());
         writeState(dir, state);
       },
+      verification: () => job.verification,
       stageNames: trainer.stages.map((st) => st.replicas.map((h) => (h instanceof RedundantStage ? `…${h.primary.peerId.slice(-6)}` : 'you'))),
       close,
     };
@@ -256,12 +263,16 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const started = performance.now();
   let tokens = 0;
   const busy = runner.stageNames.map((names) => names.map(() => 0));
+  let flagged = 0;
   try {
     const checkpoint = async (step: number) => {
       if (outDir) await runner.checkpoint(outDir, { step, totalSteps: steps, lr, seed, source: source.name, rng: rng.getState(), losses });
     };
     for (let step = start + 1; step <= stopAt; step++) {
       const r = await runner.step(source.batch(rng));
+      const caught = runner.verification?.()?.flagged ?? [];
+      for (const peer of caught.slice(flagged)) out.info(`step ${step}: worker …${peer.slice(-6)} was caught cheating: flagged at the validator and excluded from the job`);
+      flagged = caught.length;
       losses.push(r.loss);
       tokens += r.tokens;
       r.busy?.forEach((row, s) => row.forEach((v, j) => (busy[s][j] += v)));
@@ -289,6 +300,7 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
     tokensPerSecond: tokens / seconds,
     evals,
     ...(last ? { [last.metric]: last.value } : {}),
+    ...(runner.verification ? { verification: runner.verification() } : {}),
     ...(runner.stageNames.length > 0
       ? { stages: runner.stageNames.map((names, s) => names.map((name, j) => ({ name, busySeconds: busy[s][j] }))) }
       : {}),

@@ -2,7 +2,12 @@ import { InvalidMessageError } from '../../errors.ts';
 import { parseAudit } from '../../p2p/index.ts';
 import type { Tensor } from '../../tensor/index.ts';
 import type { KeptComputation, TrainingRecords } from '../records.ts';
-import { control, type StageHandler, trainingOf } from './types.ts';
+import type { WorkRecord } from '../../verify/index.ts';
+import type { JobEntry } from '../jobs.ts';
+import { control, sectionOf, type StageHandler, trainingOf } from './types.ts';
+
+/** A piece of a bundle as the index lists it, and its tensor. */
+type Piece = { entry: PartEntry; tensor: Tensor };
 
 /** One piece of what re-running a kept record needs. */
 interface PartEntry {
@@ -40,6 +45,27 @@ function pieces(records: TrainingRecords, kept: KeptComputation): Map<string, { 
 }
 
 /**
+ * What re-running a decoding step needs: the section's weights and every input of its
+ * session up to that step (the validator rebuilds the KV cache from them).
+ */
+function decodeBundle(job: JobEntry, sessionId: string, step: number): { record: WorkRecord; parts: Map<string, Piece> } {
+  const section = sectionOf(job);
+  const session = section.sessions.get(sessionId);
+  if (!session) throw new InvalidMessageError(`session ${sessionId} is no longer kept`);
+  const upTo = session.history.findIndex((h) => h.record.step === step);
+  if (upTo < 0) throw new InvalidMessageError(`session ${sessionId} has no decoding step at position ${step}`);
+  const parts = new Map<string, { entry: PartEntry; tensor: Tensor }>();
+  const add = (part: string, tensor: Tensor, name: string) => parts.set(`${part}:${name}`, { entry: { part, name, shape: [...tensor.shape] }, tensor });
+  for (const [n, t] of section.model.hfStateDict()) add('weight', t, n);
+  session.history.slice(0, upTo + 1).forEach((h, i) => {
+    add('input', h.input, String(i));
+    add('positions', h.positions, String(i));
+    if (h.keyMask) add('mask', h.keyMask, String(i));
+  });
+  return { record: session.history[upTo].record, parts };
+}
+
+/**
  * Audits of kept records, by the job's owner or a verifier it named (a validator): the
  * index lists what re-running a record needs; each part is then fetched as a tensor. What
  * is sent is what the worker holds: the verifier checks it against the signed record.
@@ -48,7 +74,11 @@ export const auditHandlers: Record<string, StageHandler> = {
   'audit-index': {
     delegates: true,
     run: ({ body, job }) => {
-      const { kind, step, micro } = parseAudit(body, false);
+      const { kind, step, micro, session } = parseAudit(body, false);
+      if (kind === 'decode') {
+        const { record, parts } = decodeBundle(job, session!, step);
+        return control('audit', { record, parts: [...parts.values()].map((p) => p.entry) });
+      }
       const { records } = trainingOf(job);
       const kept = keptOf(records, kind, step, micro);
       return control('audit', { record: kept.record, parts: [...pieces(records, kept).values()].map((p) => p.entry) });
@@ -57,9 +87,9 @@ export const auditHandlers: Record<string, StageHandler> = {
   'audit-part': {
     delegates: true,
     run: ({ body, job }) => {
-      const { kind, step, micro, part, name } = parseAudit(body, true);
-      const { records } = trainingOf(job);
-      const piece = pieces(records, keptOf(records, kind, step, micro)).get(`${part}:${name ?? ''}`);
+      const { kind, step, micro, part, name, session } = parseAudit(body, true);
+      const all = kind === 'decode' ? decodeBundle(job, session!, step).parts : pieces(trainingOf(job).records, keptOf(trainingOf(job).records, kind, step, micro));
+      const piece = all.get(`${part}:${name ?? ''}`);
       if (!piece) throw new InvalidMessageError(`the record of ${kind} ${step}:${micro} has no part ${part}${name ? ` '${name}'` : ''}`);
       return { kind: 'tensor', tensor: piece.tensor };
     },

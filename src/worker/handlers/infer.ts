@@ -5,7 +5,7 @@ import {
   STAGE_PROTOCOL, toWire,
 } from '../../p2p/index.ts';
 import { getBackend, noGrad } from '../../tensor/index.ts';
-import { hashNamed, hashTensors, signRecord } from '../../verify/index.ts';
+import { checkpointHash, hashTensors, signRecord } from '../../verify/index.ts';
 import { control, NONE, sectionOf, type StageHandler } from './types.ts';
 
 /**
@@ -27,7 +27,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       let session = section.sessions.get(request.sessionId);
       if (!session) {
         if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
-        session = { cache: new KVCache(section.model.config.layers), lastUsed: Date.now(), kvBytes: 0 };
+        session = { cache: new KVCache(section.model.config.layers), lastUsed: Date.now(), kvBytes: 0, history: [] };
         section.sessions.set(request.sessionId, session);
       }
       session.lastUsed = Date.now();
@@ -37,8 +37,10 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       if (cache.length + steps > section.model.config.maxPositions) {
         throw new InvalidArgumentError(`session ${request.sessionId} would hold ${cache.length + steps} positions, the model has ${section.model.config.maxPositions}`);
       }
-      // the cache's growth is counted before it happens: a session that would pass the budget is refused
-      const growth = (input.shape[0] ?? 1) * steps * kvBytesPerToken(section.model.layers);
+      // the cache's growth (and the inputs kept for re-running the step) is counted before it happens:
+      // a session that would pass the budget is refused
+      const kept = [input, positions, keyMask].reduce((sum, t) => sum + (t ? 4 * t.size : 0), 0);
+      const growth = (input.shape[0] ?? 1) * steps * kvBytesPerToken(section.model.layers) + kept;
       memory.add(job.jobId, 'kv-cache', growth, `the KV cache of session ${request.sessionId} (${cache.length + steps} positions)`);
       session.kvBytes += growth;
       let out;
@@ -53,24 +55,26 @@ export const inferenceHandlers: Record<string, StageHandler> = {
         throw err;
       }
       work.forwards++;
-      if (!request.replyTo) {
-        // its signed record travels with the output: the user compares redundant workers' records
-        const weights = section.training?.records.weightsHash() ?? (section.weightsHash ??= hashNamed(section.model.hfStateDict()));
-        const record = signRecord({
-          job: job.jobId, step: position, micro: 0, stage: section.range, kind: 'decode', input: hashTensors([input]), output: hashTensors([out]),
-          weights, backend: getBackend().name, seq: section.seq = (section.seq ?? 0) + 1,
-        }, signer);
-        return { kind: 'tensor', tensor: out, record };
-      }
+      // its signed record travels with the output (along the chain, to the owner): the input it was
+      // given, the output it returned, the weights it holds (hashed in checkpoint-name order)
+      const weights = (section.weightsHash ??= checkpointHash(section.model));
+      const record = signRecord({
+        job: job.jobId, step: position, micro: 0, stage: section.range, kind: 'decode', session: request.sessionId, input: hashTensors([input]),
+        output: hashTensors([out]), weights, backend: getBackend().name, seq: (section.seq = (section.seq ?? 0) + 1),
+      }, signer);
+      session.history.push({ input, positions, keyMask: keyMask ?? null, record });
+      if (!request.replyTo) return { kind: 'tensor', tensor: out, record };
+      const records = [...request.records, record];
       if (next) {
         const stream = await peers.to(next, STAGE_PROTOCOL);
         const forwarded = keyMask ? [out, positions, keyMask] : [out, positions];
         const parts = forwarded.flatMap((t) => encodeTensor(toWire(t, id)));
-        const header = encodeControl({ ...body, route: request.route.slice(1), tensors: forwarded.length });
+        const header = encodeControl({ ...body, route: request.route.slice(1), records, tensors: forwarded.length });
         await sendMessage(stream, [header, ...parts], { stallMs });
       } else {
         const owner = await peers.to({ peerId: job.owner, addrs: [] }, RESULT_PROTOCOL);
-        await sendMessage(owner, encodeTensor(toWire(out, request.replyTo.requestId)), { stallMs });
+        const requestId = request.replyTo.requestId;
+        await sendMessage(owner, [encodeControl({ type: 'records', id: requestId, records }), ...encodeTensor(toWire(out, requestId))], { stallMs });
       }
       return NONE;
     },

@@ -35,6 +35,7 @@ export const loadHandlers: Record<string, StageHandler> = {
       }
       job.assignment = request.assignment;
       const targets = model.hfStateDict();
+      for (const v of request.verifiers) job.delegates.add(v);
       job.loading = { model, targets, listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream,
         range: request.section };
       bindToStream();

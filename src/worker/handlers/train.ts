@@ -143,6 +143,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
     run: ({ body, job }, { work, fault }) => {
       const { scale, lr } = parseStep(body);
       const record = trainingOf(job).records.stepWith(scale, lr, !(fault?.skipsStep() ?? false));
+      sectionOf(job).weightsHash = undefined; // decoding records hash the weights afresh
       work.optimizerSteps++;
       return control('stepped', { record });
     },

@@ -1,5 +1,5 @@
 import { InvalidMessageError } from '../../../errors.ts';
-import { finite, int, obj, str } from '../../schema.ts';
+import { finite, int, list, obj, str } from '../../schema.ts';
 import {
   type Capabilities,
   type PeerRecord,
@@ -104,6 +104,7 @@ export interface AuditMessage {
   config: Record<string, unknown>;
   optimizer: { lr: number; weightDecay?: number };
   record: unknown;
+  sent?: string[];
 }
 
 export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {
@@ -117,5 +118,6 @@ export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {
       ...(optimizer.weightDecay === undefined ? {} : { weightDecay: finite(optimizer.weightDecay, 'optimizer.weightDecay') }),
     },
     record: m.record,
+    ...(m.sent === undefined ? {} : { sent: list(m.sent, 'sent', 15_000, (v, what) => str(v, what, 64)) }),
   };
 }

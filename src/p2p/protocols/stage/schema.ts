@@ -37,7 +37,7 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  * Records: every train-forward, train-backward and forward answer is preceded by a control
  *   frame {type: 'record', id, record} (its signed record, same id); step answers carry theirs.
  * Audits (owner, or a peer it named in train-setup: a validator):
- *   audit-index {kind, step, micro}           → audit {record, parts: [{part, name?, shape, step?}]}
+ *   audit-index {kind, step, micro, session?}  → audit {record, parts: [{part, name?, shape, step?}]}
  *   audit-part {kind, step, micro, part, name?} → tensor: what re-running the record needs
  */
 
@@ -47,7 +47,7 @@ export const TRAINING_REQUESTS = [
   'train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'moment-steps', 'moments', 'set-moments', 'train-reset',
 ] as const;
 export const AUDIT_REQUESTS = ['audit-index', 'audit-part'] as const;
-export const AUDIT_PARTS = ['weight', 'input', 'grad', 'output', 'grads', 'moments'] as const;
+export const AUDIT_PARTS = ['weight', 'input', 'grad', 'output', 'grads', 'moments', 'positions', 'mask'] as const;
 export type AuditPart = (typeof AUDIT_PARTS)[number];
 export type StageRequestType
   = | (typeof LOAD_REQUESTS)[number]
@@ -101,6 +101,8 @@ export interface LoadRequest {
   upstream: string | undefined;
   /** Every section of the job; empty when the owner drives this section alone. */
   assignment: StageAssignment[];
+  /** Peers (validators) the owner lets fetch what re-running this section's records needs. */
+  verifiers: string[];
 }
 
 export function parseLoad(m: Record<string, unknown>): LoadRequest {
@@ -113,6 +115,7 @@ export function parseLoad(m: Record<string, unknown>): LoadRequest {
     section: [range[0], range[1]],
     upstream: m.upstream === undefined ? undefined : peerIdText(m.upstream, 'upstream'),
     assignment: m.assignment === undefined ? [] : parseAssignment(m.assignment),
+    verifiers: m.verifiers === undefined ? [] : list(m.verifiers, 'verifiers', 16, peerIdText),
   };
 }
 
@@ -140,6 +143,8 @@ export interface ForwardRequest {
   route: string[];
   /** Set when the output goes to the job's owner on the result protocol, under this request id. */
   replyTo: { requestId: number } | null;
+  /** The signed records of the chain's earlier stages (opaque here: the owner checks them). */
+  records: unknown[];
 }
 
 function parseReplyTo(v: unknown): { requestId: number } | null {
@@ -150,7 +155,9 @@ export function parseForward(m: Record<string, unknown>): ForwardRequest {
   const replyTo = parseReplyTo(m.replyTo);
   const route = m.route === undefined ? [] : list(m.route, 'route', MAX_ROUTE, peerIdText);
   if (route.length > 0 && !replyTo) fail('a routed forward needs replyTo');
-  return { sessionId: parseSessionId(m.sessionId), route, replyTo };
+  const records = m.records === undefined ? [] : m.records;
+  if (!Array.isArray(records) || records.length > MAX_ROUTE) fail(`records must be a list of at most ${MAX_ROUTE}`);
+  return { sessionId: parseSessionId(m.sessionId), route, replyTo, records };
 }
 
 /** The replyTo of a request alone, if it has a well-formed one: errors of chained forwards go there, whatever else is wrong. */
@@ -252,9 +259,11 @@ export function parseMomentSteps(m: Record<string, unknown>, count: number): (nu
 }
 
 export interface AuditRequest {
-  kind: 'forward' | 'backward' | 'step';
+  kind: 'forward' | 'backward' | 'step' | 'decode';
   step: number;
   micro: number;
+  /** A decoding step's session. */
+  session?: string;
   part?: AuditPart;
   name?: string;
 }
@@ -262,8 +271,9 @@ export interface AuditRequest {
 /** Which kept computation an audit asks about (and, for audit-part, which piece of it). */
 export function parseAudit(m: Record<string, unknown>, withPart: boolean): AuditRequest {
   const kind = str(m.kind, 'kind', 16);
-  if (kind !== 'forward' && kind !== 'backward' && kind !== 'step') fail(`kind must be forward, backward or step, got '${kind}'`);
+  if (kind !== 'forward' && kind !== 'backward' && kind !== 'step' && kind !== 'decode') fail(`kind must be forward, backward, step or decode, got '${kind}'`);
   const out: AuditRequest = { kind, step: int(m.step, 'step', 0), micro: parseMicro(m) };
+  if (kind === 'decode') out.session = parseSessionId(m.session);
   if (withPart) {
     const part = str(m.part, 'part', 16) as AuditPart;
     if (!AUDIT_PARTS.includes(part)) fail(`part must be one of ${AUDIT_PARTS.join(', ')}`);
