@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import type { Libp2p } from '@libp2p/interface';
 import { textBatch } from '../src/data/index.ts';
 import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, type TrainingBatch } from '../src/models/index.ts';
 import { createNode, encodeControl, encodeTensor, toWire } from '../src/p2p/index.ts';
@@ -113,9 +114,14 @@ export async function benchVerify(steps: number): Promise<Row[]> {
   const workers: Worker[] = [];
   const start = () => startWorker({ bootstrap: boot, memoryBytes: 2 ** 30 });
   for (let i = 0; i < 3; i++) workers.push(await start());
-  const user = await createNode();
+  // one user node per job: a node's control requests to the validator (an audit is one) share one connection, on which
+  // at most MAX_INBOUND_STREAMS (64) control streams are open at once, and an answered stream stays open until yamux's
+  // 120 s inactivity timeout; one user holding all five jobs runs past that within this bench
+  const users: Libp2p[] = [];
   const jobs: Job[] = [];
   const open = async (label: string, sampleRate: number, redundancy: number) => {
+    const user = await createNode();
+    users.push(user);
     const dm = await distribute(user, boot, createModel(config, { seed: 5 }), {
       strategy: 'parameter-balanced', verify: { redundancy, sampleRate, seed: SEED },
     });
@@ -146,7 +152,7 @@ export async function benchVerify(steps: number): Promise<Row[]> {
     return report(jobs, steps);
   } finally {
     await Promise.all(jobs.map((j) => j.dm.close().catch(() => {})));
-    await user.stop();
+    await Promise.all(users.map((u) => u.stop()));
     await Promise.all(workers.map((w) => w.stop()));
     await validator.stop();
   }

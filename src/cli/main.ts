@@ -32,21 +32,28 @@ commands:
       a new random model in Hugging Face layout (config.json, model.safetensors, tokenizer.json)
   generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-k K --top-p P --seed S]
            [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]] [--strategy S --privacy ends|none]
+           [--redundancy K --verify-rate P]
       continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
       --local N on a local swarm of N workers, --bootstrap on an existing swarm
   train --model DIR (--data FILE | --task addition|addition-padded|reverse) --steps N [--batch B --lr X --seq-len T
         --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]]
-        [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none]
+        [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none] [--redundancy K --verify-rate P]
       trains with progress, periodic evaluation and checkpoints (--resume continues one); across
-      workers the model is split into stages, micro-batches flow through a GPipe or 1F1B schedule
+      workers the model is split into stages, micro-batches flow through a GPipe or 1F1B schedule;
+      every worker result comes with a signed record: --redundancy K runs each section on K workers
+      and compares them bit for bit (js), --verify-rate P (default 0.05) has the validator re-run
+      that share of records; a worker caught is flagged, excluded, and its work redone
 
   validator [--listen MULTIADDR] [--data DIR] [--log-level debug|info|warn|error]
       a bootstrap peer, DHT server and registry of workers; prints {"event":"ready",...} when up
   worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--models DIR] [--listen MULTIADDR] [--log-level L]
-      lends this machine's compute: measures it, announces it and keeps announcing while alive
+         [--fault noise|skip|stale|scale-grad|zero|replay|free-ride[:RATE]]
+      lends this machine's compute: measures it, announces it and keeps announcing while alive;
+      --fault makes it cheat on a share RATE of its computations, only to test the network's defences
   status --bootstrap MULTIADDR
-      the swarm as its validator sees it: peers, roles, capabilities, tiers, last seen
+      the swarm as its validator sees it: peers, roles, capabilities, tiers, reputation (checks passed
+      and failed, excluded), last seen
   swarm [--workers N] [--memory SIZE]
       a local swarm: a validator and N workers on 127.0.0.1, each its own process, until Ctrl-C
 

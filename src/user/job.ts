@@ -57,6 +57,8 @@ export interface DistributedModel {
   pull(): Promise<CausalLM>;
   /** Writes the model as it is now to a Hugging Face directory, weight by weight as they arrive from the workers. */
   save(dir: string, options?: { maxShardBytes?: number }): Promise<string[]>;
+  /** What verification has done in this job so far: records re-run, failures, workers caught, steps replayed. */
+  readonly verification: VerificationSummary | null;
   /** Ends the job: every worker frees its section, caches and training state. */
   close(): Promise<void>;
 }

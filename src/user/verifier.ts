@@ -16,6 +16,9 @@ export interface VerifyOptions {
   seed?: number;
 }
 
+/** Audits a user has in flight at its validator at once (each a control stream and a re-execution there). */
+export const AUDIT_CONCURRENCY = 4;
+
 /** The sample rate when none is given: about one record in twenty re-run. */
 export const DEFAULT_SAMPLE_RATE = 0.05;
 
@@ -89,12 +92,21 @@ export class JobVerifier {
     return { ok, reason: typeof answer.reason === 'string' ? answer.reason : '', peer: worker.peerId };
   }
 
-  /** Re-runs the records sampled since the last call; the verdicts that failed. */
+  /** Re-runs the records sampled since the last call, AUDIT_CONCURRENCY at a time; the verdicts that failed. */
   async auditSampled(): Promise<AuditVerdict[]> {
     const batch = this.sampled;
     this.sampled = [];
-    const verdicts = await Promise.all(batch.map(({ worker, record, sent }) => this.audit(worker, record, sent)));
-    return verdicts.filter((v) => !v.ok);
+    const failed: AuditVerdict[] = [];
+    let next = 0;
+    const lane = async () => {
+      while (next < batch.length) {
+        const { worker, record, sent } = batch[next++];
+        const v = await this.audit(worker, record, sent);
+        if (!v.ok) failed.push(v);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(AUDIT_CONCURRENCY, batch.length) }, lane));
+    return failed;
   }
 
   /** Forgets sampled records (a step that failed, or a job rolled back). */

@@ -37,7 +37,11 @@ async function openAuditStream(node: Libp2p, worker: PeerTarget, jobId: string) 
   stream.addEventListener('close', () => table.rejectAll(new PeerUnreachableError(`${worker.peerId} closed the audit stream`)));
   const call = async (header: Record<string, unknown>): Promise<Frame> => {
     const { id, answer } = table.open(TRAIN_REQUEST_TIMEOUT_MS);
-    await sendMessage(stream, [encodeControl({ ...header, id, jobId, tensors: 0 })]);
+    try {
+      await sendMessage(stream, [encodeControl({ ...header, id, jobId, tensors: 0 })]);
+    } catch (cause) {
+      table.reject(id, new PeerUnreachableError(`${worker.peerId}: cannot send on the audit stream`, { cause }));
+    }
     return answer;
   };
   return { call, close: () => stream.close().catch(() => {}) };
@@ -68,9 +72,9 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
       if (frame.kind !== 'control') throw new InvalidMessageError('audit-index: expected a control answer');
       index = frame.message as Record<string, unknown>;
     } catch (err) {
-      if (err instanceof PeerUnreachableError) throw err;
-      // it signed the record and cannot show what it computed it from
-      return finish({ ok: false, reason: `it could not hand over what re-running its record needs: ${(err as Error).message}` }, true);
+      // only the worker's own answer counts against it: it signed the record and cannot show what it computed it from
+      if (!(err instanceof TensorLinkError) || err instanceof PeerUnreachableError) throw err;
+      return finish({ ok: false, reason: `it could not hand over what re-running its record needs: ${err.message}` }, true);
     }
     const kept = parseRecord(index.record);
     if (recordId(kept) !== recordId(record)) return finish({ ok: false, reason: 'the record it kept is not the record it returned' });

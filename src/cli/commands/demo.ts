@@ -7,6 +7,7 @@ import { Generator, getBackend } from '../../tensor/index.ts';
 import { type Flags, intFlag, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 import { startSwarm } from '../swarm.ts';
+import { FAULT_KINDS } from '../../worker/index.ts';
 
 export const demoOptions = {
   'steps': { type: 'string' },
@@ -14,6 +15,7 @@ export const demoOptions = {
   'workers': { type: 'string' },
   'micro-batches': { type: 'string' },
   'schedule': { type: 'string' },
+  'cheat': { type: 'string' },
 } as const;
 
 const BATCH = 64;
@@ -21,14 +23,27 @@ const LR = 6e-3;
 const SAMPLES = 6;
 
 const short = (peerId: string) => `…${peerId.slice(-6)}`;
+
+/** What each kind of cheating does, as the demo says it. */
+const CHEATS: Record<string, string> = {
+  'noise': 'adds noise to what it computes',
+  'skip': 'returns its input instead of running its layers',
+  'stale': 'never applies its optimizer steps',
+  'scale-grad': 'doubles its gradients',
+  'zero': 'returns zeros',
+  'replay': 'returns earlier results',
+  'free-ride': 'sends zero gradients',
+};
 const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 const thousands = (n: number) => n.toLocaleString('en-US');
 
 /**
- * `tensorlink demo`: the main job on a local swarm. A validator and three workers start as
- * processes of their own; a small transformer is split across the workers (the user keeps the
- * embedding and the head), trained on 2-digit addition through a pipeline schedule, scored on
- * held-out sums generated across the swarm, and summed up. Everything stops on exit or Ctrl-C.
+ * `tensorlink demo`: the main job on a local swarm. A validator and three honest workers start
+ * as processes of their own, with a fourth that cheats (`--cheat KIND`, noise by default; `none`
+ * for an honest swarm); a small transformer is split across the workers (the user keeps the
+ * embedding and the head), trained on 2-digit addition through a pipeline schedule while the
+ * validator re-runs a sample of the workers' signed computations, scored on held-out sums
+ * generated across the swarm, and summed up. Everything stops on exit or Ctrl-C.
  */
 export async function demoCommand(flags: Flags, out: Output): Promise<void> {
   const steps = intFlag(flags, 'steps', 600);
@@ -38,24 +53,32 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
   const schedule = stringFlag(flags, 'schedule') ?? '1f1b';
   if (schedule !== 'gpipe' && schedule !== '1f1b') throw new UsageError('--schedule must be gpipe or 1f1b');
   if (microBatches > BATCH) throw new UsageError(`--micro-batches must be at most the batch of ${BATCH}`);
+  const cheat = stringFlag(flags, 'cheat') ?? 'noise';
+  if (cheat !== 'none' && !(FAULT_KINDS as readonly string[]).includes(cheat)) throw new UsageError(`--cheat must be none or one of ${FAULT_KINDS.join(', ')}`);
   const started = performance.now();
   out.info('TensorLink demo: a transformer split across a swarm of workers learns to add.\n');
-  out.info(`[1/5] starting a local swarm: a validator and ${workers} workers, each its own process on 127.0.0.1`);
-  const swarm = await startSwarm(workers, flags);
+  const all = cheat === 'none' ? workers : workers + 1;
+  out.info(`[1/5] starting a local swarm: a validator and ${all} workers, each its own process on 127.0.0.1`
+    + `${cheat === 'none' ? '' : `; one of them cheats (${cheat}), to show that the swarm catches it`}`);
+  const swarm = await startSwarm(all, flags, cheat === 'none' ? undefined : [...Array<undefined>(workers), cheat]);
   const node = swarm.user.node;
   let dm: DistributedModel | null = null;
   try {
     const records = await listWorkers(node, multiaddr(swarm.bootstrap));
     const names = new Map(records.map((r, i) => [r.peerId, `worker ${String.fromCharCode(65 + i)}`]));
-    out.info(`  validator  ${short(swarm.validator.peerId)}  ${swarm.bootstrap.split('/p2p/')[0]}  bootstrap peer, registry of workers, planner's source`);
+    const cheater = cheat === 'none' ? null : swarm.workers[workers].peerId;
+    out.info(`  validator  ${short(swarm.validator.peerId)}  ${swarm.bootstrap.split('/p2p/')[0]}  bootstrap peer, registry of workers, planner's source, `
+      + 're-runs a sample of the workers\' signed computations');
     for (const r of records) {
       const c = r.capabilities!;
-      out.info(`  ${names.get(r.peerId)}   ${short(r.peerId)}  ${c.backend}, ${c.gflops.toFixed(1)} GFLOP/s measured, ${mib(c.memoryBytes)} offered`);
+      const note = r.peerId === cheater ? `  CHEATS: ${CHEATS[cheat] ?? cheat} (--fault ${cheat})` : '';
+      out.info(`  ${names.get(r.peerId)}   ${short(r.peerId)}  ${c.backend}, ${c.gflops.toFixed(1)} GFLOP/s measured, ${mib(c.memoryBytes)} offered${note}`);
     }
     out.info(`  you (user) ${short(node.peerId.toString())}  keeps the embedding and the head: token ids and logits never leave this process\n`);
 
     const tokenizer = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
-    const config = gpt2Config({ vocabSize: 257, hidden: 64, layers: workers, heads: 4, maxPositions: 32 });
+    // one block per worker, the cheater's too: it holds a section until it is caught
+    const config = gpt2Config({ vocabSize: 257, hidden: 64, layers: all, heads: 4, maxPositions: 32 });
     const model = createModel(config, { seed });
     model.tokenizer = tokenizer;
     const task = additionTask({ seed, padded: true });
@@ -74,9 +97,9 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
     out.info(`[3/5] training across the swarm: ${steps} steps of ${BATCH} sums, ${microBatches} micro-batches per step through a `
       + `${schedule === '1f1b' ? '1F1B' : 'GPipe'} schedule; each worker keeps its own AdamW`);
     const trainer = await dm.trainer({ optimizer: { lr: LR }, totalSteps: steps, microBatches, schedule });
-    const stageNames = dm.assignment.map((a) => names.get(a.peerId)!.replace('worker ', ''));
     const rng = new Generator(seed + 1);
-    const busy = dm.assignment.map(() => 0);
+    const busy = new Map<string, number>();
+    let caught = 0;
     let tokens = 0;
     let loss = Number.NaN;
     const trainStart = performance.now();
@@ -84,7 +107,15 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       const r = await trainer.step(taskBatch(task, tokenizer, rng, BATCH, tokenizer.eosTokenId ?? 0));
       loss = r.loss;
       tokens += r.tokens;
-      r.busy.slice(1, -1).forEach((b, i) => (busy[i] += b[0]));
+      const v = r.verification;
+      for (const peer of v.flagged.slice(caught)) {
+        out.info(`  step ${String(step).padStart(4)}  ${names.get(peer) ?? short(peer)} was CAUGHT: the validator re-ran one of its signed computations and got `
+          + 'another result. It is flagged and excluded; the job went back to its last verified state (the start) and replayed '
+          + `${v.replayedSteps} steps on the honest workers`);
+      }
+      caught = v.flagged.length;
+      const stageNames = job.assignment.map((a) => names.get(a.peerId)!.replace('worker ', ''));
+      r.busy.slice(1, -1).forEach((b, i) => busy.set(job.assignment[i].peerId, (busy.get(job.assignment[i].peerId) ?? 0) + b[0]));
       const seconds = (performance.now() - trainStart) / 1000;
       const perWorker = r.busy.slice(1, -1).map((b, i) => `${stageNames[i]} ${(1000 * b[0]).toFixed(0)}ms`).join(' ');
       out.progress(`  ${bar(step / steps)} ${step}/${steps}  loss ${loss.toFixed(4)}  ${thousands(Math.round(tokens / seconds))} tok/s  workers ${perWorker}`);
@@ -122,6 +153,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       samples.push({ prompt: example.prompt, answer, expected: example.answer, right });
     }
 
+    const verification = job.verification!;
     const stats = await Promise.all(records.map(async (r) => ({ record: r, stats: parseStatsAnswer(await request(node, r, { type: 'stats' })) })));
     const moved = traffic.received + stats.reduce((n, s) => n + s.stats.bytesReceived, 0);
     const seconds = (performance.now() - started) / 1000;
@@ -132,7 +164,9 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
         worker: names.get(record.peerId)!,
         peerId: record.peerId,
         layers: i >= 0 ? [dm!.assignment[i].start, dm!.assignment[i].end - 1] : null,
-        busySeconds: i >= 0 ? busy[i] : 0,
+        busySeconds: busy.get(record.peerId) ?? 0,
+        cheater: record.peerId === cheater,
+        excluded: verification.flagged.includes(record.peerId),
         ...work,
         bytesReceived: s.bytesReceived,
         bytesSent: s.bytesSent,
@@ -152,6 +186,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       microBatches,
       backend: getBackend().name,
       workers: perWorker,
+      verification,
       samples,
     };
     const lines = [
@@ -160,7 +195,11 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       `  exact match on ${task.test.length} held-out sums: ${(100 * evaluation.accuracy).toFixed(1)}%`,
       `  time: ${seconds.toFixed(0)} s in all, ${trainSeconds.toFixed(0)} s of training (${thousands(Math.round(tokens / trainSeconds))} tok/s), final loss ${loss.toFixed(4)}`,
       `  moved between peers: ${mib(moved)} (activations and gradients, weights, control)`,
-      ...perWorker.map((w) => `  ${w.worker} ${short(w.peerId)}: layer ${w.layers?.[0]}${w.layers && w.layers[1] !== w.layers[0] ? `–${w.layers[1]}` : ''}, `
+      `  verification: ${verification.checked} computations re-run by the validator, ${verification.failed} failed; `
+      + `${verification.flagged.length === 0 ? 'no worker caught' : `caught ${verification.flagged.map((p) => names.get(p) ?? short(p)).join(', ')}`}`
+      + `${verification.replayedSteps > 0 ? `, ${verification.replayedSteps} steps replayed` : ''}`,
+      ...perWorker.map((w) => `  ${w.worker} ${short(w.peerId)}: `
+        + `${w.excluded ? 'EXCLUDED (caught cheating), ' : w.layers ? `layer ${w.layers[0]}${w.layers[1] !== w.layers[0] ? `–${w.layers[1]}` : ''}, ` : ''}`
         + `${thousands(w.trainForwards)} forwards, ${thousands(w.trainBackwards)} backwards, ${w.optimizerSteps} optimizer steps, `
         + `${thousands(w.forwards)} decoding forwards, busy ${w.busySeconds.toFixed(1)} s`),
     ];

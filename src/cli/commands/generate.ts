@@ -1,7 +1,7 @@
 import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { loadProgress } from '../load-progress.ts';
-import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError } from '../args.ts';
-import { distribute } from '../../user/index.ts';
+import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags } from '../args.ts';
+import { distribute, type VerificationSummary } from '../../user/index.ts';
 import { joinSwarm } from '../swarm.ts';
 import type { Output } from '../output.ts';
 
@@ -17,6 +17,8 @@ export const generateOptions = {
   'bootstrap': { type: 'string' },
   'strategy': { type: 'string' },
   'privacy': { type: 'string' },
+  'redundancy': { type: 'string' },
+  'verify-rate': { type: 'string' },
   'listen': { type: 'string' },
 } as const;
 
@@ -24,6 +26,7 @@ export const generateOptions = {
 export async function generateCommand(flags: Flags, out: Output): Promise<void> {
   const where = placement(flags);
   const { strategy, privacy } = planFlags(flags, 'layer-aware');
+  const verify = verifyFlags(flags);
   const dir = requiredString(flags, 'model');
   const prompt = requiredString(flags, 'prompt');
   // across workers the user reads only its ends from the checkpoint; sections stream from the files
@@ -62,15 +65,18 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
     },
   };
   let tokens: number[];
+  let verification: VerificationSummary | null = null;
   if (where.kind === 'local') {
     tokens = (await generate(model!, promptIds, options)).tokens;
   } else {
     const access = await joinSwarm(where, flags);
     try {
-      const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out) });
+      const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out), verify });
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
       try {
         tokens = (await dm.generate(promptIds, options)).tokens;
+        verification = dm.verification;
+        for (const peer of verification?.flagged ?? []) out.info(`worker …${peer.slice(-6)} was caught cheating: flagged at the validator, and the text generated again without it`);
       } finally {
         await dm.close();
       }
@@ -80,7 +86,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   }
   const text = tok.decode(tokens);
   const seconds = (performance.now() - started) / 1000;
-  if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds }, '');
+  if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds, ...(verification ? { verification } : {}) }, '');
   else {
     process.stdout.write(`${text.slice(printed.length)}\n`);
     out.info(`${tokens.length} tokens in ${seconds.toFixed(2)} s`);

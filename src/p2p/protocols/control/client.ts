@@ -39,7 +39,12 @@ export async function request(
     else table.resolve(id, m);
   });
   try {
-    await sendMessage(stream, [encodeControl({ ...message, id })], { signal });
+    try {
+      await sendMessage(stream, [encodeControl({ ...message, id })], { signal });
+    } catch (cause) {
+      // the stream was reset under us (the peer refused it, or went away): the peer is unreachable for this request
+      throw cause instanceof PeerUnreachableError ? cause : new PeerUnreachableError(`${peer}: the request could not be sent`, { cause });
+    }
     return await answer;
   } catch (err) {
     table.rejectAll(err as Error);

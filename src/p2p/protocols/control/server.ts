@@ -2,7 +2,7 @@ import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
 import { InvalidMessageError, RateLimitedError } from '../../../errors.ts';
 import { encodeControl, type Frame } from '../../frames.ts';
 import { PeerRateLimiter } from '../../rate-limit.ts';
-import { receiveFrames, sendQuietly } from '../../stream.ts';
+import { receiveFrames, sendMessage, sendQuietly } from '../../stream.ts';
 import { errorToWire } from '../../wire-errors.ts';
 import { CONTROL_PROTOCOL, MAX_INBOUND_STREAMS, MAX_MESSAGES_PER_SECOND } from './constants.ts';
 import { parseEnvelope } from './schema.ts';
@@ -20,10 +20,16 @@ export async function serveControl(node: Libp2p, handlers: Record<string, Handle
   await node.handle(
     CONTROL_PROTOCOL,
     (stream: Stream, connection) => {
+      // a client sends its request and closes its side; this side closes once its answers are sent,
+      // so that finished streams do not count against either peer's stream limits
+      let answered: Promise<void> = Promise.resolve();
+      stream.addEventListener('remoteCloseWrite', () => {
+        void answered.finally(() => stream.close().catch(() => {}));
+      });
       receiveFrames(stream, (frame: Frame) => {
         const from = connection.remotePeer;
         if (limiter.allow(from.toString())) {
-          void answer(stream, frame, handlers, from);
+          answered = Promise.all([answered, answer(stream, frame, handlers, from)]).then(() => {});
           return;
         }
         const id = frame.kind === 'control' ? ((frame.message as { id?: unknown } | null)?.id ?? null) : null;
@@ -49,5 +55,6 @@ async function answer(stream: Stream, frame: Frame, handlers: Record<string, Han
   } catch (err) {
     reply = encodeControl({ ...errorToWire(err), id: typeof id === 'number' ? id : null });
   }
-  sendQuietly(stream, [reply]);
+  // a failure means the stream is gone (and was reset): nothing more to do
+  await sendMessage(stream, [reply]).catch(() => {});
 }
