@@ -81,6 +81,7 @@ export class RedundantStage implements StageHandle {
     const i = this.lanes.indexOf(lane);
     if (i < 0) return;
     this.lanes.splice(i, 1);
+    this.verifier.forget(lane.peerId);
     await this.onFlag(lane, reason);
   }
 

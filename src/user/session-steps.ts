@@ -93,7 +93,10 @@ export class SessionSteps {
     let accepted: (typeof results)[number] | null = null;
     for (const [i, v] of verdicts.entries()) {
       if (v.ok) accepted ??= results[i];
-      else await this.ctx.exclude(results[i].s);
+      else {
+        verifier.forget(results[i].s.where.peerId);
+        await this.ctx.exclude(results[i].s);
+      }
     }
     if (!accepted) throw new VerificationError(`no copy of layers ${copies[0].where.start}–${copies[0].where.end - 1} could be reproduced by the validator`);
     return accepted.output;

@@ -109,6 +109,15 @@ export class JobVerifier {
     return failed;
   }
 
+  /**
+   * Forgets the sampled records of a worker whose disagreement redundancy already settled: its
+   * results that differed were never used (and the ones that agreed were right), so re-running
+   * them again would only roll back a job that no wrong result reached.
+   */
+  forget(peer: string): void {
+    this.sampled = this.sampled.filter((s) => s.worker.peerId !== peer);
+  }
+
   /** Forgets sampled records (a step that failed, or a job rolled back). */
   discardSampled(): void {
     this.sampled = [];
