@@ -60,9 +60,15 @@ export {
 // the swarm: nodes, roles, distributed jobs, local swarms
 export { type Capabilities, createNode, type NodeOptions, type PeerRecord, type Proximity, type Role, type TensorLinkNode, type Tier } from './p2p/index.ts';
 export {
-  distribute, type DistributeOptions, type DistributedJob, type DistributedModel, type DistributedTrainerOptions, listPeers,
-  type LoadProgress,
+  DEFAULT_SAMPLE_RATE, distribute, type DistributeOptions, type DistributedJob, type DistributedModel, type DistributedTrainerOptions,
+  type JobStepResult, type JobTrainer, listPeers, type LoadProgress, type VerificationSummary, type VerifyOptions,
 } from './user/index.ts';
-export { startWorker, type Worker, type WorkerOptions } from './worker/index.ts';
+export { type Fault, FAULT_KINDS, type FaultKind, startWorker, type Worker, type WorkerOptions } from './worker/index.ts';
+
+// verify/: records, checks and scores (proof of learning)
+export {
+  agree, checkRecord, type ContributionScore, drift, expectedStepsToCatch, ORT_TOLERANCE, parseRecord, recordId, type RecordKind,
+  Reputation, scoreContributions, type Standing, stepCatchProbability, stepsToCatch, type WorkRecord,
+} from './verify/index.ts';
 export { startValidator, type Validator, type ValidatorOptions } from './validator/index.ts';
 export { type LocalPeer, type LocalSwarm, localSwarm } from './cli/local-swarm.ts';

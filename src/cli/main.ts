@@ -24,9 +24,11 @@ const HELP = `tensorlink: decentralized training and inference of neural network
 usage: tensorlink <command> [options]
 
 commands:
-  demo [--steps N --seed S --workers N --micro-batches M --schedule gpipe|1f1b]
-      the main job on a local swarm: a validator and 3 workers (own processes) train a transformer,
-      split across the workers, on 2-digit addition, then answer held-out sums across the swarm
+  demo [--steps N --seed S --workers N --micro-batches M --schedule gpipe|1f1b --cheat KIND|none]
+      the main job on a local swarm: a validator and 3 honest workers and one that cheats (own
+      processes) train a transformer, split across the workers, on 2-digit addition while the
+      validator re-runs a sample of their signed computations; the cheater is caught and excluded;
+      then the swarm answers held-out sums
   init-model --arch gpt2|llama [--layers N --hidden N --heads N --kv-heads N --intermediate N
              --vocab N --max-positions N] --out DIR [--seed S] [--force]
       a new random model in Hugging Face layout (config.json, model.safetensors, tokenizer.json)
