@@ -77,7 +77,7 @@ if (sections.includes('pipeline')) {
 
 if (sections.includes('verify')) {
   log('verify: training with sampled re-execution at p = 0.01, 0.05, 0.1 and with redundancy 2 vs p = 0 ...');
-  rows.push(...(await benchVerify(values.quick ? 3 : 12)));
+  rows.push(...(await benchVerify(values.quick ? 3 : 24)));
 }
 
 if (sections.includes('load')) {

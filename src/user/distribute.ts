@@ -87,6 +87,9 @@ async function distributeSource(
   const validator = typeof validatorAddr === 'string' ? multiaddr(validatorAddr) : validatorAddr;
   const redundancy = options.verify?.redundancy ?? 1;
   if ((options.replicas ?? 1) > 1 && redundancy > 1) throw new InvalidArgumentError('redundancy with replicas is not supported yet: use one or the other');
+  if (redundancy > 1 && options.privacy === 'none' && source.config.tieWordEmbeddings) {
+    throw new InvalidArgumentError('redundancy with privacy \'none\' on a model whose head is tied to its embedding is not supported yet: keep the ends (privacy \'ends\')');
+  }
   const keepEnds = (options.privacy ?? 'ends') === 'ends';
   const first = await place(node, validator, source, options);
   let job: DistributedJob | null = null;
@@ -101,7 +104,7 @@ async function distributeSource(
     const inbox = (options.routing ?? 'chain') === 'chain' ? await inboxFor(node) : null;
     const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;
     job = new DistributedJob(node, first.jobId, source, first.plan, first.sections, inbox, {
-      keepEnds, onProgress, verifier, relocate: () => place(node, validator, source, options),
+      keepEnds, onProgress, verifier, relocate: () => place(node, validator, source, options, verifier.excluded),
     });
     await job.load();
     return job;
@@ -115,8 +118,14 @@ async function distributeSource(
  * Plans the model over the live workers the validator has not flagged, and opens a job on
  * each chosen worker: replicas (or redundant copies) on disjoint groups of workers.
  */
-async function place(node: Libp2p, validator: DialTarget, source: UserModel, options: DistributeOptions): Promise<Placement> {
-  const workers = await listWorkers(node, validator);
+async function place(
+  node: Libp2p,
+  validator: DialTarget,
+  source: UserModel,
+  options: DistributeOptions,
+  excluded?: ReadonlySet<string>,
+): Promise<Placement> {
+  const workers = (await listWorkers(node, validator)).filter((w) => !excluded?.has(w.peerId));
   if (workers.length === 0) throw new PlanInfeasibleError('the validator knows no live workers it trusts');
   const copies = Math.max(options.replicas ?? 1, options.verify?.redundancy ?? 1);
   const replicas = copies;

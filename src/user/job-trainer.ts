@@ -23,6 +23,8 @@ export interface JobStepResult extends PipelineStepResult {
 export class JobTrainer {
   private readonly batches: TrainingBatch[] = [];
   private resumed = false;
+  /** A rollback that failed part way: the job is in no known state, and says so on every later step. */
+  private broken: Error | null = null;
 
   constructor(
     private inner: PipelineTrainer,
@@ -54,6 +56,7 @@ export class JobTrainer {
   }
 
   async step(batch: TrainingBatch): Promise<JobStepResult> {
+    if (this.broken) throw new VerificationError(`this job could not be rolled back and is in no known state: ${this.broken.message}`, { cause: this.broken });
     let result: PipelineStepResult;
     try {
       result = await this.inner.step(batch);
@@ -69,13 +72,19 @@ export class JobTrainer {
           details: { flagged: failed.map((f) => f.peer) },
         });
       }
-      this.inner = await this.restart();
-      failed = [];
-      for (const b of this.batches) {
-        result = await this.inner.step(b);
-        this.verifier.summary.replayedSteps++;
-        failed = await this.verifier.auditSampled();
-        if (failed.length > 0) break;
+      try {
+        this.inner = await this.restart();
+        failed = [];
+        for (const b of this.batches) {
+          result = await this.inner.step(b);
+          this.verifier.summary.replayedSteps++;
+          failed = await this.verifier.auditSampled();
+          if (failed.length > 0) break;
+        }
+      } catch (err) {
+        this.verifier.discardSampled();
+        this.broken = err as Error;
+        throw err;
       }
     }
     return { ...result, verification: { ...this.verifier.summary, flagged: [...this.verifier.summary.flagged] } };

@@ -116,6 +116,9 @@ export class DistributedJob implements DistributedModel {
     this.relocate = options.relocate ?? null;
   }
 
+  /** Set once pull() wrote the workers' weights into the in-memory model the sections were loaded from. */
+  private pulled = false;
+
   /** The optimizer every holder runs (re-execution runs the same), once trainer() ran. */
   optimizerSettings: { lr: number; weightDecay?: number } | null = null;
 
@@ -254,6 +257,10 @@ export class DistributedJob implements DistributedModel {
       try {
         result = await run(session);
         failed = (await this.verifier?.auditSampled()) ?? [];
+      } catch (err) {
+        // a session that failed leaves nothing to re-run: its workers drop it as it closes
+        this.verifier?.discardSampled();
+        throw err;
       } finally {
         await Promise.all(this.sections.flat().map((s) => s.remote.closeSession(session).catch(() => {})));
       }
@@ -270,13 +277,21 @@ export class DistributedJob implements DistributedModel {
 
   /** Closes every section and places the job again on the workers the validator still trusts. */
   private async replan(): Promise<void> {
+    if (this.pulled && this.source.whole) {
+      throw new VerificationError('this job cannot be planned again: pull() wrote the workers\' weights into the model it was distributed from');
+    }
     await Promise.all(this.sections.flat().map((s) => s.remote.close()));
     const placed = await this.relocate!();
     this.jobId = placed.jobId;
     this.plan = placed.plan;
     this.sections = placed.sections;
     this.pipeline = null;
-    await this.load();
+    try {
+      await this.load();
+    } catch (err) {
+      await Promise.all(this.sections.flat().map((s) => s.remote.close()));
+      throw err;
+    }
   }
 
   async generate(prompt: number[], options: GenerateOptions = {}): Promise<{ tokens: number[] }> {
@@ -345,8 +360,8 @@ export class DistributedJob implements DistributedModel {
   private async buildPipeline(o: DistributedTrainerOptions, verifier: JobVerifier): Promise<PipelineTrainer> {
     const replicas = this.replicas;
     const executor = { lr: o.optimizer.lr, weightDecay: o.optimizer.weightDecay, recompute: o.recompute };
-    // the job's other holders may send gradients; the validator may fetch what re-running a record needs
-    const peers = [...this.assignment.map((a) => a.peerId), verifier.validatorPeer];
+    // the job's other holders may send gradients (the validator, named at load, may fetch what re-running a record needs)
+    const peers = this.assignment.map((a) => a.peerId);
     const handles = this.sections.map((copies) =>
       copies.map((s) => new RemoteTrainStage(s.remote, s.where, `worker ${s.where.peerId}, layers ${s.where.start}–${s.where.end - 1}`)));
     await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState: verifier.keepsState, peers })));
@@ -427,6 +442,8 @@ export class DistributedJob implements DistributedModel {
   async pull(): Promise<CausalLM> {
     const model = this.source.whole;
     if (!model) throw new InvalidArgumentError('the user holds only the ends of this model: write its weights with save(dir) instead of pulling them into memory');
+    // the model the job was distributed from now holds trained weights: a rollback can no longer reload its start from it
+    this.pulled = true;
     for (const copies of this.sections) {
       const { remote, where } = copies[0];
       for (const w of this.source.section([where.start, where.end]).weights) {

@@ -1,4 +1,4 @@
-import { InvalidArgumentError, VerificationError } from '../errors.ts';
+import { InvalidArgumentError, InvalidMessageError, VerificationError } from '../errors.ts';
 import type { ReduceGroup, StageHandle } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { agree, type WorkRecord } from '../verify/index.ts';
@@ -58,9 +58,23 @@ export class RedundantStage implements StageHandle {
     op: (lane: RemoteTrainStage) => Promise<Recorded<T>>,
     same: (a: Recorded<T>, b: Recorded<T>) => boolean,
   ): Promise<T> {
-    const lanes = [...this.lanes];
-    const results = await Promise.all(lanes.map(op));
-    if (lanes.length === 1) return results[0].value;
+    const all = [...this.lanes];
+    if (all.length === 1) return (await op(all[0])).value;
+    // a copy whose record is forged or about something else leaves the job; the others go on
+    const settled = await Promise.allSettled(all.map(op));
+    const lanes: RemoteTrainStage[] = [];
+    const results: Recorded<T>[] = [];
+    for (const [i, s] of settled.entries()) {
+      if (s.status === 'fulfilled') {
+        lanes.push(all[i]);
+        results.push(s.value);
+      } else if (s.reason instanceof VerificationError || s.reason instanceof InvalidMessageError) {
+        this.verifier.excluded.add(all[i].peerId);
+        await this.flag(all[i], `${what}: ${(s.reason as Error).message}`);
+      } else throw s.reason;
+    }
+    if (results.length === 0) throw new VerificationError(`no copy of ${this.primary?.label ?? 'a section'}'s ${what} came with a valid record`);
+    if (results.length === 1) return results[0].value;
     this.verifier.summary.compared++;
     if (results.every((r) => same(r, results[0]))) return results[0].value;
     const verdicts = await Promise.all(results.map((r, i) => this.verifier.audit(lanes[i].worker, r.record)));

@@ -83,7 +83,9 @@ export class RemoteStage {
       const id = frame.kind === 'tensor' ? frame.tensor.requestId : (frame.message as { id?: unknown } | null)?.id;
       if (frame.kind === 'control' && isWireError(frame.message)) this.table.reject(id, errorFromWire(frame.message, peer));
       else if (frame.kind === 'control' && (frame.message as { type?: unknown }).type === 'record') {
-        if (records.size < 1024) records.set(id, (frame.message as { record?: unknown }).record);
+        // a record whose result never came (a timeout) must not hold a slot for ever: the oldest goes
+        if (records.size >= 1024) records.delete(records.keys().next().value);
+        records.set(id, (frame.message as { record?: unknown }).record);
       } else if (frame.kind === 'tensor') {
         const record = records.get(id);
         records.delete(id);

@@ -1,5 +1,5 @@
 import {
-  parseGradSquares, parseMomentSteps, parseTrainReady, type PeerTarget, publicKeyOf, TRAIN_REQUEST_TIMEOUT_MS,
+  parseGradSquares, parseMomentSteps, parseTrainReady, publicKeyOf, type StageAssignment, TRAIN_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
 import { REDUCE_TIMEOUT_MS, type ReduceGroup, type StageHandle } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
@@ -26,17 +26,22 @@ export class RemoteTrainStage implements StageHandle {
   /** The weights its last step produced (or its first record named): every later record must name them. */
   private chainWeights: string | undefined;
   onRecord: ((stage: RemoteTrainStage, record: WorkRecord) => void) | null = null;
+  /** The hash of each micro-batch's forward input until its backward. */
+  private readonly sentInputs = new Map<number, string>();
+  /** The layers it was assigned: every record must be about them. */
+  private readonly range: [number, number];
   /** Other holders of its parameters name it by peer id; the worker finds the addresses in the job's assignment. */
   readonly address: string;
   readonly peerId: string;
 
   constructor(
     readonly stage: RemoteStage,
-    readonly worker: PeerTarget,
+    readonly worker: StageAssignment,
     readonly label: string,
   ) {
     this.peerId = worker.peerId;
     this.address = worker.peerId;
+    this.range = [worker.start, worker.end];
   }
 
   private call(header: Record<string, unknown>, tensors: Tensor[] = [], timeoutMs = TRAIN_REQUEST_TIMEOUT_MS): Promise<RecordedFrame> {
@@ -44,11 +49,18 @@ export class RemoteTrainStage implements StageHandle {
   }
 
   /** Parses and checks the record that came with an answer (a typed error if it is missing, forged or about something else). */
-  private checked(frame: RecordedFrame, kind: RecordKind, micro: number, input: string, output: string | undefined): WorkRecord {
+  private checked(
+    frame: RecordedFrame,
+    kind: RecordKind,
+    micro: number,
+    input: string,
+    output: string | undefined,
+    from?: string,
+  ): WorkRecord {
     const record = parseRecord(recordOf(frame));
     checkRecord(record, publicKeyOf(this.peerId), {
-      job: this.stage.jobId, peer: this.peerId, kind, step: this.steps, micro, input,
-      ...(output === undefined ? {} : { output }), weights: this.chainWeights,
+      job: this.stage.jobId, peer: this.peerId, kind, step: this.steps, micro, input, stage: this.range,
+      ...(output === undefined ? {} : { output }), ...(from === undefined ? {} : { from }), weights: this.chainWeights,
     });
     this.chainWeights ??= record.weights;
     this.onRecord?.(this, record);
@@ -67,7 +79,10 @@ export class RemoteTrainStage implements StageHandle {
   async forwardRecorded(micro: number, input: Tensor): Promise<Recorded<Tensor>> {
     const frame = await this.call({ type: 'train-forward', micro }, [input]);
     const value = tensorAnswer(frame, 'train-forward');
-    return { value, record: this.checked(frame, 'forward', micro, hashTensors([input]), hashTensors([value])) };
+    const sent = hashTensors([input]);
+    const record = this.checked(frame, 'forward', micro, sent, hashTensors([value]));
+    this.sentInputs.set(micro, sent);
+    return { value, record };
   }
 
   async backward(micro: number, grad: Tensor): Promise<Tensor | null> {
@@ -77,7 +92,10 @@ export class RemoteTrainStage implements StageHandle {
   async backwardRecorded(micro: number, grad: Tensor): Promise<Recorded<Tensor | null>> {
     const frame = await this.call({ type: 'train-backward', micro }, [grad]);
     const value = frame.kind === 'tensor' ? tensorAnswer(frame, 'train-backward') : null;
-    return { value, record: this.checked(frame, 'backward', micro, hashTensors([grad]), value ? hashTensors([value]) : '') };
+    // its backward must differentiate the forward input this micro-batch was sent
+    const from = this.sentInputs.get(micro);
+    this.sentInputs.delete(micro);
+    return { value, record: this.checked(frame, 'backward', micro, hashTensors([grad]), value ? hashTensors([value]) : '', from) };
   }
 
   async gradSquares(names: readonly string[]): Promise<number[]> {
@@ -96,7 +114,9 @@ export class RemoteTrainStage implements StageHandle {
   async stepRecorded(scale: number, lr: number): Promise<WorkRecord> {
     const frame = await this.call({ type: 'step', scale, lr });
     const record = parseRecord(recordOf(frame));
-    checkRecord(record, publicKeyOf(this.peerId), { job: this.stage.jobId, peer: this.peerId, kind: 'step', step: this.steps, micro: 0, weights: this.chainWeights });
+    checkRecord(record, publicKeyOf(this.peerId), {
+      job: this.stage.jobId, peer: this.peerId, kind: 'step', step: this.steps, micro: 0, weights: this.chainWeights, stage: this.range, lr, scale,
+    });
     this.chainWeights = record.output;
     this.steps++;
     this.onRecord?.(this, record);
@@ -135,6 +155,7 @@ export class RemoteTrainStage implements StageHandle {
   }
 
   async reset(): Promise<void> {
+    this.sentInputs.clear();
     await this.call({ type: 'train-reset' }, [], 10_000);
   }
 }

@@ -1,7 +1,7 @@
-import { VerificationError } from '../errors.ts';
-import { type PeerTarget, publicKeyOf } from '../p2p/index.ts';
+import { InvalidMessageError, VerificationError } from '../errors.ts';
+import { publicKeyOf, type StageAssignment } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
-import { agree, checkRecord, hashTensors, parseRecord, type WorkRecord } from '../verify/index.ts';
+import { agree, auxHash, checkRecord, hashTensors, parseRecord, sessionStepHash, type WorkRecord } from '../verify/index.ts';
 import type { JobStage } from './job.ts';
 import type { ResultInbox } from './result-inbox.ts';
 import type { JobVerifier } from './verifier.ts';
@@ -36,22 +36,28 @@ export class SessionSteps {
     readonly sessionId: string,
   ) {}
 
-  private check(worker: PeerTarget, raw: unknown, input: string, output: string | undefined): WorkRecord {
+  private check(worker: StageAssignment, raw: unknown, input: string, output: string | undefined): WorkRecord {
     const record = parseRecord(raw);
+    const aux = this.aux!;
     checkRecord(record, publicKeyOf(worker.peerId), {
       job: this.ctx.jobId, peer: worker.peerId, kind: 'decode', step: this.position, micro: 0, input, ...(output === undefined ? {} : { output }),
+      stage: [worker.start, worker.end], session: this.sessionId, aux,
     });
-    if (record.session !== this.sessionId) throw new VerificationError(`${worker.peerId}: the record names another session`);
+    // what this worker was sent in this session, step by step: an audit's evidence that it cannot swap its past
     const list = this.sent.get(worker.peerId) ?? [];
-    list.push(record.input);
+    list.push(sessionStepHash(input, aux));
     this.sent.set(worker.peerId, list);
     this.ctx.verifier?.observe(worker, record, () => [...list]);
     return record;
   }
 
   /** Runs hidden states (or ids) `x` through every section for this step. */
+  /** The hash of the positions and key mask of the step under way. */
+  private aux: string | null = null;
+
   async run(x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
     const steps = x.shape[1] ?? 1;
+    this.aux = auxHash(positions, keyMask);
     const redundancy = this.ctx.verifier?.redundancy ?? 1;
     const tensors = (t: Tensor) => (keyMask ? [t, positions, keyMask] : [t, positions]);
     let out: Tensor;
@@ -63,9 +69,11 @@ export class SessionSteps {
       if (answer.records.length !== route.length) {
         throw new VerificationError(`the chain returned ${answer.records.length} records for its ${route.length} stages`);
       }
+      // each stage's input is its predecessor's output: the chain; only the user's own input and the last output are tensors here
       let input = hashTensors([x]);
       answer.records.forEach((raw, i) => {
-        input = this.check(route[i].where, raw, input, i === route.length - 1 ? hashTensors([answer.output]) : undefined).output;
+        const record = this.check(route[i].where, raw, input, i === route.length - 1 ? hashTensors([answer.output]) : undefined);
+        input = record.output;
       });
       out = answer.output;
     } else {
@@ -79,12 +87,24 @@ export class SessionSteps {
   /** One section's step on its copies (relayed by the user); the result they agree on or the validator confirms. */
   private async stage(copies: JobStage[], x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
     const input = hashTensors([x]);
-    const results = await Promise.all(copies.map(async (s) => {
+    const run = async (s: JobStage) => {
       const { output, record } = await s.remote.forwardRecorded(this.sessionId, x, positions, keyMask);
       return { s, output, record: this.check(s.where, record, input, hashTensors([output])) };
-    }));
-    if (results.length === 1) return results[0].output;
+    };
+    if (copies.length === 1) return (await run(copies[0])).output;
     const verifier = this.ctx.verifier!;
+    // a copy whose record is forged or about something else leaves the job; the others go on
+    const settled = await Promise.allSettled(copies.map(run));
+    const results: Awaited<ReturnType<typeof run>>[] = [];
+    for (const [i, s] of settled.entries()) {
+      if (s.status === 'fulfilled') results.push(s.value);
+      else if (s.reason instanceof VerificationError || s.reason instanceof InvalidMessageError) {
+        verifier.excluded.add(copies[i].where.peerId);
+        await this.ctx.exclude(copies[i]);
+      } else throw s.reason;
+    }
+    if (results.length === 0) throw new VerificationError(`no copy of layers ${copies[0].where.start}–${copies[0].where.end - 1} came with a valid record`);
+    if (results.length === 1) return results[0].output;
     verifier.summary.compared++;
     const same = (a: (typeof results)[number], b: (typeof results)[number]) =>
       a.record.backend === 'js' && b.record.backend === 'js' ? a.record.output === b.record.output : agree('ort', a.output.data as Float32Array, b.output.data as Float32Array);

@@ -1,5 +1,5 @@
 import type { Libp2p } from '@libp2p/interface';
-import { InvalidArgumentError } from '../errors.ts';
+import { InvalidArgumentError, VerificationError } from '../errors.ts';
 import { type DialTarget, type PeerTarget, request, TRAIN_REQUEST_TIMEOUT_MS } from '../p2p/index.ts';
 import { AuditSampler, type WorkRecord } from '../verify/index.ts';
 
@@ -52,6 +52,8 @@ export class JobVerifier {
   readonly sampler: AuditSampler;
   private sampled: { worker: PeerTarget; record: WorkRecord; sent?: string[] }[] = [];
   readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0 };
+  /** Workers this job no longer trusts: flagged by the validator, or that did not hand over what they signed. */
+  readonly excluded = new Set<string>();
 
   constructor(
     private readonly node: Libp2p,
@@ -73,7 +75,7 @@ export class JobVerifier {
     return this.sampler.rate > 0 || this.redundancy > 1;
   }
 
-  /** A checked record arrived: sampled for re-execution with the job's rate (`sent`: a decoding step's session inputs so far). */
+  /** A checked record arrived: sampled for re-execution with the job's rate (`sent`: a decoding step's session steps so far). */
   observe(worker: PeerTarget, record: WorkRecord, sent?: () => string[]): void {
     if (this.sampler.pick()) this.sampled.push({ worker, record, ...(sent ? { sent: sent() } : {}) });
   }
@@ -83,13 +85,17 @@ export class JobVerifier {
     const { jobId, config, optimizer } = this.context();
     const message = { type: 'audit', jobId, worker: { peerId: worker.peerId, addrs: worker.addrs }, config, optimizer, record, ...(sent ? { sent } : {}) };
     const answer = await request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS);
+    const reason = typeof answer.reason === 'string' ? answer.reason : '';
+    if (answer.inconclusive === true) throw new VerificationError(`the validator could not re-run a record of ${worker.peerId}: ${reason}`);
     this.summary.checked++;
     const ok = answer.ok === true;
     if (!ok) {
+      // flagged by the validator, or (unavailable) it would not show what it signed: out of this job either way
       this.summary.failed++;
+      this.excluded.add(worker.peerId);
       if (!this.summary.flagged.includes(worker.peerId)) this.summary.flagged.push(worker.peerId);
     }
-    return { ok, reason: typeof answer.reason === 'string' ? answer.reason : '', peer: worker.peerId };
+    return { ok, reason, peer: worker.peerId };
   }
 
   /** Re-runs the records sampled since the last call, AUDIT_CONCURRENCY at a time; the verdicts that failed. */

@@ -1,11 +1,16 @@
 import type { Libp2p } from '@libp2p/interface';
-import { InvalidMessageError, PeerUnreachableError, TensorLinkError } from '../errors.ts';
+import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError } from '../errors.ts';
 import {
   dialProtocol, encodeControl, errorFromWire, type Frame, fromWire, isWireError, type PeerTarget, publicKeyOf, receiveFrames, RequestTable,
-  sendMessage, STAGE_PROTOCOL, TRAIN_REQUEST_TIMEOUT_MS,
+  sendMessage, sha256, STAGE_PROTOCOL, TRAIN_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
-import { type Bundle, parseRecord, recordId, reexecute, type Reputation, signatureValid, type Verdict, type WorkRecord } from '../verify/index.ts';
+import {
+  type Bundle, maxBundleBytes, parseRecord, recordId, reexecute, type Reputation, signatureValid, type Verdict, type WorkRecord,
+} from '../verify/index.ts';
+
+/** Parts a worker may list for one record: a section's weights and moments, or a session's steps. */
+const MAX_AUDIT_PARTS = 20_000;
 
 /** What a user asks a validator to check: one record a worker signed for its job, and what the job is. */
 export interface AuditRequest {
@@ -59,11 +64,25 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
   if (record.peer !== worker.peerId || !signatureValid(record, publicKeyOf(worker.peerId))) {
     throw new InvalidMessageError(`the record to audit is not signed by ${worker.peerId}`);
   }
+  // what the user says about the job must be what the worker signed: a user cannot frame a worker with another config
+  if (record.job !== req.jobId) throw new InvalidArgumentError(`the record is of job ${record.job}, not ${req.jobId}`);
+  if (record.config !== undefined && sha256(new TextEncoder().encode(JSON.stringify(req.config))) !== record.config) {
+    throw new InvalidArgumentError('the config sent with the audit is not the one the worker was given');
+  }
+  // only a re-execution that ran moves the worker's score: a worker out of reach, a record it no longer keeps
+  // (which an honest user never asks for) or a re-execution that could not run is no evidence either way
   const finish = (v: Verdict, unavailable = false): AuditVerdict => {
-    reputation.check(worker.peerId, v.ok, v.ok ? undefined : `${record.kind} ${record.step}:${record.micro}: ${v.reason}`);
+    if (!unavailable && !v.inconclusive) reputation.check(worker.peerId, v.ok, v.ok ? undefined : `${record.kind} ${record.step}:${record.micro}: ${v.reason}`);
     return { ...v, peer: worker.peerId, ...(unavailable ? { unavailable } : {}) };
   };
-  const client = await openAuditStream(node, worker, req.jobId);
+  let client;
+  try {
+    client = await openAuditStream(node, worker, req.jobId);
+  } catch (err) {
+    return finish({ ok: false, reason: `the worker could not be reached: ${(err as Error).message}` }, true);
+  }
+  const limit = maxBundleBytes(req.config, record.stage);
+  let bytes = 0;
   try {
     const which = { kind: record.kind, step: record.step, micro: record.micro, ...(record.session ? { session: record.session } : {}) };
     let index: Record<string, unknown>;
@@ -72,13 +91,13 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
       if (frame.kind !== 'control') throw new InvalidMessageError('audit-index: expected a control answer');
       index = frame.message as Record<string, unknown>;
     } catch (err) {
-      // only the worker's own answer counts against it: it signed the record and cannot show what it computed it from
-      if (!(err instanceof TensorLinkError) || err instanceof PeerUnreachableError) throw err;
-      return finish({ ok: false, reason: `it could not hand over what re-running its record needs: ${err.message}` }, true);
+      return finish({ ok: false, reason: `it did not hand over what re-running its record needs: ${(err as Error).message}` }, true);
     }
     const kept = parseRecord(index.record);
     if (recordId(kept) !== recordId(record)) return finish({ ok: false, reason: 'the record it kept is not the record it returned' });
-    if (!Array.isArray(index.parts) || index.parts.length > 100_000) throw new InvalidMessageError('audit: parts must be a list');
+    if (!Array.isArray(index.parts) || index.parts.length > MAX_AUDIT_PARTS) {
+      return finish({ ok: false, reason: `it listed more than ${MAX_AUDIT_PARTS} parts to fetch` }, true);
+    }
     const bundle: Bundle = { config: req.config, range: record.stage, optimizer: req.optimizer, weights: new Map() };
     if (req.sent) bundle.sent = req.sent;
     const history: { input?: Tensor; positions?: Tensor; keyMask: Tensor | null }[] = [];
@@ -88,9 +107,16 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
       history[i] ??= { keyMask: null };
       return history[i];
     };
-    for (const p of index.parts as { part?: unknown; name?: unknown; step?: unknown }[]) {
-      const frame = await client.call({ type: 'audit-part', ...which, part: p.part, ...(typeof p.name === 'string' ? { name: p.name } : {}) });
-      if (frame.kind !== 'tensor') throw new InvalidMessageError('audit-part: expected a tensor');
+    const parts = index.parts as { part?: unknown; name?: unknown; step?: unknown }[];
+    // every part requested at once on the one stream: answers come back in order, without a round trip each
+    const frames = await Promise.all(parts.map((p) =>
+      client.call({ type: 'audit-part', ...which, part: p.part, ...(typeof p.name === 'string' ? { name: p.name } : {}) }).catch((err: unknown) => err as Error)));
+    for (const [k, p] of parts.entries()) {
+      const frame = frames[k];
+      if (frame instanceof Error) return finish({ ok: false, reason: `it did not hand over part ${String(p.part)}: ${frame.message}` }, true);
+      if (frame.kind !== 'tensor') return finish({ ok: false, reason: 'it answered a part with something else than a tensor' }, true);
+      bytes += frame.tensor.bytes.byteLength;
+      if (bytes > limit) return finish({ ok: false, reason: `its bundle passed ${limit} bytes, more than a section of layers [${record.stage}) needs` }, true);
       const t: Tensor = fromWire(frame.tensor);
       const name = typeof p.name === 'string' ? p.name : '';
       if (p.part === 'weight') bundle.weights.set(name, t);
@@ -101,6 +127,7 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
       else if (p.part === 'grad') bundle.grad = t;
       else if (p.part === 'output') bundle.output = t;
       else if (p.part === 'grads') (bundle.grads ??= new Map()).set(name, t);
+      else if (p.part === 'contribution') (bundle.contribution ??= new Map()).set(name, t);
       else if (p.part === 'moments') (bundle.moments ??= new Map()).set(name, { moments: t, step: typeof p.step === 'number' ? p.step : 0 });
     }
     if (record.kind === 'step') {
@@ -113,8 +140,7 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
     }
     return finish(reexecute(record, bundle));
   } catch (err) {
-    if (err instanceof TensorLinkError) throw err;
-    throw new InvalidMessageError(`the audit of ${worker.peerId} failed: ${(err as Error).message}`, { cause: err });
+    return finish({ ok: false, reason: `its bundle could not be read: ${(err as Error).message}` }, true);
   } finally {
     await client.close();
   }

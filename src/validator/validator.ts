@@ -7,6 +7,28 @@ import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
 import { audit } from './audit.ts';
 import { PEER_TTL_MS, Registry } from './registry.ts';
 
+/** Re-executions a validator runs at once; more wait their turn. */
+export const MAX_CONCURRENT_AUDITS = 2;
+
+/** At most `n` tasks at once, the rest queued in order. */
+class Slots {
+  private running = 0;
+  private readonly queue: (() => void)[] = [];
+
+  constructor(private readonly n: number) {}
+
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    if (this.running >= this.n) await new Promise<void>((resolve) => this.queue.push(resolve));
+    this.running++;
+    try {
+      return await task();
+    } finally {
+      this.running--;
+      this.queue.shift()?.();
+    }
+  }
+}
+
 export interface Validator {
   node: TensorLinkNode;
   /** The live peers, the validator first, each worker with its reputation. */
@@ -31,6 +53,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   const log = options.log ?? createLogger({ level: 'silent' });
   const registry = new Registry(log);
   const reputation = new Reputation();
+  const auditSlots = new Slots(MAX_CONCURRENT_AUDITS);
   const withStanding = (p: PeerRecord): PeerRecord => {
     if (!p.roles.includes('worker')) return p;
     const s: Standing = reputation.standing(p.peerId);
@@ -70,7 +93,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       const request = parseAuditMessage(m);
       const record = parseRecord(request.record);
       const worker = request.worker;
-      const verdict = await audit(node, reputation, { ...request, record });
+      // re-executions take CPU and memory: a few at a time, whoever asks
+      const verdict = await auditSlots.run(() => audit(node, reputation, { ...request, record }));
       if (!verdict.ok) log.warn('worker-flagged', { peer: worker.peerId, record: `${record.kind} ${record.step}:${record.micro}`, reason: verdict.reason });
       return { type: 'audit-result', ...verdict };
     },

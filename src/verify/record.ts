@@ -35,6 +35,14 @@ export interface WorkFields {
   after?: string;
   scale?: number;
   lr?: number;
+  /** A step's weight decay (absent: AdamW's default), so that re-running it uses the worker's optimizer. */
+  weightDecay?: number;
+  /** A backward: the hash of the forward input it differentiated (the forward record's `input`). */
+  from?: string;
+  /** A decoding step: the hash of its positions (and key mask). */
+  aux?: string;
+  /** The sha256 of the model config the worker was given (as JSON): re-execution uses the same. */
+  config?: string;
   /** The backend that computed it: 'js' results are compared bit for bit, 'ort' within ORT_TOLERANCE. */
   backend: string;
   /** The worker's peer id; its Ed25519 key signs the record. */
@@ -50,7 +58,8 @@ export interface WorkRecord extends WorkFields {
 
 /** The order fields are signed in: the record's canonical form does not depend on how an object was built. */
 const FIELDS: readonly (keyof WorkFields)[] = [
-  'job', 'step', 'micro', 'stage', 'kind', 'session', 'input', 'output', 'weights', 'grads', 'state', 'after', 'scale', 'lr', 'backend', 'peer', 'seq',
+  'job', 'step', 'micro', 'stage', 'kind', 'session', 'input', 'output', 'weights', 'grads', 'state', 'after', 'scale', 'lr', 'weightDecay',
+  'from', 'aux', 'config', 'backend', 'peer', 'seq',
 ];
 
 /** The bytes a record's signature covers: its fields in a fixed order, as JSON. */
@@ -157,6 +166,10 @@ export function parseRecord(v: unknown): WorkRecord {
     after: hash(m.after, 'after', true),
     scale: num(m.scale, 'scale'),
     lr: num(m.lr, 'lr'),
+    weightDecay: num(m.weightDecay, 'weightDecay'),
+    from: hash(m.from, 'from', true),
+    aux: hash(m.aux, 'aux', true),
+    config: hash(m.config, 'config', true),
     backend: text(m.backend, 'backend'),
     peer: text(m.peer, 'peer'),
     seq: count(m.seq, 'seq'),
@@ -179,6 +192,17 @@ export interface Expectation {
   output?: string;
   /** The weights the worker's last step produced (the chain across steps). */
   weights?: string;
+  /** The section's global layer range the worker was assigned. */
+  stage?: [number, number];
+  /** A backward: the hash of the input its forward was sent. */
+  from?: string;
+  /** A decoding step: the hash of the positions (and key mask) it was sent. */
+  aux?: string;
+  /** A decoding step's session. */
+  session?: string;
+  /** A step: the learning rate and clipping scale it was told. */
+  lr?: number;
+  scale?: number;
 }
 
 /**
@@ -200,4 +224,12 @@ export function checkRecord(record: WorkRecord, publicKey: Uint8Array, expect: E
   if (expect.input !== undefined && record.input !== expect.input) fail('names an input other than the one it was sent');
   if (expect.output !== undefined && record.output !== expect.output) fail('names an output other than the one it returned');
   if (expect.weights !== undefined && record.weights !== expect.weights) fail('names weights other than its last step produced');
+  if (expect.stage !== undefined && (record.stage[0] !== expect.stage[0] || record.stage[1] !== expect.stage[1])) {
+    fail(`is about layers [${record.stage}) while the worker holds [${expect.stage})`);
+  }
+  if (expect.from !== undefined && record.from !== expect.from) fail('differentiates a forward input other than the one it was sent');
+  if (expect.aux !== undefined && record.aux !== expect.aux) fail('names positions other than the ones it was sent');
+  if (expect.session !== undefined && record.session !== expect.session) fail('names another session');
+  if (expect.lr !== undefined && record.lr !== expect.lr) fail(`stepped at lr ${record.lr}, not the ${expect.lr} it was told`);
+  if (expect.scale !== undefined && record.scale !== expect.scale) fail(`scaled its gradients by ${record.scale}, not the ${expect.scale} it was told`);
 }

@@ -1,5 +1,6 @@
+import { createHash } from 'node:crypto';
 import { InvalidArgumentError } from '../errors.ts';
-import { type CausalLM, configFromHF, createModel, KVCache } from '../models/index.ts';
+import { type CausalLM, configFromHF, createModel, KVCache, partBytes } from '../models/index.ts';
 import { StageExecutor } from '../pipeline/index.ts';
 import { noGrad, type Tensor, withBackend } from '../tensor/index.ts';
 import { agree } from './compare.ts';
@@ -24,15 +25,29 @@ export interface Bundle {
   output?: Tensor;
   grads?: Map<string, Tensor>;
   moments?: Map<string, { moments: Tensor; step: number }>;
+  /** A backward's contribution to the gradients as the worker computed it (ort: compared within tolerance). */
+  contribution?: Map<string, Tensor>;
   /** A decoding step: every step of its session up to it, in order (the KV cache is rebuilt from them). */
   history?: { input: Tensor; positions: Tensor; keyMask: Tensor | null }[];
-  /** The hashes of those inputs as the user sent them: the worker cannot swap its session's past. */
+  /** The hashes of those steps as the user sent them (`sessionStepHash`): the worker cannot swap its session's past. */
   sent?: string[];
+}
+
+/** One decoding step as its record names it: the hash of its input and of its positions (and key mask), together. */
+export function sessionStepHash(input: string, aux: string): string {
+  return createHash('sha256').update(`${input}:${aux}`).digest('hex');
+}
+
+/** The hash of a step's positions and key mask, as a decoding record's `aux` names it. */
+export function auxHash(positions: Tensor, keyMask: Tensor | null): string {
+  return hashTensors(keyMask ? [positions, keyMask] : [positions]);
 }
 
 export interface Verdict {
   /** Whether the record is what re-running it gives. */
   ok: boolean;
+  /** Re-running could not be done (a bad config, a bug): no evidence either way, and no score moves. */
+  inconclusive?: boolean;
   /** Why not, for a person (and the evidence a slashing keeps). */
   reason: string;
   /** The output hash re-execution gave (bitwise on js). */
@@ -54,7 +69,7 @@ export function reexecute(record: WorkRecord, bundle: Bundle): Verdict {
   try {
     return backend === 'js' ? withBackend('js', run) : run();
   } catch (err) {
-    return fail(`re-execution failed: ${(err as Error).message}`);
+    return { ok: false, inconclusive: true, reason: `re-execution could not run: ${(err as Error).message}` };
   }
 }
 
@@ -67,8 +82,10 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
   model.loadStateDict(bundle.weights);
   if (record.kind === 'decode') return reexecuteDecode(record, bundle, model, backend);
   const captured: Map<string, Tensor>[] = [];
+  // a step re-runs with the optimizer the worker's record names
+  const optimizer = record.kind === 'step' ? { lr: record.lr ?? bundle.optimizer.lr, weightDecay: record.weightDecay } : bundle.optimizer;
   const executor = new StageExecutor(model.layers, config.maxPositions, {
-    ...bundle.optimizer,
+    ...optimizer,
     onContribution: (_micro, c) => captured.push(new Map([...c].map(([n, t]) => [n, t.clone()]))),
   });
   if (weightsHash(executor) !== record.weights) return fail('the weights it kept are not the weights its record names');
@@ -88,15 +105,26 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
       const y = executor.forward(0, input);
       return compare(y, record.output, 'output') ?? pass(record.output);
     }
+    if (record.from !== undefined && hashTensors([input]) !== record.from) return fail('the forward input it kept is not the one its record names');
     const grad = bundle.grad;
     if (!grad || hashTensors([grad]) !== record.input) return fail('the gradient it kept is not the one its record names');
     executor.forward(0, input);
     const gi = executor.backward(0, grad);
     const bad = gi ? compare(gi, record.output, 'input gradient') : record.output === '' ? null : fail('it names an input gradient of token ids');
     if (bad) return bad;
-    const contribution = gradsHash(executor, captured[0] ?? new Map());
-    if (contribution !== record.grads) return fail('its parameters\' gradients are not what the backward gives', contribution);
-    return pass(record.output);
+    const mine = captured[0] ?? new Map<string, Tensor>();
+    const contribution = gradsHash(executor, mine);
+    if (contribution === record.grads) return pass(record.output);
+    // on ort: the worker's own contribution, hashing as its record says, within tolerance of ours
+    const theirs = bundle.contribution;
+    if (backend === 'ort' && theirs && gradsHash(executor, theirs) === record.grads) {
+      const close = [...executor.named.keys()].every((n) => {
+        const [a, b] = [mine.get(n), theirs.get(n)];
+        return (!a && !b) || (a !== undefined && b !== undefined && agree('ort', a.data as Float32Array, b.data as Float32Array));
+      });
+      if (close) return pass(record.output);
+    }
+    return fail('its parameters\' gradients are not what the backward gives', contribution);
   }
   if (record.kind === 'step') {
     const { grads, moments } = bundle;
@@ -125,10 +153,15 @@ function reexecuteDecode(record: WorkRecord, bundle: Bundle, model: CausalLM, ba
   if (checkpointHash(model) !== record.weights) return fail('the weights it kept are not the weights its record names');
   const history = bundle.history ?? [];
   if (history.length === 0) return fail('the bundle has no inputs');
-  if (bundle.sent && (bundle.sent.length !== history.length || history.some((h, i) => hashTensors([h.input]) !== bundle.sent![i]))) {
+  const stepHash = (h: (typeof history)[number]) => sessionStepHash(hashTensors([h.input]), auxHash(h.positions, h.keyMask));
+  if (bundle.sent && (bundle.sent.length !== history.length || history.some((h, i) => stepHash(h) !== bundle.sent![i]))) {
     return fail('the inputs it kept are not the ones its session was sent');
   }
-  if (hashTensors([history.at(-1)!.input]) !== record.input) return fail('the input it kept is not the input its record names');
+  const last = history.at(-1)!;
+  if (hashTensors([last.input]) !== record.input) return fail('the input it kept is not the input its record names');
+  if (record.aux !== undefined && auxHash(last.positions, last.keyMask) !== record.aux) {
+    return fail('the positions it kept are not the ones its record names');
+  }
   const cache = new KVCache(model.config.layers);
   let y: Tensor | null = null;
   for (const h of history) y = noGrad(() => model.forward(h.input, { cache, positions: h.positions, keyMask: h.keyMask }));
@@ -138,4 +171,16 @@ function reexecuteDecode(record: WorkRecord, bundle: Bundle, model: CausalLM, ba
     return pass(record.output);
   }
   return fail('its output is not what the computation gives', h);
+}
+
+/**
+ * The most bytes a bundle for a record of `range` may hold: its weights, AdamW's two moments
+ * and the gradients (a step), a session's inputs and outputs up to the model's context, and
+ * room for activations. A worker that sends more is refused before the validator holds it.
+ */
+export function maxBundleBytes(hfConfig: Record<string, unknown>, range: [number, number]): number {
+  const config = configFromHF(hfConfig);
+  const weights = partBytes(config, range);
+  const perToken = 4 * Math.max(config.hidden, config.vocabSize);
+  return 5 * weights + 4 * config.maxPositions * perToken * 64 + 64 * 2 ** 20;
 }

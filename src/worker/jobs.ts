@@ -32,6 +32,8 @@ export interface Loading {
   reused: number;
   upstream?: string;
   range: [number, number];
+  /** The sha256 of the config it was given (as JSON): its records name it. */
+  configHash: string;
 }
 
 /** A section being trained on this worker. */
@@ -43,8 +45,10 @@ export interface Training {
   recompute: boolean;
   /** Its signed records and what re-running them needs. */
   records: TrainingRecords;
-  /** The hash of the last backward's contribution to the gradients (for its record). */
-  contribution: () => string;
+  /** The last backward's contribution to the gradients: its hash (for its record), and on ort the tensors. */
+  contribution: () => { hash: string; tensors: Map<string, Tensor> | null };
+  /** Each micro-batch's forward input until its backward: its hash (the backward record names it) and, when kept, the tensor. */
+  forwardInputs: Map<number, { hash: string; tensor: Tensor | null }>;
 }
 
 /** An inference session: its KV cache and the bytes the budget counts for it. */
@@ -54,7 +58,7 @@ export interface Session {
   /** Bytes the budget counts for it: its KV cache and the inputs it keeps. */
   kvBytes: number;
   /** Each step's inputs and record: what re-running a decoding step needs (the cache is rebuilt from them). */
-  history: { input: Tensor; positions: Tensor; keyMask: Tensor | null; record: WorkRecord }[];
+  history: { input: Tensor; positions: Tensor; keyMask: Tensor | null; record: WorkRecord; output?: Tensor }[];
 }
 
 /** A built section, its inference sessions (each with a KV cache) and its training state. */
@@ -62,6 +66,8 @@ export interface Section {
   model: CausalLM;
   /** Its global layer range [start, end): what its records name. */
   range: [number, number];
+  /** The sha256 of the config it was built from (as JSON): its records name it. */
+  configHash: string;
   /** The hash of its weights for decoding records (a section that trains hashes through its records). */
   weightsHash?: string;
   /** Decoding records signed so far. */
@@ -76,6 +82,8 @@ export interface JobEntry {
   owner: string;
   /** Peers the owner allowed to send this job's gradients (its replicas, the other holder of a tied head). */
   delegates: Set<string>;
+  /** Peers (validators) the owner allowed to fetch what re-running this job's records needs; nothing else. */
+  verifiers: Set<string>;
   /** The previous stage of the job's chain, allowed to pass activations on (set once the section is built). */
   upstream?: string;
   /** Every section of the job, as its owner announced it: the only peers this worker dials for the job. */
@@ -105,18 +113,22 @@ export class JobTable {
       return existing;
     }
     if (this.jobs.size >= MAX_JOBS_PER_WORKER) throw new InvalidArgumentError(`this worker already holds ${MAX_JOBS_PER_WORKER} jobs`);
-    const entry: JobEntry = { jobId: id, owner: from.toString(), delegates: new Set(), assignment: [], openedAt: Date.now() };
+    const entry: JobEntry = {
+      jobId: id, owner: from.toString(), delegates: new Set(), verifiers: new Set(), assignment: [], openedAt: Date.now(),
+    };
     this.jobs.set(id, entry);
     return entry;
   }
 
   /** The job, if `from` owns it (or, with `delegates`, was allowed by its owner); a typed error otherwise. */
-  authorize(jobId: unknown, from: PeerId, options: { delegates?: boolean } = {}): JobEntry {
+  authorize(jobId: unknown, from: PeerId, options: { delegates?: boolean; verifiers?: boolean } = {}): JobEntry {
     const id = parseJobId(jobId);
     const entry = this.jobs.get(id);
     if (!entry) throw new InvalidMessageError(`no job ${id} on this worker`);
     const who = from.toString();
-    if (entry.owner !== who && !(options.delegates && (entry.delegates.has(who) || entry.upstream === who))) {
+    const delegated = options.delegates === true && (entry.delegates.has(who) || entry.upstream === who);
+    const verifier = options.verifiers === true && entry.verifiers.has(who);
+    if (entry.owner !== who && !delegated && !verifier) {
       throw new UnauthorizedError(`only the owner of job ${id} may drive it`);
     }
     return entry;

@@ -9,6 +9,14 @@ export interface KeptComputation {
   input?: Tensor;
   grad?: Tensor;
   output?: Tensor;
+  /** A backward's contribution to the gradients (kept on ort only, to be compared within tolerance). */
+  contribution?: Map<string, Tensor>;
+}
+
+function bytesOf(c: KeptComputation): number {
+  let n = 0;
+  for (const t of [c.input, c.grad, c.output, ...(c.contribution?.values() ?? [])]) if (t) n += 4 * t.size;
+  return n;
 }
 
 /** The state a step started from, kept until the next step: what re-running a step record needs. */
@@ -40,8 +48,12 @@ export class TrainingRecords {
     private readonly signer: RecordSigner,
     readonly backend: string,
     private readonly executor: StageExecutor,
-    /** Whether steps keep the state they started from (verification on: counted in the budget). */
+    /** Whether computations keep what re-running them needs, and steps the state they started from (verification on). */
     readonly keepState: boolean,
+    /** The sha256 of the section's config, and the optimizer's weight decay: records name them. */
+    private readonly setup: { config: string; weightDecay?: number },
+    /** Bytes of kept inputs added (or, negative, freed): counted against the worker's budget. */
+    private readonly account: (bytes: number) => void = () => {},
   ) {}
 
   /** The hash of the weights as they are now (cached until they change). */
@@ -56,12 +68,23 @@ export class TrainingRecords {
   }
 
   sign(fields: Omit<WorkFields, 'peer' | 'job' | 'stage' | 'backend' | 'seq' | 'step'> & { step?: number }): WorkRecord {
-    const base = { job: this.jobId, stage: this.range, backend: this.backend, seq: this.seq++, step: this.step };
+    const base = { job: this.jobId, stage: this.range, backend: this.backend, seq: this.seq++, step: this.step, config: this.setup.config };
     return signRecord({ ...base, ...fields }, this.signer);
   }
 
+  /** Keeps what re-running a computation needs (only with verification on), counted against the budget. */
   keep(c: KeptComputation): void {
-    this.kept.set(keyOf(c.record.kind, c.record.step, c.record.micro), c);
+    if (!this.keepState) return;
+    const key = keyOf(c.record.kind, c.record.step, c.record.micro);
+    this.account(bytesOf(c) - (this.kept.has(key) ? bytesOf(this.kept.get(key)!) : 0));
+    this.kept.set(key, c);
+  }
+
+  private drop(key: string): void {
+    const c = this.kept.get(key);
+    if (!c) return;
+    this.kept.delete(key);
+    this.account(-bytesOf(c));
   }
 
   /** The kept computation of a record (a typed error once it left the window). */
@@ -107,17 +130,24 @@ export class TrainingRecords {
       for (const p of ex.named.values()) p.grad = null;
     }
     this.weights = null;
-    const record = this.sign({ kind: 'step', micro: 0, input, output: this.weightsHash(), weights, state, after: optimizerHash(ex), scale, lr });
+    const wd = this.setup.weightDecay === undefined ? {} : { weightDecay: this.setup.weightDecay };
+    const record = this.sign({ kind: 'step', micro: 0, input, output: this.weightsHash(), weights, state, after: optimizerHash(ex), scale, lr, ...wd });
     this.keep({ record });
     // the window: this step's computations and the step record stay; older ones go
-    for (const [k, c] of this.kept) if (c.record.step < this.step) this.kept.delete(k);
+    for (const [k, c] of [...this.kept]) if (c.record.step < this.step) this.drop(k);
     this.step++;
     return record;
   }
 
+  /** Forgets everything kept (the job ends). */
+  clear(): void {
+    for (const k of [...this.kept.keys()]) this.drop(k);
+    this.snapshot = null;
+  }
+
   /** Forgets computations of a step that failed (its records are void). */
   dropStep(): void {
-    for (const [k, c] of this.kept) if (c.record.step === this.step && c.record.kind !== 'step') this.kept.delete(k);
+    for (const [k, c] of [...this.kept]) if (c.record.step === this.step && c.record.kind !== 'step') this.drop(k);
   }
 }
 

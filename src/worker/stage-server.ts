@@ -121,7 +121,8 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
       const handler = handlerOf(envelope.type);
       const max = handler.maxTensors ?? 0;
       if (envelope.tensors > max) throw new InvalidMessageError(`${envelope.type} carries at most ${max} tensors, the request announces ${envelope.tensors}`);
-      return { handler, job: jobs.authorize(envelope.jobId, from, { delegates: handler.delegates === true }) };
+      const job = jobs.authorize(envelope.jobId, from, { delegates: handler.delegates === true, verifiers: handler.verifiers === true });
+      return { handler, job };
     } catch (err) {
       return err as Error;
     }

@@ -41,6 +41,7 @@ function pieces(records: TrainingRecords, kept: KeptComputation): Map<string, { 
   add('input', kept.input);
   add('grad', kept.grad);
   add('output', kept.output);
+  for (const [n, t] of kept.contribution ?? []) add('contribution', t, n);
   return out;
 }
 
@@ -62,6 +63,8 @@ function decodeBundle(job: JobEntry, sessionId: string, step: number): { record:
     add('positions', h.positions, String(i));
     if (h.keyMask) add('mask', h.keyMask, String(i));
   });
+  const output = session.history[upTo].output;
+  if (output) add('output', output, '');
   return { record: session.history[upTo].record, parts };
 }
 
@@ -72,7 +75,7 @@ function decodeBundle(job: JobEntry, sessionId: string, step: number): { record:
  */
 export const auditHandlers: Record<string, StageHandler> = {
   'audit-index': {
-    delegates: true,
+    verifiers: true,
     run: ({ body, job }) => {
       const { kind, step, micro, session } = parseAudit(body, false);
       if (kind === 'decode') {
@@ -85,7 +88,7 @@ export const auditHandlers: Record<string, StageHandler> = {
     },
   },
   'audit-part': {
-    delegates: true,
+    verifiers: true,
     run: ({ body, job }) => {
       const { kind, step, micro, part, name, session } = parseAudit(body, true);
       const all = kind === 'decode' ? decodeBundle(job, session!, step).parts : pieces(trainingOf(job).records, keptOf(trainingOf(job).records, kind, step, micro));

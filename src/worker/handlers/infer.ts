@@ -5,7 +5,7 @@ import {
   STAGE_PROTOCOL, toWire,
 } from '../../p2p/index.ts';
 import { getBackend, noGrad } from '../../tensor/index.ts';
-import { checkpointHash, hashTensors, signRecord } from '../../verify/index.ts';
+import { auxHash, checkpointHash, hashTensors, signRecord } from '../../verify/index.ts';
 import { control, NONE, sectionOf, type StageHandler } from './types.ts';
 
 /**
@@ -60,9 +60,15 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const weights = (section.weightsHash ??= checkpointHash(section.model));
       const record = signRecord({
         job: job.jobId, step: position, micro: 0, stage: section.range, kind: 'decode', session: request.sessionId, input: hashTensors([input]),
+        aux: auxHash(positions, keyMask ?? null), config: section.configHash,
         output: hashTensors([out]), weights, backend: getBackend().name, seq: (section.seq = (section.seq ?? 0) + 1),
       }, signer);
-      session.history.push({ input, positions, keyMask: keyMask ?? null, record });
+      // on ort its output is kept too (and counted): a verifier compares within tolerance, not by hash
+      if (record.backend !== 'js') {
+        memory.add(job.jobId, 'kv-cache', 4 * out.size, `the outputs kept for re-running session ${request.sessionId}`);
+        session.kvBytes += 4 * out.size;
+      }
+      session.history.push({ input, positions, keyMask: keyMask ?? null, record, ...(record.backend === 'js' ? {} : { output: out }) });
       if (!request.replyTo) return { kind: 'tensor', tensor: out, record };
       const records = [...request.records, record];
       if (next) {

@@ -1,7 +1,7 @@
 import { InvalidMessageError, UnauthorizedError } from '../../errors.ts';
 import { configFromHF, createModel, partBytes, sectionParts } from '../../models/index.ts';
 import {
-  CHUNK_BYTES, expectTensors, parseAssign, parseChunk, parseLoad, parseManifest, type StageAssignment, type WeightEntry,
+  CHUNK_BYTES, expectTensors, parseAssign, parseChunk, parseLoad, parseManifest, sha256, type StageAssignment, type WeightEntry,
 } from '../../p2p/index.ts';
 import type { Tensor } from '../../tensor/index.ts';
 import type { ChunkPlace, JobEntry, Loading } from '../jobs.ts';
@@ -35,9 +35,9 @@ export const loadHandlers: Record<string, StageHandler> = {
       }
       job.assignment = request.assignment;
       const targets = model.hfStateDict();
-      for (const v of request.verifiers) job.delegates.add(v);
+      for (const v of request.verifiers) job.verifiers.add(v);
       job.loading = { model, targets, listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream,
-        range: request.section };
+        range: request.section, configHash: sha256(new TextEncoder().encode(JSON.stringify(request.config))) };
       bindToStream();
       return control('loading', { weights: targets.size });
     },
@@ -112,7 +112,7 @@ export const loadHandlers: Record<string, StageHandler> = {
         throw new InvalidMessageError(`${loading.waiting.size} chunks of the section have not arrived (the first: ${first.slice(0, 12)}…)`);
       }
       job.loading = undefined;
-      job.section = { model: loading.model, range: loading.range, sessions: new Map() };
+      job.section = { model: loading.model, range: loading.range, configHash: loading.configHash, sessions: new Map() };
       // the previous stage of a chain may pass activations on for this job
       job.upstream = loading.upstream;
       return control('loaded', { params: loading.model.numParameters(), received: loading.received, reused: loading.reused });

@@ -51,19 +51,24 @@ export const trainingHandlers: Record<string, StageHandler> = {
           : 'training this section (gradients and AdamW\'s two moments)',
       );
       for (const p of request.peers) job.delegates.add(p);
-      // each backward's contribution is hashed into its record (and a cheating worker alters it first)
-      let contribution = '';
+      // each backward's contribution is hashed into its record (and a cheating worker alters it first); on
+      // ort it is kept too, for a verifier to compare within tolerance
+      const backend = getBackend().name;
+      let contribution = { hash: '', tensors: null as Map<string, Tensor> | null };
       const executor: StageExecutor = new StageExecutor(section.model.layers, section.model.config.maxPositions, {
         ...request,
         onContribution: (_micro, c) => {
           fault?.contribution(c);
-          contribution = gradsHash(executor, c);
+          const tensors = request.keepState && backend !== 'js' ? new Map([...c].map(([n, t]) => [n, t.clone()])) : null;
+          contribution = { hash: gradsHash(executor, c), tensors };
         },
       });
-      const records = new TrainingRecords(job.jobId, section.range, signer, getBackend().name, executor, request.keepState);
+      const account = (delta: number) => memory.add(job.jobId, 'snapshot', delta, 'inputs kept for re-running records');
+      const setup = { config: section.configHash, ...(request.weightDecay === undefined ? {} : { weightDecay: request.weightDecay }) };
+      const records = new TrainingRecords(job.jobId, section.range, signer, backend, executor, request.keepState, setup, account);
       section.training = {
         executor, exchange: new GradientExchange(), kept: new Map(), recompute: request.recompute, records,
-        contribution: () => contribution,
+        contribution: () => contribution, forwardInputs: new Map(),
       };
       return control('train-ready', { names: [...executor.named.keys()] });
     },
@@ -82,7 +87,8 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const tensor = fault ? fault.output('forward', honest, input) : honest;
       const { records } = training;
       const record = records.sign({ kind: 'forward', micro, input: hashTensors([input]), output: hashTensors([tensor]), weights: records.weightsHash() });
-      records.keep({ record, input: input.clone(), ...(record.backend === 'js' ? {} : { output: tensor }) });
+      training.forwardInputs.set(micro, { hash: record.input, tensor: records.keepState ? input.clone() : null });
+      records.keep({ record, input: training.forwardInputs.get(micro)!.tensor!, ...(record.backend === 'js' ? {} : { output: tensor }) });
       work.trainForwards++;
       work.trainTokens += input.shape[0] * input.shape[1];
       return { kind: 'tensor', tensor, record };
@@ -94,17 +100,21 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const training = trainingOf(r.job);
       const micro = parseMicro(r.body);
       const { records } = training;
-      const forward = records.find('forward', records.step, micro);
+      const forward = training.forwardInputs.get(micro);
+      if (!forward) throw new InvalidMessageError(`backward of micro-batch ${micro} before its forward`);
       const grad = one(r);
       const honest = training.executor.backward(micro, grad);
       const g: Tensor | null = honest && fault ? fault.output('backward', honest, grad) : honest;
       memory.add(r.job.jobId, 'activations', -(training.kept.get(micro) ?? 0), 'a backward');
       training.kept.delete(micro);
+      training.forwardInputs.delete(micro);
+      const { hash, tensors } = training.contribution();
       const record = records.sign({
-        kind: 'backward', micro, input: hashTensors([grad]), output: g ? hashTensors([g]) : '', grads: training.contribution(),
+        kind: 'backward', micro, input: hashTensors([grad]), output: g ? hashTensors([g]) : '', grads: hash, from: forward.hash,
         weights: records.weightsHash(),
       });
-      records.keep({ record, input: forward.input, grad, ...(g && record.backend !== 'js' ? { output: g } : {}) });
+      const ort = record.backend !== 'js' ? { ...(g ? { output: g } : {}), ...(tensors ? { contribution: tensors } : {}) } : {};
+      records.keep({ record, input: forward.tensor!, grad, ...ort });
       work.trainBackwards++;
       return g ? { kind: 'tensor', tensor: g, record } : control('no-input-gradient', { record });
     },
@@ -183,9 +193,10 @@ export const trainingHandlers: Record<string, StageHandler> = {
   },
   'train-reset': {
     run: ({ job }, { memory }) => {
-      const { executor, exchange, kept, records } = trainingOf(job);
+      const { executor, exchange, kept, records, forwardInputs } = trainingOf(job);
       executor.reset();
       records.dropStep();
+      forwardInputs.clear();
       exchange.clear();
       kept.clear();
       memory.hold(job.jobId, 'activations', 0, 'a reset');

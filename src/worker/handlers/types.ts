@@ -45,6 +45,8 @@ export type StageReply = { kind: 'tensor'; tensor: Tensor; record?: WorkRecord }
 export interface StageHandler {
   /** Whether peers the owner delegated (the previous stage of a chain, a replica) may send it; otherwise the owner only. */
   delegates?: boolean;
+  /** Whether the job's verifiers (validators the owner named at load) may send it; nobody else but the owner. */
+  verifiers?: boolean;
   /** Tensor frames the request may carry (default 0); a header announcing more is refused before any arrives. */
   maxTensors?: number;
   run(request: StageRequest, context: StageContext): Promise<StageReply> | StageReply;

@@ -47,7 +47,7 @@ export const TRAINING_REQUESTS = [
   'train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'moment-steps', 'moments', 'set-moments', 'train-reset',
 ] as const;
 export const AUDIT_REQUESTS = ['audit-index', 'audit-part'] as const;
-export const AUDIT_PARTS = ['weight', 'input', 'grad', 'output', 'grads', 'moments', 'positions', 'mask'] as const;
+export const AUDIT_PARTS = ['weight', 'input', 'grad', 'output', 'grads', 'moments', 'positions', 'mask', 'contribution'] as const;
 export type AuditPart = (typeof AUDIT_PARTS)[number];
 export type StageRequestType
   = | (typeof LOAD_REQUESTS)[number]
