@@ -57,6 +57,12 @@ function deferred<T>(): Deferred<T> {
  */
 export class PipelineTrainer {
   stepCount = 0;
+  /**
+   * Runs after a step's last backward and before its flush (reductions, clipping, optimizer
+   * steps); a rejection fails the step as a failed stage does. A verifier settles the previous
+   * step's checks here, while the workers still keep what re-running them needs.
+   */
+  beforeFlush: (() => Promise<void>) | null = null;
   private readonly lambda: LrLambda;
   private readonly groups: { names: string[]; holders: StageHandle[] }[];
   /** Every parameter name once, in stage order: the model's order. */
@@ -163,6 +169,13 @@ export class PipelineTrainer {
     };
     const loops = this.stages.flatMap((stage, s) => stage.replicas.map((_, j) => run(s, j).catch((err: unknown) => failAll(err))));
     await Promise.all(loops);
+    if (!failed && this.beforeFlush) {
+      try {
+        await this.beforeFlush();
+      } catch (err) {
+        failed = err;
+      }
+    }
     if (failed) {
       await Promise.all(this.stages.flatMap((st) => st.replicas.map((h) => h.reset().catch(() => {}))));
       throw failed;

@@ -1,7 +1,7 @@
 import { VerificationError } from '../errors.ts';
 import type { TrainingBatch } from '../models/index.ts';
 import type { PipelineStage, PipelineStepResult, PipelineTrainer } from '../pipeline/index.ts';
-import type { JobVerifier, VerificationSummary } from './verifier.ts';
+import type { AuditVerdict, JobVerifier, VerificationSummary } from './verifier.ts';
 
 /** A step's result with what verification did so far in the job. */
 export interface JobStepResult extends PipelineStepResult {
@@ -25,13 +25,31 @@ export class JobTrainer {
   private resumed = false;
   /** A rollback that failed part way: the job is in no known state, and says so on every later step. */
   private broken: Error | null = null;
+  /** The re-runs of the last step's sampled records, under way while the next step computes. */
+  private pending: Promise<AuditVerdict[]> | null = null;
 
   constructor(
     private inner: PipelineTrainer,
     private readonly verifier: JobVerifier,
     /** Re-plans and reloads the job on trusted workers, restores the user's ends, and returns a fresh pipeline. */
     private readonly restart: () => Promise<PipelineTrainer>,
-  ) {}
+  ) {
+    this.watch(inner);
+  }
+
+  /** The pipeline settles the last step's re-runs before its flush: the workers keep what they need until then. */
+  private watch(pipeline: PipelineTrainer): void {
+    pipeline.beforeFlush = async () => {
+      const failed = await this.takePending();
+      if (failed.length > 0) throw new CaughtError(failed);
+    };
+  }
+
+  private async takePending(): Promise<AuditVerdict[]> {
+    const pending = this.pending;
+    this.pending = null;
+    return pending ? await pending : [];
+  }
 
   get stepCount(): number {
     return this.inner.stepCount;
@@ -55,25 +73,56 @@ export class JobTrainer {
     this.resumed = true;
   }
 
+  /**
+   * One step. The records it sampled are re-run by the validator while the next step
+   * computes, and settled before that step's flush (or by `settle`); a failure found then
+   * rolls the job back and replays every step so far, this one included.
+   */
   async step(batch: TrainingBatch): Promise<JobStepResult> {
     if (this.broken) throw new VerificationError(`this job could not be rolled back and is in no known state: ${this.broken.message}`, { cause: this.broken });
     let result: PipelineStepResult;
     try {
       result = await this.inner.step(batch);
     } catch (err) {
-      this.verifier.discardSampled();
-      throw err;
+      if (!(err instanceof CaughtError)) {
+        this.verifier.discardSampled();
+        await this.takePending().catch(() => []);
+        throw err;
+      }
+      this.batches.push(batch);
+      result = await this.rollback(err.failed);
+      return this.answer(result);
     }
     this.batches.push(batch);
-    let failed = await this.verifier.auditSampled();
-    while (failed.length > 0) {
-      if (this.resumed) {
-        throw new VerificationError(`${failed.map((f) => f.peer).join(', ')} failed re-execution in a resumed job: resume again from the checkpoint without them`, {
-          details: { flagged: failed.map((f) => f.peer) },
-        });
-      }
-      try {
+    this.pending = this.verifier.auditSampled();
+    this.pending.catch(() => {}); // awaited before the next flush or by settle()
+    return this.answer(result);
+  }
+
+  /** Waits for the last step's re-runs; if one failed, rolls back and replays. What verification did, as of now. */
+  async settle(): Promise<VerificationSummary> {
+    const failed = await this.takePending();
+    if (failed.length > 0) await this.rollback(failed);
+    return this.verification;
+  }
+
+  private answer(result: PipelineStepResult): JobStepResult {
+    return { ...result, verification: { ...this.verifier.summary, flagged: [...this.verifier.summary.flagged] } };
+  }
+
+  /** Plans the job again on trusted workers and replays every step so far, until a replay passes its checks. */
+  private async rollback(failed: AuditVerdict[]): Promise<PipelineStepResult> {
+    let result: PipelineStepResult | null = null;
+    try {
+      while (failed.length > 0) {
+        if (this.resumed) {
+          throw new VerificationError(`${failed.map((f) => f.peer).join(', ')} failed re-execution in a resumed job: resume again from the checkpoint without them`, {
+            details: { flagged: failed.map((f) => f.peer) },
+          });
+        }
+        this.verifier.discardSampled();
         this.inner = await this.restart();
+        this.inner.beforeFlush = null; // a replay settles each step's checks at once
         failed = [];
         for (const b of this.batches) {
           result = await this.inner.step(b);
@@ -81,12 +130,20 @@ export class JobTrainer {
           failed = await this.verifier.auditSampled();
           if (failed.length > 0) break;
         }
-      } catch (err) {
-        this.verifier.discardSampled();
-        this.broken = err as Error;
-        throw err;
       }
+    } catch (err) {
+      this.verifier.discardSampled();
+      this.broken = err as Error;
+      throw err;
     }
-    return { ...result, verification: { ...this.verifier.summary, flagged: [...this.verifier.summary.flagged] } };
+    this.watch(this.inner);
+    return result!;
+  }
+}
+
+/** The last step's re-runs found a worker out: the step under way stops before its flush. */
+class CaughtError extends Error {
+  constructor(readonly failed: AuditVerdict[]) {
+    super(`${failed.map((f) => f.peer).join(', ')} failed re-execution`);
   }
 }

@@ -59,6 +59,8 @@ export interface DistributedModel {
   save(dir: string, options?: { maxShardBytes?: number }): Promise<string[]>;
   /** What verification has done in this job so far: records re-run, failures, workers caught, steps replayed. */
   readonly verification: VerificationSummary | null;
+  /** Waits for the checks still under way (the last training step's re-runs, a rollback they call for); the summary then. */
+  settle(): Promise<VerificationSummary | null>;
   /** Ends the job: every worker frees its section, caches and training state. */
   close(): Promise<void>;
 }
@@ -115,6 +117,9 @@ export class DistributedJob implements DistributedModel {
     this.verifier = options.verifier ?? null;
     this.relocate = options.relocate ?? null;
   }
+
+  /** The trainer handed out, once trainer() ran: its last step's checks are settled before anything is read back. */
+  private jobTrainer: JobTrainer | null = null;
 
   /** Set once pull() wrote the workers' weights into the in-memory model the sections were loaded from. */
   private pulled = false;
@@ -250,6 +255,7 @@ export class DistributedJob implements DistributedModel {
    * session: the job is planned again on trusted workers and the session run again.
    */
   private async session<T>(run: (session: string) => Promise<T>, steps: (result: T) => number): Promise<T> {
+    await this.settle();
     for (;;) {
       const session = randomUUID();
       let result: T;
@@ -331,10 +337,17 @@ export class DistributedJob implements DistributedModel {
       return this.buildPipeline(o, verifier);
     };
     const pipeline = await this.buildPipeline(o, verifier);
-    return new JobTrainer(pipeline, verifier, async () => {
+    this.jobTrainer = new JobTrainer(pipeline, verifier, async () => {
       if (!this.relocate) throw new VerificationError('a worker was caught and this job cannot be planned again');
       return restart();
     });
+    return this.jobTrainer;
+  }
+
+  /** Settles the checks still under way (the last training step's re-runs): anything read from the workers after this is verified. */
+  async settle(): Promise<VerificationSummary | null> {
+    await this.jobTrainer?.settle();
+    return this.verification;
   }
 
   /** The user's own layers: the embedding, and the final norm with the head. */
@@ -384,6 +397,7 @@ export class DistributedJob implements DistributedModel {
 
   async optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>> {
     if (!this.pipeline) throw new InvalidArgumentError('this distributed model has no trainer yet: call trainer() first');
+    await this.settle();
     const out = new Map<string, { moments: Tensor; step: number }>();
     for (const h of this.pipeline.stages.flatMap((s) => s.replicas)) {
       for (const [n, s] of await h.optimizerState()) if (!out.has(n)) out.set(n, s);
@@ -398,6 +412,7 @@ export class DistributedJob implements DistributedModel {
    */
   async optimizerEntries(): Promise<{ name: string; shape: number[]; step: number; moments: () => Promise<Tensor> }[]> {
     if (!this.pipeline) throw new InvalidArgumentError('this distributed model has no trainer yet: call trainer() first');
+    await this.settle();
     const out: { name: string; shape: number[]; step: number; moments: () => Promise<Tensor> }[] = [];
     const seen = new Set<string>();
     const shapes = new Map<string, number[]>();
@@ -442,6 +457,7 @@ export class DistributedJob implements DistributedModel {
   async pull(): Promise<CausalLM> {
     const model = this.source.whole;
     if (!model) throw new InvalidArgumentError('the user holds only the ends of this model: write its weights with save(dir) instead of pulling them into memory');
+    await this.settle();
     // the model the job was distributed from now holds trained weights: a rollback can no longer reload its start from it
     this.pulled = true;
     for (const copies of this.sections) {
@@ -459,6 +475,7 @@ export class DistributedJob implements DistributedModel {
    * holder and written as it arrives, so the user never holds more than one weight.
    */
   async save(dir: string, options: { maxShardBytes?: number } = {}): Promise<string[]> {
+    await this.settle();
     const from = new Map<string, () => Promise<Tensor>>();
     const planned: { name: string; shape: number[] }[] = [];
     const add = (name: string, shape: readonly number[], get: () => Promise<Tensor>) => {
