@@ -28,6 +28,8 @@ export interface SessionContext {
 export class SessionSteps {
   /** The session's position: the first position of the next step. */
   private position = 0;
+  /** The weights each worker named in this session's first step. */
+  private readonly weights = new Map<string, string>();
   /** The hashes of the inputs sent to each worker in this session, in order. */
   private readonly sent = new Map<string, string[]>();
 
@@ -43,6 +45,10 @@ export class SessionSteps {
       job: this.ctx.jobId, peer: worker.peerId, kind: 'decode', step: this.position, micro: 0, input, ...(output === undefined ? {} : { output }),
       stage: [worker.start, worker.end], session: this.sessionId, aux,
     });
+    // a worker computes a whole session with the same weights
+    const weights = this.weights.get(worker.peerId);
+    if (weights !== undefined && weights !== record.weights) throw new VerificationError(`${worker.peerId} changed its weights in the middle of a session`);
+    this.weights.set(worker.peerId, record.weights);
     // what this worker was sent in this session, step by step: an audit's evidence that it cannot swap its past
     const list = this.sent.get(worker.peerId) ?? [];
     list.push(sessionStepHash(input, aux));
