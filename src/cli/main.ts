@@ -24,7 +24,7 @@ const HELP = `tensorlink: decentralized training and inference of neural network
 usage: tensorlink <command> [options]
 
 commands:
-  demo [--steps N --seed S --workers N --micro-batches M --schedule gpipe|1f1b --cheat KIND|none]
+  demo [--steps N --seed S --workers N --micro-batches M --schedule gpipe|1f1b --cheat KIND|none --verify-rate P]
       the main job on a local swarm: a validator and 3 honest workers and one that cheats (own
       processes) train a transformer, split across the workers, on 2-digit addition while the
       validator re-runs a sample of their signed computations; the cheater is caught and excluded;

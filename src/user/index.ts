@@ -8,5 +8,5 @@ export { modelFromCheckpoint, modelInMemory, type UserModel } from './user-model
 export { type JobStepResult, JobTrainer } from './job-trainer.ts';
 export { RedundantStage } from './redundant-stage.ts';
 export { RemoteTrainStage } from './remote-train.ts';
-export { DEFAULT_SAMPLE_RATE, JobVerifier, type VerificationSummary, type VerifyOptions } from './verifier.ts';
+export { DEFAULT_SAMPLE_RATE, JobVerifier, NEWCOMER_CHECKS, NEWCOMER_RATE, type VerificationSummary, type VerifyOptions } from './verifier.ts';
 export { ResultInbox } from './result-inbox.ts';

@@ -19,6 +19,15 @@ export interface VerifyOptions {
 /** Audits a user has in flight at its validator at once (each a control stream and a re-execution there). */
 export const AUDIT_CONCURRENCY = 4;
 
+/**
+ * Trust is earned: a worker that has not yet passed NEWCOMER_CHECKS re-runs in this job has
+ * its records sampled at NEWCOMER_RATE at least, so a cheater is caught within its first steps
+ * while honest workers soon drop to the job's own rate (a cheater on every computation with 4
+ * checkable records a step escapes a step at 0.2 with probability 0.8⁴ ≈ 0.41).
+ */
+export const NEWCOMER_CHECKS = 8;
+export const NEWCOMER_RATE = 0.2;
+
 /** The sample rate when none is given: about one record in twenty re-run. */
 export const DEFAULT_SAMPLE_RATE = 0.05;
 
@@ -54,6 +63,8 @@ export class JobVerifier {
   readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0 };
   /** Workers this job no longer trusts: flagged by the validator, or that did not hand over what they signed. */
   readonly excluded = new Set<string>();
+  /** Re-runs each worker has passed in this job. */
+  private readonly passed = new Map<string, number>();
 
   constructor(
     private readonly node: Libp2p,
@@ -77,7 +88,11 @@ export class JobVerifier {
 
   /** A checked record arrived: sampled for re-execution with the job's rate (`sent`: a decoding step's session steps so far). */
   observe(worker: PeerTarget, record: WorkRecord, sent?: () => string[]): void {
-    if (this.sampler.pick()) this.sampled.push({ worker, record, ...(sent ? { sent: sent() } : {}) });
+    if (this.sampler.rate === 0) return;
+    const newcomer = (this.passed.get(worker.peerId) ?? 0) < NEWCOMER_CHECKS;
+    if (this.sampler.pick(newcomer ? Math.max(this.sampler.rate, NEWCOMER_RATE) : this.sampler.rate)) {
+      this.sampled.push({ worker, record, ...(sent ? { sent: sent() } : {}) });
+    }
   }
 
   /** Asks the validator to re-run one record of `worker`; a failed check flags the worker. */
@@ -89,6 +104,7 @@ export class JobVerifier {
     if (answer.inconclusive === true) throw new VerificationError(`the validator could not re-run a record of ${worker.peerId}: ${reason}`);
     this.summary.checked++;
     const ok = answer.ok === true;
+    if (ok) this.passed.set(worker.peerId, (this.passed.get(worker.peerId) ?? 0) + 1);
     if (!ok) {
       // flagged by the validator, or (unavailable) it would not show what it signed: out of this job either way
       this.summary.failed++;

@@ -21,10 +21,10 @@ export class AuditSampler {
     this.rng = new Generator(seed);
   }
 
-  /** Whether to re-execute the next record. */
-  pick(): boolean {
-    if (this.rate === 0) return false;
-    return this.rng.uniform() < this.rate;
+  /** Whether to re-execute the next record (at `rate`, or the sampler's own). */
+  pick(rate = this.rate): boolean {
+    if (rate === 0) return false;
+    return this.rng.uniform() < rate;
   }
 }
 

@@ -2,9 +2,9 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { additionTask, taskBatch } from '../../data/index.ts';
 import { byteLevelTokenizerJson, createModel, evaluateExactMatch, gpt2Config, HFTokenizer } from '../../models/index.ts';
 import { parseStatsAnswer, request, traffic } from '../../p2p/index.ts';
-import { type DistributedModel, distribute, listWorkers } from '../../user/index.ts';
+import { type DistributedModel, distribute, listWorkers, NEWCOMER_CHECKS, NEWCOMER_RATE } from '../../user/index.ts';
 import { Generator, getBackend } from '../../tensor/index.ts';
-import { type Flags, intFlag, stringFlag, UsageError } from '../args.ts';
+import { type Flags, intFlag, stringFlag, UsageError, verifyFlags } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 import { startSwarm } from '../swarm.ts';
 import { FAULT_KINDS } from '../../worker/index.ts';
@@ -16,7 +16,12 @@ export const demoOptions = {
   'micro-batches': { type: 'string' },
   'schedule': { type: 'string' },
   'cheat': { type: 'string' },
+  'redundancy': { type: 'string' },
+  'verify-rate': { type: 'string' },
 } as const;
+
+/** The share of the workers' records the validator re-runs in the demo (`--verify-rate` sets another). */
+const DEMO_VERIFY_RATE = 0.01;
 
 const BATCH = 64;
 const LR = 6e-3;
@@ -54,6 +59,11 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
   if (schedule !== 'gpipe' && schedule !== '1f1b') throw new UsageError('--schedule must be gpipe or 1f1b');
   if (microBatches > BATCH) throw new UsageError(`--micro-batches must be at most the batch of ${BATCH}`);
   const cheat = stringFlag(flags, 'cheat') ?? 'noise';
+  // re-runs cost the validator a section's forward or backward each, and on a 2-core machine shared by six processes a
+  // step waits for them: the demo re-runs 1% of the records of workers that have passed their first checks (NEWCOMER_RATE
+  // before that, which catches a cheater within its first steps)
+  const verify = { ...verifyFlags(flags) };
+  verify.sampleRate ??= DEMO_VERIFY_RATE;
   if (cheat !== 'none' && !(FAULT_KINDS as readonly string[]).includes(cheat)) throw new UsageError(`--cheat must be none or one of ${FAULT_KINDS.join(', ')}`);
   const started = performance.now();
   out.info('TensorLink demo: a transformer split across a swarm of workers learns to add.\n');
@@ -68,7 +78,8 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
     const names = new Map(records.map((r, i) => [r.peerId, `worker ${String.fromCharCode(65 + i)}`]));
     const cheater = cheat === 'none' ? null : swarm.workers[workers].peerId;
     out.info(`  validator  ${short(swarm.validator.peerId)}  ${swarm.bootstrap.split('/p2p/')[0]}  bootstrap peer, registry of workers, planner's source, `
-      + 're-runs a sample of the workers\' signed computations');
+      + `re-runs a random ${100 * NEWCOMER_RATE}% of each worker's signed computations until it has passed ${NEWCOMER_CHECKS} checks, `
+      + `${100 * verify.sampleRate}% after`);
     for (const r of records) {
       const c = r.capabilities!;
       const note = r.peerId === cheater ? `  CHEATS: ${CHEATS[cheat] ?? cheat} (--fault ${cheat})` : '';
@@ -84,7 +95,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
     const task = additionTask({ seed, padded: true });
     out.info(`[2/5] the model: GPT-2 shaped, ${config.layers} blocks, 64 wide, ${thousands(model.numParameters())} parameters; the task: `
       + `2-digit sums written "07+38=045" (${thousands(task.train.length)} to learn from, ${task.test.length} held out)`);
-    dm = await distribute(node, swarm.bootstrap, model, { strategy: 'parameter-balanced' });
+    dm = await distribute(node, swarm.bootstrap, model, { strategy: 'parameter-balanced', verify });
     const job = dm;
     out.info('  plan (parameter-balanced: the largest section as small as it can be, so no worker waits on a bigger one):');
     for (const [i, a] of dm.assignment.entries()) {
