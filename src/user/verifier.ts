@@ -14,16 +14,23 @@ export interface VerifyOptions {
   sampleRate?: number;
   /** Seeds which records are sampled (default: random; workers cannot predict it either way). */
   seed?: number;
+  /**
+   * Trust earned: until a worker has passed `checks` re-runs in this job, its records are
+   * sampled at `rate` at least (default: off). Catches a cheater within its first steps; each
+   * re-run moves the section's weights to the validator, so keep it for small models.
+   */
+  newcomer?: { rate: number; checks: number };
 }
 
 /** Audits a user has in flight at its validator at once (each a control stream and a re-execution there). */
 export const AUDIT_CONCURRENCY = 4;
 
 /**
- * Trust is earned: a worker that has not yet passed NEWCOMER_CHECKS re-runs in this job has
- * its records sampled at NEWCOMER_RATE at least, so a cheater is caught within its first steps
- * while honest workers soon drop to the job's own rate (a cheater on every computation with 4
- * checkable records a step escapes a step at 0.2 with probability 0.8⁴ ≈ 0.41).
+ * The demo's trust rule (`VerifyOptions.newcomer`): a worker that has not yet passed
+ * NEWCOMER_CHECKS re-runs has its records sampled at NEWCOMER_RATE at least, so a cheater is
+ * caught within its first steps while honest workers soon drop to the job's own rate (a
+ * cheater on every computation with 4 checkable records a step escapes a step at 0.2 with
+ * probability 0.8⁴ ≈ 0.41).
  */
 export const NEWCOMER_CHECKS = 8;
 export const NEWCOMER_RATE = 0.2;
@@ -63,6 +70,7 @@ export class JobVerifier {
   readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0 };
   /** Workers this job no longer trusts: flagged by the validator, or that did not hand over what they signed. */
   readonly excluded = new Set<string>();
+  private readonly newcomer: { rate: number; checks: number } | undefined;
   /** Re-runs each worker has passed in this job. */
   private readonly passed = new Map<string, number>();
 
@@ -79,6 +87,7 @@ export class JobVerifier {
     if (!Number.isInteger(k) || k < 1) throw new InvalidArgumentError(`redundancy must be an integer ≥ 1, got ${k}`);
     this.redundancy = k;
     this.sampler = new AuditSampler(options.sampleRate ?? DEFAULT_SAMPLE_RATE, options.seed);
+    this.newcomer = options.newcomer;
   }
 
   /** Whether workers must keep the state each step started from (anything may be re-run). */
@@ -89,8 +98,8 @@ export class JobVerifier {
   /** A checked record arrived: sampled for re-execution with the job's rate (`sent`: a decoding step's session steps so far). */
   observe(worker: PeerTarget, record: WorkRecord, sent?: () => string[]): void {
     if (this.sampler.rate === 0) return;
-    const newcomer = (this.passed.get(worker.peerId) ?? 0) < NEWCOMER_CHECKS;
-    if (this.sampler.pick(newcomer ? Math.max(this.sampler.rate, NEWCOMER_RATE) : this.sampler.rate)) {
+    const newcomer = this.newcomer !== undefined && (this.passed.get(worker.peerId) ?? 0) < this.newcomer.checks;
+    if (this.sampler.pick(newcomer ? Math.max(this.sampler.rate, this.newcomer!.rate) : this.sampler.rate)) {
       this.sampled.push({ worker, record, ...(sent ? { sent: sent() } : {}) });
     }
   }

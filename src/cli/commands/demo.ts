@@ -62,7 +62,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
   // re-runs cost the validator a section's forward or backward each, and on a 2-core machine shared by six processes a
   // step waits for them: the demo re-runs 1% of the records of workers that have passed their first checks (NEWCOMER_RATE
   // before that, which catches a cheater within its first steps)
-  const verify = { ...verifyFlags(flags) };
+  const verify = { ...verifyFlags(flags), newcomer: { rate: NEWCOMER_RATE, checks: NEWCOMER_CHECKS } };
   verify.sampleRate ??= DEMO_VERIFY_RATE;
   if (cheat !== 'none' && !(FAULT_KINDS as readonly string[]).includes(cheat)) throw new UsageError(`--cheat must be none or one of ${FAULT_KINDS.join(', ')}`);
   const started = performance.now();
