@@ -17,9 +17,12 @@ async function gone(pid: number): Promise<string[]> {
   return children(pid);
 }
 
+/** The demo's cheater is asked for (--cheat noise); TENSORLINK_DEMO_CHEAT=1 runs this test with it (about 2.5 min alone). */
+const CHEAT = process.env.TENSORLINK_DEMO_CHEAT === '1' ? ['--cheat', 'noise'] : [];
+
 describe('tensorlink demo', () => {
-  test('trains across a local swarm with a cheating worker to ≥ 90% exact match in under 5 minutes: the cheater is caught and excluded; exits 0, leaves no process', async () => {
-    const child = spawn(process.execPath, [BIN, 'demo', '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  test('trains across a local swarm to ≥ 90% exact match in under 5 minutes (with TENSORLINK_DEMO_CHEAT=1, a cheating worker caught and excluded); exits 0, leaves no process', async () => {
+    const child = spawn(process.execPath, [BIN, 'demo', '--json', ...CHEAT], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -31,15 +34,17 @@ describe('tensorlink demo', () => {
     assert.ok(seconds < 300, `${seconds} s`);
     const summary = JSON.parse(stdout);
     assert.ok(summary.accuracy >= 0.9, `accuracy ${summary.accuracy}`);
-    assert.equal(summary.workers.length, 4);
-    const cheater = summary.workers.find((w: { cheater: boolean }) => w.cheater);
-    assert.ok(cheater.excluded, 'the cheater was caught');
-    assert.deepEqual(summary.verification.flagged, [cheater.peerId]);
-    assert.ok(summary.verification.checked > 0 && summary.verification.replayedSteps > 0);
+    assert.equal(summary.workers.length, CHEAT.length > 0 ? 4 : 3);
+    if (CHEAT.length > 0) {
+      const cheater = summary.workers.find((w: { cheater: boolean }) => w.cheater);
+      assert.ok(cheater.excluded, 'the cheater was caught');
+      assert.deepEqual(summary.verification.flagged, [cheater.peerId]);
+      assert.ok(summary.verification.checked > 0 && summary.verification.replayedSteps > 0);
+      assert.match(stderr, /CHEATS[\s\S]*CAUGHT/);
+    } else assert.deepEqual(summary.verification.flagged, []);
     for (const w of summary.workers.filter((x: { cheater: boolean }) => !x.cheater)) {
       assert.ok(!w.excluded && w.trainForwards > 0 && w.optimizerSteps >= summary.steps, JSON.stringify(w));
     }
-    assert.match(stderr, /CHEATS[\s\S]*CAUGHT/);
     assert.ok(summary.bytesMoved > 0);
     assert.match(stderr, /\[1\/5\][\s\S]*worker A[\s\S]*\[2\/5\][\s\S]*plan[\s\S]*\[3\/5\][\s\S]*\[4\/5\][\s\S]*\[5\/5\]/);
     assert.deepEqual(await gone(child.pid!), []);
@@ -54,7 +59,7 @@ describe('tensorlink demo', () => {
         if (stderr.includes('[3/5]')) resolve();
       });
     });
-    assert.ok(children(child.pid!).length >= 5, 'the validator and four workers run');
+    assert.ok(children(child.pid!).length >= 4, 'the validator and the workers run');
     child.kill('SIGINT');
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
     assert.notEqual(code, 0);
