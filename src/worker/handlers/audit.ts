@@ -94,7 +94,8 @@ export const auditHandlers: Record<string, StageHandler> = {
       const all = kind === 'decode' ? decodeBundle(job, session!, step).parts : pieces(trainingOf(job).records, keptOf(trainingOf(job).records, kind, step, micro));
       const piece = all.get(`${part}:${name ?? ''}`);
       if (!piece) throw new InvalidMessageError(`the record of ${kind} ${step}:${micro} has no part ${part}${name ? ` '${name}'` : ''}`);
-      return { kind: 'tensor', tensor: piece.tensor };
+      // a copy: live weights change at the next step, perhaps while this answer is still being sent
+      return { kind: 'tensor', tensor: piece.tensor.detach().clone() };
     },
   },
 };

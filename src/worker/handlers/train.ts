@@ -87,8 +87,9 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const tensor = fault ? fault.output('forward', honest, input) : honest;
       const { records } = training;
       const record = records.sign({ kind: 'forward', micro, input: hashTensors([input]), output: hashTensors([tensor]), weights: records.weightsHash() });
-      training.forwardInputs.set(micro, { hash: record.input, tensor: records.keepState ? input.clone() : null });
-      records.keep({ record, input: training.forwardInputs.get(micro)!.tensor!, ...(record.backend === 'js' ? {} : { output: tensor }) });
+      training.forwardInputs.set(micro, { hash: record.input, tensor: records.keepState ? input.detach().clone() : null });
+      // the output is kept without its graph, which would hold the forward's activations for as long
+      records.keep({ record, input: training.forwardInputs.get(micro)!.tensor!, ...(record.backend === 'js' ? {} : { output: tensor.detach() }) });
       work.trainForwards++;
       work.trainTokens += input.shape[0] * input.shape[1];
       return { kind: 'tensor', tensor, record };

@@ -3,7 +3,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+const BIN = fileURLToPath(new URL('../bin/tensorlink.js', import.meta.url));
 
 /** Processes started with `--parent-pid PID` (a local swarm's nodes) that are still alive. */
 function children(pid: number): string[] {
@@ -17,12 +17,13 @@ async function gone(pid: number): Promise<string[]> {
   return children(pid);
 }
 
-/** The demo's cheater is asked for (--cheat noise); TENSORLINK_DEMO_CHEAT=1 runs this test with it (about 2.5 min alone). */
-const CHEAT = process.env.TENSORLINK_DEMO_CHEAT === '1' ? ['--cheat', 'noise'] : [];
-
+/**
+ * The demo as a user meets it: `npm test` runs this file after the others, alone on the machine, so that its 5-minute
+ * gate measures the demo rather than the test files that would share the cores with it.
+ */
 describe('tensorlink demo', () => {
-  test('trains across a local swarm to ≥ 90% exact match in under 5 minutes (with TENSORLINK_DEMO_CHEAT=1, a cheating worker caught and excluded); exits 0, leaves no process', async () => {
-    const child = spawn(process.execPath, [BIN, 'demo', '--json', ...CHEAT], { stdio: ['ignore', 'pipe', 'pipe'] });
+  test('trains across a local swarm with a cheating worker to ≥ 90% exact match in under 5 minutes: the cheater is caught and excluded; exits 0, leaves no process', async () => {
+    const child = spawn(process.execPath, [BIN, 'demo', '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -34,14 +35,12 @@ describe('tensorlink demo', () => {
     assert.ok(seconds < 300, `${seconds} s`);
     const summary = JSON.parse(stdout);
     assert.ok(summary.accuracy >= 0.9, `accuracy ${summary.accuracy}`);
-    assert.equal(summary.workers.length, CHEAT.length > 0 ? 4 : 3);
-    if (CHEAT.length > 0) {
-      const cheater = summary.workers.find((w: { cheater: boolean }) => w.cheater);
-      assert.ok(cheater.excluded, 'the cheater was caught');
-      assert.deepEqual(summary.verification.flagged, [cheater.peerId]);
-      assert.ok(summary.verification.checked > 0 && summary.verification.replayedSteps > 0);
-      assert.match(stderr, /CHEATS[\s\S]*CAUGHT/);
-    } else assert.deepEqual(summary.verification.flagged, []);
+    assert.equal(summary.workers.length, 4);
+    const cheater = summary.workers.find((w: { cheater: boolean }) => w.cheater);
+    assert.ok(cheater.excluded, 'the cheater was caught');
+    assert.deepEqual(summary.verification.flagged, [cheater.peerId]);
+    assert.ok(summary.verification.checked > 0 && summary.verification.replayedSteps > 0);
+    assert.match(stderr, /CHEATS[\s\S]*CAUGHT/);
     for (const w of summary.workers.filter((x: { cheater: boolean }) => !x.cheater)) {
       assert.ok(!w.excluded && w.trainForwards > 0 && w.optimizerSteps >= summary.steps, JSON.stringify(w));
     }
