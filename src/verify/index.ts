@@ -1,8 +1,8 @@
 export { agree, type ComputeBackend, drift, ORT_TOLERANCE } from './compare.ts';
 export { hashArrays, hashNamed, hashTensors } from './hash.ts';
 export {
-  checkRecord, type Expectation, parseRecord, RECORD_KINDS, type RecordKind, recordBytes, recordId, type RecordSigner, signatureValid,
-  signRecord, type WorkFields, type WorkRecord,
+  bytesSignatureValid, checkRecord, type Expectation, parseRecord, RECORD_KINDS, type RecordKind, recordBytes, recordId, type RecordSigner,
+  signatureValid, signBytes, signRecord, type WorkFields, type WorkRecord,
 } from './record.ts';
 export { auxHash, type Bundle, checkpointHash, maxBundleBytes, reexecute, sessionStepHash, type Verdict } from './reexec.ts';
 export { type Standing, Reputation } from './reputation.ts';

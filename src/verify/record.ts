@@ -104,18 +104,28 @@ function publicKeyOf(raw: Uint8Array): KeyObject {
   return key;
 }
 
+/** An Ed25519 signature (base64) of `bytes` with the signer's key: records, and the ledger's block headers. */
+export function signBytes(bytes: Uint8Array, signer: RecordSigner): string {
+  return sign(null, bytes, privateKeyOf(signer.seed)).toString('base64');
+}
+
+/** Whether `sig` (base64) signs `bytes` under the raw 32-byte Ed25519 `publicKey`. */
+export function bytesSignatureValid(bytes: Uint8Array, sig: string, publicKey: Uint8Array): boolean {
+  try {
+    return verify(null, bytes, publicKeyOf(publicKey), Buffer.from(sig, 'base64'));
+  } catch {
+    return false;
+  }
+}
+
 export function signRecord(fields: Omit<WorkFields, 'peer'>, signer: RecordSigner): WorkRecord {
   const r: WorkFields = { ...fields, peer: signer.peer };
-  return { ...r, sig: sign(null, recordBytes(r), privateKeyOf(signer.seed)).toString('base64') };
+  return { ...r, sig: signBytes(recordBytes(r), signer) };
 }
 
 /** Whether the record's signature is its peer's: `publicKey` is the raw 32-byte Ed25519 key of `record.peer`. */
 export function signatureValid(record: WorkRecord, publicKey: Uint8Array): boolean {
-  try {
-    return verify(null, recordBytes(record), publicKeyOf(publicKey), Buffer.from(record.sig, 'base64'));
-  } catch {
-    return false;
-  }
+  return bytesSignatureValid(recordBytes(record), record.sig, publicKey);
 }
 
 const HASH = /^[0-9a-f]{64}$/;
