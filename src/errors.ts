@@ -56,3 +56,5 @@ export class TimeoutError extends errorClass('TimeoutError') {}
 export class MemoryBudgetError extends errorClass('MemoryBudgetError') {}
 /** A worker's record or result failed a check: a bad signature, a broken chain, outputs that disagree, a failed re-execution. */
 export class VerificationError extends errorClass('VerificationError') {}
+/** The Ethereum node could not be reached, or refused a transaction. */
+export class ChainError extends errorClass('ChainError') {}

@@ -64,3 +64,10 @@ export async function deployContracts(rpc: string, chainId: number, deployer: Ac
   await c.publicClient.waitForTransactionReceipt({ hash });
   return { token, staking, escrow, settlement };
 }
+
+/** Whether every contract of `contracts` has code on the chain (a deployment found again). */
+export async function deployed(rpc: string, chainId: number, contracts: Contracts): Promise<boolean> {
+  const c = clients(rpc, chainId);
+  const codes = await Promise.all(Object.values(contracts).map((address: Address) => c.publicClient.getCode({ address })));
+  return codes.every((code) => code !== undefined && code !== '0x');
+}

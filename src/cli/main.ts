@@ -3,6 +3,7 @@ import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { TensorLinkError } from '../errors.ts';
 import { setBackend } from '../tensor/index.ts';
 import { type Flags, optionalIntFlag, UsageError } from './args.ts';
+import { chainCommand, chainOptions } from './commands/chain.ts';
 import { demoCommand, demoOptions } from './commands/demo.ts';
 import { generateCommand, generateOptions } from './commands/generate.ts';
 import { initModel, initModelOptions } from './commands/init-model.ts';
@@ -58,6 +59,11 @@ commands:
       and failed, excluded), last seen
   swarm [--workers N] [--memory SIZE]
       a local swarm: a validator and N workers on 127.0.0.1, each its own process, until Ctrl-C
+  chain [--rpc URL] [--out FILE] [--validators ADDR,... --threshold M] [--key 0xKEY]
+      without --rpc, starts a local Ethereum node (anvil, from npm) on a free loopback port until
+      Ctrl-C; deploys the token, staking, escrow and settlement contracts (or finds them where FILE
+      says), prints {"event":"ready","rpc",...,"contracts"} and writes the deployment to FILE;
+      the validators' multisig is --validators (default: anvil's second account), --threshold of them
 
 every command takes --json (one JSON object on stdout; progress on stderr), --backend js|ort
 (js: bitwise reproducible; ort: fast, the default where it loads), --threads N (onnxruntime
@@ -77,6 +83,7 @@ const COMMANDS: Record<string, Command> = {
   'worker': { options: workerOptions, run: workerCommand },
   'status': { options: statusOptions, run: statusCommand },
   'swarm': { options: swarmOptions, run: swarmCommand },
+  'chain': { options: chainOptions, run: chainCommand },
 };
 
 const PLANNED = new Set<string>();

@@ -51,7 +51,7 @@ function parseAddr(raw: string, flag: string) {
  * Runs until SIGINT/SIGTERM — or, with `--parent-pid` (set by a local swarm), until that
  * process is gone, so a swarm killed with SIGKILL leaves no node behind — then stops the node.
  */
-function runUntilSignal(stop: () => Promise<void>, flags: Flags = {}): Promise<void> {
+export function runUntilSignal(stop: () => Promise<void>, flags: Flags = {}): Promise<void> {
   const parent = flags['parent-pid'] === undefined ? null : intFlag(flags, 'parent-pid', 1);
   return new Promise((resolve) => {
     let watch: ReturnType<typeof setInterval> | null = null;

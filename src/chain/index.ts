@@ -1,0 +1,6 @@
+export { ACCOUNT_FILE, loadOrCreateAccount } from './account.ts';
+export { ANVIL_MNEMONIC, anvilBinary, type LocalChain, startAnvil } from './anvil.ts';
+export { ARTIFACTS_FILE, type Artifact, CONTRACTS_DIR } from './compile.ts';
+export { type Deployment, parseDeployment, readDeployment, writeDeployment } from './contracts-file.ts';
+export { artifacts, type ChainClients, clients, type Contracts, deployContracts, deployed, type DeployOptions } from './deploy.ts';
+export { RewardTree, rewardLeaf } from './reward-tree.ts';
