@@ -82,13 +82,22 @@ export function validSigners(h: BlockHeader, signatures: readonly HeaderSignatur
   return [...ok];
 }
 
-/** Why a block is not valid after `prev` (null: it is): its root, count, chain and signatures are checked. */
+/** Why a block is not valid after `prev` (null: it is): its root, count, chain, records' and validators' signatures are checked. */
 export function blockProblem(block: Block, prev: BlockHeader | null, signers: SignerSet): string | null {
   const { header } = block;
   const expected = makeBlock(prev, block.records, header.time).header;
   if (header.height !== expected.height) return `height ${header.height} does not follow ${prev?.height ?? 'nothing'}`;
   if (header.prev !== expected.prev) return `block ${header.height} does not name the previous header`;
   if (header.count !== block.records.length || header.root !== expected.root) return `block ${header.height}'s root is not the root of its records`;
+  for (const [i, r] of block.records.entries()) {
+    let key: Uint8Array | null = null;
+    try {
+      key = signers.keyOf(r.peer);
+    } catch {
+      // no key: the signature cannot be valid
+    }
+    if (!key || !signatureValid(r, key)) return `block ${header.height}'s record ${i} is not signed by its worker ${r.peer}`;
+  }
   const n = validSigners(header, block.signatures, signers).length;
   if (n < signers.threshold) return `block ${header.height} has ${n} valid validator signatures; ${signers.threshold} are needed`;
   return null;
