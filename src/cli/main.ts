@@ -4,6 +4,7 @@ import { TensorLinkError } from '../errors.ts';
 import { setBackend } from '../tensor/index.ts';
 import { type Flags, optionalIntFlag, UsageError } from './args.ts';
 import { chainCommand, chainOptions } from './commands/chain.ts';
+import { ledgerCommand, ledgerOptions } from './commands/ledger.ts';
 import { demoCommand, demoOptions } from './commands/demo.ts';
 import { generateCommand, generateOptions } from './commands/generate.ts';
 import { initModel, initModelOptions } from './commands/init-model.ts';
@@ -64,6 +65,9 @@ commands:
       Ctrl-C; deploys the token, staking, escrow and settlement contracts (or finds them where FILE
       says), prints {"event":"ready","rpc",...,"contracts"} and writes the deployment to FILE;
       the validators' multisig is --validators (default: anvil's second account), --threshold of them
+  ledger verify PROOF-FILE [--threshold M --validators ID,...]
+      checks offline that a record is in the ledger: signed by its worker, its Merkle path leads to
+      the block header's root, and M validators (of --validators, if given) signed the header
 
 every command takes --json (one JSON object on stdout; progress on stderr), --backend js|ort
 (js: bitwise reproducible; ort: fast, the default where it loads), --threads N (onnxruntime
@@ -71,7 +75,9 @@ threads, idle ones sleeping: for nodes that share a machine) and --help`;
 
 interface Command {
   options: NonNullable<ParseArgsConfig['options']>;
-  run: (flags: Flags, out: Output) => Promise<void>;
+  run: (flags: Flags, out: Output, positionals: string[]) => Promise<void>;
+  /** Whether the command takes words after its name (`ledger verify FILE`). */
+  positionals?: boolean;
 }
 
 const COMMANDS: Record<string, Command> = {
@@ -84,6 +90,7 @@ const COMMANDS: Record<string, Command> = {
   'status': { options: statusOptions, run: statusCommand },
   'swarm': { options: swarmOptions, run: swarmCommand },
   'chain': { options: chainOptions, run: chainCommand },
+  'ledger': { options: ledgerOptions, run: ledgerCommand, positionals: true },
 };
 
 const PLANNED = new Set<string>();
@@ -100,13 +107,14 @@ export async function main(argv: string[]): Promise<number> {
     const spec = COMMANDS[command];
     if (spec === undefined) throw new UsageError(`unknown command '${command}' (try --help)`);
     let flags: Flags;
+    let positionals: string[];
     try {
-      flags = parseArgs({
+      ({ values: flags, positionals } = parseArgs({
         args: rest,
         options: { ...spec.options, json: { type: 'boolean' }, help: { type: 'boolean' }, backend: { type: 'string' }, threads: { type: 'string' } },
         strict: true,
-        allowPositionals: false,
-      }).values as Flags;
+        allowPositionals: spec.positionals === true,
+      }) as { values: Flags; positionals: string[] });
     } catch (err) {
       throw new UsageError((err as Error).message);
     }
@@ -125,7 +133,7 @@ export async function main(argv: string[]): Promise<number> {
         if (flags.backend === 'ort') throw err;
       }
     }
-    await spec.run(flags, createOutput(flags.json === true));
+    await spec.run(flags, createOutput(flags.json === true), positionals);
     return 0;
   } catch (err) {
     if (err instanceof TensorLinkError) {
