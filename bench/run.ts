@@ -4,7 +4,7 @@
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
  * usage: npm run bench [-- --quick] [-- --json]
- *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load]
+ *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load,ledger]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -13,6 +13,7 @@ import { parseArgs } from 'node:util';
 import { benchElementwise } from './elementwise.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchDistributed } from './distributed.ts';
+import { benchLedger } from './ledger.ts';
 import { benchLoad } from './load.ts';
 import { benchGpt2 } from './models.ts';
 import { benchP2p } from './p2p.ts';
@@ -28,7 +29,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -83,6 +84,11 @@ if (sections.includes('verify')) {
 if (sections.includes('load')) {
   log('load: a checkpoint onto 1, 2, 3 worker processes, cold and warm, vs loading it in one process ...');
   rows.push(...(await benchLoad(values.quick)));
+}
+
+if (sections.includes('ledger')) {
+  log('ledger: records into blocks, inclusion proofs in a tree of 10^6 records, gas of a settlement and a claim on anvil ...');
+  rows.push(...(await benchLedger(values.quick)));
 }
 
 const report = {

@@ -22,7 +22,7 @@ async function gone(pid: number): Promise<string[]> {
  * gate measures the demo rather than the test files that would share the cores with it.
  */
 describe('tensorlink demo', () => {
-  test('trains across a local swarm with a cheating worker to ≥ 90% exact match in under 5 minutes: the cheater is caught and excluded; exits 0, leaves no process', async () => {
+  test('trains across a local swarm with a cheating worker to ≥ 90% exact match in under 5 minutes: the cheater is caught, excluded and slashed, the others paid; exits 0, leaves no process', async () => {
     const child = spawn(process.execPath, [BIN, 'demo', '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
@@ -45,6 +45,11 @@ describe('tensorlink demo', () => {
       assert.ok(!w.excluded && w.trainForwards > 0 && w.optimizerSteps >= summary.steps, JSON.stringify(w));
     }
     assert.ok(summary.bytesMoved > 0);
+    // the demo ends with who earned what, read from the chain: the cheater slashed and unpaid, the others paid and claimed
+    for (const e of summary.earnings) {
+      if (e.peerId === cheater.peerId) assert.ok(e.slashed && e.earned === '0', JSON.stringify(e));
+      else assert.ok(!e.slashed && BigInt(e.earned) > 0n && e.claimed === e.earned, JSON.stringify(e));
+    }
     assert.match(stderr, /\[1\/5\][\s\S]*worker A[\s\S]*\[2\/5\][\s\S]*plan[\s\S]*\[3\/5\][\s\S]*\[4\/5\][\s\S]*\[5\/5\]/);
     assert.deepEqual(await gone(child.pid!), []);
   });

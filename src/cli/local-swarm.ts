@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { TensorLinkError } from '../errors.ts';
 import type { CausalLM } from '../models/index.ts';
 import { createNode, type TensorLinkNode } from '../p2p/index.ts';
+import { type SwarmChain, startSwarmChain } from './local-chain.ts';
 import { distribute, type DistributedJob, type DistributeOptions } from '../user/index.ts';
 
 /**
@@ -27,6 +28,8 @@ export interface LocalPeer {
   process: ChildProcess;
   peerId: string;
   addrs: string[];
+  /** Its Ethereum account (on a swarm with a chain). */
+  account?: string;
 }
 
 export interface LocalSwarm {
@@ -34,6 +37,8 @@ export interface LocalSwarm {
   workers: LocalPeer[];
   /** The validator's address: what `--bootstrap` takes. */
   bootstrap: string;
+  /** The local chain the swarm settles on (with `chain: true`). */
+  chain: SwarmChain | null;
   /** A user node of this process in the swarm: `swarm.user.distribute(model)` plans and loads a job (a model or a checkpoint dir). */
   user: {
     node: TensorLinkNode;
@@ -47,6 +52,7 @@ export interface NodeProcess {
   process: ChildProcess;
   peerId: string;
   addrs: string[];
+  account?: string;
 }
 
 /**
@@ -71,8 +77,8 @@ export function launchNode(args: string[], timeoutMs: number, options: { prefix?
       const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
       if (line) {
         clearTimeout(timer);
-        const ready = JSON.parse(line) as { peerId: string; addrs: string[] };
-        resolve({ process: child, peerId: ready.peerId, addrs: ready.addrs });
+        const ready = JSON.parse(line) as { peerId: string; addrs: string[]; account?: string };
+        resolve({ process: child, peerId: ready.peerId, addrs: ready.addrs, ...(ready.account ? { account: ready.account } : {}) });
       }
     });
     child.once('exit', (code) => {
@@ -111,14 +117,21 @@ export async function localSwarm(options: {
    * process, at least 1): nodes on one machine must not each spin a pool over every core.
    */
   threads?: number;
+  /**
+   * Start a local chain (anvil) too: the contracts deployed with the validator as the
+   * settlement multisig, every worker funded and staking as it starts, the user funded.
+   */
+  chain?: boolean;
 }): Promise<LocalSwarm> {
   const threads = options.threads ?? Math.max(1, Math.floor(availableParallelism() / (options.workers + 1)));
   const extra = [...(options.backend ? ['--backend', options.backend] : []), '--threads', String(threads), '--parent-pid', String(process.pid)];
   const timeoutMs = options.timeoutMs ?? 60_000;
   const dir = mkdtempSync(join(tmpdir(), 'tensorlink-swarm-'));
   const peers: LocalPeer[] = [];
+  let chain: SwarmChain | null = null;
   const killAll = () => {
     for (const p of peers) if (p.process.exitCode === null && p.process.signalCode === null) p.process.kill('SIGTERM');
+    if (chain && chain.local.process.exitCode === null) chain.local.process.kill('SIGTERM');
   };
   const onExit = () => killAll();
   const onSignal = () => {
@@ -149,16 +162,20 @@ export async function localSwarm(options: {
           }),
       ),
     );
+    await chain?.stop();
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const validator = await launch('validator', ['--data', join(dir, 'validator'), ...extra], timeoutMs);
+    const workerDirs = Array.from({ length: options.workers }, (_, i) => join(dir, `worker-${i}`));
+    if (options.chain) chain = await startSwarmChain(dir, join(dir, 'validator'), workerDirs);
+    const onChain = chain ? ['--contracts', chain.file] : [];
+    const validator = await launch('validator', ['--data', join(dir, 'validator'), ...onChain, ...extra], timeoutMs);
     peers.push(validator);
     const bootstrap = validator.addrs[0];
     const workers = await Promise.all(
       Array.from({ length: options.workers }, (_, i) =>
         launch('worker', [
-          '--bootstrap', bootstrap, '--data', join(dir, `worker-${i}`),
+          '--bootstrap', bootstrap, '--data', workerDirs[i], ...onChain,
           ...(options.memory ? ['--memory', options.memory] : []), ...(options.models ? ['--models', options.models] : []), ...extra,
           ...(options.faults?.[i] ? ['--fault', options.faults[i]!] : []),
         ], timeoutMs),
@@ -171,6 +188,7 @@ export async function localSwarm(options: {
       validator,
       workers,
       bootstrap,
+      chain,
       user,
       close: async () => {
         await node.stop();

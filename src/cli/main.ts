@@ -36,38 +36,50 @@ commands:
       a new random model in Hugging Face layout (config.json, model.safetensors, tokenizer.json)
   generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-k K --top-p P --seed S]
            [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]] [--strategy S --privacy ends|none]
-           [--redundancy K --verify-rate P]
+           [--redundancy K --verify-rate P] [--contracts FILE [--rpc URL] --pay TLK]
       continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
       --local N on a local swarm of N workers, --bootstrap on an existing swarm
   train --model DIR (--data FILE | --task addition|addition-padded|reverse) --steps N [--batch B --lr X --seq-len T
         --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]]
         [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none] [--redundancy K --verify-rate P]
+        [--contracts FILE [--rpc URL] --pay TLK]   (pays TLK, default 10, into the job's escrow from ~/.tensorlink/user)
       trains with progress, periodic evaluation and checkpoints (--resume continues one); across
       workers the model is split into stages, micro-batches flow through a GPipe or 1F1B schedule;
       every worker result comes with a signed record: --redundancy K runs each section on K workers
       and compares them bit for bit (js), --verify-rate P (default 0.05) has the validator re-run
       that share of records; a worker caught is flagged, excluded, and its work redone
 
-  validator [--listen MULTIADDR] [--data DIR] [--log-level debug|info|warn|error]
-      a bootstrap peer, DHT server and registry of workers; prints {"event":"ready",...} when up
+  validator [--listen MULTIADDR] [--data DIR] [--peers MULTIADDR,... --threshold M] [--contracts FILE [--rpc URL]]
+            [--log-level debug|info|warn|error]
+      a bootstrap peer, DHT server and registry of workers; prints {"event":"ready",...} when up;
+      keeps the ledger under DIR, its blocks co-signed with --peers (M signatures each, default 1)
   worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--models DIR] [--listen MULTIADDR] [--log-level L]
-         [--fault noise|skip|stale|scale-grad|zero|replay|free-ride[:RATE]]
+         [--fault noise|skip|stale|scale-grad|zero|replay|free-ride[:RATE]] [--contracts FILE [--rpc URL]]
       lends this machine's compute: measures it, announces it and keeps announcing while alive;
       --fault makes it cheat on a share RATE of its computations, only to test the network's defences
   status --bootstrap MULTIADDR
       the swarm as its validator sees it: peers, roles, capabilities, tiers, reputation (checks passed
       and failed, excluded), last seen
-  swarm [--workers N] [--memory SIZE]
-      a local swarm: a validator and N workers on 127.0.0.1, each its own process, until Ctrl-C
+  swarm [--workers N] [--memory SIZE] [--chain]
+      a local swarm: a validator and N workers on 127.0.0.1, each its own process, until Ctrl-C;
+      --chain: and a local chain (anvil) with the contracts deployed and the workers staked
   chain [--rpc URL] [--out FILE] [--validators ADDR,... --threshold M] [--key 0xKEY]
       without --rpc, starts a local Ethereum node (anvil, from npm) on a free loopback port until
       Ctrl-C; deploys the token, staking, escrow and settlement contracts (or finds them where FILE
       says), prints {"event":"ready","rpc",...,"contracts"} and writes the deployment to FILE;
       the validators' multisig is --validators (default: anvil's second account), --threshold of them
+  ledger show [--height N] --bootstrap MULTIADDR
+      the validator's ledger: blocks, records, each worker's accepted FLOPs; or block N's header,
+      signers and records (with their ids)
+  ledger proof RECORD-ID --bootstrap MULTIADDR [--out FILE]
+      the record's inclusion proof (its Merkle path and the signed header), for ledger verify
   ledger verify PROOF-FILE [--threshold M --validators ID,...]
       checks offline that a record is in the ledger: signed by its worker, its Merkle path leads to
       the block header's root, and M validators (of --validators, if given) signed the header
+  ledger settle --bootstrap MULTIADDR
+      closes the epoch: the validators post its reward root on the chain and print who earns what;
+      workers claim their rewards by themselves
 
 every command takes --json (one JSON object on stdout; progress on stderr), --backend js|ort
 (js: bitwise reproducible; ort: fast, the default where it loads), --threads N (onnxruntime

@@ -38,9 +38,9 @@ export async function joinSwarm(where: Exclude<Placement, { kind: 'local' }>, fl
  * process's backend. The cores are shared out: each worker, and this process, runs
  * onnxruntime on its share with idle threads asleep (unless --threads says otherwise).
  */
-export async function startSwarm(workers: number, flags: Flags, faults?: (string | undefined)[]): Promise<LocalSwarm> {
+export async function startSwarm(workers: number, flags: Flags, faults?: (string | undefined)[], chain = false): Promise<LocalSwarm> {
   const js = getBackend().name === 'js';
   const threads = Math.max(1, Math.floor(availableParallelism() / (workers + 1)));
   if (!js && flags.threads === undefined) setBackend('ort', { threads, spinning: false });
-  return localSwarm({ workers, backend: js ? 'js' : undefined, threads, faults });
+  return localSwarm({ workers, backend: js ? 'js' : undefined, threads, faults, chain });
 }

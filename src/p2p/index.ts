@@ -17,6 +17,7 @@ export { IDENTITY_FILE, loadOrCreateIdentity } from './identity.ts';
 export { createLogger, isLogLevel, type Logger, type LogLevel } from './log.ts';
 export { createNode, DHT_PROTOCOL, type NodeOptions, publicKeyOf, signerOf, type TensorLinkNode } from './node.ts';
 export { PeerRateLimiter } from './rate-limit.ts';
+export { finite, int, list, obj, oneOf, optional, peerIdText, str, strings } from './schema.ts';
 export { RequestTable } from './requests.ts';
 export { receiveFrames, type SendOptions, sendMessage, sendParts, sendQuietly, traffic } from './stream.ts';
 export * from './vocabulary.ts';

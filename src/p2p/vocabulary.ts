@@ -46,6 +46,22 @@ export interface PeerRecord {
   checks?: { passed: number; failed: number };
   /** Flagged by a failed check: given no new work. */
   excluded?: boolean;
+  /** With a chain: its Ethereum account, and its stake, rewards earned and claimed (token units, decimal). */
+  account?: string;
+  stake?: string;
+  earned?: string;
+  claimed?: string;
+}
+
+/** An Ethereum address: 0x and 40 hex digits. */
+export function parseAccount(v: unknown, what: string): string {
+  if (typeof v !== 'string' || !/^0x[0-9a-fA-F]{40}$/.test(v)) fail(`${what} must be an Ethereum address (0x and 40 hex digits)`);
+  return v;
+}
+
+function amount(v: unknown, what: string): string {
+  if (typeof v !== 'string' || !/^[0-9]{1,78}$/.test(v)) fail(`${what} must be a token amount (decimal digits)`);
+  return v;
 }
 
 /** How to reach a peer: its id and every address it announced. */
@@ -151,6 +167,8 @@ export function parsePeerRecord(v: unknown, what = 'peer'): PeerRecord {
     ...(o.reputation === undefined ? {} : { reputation: finite(o.reputation, `${what}.reputation`, 0, 1) }),
     ...(o.checks === undefined ? {} : { checks: parseChecks(o.checks, `${what}.checks`) }),
     ...(o.excluded === undefined ? {} : { excluded: o.excluded === true }),
+    ...(o.account === undefined ? {} : { account: parseAccount(o.account, `${what}.account`) }),
+    ...Object.fromEntries((['stake', 'earned', 'claimed'] as const).filter((k) => o[k] !== undefined).map((k) => [k, amount(o[k], `${what}.${k}`)])),
   };
 }
 

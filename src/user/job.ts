@@ -40,6 +40,8 @@ export interface DistributedTrainerOptions {
 
 /** A model split across workers; the user holds its ends. */
 export interface DistributedModel {
+  /** The job's id on the workers (a job planned again after a worker was caught runs under a new one): its records and escrow name it. */
+  readonly jobId: string;
   readonly plan: Plan;
   /** Which worker runs which layers (global layer indices, end exclusive), for each replica. */
   readonly assignment: { peerId: string; start: number; end: number; replica: number }[];
@@ -347,6 +349,7 @@ export class DistributedJob implements DistributedModel {
   /** Settles the checks still under way (the last training step's re-runs): anything read from the workers after this is verified. */
   async settle(): Promise<VerificationSummary | null> {
     await this.jobTrainer?.settle();
+    await this.verifier?.drain();
     return this.verification;
   }
 
@@ -496,6 +499,7 @@ export class DistributedJob implements DistributedModel {
   }
 
   async close(): Promise<void> {
+    await this.verifier?.drain();
     await Promise.all(this.sections.flat().map((s) => s.remote.close()));
     this.source.close();
   }

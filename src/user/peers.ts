@@ -1,4 +1,5 @@
 import type { Libp2p } from '@libp2p/interface';
+import { MIN_STAKE } from '../chain/index.ts';
 import { type DialTarget, parseStatusAnswer, type PeerRecord, request } from '../p2p/index.ts';
 
 /**
@@ -14,6 +15,7 @@ export async function listPeers(node: Libp2p, validator: DialTarget, timeoutMs?:
 
 /** The live workers a validator knows that have announced their capabilities. */
 export async function listWorkers(node: Libp2p, validator: DialTarget): Promise<PeerRecord[]> {
-  // a worker the validator flagged gets no new work
-  return (await listPeers(node, validator)).filter((p) => p.roles.includes('worker') && p.capabilities !== null && p.excluded !== true);
+  // a worker the validator flagged gets no new work; with a chain, neither does one without stake
+  return (await listPeers(node, validator)).filter((p) => p.roles.includes('worker') && p.capabilities !== null && p.excluded !== true
+    && (p.stake === undefined || BigInt(p.stake) >= MIN_STAKE));
 }

@@ -49,7 +49,12 @@ export interface VerificationSummary {
   replayedSteps: number;
   /** Results compared among redundant workers. */
   compared: number;
+  /** Records handed to the validator's ledger (those of workers still trusted once their step's checks were done). */
+  recorded: number;
 }
+
+/** Records one ledger submission carries: about 800 bytes each, well inside a control message. */
+export const LEDGER_BATCH = 256;
 
 export interface AuditVerdict {
   ok: boolean;
@@ -67,7 +72,12 @@ export class JobVerifier {
   readonly redundancy: number;
   readonly sampler: AuditSampler;
   private sampled: { worker: PeerTarget; record: WorkRecord; sent?: string[] }[] = [];
-  readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0 };
+  readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0 };
+  /** Records returned since the last checks, handed to the ledger once those are done. */
+  private observed: { worker: PeerTarget; record: WorkRecord }[] = [];
+  /** The ledger submissions under way, in order. */
+  private submitting: Promise<void> = Promise.resolve();
+  private submitError: Error | null = null;
   /** Workers this job no longer trusts: flagged by the validator, or that did not hand over what they signed. */
   readonly excluded = new Set<string>();
   private readonly newcomer: { rate: number; checks: number } | undefined;
@@ -97,6 +107,7 @@ export class JobVerifier {
 
   /** A checked record arrived: sampled for re-execution with the job's rate (`sent`: a decoding step's session steps so far). */
   observe(worker: PeerTarget, record: WorkRecord, sent?: () => string[]): void {
+    this.observed.push({ worker, record });
     if (this.sampler.rate === 0) return;
     const newcomer = this.newcomer !== undefined && (this.passed.get(worker.peerId) ?? 0) < this.newcomer.checks;
     if (this.sampler.pick(newcomer ? Math.max(this.sampler.rate, this.newcomer!.rate) : this.sampler.rate)) {
@@ -126,7 +137,9 @@ export class JobVerifier {
   /** Re-runs the records sampled since the last call, AUDIT_CONCURRENCY at a time; the verdicts that failed. */
   async auditSampled(): Promise<AuditVerdict[]> {
     const batch = this.sampled;
+    const observed = this.observed;
     this.sampled = [];
+    this.observed = [];
     const failed: AuditVerdict[] = [];
     let next = 0;
     const lane = async () => {
@@ -137,7 +150,33 @@ export class JobVerifier {
       }
     };
     await Promise.all(Array.from({ length: Math.min(AUDIT_CONCURRENCY, batch.length) }, lane));
+    this.record(observed.filter((o) => !this.excluded.has(o.worker.peerId)).map((o) => o.record));
     return failed;
+  }
+
+  /**
+   * Hands checked records to the validator's ledger, in order, without holding the job up; a
+   * validator that refuses or cannot be reached is reported by `drain`, the job goes on.
+   */
+  private record(records: WorkRecord[]): void {
+    if (records.length === 0) return;
+    this.submitting = this.submitting.then(async () => {
+      for (let i = 0; i < records.length; i += LEDGER_BATCH) {
+        const batch = records.slice(i, i + LEDGER_BATCH);
+        try {
+          await request(this.node, this.validator, { type: 'ledger-submit', records: batch }, TRAIN_REQUEST_TIMEOUT_MS);
+          this.summary.recorded += batch.length;
+        } catch (err) {
+          this.submitError ??= err as Error;
+        }
+      }
+    });
+  }
+
+  /** Waits for the ledger submissions under way; the first that failed, as an error (null: all were taken). */
+  async drain(): Promise<Error | null> {
+    await this.submitting;
+    return this.submitError;
   }
 
   /**
@@ -152,5 +191,6 @@ export class JobVerifier {
   /** Forgets sampled records (a step that failed, or a job rolled back). */
   discardSampled(): void {
     this.sampled = [];
+    this.observed = [];
   }
 }

@@ -10,6 +10,8 @@ export const PEER_TTL_MS = 10_000;
  */
 export class Registry {
   private readonly records = new Map<string, PeerRecord>();
+  /** Each peer's Ethereum account as it last announced it: kept after the peer leaves, so work it did is still paid. */
+  private readonly accounts = new Map<string, string>();
 
   constructor(private readonly log: Logger) {}
 
@@ -17,9 +19,14 @@ export class Registry {
   record(from: string, a: Announcement): void {
     if (a.roles.includes('validator')) throw new InvalidMessageError('a peer cannot announce itself as a validator');
     if (!this.records.has(from)) this.log.info('peer-joined', { remote: from, roles: a.roles });
+    if (a.account) this.accounts.set(from, a.account);
     // proximity only to peers the registry knows: made-up peer ids would only swell every status answer
     const proximity = Object.fromEntries(Object.entries(a.proximity).filter(([peer]) => this.records.has(peer)));
     this.records.set(from, { peerId: from, ...a, proximity, lastSeen: Date.now() });
+  }
+
+  accountOf(peer: string): string | undefined {
+    return this.accounts.get(peer);
   }
 
   /** The live peers, sorted by peer id (the silent ones are dropped first). */

@@ -6,28 +6,13 @@ import {
 import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
 import { audit } from './audit.ts';
 import { PEER_TTL_MS, Registry } from './registry.ts';
+import { Slots } from './slots.ts';
+import { LedgerService } from './ledger-service.ts';
+import { Settler } from './settlement.ts';
+import type { NodeChain } from '../chain/index.ts';
 
 /** Re-executions a validator runs at once; more wait their turn. */
 export const MAX_CONCURRENT_AUDITS = 2;
-
-/** At most `n` tasks at once, the rest queued in order. */
-class Slots {
-  private running = 0;
-  private readonly queue: (() => void)[] = [];
-
-  constructor(private readonly n: number) {}
-
-  async run<T>(task: () => Promise<T>): Promise<T> {
-    if (this.running >= this.n) await new Promise<void>((resolve) => this.queue.push(resolve));
-    this.running++;
-    try {
-      return await task();
-    } finally {
-      this.running--;
-      this.queue.shift()?.();
-    }
-  }
-}
 
 export interface Validator {
   node: TensorLinkNode;
@@ -35,6 +20,10 @@ export interface Validator {
   peers(): PeerRecord[];
   /** Its checks of workers' records so far. */
   reputation: Reputation;
+  /** Its Merkle ledger of accepted records. */
+  ledger: LedgerService;
+  /** Its settlement on the chain (null without one). */
+  settler: Settler | null;
   stop(): Promise<void>;
 }
 
@@ -42,6 +31,12 @@ export interface ValidatorOptions {
   dataDir?: string;
   listen?: string[];
   log?: Logger;
+  /** Other validators' addresses: blocks are co-signed with them, and a validator behind catches up from them. */
+  peers?: string[];
+  /** Validator signatures a block needs (default 1). */
+  threshold?: number;
+  /** The chain it settles on (absent: no chain; the ledger works without one). */
+  chain?: NodeChain;
 }
 
 /**
@@ -57,7 +52,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   const withStanding = (p: PeerRecord): PeerRecord => {
     if (!p.roles.includes('worker')) return p;
     const s: Standing = reputation.standing(p.peerId);
-    return { ...p, reputation: s.score, checks: { passed: s.passed, failed: s.failed }, excluded: s.excluded };
+    const money = p.account && settler ? settler.standing(p.account) : null;
+    return { ...p, reputation: s.score, checks: { passed: s.passed, failed: s.failed }, excluded: s.excluded, ...(money ?? (settler ? { stake: '0' } : {})) };
   };
   const started = Date.now();
   const peers = (): PeerRecord[] => {
@@ -82,9 +78,20 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       log.warn('bad-gossip', { remote: msg.from.toString(), error: (err as Error).message }); // untrusted input: dropped
     }
   });
+  const ledger = new LedgerService(node, reputation, {
+    dataDir: options.dataDir, peers: options.peers, threshold: options.threshold, account: options.chain?.address, log,
+  });
+  const settler = options.chain
+    ? new Settler(node, ledger, reputation, (peer) => registry.accountOf(peer), options.chain, options.dataDir, log)
+    : null;
   await serveControl(node, {
-    announce: (m, from: PeerId) => {
-      registry.record(from.toString(), parseAnnounce(m));
+    ...ledger.handlers(),
+    ...(settler?.handlers() ?? {}),
+    announce: async (m, from: PeerId) => {
+      const a = parseAnnounce(m);
+      registry.record(from.toString(), a);
+      // a worker's first announcement with an account: its stake is read before the answer, so a planner sees it at once
+      if (a.account && settler && !settler.knows(a.account)) await settler.refresh(a.account);
       return { type: 'ack', ttlMs: PEER_TTL_MS };
     },
     status: () => ({ type: 'status', peers: peers(), uptimeMs: Date.now() - started }),
@@ -96,14 +103,24 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       // re-executions take CPU and memory: a few at a time, whoever asks
       const verdict = await auditSlots.run(() => audit(node, reputation, { ...request, record }));
       if (!verdict.ok) log.warn('worker-flagged', { peer: worker.peerId, record: `${record.kind} ${record.step}:${record.micro}`, reason: verdict.reason });
+      // a re-execution that ran and failed is evidence: the worker's stake is cut (in the background: the user's answer does not wait)
+      if (!verdict.ok && !verdict.unavailable && !verdict.inconclusive && settler) {
+        settler.slash(record).catch((err: unknown) => log.warn('slash-failed', { peer: worker.peerId, error: (err as Error).message }));
+      }
       return { type: 'audit-result', ...verdict };
     },
   });
+  await ledger.start();
+  settler?.start(() => registry.live().flatMap((p) => (p.account ? [p.account] : [])));
   return {
     node,
     peers,
     reputation,
+    ledger,
+    settler,
     stop: async () => {
+      ledger.stop();
+      settler?.stop();
       await node.stop();
     },
   };

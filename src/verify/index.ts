@@ -9,3 +9,4 @@ export { type Standing, Reputation } from './reputation.ts';
 export { AuditSampler, expectedStepsToCatch, stepCatchProbability, stepsToCatch } from './sampling.ts';
 export { gradsHash, optimizerHash, weightsHash } from './state.ts';
 export { cosineSimilarity, type ContributionScore, duplicateGroups, FLAGGED_SCORE, heldOutLoss, heldOutLossAfter, type ReplicaGradients, scoreContributions } from './contribution.ts';
+export { recordFlops, type SectionCost, sectionCost, STEP_FLOPS_PER_PARAM } from './flops.ts';

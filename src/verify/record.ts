@@ -43,6 +43,8 @@ export interface WorkFields {
   aux?: string;
   /** The sha256 of the model config the worker was given (as JSON): re-execution uses the same. */
   config?: string;
+  /** FLOPs of the computation (`recordFlops`): what the ledger pays for; a re-execution checks it. */
+  flops?: number;
   /** The backend that computed it: 'js' results are compared bit for bit, 'ort' within ORT_TOLERANCE. */
   backend: string;
   /** The worker's peer id; its Ed25519 key signs the record. */
@@ -59,7 +61,7 @@ export interface WorkRecord extends WorkFields {
 /** The order fields are signed in: the record's canonical form does not depend on how an object was built. */
 const FIELDS: readonly (keyof WorkFields)[] = [
   'job', 'step', 'micro', 'stage', 'kind', 'session', 'input', 'output', 'weights', 'grads', 'state', 'after', 'scale', 'lr', 'weightDecay',
-  'from', 'aux', 'config', 'backend', 'peer', 'seq',
+  'from', 'aux', 'config', 'flops', 'backend', 'peer', 'seq',
 ];
 
 /** The bytes a record's signature covers: its fields in a fixed order, as JSON. */
@@ -180,6 +182,7 @@ export function parseRecord(v: unknown): WorkRecord {
     from: hash(m.from, 'from', true),
     aux: hash(m.aux, 'aux', true),
     config: hash(m.config, 'config', true),
+    flops: m.flops === undefined ? undefined : count(m.flops, 'flops'),
     backend: text(m.backend, 'backend'),
     peer: text(m.peer, 'peer'),
     seq: count(m.seq, 'seq'),

@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError } from '../errors.ts';
-import { type CausalLM, configFromHF, createModel, KVCache, partBytes } from '../models/index.ts';
+import { type CausalLM, configFromHF, createModel, KVCache, type ModelConfig, partBytes } from '../models/index.ts';
 import { StageExecutor } from '../pipeline/index.ts';
 import { noGrad, type Tensor, withBackend } from '../tensor/index.ts';
 import { agree } from './compare.ts';
+import { recordFlops, sectionCost } from './flops.ts';
 import { hashNamed, hashTensors } from './hash.ts';
 import type { WorkRecord } from './record.ts';
 import { gradsHash, optimizerHash, weightsHash } from './state.ts';
@@ -78,6 +79,8 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
   if (record.stage[0] !== bundle.range[0] || record.stage[1] !== bundle.range[1]) {
     throw new InvalidArgumentError(`the record is of layers [${record.stage}), the bundle of [${bundle.range}]`);
   }
+  const stated = flopsProblem(record, config, bundle);
+  if (stated) return fail(stated);
   const model = createModel(config, { section: bundle.range });
   model.loadStateDict(bundle.weights);
   if (record.kind === 'decode') return reexecuteDecode(record, bundle, model, backend);
@@ -183,4 +186,13 @@ export function maxBundleBytes(hfConfig: Record<string, unknown>, range: [number
   const weights = partBytes(config, range);
   const perToken = 4 * Math.max(config.hidden, config.vocabSize);
   return 5 * weights + 4 * config.maxPositions * perToken * 64 + 64 * 2 ** 20;
+}
+
+/** Why the FLOPs a record states are not its computation's (null: they are, or it states none): the ledger pays for them. */
+function flopsProblem(record: WorkRecord, config: ModelConfig, bundle: Bundle): string | null {
+  if (record.flops === undefined) return null;
+  const input = record.kind === 'decode' ? bundle.history?.at(-1)?.input : bundle.input;
+  const tokens = input ? input.shape[0] * (input.shape[1] ?? 1) : 0;
+  const expected = Math.round(recordFlops(record.kind, sectionCost(config, record.stage), tokens));
+  return record.flops === expected ? null : `it states ${record.flops} FLOPs; the computation it kept takes ${expected}`;
 }

@@ -1,4 +1,4 @@
-import type { WorkRecord } from '../verify/index.ts';
+import type { SectionCost, WorkRecord } from '../verify/index.ts';
 import type { TrainingRecords } from './records.ts';
 import type { PeerId } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../errors.ts';
@@ -72,6 +72,8 @@ export interface Section {
   weightsHash?: string;
   /** Decoding records signed so far. */
   seq?: number;
+  /** What its computations cost (records state their FLOPs). */
+  cost?: SectionCost;
   sessions: Map<string, Session>;
   training?: Training;
 }

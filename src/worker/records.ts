@@ -1,7 +1,10 @@
 import { InvalidMessageError } from '../errors.ts';
 import type { StageExecutor } from '../pipeline/index.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
-import { gradsHash, optimizerHash, type RecordKind, type RecordSigner, signRecord, type WorkFields, type WorkRecord, weightsHash } from '../verify/index.ts';
+import {
+  gradsHash, optimizerHash, type RecordKind, recordFlops, type RecordSigner, type SectionCost, signRecord, type WorkFields, type WorkRecord,
+  weightsHash,
+} from '../verify/index.ts';
 
 /** What a kept computation needs to be re-run: its record and the tensors it was given (and returned). */
 export interface KeptComputation {
@@ -50,8 +53,8 @@ export class TrainingRecords {
     private readonly executor: StageExecutor,
     /** Whether computations keep what re-running them needs, and steps the state they started from (verification on). */
     readonly keepState: boolean,
-    /** The sha256 of the section's config, and the optimizer's weight decay: records name them. */
-    private readonly setup: { config: string; weightDecay?: number },
+    /** The sha256 of the section's config, the optimizer's weight decay and the section's cost: records name them. */
+    private readonly setup: { config: string; weightDecay?: number; cost: SectionCost },
     /** Bytes of kept inputs added (or, negative, freed): counted against the worker's budget. */
     private readonly account: (bytes: number) => void = () => {},
   ) {}
@@ -67,8 +70,11 @@ export class TrainingRecords {
     this.weights = null;
   }
 
-  sign(fields: Omit<WorkFields, 'peer' | 'job' | 'stage' | 'backend' | 'seq' | 'step'> & { step?: number }): WorkRecord {
-    const base = { job: this.jobId, stage: this.range, backend: this.backend, seq: this.seq++, step: this.step, config: this.setup.config };
+  /** Signs a computation of the current step over `tokens` tokens (its FLOPs follow from them). */
+  sign(fields: Omit<WorkFields, 'peer' | 'job' | 'stage' | 'backend' | 'seq' | 'step'> & { step?: number }, tokens = 0): WorkRecord {
+    const flops = Math.round(recordFlops(fields.kind, this.setup.cost, tokens));
+    const { config } = this.setup;
+    const base = { job: this.jobId, stage: this.range, backend: this.backend, seq: this.seq++, step: this.step, config, flops };
     return signRecord({ ...base, ...fields }, this.signer);
   }
 

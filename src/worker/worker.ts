@@ -1,3 +1,5 @@
+import { MIN_STAKE, type NodeChain } from '../chain/index.ts';
+import { Claimer } from './claims.ts';
 import { join } from 'node:path';
 import { multiaddr } from '@multiformats/multiaddr';
 import { defaultCacheDir } from '../models/index.ts';
@@ -25,6 +27,8 @@ export interface Worker {
   stages: StageServer;
   /** What its jobs hold against what it offers. */
   memory: MemoryBudget;
+  /** Its Ethereum account (with a chain). */
+  account?: string;
   stop(): Promise<void>;
 }
 
@@ -42,6 +46,8 @@ export interface WorkerOptions {
   /** How long a send waits for a peer that takes no bytes before that peer's stream is reset (default SEND_STALL_MS). */
   stallMs?: number;
   log?: Logger;
+  /** The chain it is paid on: it stakes what it needs to be given work, announces its account and claims its rewards. */
+  chain?: NodeChain;
 }
 
 /**
@@ -89,7 +95,10 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const validator = multiaddr(options.bootstrap);
   const via = options.announceVia ?? 'both';
   const announce = async () => {
-    const record = { roles: ['worker'], capabilities: { ...capabilities, memoryFreeBytes: memory.free() }, addrs: node.getMultiaddrs().map(String), proximity };
+    const record = {
+      roles: ['worker'], capabilities: { ...capabilities, memoryFreeBytes: memory.free() }, addrs: node.getMultiaddrs().map(String), proximity,
+      ...(options.chain ? { account: options.chain.address } : {}),
+    };
     if (via !== 'direct') {
       await node.services.pubsub.publish(PEERS_TOPIC, new TextEncoder().encode(JSON.stringify(record)));
     }
@@ -108,6 +117,13 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       }
     }
   };
+  // with a chain: stake from its own tokens (a worker without stake is given no work), then claim what it earns
+  if (options.chain) {
+    const stake = await options.chain.ensureStake();
+    if (stake < MIN_STAKE) log.warn('not-staked', { account: options.chain.address, stake: stake.toString(), needed: MIN_STAKE.toString() });
+  }
+  const claimer = options.chain ? new Claimer(node, validator, options.chain, log) : null;
+  claimer?.start();
   await announce();
   let stopped = false;
   const timer = setInterval(() => {
@@ -122,8 +138,10 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     capabilities,
     stages,
     memory,
+    ...(options.chain ? { account: options.chain.address } : {}),
     stop: async () => {
       stopped = true;
+      claimer?.stop();
       clearInterval(timer);
       clearInterval(probeTimer);
       clearInterval(sweeper);

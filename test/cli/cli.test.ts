@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url';
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 
 function cli(...args: string[]) {
-  const r = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', timeout: 120_000 });
+  // two demos run back to back while another test file shares the two cores: minutes, not seconds
+  const r = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', timeout: 240_000 });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 

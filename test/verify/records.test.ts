@@ -6,7 +6,7 @@ import { sectionWeights, StageExecutor } from '../../src/pipeline/index.ts';
 import { Generator, randn, setBackend, type Tensor } from '../../src/tensor/index.ts';
 import {
   AuditSampler, checkRecord, expectedStepsToCatch, gradsHash, hashTensors, optimizerHash, parseRecord, recordId, reexecute, Reputation,
-  signRecord, stepCatchProbability, stepsToCatch, type WorkRecord, weightsHash,
+  recordFlops, sectionCost, signRecord, STEP_FLOPS_PER_PARAM, stepCatchProbability, stepsToCatch, type WorkRecord, weightsHash,
 } from '../../src/verify/index.ts';
 
 /** A fresh Ed25519 key as raw bytes: the 32-byte seed that signs, the 32-byte public key that checks. */
@@ -91,6 +91,21 @@ describe('re-execution of a record, bit for bit on js', () => {
     const doubled = new Map([...contribution()].map(([n, t]) => [n, t.mul(2)]));
     const scaled = reexecute({ ...backward, grads: gradsHash(ex, doubled) }, { ...bundle, weights: weights(), input: x, grad: g });
     assert.match(scaled.reason, /gradients/);
+  });
+
+  test('the FLOPs a record states are checked: the section profile times the tokens kept; an inflated figure fails', () => {
+    const { ex } = worker();
+    const y = ex.forward(0, x);
+    const cost = sectionCost(config, range);
+    assert.ok(cost.flopsPerToken > 0 && cost.params > 0);
+    const flops = recordFlops('forward', cost, 2 * 5);
+    assert.equal(recordFlops('backward', cost, 10), 2 * flops);
+    assert.equal(recordFlops('step', cost, 0), STEP_FLOPS_PER_PARAM * cost.params);
+    const fields = { ...base, kind: 'forward' as const, input: hashTensors([x]), output: hashTensors([y]), weights: weightsHash(ex) };
+    assert.equal(reexecute(signRecord({ ...fields, flops }, signer), { ...bundle, weights: weights(), input: x }).ok, true);
+    const inflated = reexecute(signRecord({ ...fields, flops: 10 * flops }, signer), { ...bundle, weights: weights(), input: x });
+    assert.equal(inflated.ok, false);
+    assert.match(inflated.reason, /FLOPs/);
   });
 
   test('a step record reproduces from the state it started from; a skipped step does not', () => {

@@ -1,7 +1,11 @@
 import { multiaddr } from '@multiformats/multiaddr';
 import { additionTask, taskBatch } from '../../data/index.ts';
 import { byteLevelTokenizerJson, createModel, evaluateExactMatch, gpt2Config, HFTokenizer } from '../../models/index.ts';
-import { parseStatsAnswer, request, traffic } from '../../p2p/index.ts';
+import { parseStatsAnswer, request, type TensorLinkNode, traffic } from '../../p2p/index.ts';
+import type { Address } from 'viem';
+import { MIN_STAKE } from '../../chain/index.ts';
+import type { LocalSwarm } from '../local-swarm.ts';
+import { tokens as tlk } from './nodes.ts';
 import { type DistributedModel, distribute, listWorkers } from '../../user/index.ts';
 import { Generator, getBackend } from '../../tensor/index.ts';
 import { type Flags, intFlag, stringFlag, UsageError, verifyFlags } from '../args.ts';
@@ -19,6 +23,52 @@ export const demoOptions = {
   'redundancy': { type: 'string' },
   'verify-rate': { type: 'string' },
 } as const;
+
+/** What the demo's user pays into escrow for its job: the validators release the price of the verified FLOPs from it. */
+const DEMO_PAYMENT = 10n * 10n ** 18n;
+
+interface Earning {
+  worker: string;
+  peerId: string;
+  account: string;
+  stake: string;
+  earned: string;
+  claimed: string;
+  balance: string;
+  slashed: boolean;
+}
+
+/**
+ * Closes the epoch at the validator (which posts the reward root on the chain) and waits for
+ * the workers to claim their rewards by themselves; who earned what, read from the chain.
+ */
+async function settleAndClaim(node: TensorLinkNode, swarm: LocalSwarm, names: Map<string, string>, cheater: string | null) {
+  const boot = multiaddr(swarm.bootstrap);
+  const settled = await request(node, boot, { type: 'ledger-settle' }, 120_000);
+  const rewards = settled.rewards as Record<string, string>;
+  const chain = swarm.chain!.user;
+  const rows: Earning[] = [];
+  const deadline = Date.now() + 30_000;
+  for (const w of swarm.workers) {
+    const account = w.account as Address;
+    const earned = BigInt(rewards[account] ?? '0');
+    let claimed = await chain.claimedBy(account);
+    while (claimed < earned && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+      claimed = await chain.claimedBy(account);
+    }
+    const stake = await chain.stakeOf(account);
+    rows.push({
+      worker: names.get(w.peerId) ?? short(w.peerId), peerId: w.peerId, account, stake: stake.toString(), earned: earned.toString(),
+      claimed: claimed.toString(), balance: (await chain.balanceOf(account)).toString(), slashed: w.peerId === cheater && stake < MIN_STAKE,
+    });
+  }
+  rows.sort((a, b) => a.worker.localeCompare(b.worker));
+  const show = await request(node, boot, { type: 'ledger-show' });
+  const validator = BigInt(rewards[swarm.validator.account!] ?? '0');
+  const records = show.records as number;
+  return { epoch: settled.epoch as number, rows, records, validator: validator.toString(), blocks: show.height as number };
+}
 
 /** The share of the workers' records the validator re-runs in the demo (`--verify-rate` sets another). */
 const DEMO_VERIFY_RATE = 0.02;
@@ -72,7 +122,8 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
   const all = cheat === 'none' ? workers : workers + 1;
   out.info(`[1/5] starting a local swarm: a validator and ${all} workers, each its own process on 127.0.0.1`
     + `${cheat === 'none' ? '' : `; one of them cheats (${cheat}), to show that the swarm catches it`}`);
-  const swarm = await startSwarm(all, flags, cheat === 'none' ? undefined : [...Array<undefined>(workers), cheat]);
+  const swarm = await startSwarm(all, flags, cheat === 'none' ? undefined : [...Array<undefined>(workers), cheat], true);
+  const chain = swarm.chain!;
   const node = swarm.user.node;
   let dm: DistributedModel | null = null;
   try {
@@ -86,7 +137,9 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       const note = r.peerId === cheater ? `  CHEATS: ${CHEATS[cheat] ?? cheat} (--fault ${cheat})` : '';
       out.info(`  ${names.get(r.peerId)}   ${short(r.peerId)}  ${c.backend}, ${c.gflops.toFixed(1)} GFLOP/s measured, ${mib(c.memoryBytes)} offered${note}`);
     }
-    out.info(`  you (user) ${short(node.peerId.toString())}  keeps the embedding and the head: token ids and logits never leave this process\n`);
+    out.info(`  you (user) ${short(node.peerId.toString())}  keeps the embedding and the head: token ids and logits never leave this process`);
+    out.info(`  chain      anvil at ${chain.deployment.rpc}: token, staking, escrow and settlement contracts; each worker staked `
+      + `${tlk(MIN_STAKE)} to be given work\n`);
 
     const tokenizer = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
     // one block per worker, the cheater's too: it holds a section until it is caught
@@ -98,6 +151,9 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       + `2-digit sums written "07+38=045" (${thousands(task.train.length)} to learn from, ${task.test.length} held out)`);
     dm = await distribute(node, swarm.bootstrap, model, { strategy: 'parameter-balanced', verify });
     const job = dm;
+    // the user pays for the job up front, into escrow: the validators release it against the work the ledger holds
+    await chain.user.deposit(job.jobId, DEMO_PAYMENT);
+    const funded = new Set([job.jobId]);
     out.info('  plan (parameter-balanced: the largest section as small as it can be, so no worker waits on a bigger one):');
     for (const [i, a] of dm.assignment.entries()) {
       const stage = dm.plan.stages[i];
@@ -165,6 +221,10 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       samples.push({ prompt: example.prompt, answer, expected: example.answer, right });
     }
 
+    // a job caught a cheater is planned again under a new id: the user pays for that one too, then the epoch settles
+    if (!funded.has(job.jobId)) await chain.user.deposit(job.jobId, DEMO_PAYMENT);
+    await job.settle();
+    const earnings = await settleAndClaim(node, swarm, names, cheater);
     const verification = job.verification!;
     const stats = await Promise.all(records.map(async (r) => ({ record: r, stats: parseStatsAnswer(await request(node, r, { type: 'stats' })) })));
     const moved = traffic.received + stats.reduce((n, s) => n + s.stats.bytesReceived, 0);
@@ -200,6 +260,9 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       workers: perWorker,
       verification,
       samples,
+      epoch: earnings.epoch,
+      earnings: earnings.rows,
+      validatorEarned: earnings.validator,
     };
     const lines = [
       '',
@@ -214,6 +277,12 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
         + `${w.excluded ? 'EXCLUDED (caught cheating), ' : w.layers ? `layer ${w.layers[0]}${w.layers[1] !== w.layers[0] ? `–${w.layers[1]}` : ''}, ` : ''}`
         + `${thousands(w.trainForwards)} forwards, ${thousands(w.trainBackwards)} backwards, ${w.optimizerSteps} optimizer steps, `
         + `${thousands(w.forwards)} decoding forwards, busy ${w.busySeconds.toFixed(1)} s`),
+      `  earnings, read from the chain (epoch ${earnings.epoch}; the user paid ${tlk(DEMO_PAYMENT)} per job into escrow, `
+      + `the ledger holds ${thousands(earnings.records)} accepted records):`,
+      ...earnings.rows.map((e) => `  ${e.worker} ${e.account.slice(0, 10)}…: `
+        + `${e.slashed ? `SLASHED: stake ${tlk(MIN_STAKE)} → ${tlk(e.stake)}, earned nothing` : `earned ${tlk(e.earned)}, claimed ${tlk(e.claimed)}`}`
+        + `, balance ${tlk(e.balance)}`),
+      `  validator ${short(swarm.validator.peerId)}: earned ${tlk(earnings.validator)} for the ${earnings.blocks} blocks it signed`,
     ];
     out.result(summary, lines.join('\n'));
   } finally {

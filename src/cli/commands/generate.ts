@@ -3,6 +3,7 @@ import { loadProgress } from '../load-progress.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags } from '../args.ts';
 import { distribute, type VerificationSummary } from '../../user/index.ts';
 import { joinSwarm } from '../swarm.ts';
+import { payFlagOptions, payForJob } from '../chain-flags.ts';
 import type { Output } from '../output.ts';
 
 export const generateOptions = {
@@ -20,6 +21,7 @@ export const generateOptions = {
   'redundancy': { type: 'string' },
   'verify-rate': { type: 'string' },
   'listen': { type: 'string' },
+  ...payFlagOptions,
 } as const;
 
 /** `tensorlink generate`: continues a prompt, streaming the text as tokens come. */
@@ -74,6 +76,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
       const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out), verify });
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
       try {
+        await payForJob(flags, dm.jobId, out);
         tokens = (await dm.generate(promptIds, options)).tokens;
         verification = dm.verification;
         for (const peer of verification?.flagged ?? []) out.info(`worker …${peer.slice(-6)} was caught cheating: flagged at the validator, and the text generated again without it`);

@@ -5,10 +5,14 @@ import { parseFault, startWorker } from '../../worker/index.ts';
 import { localSwarm } from '../local-swarm.ts';
 import { type Flags, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
+import { chainFlagOptions, chainFromFlags } from '../chain-flags.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 
 export const validatorOptions = {
   'listen': { type: 'string' },
+  'peers': { type: 'string' },
+  'threshold': { type: 'string' },
+  ...chainFlagOptions,
   'data': { type: 'string' },
   'log-level': { type: 'string' },
   'parent-pid': { type: 'string' },
@@ -20,22 +24,28 @@ export const workerOptions = {
   'models': { type: 'string' },
   'fault': { type: 'string' },
   'listen': { type: 'string' },
+  ...chainFlagOptions,
   'log-level': { type: 'string' },
   'parent-pid': { type: 'string' },
 } as const;
 export const statusOptions = { bootstrap: { type: 'string' } } as const;
-export const swarmOptions = { workers: { type: 'string' }, memory: { type: 'string' } } as const;
+export const swarmOptions = { workers: { type: 'string' }, memory: { type: 'string' }, chain: { type: 'boolean' } } as const;
 
 /** `tensorlink swarm`: a validator and N workers on this machine, each its own process, until Ctrl-C. */
 export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
   const workers = intFlag(flags, 'workers', 3, 1);
   const memory = stringFlag(flags, 'memory');
   if (memory) parseBytes(memory);
-  const swarm = await localSwarm({ workers, memory, handleSignals: false });
-  process.stdout.write(
-    `${JSON.stringify({ event: 'ready', bootstrap: swarm.bootstrap, validator: swarm.validator.peerId, workers: swarm.workers.map((w) => w.peerId) })}\n`,
-  );
+  // --chain: a local chain too (anvil outlives a swarm killed with SIGKILL: it cannot watch its parent, so it is asked for)
+  const swarm = await localSwarm({ workers, memory, handleSignals: false, chain: flags.chain === true });
+  const chain = swarm.chain;
+  process.stdout.write(`${JSON.stringify({
+    event: 'ready', bootstrap: swarm.bootstrap, validator: swarm.validator.peerId, workers: swarm.workers.map((w) => w.peerId),
+    ...(chain ? { rpc: chain.deployment.rpc, chainId: chain.deployment.chainId, contracts: chain.deployment.contracts } : {}),
+    ...(chain ? { contractsFile: chain.file } : {}),
+  })}\n`);
   out.info(`local swarm up: validator ${swarm.bootstrap} and ${workers} workers (Ctrl-C stops them all)`);
+  if (chain) out.info(`local chain (anvil) at ${chain.deployment.rpc}: the contracts are in ${chain.file}; workers staked as they started`);
   await runUntilSignal(swarm.close);
 }
 
@@ -79,8 +89,8 @@ function logLevel(flags: Flags): LogLevel {
   return raw;
 }
 
-function ready(peerId: string, addrs: string[]): void {
-  process.stdout.write(`${JSON.stringify({ event: 'ready', peerId, addrs })}\n`);
+function ready(peerId: string, addrs: string[], account?: string): void {
+  process.stdout.write(`${JSON.stringify({ event: 'ready', peerId, addrs, ...(account ? { account } : {}) })}\n`);
 }
 
 /** `tensorlink validator`: a bootstrap peer, DHT server and registry of workers. */
@@ -88,9 +98,16 @@ export async function validatorCommand(flags: Flags, out: Output): Promise<void>
   const listen = stringFlag(flags, 'listen');
   if (listen) parseAddr(listen, 'listen');
   const level = logLevel(flags);
-  const v = await startValidator({ dataDir: stringFlag(flags, 'data'), listen: listen ? [listen] : undefined, log: createLogger({ level, peer: 'validator' }) });
+  const peers = (stringFlag(flags, 'peers') ?? '').split(',').map((p) => p.trim()).filter((p) => p !== '');
+  for (const p of peers) parseAddr(p, 'peers');
+  const threshold = intFlag(flags, 'threshold', 1, 1);
+  const dataDir = stringFlag(flags, 'data');
+  const chain = chainFromFlags(flags, dataDir);
+  const v = await startValidator({
+    dataDir, listen: listen ? [listen] : undefined, log: createLogger({ level, peer: 'validator' }), peers, threshold, chain,
+  });
   const addrs = v.node.getMultiaddrs().map(String);
-  ready(v.node.peerId.toString(), addrs);
+  ready(v.node.peerId.toString(), addrs, chain?.address);
   out.info(`validator ${v.node.peerId.toString()} listening on ${addrs.join(', ')}`);
   await runUntilSignal(v.stop, flags);
 }
@@ -108,20 +125,31 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
+  const dataDir = stringFlag(flags, 'data');
+  const chain = chainFromFlags(flags, dataDir);
   const w = await startWorker({
     bootstrap,
     fault,
-    dataDir: stringFlag(flags, 'data'),
+    chain,
+    dataDir,
     modelsDir: stringFlag(flags, 'models'),
     listen: listen ? [listen] : undefined,
     memoryBytes: memory ? parseBytes(memory) : undefined,
     log: createLogger({ level: logLevel(flags), peer: 'worker' }),
   });
   const addrs = w.node.getMultiaddrs().map(String);
-  ready(w.node.peerId.toString(), addrs);
+  ready(w.node.peerId.toString(), addrs, w.account);
   out.info(`worker ${w.node.peerId.toString()} (${w.capabilities.gflops} GFLOP/s, tier ${w.capabilities.tier}) joined ${bootstrap}`);
   if (fault) out.info(`this worker CHEATS on purpose (--fault ${fault.kind}:${fault.rate}), to test the network's defences`);
   await runUntilSignal(w.stop, flags);
+}
+
+/** A token amount (18 decimals) for people: 123.456 TLK. */
+export function tokens(units: string | bigint): string {
+  const v = BigInt(units);
+  const whole = v / 10n ** 18n;
+  const frac = (v % 10n ** 18n).toString().padStart(18, '0').slice(0, 6).replace(/0+$/, '');
+  return `${whole}${frac ? `.${frac}` : ''} TLK`;
 }
 
 function formatBytes(n: number): string {
@@ -144,9 +172,10 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
       const near = Object.entries(p.proximity ?? {}).map(
         ([peer, e]) => `\n    → ${peer.slice(-8)}  ${e.rttMs.toFixed(2)} ms round trip, ${e.mbps.toFixed(0)} Mbit/s`,
       );
+      const money = p.stake === undefined ? '' : `  stake ${tokens(p.stake)}, earned ${tokens(p.earned ?? '0')}, claimed ${tokens(p.claimed ?? '0')}`;
       const standing = p.reputation === undefined
         ? ''
-        : `  reputation ${p.reputation.toFixed(2)} (${p.checks?.passed ?? 0} checks passed, ${p.checks?.failed ?? 0} failed)${p.excluded ? ' EXCLUDED' : ''}`;
+        : `  reputation ${p.reputation.toFixed(2)} (${p.checks?.passed ?? 0} checks passed, ${p.checks?.failed ?? 0} failed)${p.excluded ? ' EXCLUDED' : ''}${money}`;
       return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}${standing}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago${near.join('')}`;
     });
     out.result({ peers }, lines.join('\n'));

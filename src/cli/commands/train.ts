@@ -10,6 +10,7 @@ import type { StrategyName } from '../../plan/index.ts';
 import { crossEntropy, Generator, noGrad, type Tensor } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import { joinSwarm } from '../swarm.ts';
+import { payFlagOptions, payForJob } from '../chain-flags.ts';
 import { type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 import {
@@ -41,6 +42,7 @@ export const trainOptions = {
   'strategy': { type: 'string' },
   'privacy': { type: 'string' },
   'listen': { type: 'string' },
+  ...payFlagOptions,
 } as const;
 
 /** How a source evaluates the model being trained: its logits, and a generator that continues prompts (locally, or across the workers). */
@@ -166,6 +168,7 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
   try {
     const onProgress = loadProgress(out);
     dm = await distribute(access.node, access.bootstrap, s.dir, { strategy, privacy, replicas, training: true, onProgress, verify });
+    await payForJob(flags, dm.jobId, out);
     if ((verify.redundancy ?? 1) > 1) out.info(`  every section runs on ${verify.redundancy} workers; their results are compared bit for bit before one is used`);
     for (const a of dm.assignment) {
       const layers = a.end - a.start === 1 ? `layer ${a.start}` : `layers ${a.start}–${a.end - 1}`;

@@ -5,7 +5,7 @@ import {
   STAGE_PROTOCOL, toWire,
 } from '../../p2p/index.ts';
 import { getBackend, noGrad } from '../../tensor/index.ts';
-import { auxHash, checkpointHash, hashTensors, signRecord } from '../../verify/index.ts';
+import { auxHash, checkpointHash, hashTensors, recordFlops, sectionCost, signRecord } from '../../verify/index.ts';
 import { control, NONE, sectionOf, type StageHandler } from './types.ts';
 
 /**
@@ -61,6 +61,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const record = signRecord({
         job: job.jobId, step: position, micro: 0, stage: section.range, kind: 'decode', session: request.sessionId, input: hashTensors([input]),
         aux: auxHash(positions, keyMask ?? null), config: section.configHash,
+        flops: Math.round(recordFlops('decode', (section.cost ??= sectionCost(section.model.config, section.range)), input.shape[0] * (input.shape[1] ?? 1))),
         output: hashTensors([out]), weights, backend: getBackend().name, seq: (section.seq = (section.seq ?? 0) + 1),
       }, signer);
       // on ort its output is kept too (and counted): a verifier compares within tolerance, not by hash

@@ -6,7 +6,7 @@ import {
 import type { CausalLM } from '../../models/index.ts';
 import { GradientExchange, StageExecutor } from '../../pipeline/index.ts';
 import { getBackend, type Tensor } from '../../tensor/index.ts';
-import { gradsHash, hashTensors } from '../../verify/index.ts';
+import { gradsHash, hashTensors, sectionCost } from '../../verify/index.ts';
 import { TrainingRecords } from '../records.ts';
 import { control, NONE, sectionOf, type StageHandler, type StageRequest, trainingOf } from './types.ts';
 
@@ -64,7 +64,9 @@ export const trainingHandlers: Record<string, StageHandler> = {
         },
       });
       const account = (delta: number) => memory.add(job.jobId, 'snapshot', delta, 'inputs kept for re-running records');
-      const setup = { config: section.configHash, ...(request.weightDecay === undefined ? {} : { weightDecay: request.weightDecay }) };
+      const cost = sectionCost(section.model.config, section.range);
+      const decay = request.weightDecay === undefined ? {} : { weightDecay: request.weightDecay };
+      const setup = { config: section.configHash, cost, ...decay };
       const records = new TrainingRecords(job.jobId, section.range, signer, backend, executor, request.keepState, setup, account);
       section.training = {
         executor, exchange: new GradientExchange(), kept: new Map(), recompute: request.recompute, records,
@@ -86,7 +88,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const honest = training.executor.forward(micro, input);
       const tensor = fault ? fault.output('forward', honest, input) : honest;
       const { records } = training;
-      const record = records.sign({ kind: 'forward', micro, input: hashTensors([input]), output: hashTensors([tensor]), weights: records.weightsHash() });
+      const record = records.sign({ kind: 'forward', micro, input: hashTensors([input]), output: hashTensors([tensor]), weights: records.weightsHash() }, input.shape[0] * input.shape[1]);
       training.forwardInputs.set(micro, { hash: record.input, tensor: records.keepState ? input.detach().clone() : null });
       // the output is kept without its graph, which would hold the forward's activations for as long
       records.keep({ record, input: training.forwardInputs.get(micro)!.tensor!, ...(record.backend === 'js' ? {} : { output: tensor.detach() }) });
@@ -113,7 +115,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const record = records.sign({
         kind: 'backward', micro, input: hashTensors([grad]), output: g ? hashTensors([g]) : '', grads: hash, from: forward.hash,
         weights: records.weightsHash(),
-      });
+      }, grad.shape[0] * grad.shape[1]);
       const ort = record.backend !== 'js' ? { ...(g ? { output: g } : {}), ...(tensors ? { contribution: tensors } : {}) } : {};
       records.keep({ record, input: forward.tensor!, grad, ...ort });
       work.trainBackwards++;

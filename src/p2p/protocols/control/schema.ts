@@ -8,6 +8,7 @@ import {
   type Proximity,
   type Role,
   type WorkCounters,
+  parseAccount,
   parseAddrs,
   parseCapabilities,
   parseJobId,
@@ -42,6 +43,8 @@ export interface Announcement {
   capabilities: Capabilities | null;
   addrs: string[];
   proximity: Record<string, Proximity>;
+  /** The peer's Ethereum account (with a chain): where its rewards go, whose stake lets it work. */
+  account?: string;
 }
 
 export function parseAnnounce(v: unknown): Announcement {
@@ -51,6 +54,7 @@ export function parseAnnounce(v: unknown): Announcement {
     capabilities: m.capabilities === undefined ? null : parseCapabilities(m.capabilities),
     addrs: parseAddrs(m.addrs ?? []),
     proximity: parseProximity(m.proximity),
+    ...(m.account === undefined ? {} : { account: parseAccount(m.account, 'announcement.account') }),
   };
 }
 

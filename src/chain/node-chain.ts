@@ -1,0 +1,147 @@
+import { type Abi, type Address, type Hex, keccak256, type LocalAccount, stringToBytes } from 'viem';
+import { ChainError } from '../errors.ts';
+import { loadOrCreateAccount } from './account.ts';
+import { type Deployment, readDeployment } from './contracts-file.ts';
+import { artifacts, type ChainClients, clients } from './deploy.ts';
+
+/** The stake a worker locks to be given work: 100 tokens (of 18 decimals). */
+export const MIN_STAKE = 100n * 10n ** 18n;
+/** What verified work is paid from a job's escrow: token units per FLOP (1 token per 10¹² FLOPs). */
+export const PRICE_PER_FLOP = 10n ** 6n;
+/** The share of a stake a proven cheat costs, in basis points. */
+export const SLASH_BPS = 5_000n;
+
+/** The escrow key of a job: keccak256 of its id's UTF-8 bytes. */
+export function jobKey(jobId: string): Hex {
+  return keccak256(stringToBytes(jobId));
+}
+
+/** A settled epoch as the chain announced it. */
+export interface SettledEpoch {
+  epoch: bigint;
+  root: Hex;
+  total: bigint;
+  block: bigint;
+}
+
+/**
+ * A node's view of the chain: its own account (kept under its data directory), the
+ * deployment it was pointed at (`--contracts FILE`, optionally on another `--rpc`), and the
+ * calls a worker, a validator or a user makes. Every failure is a ChainError naming the call.
+ */
+export class NodeChain {
+  readonly clients: ChainClients;
+  private readonly abi: Record<string, Abi>;
+
+  constructor(
+    readonly deployment: Deployment,
+    readonly account: LocalAccount,
+  ) {
+    this.clients = clients(deployment.rpc, deployment.chainId);
+    this.abi = Object.fromEntries(Object.entries(artifacts()).map(([n, a]) => [n, a.abi as Abi]));
+  }
+
+  /** Joins the deployment in `contractsFile` (on `rpc` if given) with the account kept in `dataDir`. */
+  static open(contractsFile: string, options: { rpc?: string; dataDir?: string } = {}): NodeChain {
+    const d = readDeployment(contractsFile);
+    return new NodeChain({ ...d, rpc: options.rpc ?? d.rpc }, loadOrCreateAccount(options.dataDir));
+  }
+
+  get address(): Address {
+    return this.account.address;
+  }
+
+  private contract(name: 'token' | 'staking' | 'escrow' | 'settlement'): { address: Address; abi: Abi } {
+    const art = { token: 'TensorLinkToken', staking: 'Staking', escrow: 'Escrow', settlement: 'Settlement' }[name];
+    return { address: this.deployment.contracts[name], abi: this.abi[art] };
+  }
+
+  async read<T>(name: 'token' | 'staking' | 'escrow' | 'settlement', functionName: string, args: unknown[] = []): Promise<T> {
+    try {
+      return (await this.clients.publicClient.readContract({ ...this.contract(name), functionName, args })) as T;
+    } catch (cause) {
+      throw new ChainError(`reading ${name}.${functionName} on ${this.deployment.rpc} failed: ${firstLine(cause)}`, { cause });
+    }
+  }
+
+  /** Sends a transaction from this node's account and waits for it to be mined (a revert is a ChainError with its reason). */
+  async write(name: 'token' | 'staking' | 'escrow' | 'settlement', functionName: string, args: unknown[]): Promise<Hex> {
+    try {
+      const wallet = this.clients.wallet(this.account);
+      const call = { ...this.contract(name), functionName, args, account: this.account };
+      const { request } = await this.clients.publicClient.simulateContract(call);
+      const hash = await wallet.writeContract(request);
+      const receipt = await this.clients.publicClient.waitForTransactionReceipt({ hash });
+      if (receipt.status !== 'success') throw new Error(`transaction ${hash} reverted`);
+      return hash;
+    } catch (cause) {
+      throw new ChainError(`${name}.${functionName} from ${this.address} failed: ${firstLine(cause)}`, { cause });
+    }
+  }
+
+  balanceOf(account: Address = this.address): Promise<bigint> {
+    return this.read<bigint>('token', 'balanceOf', [account]);
+  }
+
+  stakeOf(account: Address = this.address): Promise<bigint> {
+    return this.read<bigint>('staking', 'stakeOf', [account]);
+  }
+
+  /** Locks stake up to MIN_STAKE from this account's tokens (what it has, if less); the stake after. */
+  async ensureStake(min = MIN_STAKE): Promise<bigint> {
+    const stake = await this.stakeOf();
+    if (stake >= min) return stake;
+    const balance = await this.balanceOf();
+    const add = min - stake < balance ? min - stake : balance;
+    if (add === 0n) return stake;
+    await this.write('token', 'approve', [this.deployment.contracts.staking, add]);
+    await this.write('staking', 'stake', [add]);
+    return stake + add;
+  }
+
+  /** Deposits `amount` into the escrow of `jobId`: what the job's verified work is paid from. */
+  async deposit(jobId: string, amount: bigint): Promise<void> {
+    await this.write('token', 'approve', [this.deployment.contracts.escrow, amount]);
+    await this.write('escrow', 'deposit', [jobKey(jobId), amount]);
+  }
+
+  /** What is left in a job's escrow. */
+  async escrowOf(jobId: string): Promise<bigint> {
+    const job = await this.read<readonly [Address, bigint, bigint]>('escrow', 'jobs', [jobKey(jobId)]);
+    return job[1];
+  }
+
+  /** Signs a digest as the settlement contract checks it (EIP-191 over the 32 bytes). */
+  signDigest(digest: Hex): Promise<Hex> {
+    return this.account.signMessage({ message: { raw: digest } });
+  }
+
+  /** The epochs settled in chain blocks [fromBlock, latest]. */
+  async settledSince(fromBlock: bigint): Promise<SettledEpoch[]> {
+    try {
+      const logs = await this.clients.publicClient.getContractEvents({ ...this.contract('settlement'), eventName: 'Settled', fromBlock, toBlock: 'latest' });
+      return logs.map((l) => {
+        const a = (l as unknown as { args: { epoch: bigint; root: Hex; total: bigint } }).args;
+        return { epoch: a.epoch, root: a.root, total: a.total, block: l.blockNumber ?? 0n };
+      });
+    } catch (cause) {
+      throw new ChainError(`reading the settlement's epochs on ${this.deployment.rpc} failed: ${firstLine(cause)}`, { cause });
+    }
+  }
+
+  /** What `account` has claimed in all: the sum of its Claimed events. */
+  async claimedBy(account: Address): Promise<bigint> {
+    try {
+      const logs = await this.clients.publicClient.getContractEvents({ ...this.contract('settlement'), eventName: 'Claimed', args: { account }, fromBlock: 0n });
+      return logs.reduce((sum, l) => sum + (l as unknown as { args: { amount: bigint } }).args.amount, 0n);
+    } catch (cause) {
+      throw new ChainError(`reading claims on ${this.deployment.rpc} failed: ${firstLine(cause)}`, { cause });
+    }
+  }
+}
+
+/** viem's messages run to many lines (the call, the docs link): the first says what went wrong. */
+function firstLine(err: unknown): string {
+  const e = err as { shortMessage?: string; message?: string };
+  return (e.shortMessage ?? e.message ?? String(err)).split('\n')[0];
+}
