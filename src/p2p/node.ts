@@ -12,6 +12,7 @@ import { peerIdFromString } from '@libp2p/peer-id';
 import { createLibp2p } from 'libp2p';
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { loadOrCreateIdentity } from './identity.ts';
+import { PING_INTERVAL_MS, PING_STREAMS, PING_TIMEOUT_MS } from './constants.ts';
 
 export interface NodeOptions {
   /** Where the identity (and later other state) lives; omitted: a fresh identity per run. */
@@ -40,11 +41,15 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
     privateKey,
     addresses: { listen: options.listen ?? ['/ip4/127.0.0.1/tcp/0'] },
     transports: [tcp()],
+    // a peer busy with a long computation (a large section on the js backend, a loaded machine) answers no ping until
+    // it is done: libp2p's default 5 s would abort its connections, and with them every job on them
+    connectionMonitor: { pingInterval: PING_INTERVAL_MS, pingTimeout: { minTimeout: PING_TIMEOUT_MS, maxTimeout: PING_TIMEOUT_MS } },
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     services: {
       identify: identify(),
-      ping: ping(),
+      // pings overlap while a peer is busy (one every PING_INTERVAL_MS, each waiting PING_TIMEOUT_MS): room for all of them
+      ping: ping({ maxOutboundStreams: PING_STREAMS, maxInboundStreams: PING_STREAMS }),
       // Loopback and LAN addresses are what a local or home swarm has: keep them (the default drops them).
       dht: kadDHT({ protocol: DHT_PROTOCOL, clientMode: false, peerInfoMapper: passthroughMapper }),
       // A worker alone with its validator still publishes (the validator may not be in its mesh yet).
