@@ -241,9 +241,9 @@ export class LedgerService {
     }
   }
 
-  /** Appends the next block (checked by the store), under the lock. */
-  private append(block: Block): void {
-    this.store.append(block);
+  /** Appends the next block (checked by the store; `recordsChecked`: made here of records checked on submission), under the lock. */
+  private append(block: Block, recordsChecked = false): void {
+    this.store.append(block, recordsChecked);
     this.indexBlock(block);
   }
 
@@ -303,8 +303,12 @@ export class LedgerService {
       const self = this.node.peerId.toString();
       const alive = [...this.peers].filter(([, p]) => p.alive).map(([id]) => id);
       const leader = [self, ...alive].sort()[0];
-      if (leader === self) await this.propose(alive);
-      else await this.forward(leader);
+      if (leader !== self) {
+        await this.forward(leader);
+        return;
+      }
+      // a backlog is made into blocks back to back, not one block per round
+      for (let made = true; made && this.pending.size > 0;) made = await this.propose(alive);
     } catch (err) {
       this.options.log.warn('ledger-round-failed', { error: (err as Error).message });
     } finally {
@@ -318,8 +322,8 @@ export class LedgerService {
     await request(this.node, this.peers.get(leader)!.target, { type: 'ledger-submit', records }, SUBMIT_TIMEOUT_MS);
   }
 
-  /** Makes a block of pending records, has the live peers co-sign it, and appends it once the threshold is reached. */
-  private async propose(alive: string[]): Promise<void> {
+  /** Makes a block of pending records, has the live peers co-sign it, and appends it once the threshold is reached (false: it was not). */
+  private async propose(alive: string[]): Promise<boolean> {
     const made = await this.lock.run(async () => {
       const records = [...this.pending.values()].slice(0, MAX_BLOCK_RECORDS);
       const block = makeBlock(this.store.head, records, Date.now());
@@ -339,11 +343,12 @@ export class LedgerService {
         this.options.log.warn('block-short-of-signatures', { height: block.header.height, signatures: block.signatures.length, threshold: this.threshold });
         return null;
       }
-      this.append(block);
+      this.append(block, true);
       return block;
     });
-    if (!made) return;
+    if (!made) return false;
     const block = made;
     await Promise.all(alive.map((id) => request(this.node, this.peers.get(id)!.target, { type: 'ledger-commit', block }, PEER_TIMEOUT_MS).catch(() => {})));
+    return true;
   }
 }
