@@ -28,7 +28,10 @@ export function anvilBinary(): string {
 export function startAnvil(options: { port?: number; chainId?: number; accounts?: number; timeoutMs?: number } = {}): Promise<LocalChain> {
   const chainId = options.chainId ?? 31337;
   const args = ['--host', '127.0.0.1', '--port', String(options.port ?? 0), '--chain-id', String(chainId), '--accounts', String(options.accounts ?? 10)];
-  const child = spawn(anvilBinary(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  // anvil cannot watch its parent: a shell beside it ends it when this process is gone, even killed with SIGKILL
+  const watch = `"$0" "$@" & a=$!; trap 'kill $a 2>/dev/null' TERM INT; `
+    + `while kill -0 ${process.pid} 2>/dev/null && kill -0 $a 2>/dev/null; do sleep 0.5; done; kill $a 2>/dev/null; wait $a`;
+  const child = spawn('/bin/sh', ['-c', watch, anvilBinary(), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   const stop = () => new Promise<void>((resolve) => {
     if (child.exitCode !== null || child.signalCode !== null) return resolve();
     child.once('exit', () => resolve());

@@ -122,6 +122,8 @@ export async function localSwarm(options: {
    * settlement multisig, every worker funded and staking as it starts, the user funded.
    */
   chain?: boolean;
+  /** Or join a chain that runs elsewhere: the deployment `tensorlink chain --out FILE` wrote (its nodes stake what their accounts hold). */
+  joinChain?: { contracts: string; rpc?: string };
 }): Promise<LocalSwarm> {
   const threads = options.threads ?? Math.max(1, Math.floor(availableParallelism() / (options.workers + 1)));
   const extra = [...(options.backend ? ['--backend', options.backend] : []), '--threads', String(threads), '--parent-pid', String(process.pid)];
@@ -168,7 +170,8 @@ export async function localSwarm(options: {
   try {
     const workerDirs = Array.from({ length: options.workers }, (_, i) => join(dir, `worker-${i}`));
     if (options.chain) chain = await startSwarmChain(dir, join(dir, 'validator'), workerDirs);
-    const onChain = chain ? ['--contracts', chain.file] : [];
+    const joined = options.joinChain ? ['--contracts', options.joinChain.contracts, ...(options.joinChain.rpc ? ['--rpc', options.joinChain.rpc] : [])] : [];
+    const onChain = chain ? ['--contracts', chain.file] : joined;
     const validator = await launch('validator', ['--data', join(dir, 'validator'), ...onChain, ...extra], timeoutMs);
     peers.push(validator);
     const bootstrap = validator.addrs[0];

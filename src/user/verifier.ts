@@ -77,6 +77,9 @@ export class JobVerifier {
   private observed: { worker: PeerTarget; record: WorkRecord }[] = [];
   /** The ledger submissions under way, in order. */
   private submitting: Promise<void> = Promise.resolve();
+  /** Records waiting for the submission under way to be answered. */
+  private unsent: WorkRecord[] = [];
+  private sending = false;
   private submitError: Error | null = null;
   /** Workers this job no longer trusts: flagged by the validator, or that did not hand over what they signed. */
   readonly excluded = new Set<string>();
@@ -155,22 +158,33 @@ export class JobVerifier {
   }
 
   /**
-   * Hands checked records to the validator's ledger, in order, without holding the job up; a
-   * validator that refuses or cannot be reached is reported by `drain`, the job goes on.
+   * Hands checked records to the validator's ledger without holding the job up. The validator
+   * answers a submission once its records are in a block (a round, BLOCK_INTERVAL_MS), so
+   * records that come meanwhile wait and go together in the next one: one submission in flight,
+   * however fast the steps come. A validator that refuses or cannot be reached is reported by
+   * `drain`; the job goes on.
    */
   private record(records: WorkRecord[]): void {
     if (records.length === 0) return;
-    this.submitting = this.submitting.then(async () => {
-      for (let i = 0; i < records.length; i += LEDGER_BATCH) {
-        const batch = records.slice(i, i + LEDGER_BATCH);
-        try {
-          await request(this.node, this.validator, { type: 'ledger-submit', records: batch }, TRAIN_REQUEST_TIMEOUT_MS);
-          this.summary.recorded += batch.length;
-        } catch (err) {
-          this.submitError ??= err as Error;
-        }
+    this.unsent = this.unsent.concat(records);
+    if (this.sending) return;
+    this.sending = true;
+    this.submitting = (async () => {
+      while (this.unsent.length > 0) {
+        const all = this.unsent;
+        this.unsent = [];
+        await Promise.all(Array.from({ length: Math.ceil(all.length / LEDGER_BATCH) }, async (_, i) => {
+          const batch = all.slice(i * LEDGER_BATCH, (i + 1) * LEDGER_BATCH);
+          try {
+            await request(this.node, this.validator, { type: 'ledger-submit', records: batch }, TRAIN_REQUEST_TIMEOUT_MS);
+            this.summary.recorded += batch.length;
+          } catch (err) {
+            this.submitError ??= err as Error;
+          }
+        }));
       }
-    });
+      this.sending = false;
+    })();
   }
 
   /** Waits for the ledger submissions under way; the first that failed, as an error (null: all were taken). */

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { describe, test } from 'node:test';
+import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { multiaddr } from '@multiformats/multiaddr';
 import { localSwarm } from '../../src/cli/local-swarm.ts';
@@ -17,7 +17,25 @@ function running(pid: number): boolean {
   }
 }
 
+/** The processes `pid` started (and, with `deep`, theirs and so on). */
+function descendants(pid: number, deep = true): number[] {
+  let listed = '';
+  try {
+    listed = execFileSync('ps', ['-o', 'pid=', '--ppid', String(pid)], { encoding: 'utf8' });
+  } catch {
+    // ps exits 1 when the process has no children
+  }
+  const children = listed.split('\n').map((s) => Number(s.trim())).filter((n) => n > 0);
+  return deep ? children.flatMap((c) => [c, ...descendants(c)]) : children;
+}
+
 describe('local swarm', () => {
+  // a swarm whose test failed half way is not left running (it would hold the test runner open)
+  const spawned: ReturnType<typeof spawn>[] = [];
+  after(() => {
+    for (const c of spawned) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  });
+
   test('localSwarm starts a validator and workers as processes and close() stops them all', async () => {
     const swarm = await localSwarm({ workers: 2, memory: '512MiB' });
     const client = await createNode();
@@ -34,6 +52,7 @@ describe('local swarm', () => {
 
   test('tensorlink swarm leaves no process behind after Ctrl-C', async () => {
     const child = spawn(process.execPath, [BIN, 'swarm', '--workers', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    spawned.push(child);
     const ready = await new Promise<{ bootstrap: string }>((resolve, reject) => {
       let out = '';
       child.stdout.on('data', (d) => {
@@ -44,11 +63,9 @@ describe('local swarm', () => {
       child.once('exit', (code) => reject(new Error(`swarm exited ${code}`)));
     });
     assert.match(ready.bootstrap, /^\/ip4\/127\.0\.0\.1\/tcp\/\d+\/p2p\//);
-    const children = execFileSync('ps', ['-o', 'pid=', '--ppid', String(child.pid)], { encoding: 'utf8' })
-      .split('\n')
-      .map((s) => Number(s.trim()))
-      .filter((n) => n > 0);
-    assert.equal(children.length, 2, 'a validator and a worker');
+    // a validator, a worker and the chain: anvil, under a shell that ends it when the swarm is gone
+    assert.equal(descendants(child.pid!, false).length, 3, 'a validator, a worker and the chain');
+    const children = descendants(child.pid!);
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     child.kill('SIGINT');
     assert.equal(await exited, 0);
@@ -58,6 +75,7 @@ describe('local swarm', () => {
 
   test('the nodes of a swarm killed with SIGKILL exit on their own', async () => {
     const child = spawn(process.execPath, [BIN, 'swarm', '--workers', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    spawned.push(child);
     await new Promise<void>((resolve, reject) => {
       let out = '';
       child.stdout.on('data', (d) => {
@@ -66,13 +84,10 @@ describe('local swarm', () => {
       });
       child.once('exit', (code) => reject(new Error(`swarm exited ${code}`)));
     });
-    const children = execFileSync('ps', ['-o', 'pid=', '--ppid', String(child.pid)], { encoding: 'utf8' })
-      .split('\n')
-      .map((s) => Number(s.trim()))
-      .filter((n) => n > 0);
-    assert.equal(children.length, 2);
+    assert.equal(descendants(child.pid!, false).length, 3);
+    const children = descendants(child.pid!);
     child.kill('SIGKILL');
     for (let i = 0; i < 100 && children.some(running); i++) await new Promise((r) => setTimeout(r, 100));
-    assert.ok(!children.some(running), 'orphaned nodes noticed their parent was gone');
+    assert.ok(!children.some(running), 'orphaned nodes (and the chain) noticed their parent was gone');
   });
 });

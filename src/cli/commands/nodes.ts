@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { createLogger, createNode, isLogLevel, type LogLevel } from '../../p2p/index.ts';
 import { listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
@@ -29,15 +30,23 @@ export const workerOptions = {
   'parent-pid': { type: 'string' },
 } as const;
 export const statusOptions = { bootstrap: { type: 'string' } } as const;
-export const swarmOptions = { workers: { type: 'string' }, memory: { type: 'string' }, chain: { type: 'boolean' } } as const;
+export const swarmOptions = { 'workers': { type: 'string' }, 'memory': { type: 'string' }, 'no-chain': { type: 'boolean' }, ...chainFlagOptions } as const;
 
 /** `tensorlink swarm`: a validator and N workers on this machine, each its own process, until Ctrl-C. */
 export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
   const workers = intFlag(flags, 'workers', 3, 1);
   const memory = stringFlag(flags, 'memory');
   if (memory) parseBytes(memory);
-  // --chain: a local chain too (anvil outlives a swarm killed with SIGKILL: it cannot watch its parent, so it is asked for)
-  const swarm = await localSwarm({ workers, memory, handleSignals: false, chain: flags.chain === true });
+  // a local chain (anvil) by default; --contracts FILE [--rpc URL] joins one that runs elsewhere; --no-chain: none
+  const contracts = stringFlag(flags, 'contracts');
+  const rpc = stringFlag(flags, 'rpc');
+  if (flags['no-chain'] === true && (contracts || rpc)) throw new UsageError('--no-chain and --contracts/--rpc say opposite things: pick one');
+  if (rpc && !contracts) throw new UsageError('--rpc needs --contracts FILE (what `tensorlink chain --out FILE` wrote)');
+  if (contracts && !existsSync(contracts)) throw new UsageError(`--contracts ${contracts}: no such file (write one with tensorlink chain --out FILE)`);
+  const swarm = await localSwarm({
+    workers, memory, handleSignals: false, chain: flags['no-chain'] !== true && !contracts,
+    ...(contracts ? { joinChain: { contracts, ...(rpc ? { rpc } : {}) } } : {}),
+  });
   const chain = swarm.chain;
   process.stdout.write(`${JSON.stringify({
     event: 'ready', bootstrap: swarm.bootstrap, validator: swarm.validator.peerId, workers: swarm.workers.map((w) => w.peerId),
@@ -46,6 +55,7 @@ export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
   })}\n`);
   out.info(`local swarm up: validator ${swarm.bootstrap} and ${workers} workers (Ctrl-C stops them all)`);
   if (chain) out.info(`local chain (anvil) at ${chain.deployment.rpc}: the contracts are in ${chain.file}; workers staked as they started`);
+  if (contracts) out.info(`on the chain of ${contracts}: workers staked what their accounts held (a worker without stake is given no work)`);
   await runUntilSignal(swarm.close);
 }
 
