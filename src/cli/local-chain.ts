@@ -16,6 +16,8 @@ export interface SwarmChain {
   file: string;
   /** The user's account on it (anvil's third), with LOCAL_GRANT tokens. */
   user: NodeChain;
+  /** Gives an account gas money and LOCAL_GRANT tokens (a user who will pay for jobs from the command line). */
+  fund(account: Address): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -38,11 +40,14 @@ export async function startSwarmChain(dir: string, validatorDir: string, nodeDir
     const bank = new NodeChain(deployment, deployer);
     const user = new NodeChain(deployment, mnemonicToAccount(ANVIL_MNEMONIC, { addressIndex: 2 }));
     const accounts: Address[] = [validator.address, ...nodeDirs.map((d) => loadOrCreateAccount(d).address)];
-    for (const a of accounts) {
-      await bank.clients.publicClient.request({ method: 'anvil_setBalance' as never, params: [a, toHex(parseEther('100'))] as never });
-    }
+    const gas = (a: Address) => bank.clients.publicClient.request({ method: 'anvil_setBalance' as never, params: [a, toHex(parseEther('100'))] as never });
+    for (const a of accounts) await gas(a);
     for (const a of [...accounts.slice(1), user.address]) await bank.write('token', 'transfer', [a, LOCAL_GRANT]);
-    return { local, deployment, file, user, stop: local.stop };
+    const fund = async (a: Address) => {
+      await gas(a);
+      await bank.write('token', 'transfer', [a, LOCAL_GRANT]);
+    };
+    return { local, deployment, file, user, fund, stop: local.stop };
   } catch (err) {
     await local.stop();
     throw err;

@@ -61,9 +61,10 @@ commands:
   status --bootstrap MULTIADDR
       the swarm as its validator sees it: peers, roles, capabilities, tiers, reputation (checks passed
       and failed, excluded), last seen
-  swarm [--workers N] [--memory SIZE] [--chain]
-      a local swarm: a validator and N workers on 127.0.0.1, each its own process, until Ctrl-C;
-      --chain: and a local chain (anvil) with the contracts deployed and the workers staked
+  swarm [--workers N] [--memory SIZE] [--contracts FILE [--rpc URL] | --no-chain]
+      a local swarm: a validator and N workers on 127.0.0.1, each its own process, and a local
+      chain (anvil) with the contracts deployed and the workers staked, until Ctrl-C; --contracts
+      joins a chain that runs elsewhere instead, --no-chain runs without one
   chain [--rpc URL] [--out FILE] [--validators ADDR,... --threshold M] [--key 0xKEY]
       without --rpc, starts a local Ethereum node (anvil, from npm) on a free loopback port until
       Ctrl-C; deploys the token, staking, escrow and settlement contracts (or finds them where FILE

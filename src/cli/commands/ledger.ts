@@ -6,6 +6,7 @@ import { createNode, publicKeyOf, request } from '../../p2p/index.ts';
 import { InvalidArgumentError, VerificationError } from '../../errors.ts';
 import { type Flags, intFlag, optionalIntFlag, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
+import { tokens } from './nodes.ts';
 
 export const ledgerOptions = {
   threshold: { type: 'string' },
@@ -111,7 +112,7 @@ async function settle(flags: Flags, out: Output): Promise<void> {
   const rewards = (answer.rewards ?? {}) as Record<string, string>;
   const lines = [
     `epoch ${answer.epoch} settled: root ${String(answer.root)}, ${Object.keys(rewards).length} accounts paid`,
-    ...Object.entries(rewards).map(([account, amount]) => `  ${account}  ${amount}`),
+    ...Object.entries(rewards).map(([account, amount]) => `  ${account}  ${tokens(amount)} (${amount} units)`),
   ];
   out.result(answer, lines.join('\n'));
 }

@@ -6,7 +6,9 @@ import { parseFault, startWorker } from '../../worker/index.ts';
 import { localSwarm } from '../local-swarm.ts';
 import { type Flags, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
-import { chainFlagOptions, chainFromFlags } from '../chain-flags.ts';
+import { chainFlagOptions, chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
+import { LOCAL_GRANT } from '../local-chain.ts';
+import { loadOrCreateAccount } from '../../chain/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 
 export const validatorOptions = {
@@ -48,13 +50,24 @@ export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
     ...(contracts ? { joinChain: { contracts, ...(rpc ? { rpc } : {}) } } : {}),
   });
   const chain = swarm.chain;
+  // the account train and generate pay from (--contracts FILE --pay TLK) gets tokens too, before the swarm says it is ready
+  const payer = chain ? loadOrCreateAccount(USER_KEY_DIR).address : null;
+  try {
+    if (chain && payer) await chain.fund(payer);
+  } catch (err) {
+    await swarm.close();
+    throw err;
+  }
   process.stdout.write(`${JSON.stringify({
     event: 'ready', bootstrap: swarm.bootstrap, validator: swarm.validator.peerId, workers: swarm.workers.map((w) => w.peerId),
     ...(chain ? { rpc: chain.deployment.rpc, chainId: chain.deployment.chainId, contracts: chain.deployment.contracts } : {}),
-    ...(chain ? { contractsFile: chain.file } : {}),
+    ...(chain ? { contractsFile: chain.file, payer } : {}),
   })}\n`);
   out.info(`local swarm up: validator ${swarm.bootstrap} and ${workers} workers (Ctrl-C stops them all)`);
-  if (chain) out.info(`local chain (anvil) at ${chain.deployment.rpc}: the contracts are in ${chain.file}; workers staked as they started`);
+  if (chain) {
+    out.info(`local chain (anvil) at ${chain.deployment.rpc}: the contracts are in ${chain.file}; workers staked as they started; `
+      + `your account ${payer} (key in ${USER_KEY_DIR}) holds ${tokens(LOCAL_GRANT)} to pay for jobs with --contracts ${chain.file}`);
+  }
   if (contracts) out.info(`on the chain of ${contracts}: workers staked what their accounts held (a worker without stake is given no work)`);
   await runUntilSignal(swarm.close);
 }
