@@ -12,6 +12,20 @@ import { parseStatusAnswer, request } from '../../src/p2p/index.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';
 import { VALIDATOR_SHARE_BPS } from '../../src/validator/settlement.ts';
 import { waitFor } from '../helpers/processes.ts';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+
+/** `tensorlink ...args --json`: its JSON result (the test fails with its stderr otherwise). */
+function cli(...args: string[]): Record<string, unknown> {
+  const r = spawnSync(process.execPath, [BIN, ...args, '--json'], { encoding: 'utf8', timeout: 120_000 });
+  assert.equal(r.status, 0, r.stderr);
+  return JSON.parse(r.stdout) as Record<string, unknown>;
+}
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
 const config = gpt2Config({ vocabSize: 257, hidden: 32, layers: 4, heads: 4, maxPositions: 32 });
@@ -50,12 +64,23 @@ describe('ledger and chain, end to end on a local swarm', () => {
     assert.deepEqual(last!.verification.flagged, [cheater.peerId]);
     await job.close();
 
-    // the ledger holds every record the user accepted, and none of the cheater's
-    const show = await request(swarm.user.node, boot, { type: 'ledger-show' });
+    // the ledger holds every record the user accepted, and none of the cheater's (as `tensorlink ledger show` prints it)
+    const show = cli('ledger', 'show', '--bootstrap', swarm.bootstrap);
     assert.equal(show.records, verification.recorded);
     assert.ok(verification.recorded > 0);
     const work = show.work as Record<string, { records: number; flops: number }>;
     assert.equal(work[cheater.peerId], undefined, 'no record of the cheater was accepted');
+    // any record's inclusion proof checks offline (`ledger proof`, then `ledger verify` with the validator named)
+    const block = cli('ledger', 'show', '--bootstrap', swarm.bootstrap, '--height', '0').block as { records: { id: string }[] };
+    const tmp = mkdtempSync(join(tmpdir(), 'tl-settle-'));
+    try {
+      const file = join(tmp, 'proof.json');
+      const r = spawnSync(process.execPath, [BIN, 'ledger', 'proof', block.records[0].id, '--bootstrap', swarm.bootstrap, '--out', file], { encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+      assert.equal(cli('ledger', 'verify', file, '--validators', swarm.validator.peerId).valid, true);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
 
     // the cheater was slashed by the validators' multisig, with a failed re-execution as evidence
     const cheaterAccount = cheater.account as Address;
@@ -67,7 +92,7 @@ describe('ledger and chain, end to end on a local swarm', () => {
       const flops = Object.values(work).reduce((a, w) => a + BigInt(w.flops), 0n);
       return flops * PRICE_PER_FLOP < payment ? flops * PRICE_PER_FLOP : payment;
     })();
-    const settled = await request(swarm.user.node, boot, { type: 'ledger-settle' }, 120_000);
+    const settled = cli('ledger', 'settle', '--bootstrap', swarm.bootstrap);
     const blocks = Number(show.height);
     const workers = peersBefore.filter((p) => work[p.peerId]).map((p) => ({
       account: p.account!, work: work[p.peerId].flops, reputation: p.excluded ? 0 : p.reputation!,
