@@ -50,10 +50,11 @@ commands:
       and compares them bit for bit (js), --verify-rate P (default 0.05) has the validator re-run
       that share of records; a worker caught is flagged, excluded, and its work redone
 
-  validator [--listen MULTIADDR] [--data DIR] [--peers MULTIADDR,... --threshold M] [--contracts FILE [--rpc URL]]
-            [--log-level debug|info|warn|error]
+  validator [--listen MULTIADDR] [--data DIR] [--peers MULTIADDR,... --validators ID,... --threshold M]
+            [--contracts FILE [--rpc URL]] [--log-level debug|info|warn|error]
       a bootstrap peer, DHT server and registry of workers; prints {"event":"ready",...} when up;
-      keeps the ledger under DIR, its blocks co-signed with --peers (M signatures each, default 1)
+      keeps the ledger under DIR, its blocks co-signed (M signatures each, default 1) by the validator
+      set: this one, those of --peers (which it dials) and those of --validators (which dial it)
   worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--models DIR] [--listen MULTIADDR] [--log-level L]
          [--fault noise|skip|stale|scale-grad|zero|replay|free-ride[:RATE]] [--contracts FILE [--rpc URL]]
       lends this machine's compute: measures it, announces it and keeps announcing while alive;

@@ -1,6 +1,6 @@
 import type { PeerId } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
-import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError } from '../errors.ts';
+import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError, UnauthorizedError } from '../errors.ts';
 import { type Block, blockProblem, headerHash, inclusionProof, makeBlock, type SignerSet, signHeader, validSigners } from '../ledger/index.ts';
 import { type DialTarget, type Handler, int, type Logger, publicKeyOf, request, signerOf, str, type TensorLinkNode } from '../p2p/index.ts';
 import { recordId, type RecordSigner, type Reputation, signatureValid, type WorkRecord } from '../verify/index.ts';
@@ -23,6 +23,12 @@ export interface LedgerOptions {
   dataDir?: string;
   /** Other validators to co-sign blocks with (they learn of this one when it says hello). */
   peers?: string[];
+  /**
+   * Peer ids of further validators whose hello this one accepts (they dial it; it need not know
+   * their addresses). Only the validators of `peers` and `validators` sign blocks and settlements
+   * with this one: any other peer may read the ledger, but its signatures do not count.
+   */
+  validators?: string[];
   /** Validator signatures a block needs (default 1: the proposer's own). */
   threshold?: number;
   /** This validator's Ethereum account, told to its peers (settlement needs every validator's). */
@@ -62,6 +68,9 @@ export class LedgerService {
   private timer: ReturnType<typeof setInterval> | null = null;
   private ticking = false;
   readonly threshold: number;
+  /** This validator and the others it co-signs with: the only signatures its blocks count. */
+  private readonly trusted: ReadonlySet<string>;
+  private readonly configured: { id: string; target: DialTarget }[];
 
   constructor(
     private readonly node: TensorLinkNode,
@@ -71,20 +80,25 @@ export class LedgerService {
     this.threshold = options.threshold ?? 1;
     if (!Number.isInteger(this.threshold) || this.threshold < 1) throw new InvalidArgumentError(`the ledger threshold must be an integer ≥ 1, got ${this.threshold}`);
     this.signer = signerOf(node);
+    this.configured = (options.peers ?? []).map((addr) => {
+      const ma = multiaddr(addr);
+      const id = ma.getComponents().find((c) => c.name === 'p2p')?.value;
+      if (!id) throw new InvalidArgumentError(`--peers: ${addr} does not end in /p2p/PEER-ID`);
+      return { id, target: ma };
+    });
+    for (const v of options.validators ?? []) publicKeyOf(v);
+    this.trusted = new Set([node.peerId.toString(), ...this.configured.map((c) => c.id), ...(options.validators ?? [])]);
     this.store = new LedgerStore(options.dataDir, this.signers());
     for (let h = 0; h < this.store.height; h++) this.indexBlock(this.store.at(h)!);
   }
 
   private signers(): SignerSet {
-    return { keyOf: publicKeyOf, threshold: this.threshold };
+    return { keyOf: publicKeyOf, threshold: this.threshold, validators: this.trusted };
   }
 
   /** Says hello to the configured peers, catches up from them, and starts making blocks. */
   async start(): Promise<void> {
-    for (const addr of this.options.peers ?? []) {
-      const ma = multiaddr(addr);
-      const id = ma.getComponents().find((c) => c.name === 'p2p')?.value;
-      if (!id) throw new InvalidArgumentError(`--peers: ${addr} does not end in /p2p/PEER-ID`);
+    for (const { id, target: ma } of this.configured) {
       this.peers.set(id, { target: ma, alive: false, head: null });
       try {
         const head = parseHead(await request(this.node, ma, { type: 'ledger-hello', addrs: this.node.getMultiaddrs().map(String) }, PEER_TIMEOUT_MS));
@@ -134,8 +148,12 @@ export class LedgerService {
       'ledger-submit': (m) => this.submit(parseSubmit(m)),
       'ledger-hello': (m, from: PeerId) => {
         const id = from.toString();
-        this.peers.set(id, { target: { peerId: id, addrs: parseHello(m) }, alive: true, head: null });
-        this.options.log.info('validator-joined', { peer: id });
+        const addrs = parseHello(m);
+        // a peer outside the validator set is answered (it may catch up, as anyone may read the ledger), not co-signed with
+        if (this.trusted.has(id)) {
+          this.peers.set(id, { target: { peerId: id, addrs }, alive: true, head: null });
+          this.options.log.info('validator-joined', { peer: id });
+        } else this.options.log.warn('validator-not-trusted', { peer: id });
         return { type: 'ledger-head', ...this.head() };
       },
       'ledger-head': () => ({ type: 'ledger-head', ...this.head() }),
@@ -143,8 +161,9 @@ export class LedgerService {
         const block = this.store.at(int(m.from, 'from'));
         return { type: 'ledger-blocks', blocks: block ? [block] : [] };
       },
-      'ledger-propose': (m, from: PeerId) => this.cosign(parseBlockMessage(m.block), from.toString()),
+      'ledger-propose': (m, from: PeerId) => this.cosign(parseBlockMessage(m.block), this.validatorOf(from)),
       'ledger-commit': async (m, from: PeerId) => {
+        this.validatorOf(from);
         const block = parseBlockMessage(m.block);
         await this.lock.run(async () => {
           if (block.header.height === this.store.height) this.append(block);
@@ -163,6 +182,18 @@ export class LedgerService {
         return { type: 'ledger-proof', proof: inclusionProof(this.store.at(height)!, id) };
       },
     };
+  }
+
+  /** Whether `peer` is one of the validators this one co-signs with. */
+  trusts(peer: string): boolean {
+    return this.trusted.has(peer);
+  }
+
+  /** The peer id of a validator of this one's set (an UnauthorizedError for anyone else). */
+  validatorOf(from: PeerId): string {
+    const id = from.toString();
+    if (!this.trusted.has(id)) throw new UnauthorizedError(`${id} is not a validator this one signs with (--peers, --validators)`);
+    return id;
   }
 
   /** Takes records a user accepted (signed by their workers, not yet in the ledger); answers once they are in a block. */

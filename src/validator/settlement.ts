@@ -1,5 +1,6 @@
 import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { PeerId } from '@libp2p/interface';
 import type { Address, Hex } from 'viem';
 import { jobKey, MIN_STAKE, type NodeChain, PRICE_PER_FLOP, RewardTree, SLASH_BPS } from '../chain/index.ts';
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
@@ -116,13 +117,20 @@ export class Settler {
   handlers(): Record<string, Handler> {
     return {
       'ledger-settle': () => this.lock.run(() => this.settle()),
-      'settle-sign': async (m) => {
+      'settle-sign': async (m, from: PeerId) => {
+        this.ledger.validatorOf(from);
         const input = parseEpochInput(m.input);
+        // the workers' accounts are the proposer's word: each must be the one the worker announced here, where it announced one
+        for (const [peer, account] of Object.entries(input.accounts)) {
+          const mine = this.accountOf(peer);
+          if (mine && mine.toLowerCase() !== account.toLowerCase()) throw new InvalidMessageError(`${peer} announced ${mine} here, not ${account}`);
+        }
         const { entry, digest } = await this.compute(input);
         this.cosigned.set(entry.epoch, entry);
         return { type: 'settle-signed', signature: await this.chain.signDigest(digest), account: this.chain.address, root: entry.root };
       },
-      'slash-sign': async (m) => {
+      'slash-sign': async (m, from: PeerId) => {
+        this.ledger.validatorOf(from);
         const record = parseRecord(m.record);
         const account = parseAccount(m.account, 'account');
         const amount = BigInt(str(m.amount, 'amount', 78));

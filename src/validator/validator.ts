@@ -33,6 +33,8 @@ export interface ValidatorOptions {
   log?: Logger;
   /** Other validators' addresses: blocks are co-signed with them, and a validator behind catches up from them. */
   peers?: string[];
+  /** Peer ids of further validators that may join this one's set by saying hello (see LedgerOptions.validators). */
+  validators?: string[];
   /** Validator signatures a block needs (default 1). */
   threshold?: number;
   /** The chain it settles on (absent: no chain; the ledger works without one). */
@@ -79,7 +81,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     }
   });
   const ledger = new LedgerService(node, reputation, {
-    dataDir: options.dataDir, peers: options.peers, threshold: options.threshold, account: options.chain?.address, log,
+    dataDir: options.dataDir, peers: options.peers, validators: options.validators, threshold: options.threshold,
+    account: options.chain?.address, log,
   });
   const settler = options.chain
     ? new Settler(node, ledger, reputation, (peer) => registry.accountOf(peer), options.chain, options.dataDir, log)

@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { multiaddr } from '@multiformats/multiaddr';
-import { createNode, request, signerOf, type TensorLinkNode } from '../../src/p2p/index.ts';
+import { peerIdFromPrivateKey } from '@libp2p/peer-id';
+import { createNode, loadOrCreateIdentity, request, signerOf, type TensorLinkNode } from '../../src/p2p/index.ts';
 import { recordId, signRecord, type WorkRecord } from '../../src/verify/index.ts';
 import { alive, type Running, startNode, waitFor } from '../helpers/processes.ts';
 
@@ -33,7 +34,9 @@ describe('ledger: two validators', () => {
   });
 
   test('blocks carry both signatures; a validator killed and restarted keeps every block and catches up; proofs check offline', async () => {
-    const a = await startNode(['validator', '--data', join(dir, 'a')]);
+    // the validator set is configured: B's identity is made first, A accepts it by peer id, B dials A
+    const idB = peerIdFromPrivateKey(await loadOrCreateIdentity(join(dir, 'b'))).toString();
+    const a = await startNode(['validator', '--data', join(dir, 'a'), '--validators', idB]);
     procs.push(a);
     const startB = async () => {
       const b = await startNode(['validator', '--data', join(dir, 'b'), '--peers', a.addrs[0]]);
@@ -65,6 +68,14 @@ describe('ledger: two validators', () => {
       const blk = (await show(b, h)).block!;
       assert.deepEqual([...blk.signatures].sort(), [a.peerId, b.peerId].sort(), `block ${h} is signed by both validators`);
     }
+    // a peer outside the set is answered a hello (it may read the ledger) but may not propose, commit or have settlements signed
+    const stranger = await request(user, multiaddr(a.addrs[0]), { type: 'ledger-hello', addrs: [] });
+    assert.equal(stranger.type, 'ledger-head');
+    const block0 = (await request(user, multiaddr(a.addrs[0]), { type: 'ledger-blocks', from: 0 })).blocks as unknown[];
+    for (const type of ['ledger-propose', 'ledger-commit']) {
+      await assert.rejects(request(user, multiaddr(a.addrs[0]), { type, block: block0[0] }), /UnauthorizedError|not a validator/);
+    }
+
     // the same records again are duplicates, not new work
     const again = await submit(a, first.slice(0, 5));
     assert.equal(again.duplicate, 5);

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { createLogger, createNode, isLogLevel, type LogLevel } from '../../p2p/index.ts';
+import { createLogger, createNode, isLogLevel, type LogLevel, publicKeyOf } from '../../p2p/index.ts';
 import { listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
 import { parseFault, startWorker } from '../../worker/index.ts';
@@ -14,6 +14,7 @@ import { multiaddr } from '@multiformats/multiaddr';
 export const validatorOptions = {
   'listen': { type: 'string' },
   'peers': { type: 'string' },
+  'validators': { type: 'string' },
   'threshold': { type: 'string' },
   ...chainFlagOptions,
   'data': { type: 'string' },
@@ -123,11 +124,19 @@ export async function validatorCommand(flags: Flags, out: Output): Promise<void>
   const level = logLevel(flags);
   const peers = (stringFlag(flags, 'peers') ?? '').split(',').map((p) => p.trim()).filter((p) => p !== '');
   for (const p of peers) parseAddr(p, 'peers');
+  const validators = (stringFlag(flags, 'validators') ?? '').split(',').map((p) => p.trim()).filter((p) => p !== '');
+  for (const v of validators) {
+    try {
+      publicKeyOf(v);
+    } catch {
+      throw new UsageError(`--validators: '${v}' is not a peer id (12D3KooW...)`);
+    }
+  }
   const threshold = intFlag(flags, 'threshold', 1, 1);
   const dataDir = stringFlag(flags, 'data');
   const chain = chainFromFlags(flags, dataDir);
   const v = await startValidator({
-    dataDir, listen: listen ? [listen] : undefined, log: createLogger({ level, peer: 'validator' }), peers, threshold, chain,
+    dataDir, listen: listen ? [listen] : undefined, log: createLogger({ level, peer: 'validator' }), peers, validators, threshold, chain,
   });
   const addrs = v.node.getMultiaddrs().map(String);
   ready(v.node.peerId.toString(), addrs, chain?.address);
