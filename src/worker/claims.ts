@@ -37,10 +37,10 @@ export class Claimer {
     if (this.busy) return;
     this.busy = true;
     try {
-      for (const e of await this.chain.settledSince(this.next)) {
-        this.next = e.block + 1n;
-        await this.claim(e.epoch);
-      }
+      // when a claim fails (its validator unreachable, say) the next poll reads the same epochs again: claimed ones are passed over
+      const settled = await this.chain.settledSince(this.next);
+      for (const e of settled) await this.claim(e.epoch);
+      if (settled.length > 0) this.next = settled.at(-1)!.block + 1n;
     } catch (err) {
       this.log.warn('claim-failed', { error: (err as Error).message });
     } finally {
@@ -50,7 +50,15 @@ export class Claimer {
 
   private async claim(epoch: bigint): Promise<void> {
     const me = this.chain.address;
-    const a = await request(this.node, this.validator, { type: 'ledger-reward', epoch: epoch.toString(), account: me });
+    let a: Record<string, unknown>;
+    try {
+      a = await request(this.node, this.validator, { type: 'ledger-reward', epoch: epoch.toString(), account: me });
+    } catch (err) {
+      // unreachable: tried again at the next poll; any other answer (an epoch its validator did not settle) will not change
+      if ((err as Error).name === 'PeerUnreachableError') throw err;
+      this.log.warn('reward-unavailable', { epoch: epoch.toString(), error: (err as Error).message });
+      return;
+    }
     const amount = BigInt(typeof a.amount === 'string' && /^[0-9]{1,78}$/.test(a.amount) ? a.amount : '0');
     if (amount === 0n) return;
     if (await this.chain.read<boolean>('settlement', 'claimed', [epoch, me])) return;
