@@ -209,7 +209,6 @@ export class Settler {
     if (input.to > this.ledger.store.height || input.from > input.to) {
       throw new InvalidArgumentError(`blocks [${input.from}, ${input.to}) are not all in this validator's ledger (it has ${this.ledger.store.height})`);
     }
-    const work = this.ledger.work(input.from, input.to);
     const jobFlops = new Map<string, bigint>();
     const signed = new Map<string, number>();
     for (let h = input.from; h < input.to; h++) {
@@ -219,6 +218,7 @@ export class Settler {
     }
     const jobs: Hex[] = [];
     const amounts: bigint[] = [];
+    const paid = new Set<string>();
     for (const [job, flops] of [...jobFlops].sort(([a], [b]) => a.localeCompare(b))) {
       const held = await this.chain.escrowOf(job);
       const due = flops * PRICE_PER_FLOP;
@@ -226,13 +226,19 @@ export class Settler {
       if (amount === 0n) continue;
       jobs.push(jobKey(job));
       amounts.push(amount);
+      paid.add(job);
+    }
+    // only work for jobs whose users paid earns: records of a job nobody paid for (a worker's own, say) take no share of the pool
+    const work = new Map<string, number>();
+    for (let h = input.from; h < input.to; h++) {
+      for (const r of this.ledger.store.at(h)!.records) if (paid.has(r.job)) work.set(r.peer, (work.get(r.peer) ?? 0) + (r.flops ?? 0));
     }
     const [balance, owed] = await Promise.all([
       this.chain.balanceOf(this.chain.deployment.contracts.settlement), this.chain.read<bigint>('settlement', 'owed'),
     ]);
     const pool = balance - owed + amounts.reduce((a, b) => a + b, 0n);
-    const workers = [...work].filter(([peer]) => input.accounts[peer]).map(([peer, w]) => ({
-      account: input.accounts[peer], work: w.flops, reputation: Math.min(1, Math.max(0, input.reputations[peer] ?? 0)),
+    const workers = [...work].filter(([peer]) => input.accounts[peer]).map(([peer, flops]) => ({
+      account: input.accounts[peer], work: flops, reputation: Math.min(1, Math.max(0, input.reputations[peer] ?? 0)),
     }));
     const validators = Object.entries(input.validators).map(([peer, account]) => ({ account, blocks: signed.get(peer) ?? 0 }));
     const { rewards } = epochRewards(pool, VALIDATOR_SHARE_BPS, workers, validators);
