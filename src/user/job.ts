@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
-import { InvalidArgumentError, VerificationError } from '../errors.ts';
+import { InvalidArgumentError, StageFailedError, VerificationError } from '../errors.ts';
 import {
   type CausalLM, configToHF, defaultPositions, type GenerateOptions, generateWith, layerParameters, runLayers, type StepModel,
   saveModelStreamed,
@@ -14,12 +14,22 @@ import { JobTrainer } from './job-trainer.ts';
 import { RedundantStage } from './redundant-stage.ts';
 import { RemoteTrainStage } from './remote-train.ts';
 import { SessionSteps } from './session-steps.ts';
+import { listWorkers } from './peers.ts';
+import {
+  backoffMs, deadlineMs, type FailoverEvent, findLost, isLoss, predictedSeconds, sectionLost, STEP_RETRIES,
+} from './failover.ts';
 import type { JobVerifier, VerificationSummary } from './verifier.ts';
 import type { ResultInbox } from './result-inbox.ts';
 import type { UserModel } from './user-model.ts';
 
 /** Sections loaded at once: each holds a few chunks in flight, so the user's memory stays bounded however many workers there are. */
 export const LOAD_CONCURRENCY = 4;
+/**
+ * A worker lost this recently is not planned onto again: a validator lists a worker until its
+ * announcements stop for 10 s, so a dead one is still listed for a while. A worker that comes
+ * back (restarted with its identity) is used again after this.
+ */
+export const LOST_AVOID_MS = 20_000;
 
 export interface DistributedTrainerOptions {
   /** AdamW on every holder of parameters (the only optimizer so far). */
@@ -61,6 +71,8 @@ export interface DistributedModel {
   save(dir: string, options?: { maxShardBytes?: number }): Promise<string[]>;
   /** What verification has done in this job so far: records re-run, failures, workers caught, steps replayed. */
   readonly verification: VerificationSummary | null;
+  /** Workers lost while the job ran (dead, cut off, or past their deadline) and how the job went on without them. */
+  readonly failovers: readonly FailoverEvent[];
   /** Waits for the checks still under way (the last training step's re-runs, a rollback they call for); the summary then. */
   settle(): Promise<VerificationSummary | null>;
   /** Ends the job: every worker frees its section, caches and training state. */
@@ -94,8 +106,17 @@ export class DistributedJob implements DistributedModel {
   private readonly onProgress: ((stage: JobStage, progress: LoadProgress) => void) | undefined;
   /** Checks the workers' records: sampled re-execution, redundant copies compared. */
   readonly verifier: JobVerifier | null;
-  /** Plans and opens the job again on the workers still trusted (a rollback). */
-  private readonly relocate: (() => Promise<Placement>) | null;
+  /** Plans and opens the job again on the workers still trusted and not in `avoid` (a rollback, a failover). */
+  private readonly relocate: ((avoid?: ReadonlySet<string>) => Promise<Placement>) | null;
+  /** Where to ask for live workers (spares for a failover); null: the job cannot fail over to a spare. */
+  private readonly validator: Parameters<typeof listWorkers>[1] | null;
+  /** Tokens per step the plan was made for: its predicted seconds scale from there. */
+  private readonly planTokens: number;
+  /** Workers lost in this job and when: a re-plan soon after avoids them (the validator lists a dead worker for a while). */
+  private readonly lost = new Map<string, number>();
+  readonly failovers: FailoverEvent[] = [];
+  /** Failovers whose first result after recovery has not come yet. */
+  private recovering: FailoverEvent[] = [];
 
   constructor(
     private readonly node: Libp2p,
@@ -111,13 +132,17 @@ export class DistributedJob implements DistributedModel {
       keepEnds: boolean;
       onProgress?: (stage: JobStage, progress: LoadProgress) => void;
       verifier?: JobVerifier | null;
-      relocate?: () => Promise<Placement>;
+      relocate?: (avoid?: ReadonlySet<string>) => Promise<Placement>;
+      validator?: Parameters<typeof listWorkers>[1];
+      tokens?: number;
     },
   ) {
     this.keepEnds = options.keepEnds;
     this.onProgress = options.onProgress;
     this.verifier = options.verifier ?? null;
     this.relocate = options.relocate ?? null;
+    this.validator = options.validator ?? null;
+    this.planTokens = options.tokens ?? 1;
   }
 
   /** The trainer handed out, once trainer() ran: its last step's checks are settled before anything is read back. */
@@ -216,7 +241,7 @@ export class DistributedJob implements DistributedModel {
       throw err;
     }
     this.sections[section][replica] = fresh;
-    await old.remote.close();
+    if (old.remote.open) await old.remote.close();
     await Promise.all(
       this.sections.flatMap((copies, i) =>
         copies.filter((s) => s !== fresh).map((s) => {
@@ -226,6 +251,94 @@ export class DistributedJob implements DistributedModel {
     );
   }
 
+  /** Workers lost in the last LOST_AVOID_MS: a re-plan does not choose them (the validator may still list a dead one). */
+  private recentlyLost(): Set<string> {
+    const now = Date.now();
+    for (const [peer, at] of this.lost) if (now - at > LOST_AVOID_MS) this.lost.delete(peer);
+    return new Set(this.lost.keys());
+  }
+
+  /**
+   * A step failed with `cause`: finds the workers that are lost (stream closed, or no answer to a
+   * control request within LIVENESS_TIMEOUT_MS) and replaces them. A lone lost section of a
+   * generation moves to a spare worker (it loads the section: content-addressed, only chunks it
+   * lacks move); otherwise, or when no spare takes it, the job is planned again over the live
+   * workers. True: the job changed and the caller rebuilds what the lost workers held (a session
+   * replays its steps). False: every worker answered, so the caller retries after a backoff.
+   * A typed StageFailedError, naming the section and the cause, when no live worker can take it.
+   */
+  async recover(cause: unknown, attempt: number, during: FailoverEvent['during'] = 'generation'): Promise<boolean> {
+    if (!isLoss(cause)) throw cause;
+    const detectedAt = Date.now();
+    const lost = await findLost(this.node, this.sections.flat(), this.jobId);
+    if (lost.length === 0) {
+      if (attempt >= STEP_RETRIES) {
+        throw new StageFailedError(`a step failed ${attempt + 1} times although every worker of the job answered: ${(cause as Error).message}`, { cause });
+      }
+      await new Promise((r) => setTimeout(r, backoffMs(attempt)));
+      return false;
+    }
+    for (const stage of lost) {
+      this.lost.set(stage.where.peerId, detectedAt);
+      // its records cannot be re-run any more; what it computed was checked on arrival
+      this.verifier?.forget(stage.where.peerId);
+      stage.remote.abort();
+    }
+    const events = lost.map((stage): FailoverEvent => ({
+      during, peer: stage.where.peerId, layers: [stage.where.start, stage.where.end], cause: (cause as Error).message,
+      action: 'spare', replacement: [], detectedAt, replayed: 0,
+    }));
+    const spare = lost.length === 1 && !this.pipeline ? await this.moveToSpare(lost[0]) : null;
+    if (spare) events[0].replacement = [spare];
+    else {
+      if (!this.relocate) throw sectionLost(lost[0], cause, 'this job cannot be planned again');
+      // the survivors' sampled records belong to the job being closed: they can no longer be re-run
+      this.verifier?.discardSampled();
+      try {
+        await this.replan(this.recentlyLost());
+      } catch (err) {
+        throw sectionLost(lost[0], cause, `no live worker could take them: ${(err as Error).message}`);
+      }
+      for (const e of events) {
+        e.action = 'replanned';
+        e.replacement = this.assignment.filter((a) => a.start < e.layers[1] && a.end > e.layers[0]).map((a) => a.peerId);
+      }
+    }
+    this.failovers.push(...events);
+    this.recovering.push(...events);
+    return true;
+  }
+
+  /** The first result after a failover came: how long recovery took (detection to that result) and what was replayed. */
+  recovered(replayed: number): void {
+    const now = Date.now();
+    for (const e of this.recovering) {
+      e.recoveredMs = now - e.detectedAt;
+      e.replayed = replayed;
+    }
+    this.recovering = [];
+  }
+
+  /** Moves a lost stage to a live worker outside the job (tried in the validator's order); its peer id, or null if none took it. */
+  private async moveToSpare(stage: JobStage): Promise<string | null> {
+    if (!this.validator) return null;
+    const avoid = this.recentlyLost();
+    const members = new Set(this.sections.flat().map((s) => s.where.peerId));
+    const spares = (await listWorkers(this.node, this.validator).catch(() => []))
+      .filter((w) => !members.has(w.peerId) && !avoid.has(w.peerId) && !this.verifier?.excluded.has(w.peerId));
+    const section = this.sections.findIndex((copies) => copies.includes(stage));
+    const replica = this.sections[section].indexOf(stage);
+    for (const w of spares) {
+      try {
+        await this.replaceStage(section, replica, { peerId: w.peerId, addrs: w.addrs });
+        return w.peerId;
+      } catch {
+        // it could not take the section (memory, gone meanwhile): the next one may
+      }
+    }
+    return null;
+  }
+
   /** Runs the user's first end (the embedding) or its last (final norm and head): the first layer it holds, or the last two. */
   private runEnd(which: 'first' | 'last', x: Tensor, positions: Tensor): Tensor {
     const layers = this.ends.layers;
@@ -233,12 +346,28 @@ export class DistributedJob implements DistributedModel {
     return noGrad(() => runLayers(run, x, { positions }, this.source.config.maxPositions));
   }
 
+  /** A new session's steps on the job's workers as they are (and as failovers leave them). */
+  private newSession(): SessionSteps {
+    const job = this;
+    return new SessionSteps({
+      get jobId() {
+        return job.jobId;
+      },
+      get sections() {
+        return job.sections;
+      },
+      inbox: this.inbox,
+      verifier: this.verifier,
+      exclude: (s) => this.excludeStage(s),
+      deadlineMs: (tokens) => deadlineMs(predictedSeconds(this.plan, tokens, this.planTokens)),
+      recover: (cause, attempt) => this.recover(cause, attempt),
+      recovered: (replayed) => this.recovered(replayed),
+    }, randomUUID());
+  }
+
   /** One step of a session through the job: the user's first end, the workers (every result checked), the user's last end. */
-  private stepModel(sessionId: string): StepModel {
+  private stepModel(steps: SessionSteps): StepModel {
     const config = this.source.config;
-    const steps = new SessionSteps({
-      jobId: this.jobId, sections: this.sections, inbox: this.inbox, verifier: this.verifier, exclude: (s) => this.excludeStage(s),
-    }, sessionId);
     return {
       maxPositions: config.maxPositions,
       eosTokenId: this.source.tokenizer?.eosTokenId ?? config.eosTokenId ?? null,
@@ -256,10 +385,10 @@ export class DistributedJob implements DistributedModel {
    * session's inputs until then). When a worker is caught, its results may have steered the
    * session: the job is planned again on trusted workers and the session run again.
    */
-  private async session<T>(run: (session: string) => Promise<T>, steps: (result: T) => number): Promise<T> {
+  private async session<T>(run: (session: SessionSteps) => Promise<T>, steps: (result: T) => number): Promise<T> {
     await this.settle();
     for (;;) {
-      const session = randomUUID();
+      const session = this.newSession();
       let result: T;
       let failed: { peer: string }[];
       try {
@@ -270,7 +399,8 @@ export class DistributedJob implements DistributedModel {
         this.verifier?.discardSampled();
         throw err;
       } finally {
-        await Promise.all(this.sections.flat().map((s) => s.remote.closeSession(session).catch(() => {})));
+        // every id the session had on the workers (a failover starts a new one on the new route)
+        await Promise.all(this.sections.flat().flatMap((s) => session.sessionIds.map((id) => s.remote.closeSession(id).catch(() => {}))));
       }
       if (failed.length === 0) return result;
       if (this.pipeline || !this.relocate) {
@@ -284,12 +414,12 @@ export class DistributedJob implements DistributedModel {
   }
 
   /** Closes every section and places the job again on the workers the validator still trusts. */
-  private async replan(): Promise<void> {
+  private async replan(avoid?: ReadonlySet<string>): Promise<void> {
     if (this.pulled && this.source.whole) {
       throw new VerificationError('this job cannot be planned again: pull() wrote the workers\' weights into the model it was distributed from');
     }
-    await Promise.all(this.sections.flat().map((s) => s.remote.close()));
-    const placed = await this.relocate!();
+    await Promise.all(this.sections.flat().map((s) => (s.remote.open ? s.remote.close() : undefined)));
+    const placed = await this.relocate!(avoid);
     this.jobId = placed.jobId;
     this.plan = placed.plan;
     this.sections = placed.sections;
@@ -303,17 +433,17 @@ export class DistributedJob implements DistributedModel {
   }
 
   async generate(prompt: number[], options: GenerateOptions = {}): Promise<{ tokens: number[] }> {
-    return { tokens: (await this.session((id) => generateWith(this.stepModel(id), [prompt], options), (t) => t[0].length))[0] };
+    return { tokens: (await this.session((s) => generateWith(this.stepModel(s), [prompt], options), (t) => t[0].length))[0] };
   }
 
   async generateBatch(prompts: number[][], options: GenerateOptions = {}): Promise<{ tokens: number[][] }> {
-    return { tokens: await this.session((id) => generateWith(this.stepModel(id), prompts, options), (t) => t[0]?.length ?? 0) };
+    return { tokens: await this.session((s) => generateWith(this.stepModel(s), prompts, options), (t) => t[0]?.length ?? 0) };
   }
 
   async logits(ids: Tensor): Promise<Tensor> {
     if (ids.dtype !== 'int32' || ids.ndim !== 2) throw new InvalidArgumentError(`logits takes int32 ids [batch, time], got ${ids.dtype} [${ids.shape}]`);
     const positions = defaultPositions(ids.shape[0], ids.shape[1], 0);
-    return this.session(async (id) => this.stepModel(id).step(ids, { positions, keyMask: null }), () => 1);
+    return this.session(async (s) => this.stepModel(s).step(ids, { positions, keyMask: null }), () => 1);
   }
 
   /** Copies of each section that train different micro-batches: 1 when the copies are redundant. */

@@ -102,6 +102,11 @@ export class RemoteStage {
     return new RemoteStage(targetName(target), jobId, stream);
   }
 
+  /** Whether its stage stream is still open (a worker that died or closed it is not). */
+  get open(): boolean {
+    return this.stream.status === 'open';
+  }
+
   /** Sends one request (a control frame and its tensors) and waits for its answer. */
   async call(header: Record<string, unknown>, tensors: Tensor[], timeoutMs = STAGE_REQUEST_TIMEOUT_MS): Promise<RecordedFrame> {
     if (this.stream.status !== 'open') throw new PeerUnreachableError(`${this.peer}: the stage stream is ${this.stream.status}`);
@@ -204,8 +209,9 @@ export class RemoteStage {
     input: Tensor,
     positions: Tensor,
     keyMask: Tensor | null,
+    timeoutMs = STAGE_REQUEST_TIMEOUT_MS,
   ): Promise<{ output: Tensor; record: unknown }> {
-    const frame: RecordedFrame = await this.call({ type: 'forward', sessionId }, keyMask ? [input, positions, keyMask] : [input, positions]);
+    const frame: RecordedFrame = await this.call({ type: 'forward', sessionId }, keyMask ? [input, positions, keyMask] : [input, positions], timeoutMs);
     return { output: tensorAnswer(frame, 'forward'), record: recordOf(frame) };
   }
 
@@ -220,5 +226,14 @@ export class RemoteStage {
 
   async close(): Promise<void> {
     await this.stream.close().catch(() => {});
+  }
+
+  /** Drops the stream at once without waiting for the worker (one found lost: there is no one to wait for). */
+  abort(): void {
+    try {
+      this.stream.abort(new PeerUnreachableError(`${this.peer} was lost`));
+    } catch {
+      // already gone
+    }
   }
 }

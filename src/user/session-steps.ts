@@ -8,12 +8,23 @@ import type { JobVerifier } from './verifier.ts';
 
 /** What a session's steps run on: the job's sections (copies), how results come back, and who checks them. */
 export interface SessionContext {
-  jobId: string;
-  sections: JobStage[][];
+  /** The job's id and sections as they are now (a failover may replace a worker or plan the job again). */
+  readonly jobId: string;
+  readonly sections: JobStage[][];
   inbox: ResultInbox | null;
   verifier: JobVerifier | null;
   /** A worker caught: it leaves the job. */
   exclude(stage: JobStage): Promise<void>;
+  /** The deadline of a step of `tokens` tokens through every section, in milliseconds. */
+  deadlineMs(tokens: number): number;
+  /**
+   * A step failed with `cause` (attempt 0, 1, ...): the job replaces the workers it finds lost
+   * (true: the session must be rebuilt on the new route), finds none lost (false: retry after a
+   * backoff), or throws the typed error that ends the session (no live worker can take a section).
+   */
+  recover(cause: unknown, attempt: number): Promise<boolean>;
+  /** The first step after a failover is done: the job notes how long recovery took and what was replayed. */
+  recovered(replayed: number): void;
 }
 
 /**
@@ -28,6 +39,12 @@ export interface SessionContext {
 export class SessionSteps {
   /** The session's position: the first position of the next step. */
   private position = 0;
+  /** Every step's input so far (after the user's first end): a new worker rebuilds its KV cache by replaying them. */
+  private readonly history: { x: Tensor; positions: Tensor; keyMask: Tensor | null }[] = [];
+  /** Every session id used on the workers (a failover starts a new one): all are closed with the session. */
+  readonly sessionIds: string[];
+  /** The session's id on the workers now. */
+  sessionId: string;
   /** The weights each worker named in this session's first step. */
   private readonly weights = new Map<string, string>();
   /** The hashes of the inputs sent to each worker in this session, in order. */
@@ -35,8 +52,13 @@ export class SessionSteps {
 
   constructor(
     private readonly ctx: SessionContext,
-    readonly sessionId: string,
-  ) {}
+    sessionId: string,
+    /** Makes the id of the session a failover opens on the new route. */
+    private readonly newId: () => string = () => `${sessionId}-${this.sessionIds.length}`,
+  ) {
+    this.sessionId = sessionId;
+    this.sessionIds = [sessionId];
+  }
 
   private check(worker: StageAssignment, raw: unknown, input: string, output: string | undefined): WorkRecord {
     const record = parseRecord(raw);
@@ -57,11 +79,47 @@ export class SessionSteps {
     return record;
   }
 
-  /** Runs hidden states (or ids) `x` through every section for this step. */
   /** The hash of the positions and key mask of the step under way. */
   private aux: string | null = null;
 
+  /**
+   * Runs hidden states (or ids) `x` through every section for this step. A worker lost on the
+   * way (its stream closed, or no result before the step's deadline) is replaced by the job;
+   * the session then starts again on the new route and replays its earlier steps, so every
+   * worker's KV cache holds what it held before, and the step is run again: the result is the
+   * one an undisturbed session gives (bit for bit on js). A failure with no worker lost is
+   * retried after a backoff, a few times.
+   */
   async run(x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
+    let rebuild = false;
+    let replayed = 0;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        if (rebuild) {
+          this.restart();
+          for (const h of this.history) await this.runOnce(h.x, h.positions, h.keyMask);
+          replayed += this.history.length;
+        }
+        const out = await this.runOnce(x, positions, keyMask);
+        this.history.push({ x, positions, keyMask });
+        if (attempt > 0) this.ctx.recovered(replayed);
+        return out;
+      } catch (err) {
+        if (await this.ctx.recover(err, attempt)) rebuild = true;
+      }
+    }
+  }
+
+  /** A new session on the workers as they are now: nothing computed yet. */
+  private restart(): void {
+    this.sessionId = this.newId();
+    this.sessionIds.push(this.sessionId);
+    this.position = 0;
+    this.weights.clear();
+    this.sent.clear();
+  }
+
+  private async runOnce(x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
     const steps = x.shape[1] ?? 1;
     this.aux = auxHash(positions, keyMask);
     const redundancy = this.ctx.verifier?.redundancy ?? 1;
@@ -69,7 +127,7 @@ export class SessionSteps {
     let out: Tensor;
     if (this.ctx.inbox && redundancy === 1) {
       const route = this.ctx.sections.map((copies) => copies[0]);
-      const { requestId, result } = this.ctx.inbox.expect(new Set(route.map((s) => s.where.peerId)));
+      const { requestId, result } = this.ctx.inbox.expect(new Set(route.map((s) => s.where.peerId)), this.ctx.deadlineMs(steps * x.shape[0]));
       await route[0].remote.forwardChained(this.sessionId, tensors(x), route.slice(1).map((s) => s.where.peerId), requestId);
       const answer = await result;
       if (answer.records.length !== route.length) {
@@ -94,7 +152,7 @@ export class SessionSteps {
   private async stage(copies: JobStage[], x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
     const input = hashTensors([x]);
     const run = async (s: JobStage) => {
-      const { output, record } = await s.remote.forwardRecorded(this.sessionId, x, positions, keyMask);
+      const { output, record } = await s.remote.forwardRecorded(this.sessionId, x, positions, keyMask, this.ctx.deadlineMs(x.shape[0] * (x.shape[1] ?? 1)));
       return { s, output, record: this.check(s.where, record, input, hashTensors([output])) };
     };
     if (copies.length === 1) return (await run(copies[0])).output;
