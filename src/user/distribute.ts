@@ -104,7 +104,8 @@ async function distributeSource(
     const inbox = (options.routing ?? 'chain') === 'chain' ? await inboxFor(node) : null;
     const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;
     job = new DistributedJob(node, first.jobId, source, first.plan, first.sections, inbox, {
-      keepEnds, onProgress, verifier, relocate: () => place(node, validator, source, options, verifier.excluded),
+      keepEnds, onProgress, verifier, validator, tokens: options.tokens,
+      relocate: (avoid) => place(node, validator, source, options, new Set([...verifier.excluded, ...(avoid ?? [])])),
     });
     await job.load();
     return job;

@@ -348,14 +348,9 @@ export class DistributedJob implements DistributedModel {
 
   /** A new session's steps on the job's workers as they are (and as failovers leave them). */
   private newSession(): SessionSteps {
-    const job = this;
     return new SessionSteps({
-      get jobId() {
-        return job.jobId;
-      },
-      get sections() {
-        return job.sections;
-      },
+      jobId: () => this.jobId,
+      sections: () => this.sections,
       inbox: this.inbox,
       verifier: this.verifier,
       exclude: (s) => this.excludeStage(s),

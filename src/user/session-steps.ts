@@ -9,8 +9,8 @@ import type { JobVerifier } from './verifier.ts';
 /** What a session's steps run on: the job's sections (copies), how results come back, and who checks them. */
 export interface SessionContext {
   /** The job's id and sections as they are now (a failover may replace a worker or plan the job again). */
-  readonly jobId: string;
-  readonly sections: JobStage[][];
+  jobId(): string;
+  sections(): JobStage[][];
   inbox: ResultInbox | null;
   verifier: JobVerifier | null;
   /** A worker caught: it leaves the job. */
@@ -64,7 +64,7 @@ export class SessionSteps {
     const record = parseRecord(raw);
     const aux = this.aux!;
     checkRecord(record, publicKeyOf(worker.peerId), {
-      job: this.ctx.jobId, peer: worker.peerId, kind: 'decode', step: this.position, micro: 0, input, ...(output === undefined ? {} : { output }),
+      job: this.ctx.jobId(), peer: worker.peerId, kind: 'decode', step: this.position, micro: 0, input, ...(output === undefined ? {} : { output }),
       stage: [worker.start, worker.end], session: this.sessionId, aux,
     });
     // a worker computes a whole session with the same weights
@@ -126,8 +126,9 @@ export class SessionSteps {
     const tensors = (t: Tensor) => (keyMask ? [t, positions, keyMask] : [t, positions]);
     let out: Tensor;
     if (this.ctx.inbox && redundancy === 1) {
-      const route = this.ctx.sections.map((copies) => copies[0]);
-      const { requestId, result } = this.ctx.inbox.expect(new Set(route.map((s) => s.where.peerId)), this.ctx.deadlineMs(steps * x.shape[0]));
+      const route = this.ctx.sections().map((copies) => copies[0]);
+      const deadline = this.ctx.deadlineMs(steps * x.shape[0]);
+      const { requestId, result } = this.ctx.inbox.expect(new Set(route.map((s) => s.where.peerId)), deadline);
       await route[0].remote.forwardChained(this.sessionId, tensors(x), route.slice(1).map((s) => s.where.peerId), requestId);
       const answer = await result;
       if (answer.records.length !== route.length) {
@@ -142,7 +143,7 @@ export class SessionSteps {
       out = answer.output;
     } else {
       out = x;
-      for (const copies of this.ctx.sections) out = await this.stage(copies.slice(0, redundancy), out, positions, keyMask);
+      for (const copies of this.ctx.sections()) out = await this.stage(copies.slice(0, redundancy), out, positions, keyMask);
     }
     this.position += steps;
     return out;
@@ -152,7 +153,8 @@ export class SessionSteps {
   private async stage(copies: JobStage[], x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
     const input = hashTensors([x]);
     const run = async (s: JobStage) => {
-      const { output, record } = await s.remote.forwardRecorded(this.sessionId, x, positions, keyMask, this.ctx.deadlineMs(x.shape[0] * (x.shape[1] ?? 1)));
+      const deadline = this.ctx.deadlineMs(x.shape[0] * (x.shape[1] ?? 1));
+      const { output, record } = await s.remote.forwardRecorded(this.sessionId, x, positions, keyMask, deadline);
       return { s, output, record: this.check(s.where, record, input, hashTensors([output])) };
     };
     if (copies.length === 1) return (await run(copies[0])).output;
