@@ -48,7 +48,10 @@ export interface HostPair {
 export interface Mesh {
   /** hosts[0..n-1], each a namespace with lo up and ONE address `ip` on a shared switch (a Linux bridge). */
   hosts: Host[];
-  /** The address by which the root namespace (the test process itself) is on the same switch, so the test process can dial hosts directly and hosts can dial it. */
+  /**
+   * The address by which the root namespace (the test process itself) is on the same switch, so the test process can dial hosts
+   * directly and hosts can dial it.
+   */
   rootIp: string;
   /**
    * Limits the link between hosts a and b (both directions, and only that pair's traffic) to `mbit` Mbit/s with the kernel's tbf qdisc.
@@ -194,19 +197,25 @@ function freeSubnet(): string {
   throw new NetnsUnavailableError('no free /24 in 10.78.0.0/16 in the root namespace: leftovers of earlier runs? (ip route)');
 }
 
+/** How many meshes this process has made: the last part of their names. */
+let meshes = 0;
+
 /**
- * Makes `n` hosts on one switch: a Linux bridge in its own namespace (`tl-sw-<pid>`), one
- * namespace per host (`tl-h<i>-<pid>`, its interface `eth0`, address `<subnet>.<i+1>`), and one
- * veth from the root namespace (`tl<pid>r`, address `<subnet>.254`) so that the test process can
+ * Makes `n` hosts on one switch: a Linux bridge in its own namespace (`tl-sw-<pid>-<k>`, k counts
+ * this process's meshes), one namespace per host (`tl-h<i>-<pid>-<k>`, its interface `eth0`,
+ * address `<subnet>.<i+1>`), and one veth from the root namespace (`tl<pid>r<k>`, address
+ * `<subnet>.254`) so that the test process can
  * dial the hosts and they can dial it. Leftovers with the same names are removed first; `remove()`
  * runs on process exit as well, but call it in `after()`.
  *
- * Shaping (`shape(a, b, mbit)`): the egress of a's interface gets a `prio` root qdisc whose
- * priomap sends all traffic to band 1 (unlimited), and a `u32` filter per shaped peer
- * (`match ip dst <b>/32`) sends that peer's packets to a band of its own whose child is
- * `tbf rate <mbit>mbit`; b's interface gets the same toward a. A tbf band holds its packets back
- * until tokens come, and prio then serves the next band, so other traffic is never held up.
- * Rates count whole Ethernet frames: TCP's goodput is about 95 % of `mbit`.
+ * Shaping (`shape(a, b, mbit)`): the egress of a's interface gets an `htb` root qdisc used only to
+ * sort packets (this kernel has no `prio`): a `u32` filter per shaped peer (`match ip dst <b>/32`)
+ * sends that peer's packets to a class of its own, whose rate (10 Gbit/s) is above what a test
+ * pushes through a veth and whose leaf qdisc is `tbf rate <mbit>mbit`, the actual limit; b's interface gets the same toward a.
+ * htb has no default class, so unmatched packets (other hosts, ARP) take its direct queue, which
+ * is never shaped; a tbf leaf holds its packets back until tokens come, and htb meanwhile serves
+ * the direct queue and the other classes, so no other traffic waits behind a shaped link.
+ * Rates count whole Ethernet frames: TCP's goodput is about 96 % of `mbit`.
  *
  * @param n - how many hosts, 1 to 253
  * @param options.subnet - three octets of a private /24 ('10.78.5'); by default a free one in 10.78/16
@@ -223,9 +232,10 @@ export function hostMesh(n: number, options: { subnet?: string } = {}): Mesh {
   }
   if (options.subnet !== undefined) checkSubnet(options.subnet);
   const pid = process.pid;
-  const sw = `tl-sw-${pid}`;
-  const names = Array.from({ length: n }, (_, i) => `tl-h${i}-${pid}`);
-  const rootDev = `tl${pid}r`; // at most 10 characters: pids are below 2^22
+  const k = meshes++; // several meshes may live in one process at once
+  const sw = `tl-sw-${pid}-${k}`;
+  const names = Array.from({ length: n }, (_, i) => `tl-h${i}-${pid}-${k}`);
+  const rootDev = `tl${pid}r${k}`; // at most 15 characters: pids are below 2^22
   const bridge = 'br0';
 
   const teardown = (): void => {
@@ -310,7 +320,7 @@ export function hostMesh(n: number, options: { subnet?: string } = {}): Mesh {
     tc('qdisc', 'add', ...where, 'root', 'handle', '1:', 'htb');
     for (const [k, [peer, mbit]] of peers.entries()) {
       const id = (0x10 + k).toString(16); // class and qdisc ids are hex
-      // the class only sorts packets: its rate is far above a veth's, so tbf alone sets the pace
+      // the class only sorts packets: its rate is above what Node pushes through a veth (~2 Gbit/s), so tbf alone sets the pace
       tc('class', 'add', ...where, 'parent', '1:', 'classid', `1:${id}`, 'htb', 'rate', '10gbit', 'burst', '1mb', 'quantum', '65536');
       const rate = `${Math.round(mbit * 1e6)}bit`;
       tc('qdisc', 'add', ...where, 'parent', `1:${id}`, 'handle', `${id}:`, 'tbf', 'rate', rate, 'burst', `${tbfBurst(mbit)}`, 'latency', TBF_LATENCY);
