@@ -2,6 +2,25 @@ import { VerificationError } from '../errors.ts';
 import type { TrainingBatch } from '../models/index.ts';
 import type { PipelineStage, PipelineStepResult, PipelineTrainer } from '../pipeline/index.ts';
 import type { AuditVerdict, JobVerifier, VerificationSummary } from './verifier.ts';
+import { isLoss } from './failover.ts';
+
+/**
+ * How a job survives a lost worker in training: every `every` steps it copies its state (every
+ * section's weights and optimizer moments, and the user's ends) to the user (`take`); a step that
+ * loses a worker has the job rebuilt from the last copy on live workers (`rebuild`: planned
+ * again, sections loaded from the copy, moments restored, the learning-rate schedule moved to
+ * the copy's step), and the steps since the copy are replayed, the interrupted one last. On js the
+ * losses and weights are those of an undisturbed run, bit for bit.
+ */
+export interface TrainingFailover {
+  /** Steps between copies (0: none; a failover then replays from the job's start). */
+  every: number;
+  take(step: number): Promise<void>;
+  /** A fresh pipeline at the copy's step (`from`), or the typed error that ends the job (no live worker can take a section). */
+  rebuild(cause: unknown, attempt: number): Promise<{ pipeline: PipelineTrainer; from: number }>;
+  /** The retried step is done: how long recovery took, and the steps replayed. */
+  recovered(replayed: number): void;
+}
 
 /** A step's result with what verification did so far in the job. */
 export interface JobStepResult extends PipelineStepResult {
@@ -33,6 +52,8 @@ export class JobTrainer {
     private readonly verifier: JobVerifier,
     /** Re-plans and reloads the job on trusted workers, restores the user's ends, and returns a fresh pipeline. */
     private readonly restart: () => Promise<PipelineTrainer>,
+    /** Replaces lost workers (null: a lost worker fails the step). */
+    private readonly failover: TrainingFailover | null = null,
   ) {
     this.watch(inner);
   }
@@ -84,19 +105,63 @@ export class JobTrainer {
     try {
       result = await this.inner.step(batch);
     } catch (err) {
-      if (!(err instanceof CaughtError)) {
-        this.verifier.discardSampled();
-        await this.takePending().catch(() => []);
-        throw err;
+      if (err instanceof CaughtError) {
+        this.batches.push(batch);
+        result = await this.rollback(err.failed);
+        return this.answer(result);
       }
+      this.verifier.discardSampled();
+      await this.takePending().catch(() => []);
+      if (!this.failover || !isLoss(err)) throw err;
       this.batches.push(batch);
-      result = await this.rollback(err.failed);
+      result = await this.failOver(err);
       return this.answer(result);
     }
     this.batches.push(batch);
     this.pending = this.verifier.auditSampled();
     this.pending.catch(() => {}); // awaited before the next flush or by settle()
+    await this.copy();
     return this.answer(result);
+  }
+
+  /** Copies the job's state to the user when a copy is due. */
+  private async copy(): Promise<void> {
+    const every = this.failover?.every ?? 0;
+    if (every > 0 && this.inner.stepCount % every === 0) await this.failover!.take(this.inner.stepCount);
+  }
+
+  /**
+   * A worker was lost in the step just tried: the job is rebuilt from its last copy on live
+   * workers and the steps since are replayed, the interrupted one last; a worker lost during the
+   * replay starts it over. Each replayed step's sampled records are re-run at once.
+   */
+  private async failOver(cause: unknown): Promise<PipelineStepResult> {
+    let result: PipelineStepResult | null = null;
+    for (let attempt = 0; ; attempt++) {
+      const { pipeline, from } = await this.failover!.rebuild(cause, attempt).catch((err: unknown) => {
+        this.broken = err as Error;
+        throw err;
+      });
+      this.inner = pipeline;
+      this.inner.beforeFlush = null;
+      try {
+        for (const b of this.batches.slice(from)) {
+          result = await this.inner.step(b);
+          const failed = await this.verifier.auditSampled();
+          if (failed.length > 0) return await this.rollback(failed);
+        }
+        this.failover!.recovered(this.batches.length - from);
+        this.watch(this.inner);
+        return result!;
+      } catch (err) {
+        this.verifier.discardSampled();
+        if (!isLoss(err)) {
+          this.broken = err as Error;
+          throw err;
+        }
+        cause = err;
+      }
+    }
   }
 
   /** Waits for the last step's re-runs; if one failed, rolls back and replays. What verification did, as of now. */

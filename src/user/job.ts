@@ -8,8 +8,10 @@ import {
 import type { PeerTarget, StageAssignment } from '../p2p/index.ts';
 import { type PipelineStage, PipelineTrainer, type ScheduleName, userEnds } from '../pipeline/index.ts';
 import type { Plan } from '../plan/index.ts';
-import { noGrad, type Tensor } from '../tensor/index.ts';
+import { noGrad, type Tensor, tensor } from '../tensor/index.ts';
 import { type LoadProgress, type LoadResult, RemoteStage } from './remote-stage.ts';
+import { tensorSource } from './section-source.ts';
+import type { TrainingFailover } from './job-trainer.ts';
 import { JobTrainer } from './job-trainer.ts';
 import { RedundantStage } from './redundant-stage.ts';
 import { RemoteTrainStage } from './remote-train.ts';
@@ -46,6 +48,34 @@ export interface DistributedTrainerOptions {
   clipNorm?: number;
   /** Workers recompute activations in the backward instead of keeping them. */
   recompute?: boolean;
+  /**
+   * Steps between copies of the job's state (weights and moments of every section) kept in the
+   * user's memory, from which a job that loses a worker is rebuilt. Default: SNAPSHOT_EVERY when
+   * the copy fits in SNAPSHOT_MAX_BYTES, else 0 (a failover then replays from the job's start).
+   */
+  snapshotEvery?: number;
+  /** false: a lost worker fails the step (StageFailedError) instead of being replaced. */
+  failover?: boolean;
+}
+
+/** Steps between copies of a training job's state, by default: a failover replays at most this many steps. */
+export const SNAPSHOT_EVERY = 10;
+/**
+ * Largest copy of a job's state (weights and two moments of every section) kept by default:
+ * the user may hold only the ends of a model far larger than its memory, and then has no room
+ * for a copy of the rest; such a job replays from its start instead (set snapshotEvery to insist).
+ */
+export const SNAPSHOT_MAX_BYTES = 1024 ** 3;
+
+/** A copy of a training job's state at the end of a step: what a failover rebuilds the job from. */
+interface Snapshot {
+  step: number;
+  /** Every section's weights, by checkpoint name. */
+  weights: Map<string, Tensor>;
+  /** AdamW's state of every parameter that has taken a step (the user's ends too). */
+  optimizer: Map<string, { moments: Tensor; step: number }>;
+  /** The user's end parameters, in layerParameters order. */
+  ends: Float32Array[];
 }
 
 /** A model split across workers; the user holds its ends. */
@@ -151,6 +181,11 @@ export class DistributedJob implements DistributedModel {
   /** Set once pull() wrote the workers' weights into the in-memory model the sections were loaded from. */
   private pulled = false;
 
+  /** The last copy of the training job's state (null: none yet, or one a rollback made stale). */
+  private snapshot: Snapshot | null = null;
+  /** While set, sections load from these weights (a copy) instead of the user's source. */
+  private loadFrom: Map<string, Tensor> | null = null;
+
   /** The optimizer every holder runs (re-execution runs the same), once trainer() ran. */
   optimizerSettings: { lr: number; weightDecay?: number } | null = null;
 
@@ -210,7 +245,10 @@ export class DistributedJob implements DistributedModel {
     const onProgress = this.onProgress ? (p: LoadProgress) => this.onProgress!(s, p) : undefined;
     const verifiers = this.verifier ? [this.verifier.validatorPeer] : [];
     const options = { upstream: this.upstreamOf(section, s), assignment, onProgress, signal, verifiers };
-    return s.remote.load(configToHF(this.source.config), range, this.source.section(range), options);
+    let source = this.source.section(range);
+    const copy = this.loadFrom;
+    if (copy) source = tensorSource(new Map(source.weights.map((w) => [w.name, copy.get(w.name)!])));
+    return s.remote.load(configToHF(this.source.config), range, source, options);
   }
 
   /** The peer that passes activations to this stage: the previous section's first replica, in a chain. */
@@ -267,7 +305,13 @@ export class DistributedJob implements DistributedModel {
    * replays its steps). False: every worker answered, so the caller retries after a backoff.
    * A typed StageFailedError, naming the section and the cause, when no live worker can take it.
    */
-  async recover(cause: unknown, attempt: number, during: FailoverEvent['during'] = 'generation'): Promise<boolean> {
+  async recover(
+    cause: unknown,
+    attempt: number,
+    during: FailoverEvent['during'] = 'generation',
+    /** How the job is planned again without the lost workers (default: replan, sections from the user's source). */
+    rebuild: (avoid: ReadonlySet<string>) => Promise<void> = (avoid) => this.replan(avoid),
+  ): Promise<boolean> {
     if (!isLoss(cause)) throw cause;
     const detectedAt = Date.now();
     const lost = await findLost(this.node, this.sections.flat(), this.jobId);
@@ -276,7 +320,9 @@ export class DistributedJob implements DistributedModel {
         throw new StageFailedError(`a step failed ${attempt + 1} times although every worker of the job answered: ${(cause as Error).message}`, { cause });
       }
       await new Promise((r) => setTimeout(r, backoffMs(attempt)));
-      return false;
+      // a training step that failed part way leaves no state to go on from: rebuilt on the same workers
+      if (during === 'training') await rebuild(this.recentlyLost());
+      return during === 'training';
     }
     for (const stage of lost) {
       this.lost.set(stage.where.peerId, detectedAt);
@@ -295,7 +341,7 @@ export class DistributedJob implements DistributedModel {
       // the survivors' sampled records belong to the job being closed: they can no longer be re-run
       this.verifier?.discardSampled();
       try {
-        await this.replan(this.recentlyLost());
+        await rebuild(this.recentlyLost());
       } catch (err) {
         throw sectionLost(lost[0], cause, `no live worker could take them: ${(err as Error).message}`);
       }
@@ -459,6 +505,8 @@ export class DistributedJob implements DistributedModel {
     // the user's ends as they start: a rollback restores them
     const start = this.keepEnds ? [...layerParameters(this.endLayers()).values()].map((t) => (t.data as Float32Array).slice()) : [];
     const restart = async () => {
+      // a worker caught may have steered every step: copies of the state are no longer trusted
+      this.snapshot = null;
       await this.replan();
       if (this.keepEnds) [...layerParameters(this.endLayers()).values()].forEach((t, i) => (t.data as Float32Array).set(start[i]));
       return this.buildPipeline(o, verifier);
@@ -467,8 +515,60 @@ export class DistributedJob implements DistributedModel {
     this.jobTrainer = new JobTrainer(pipeline, verifier, async () => {
       if (!this.relocate) throw new VerificationError('a worker was caught and this job cannot be planned again');
       return restart();
-    });
+    }, o.failover === false ? null : this.trainingFailover(o, verifier, start));
     return this.jobTrainer;
+  }
+
+  /** How this job survives a lost worker while it trains: copies of its state, and a rebuild from the last one. */
+  private trainingFailover(o: DistributedTrainerOptions, verifier: JobVerifier, start: Float32Array[]): TrainingFailover {
+    const bytes = 3 * this.plan.stages.reduce((sum, s) => sum + s.bytes, 0);
+    const every = o.snapshotEvery ?? (bytes <= SNAPSHOT_MAX_BYTES ? SNAPSHOT_EVERY : 0);
+    return {
+      every,
+      take: async (step) => {
+        this.snapshot = await this.takeSnapshot(step);
+      },
+      rebuild: async (cause, attempt) => {
+        await this.recover(cause, attempt, 'training', async (avoid) => {
+          const snap = this.snapshot;
+          this.loadFrom = snap?.weights ?? null;
+          try {
+            await this.replan(avoid);
+          } finally {
+            this.loadFrom = null;
+          }
+        });
+        const snap = this.snapshot;
+        const ends = snap?.ends ?? start;
+        if (this.keepEnds) [...layerParameters(this.endLayers()).values()].forEach((t, i) => (t.data as Float32Array).set(ends[i]));
+        const pipeline = await this.buildPipeline(o, verifier);
+        if (snap) {
+          await Promise.all(pipeline.stages.flatMap((st) => st.replicas).map((h) => h.setOptimizerState(snap.optimizer)));
+          pipeline.fastForward(snap.step);
+        }
+        return { pipeline, from: snap?.step ?? 0 };
+      },
+      recovered: (replayed) => this.recovered(replayed),
+    };
+  }
+
+  /** Copies every section's weights (from its first holder) and every holder's optimizer state, and the user's ends. */
+  private async takeSnapshot(step: number): Promise<Snapshot> {
+    const weights = new Map<string, Tensor>();
+    for (const copies of this.sections) {
+      const { remote, where } = copies[0];
+      for (const w of this.source.section([where.start, where.end]).weights) weights.set(w.name, await remote.weight(w.name));
+    }
+    const optimizer = new Map<string, { moments: Tensor; step: number }>();
+    for (const h of this.pipeline!.stages.flatMap((st) => st.replicas)) {
+      // copied: the user's own ends hand out the moments they go on updating
+      for (const [n, st] of await h.optimizerState()) {
+        const moments = tensor((st.moments.data as Float32Array).slice(), st.moments.shape);
+        if (!optimizer.has(n)) optimizer.set(n, { moments, step: st.step });
+      }
+    }
+    const ends = this.keepEnds ? [...layerParameters(this.endLayers()).values()].map((t) => (t.data as Float32Array).slice()) : [];
+    return { step, weights, optimizer, ends };
   }
 
   /** Settles the checks still under way (the last training step's re-runs): anything read from the workers after this is verified. */
@@ -503,8 +603,10 @@ export class DistributedJob implements DistributedModel {
     const executor = { lr: o.optimizer.lr, weightDecay: o.optimizer.weightDecay, recompute: o.recompute };
     // the job's other holders may send gradients (the validator, named at load, may fetch what re-running a record needs)
     const peers = this.assignment.map((a) => a.peerId);
-    const handles = this.sections.map((copies) =>
-      copies.map((s) => new RemoteTrainStage(s.remote, s.where, `worker ${s.where.peerId}, layers ${s.where.start}–${s.where.end - 1}`)));
+    // a forward or backward may take DEADLINE_SLACK times the plan's prediction (a backward costs about twice a forward)
+    const deadline = (i: number) => (tokens: number) => deadlineMs((3 * (this.plan.stages[i]?.seconds ?? 0) * tokens) / this.planTokens);
+    const handles = this.sections.map((copies, i) =>
+      copies.map((s) => new RemoteTrainStage(s.remote, s.where, `worker ${s.where.peerId}, layers ${s.where.start}–${s.where.end - 1}`, deadline(i))));
     await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState: verifier.keepsState, peers })));
     const onFlag = (lane: RemoteTrainStage) => this.exclude(lane);
     // redundant copies run the same micro-batches as one stage; replicas run their own

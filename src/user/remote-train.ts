@@ -38,6 +38,8 @@ export class RemoteTrainStage implements StageHandle {
     readonly stage: RemoteStage,
     readonly worker: StageAssignment,
     readonly label: string,
+    /** A forward's or backward's deadline (ms) for `tokens` tokens: past it the worker is treated as lost (default: the protocol's). */
+    private readonly deadline: ((tokens: number) => number) | null = null,
   ) {
     this.peerId = worker.peerId;
     this.address = worker.peerId;
@@ -46,6 +48,11 @@ export class RemoteTrainStage implements StageHandle {
 
   private call(header: Record<string, unknown>, tensors: Tensor[] = [], timeoutMs = TRAIN_REQUEST_TIMEOUT_MS): Promise<RecordedFrame> {
     return this.stage.call(header, tensors, timeoutMs);
+  }
+
+  /** A forward's or backward's deadline: its input's tokens (batch × time). */
+  private timeout(t: Tensor): number {
+    return this.deadline ? this.deadline((t.shape[0] ?? 1) * (t.shape[1] ?? 1)) : TRAIN_REQUEST_TIMEOUT_MS;
   }
 
   /** Parses and checks the record that came with an answer (a typed error if it is missing, forged or about something else). */
@@ -77,7 +84,7 @@ export class RemoteTrainStage implements StageHandle {
   }
 
   async forwardRecorded(micro: number, input: Tensor): Promise<Recorded<Tensor>> {
-    const frame = await this.call({ type: 'train-forward', micro }, [input]);
+    const frame = await this.call({ type: 'train-forward', micro }, [input], this.timeout(input));
     const value = tensorAnswer(frame, 'train-forward');
     const sent = hashTensors([input]);
     const record = this.checked(frame, 'forward', micro, sent, hashTensors([value]));
@@ -90,7 +97,7 @@ export class RemoteTrainStage implements StageHandle {
   }
 
   async backwardRecorded(micro: number, grad: Tensor): Promise<Recorded<Tensor | null>> {
-    const frame = await this.call({ type: 'train-backward', micro }, [grad]);
+    const frame = await this.call({ type: 'train-backward', micro }, [grad], this.timeout(grad));
     const value = frame.kind === 'tensor' ? tensorAnswer(frame, 'train-backward') : null;
     // its backward must differentiate the forward input this micro-batch was sent
     const from = this.sentInputs.get(micro);
