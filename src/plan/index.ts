@@ -1,3 +1,6 @@
-export type { Device, LayerCost, Links, Plan, Stage, StrategyName } from './types.ts';
-export { layerAware, parameterBalanced, parameterBalancedCuts, plan, ringMemoryWeighted, stageSeconds } from './partition.ts';
+export type { Device, LayerCost, Links, Plan, PlanOptions, Stage, StrategyName, Traffic } from './types.ts';
+export { evaluatePlan, layerAware, parameterBalanced, parameterBalancedCuts, plan, ringMemoryWeighted, stageSeconds, stepSeconds } from './partition.ts';
+export { DEFAULT_BANDWIDTH, DEFAULT_LATENCY, type Hop, hopSeconds, stageHops, stageTimer } from './cost.ts';
+export { estimateOf, type LinkEstimate, linkBetween, type LinkMeasurement, linkTable, type LinkTable, mbitOf, measuredLinks, MIN_MBPS } from './links.ts';
+export { REPLAN_GAIN, replan, type Replan, type ReplanInput, shortName, type Swarm } from './replan.ts';
 export { layerCosts } from './from-model.ts';
