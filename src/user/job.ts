@@ -5,7 +5,7 @@ import {
   type CausalLM, configToHF, defaultPositions, type GenerateOptions, generateWith, layerParameters, runLayers, type StepModel,
   saveModelStreamed,
 } from '../models/index.ts';
-import type { PeerTarget, StageAssignment } from '../p2p/index.ts';
+import { type PeerTarget, request, type StageAssignment } from '../p2p/index.ts';
 import { type PipelineStage, PipelineTrainer, type ScheduleName, userEnds } from '../pipeline/index.ts';
 import type { Plan } from '../plan/index.ts';
 import { noGrad, type Tensor, tensor } from '../tensor/index.ts';
@@ -18,7 +18,7 @@ import { RemoteTrainStage } from './remote-train.ts';
 import { SessionSteps } from './session-steps.ts';
 import { listWorkers } from './peers.ts';
 import {
-  backoffMs, deadlineMs, type FailoverEvent, findLost, isLoss, predictedSeconds, sectionLost, STEP_RETRIES,
+  backoffMs, deadlineMs, type FailoverEvent, findLost, isLoss, LIVENESS_TIMEOUT_MS, predictedSeconds, sectionLost, STEP_RETRIES,
 } from './failover.ts';
 import type { JobVerifier, VerificationSummary } from './verifier.ts';
 import type { ResultInbox } from './result-inbox.ts';
@@ -143,7 +143,7 @@ export class DistributedJob implements DistributedModel {
   /** Tokens per step the plan was made for: its predicted seconds scale from there. */
   private readonly planTokens: number;
   /** Workers lost in this job and when: a re-plan soon after avoids them (the validator lists a dead worker for a while). */
-  private readonly lost = new Map<string, number>();
+  private readonly lost = new Map<string, { at: number; target: PeerTarget }>();
   readonly failovers: FailoverEvent[] = [];
   /** Failovers whose first result after recovery has not come yet. */
   private recovering: FailoverEvent[] = [];
@@ -289,10 +289,23 @@ export class DistributedJob implements DistributedModel {
     );
   }
 
-  /** Workers lost in the last LOST_AVOID_MS: a re-plan does not choose them (the validator may still list a dead one). */
-  private recentlyLost(): Set<string> {
+  /**
+   * Workers lost in the last LOST_AVOID_MS that still do not answer: a re-plan does not choose
+   * them (the validator lists a dead worker until its announcements lapse). One that answers
+   * again (restarted with its identity) may be chosen at once.
+   */
+  private async recentlyLost(): Promise<Set<string>> {
     const now = Date.now();
-    for (const [peer, at] of this.lost) if (now - at > LOST_AVOID_MS) this.lost.delete(peer);
+    for (const [peer, l] of this.lost) if (now - l.at > LOST_AVOID_MS) this.lost.delete(peer);
+    const back = await Promise.all([...this.lost].map(async ([peer, l]) => {
+      try {
+        await request(this.node, l.target, { type: 'capabilities' }, LIVENESS_TIMEOUT_MS);
+        return peer;
+      } catch {
+        return null;
+      }
+    }));
+    for (const peer of back) if (peer) this.lost.delete(peer);
     return new Set(this.lost.keys());
   }
 
@@ -321,11 +334,11 @@ export class DistributedJob implements DistributedModel {
       }
       await new Promise((r) => setTimeout(r, backoffMs(attempt)));
       // a training step that failed part way leaves no state to go on from: rebuilt on the same workers
-      if (during === 'training') await rebuild(this.recentlyLost());
+      if (during === 'training') await rebuild(await this.recentlyLost());
       return during === 'training';
     }
     for (const stage of lost) {
-      this.lost.set(stage.where.peerId, detectedAt);
+      this.lost.set(stage.where.peerId, { at: detectedAt, target: { peerId: stage.where.peerId, addrs: stage.where.addrs } });
       // its records cannot be re-run any more; what it computed was checked on arrival
       this.verifier?.forget(stage.where.peerId);
       stage.remote.abort();
@@ -341,7 +354,7 @@ export class DistributedJob implements DistributedModel {
       // the survivors' sampled records belong to the job being closed: they can no longer be re-run
       this.verifier?.discardSampled();
       try {
-        await rebuild(this.recentlyLost());
+        await rebuild(await this.recentlyLost());
       } catch (err) {
         throw sectionLost(lost[0], cause, `no live worker could take them: ${(err as Error).message}`);
       }
@@ -368,7 +381,7 @@ export class DistributedJob implements DistributedModel {
   /** Moves a lost stage to a live worker outside the job (tried in the validator's order); its peer id, or null if none took it. */
   private async moveToSpare(stage: JobStage): Promise<string | null> {
     if (!this.validator) return null;
-    const avoid = this.recentlyLost();
+    const avoid = await this.recentlyLost();
     const members = new Set(this.sections.flat().map((s) => s.where.peerId));
     const spares = (await listWorkers(this.node, this.validator).catch(() => []))
       .filter((w) => !members.has(w.peerId) && !avoid.has(w.peerId) && !this.verifier?.excluded.has(w.peerId));

@@ -7,6 +7,12 @@ import { distribute } from '../../src/user/index.ts';
 import { type Running, startNode, waitFor } from '../helpers/processes.ts';
 import { listWorkers } from '../../src/user/peers.ts';
 import { multiaddr } from '@multiformats/multiaddr';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { additionTask, taskBatch } from '../../src/data/index.ts';
+import { byteLevelTokenizerJson, HFTokenizer, LocalTrainer } from '../../src/models/index.ts';
+import { Generator } from '../../src/tensor/index.ts';
 
 /**
  * Workers lost in the middle of a job, as separate processes killed with SIGKILL: the job
@@ -27,7 +33,7 @@ describe('failover: a lost worker is replaced and its work replayed', () => {
   const config = gpt2Config({ vocabSize: 64, hidden: 32, layers: 4, heads: 4, maxPositions: 128 });
   const prompt = [3, 1, 4, 1, 5, 9, 2, 6];
 
-  test('64 tokens with the worker of a section killed at token 20: the section moves to a spare, the session replays, the tokens are the same', async () => {
+  test('64 tokens with the worker of a section killed at token 20: the section moves to a spare, the session replays, the tokens are the same', async (t) => {
     const validator = await startNode(['validator', '--backend', 'js']);
     children.push(validator);
     const boot = validator.addrs[0];
@@ -54,12 +60,69 @@ describe('failover: a lost worker is replaced and its work replayed', () => {
       assert.deepEqual(tokens, expected);
       assert.equal(dm.failovers.length, 1, JSON.stringify(dm.failovers));
       const [event] = dm.failovers;
+      t.diagnostic(`failover: ${event.action} to …${event.replacement[0].slice(-6)}, ${event.replayed} steps replayed, ${event.recoveredMs} ms from detection to the next token`);
       assert.equal(event.peer, victim.peerId);
       assert.equal(event.action, 'spare');
       assert.deepEqual(event.replacement, [spare.peerId]);
       assert.ok(event.replayed >= 20, `the session's steps were replayed: ${event.replayed}`);
       assert.ok(event.recoveredMs !== undefined && event.recoveredMs < 30_000, `recovered in ${event.recoveredMs} ms`);
       assert.equal(dm.assignment[1].peerId, spare.peerId);
+      await dm.close();
+    } finally {
+      await user.stop();
+    }
+  });
+
+  test('100 training steps with a worker killed every 20 steps and restarted with its identity and chunk store: the losses and weights of an undisturbed run, bit for bit', async (t) => {
+    const STEPS = 100;
+    const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
+    const train = gpt2Config({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, maxPositions: 32 });
+    const batches = () => {
+      const task = additionTask({ seed: 2 });
+      const rng = new Generator(7);
+      return Array.from({ length: STEPS }, () => taskBatch(task, tok, rng, 8, 256));
+    };
+    const reference = createModel(train, { seed: 5 });
+    const local = new LocalTrainer(reference, { lr: 3e-3, totalSteps: STEPS, warmupSteps: 3, microBatches: 4 });
+    const expected = batches().map((b) => local.step(b).loss);
+
+    const validator = await startNode(['validator', '--backend', 'js']);
+    children.push(validator);
+    const boot = validator.addrs[0];
+    const dirs = [0, 1, 2].map(() => mkdtempSync(join(tmpdir(), 'tl-churn-')));
+    const running = await Promise.all(dirs.map((d) => worker(boot, ['--data', d])));
+    const user = await createNode();
+    try {
+      await waitFor('three workers', async () => (await listWorkers(user, multiaddr(boot))).length === 3, 20_000);
+      const model = createModel(train, { seed: 5 });
+      const dm = await distribute(user, boot, model, { strategy: 'parameter-balanced', training: true, verify: { sampleRate: 0 } });
+      const trainer = await dm.trainer({ optimizer: { lr: 3e-3 }, totalSteps: STEPS, warmupSteps: 3, microBatches: 4, schedule: '1f1b', snapshotEvery: 10 });
+      const losses: number[] = [];
+      let kills = 0;
+      for (const [i, batch] of batches().entries()) {
+        const step = trainer.step(batch);
+        step.catch(() => {}); // awaited below, after the kill
+        if (i > 0 && i % 20 === 0) {
+          // the worker holding the job's last section dies while the step runs, and comes back with its data directory
+          const victim = dm.assignment[dm.assignment.length - 1].peerId;
+          const at = running.findIndex((r) => r.peerId === victim);
+          running[at].child.kill('SIGKILL');
+          kills++;
+          running[at] = await worker(boot, ['--data', dirs[at]]);
+          assert.equal(running[at].peerId, victim, 'it rejoins with its identity');
+        }
+        losses.push((await step).loss);
+      }
+      assert.deepEqual(losses, expected);
+      const pulled = await dm.pull();
+      for (const [name, t] of pulled.hfStateDict()) assert.deepEqual(t.data, reference.hfStateDict().get(name)!.data, name);
+      assert.equal(dm.failovers.length, kills, JSON.stringify(dm.failovers));
+      for (const e of dm.failovers) {
+        t.diagnostic(`failover: layers ${e.layers[0]}–${e.layers[1] - 1} ${e.action} onto ${e.replacement.length} worker(s), ${e.replayed} steps replayed, ${e.recoveredMs} ms to the retried step`);
+        assert.equal(e.during, 'training');
+        assert.ok(e.recoveredMs !== undefined, 'the retried step finished');
+        assert.ok(e.replayed >= 1 && e.replayed <= 11, `at most the steps since the last copy were replayed: ${e.replayed}`);
+      }
       await dm.close();
     } finally {
       await user.stop();
