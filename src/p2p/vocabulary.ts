@@ -29,7 +29,12 @@ export interface Proximity {
   rttMs: number;
   mbps: number;
   measuredAt: number;
+  /** What measured it last: a probe, or a job's own transfer to that peer folded into the estimate; absent: a probe. */
+  source?: ProximitySource;
 }
+
+export const PROXIMITY_SOURCES = ['probe', 'traffic'] as const;
+export type ProximitySource = (typeof PROXIMITY_SOURCES)[number];
 
 export interface PeerRecord {
   peerId: string;
@@ -149,6 +154,7 @@ export function parseProximity(v: unknown): Record<string, Proximity> {
       rttMs: finite(e.rttMs, 'proximity.rttMs', 0, 1e6),
       mbps: finite(e.mbps, 'proximity.mbps', 0, 1e9),
       measuredAt: finite(e.measuredAt, 'proximity.measuredAt'),
+      ...(e.source === undefined ? {} : { source: oneOf(e.source, 'proximity.source', PROXIMITY_SOURCES) }),
     };
   }
   return out;

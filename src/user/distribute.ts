@@ -4,9 +4,13 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
 import type { CausalLM } from '../models/index.ts';
 import type { DialTarget, PeerRecord, StageAssignment } from '../p2p/index.ts';
-import { type Device, layerCosts, plan, type StrategyName } from '../plan/index.ts';
+import {
+  type Device, type LayerCost, layerCosts, linkTable, measuredLinks, type Plan, plan, type PlanOptions, replan, type Replan,
+  type StrategyName, type Swarm,
+} from '../plan/index.ts';
 import { configToHF } from '../models/index.ts';
 import { DistributedJob, type JobStage, type Placement } from './job.ts';
+import { gatherLinks } from './links.ts';
 import { listPeers, listWorkers } from './peers.ts';
 import { DEFAULT_SAMPLE_RATE, JobVerifier, type VerifyOptions } from './verifier.ts';
 import { type LoadProgress, RemoteStage } from './remote-stage.ts';
@@ -115,17 +119,29 @@ async function distributeSource(
   }
 }
 
+/** What a plan is made over: the workers, the model's cuttable layers, the devices and links. */
+interface Survey {
+  /** Disjoint groups of workers, one per copy of the sections; the plan is made on the first. */
+  groups: PeerRecord[][];
+  /** The model's layers the workers take (the user's ends left out), as the planner weighs them. */
+  costs: LayerCost[];
+  /** Index of costs[0] among the model's layers. */
+  first: number;
+  swarm: Swarm;
+  options: PlanOptions;
+}
+
 /**
- * Plans the model over the live workers the validator has not flagged, and opens a job on
- * each chosen worker: replicas (or redundant copies) on disjoint groups of workers.
+ * The live workers the validator has not flagged (nor `excluded`), split into groups for the
+ * copies, with the links between them and to this user measured (see links.ts).
  */
-async function place(
+async function survey(
   node: Libp2p,
   validator: DialTarget,
   source: UserModel,
   options: DistributeOptions,
   excluded?: ReadonlySet<string>,
-): Promise<Placement> {
+): Promise<Survey> {
   const workers = (await listWorkers(node, validator)).filter((w) => !excluded?.has(w.peerId));
   if (workers.length === 0) throw new PlanInfeasibleError('the validator knows no live workers it trusts');
   const copies = Math.max(options.replicas ?? 1, options.verify?.redundancy ?? 1);
@@ -143,12 +159,41 @@ async function place(
   // on it keeps the weights, moments and gradients each step started from (four more)
   const verifying = (options.verify?.sampleRate ?? DEFAULT_SAMPLE_RATE) > 0 || (options.verify?.redundancy ?? 1) > 1;
   const factor = options.training ? (verifying ? 8 : 4) : 1;
-  const costs = layerCosts(source.layers).slice(first, last).map((c) => ({ ...c, bytes: factor * c.bytes }));
+  const all = layerCosts(source.layers);
+  const costs = all.slice(first, last).map((c) => ({ ...c, bytes: factor * c.bytes }));
   const devices: Device[] = groups.map((group) => group.map((w) => {
     const { memoryBytes, memoryFreeBytes, gflops } = w.capabilities!;
     return { id: w.peerId, memoryBytes: memoryFreeBytes ?? memoryBytes, gflops };
   })).reduce((a, b) => a.map((d, i) => ({ ...d, memoryBytes: Math.min(d.memoryBytes, b[i].memoryBytes) })));
-  const chosen = plan(options.strategy ?? 'layer-aware', costs, devices, { tokens: options.tokens ?? 1 });
+  const links = linkTable(await gatherLinks(node, groups[0]));
+  const planOptions: PlanOptions = {
+    tokens: options.tokens ?? 1,
+    // the user sends the first section its input (hidden states it embedded, or token ids) and takes the last's output
+    user: node.peerId.toString(),
+    inputBytesPerToken: keepEnds ? all[0].activationBytesPerToken : 4,
+    traffic: options.training ? 'train' : (options.routing ?? 'chain') === 'relay' ? 'relay' : 'chain',
+  };
+  return { groups, costs, first, swarm: { devices, links }, options: planOptions };
+}
+
+/** The swarm each plan was made on, so that a later re-plan can say what changed. */
+const plannedOn = new WeakMap<Plan, Swarm>();
+
+/**
+ * Plans the model over the live workers the validator has not flagged (over the links measured
+ * between them and to this user), and opens a job on each chosen worker: replicas (or
+ * redundant copies) on disjoint groups of workers.
+ */
+async function place(
+  node: Libp2p,
+  validator: DialTarget,
+  source: UserModel,
+  options: DistributeOptions,
+  excluded?: ReadonlySet<string>,
+): Promise<Placement> {
+  const { groups, costs, first, swarm, options: planOptions } = await survey(node, validator, source, options, excluded);
+  const chosen = plan(options.strategy ?? 'layer-aware', costs, swarm.devices, { ...planOptions, links: measuredLinks(swarm.links) });
+  plannedOn.set(chosen, swarm);
   const jobId = randomUUID();
   const placed = chosen.stages.map((s) => {
     const index = groups[0].findIndex((w) => w.peerId === s.device);
@@ -169,6 +214,30 @@ async function place(
     await Promise.all(sections.flat().map((s) => s.remote.close()));
     throw err;
   }
+}
+
+/**
+ * Whether the job should be planned again, between steps or sessions: the workers and links
+ * are surveyed as for a new plan (less `avoid`), and a new plan is proposed when it predicts a
+ * step faster than `current` does under today's links by more than REPLAN_GAIN (a worker
+ * joined or left, a link slowed or sped up). The reason names the change and both predictions;
+ * null when the current plan stays. Nothing is opened on any worker: the job re-places itself
+ * (its `relocate`) if it takes the proposal.
+ * @example
+ * const r = await proposeReplan(node, validator, source, options, job.plan)
+ * if (r) { log.info('replan', { reason: r.reason }); await job.relocate() }
+ */
+export async function proposeReplan(
+  node: Libp2p,
+  validatorAddr: string | DialTarget,
+  source: UserModel,
+  options: DistributeOptions,
+  current: Plan,
+  avoid?: ReadonlySet<string>,
+): Promise<Replan | null> {
+  const validator = typeof validatorAddr === 'string' ? multiaddr(validatorAddr) : validatorAddr;
+  const { costs, swarm, options: planOptions } = await survey(node, validator, source, options, avoid);
+  return replan({ strategy: options.strategy ?? 'layer-aware', layers: costs, current, now: swarm, before: plannedOn.get(current), options: planOptions });
 }
 
 /** How to reach a peer: its id and every address it announced. */

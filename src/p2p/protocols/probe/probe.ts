@@ -22,16 +22,22 @@ export async function serveProbes(node: Libp2p): Promise<void> {
 
 /**
  * Measures, on one open stream, the round trip of a small message (the best of PROBE_PINGS)
- * and the bandwidth of one PROBE_BYTES transfer to a peer.
+ * and the bandwidth of one PROBE_BYTES transfer to a peer. `timeoutMs` bounds the whole probe
+ * (each answer waits at most PROBE_TIMEOUT_MS in any case); past it, PeerUnreachableError.
+ * @example
+ * const { rttMs, mbps } = await probe(node, { peerId, addrs }, { timeoutMs: 3000 })
  */
-export async function probe(node: Libp2p, target: DialTarget): Promise<Proximity> {
-  const stream = await dialProtocol(node, target, PROBE_PROTOCOL);
+export async function probe(node: Libp2p, target: DialTarget, options: { timeoutMs?: number } = {}): Promise<Proximity> {
+  const deadline = performance.now() + (options.timeoutMs ?? Number.POSITIVE_INFINITY);
+  const left = () => Math.max(0, Math.min(PROBE_TIMEOUT_MS, deadline - performance.now()));
+  const stream = await dialProtocol(node, target, PROBE_PROTOCOL, AbortSignal.timeout(left()));
   try {
     let answer: (m: unknown) => void = () => {};
     receiveFrames(stream, (frame) => answer(frame.kind === 'control' ? frame.message : null));
     const reply = () => {
       const p = new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new PeerUnreachableError(`no probe answer within ${PROBE_TIMEOUT_MS} ms`)), PROBE_TIMEOUT_MS);
+        const wait = left();
+        const timer = setTimeout(() => reject(new PeerUnreachableError(`no probe answer within ${Math.round(wait)} ms`)), wait);
         answer = (m) => {
           clearTimeout(timer);
           try {
@@ -55,13 +61,15 @@ export async function probe(node: Libp2p, target: DialTarget): Promise<Proximity
     }
     const t0 = performance.now();
     const done = reply();
-    await sendMessage(stream, encodeTensor({ requestId: 0, dtype: 'float32', shape: [PROBE_BYTES / 4], bytes: new Uint8Array(PROBE_BYTES) }));
+    const payload = encodeTensor({ requestId: 0, dtype: 'float32', shape: [PROBE_BYTES / 4], bytes: new Uint8Array(PROBE_BYTES) });
+    await sendMessage(stream, payload, { signal: AbortSignal.timeout(left()) });
     await done;
     const seconds = (performance.now() - t0) / 1000;
     return {
       rttMs: Math.round(rttMs * 1000) / 1000,
       mbps: Math.round(((PROBE_BYTES * 8) / 1e6 / seconds) * 10) / 10,
       measuredAt: Date.now(),
+      source: 'probe',
     };
   } finally {
     await stream.close().catch(() => {});
