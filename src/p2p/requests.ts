@@ -24,7 +24,8 @@ export class RequestTable<T> {
   open(timeoutMs: number, signal?: AbortSignal): { id: number; answer: Promise<T> } {
     const id = this.nextId++;
     const answer = new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => this.reject(id, new PeerUnreachableError(`${this.who} did not answer within ${timeoutMs} ms`)), timeoutMs);
+      const late = () => new PeerUnreachableError(`${this.who} did not answer within ${timeoutMs} ms`, { details: { peer: this.who, deadlineMs: timeoutMs } });
+      const timer = setTimeout(() => this.reject(id, late()), timeoutMs);
       const onAbort = () => this.reject(id, new PeerUnreachableError(`the request to ${this.who} was cancelled`, { cause: signal?.reason }));
       signal?.addEventListener('abort', onAbort, { once: true });
       this.waiting.set(id, { resolve, reject, timer, unlisten: () => signal?.removeEventListener('abort', onAbort) });

@@ -80,14 +80,39 @@ export interface FailoverEvent {
   replayed: number;
 }
 
+/** The peers a failure names as past their deadline (a request to them that timed out). */
+export function latePeers(err: unknown): Set<string> {
+  const out = new Set<string>();
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+    const peer = (e as TensorLinkError).details?.peer;
+    if (e.name === 'PeerUnreachableError' && typeof peer === 'string' && (e as TensorLinkError).details?.deadlineMs !== undefined) out.add(peer);
+  }
+  return out;
+}
+
+/** Where a session stood when its step failed: the stages that have not reached `position` did not finish the step. */
+export interface SessionProgress {
+  sessionId: string;
+  position: number;
+}
+
 /**
- * Which of the job's stages are lost: a stage whose stream has closed, or whose worker does not
- * answer a control request within LIVENESS_TIMEOUT_MS (dead, cut off, or too busy to answer:
- * far slower than it announced). The others answered and are live.
+ * Which of the job's stages are lost: one a request to which passed its deadline (`cause` names
+ * it: alive perhaps, but far slower than it announced), one whose stream has closed, or whose
+ * worker does not answer a control request within LIVENESS_TIMEOUT_MS (dead, cut off, or too
+ * busy to answer). When all answer and a chained decoding step was late, the first stage of the
+ * route that has not reached the step's end (`progress`) is the one holding it up.
  */
-export async function findLost(node: Libp2p, stages: JobStage[], jobId: string): Promise<JobStage[]> {
+export async function findLost(
+  node: Libp2p,
+  stages: JobStage[],
+  jobId: string,
+  cause?: unknown,
+  progress?: SessionProgress,
+): Promise<JobStage[]> {
+  const late = latePeers(cause);
   const verdicts = await Promise.all(stages.map(async (s) => {
-    if (!s.remote.open) return true;
+    if (!s.remote.open || late.has(s.where.peerId)) return true;
     try {
       await request(node, { peerId: s.where.peerId, addrs: s.where.addrs }, { type: 'job-status', jobId }, LIVENESS_TIMEOUT_MS);
       return false;
@@ -96,7 +121,18 @@ export async function findLost(node: Libp2p, stages: JobStage[], jobId: string):
       return true;
     }
   }));
-  return stages.filter((_, i) => verdicts[i]);
+  const lost = stages.filter((_, i) => verdicts[i]);
+  if (lost.length > 0 || !progress) return lost;
+  for (const s of stages) {
+    try {
+      const answer = await s.remote.call({ type: 'session-status', sessionId: progress.sessionId }, [], LIVENESS_TIMEOUT_MS);
+      const position = (answer.kind === 'control' ? (answer.message as { position?: unknown }).position : null);
+      if (typeof position !== 'number' || position < progress.position) return [s];
+    } catch {
+      return [s];
+    }
+  }
+  return [];
 }
 
 /** The typed error a user gets when no live worker can take a lost section. */

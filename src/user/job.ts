@@ -18,7 +18,8 @@ import { RemoteTrainStage } from './remote-train.ts';
 import { SessionSteps } from './session-steps.ts';
 import { listWorkers } from './peers.ts';
 import {
-  backoffMs, deadlineMs, type FailoverEvent, findLost, isLoss, LIVENESS_TIMEOUT_MS, predictedSeconds, sectionLost, STEP_RETRIES,
+  backoffMs, deadlineMs, type FailoverEvent, findLost, isLoss, LIVENESS_TIMEOUT_MS, predictedSeconds, sectionLost, type SessionProgress,
+  STEP_RETRIES,
 } from './failover.ts';
 import type { JobVerifier, VerificationSummary } from './verifier.ts';
 import type { ResultInbox } from './result-inbox.ts';
@@ -321,13 +322,19 @@ export class DistributedJob implements DistributedModel {
   async recover(
     cause: unknown,
     attempt: number,
-    during: FailoverEvent['during'] = 'generation',
-    /** How the job is planned again without the lost workers (default: replan, sections from the user's source). */
-    rebuild: (avoid: ReadonlySet<string>) => Promise<void> = (avoid) => this.replan(avoid),
+    options: {
+      during?: FailoverEvent['during'];
+      /** How the job is planned again without the lost workers (default: replan, sections from the user's source). */
+      rebuild?: (avoid: ReadonlySet<string>) => Promise<void>;
+      /** Where the session stood (generation): a late chained step is blamed on the first stage behind. */
+      progress?: SessionProgress;
+    } = {},
   ): Promise<boolean> {
+    const during = options.during ?? 'generation';
+    const rebuild = options.rebuild ?? ((avoid) => this.replan(avoid));
     if (!isLoss(cause)) throw cause;
     const detectedAt = Date.now();
-    const lost = await findLost(this.node, this.sections.flat(), this.jobId);
+    const lost = await findLost(this.node, this.sections.flat(), this.jobId, cause, options.progress);
     if (lost.length === 0) {
       if (attempt >= STEP_RETRIES) {
         throw new StageFailedError(`a step failed ${attempt + 1} times although every worker of the job answered: ${(cause as Error).message}`, { cause });
@@ -414,7 +421,7 @@ export class DistributedJob implements DistributedModel {
       verifier: this.verifier,
       exclude: (s) => this.excludeStage(s),
       deadlineMs: (tokens) => deadlineMs(predictedSeconds(this.plan, tokens, this.planTokens)),
-      recover: (cause, attempt) => this.recover(cause, attempt),
+      recover: (cause, attempt, progress) => this.recover(cause, attempt, { progress }),
       recovered: (replayed) => this.recovered(replayed),
     }, randomUUID());
   }
@@ -542,14 +549,16 @@ export class DistributedJob implements DistributedModel {
         this.snapshot = await this.takeSnapshot(step);
       },
       rebuild: async (cause, attempt) => {
-        await this.recover(cause, attempt, 'training', async (avoid) => {
-          const snap = this.snapshot;
-          this.loadFrom = snap?.weights ?? null;
-          try {
-            await this.replan(avoid);
-          } finally {
-            this.loadFrom = null;
-          }
+        await this.recover(cause, attempt, {
+          during: 'training',
+          rebuild: async (avoid) => {
+            this.loadFrom = this.snapshot?.weights ?? null;
+            try {
+              await this.replan(avoid);
+            } finally {
+              this.loadFrom = null;
+            }
+          },
         });
         const snap = this.snapshot;
         const ends = snap?.ends ?? start;

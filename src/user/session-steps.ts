@@ -3,6 +3,7 @@ import { publicKeyOf, type StageAssignment } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { agree, auxHash, checkRecord, hashTensors, parseRecord, sessionStepHash, type WorkRecord } from '../verify/index.ts';
 import type { JobStage } from './job.ts';
+import type { SessionProgress } from './failover.ts';
 import type { ResultInbox } from './result-inbox.ts';
 import type { JobVerifier } from './verifier.ts';
 
@@ -22,7 +23,7 @@ export interface SessionContext {
    * (true: the session must be rebuilt on the new route), finds none lost (false: retry after a
    * backoff), or throws the typed error that ends the session (no live worker can take a section).
    */
-  recover(cause: unknown, attempt: number): Promise<boolean>;
+  recover(cause: unknown, attempt: number, progress: SessionProgress): Promise<boolean>;
   /** The first step after a failover is done: the job notes how long recovery took and what was replayed. */
   recovered(replayed: number): void;
 }
@@ -105,7 +106,8 @@ export class SessionSteps {
         if (attempt > 0) this.ctx.recovered(replayed);
         return out;
       } catch (err) {
-        if (await this.ctx.recover(err, attempt)) rebuild = true;
+        const progress = { sessionId: this.sessionId, position: this.position + (x.shape[1] ?? 1) };
+        if (await this.ctx.recover(err, attempt, progress)) rebuild = true;
       }
     }
   }

@@ -2,16 +2,21 @@ import { InvalidArgumentError } from '../errors.ts';
 import { Generator, type Tensor, tensor, zeros } from '../tensor/index.ts';
 
 /**
- * Ways a worker can cheat, for testing the network's defences (`tensorlink worker --fault`):
+ * Ways a worker can cheat or fail, for testing the network's defences (`tensorlink worker --fault`):
  * - noise: adds noise of relative size 1e-3 to its outputs (forward outputs, input gradients);
  * - skip: returns its input (or the gradient it was given) instead of running its layers;
  * - stale: never applies its optimizer steps (and says so in its step records);
  * - scale-grad: multiplies its parameters' gradients by 2;
  * - zero: returns zeros;
  * - replay: returns the output of an earlier micro-batch;
- * - free-ride: contributes zero gradients (as a replica, it sends zeros to the others).
+ * - free-ride: contributes zero gradients (as a replica, it sends zeros to the others);
+ * - slow: holds each computation SLOW_FAULT_MS before running it (alive and answering, far slower
+ *   than it announced: the user's deadlines must treat it as lost).
  */
-export const FAULT_KINDS = ['noise', 'skip', 'stale', 'scale-grad', 'zero', 'replay', 'free-ride'] as const;
+export const FAULT_KINDS = ['noise', 'skip', 'stale', 'scale-grad', 'zero', 'replay', 'free-ride', 'slow'] as const;
+
+/** How long a `slow` worker holds a computation: far past any deadline a plan gives a small model. */
+export const SLOW_FAULT_MS = 120_000;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export interface Fault {
@@ -88,6 +93,12 @@ export class FaultInjector {
       if (kind === 'free-ride') d.fill(0);
       else for (let i = 0; i < d.length; i++) d[i] *= 2;
     }
+  }
+
+  /** Waits before a computation (slow): resolves at once for every other fault. */
+  async delay(): Promise<void> {
+    if (this.fault.kind !== 'slow' || !this.fires()) return;
+    await new Promise((r) => setTimeout(r, SLOW_FAULT_MS).unref());
   }
 
   /** Whether it skips this optimizer step (stale). */

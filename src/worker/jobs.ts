@@ -59,6 +59,8 @@ export interface Session {
   kvBytes: number;
   /** Each step's inputs and record: what re-running a decoding step needs (the cache is rebuilt from them). */
   history: { input: Tensor; positions: Tensor; keyMask: Tensor | null; record: WorkRecord; output?: Tensor }[];
+  /** A step of it is being computed now (asked by a user whose step is late: is it still here, or behind?). */
+  busy?: boolean;
 }
 
 /** A built section, its inference sessions (each with a KV cache) and its training state. */

@@ -73,6 +73,36 @@ describe('failover: a lost worker is replaced and its work replayed', () => {
     }
   });
 
+  test('a worker far slower than it announced (alive, answering) misses the step\'s deadline, is treated as lost and replaced: the same tokens', async (t) => {
+    const validator = await startNode(['validator', '--backend', 'js']);
+    children.push(validator);
+    const boot = validator.addrs[0];
+    const slow = await worker(boot, ['--fault', 'slow']);
+    await worker(boot);
+    const user = await createNode();
+    try {
+      const model = createModel(config, { seed: 22 });
+      const options = { maxNewTokens: 8, stopTokens: [], temperature: 0 };
+      const expected = (await generate(model, prompt, options)).tokens;
+      await waitFor('two workers', async () => (await listWorkers(user, multiaddr(boot))).length === 2, 20_000);
+      const dm = await distribute(user, boot, model, { strategy: 'parameter-balanced', verify: { sampleRate: 0 } });
+      assert.ok(dm.assignment.some((a) => a.peerId === slow.peerId), 'the slow worker holds a section');
+      const spare = await worker(boot);
+      await waitFor('the spare to be listed', async () => (await listWorkers(user, multiaddr(boot))).length === 3, 20_000);
+      const started = Date.now();
+      assert.deepEqual((await dm.generate(prompt, options)).tokens, expected);
+      const [event] = dm.failovers;
+      assert.equal(dm.failovers.length, 1, JSON.stringify(dm.failovers));
+      assert.equal(event.peer, slow.peerId);
+      assert.deepEqual(event.replacement, [spare.peerId]);
+      assert.ok(!dm.assignment.some((a) => a.peerId === slow.peerId));
+      t.diagnostic(`lost after ${event.detectedAt - started} ms (the deadline), recovered ${event.recoveredMs} ms later: ${event.cause}`);
+      await dm.close();
+    } finally {
+      await user.stop();
+    }
+  });
+
   test('100 training steps with a worker killed every 20 steps and restarted with its identity and chunk store: the losses and weights of an undisturbed run, bit for bit', async (t) => {
     const STEPS = 100;
     const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);

@@ -14,7 +14,7 @@ import { control, NONE, sectionOf, type StageHandler } from './types.ts';
  * assignment, the last stage sending it to the job's owner; `close` frees a session.
  */
 export const inferenceHandlers: Record<string, StageHandler> = {
-  forward: {
+  'forward': {
     delegates: true,
     maxTensors: 3,
     run: async ({ id, body, tensors, job }, { jobs, peers, work, stallMs, memory, fault, signer }) => {
@@ -45,7 +45,9 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       session.kvBytes += growth;
       let out;
       const position = cache.length;
+      session.busy = true;
       try {
+        if (fault) await fault.delay();
         out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
         if (fault) out = fault.output('decode', out, input);
       } catch (err) {
@@ -53,6 +55,8 @@ export const inferenceHandlers: Record<string, StageHandler> = {
         session.kvBytes -= growth;
         memory.add(job.jobId, 'kv-cache', -growth, 'a failed forward');
         throw err;
+      } finally {
+        session.busy = false;
       }
       work.forwards++;
       // its signed record travels with the output (along the chain, to the owner): the input it was
@@ -86,7 +90,14 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       return NONE;
     },
   },
-  close: {
+  // how far a session has come: a user whose chained step is late asks each stage, and the first one behind is the one holding it up
+  'session-status': {
+    run: ({ body, job }) => {
+      const session = sectionOf(job).sessions.get(parseSessionId(body.sessionId));
+      return control('session-status', { position: session?.cache.length ?? 0, busy: session?.busy === true });
+    },
+  },
+  'close': {
     run: ({ body, job }, { jobs, memory }) => {
       sectionOf(job);
       jobs.dropSession(job, parseSessionId(body.sessionId), memory);

@@ -77,7 +77,8 @@ export const trainingHandlers: Record<string, StageHandler> = {
   },
   'train-forward': {
     maxTensors: 1,
-    run: (r, { work, memory, fault }) => {
+    run: async (r, { work, memory, fault }) => {
+      if (fault) await fault.delay();
       const input = one(r);
       const training = trainingOf(r.job);
       const micro = parseMicro(r.body);
@@ -99,7 +100,8 @@ export const trainingHandlers: Record<string, StageHandler> = {
   },
   'train-backward': {
     maxTensors: 1,
-    run: (r, { work, memory, fault }) => {
+    run: async (r, { work, memory, fault }) => {
+      if (fault) await fault.delay();
       const training = trainingOf(r.job);
       const micro = parseMicro(r.body);
       const { records } = training;

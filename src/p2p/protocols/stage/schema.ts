@@ -25,6 +25,8 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  *   forward    {sessionId} + input, positions[, key mask] → the output; with `replyTo: {requestId}`
  *              and `route: [peer ids]` it travels on worker to worker (owner, or the upstream stage)
  *              and the last stage sends it to the job's owner on the result protocol.
+ *   session-status {sessionId}                  → {position, busy}: how far a session has come (a user
+ *              whose chained step is late finds the stage holding it up)
  *   close      {sessionId}                      → closed
  * Training (owner; `grads` also from the job's other holders):
  *   train-setup {lr, weightDecay?, recompute?, peers} → train-ready {names}
@@ -42,7 +44,7 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  */
 
 export const LOAD_REQUESTS = ['load', 'manifest', 'chunk', 'assemble', 'assign'] as const;
-export const INFERENCE_REQUESTS = ['forward', 'close'] as const;
+export const INFERENCE_REQUESTS = ['forward', 'session-status', 'close'] as const;
 export const TRAINING_REQUESTS = [
   'train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'moment-steps', 'moments', 'set-moments', 'train-reset',
 ] as const;
