@@ -1,5 +1,5 @@
 import type { Libp2p } from '@libp2p/interface';
-import { InvalidArgumentError, VerificationError } from '../errors.ts';
+import { InvalidArgumentError, PeerUnreachableError, VerificationError } from '../errors.ts';
 import { type DialTarget, type PeerTarget, request, TRAIN_REQUEST_TIMEOUT_MS } from '../p2p/index.ts';
 import { AuditSampler, type WorkRecord } from '../verify/index.ts';
 
@@ -51,6 +51,8 @@ export interface VerificationSummary {
   compared: number;
   /** Records handed to the validator's ledger (those of workers still trusted once their step's checks were done). */
   recorded: number;
+  /** Sampled records left unchecked because the validator could not be reached (it restarts; the job goes on without it). */
+  unchecked: number;
 }
 
 /** Records one ledger submission carries: about 800 bytes each, well inside a control message. */
@@ -72,7 +74,7 @@ export class JobVerifier {
   readonly redundancy: number;
   readonly sampler: AuditSampler;
   private sampled: { worker: PeerTarget; record: WorkRecord; sent?: string[] }[] = [];
-  readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0 };
+  readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0, unchecked: 0 };
   /** Records returned since the last checks, handed to the ledger once those are done. */
   private observed: { worker: PeerTarget; record: WorkRecord }[] = [];
   /** The ledger submissions under way, in order. */
@@ -148,7 +150,15 @@ export class JobVerifier {
     const lane = async () => {
       while (next < batch.length) {
         const { worker, record, sent } = batch[next++];
-        const v = await this.audit(worker, record, sent);
+        let v: AuditVerdict;
+        try {
+          v = await this.audit(worker, record, sent);
+        } catch (err) {
+          // users and workers talk directly: a validator that is down (restarting) leaves records unchecked, not the job stopped
+          if (!(err instanceof PeerUnreachableError)) throw err;
+          this.summary.unchecked++;
+          continue;
+        }
         if (!v.ok) failed.push(v);
       }
     };
