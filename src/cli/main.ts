@@ -42,13 +42,15 @@ commands:
   train --model DIR (--data FILE | --task addition|addition-padded|reverse) --steps N [--batch B --lr X --seq-len T
         --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]]
-        [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none] [--redundancy K --verify-rate P]
+        [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none] [--redundancy K --verify-rate P --snapshot-every N]
         [--contracts FILE [--rpc URL] --pay TLK]   (pays TLK, default 10, into the job's escrow from ~/.tensorlink/user)
       trains with progress, periodic evaluation and checkpoints (--resume continues one); across
       workers the model is split into stages, micro-batches flow through a GPipe or 1F1B schedule;
       every worker result comes with a signed record: --redundancy K runs each section on K workers
       and compares them bit for bit (js), --verify-rate P (default 0.05) has the validator re-run
-      that share of records; a worker caught is flagged, excluded, and its work redone
+      that share of records; a worker caught is flagged, excluded, and its work redone; a worker
+      lost (dead, or past its deadline) is replaced: the job is rebuilt from its last copy (taken
+      every --snapshot-every N steps, default 10) and the steps since are replayed
 
   validator [--listen MULTIADDR] [--data DIR] [--peers MULTIADDR,... --validators ID,... --threshold M]
             [--contracts FILE [--rpc URL]] [--log-level debug|info|warn|error]
@@ -56,9 +58,10 @@ commands:
       keeps the ledger under DIR, its blocks co-signed (M signatures each, default 1) by the validator
       set: this one, those of --peers (which it dials) and those of --validators (which dial it)
   worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--models DIR] [--listen MULTIADDR] [--log-level L]
-         [--fault noise|skip|stale|scale-grad|zero|replay|free-ride[:RATE]] [--contracts FILE [--rpc URL]]
+         [--fault noise|skip|stale|scale-grad|zero|replay|free-ride|slow[:RATE]] [--contracts FILE [--rpc URL]]
       lends this machine's compute: measures it, announces it and keeps announcing while alive;
-      --fault makes it cheat on a share RATE of its computations, only to test the network's defences
+      --fault makes it cheat (or, slow, stall 120 s) on a share RATE of its computations, only to
+      test the network's defences
   status --bootstrap MULTIADDR
       the swarm as its validator sees it: peers, roles, capabilities, tiers, reputation (checks passed
       and failed, excluded), last seen

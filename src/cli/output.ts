@@ -1,3 +1,5 @@
+import type { FailoverEvent } from '../user/index.ts';
+
 /**
  * What a command prints: results on stdout (one JSON object with --json), human
  * progress on stderr, so `tensorlink ... --json | jq` always works.
@@ -42,4 +44,11 @@ export function createOutput(json: boolean): Output {
 export function bar(fraction: number, width = 24): string {
   const filled = Math.round(Math.max(0, Math.min(1, fraction)) * width);
   return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}]`;
+}
+
+/** One line about a worker lost in a job and how the job went on. */
+export function failoverLine(e: FailoverEvent): string {
+  const how = e.action === 'spare' ? `moved to …${e.replacement[0]?.slice(-6)}` : `planned again on ${e.replacement.map((p) => `…${p.slice(-6)}`).join(', ') || 'the live workers'}`;
+  const took = e.recoveredMs === undefined ? '' : `, back in ${(e.recoveredMs / 1000).toFixed(1)} s`;
+  return `worker …${e.peer.slice(-6)} was lost (${e.cause}): layers ${e.layers[0]}-${e.layers[1] - 1} ${how}, ${e.replayed} ${e.during === 'training' ? 'steps' : 'decoding steps'} replayed${took}`;
 }

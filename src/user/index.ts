@@ -1,6 +1,9 @@
 /** The user's room: `distribute` and the distributed job, remote stages, the result inbox, the validator's peer list. */
 export { distribute, type DistributeOptions } from './distribute.ts';
-export { DistributedJob, type DistributedModel, type DistributedTrainerOptions, type JobStage, LOAD_CONCURRENCY } from './job.ts';
+export {
+  DistributedJob, type DistributedModel, type DistributedTrainerOptions, type JobStage, LOAD_CONCURRENCY, LOST_AVOID_MS, SNAPSHOT_EVERY,
+  SNAPSHOT_MAX_BYTES,
+} from './job.ts';
 export { listPeers, listWorkers } from './peers.ts';
 export { controlAnswer, type LoadOptions, type LoadProgress, type LoadResult, RemoteStage, tensorAnswer } from './remote-stage.ts';
 export { checkpointSource, type SectionSource, tensorSource } from './section-source.ts';
@@ -10,3 +13,6 @@ export { RedundantStage } from './redundant-stage.ts';
 export { RemoteTrainStage } from './remote-train.ts';
 export { DEFAULT_SAMPLE_RATE, JobVerifier, NEWCOMER_CHECKS, NEWCOMER_RATE, type VerificationSummary, type VerifyOptions } from './verifier.ts';
 export { ResultInbox } from './result-inbox.ts';
+export {
+  DEADLINE_FLOOR_MS, DEADLINE_SLACK, deadlineMs, type FailoverEvent, LIVENESS_TIMEOUT_MS, STEP_RETRIES,
+} from './failover.ts';

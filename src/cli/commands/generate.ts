@@ -1,10 +1,10 @@
 import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags } from '../args.ts';
-import { distribute, type VerificationSummary } from '../../user/index.ts';
+import { distribute, type FailoverEvent, type VerificationSummary } from '../../user/index.ts';
 import { joinSwarm } from '../swarm.ts';
 import { payFlagOptions, payForJob } from '../chain-flags.ts';
-import type { Output } from '../output.ts';
+import { failoverLine, type Output } from '../output.ts';
 
 export const generateOptions = {
   'model': { type: 'string' },
@@ -68,6 +68,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   };
   let tokens: number[];
   let verification: VerificationSummary | null = null;
+  let failovers: readonly FailoverEvent[] | null = null;
   if (where.kind === 'local') {
     tokens = (await generate(model!, promptIds, options)).tokens;
   } else {
@@ -80,6 +81,8 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
         tokens = (await dm.generate(promptIds, options)).tokens;
         verification = dm.verification;
         for (const peer of verification?.flagged ?? []) out.info(`worker …${peer.slice(-6)} was caught cheating: flagged at the validator, and the text generated again without it`);
+        failovers = dm.failovers;
+        for (const e of failovers) out.info(failoverLine(e));
       } finally {
         await dm.close();
       }
@@ -89,7 +92,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   }
   const text = tok.decode(tokens);
   const seconds = (performance.now() - started) / 1000;
-  if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds, ...(verification ? { verification } : {}) }, '');
+  if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds, ...(verification ? { verification } : {}), ...(failovers ? { failovers } : {}) }, '');
   else {
     process.stdout.write(`${text.slice(printed.length)}\n`);
     out.info(`${tokens.length} tokens in ${seconds.toFixed(2)} s`);

@@ -5,14 +5,14 @@ import {
   type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadConfig, loadModel, loadTokenizer, partBytes, saveModel,
   type Tokenizer,
 } from '../../models/index.ts';
-import { distribute, RedundantStage, type VerificationSummary, type VerifyOptions } from '../../user/index.ts';
+import { distribute, type FailoverEvent, RedundantStage, type VerificationSummary, type VerifyOptions } from '../../user/index.ts';
 import type { StrategyName } from '../../plan/index.ts';
 import { crossEntropy, Generator, noGrad, type Tensor } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import { joinSwarm } from '../swarm.ts';
 import { payFlagOptions, payForJob } from '../chain-flags.ts';
 import { type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags } from '../args.ts';
-import { bar, type Output } from '../output.ts';
+import { bar, failoverLine, type Output } from '../output.ts';
 import {
   localOptimizerState, openOptimizer, readOptimizer, readState, setLocalOptimizerState, STATE_FILE, type TrainerState, writeOptimizer,
   writeOptimizerStreamed, writeState,
@@ -42,6 +42,7 @@ export const trainOptions = {
   'strategy': { type: 'string' },
   'privacy': { type: 'string' },
   'listen': { type: 'string' },
+  'snapshot-every': { type: 'string' },
   ...payFlagOptions,
 } as const;
 
@@ -100,6 +101,8 @@ interface Runner {
   stageNames: string[][];
   /** What verification did (across workers). */
   verification?: () => VerificationSummary | null;
+  /** Workers lost so far and how the job went on (across workers). */
+  failovers?: () => readonly FailoverEvent[];
   close(): Promise<void>;
 }
 
@@ -144,6 +147,8 @@ interface PipelineFlags {
   privacy: 'ends' | 'none';
   replicas: number;
   verify: VerifyOptions;
+  /** Steps between copies of the job's state that a failover rebuilds from (undefined: the job's default). */
+  snapshotEvery: number | undefined;
 }
 
 function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
@@ -152,13 +157,14 @@ function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
   const { strategy, privacy } = planFlags(flags, 'parameter-balanced');
   const replicas = intFlag(flags, 'replicas', 1);
   if (microBatches < replicas) throw new UsageError(`--replicas ${replicas} needs --micro-batches ≥ ${replicas} (each replica takes a share)`);
-  return { schedule, strategy, privacy, replicas, verify: verifyFlags(flags) };
+  const snapshotEvery = flags['snapshot-every'] === undefined ? undefined : intFlag(flags, 'snapshot-every', 0, 0);
+  return { schedule, strategy, privacy, replicas, verify: verifyFlags(flags), snapshotEvery };
 }
 
 async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags, out: Output): Promise<Runner> {
   const where = placement(flags);
   if (where.kind === 'local') throw new UsageError('training across workers needs --local N (N ≥ 1) or --bootstrap ADDR');
-  const { schedule, strategy, privacy, replicas, verify } = p;
+  const { schedule, strategy, privacy, replicas, verify, snapshotEvery } = p;
   const access = await joinSwarm(where, flags);
   let dm: Awaited<ReturnType<typeof distribute>> | null = null;
   const close = async () => {
@@ -175,7 +181,8 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
       out.info(`  worker …${a.peerId.slice(-6)}: ${layers}${replicas > 1 ? ` (replica ${a.replica})` : ''}`);
     }
     if (privacy === 'ends') out.info('  this machine: the embedding, the final norm and the head (token ids and logits stay here)');
-    const trainer = await dm.trainer({ optimizer: { lr: s.lr }, totalSteps: s.steps, microBatches: s.microBatches, schedule, replicas });
+    const { steps: totalSteps, microBatches } = s;
+    const trainer = await dm.trainer({ optimizer: { lr: s.lr }, totalSteps, microBatches, schedule, replicas, snapshotEvery });
     if (s.resumeFrom) {
       trainer.fastForward(readState(s.resumeFrom).step);
       // parameter by parameter: the user never holds the whole optimizer state
@@ -200,7 +207,11 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
         writeState(dir, state);
       },
       verification: () => job.verification,
-      stageNames: trainer.stages.map((st) => st.replicas.map((h) => (h instanceof RedundantStage ? `…${h.primary.peerId.slice(-6)}` : 'you'))),
+      failovers: () => job.failovers,
+      // a failover may plan the job again: the stages are those of the pipeline as it is now
+      get stageNames() {
+        return trainer.stages.map((st) => st.replicas.map((h) => (h instanceof RedundantStage ? `…${h.primary.peerId.slice(-6)}` : 'you')));
+      },
       close,
     };
   } catch (err) {
@@ -265,8 +276,9 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const evals: { step: number; metric: string; value: number }[] = [];
   const started = performance.now();
   let tokens = 0;
-  const busy = runner.stageNames.map((names) => names.map(() => 0));
+  let busy = runner.stageNames.map((names) => names.map(() => 0));
   let flagged = 0;
+  let failedOver = 0;
   try {
     const checkpoint = async (step: number) => {
       if (outDir) await runner.checkpoint(outDir, { step, totalSteps: steps, lr, seed, source: source.name, rng: rng.getState(), losses });
@@ -276,6 +288,12 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
       const caught = runner.verification?.()?.flagged ?? [];
       for (const peer of caught.slice(flagged)) out.info(`step ${step}: worker …${peer.slice(-6)} was caught cheating: flagged at the validator and excluded from the job`);
       flagged = caught.length;
+      const failovers = runner.failovers?.() ?? [];
+      for (const e of failovers.slice(failedOver)) out.info(`step ${step}: ${failoverLine(e)}`);
+      failedOver = failovers.length;
+      // a failover that planned the job again changed its stages: their busy times start over
+      const reshaped = r.busy && (r.busy.length !== busy.length || r.busy.some((row, s) => row.length !== busy[s].length));
+      if (r.busy && reshaped) busy = r.busy.map((row) => row.map(() => 0));
       losses.push(r.loss);
       tokens += r.tokens;
       r.busy?.forEach((row, s) => row.forEach((v, j) => (busy[s][j] += v)));
@@ -304,6 +322,7 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
     evals,
     ...(last ? { [last.metric]: last.value } : {}),
     ...(runner.verification ? { verification: runner.verification() } : {}),
+    ...(runner.failovers ? { failovers: runner.failovers() } : {}),
     ...(runner.stageNames.length > 0
       ? { stages: runner.stageNames.map((names, s) => names.map((name, j) => ({ name, busySeconds: busy[s][j] }))) }
       : {}),
