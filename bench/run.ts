@@ -4,13 +4,14 @@
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
  * usage: npm run bench [-- --quick] [-- --json]
- *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load,ledger]
+ *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load,ledger,failover]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus } from 'node:os';
 import { parseArgs } from 'node:util';
 import { benchElementwise } from './elementwise.ts';
+import { benchFailover } from './failover.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchDistributed } from './distributed.ts';
 import { benchLedger } from './ledger.ts';
@@ -29,7 +30,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -89,6 +90,11 @@ if (sections.includes('load')) {
 if (sections.includes('ledger')) {
   log('ledger: records into blocks, inclusion proofs in a tree of 10^6 records, gas of a settlement and a claim on anvil ...');
   rows.push(...(await benchLedger(values.quick)));
+}
+
+if (sections.includes('failover')) {
+  log('failover: time to recover from a worker killed in decoding (spare, re-plan) and in training ...');
+  rows.push(...(await benchFailover()));
 }
 
 const report = {
