@@ -16,6 +16,10 @@ export interface TrainingFailover {
   /** Steps between copies (0: none; a failover then replays from the job's start). */
   every: number;
   take(step: number): Promise<void>;
+  /** Right after a copy: why the job should move to a better plan (the swarm changed), or null to stay. */
+  propose(): Promise<string | null>;
+  /** A pipeline on the better plan, rebuilt from the copy just taken. */
+  move(step: number, reason: string): Promise<PipelineTrainer>;
   /** A fresh pipeline at the copy's step (`from`), or the typed error that ends the job (no live worker can take a section). */
   rebuild(cause: unknown, attempt: number): Promise<{ pipeline: PipelineTrainer; from: number }>;
   /** The retried step is done: how long recovery took, and the steps replayed. */
@@ -120,14 +124,27 @@ export class JobTrainer {
     this.batches.push(batch);
     this.pending = this.verifier.auditSampled();
     this.pending.catch(() => {}); // awaited before the next flush or by settle()
-    await this.copy();
-    return this.answer(result);
+    return this.answer((await this.copy()) ?? result);
   }
 
-  /** Copies the job's state to the user when a copy is due. */
-  private async copy(): Promise<void> {
+  /**
+   * Copies the job's state to the user when a copy is due, and moves the job to a better plan if
+   * the swarm changed. A step's result replayed meanwhile (a rollback) replaces the one given.
+   */
+  private async copy(): Promise<PipelineStepResult | null> {
     const every = this.failover?.every ?? 0;
-    if (every > 0 && this.inner.stepCount % every === 0) await this.failover!.take(this.inner.stepCount);
+    if (every === 0 || this.inner.stepCount % every !== 0) return null;
+    const step = this.inner.stepCount;
+    await this.failover!.take(step);
+    const reason = await this.failover!.propose();
+    if (!reason) return null;
+    // moving closes the job's sections, and with them what re-running the last step's records needs: settled first
+    const failed = await this.takePending();
+    if (failed.length > 0) return this.rollback(failed);
+    const moved = await this.failover!.move(step, reason);
+    this.inner = moved;
+    this.watch(moved);
+    return null;
   }
 
   /**

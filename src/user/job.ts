@@ -33,6 +33,21 @@ export const LOAD_CONCURRENCY = 4;
  * back (restarted with its identity) is used again after this.
  */
 export const LOST_AVOID_MS = 20_000;
+/**
+ * A job asks whether a better plan exists (a worker joined, a link changed) at most this often,
+ * between sessions or at a training job's copies: each survey probes the candidates' links, and
+ * moving a job reloads its sections, so it is not worth doing for every token or step.
+ */
+export const REPLAN_CHECK_MS = 30_000;
+
+/** A job planned again because the swarm changed, and why. */
+export interface ReplanEvent {
+  at: number;
+  /** What changed and the predicted step times before and after. */
+  reason: string;
+  /** The training step it moved at (none for generation). */
+  step?: number;
+}
 
 export interface DistributedTrainerOptions {
   /** AdamW on every holder of parameters (the only optimizer so far). */
@@ -104,6 +119,8 @@ export interface DistributedModel {
   readonly verification: VerificationSummary | null;
   /** Workers lost while the job ran (dead, cut off, or past their deadline) and how the job went on without them. */
   readonly failovers: readonly FailoverEvent[];
+  /** Times the job moved to a better plan because the swarm changed, with the reason. */
+  readonly replans: readonly ReplanEvent[];
   /** Waits for the checks still under way (the last training step's re-runs, a rollback they call for); the summary then. */
   settle(): Promise<VerificationSummary | null>;
   /** Ends the job: every worker frees its section, caches and training state. */
@@ -148,6 +165,10 @@ export class DistributedJob implements DistributedModel {
   readonly failovers: FailoverEvent[] = [];
   /** Failovers whose first result after recovery has not come yet. */
   private recovering: FailoverEvent[] = [];
+  /** Proposes a better plan under the swarm as it is now (null: keep this one); null when the job cannot ask. */
+  private readonly propose: ((current: Plan, avoid: ReadonlySet<string>) => Promise<{ reason: string } | null>) | null;
+  readonly replans: ReplanEvent[] = [];
+  private lastReplanCheck = Date.now();
 
   constructor(
     private readonly node: Libp2p,
@@ -166,6 +187,7 @@ export class DistributedJob implements DistributedModel {
       relocate?: (avoid?: ReadonlySet<string>) => Promise<Placement>;
       validator?: Parameters<typeof listWorkers>[1];
       tokens?: number;
+      propose?: (current: Plan, avoid: ReadonlySet<string>) => Promise<{ reason: string } | null>;
     },
   ) {
     this.keepEnds = options.keepEnds;
@@ -174,6 +196,22 @@ export class DistributedJob implements DistributedModel {
     this.relocate = options.relocate ?? null;
     this.validator = options.validator ?? null;
     this.planTokens = options.tokens ?? 1;
+    this.propose = options.propose ?? null;
+  }
+
+  /**
+   * Whether the job should move to a better plan now (at most every REPLAN_CHECK_MS): the reason
+   * when the swarm changed enough (see proposeReplan), else null. A survey that fails keeps the plan.
+   */
+  private async betterPlan(): Promise<string | null> {
+    if (!this.propose || !this.relocate || Date.now() - this.lastReplanCheck < REPLAN_CHECK_MS) return null;
+    if (this.pulled && this.source.whole) return null;
+    this.lastReplanCheck = Date.now();
+    try {
+      return (await this.propose(this.plan, await this.recentlyLost()))?.reason ?? null;
+    } catch {
+      return null;
+    }
   }
 
   /** The trainer handed out, once trainer() ran: its last step's checks are settled before anything is read back. */
@@ -448,6 +486,13 @@ export class DistributedJob implements DistributedModel {
    */
   private async session<T>(run: (session: SessionSteps) => Promise<T>, steps: (result: T) => number): Promise<T> {
     await this.settle();
+    // between sessions the job may move to a better plan: nothing is lost, the sections load where they go
+    const reason = this.pipeline ? null : await this.betterPlan();
+    if (reason) {
+      this.verifier?.discardSampled();
+      await this.replan(await this.recentlyLost());
+      this.replans.push({ at: Date.now(), reason });
+    }
     for (;;) {
       const session = this.newSession();
       let result: T;
@@ -548,30 +593,53 @@ export class DistributedJob implements DistributedModel {
       take: async (step) => {
         this.snapshot = await this.takeSnapshot(step);
       },
+      propose: () => this.betterPlan(),
+      move: async (step, reason) => {
+        // rebuilt from the copy just taken: nothing is replayed
+        const pipeline = await this.rebuildFromSnapshot(o, verifier, start, await this.recentlyLost());
+        this.replans.push({ at: Date.now(), reason, step });
+        return pipeline;
+      },
       rebuild: async (cause, attempt) => {
+        let pipeline: PipelineTrainer | null = null;
         await this.recover(cause, attempt, {
           during: 'training',
           rebuild: async (avoid) => {
-            this.loadFrom = this.snapshot?.weights ?? null;
-            try {
-              await this.replan(avoid);
-            } finally {
-              this.loadFrom = null;
-            }
+            pipeline = await this.rebuildFromSnapshot(o, verifier, start, avoid);
           },
         });
-        const snap = this.snapshot;
-        const ends = snap?.ends ?? start;
-        if (this.keepEnds) [...layerParameters(this.endLayers()).values()].forEach((t, i) => (t.data as Float32Array).set(ends[i]));
-        const pipeline = await this.buildPipeline(o, verifier);
-        if (snap) {
-          await Promise.all(pipeline.stages.flatMap((st) => st.replicas).map((h) => h.setOptimizerState(snap.optimizer)));
-          pipeline.fastForward(snap.step);
-        }
-        return { pipeline, from: snap?.step ?? 0 };
+        return { pipeline: pipeline!, from: this.snapshot?.step ?? 0 };
       },
       recovered: (replayed) => this.recovered(replayed),
     };
+  }
+
+  /**
+   * Plans the job again (without `avoid`), loads its sections from the last copy of its state (or
+   * the user's source, when there is none: the job's start), restores the user's ends and every
+   * holder's moments, and returns a pipeline at the copy's step.
+   */
+  private async rebuildFromSnapshot(
+    o: DistributedTrainerOptions,
+    verifier: JobVerifier,
+    start: Float32Array[],
+    avoid: ReadonlySet<string>,
+  ): Promise<PipelineTrainer> {
+    const snap = this.snapshot;
+    this.loadFrom = snap?.weights ?? null;
+    try {
+      await this.replan(avoid);
+    } finally {
+      this.loadFrom = null;
+    }
+    const ends = snap?.ends ?? start;
+    if (this.keepEnds) [...layerParameters(this.endLayers()).values()].forEach((t, i) => (t.data as Float32Array).set(ends[i]));
+    const pipeline = await this.buildPipeline(o, verifier);
+    if (snap) {
+      await Promise.all(pipeline.stages.flatMap((st) => st.replicas).map((h) => h.setOptimizerState(snap.optimizer)));
+      pipeline.fastForward(snap.step);
+    }
+    return pipeline;
   }
 
   /** Copies every section's weights (from its first holder) and every holder's optimizer state, and the user's ends. */
