@@ -29,12 +29,12 @@ export interface Proximity {
   rttMs: number;
   mbps: number;
   measuredAt: number;
-  /** What measured it last: a probe, or a job's own transfer to that peer folded into the estimate; absent: a probe. */
-  source?: ProximitySource;
+  /**
+   * The other way, from that peer to this one, as jobs' transfers achieved it (passive
+   * measurement: an exponential average of the transfers that peer sent here), and when last updated.
+   */
+  inbound?: { mbps: number; measuredAt: number };
 }
-
-export const PROXIMITY_SOURCES = ['probe', 'traffic'] as const;
-export type ProximitySource = (typeof PROXIMITY_SOURCES)[number];
 
 export interface PeerRecord {
   peerId: string;
@@ -154,10 +154,15 @@ export function parseProximity(v: unknown): Record<string, Proximity> {
       rttMs: finite(e.rttMs, 'proximity.rttMs', 0, 1e6),
       mbps: finite(e.mbps, 'proximity.mbps', 0, 1e9),
       measuredAt: finite(e.measuredAt, 'proximity.measuredAt'),
-      ...(e.source === undefined ? {} : { source: oneOf(e.source, 'proximity.source', PROXIMITY_SOURCES) }),
+      ...(e.inbound === undefined ? {} : { inbound: parseInbound(e.inbound) }),
     };
   }
   return out;
+}
+
+function parseInbound(v: unknown): { mbps: number; measuredAt: number } {
+  const o = obj(v, 'proximity.inbound');
+  return { mbps: finite(o.mbps, 'proximity.inbound.mbps', 0, 1e9), measuredAt: finite(o.measuredAt, 'proximity.inbound.measuredAt') };
 }
 
 /** A peer record as the validator's `status` lists it. */

@@ -13,6 +13,8 @@ export interface LinkMeasurement {
   rttMs: number;
   /** Bandwidth achieved from `from` to `to`, Mbit/s. */
   mbps: number;
+  /** When it was measured (ms since the epoch): of two measurements of a pair, the later counts. */
+  at?: number;
 }
 
 /** A link in the planner's units. */
@@ -38,11 +40,16 @@ export function estimateOf(m: { rttMs: number; mbps: number }): LinkEstimate {
   return { latency: Math.max(0, m.rttMs) / 2 / 1000, bandwidth: (Math.max(MIN_MBPS, m.mbps) * 1e6) / 8 };
 }
 
-/** Measurements into a table (a later measurement of the same pair replaces an earlier one). */
+/** Measurements into a table: of two of the same pair, the one measured later (by `at`; else the one listed later). */
 export function linkTable(measurements: Iterable<LinkMeasurement>): LinkTable {
   const table = new Map<string, Map<string, LinkEstimate>>();
+  const when = new Map<string, number>();
   for (const m of measurements) {
     if (m.from === m.to || !Number.isFinite(m.rttMs) || !Number.isFinite(m.mbps)) continue;
+    const key = `${m.from}>${m.to}`;
+    const at = m.at ?? Number.POSITIVE_INFINITY;
+    if ((when.get(key) ?? Number.NEGATIVE_INFINITY) > at) continue;
+    when.set(key, at);
     let row = table.get(m.from);
     if (!row) table.set(m.from, (row = new Map()));
     row.set(m.to, estimateOf(m));

@@ -1,5 +1,5 @@
 import { PlanInfeasibleError } from '../errors.ts';
-import { stageHops } from './cost.ts';
+import { type Hop, stageHops } from './cost.ts';
 import { type LinkEstimate, linkBetween, type LinkTable, mbitOf, measuredLinks } from './links.ts';
 import { evaluatePlan, plan, stepSeconds } from './partition.ts';
 import type { Device, LayerCost, Plan, PlanOptions, StrategyName } from './types.ts';
@@ -17,8 +17,12 @@ import type { Device, LayerCost, Plan, PlanOptions, StrategyName } from './types
  */
 export const REPLAN_GAIN = 0.2;
 
-/** A link is said to have changed when its bandwidth or latency moved by this factor or more. */
+/** A link is said to have changed when its bandwidth or round trip moved by this factor or more. */
 const LINK_CHANGE = 2;
+/** ... and a round trip by this much too: a loaded machine's scheduling moves round trips of a millisecond or two by as much. */
+const ROUND_TRIP_CHANGE_MS = 5;
+/** ... and the hop's seconds a step by this share of the new plan's gain at least: a change that explains little is not named. */
+const LINK_SHARE = 0.1;
 
 /** The swarm as a plan sees it: the devices, and the links measured between them. */
 export interface Swarm {
@@ -82,8 +86,9 @@ export function replan(input: ReplanInput): Replan | null {
   const name = input.name ?? shortName;
   const causes = [
     ...deviceChanges(current, proposed, now, input.before, name),
-    ...linkChanges(current, layers, options, now, input.before, name),
+    ...(input.before ? linkChanges(current, proposed, layers, options, { now, before: input.before, gain: before - after }, name) : []),
   ];
+  if (causes.length === 0) causes.push(...costliestLeftOut(current, proposed, layers, options, now, name));
   if (causes.length === 0) causes.push('a faster plan over the same workers');
   return { reason: `${causes.join('; ')}: predicted ${seconds(before)} → ${seconds(after)} per step`, plan: proposed, current: before, proposed: after };
 }
@@ -102,43 +107,85 @@ function deviceChanges(current: Plan, proposed: Plan, now: Swarm, before: Swarm 
   return out;
 }
 
-/**
- * The links the current plan crosses that changed by LINK_CHANGE or more since `before` (or,
- * without it, that run below a tenth of the fastest link measured).
- */
-function linkChanges(
-  current: Plan,
-  layers: LayerCost[],
-  options: PlanOptions,
-  now: Swarm,
-  before: Swarm | undefined,
-  name: (id: string) => string,
-): string[] {
-  const out: string[] = [];
-  const seen = new Set<string>();
-  const fastest = Math.max(0, ...[...now.links.values()].flatMap((row) => [...row.values()].map((l) => l.bandwidth)));
-  current.stages.forEach((s, i) => {
-    const next = i + 1 < current.stages.length ? current.stages[i + 1].device : null;
+/** The hops of a plan by link ("from>to"): what crosses each per step (α messages, β bytes). */
+function hopsOf(p: Plan, layers: LayerCost[], options: PlanOptions): Map<string, Hop> {
+  const out = new Map<string, Hop>();
+  p.stages.forEach((s, i) => {
+    const next = i + 1 < p.stages.length ? p.stages[i + 1].device : null;
     for (const hop of stageHops(layers, s.start, s.end, s.device, next, i === 0, options)) {
       const key = `${hop.from}>${hop.to}`;
-      if (seen.has(key)) continue;
-      seen.add(key);
-      const was = before ? linkBetween(before.links, hop.from, hop.to) : undefined;
-      const is = linkBetween(now.links, hop.from, hop.to);
-      const what = `link ${name(hop.from)}→${name(hop.to)}`;
-      if (is && was) out.push(...changed(what, was, is));
-      else if (is && !before && is.bandwidth * 10 < fastest) out.push(`${what} runs at ${mbit(is.bandwidth)} Mbit/s`);
+      const seen = out.get(key);
+      out.set(key, seen ? { ...hop, alpha: hop.alpha + seen.alpha, beta: hop.beta + seen.beta } : hop);
     }
   });
   return out;
 }
 
-function changed(what: string, was: LinkEstimate, is: LinkEstimate): string[] {
+/** A hop's seconds per step over a link: α·latency + β/bandwidth. */
+const over = (h: Hop, l: LinkEstimate) => h.alpha * l.latency + h.beta / l.bandwidth;
+
+/**
+ * What changed on the links that makes the new plan better: links of the current plan that
+ * slowed since `before`, links only the new plan takes that sped up; each by LINK_CHANGE or
+ * more, and by enough seconds a step to matter (LINK_SHARE of the gain): a fast link measured
+ * at 400 Mbit/s, then 800, changed nothing a plan cares about.
+ */
+function linkChanges(
+  current: Plan,
+  proposed: Plan,
+  layers: LayerCost[],
+  options: PlanOptions,
+  change: { now: Swarm; before: Swarm; gain: number },
+  name: (id: string) => string,
+): string[] {
+  const out: string[] = [];
+  const old = hopsOf(current, layers, options);
+  const fresh = hopsOf(proposed, layers, options);
+  const what = (h: Hop) => `link ${name(h.from)}→${name(h.to)}`;
+  const links = (h: Hop) => [linkBetween(change.before.links, h.from, h.to), linkBetween(change.now.links, h.from, h.to)];
+  const matters = (h: Hop, was: LinkEstimate, is: LinkEstimate) => Math.abs(over(h, is) - over(h, was)) >= LINK_SHARE * change.gain;
+  for (const h of old.values()) {
+    const [was, is] = links(h);
+    if (was && is && matters(h, was, is)) out.push(...slowed(what(h), was, is));
+  }
+  for (const [key, h] of fresh) {
+    const [was, is] = links(h);
+    if (!old.has(key) && was && is && is.bandwidth >= was.bandwidth * LINK_CHANGE && matters(h, was, is)) {
+      out.push(`${what(h)} sped up from ${mbit(was.bandwidth)} to ${mbit(is.bandwidth)} Mbit/s`);
+    }
+  }
+  return out;
+}
+
+/** The current plan's costliest hop that the new plan leaves out: the cause when nothing changed (that plan was not the best one). */
+function costliestLeftOut(
+  current: Plan,
+  proposed: Plan,
+  layers: LayerCost[],
+  options: PlanOptions,
+  now: Swarm,
+  name: (id: string) => string,
+): string[] {
+  const fresh = hopsOf(proposed, layers, options);
+  let worst: { hop: Hop; link: LinkEstimate; seconds: number } | null = null;
+  for (const [key, hop] of hopsOf(current, layers, options)) {
+    const link = linkBetween(now.links, hop.from, hop.to);
+    if (fresh.has(key) || !link) continue;
+    const seconds = over(hop, link);
+    if (!worst || seconds > worst.seconds) worst = { hop, link, seconds };
+  }
+  if (!worst) return [];
+  return [`the new plan leaves out link ${name(worst.hop.from)}→${name(worst.hop.to)} (${mbit(worst.link.bandwidth)} Mbit/s, ${seconds(worst.seconds)} a step)`];
+}
+
+/** How a link got worse: bandwidth down by LINK_CHANGE, or the round trip up by LINK_CHANGE and at least ROUND_TRIP_CHANGE_MS. */
+function slowed(what: string, was: LinkEstimate, is: LinkEstimate): string[] {
   const out: string[] = [];
   if (is.bandwidth * LINK_CHANGE <= was.bandwidth) out.push(`${what} slowed from ${mbit(was.bandwidth)} to ${mbit(is.bandwidth)} Mbit/s`);
-  else if (is.bandwidth >= was.bandwidth * LINK_CHANGE) out.push(`${what} sped up from ${mbit(was.bandwidth)} to ${mbit(is.bandwidth)} Mbit/s`);
   const ms = (l: LinkEstimate) => 2 * l.latency * 1000;
-  if (ms(is) >= 1 && ms(is) >= LINK_CHANGE * ms(was)) out.push(`${what}'s round trip grew from ${ms(was).toFixed(1)} to ${ms(is).toFixed(1)} ms`);
+  if (ms(is) >= LINK_CHANGE * ms(was) && ms(is) - ms(was) >= ROUND_TRIP_CHANGE_MS) {
+    out.push(`${what}'s round trip grew from ${ms(was).toFixed(1)} to ${ms(is).toFixed(1)} ms`);
+  }
   return out;
 }
 

@@ -22,12 +22,23 @@ export const USER_PROBE_TTL_MS = 30_000;
  */
 export const USER_PROBE_BUDGET_MS = 5_000;
 
-/** Worker → worker links from the workers' records (only among `workers`, only fresh entries). */
+/**
+ * Worker → worker links from the workers' records (only among `workers`, only fresh entries):
+ * each worker's probes of the others, and what the others' transfers to it achieved (its
+ * entries' `inbound`); of the two measurements of a direction, the later counts.
+ */
 export function workerLinks(workers: readonly PeerRecord[], now = Date.now()): LinkMeasurement[] {
   const ids = new Set(workers.map((w) => w.peerId));
+  const fresh = (at: number) => now - at <= LINK_MAX_AGE_MS;
   return workers.flatMap((w) => Object.entries(w.proximity)
-    .filter(([peer, p]) => ids.has(peer) && peer !== w.peerId && now - p.measuredAt <= LINK_MAX_AGE_MS)
-    .map(([peer, p]) => ({ from: w.peerId, to: peer, rttMs: p.rttMs, mbps: p.mbps })));
+    .filter(([peer]) => ids.has(peer) && peer !== w.peerId)
+    .flatMap(([peer, p]) => {
+      const out: LinkMeasurement[] = [];
+      if (fresh(p.measuredAt)) out.push({ from: w.peerId, to: peer, rttMs: p.rttMs, mbps: p.mbps, at: p.measuredAt });
+      const back = p.inbound;
+      if (back && fresh(back.measuredAt)) out.push({ from: peer, to: w.peerId, rttMs: p.rttMs, mbps: back.mbps, at: back.measuredAt });
+      return out;
+    }));
 }
 
 /** This user's last probe of each worker, per user node. */
@@ -58,7 +69,9 @@ export async function userLinks(node: Libp2p, workers: readonly PeerRecord[], bu
         // unreachable for a probe now: an older probe still counts while it is young enough
       }
     }
-    if (p && Date.now() - p.measuredAt <= LINK_MAX_AGE_MS) out.push({ from: me, to: w.peerId, rttMs: p.rttMs, mbps: p.mbps });
+    if (p && Date.now() - p.measuredAt <= LINK_MAX_AGE_MS) {
+      out.push({ from: me, to: w.peerId, rttMs: p.rttMs, mbps: p.mbps, at: p.measuredAt });
+    }
   }
   return out;
 }

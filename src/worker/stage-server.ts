@@ -1,4 +1,5 @@
 import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
+import { type ArrivalMark, ArrivalMeter, type TransferSample } from '../p2p/protocols/probe/passive.ts';
 import { InvalidMessageError, RateLimitedError } from '../errors.ts';
 import {
   encodeControl, encodeTensor, errorToWire, type Frame, MAX_STAGE_STREAMS, newWorkCounters, parseStageEnvelope, PeerRateLimiter,
@@ -40,6 +41,8 @@ export interface StageServerOptions {
   stallMs?: number;
   signer: RecordSigner;
   fault?: FaultInjector | null;
+  /** Called with each request whose tensors were enough bytes to time as they arrived (passive measurement, see passive.ts). */
+  onTransfer?: (peerId: string, sample: TransferSample) => void;
 }
 
 /** A request whose tensors are still arriving, with what its header was admitted as, or why it was refused (its tensors dropped). */
@@ -47,6 +50,8 @@ interface Pending {
   envelope: StageEnvelope;
   tensors: WireTensor[];
   admitted: { handler: StageHandler; job: JobEntry } | Error;
+  /** When its header arrived, to time its tensors' arrival. */
+  arrival: ArrivalMark;
 }
 
 /**
@@ -74,7 +79,8 @@ export async function serveStages(node: Libp2p, jobs: JobTable, options: StageSe
     limiter.forget(peer);
     jobs.removeOwnedBy(peer);
   });
-  await node.handle(STAGE_PROTOCOL, (stream, connection) => serveStream(stream, connection.remotePeer, context, limiter), {
+  const onTransfer = options.onTransfer ?? null;
+  await node.handle(STAGE_PROTOCOL, (stream, connection) => serveStream(stream, connection.remotePeer, context, limiter, onTransfer), {
     maxInboundStreams: MAX_STAGE_STREAMS,
   });
   const sections = () => [...jobs.values()].flatMap((j) => (j.section ? [j.section] : []));
@@ -97,8 +103,17 @@ export async function serveStages(node: Libp2p, jobs: JobTable, options: StageSe
   };
 }
 
-function serveStream(stream: Stream, from: PeerId, context: StageContext, limiter: PeerRateLimiter): void {
+function serveStream(
+  stream: Stream,
+  from: PeerId,
+  context: StageContext,
+  limiter: PeerRateLimiter,
+  onTransfer: ((peerId: string, sample: TransferSample) => void) | null,
+): void {
   const { jobs, stallMs } = context;
+  // every arrival is counted before its frames are decoded: a request's tensors are timed from its header on
+  const meter = new ArrivalMeter();
+  stream.addEventListener('message', (evt) => meter.arrived(evt.data.byteLength));
   let pending: Pending | null = null;
   // the jobs loaded over this stream end with it: their sections, caches, training state and
   // half-finished loads are freed (chunks already received stay in the store)
@@ -165,7 +180,7 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
         answerError((frame.message as { id?: unknown } | null)?.id ?? null, err);
         return;
       }
-      const p: Pending = { envelope, tensors: [], admitted: admit(envelope) };
+      const p: Pending = { envelope, tensors: [], admitted: admit(envelope), arrival: meter.mark(performance.now()) };
       if (envelope.tensors === 0) void run(p);
       else pending = p;
       return;
@@ -179,6 +194,8 @@ function serveStream(stream: Stream, from: PeerId, context: StageContext, limite
     else p.tensors.push({ ...frame.tensor, bytes: new Uint8Array(0) }); // counted, not kept
     if (p.tensors.length === p.envelope.tensors) {
       pending = null;
+      const sample = onTransfer ? meter.sample(p.arrival, performance.now()) : null;
+      if (sample) onTransfer!(from.toString(), sample);
       void run(p);
     }
   });

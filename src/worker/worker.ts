@@ -13,6 +13,7 @@ import { type Fault, FaultInjector } from './fault.ts';
 import { JobTable } from './jobs.ts';
 import { MemoryBudget } from './memory.ts';
 import { ModelIndex } from './model-index.ts';
+import { foldTransfer, type TransferSample } from '../p2p/protocols/probe/passive.ts';
 import { type StageServer, serveStages } from './stage-server.ts';
 
 /** How often a worker refreshes its announcement (well inside the validator's 10 s TTL). */
@@ -70,7 +71,15 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   // a job that ends returns all it held to the budget
   const jobs = new JobTable((gone) => memory.release(gone.jobId));
   const fault = options.fault ? new FaultInjector(options.fault) : null;
-  const stages = await serveStages(node, jobs, { memory, store, models, stallMs: options.stallMs, signer: signerOf(node), fault });
+  // the transfers other workers send it for their jobs update the link estimates between probes (passive measurement)
+  const onTransfer = (peer: string, sample: TransferSample) => {
+    const folded = foldTransfer(proximity[peer], sample);
+    if (folded) proximity[peer] = folded;
+    log.debug('link-measured', { remote: peer, bytes: sample.bytes, mbps: Math.round(sample.mbps * 10) / 10, estimate: folded?.inbound?.mbps });
+  };
+  const stages = await serveStages(node, jobs, {
+    memory, store, models, stallMs: options.stallMs, signer: signerOf(node), fault, onTransfer,
+  });
   await serveControl(node, {
     'capabilities': () => ({ type: 'capabilities', capabilities: { ...capabilities, memoryFreeBytes: memory.free() } }),
     // its work and traffic so far, for summaries; jobs and sessions it holds, and its memory per job
@@ -111,7 +120,10 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     const me = node.peerId.toString();
     for (const peer of peers.filter((p) => p.roles.includes('worker') && p.peerId !== me)) {
       try {
-        proximity[peer.peerId] = await probe(node, peer);
+        const measured = await probe(node, peer);
+        // a probe renews this peer's way there; what its transfers measured the other way stays
+        const inbound = proximity[peer.peerId]?.inbound;
+        proximity[peer.peerId] = inbound ? { ...measured, inbound } : measured;
       } catch (err) {
         log.debug('probe-failed', { remote: peer.peerId, error: (err as Error).message });
       }

@@ -28,6 +28,16 @@ describe('re-planning', () => {
     assert.equal(replan({ strategy: 'layer-aware', layers, current: r.plan, now, before: now, options }), null);
   });
 
+  test('a plan made through a slow link (nothing changed since): the reason names the costliest hop the new plan leaves out', () => {
+    const ids = ['A', 'B', 'C'];
+    const devices = ids.map((id) => device(id));
+    const swarm = { devices, links: linkTable(mesh(ids, 1000, { 'A>B': 10, 'B>A': 10 })) };
+    const current = parameterBalanced(layers, devices, { ...options, links: measuredLinks(swarm.links) });
+    const r = replan({ strategy: 'layer-aware', layers, current, now: swarm, before: swarm, options });
+    assert.ok(r);
+    assert.match(r.reason, /^the new plan leaves out link A→B \(10 Mbit\/s, 0\.42 s a step\): predicted 0\.73 s → 0\.32 s per step$/);
+  });
+
   test('a faster worker joins: proposed, named as joined', () => {
     const devices = [device('A'), device('B')];
     const before = { devices, links: linkTable(mesh(['A', 'B'], 1000)) };

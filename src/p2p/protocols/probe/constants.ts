@@ -9,3 +9,15 @@ export const PROBE_PINGS = 5;
 export const PROBE_TIMEOUT_MS = 10_000;
 /** Probe streams a peer may hold open: a prober opens one per measurement and closes it. */
 export const MAX_PROBE_STREAMS = 8;
+/**
+ * Passive measurement times a transfer only when at least this many bytes arrived after its
+ * header. Its ends are read at event-loop turns, each up to about a millisecond late on a busy
+ * worker; 64 KiB at 100 Mbit/s (the planner's default link) lasts 5 ms, so the error stays
+ * near 20%, and a smaller transfer would measure the event loop more than the link.
+ */
+export const MIN_MEASURED_BYTES = 64 * 1024;
+/**
+ * Weight of a job's transfer in a link's estimate (an exponential average): a link that slowed
+ * shows within two transfers, and one odd transfer moves the estimate half way, not all the way.
+ */
+export const TRAFFIC_WEIGHT = 0.5;

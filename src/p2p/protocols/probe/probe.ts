@@ -69,7 +69,6 @@ export async function probe(node: Libp2p, target: DialTarget, options: { timeout
       rttMs: Math.round(rttMs * 1000) / 1000,
       mbps: Math.round(((PROBE_BYTES * 8) / 1e6 / seconds) * 10) / 10,
       measuredAt: Date.now(),
-      source: 'probe',
     };
   } finally {
     await stream.close().catch(() => {});

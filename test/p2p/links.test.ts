@@ -1,0 +1,159 @@
+import assert from 'node:assert/strict';
+import { after, describe, test } from 'node:test';
+import type { Libp2p } from '@libp2p/interface';
+import { launchNode, type NodeProcess } from '../../src/cli/local-swarm.ts';
+import { createModel, gpt2Config } from '../../src/models/index.ts';
+import { createNode, type PeerRecord } from '../../src/p2p/index.ts';
+import { ArrivalMeter, foldTransfer } from '../../src/p2p/protocols/probe/passive.ts';
+import { type Plan, stepSeconds } from '../../src/plan/index.ts';
+import { Generator, setBackend, tensor } from '../../src/tensor/index.ts';
+import { distribute, type DistributedJob, listPeers, listWorkers, modelInMemory } from '../../src/user/index.ts';
+import { proposeReplan } from '../../src/user/distribute.ts';
+import { hostMesh, type Mesh } from '../helpers/netns.ts';
+import { waitFor } from '../helpers/processes.ts';
+
+describe('passive measurement of arriving transfers', () => {
+  test('a message is timed from the arrival that brought its header to the one that completed it; small ones are not timed', () => {
+    const meter = new ArrivalMeter(64 * 1024);
+    // the header and the first bytes arrive together at t = 0: they waited in buffers, so they are not timed
+    meter.arrived(20 * 1024);
+    const mark = meter.mark(0);
+    meter.arrived(400 * 1024);
+    meter.arrived(368 * 1024);
+    const sample = meter.sample(mark, 629.1456); // 768 KiB more at 10 Mbit/s
+    assert.ok(sample);
+    assert.equal(sample.bytes, 768 * 1024);
+    assert.ok(Math.abs(sample.mbps - 10) < 1e-9, `${sample.mbps}`);
+    // a message that came almost whole with its header: too little arrived after it to time
+    meter.arrived(500 * 1024);
+    const small = meter.mark(1000);
+    meter.arrived(30 * 1024);
+    assert.equal(meter.sample(small, 1003), null);
+    // a message complete in the very event of its header took no measurable time
+    assert.equal(meter.sample(meter.mark(2000), 2000), null);
+  });
+
+  test('a transfer folds into the link\'s estimate the other way (inbound, half weight), keeping the probe\'s figures', () => {
+    const probe = { rttMs: 1.5, mbps: 940, measuredAt: 1 };
+    const once = foldTransfer(probe, { bytes: 1e6, seconds: 0.8, mbps: 10 }, 5);
+    assert.deepEqual(once, { rttMs: 1.5, mbps: 940, measuredAt: 1, inbound: { mbps: 10, measuredAt: 5 } });
+    assert.deepEqual(foldTransfer(once, { bytes: 1e6, seconds: 0.4, mbps: 20 }, 9)?.inbound, { mbps: 15, measuredAt: 9 });
+    assert.equal(foldTransfer(undefined, { bytes: 1e6, seconds: 0.8, mbps: 10 }), undefined, 'no probe yet: nothing to fold into');
+  });
+});
+
+/** Workers' records from the validator's status, by peer id. */
+async function records(user: Libp2p, boot: string): Promise<Map<string, PeerRecord>> {
+  const { multiaddr } = await import('@multiformats/multiaddr');
+  return new Map((await listPeers(user, multiaddr(boot))).map((p) => [p.peerId, p]));
+}
+
+const median = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
+const chain = (p: Plan) => p.stages.map((s) => s.device);
+/** Whether a plan's chain goes a → b or b → a. */
+const adjacent = (p: Plan, a: string, b: string) =>
+  chain(p).some((d, i, all) => i > 0 && ((all[i - 1] === a && d === b) || (all[i - 1] === b && d === a)));
+
+describe('links across hosts (network namespaces on one switch, one link shaped to 10 Mbit/s)', () => {
+  const nodes: NodeProcess[] = [];
+  let mesh: Mesh | null = null;
+  let user: Libp2p | null = null;
+  const jobs: DistributedJob[] = [];
+  after(async () => {
+    await Promise.all(jobs.map((j) => j.close().catch(() => {})));
+    await user?.stop();
+    for (const n of nodes) n.process.kill('SIGKILL');
+    mesh?.remove();
+  });
+
+  test('layer-aware plans around the slow link, and its forward beats a plan through it by about the predicted factor', async (t) => {
+    try {
+      mesh = hostMesh(3);
+    } catch (err) {
+      if ((err as Error).name !== 'NetnsUnavailableError') throw err;
+      t.skip(`no network namespaces here: ${(err as Error).message}`);
+      return;
+    }
+    setBackend('js');
+    const { hosts } = mesh;
+    const anywhere = ['--listen', '/ip4/0.0.0.0/tcp/0', '--backend', 'js'];
+    const validator = await launchNode(['validator', ...anywhere], 60_000, { prefix: hosts[0].exec });
+    nodes.push(validator);
+    const boot = validator.addrs.find((x) => x.includes(`/ip4/${hosts[0].ip}/`))!;
+    const workers = await Promise.all(hosts.map((h) => launchNode(['worker', '--bootstrap', boot, ...anywhere], 60_000, { prefix: h.exec })));
+    nodes.push(...workers);
+    const hostOf = new Map(workers.map((w, i) => [w.peerId, i]));
+    user = await createNode({ listen: [`/ip4/${mesh.rootIp}/tcp/0`] });
+    const u = user;
+    const { multiaddr } = await import('@multiformats/multiaddr');
+    const order = (await waitFor('three workers', async () => {
+      const ws = await listWorkers(u, multiaddr(boot));
+      return ws.length === 3 && ws;
+    }, 30_000)).value.map((w) => w.peerId);
+    // parameter-balanced keeps the validator's order: the link between its first two workers is the one to slow down
+    const [a, b] = order;
+    const shapedAt = Date.now();
+    mesh.shape(hostOf.get(a)!, hostOf.get(b)!, 10);
+    const measured = await waitFor('every worker to measure every other after the shaping', async () => {
+      const recs = await records(u, boot);
+      const fresh = order.every((x) => order.every((y) => x === y || (recs.get(x)?.proximity[y]?.measuredAt ?? 0) > shapedAt));
+      return fresh && recs;
+    }, 30_000);
+    const slow = measured.value.get(a)!.proximity[b];
+    const fast = measured.value.get(a)!.proximity[order[2]];
+    t.diagnostic(`measured after ${measured.ms} ms: ${a.slice(-6)}→${b.slice(-6)} ${slow.mbps} Mbit/s (${slow.rttMs} ms), ${a.slice(-6)}→${order[2].slice(-6)} ${fast.mbps} Mbit/s`);
+    assert.ok(slow.mbps < 15, `the shaped link measures ${slow.mbps} Mbit/s`);
+    assert.ok(fast.mbps > 5 * slow.mbps, `an unshaped link measures ${fast.mbps} Mbit/s`);
+
+    // a forward whose hop over the slow link dominates on js: 8192 tokens of a 16-wide model (512 KiB
+    // of hidden states a hop, 0.42 s at 10 Mbit/s), three blocks (about 0.1 s of compute each here)
+    const model = createModel(gpt2Config({ vocabSize: 64, hidden: 16, layers: 3, heads: 2, maxPositions: 64 }), { seed: 3 });
+    const shape = [256, 32];
+    const tokens = shape[0] * shape[1];
+    const rng = new Generator(4);
+    const ids = tensor(Array.from({ length: tokens }, () => rng.int(64)), shape, 'int32');
+    // no sampled audits: the validator re-running records would take the CPU the forwards are timed on
+    const options = { tokens, verify: { sampleRate: 0 } };
+    const good = await distribute(u, boot, model, { strategy: 'layer-aware', ...options });
+    jobs.push(good);
+    const bad = await distribute(u, boot, model, { strategy: 'parameter-balanced', ...options });
+    jobs.push(bad);
+    t.diagnostic(`layer-aware: ${chain(good.plan).map((d) => d.slice(-6)).join(' → ')}; parameter-balanced: ${chain(bad.plan).map((d) => d.slice(-6)).join(' → ')}`);
+    assert.ok(!adjacent(good.plan, a, b), 'layer-aware does not cross the slow link');
+    assert.ok(adjacent(bad.plan, a, b), 'the plan in the validator\'s order crosses it');
+
+    const expected = (await good.logits(ids)).toArray();
+    assert.deepEqual((await bad.logits(ids)).toArray(), expected, 'both plans compute the same logits');
+    // each worker's code is compiled by V8 over its first few forwards
+    for (let i = 0; i < 2; i++) for (const job of [good, bad]) await job.logits(ids);
+    const forwardsFrom = Date.now();
+    const times: [number[], number[]] = [[], []];
+    for (let round = 0; round < 5; round++) {
+      for (const [i, job] of [good, bad].entries()) {
+        const t0 = performance.now();
+        await job.logits(ids);
+        times[i].push(performance.now() - t0);
+      }
+    }
+    const [tGood, tBad] = times.map(median);
+    const predicted = stepSeconds(bad.plan) / stepSeconds(good.plan);
+    const speedup = tBad / tGood;
+    t.diagnostic(`forward of [${shape}]: layer-aware ${tGood.toFixed(0)} ms (predicted ${(stepSeconds(good.plan) * 1000).toFixed(0)} ms), through the slow link ${tBad.toFixed(0)} ms (predicted ${(stepSeconds(bad.plan) * 1000).toFixed(0)} ms)`);
+    t.diagnostic(`speed-up: measured ${speedup.toFixed(2)}×, predicted ${predicted.toFixed(2)}×`);
+    assert.ok(speedup > 1.5, `layer-aware is ${speedup.toFixed(2)}× faster (predicted ${predicted.toFixed(2)}×)`);
+
+    // between steps, the job asks whether to re-plan: the plan through the slow link should go
+    const proposal = await proposeReplan(u, boot, modelInMemory(model), { strategy: 'layer-aware', ...options }, bad.plan);
+    assert.ok(proposal, 'a re-plan is proposed for the plan through the slow link');
+    t.diagnostic(`re-plan: ${proposal.reason}`);
+    assert.ok(!adjacent(proposal.plan, a, b));
+
+    // passive measurement: the forwards' hidden states a sent to b updated b's estimate of the way from a
+    const inbound = await waitFor('b to announce what a\'s transfers achieved', async () => {
+      const p = (await records(u, boot)).get(b)?.proximity[a];
+      return p?.inbound && p.inbound.measuredAt >= forwardsFrom && p.inbound;
+    }, 10_000);
+    t.diagnostic(`${a.slice(-6)}→${b.slice(-6)} as the job's transfers achieved it: ${inbound.value.mbps} Mbit/s`);
+    assert.ok(inbound.value.mbps > 5 && inbound.value.mbps < 15, `the estimate is near the link's 10 Mbit/s: ${inbound.value.mbps}`);
+  });
+});
