@@ -4,7 +4,7 @@
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
  * usage: npm run bench [-- --quick] [-- --json]
- *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load,ledger,failover]
+ *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load,ledger,failover,links]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -15,6 +15,7 @@ import { benchFailover } from './failover.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchDistributed } from './distributed.ts';
 import { benchLedger } from './ledger.ts';
+import { benchLinks } from './links.ts';
 import { benchLoad } from './load.ts';
 import { benchGpt2 } from './models.ts';
 import { benchP2p } from './p2p.ts';
@@ -30,7 +31,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -95,6 +96,11 @@ if (sections.includes('ledger')) {
 if (sections.includes('failover')) {
   log('failover: time to recover from a worker killed in decoding (spare, re-plan) and in training ...');
   rows.push(...(await benchFailover()));
+}
+
+if (sections.includes('links')) {
+  log('links: a forward on shaped links (one at 10 Mbit/s, network namespaces), layer-aware vs a plan through it, predicted vs measured ...');
+  rows.push(...(await benchLinks(values.quick)));
 }
 
 const report = {
