@@ -110,6 +110,7 @@ async function distributeSource(
     job = new DistributedJob(node, first.jobId, source, first.plan, first.sections, inbox, {
       keepEnds, onProgress, verifier, validator, tokens: options.tokens,
       relocate: (avoid) => place(node, validator, source, options, new Set([...verifier.excluded, ...(avoid ?? [])])),
+      propose: (current, avoid) => proposeReplan(node, validator, source, options, current, new Set([...verifier.excluded, ...avoid])),
     });
     await job.load();
     return job;
