@@ -126,27 +126,31 @@ describe('distributed training over libp2p (workers on 127.0.0.1, js backend)', 
     }
   });
 
-  test('a worker lost during training: the step fails with a StageFailedError naming its stage', async () => {
+  test('a worker lost during training: with failover off the step fails with a StageFailedError naming its stage; with it on and no live worker left, one naming the lost layers', async () => {
     const config = configs[0];
-    const net = await swarm(2);
-    try {
-      const model = createModel(config, { seed: 5 });
-      const dm = await distribute(net.user, net.boot, model, { strategy: 'parameter-balanced' });
-      const trainer = await dm.trainer({ optimizer: { lr: 1e-3 }, totalSteps: 10, microBatches: 2 });
-      const task = additionTask({ seed: 2 });
-      const rng = new Generator(7);
-      await trainer.step(taskBatch(task, tok, rng, 8, 256));
-      const lost = dm.assignment[1].peerId;
-      await net.workers.find((w) => w.node.peerId.toString() === lost)!.stop();
-      await assert.rejects(trainer.step(taskBatch(task, tok, rng, 8, 256)), (err: Error & { details?: Record<string, unknown> }) => {
-        assert.equal(err.name, 'StageFailedError');
-        assert.equal(err.details?.stage, 2); // the user's embedding is stage 0
-        assert.match(err.message, new RegExp(lost));
-        return true;
-      });
-      await dm.close();
-    } finally {
-      await net.stop();
+    for (const failover of [false, true]) {
+      const net = await swarm(2);
+      try {
+        const model = createModel(config, { seed: 5 });
+        const dm = await distribute(net.user, net.boot, model, { strategy: 'parameter-balanced' });
+        const trainer = await dm.trainer({ optimizer: { lr: 1e-3 }, totalSteps: 10, microBatches: 2, failover });
+        const task = additionTask({ seed: 2 });
+        const rng = new Generator(7);
+        await trainer.step(taskBatch(task, tok, rng, 8, 256));
+        const lost = dm.assignment[1].peerId;
+        // with failover on, every worker goes: nothing is left to take the section
+        for (const w of net.workers) if (failover || w.node.peerId.toString() === lost) await w.stop();
+        await assert.rejects(trainer.step(taskBatch(task, tok, rng, 8, 256)), (err: Error & { details?: Record<string, unknown> }) => {
+          assert.equal(err.name, 'StageFailedError');
+          if (!failover) assert.equal(err.details?.stage, 2); // the user's embedding is stage 0
+          else assert.match(err.message, /were lost with worker .* and no live worker could take them/);
+          assert.match(err.message, new RegExp(failover ? dm.assignment.map((a) => a.peerId).join('|') : lost));
+          return true;
+        });
+        await dm.close();
+      } finally {
+        await net.stop().catch(() => {});
+      }
     }
   });
 });
