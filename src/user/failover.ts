@@ -26,6 +26,8 @@ export const DEADLINE_SLACK = 20;
 export const LIVENESS_TIMEOUT_MS = 5_000;
 /** Attempts at a step that failed while every worker still answered, before the job gives up. */
 export const STEP_RETRIES = 3;
+/** Failovers in a row (each after another worker was lost on the way) before a job gives up. */
+export const MAX_FAILOVERS = 8;
 /** The first retry waits this long, each later one twice as long as the one before. */
 export const RETRY_BASE_MS = 250;
 

@@ -1,8 +1,8 @@
-import { VerificationError } from '../errors.ts';
+import { StageFailedError, VerificationError } from '../errors.ts';
 import type { TrainingBatch } from '../models/index.ts';
 import type { PipelineStage, PipelineStepResult, PipelineTrainer } from '../pipeline/index.ts';
 import type { AuditVerdict, JobVerifier, VerificationSummary } from './verifier.ts';
-import { isLoss } from './failover.ts';
+import { isLoss, MAX_FAILOVERS } from './failover.ts';
 
 /**
  * How a job survives a lost worker in training: every `every` steps it copies its state (every
@@ -46,6 +46,10 @@ export interface JobStepResult extends PipelineStepResult {
 export class JobTrainer {
   private readonly batches: TrainingBatch[] = [];
   private resumed = false;
+  /** The step the job was resumed at (0: from its start): batches[i] is step base + i + 1. */
+  private base = 0;
+  /** Whether a copy of the job's state has been taken since it started or resumed. */
+  private copied = false;
   /** A rollback that failed part way: the job is in no known state, and says so on every later step. */
   private broken: Error | null = null;
   /** The re-runs of the last step's sampled records, under way while the next step computes. */
@@ -96,6 +100,7 @@ export class JobTrainer {
   fastForward(step: number): void {
     this.inner.fastForward(step);
     this.resumed = true;
+    this.base = step;
   }
 
   /**
@@ -115,9 +120,11 @@ export class JobTrainer {
         return this.answer(result);
       }
       this.verifier.discardSampled();
-      await this.takePending().catch(() => []);
+      const failed = await this.takePending().catch(() => []);
       if (!this.failover || !isLoss(err)) throw err;
       this.batches.push(batch);
+      // the last step's checks found a cheater: its work is in every copy since the start, so the job goes back to its start
+      if (failed.length > 0) return this.answer(await this.rollback(failed));
       result = await this.failOver(err);
       return this.answer(result);
     }
@@ -128,22 +135,50 @@ export class JobTrainer {
   }
 
   /**
+   * A worker was lost outside a step (a generation or an evaluation beside the training): the job
+   * is rebuilt from its last copy and the steps since are replayed, as for a step that lost one.
+   */
+  async heal(cause: unknown): Promise<void> {
+    this.verifier.discardSampled();
+    const failed = await this.takePending().catch(() => []);
+    if (failed.length > 0) await this.rollback(failed);
+    else await this.failOver(cause);
+  }
+
+  /**
    * Copies the job's state to the user when a copy is due, and moves the job to a better plan if
    * the swarm changed. A step's result replayed meanwhile (a rollback) replaces the one given.
    */
   private async copy(): Promise<PipelineStepResult | null> {
     const every = this.failover?.every ?? 0;
-    if (every === 0 || this.inner.stepCount % every !== 0) return null;
+    // a resumed job takes its first copy at once: a failover before it would have nothing to go back to
+    if (every === 0 || (this.inner.stepCount % every !== 0 && this.copied)) return null;
     const step = this.inner.stepCount;
-    await this.failover!.take(step);
+    try {
+      await this.failover!.take(step);
+      this.copied = true;
+    } catch (err) {
+      // a worker lost while the copy was taken: the step is done, the last copy stays, and the next step fails over
+      if (isLoss(err)) return null;
+      throw err;
+    }
     const reason = await this.failover!.propose();
     if (!reason) return null;
     // moving closes the job's sections, and with them what re-running the last step's records needs: settled first
     const failed = await this.takePending();
     if (failed.length > 0) return this.rollback(failed);
-    const moved = await this.failover!.move(step, reason);
-    this.inner = moved;
-    this.watch(moved);
+    try {
+      const moved = await this.failover!.move(step, reason);
+      this.inner = moved;
+      this.watch(moved);
+    } catch (err) {
+      if (!isLoss(err)) {
+        this.broken = err as Error;
+        throw err;
+      }
+      // a worker lost while moving: rebuilt from the copy just taken, nothing to replay
+      await this.failOver(err);
+    }
     return null;
   }
 
@@ -154,7 +189,15 @@ export class JobTrainer {
    */
   private async failOver(cause: unknown): Promise<PipelineStepResult> {
     let result: PipelineStepResult | null = null;
+    if (this.resumed && !this.copied) {
+      // its only earlier state is the checkpoint it resumed from, which the user holds, not the job
+      throw new StageFailedError(`a worker was lost before a resumed job took its first copy: resume again from the checkpoint (${(cause as Error).message})`, { cause });
+    }
     for (let attempt = 0; ; attempt++) {
+      if (attempt >= MAX_FAILOVERS) {
+        this.broken = cause as Error;
+        throw new StageFailedError(`the job lost a worker ${attempt} times in a row while recovering: ${(cause as Error).message}`, { cause });
+      }
       const { pipeline, from } = await this.failover!.rebuild(cause, attempt).catch((err: unknown) => {
         this.broken = err as Error;
         throw err;
@@ -162,7 +205,7 @@ export class JobTrainer {
       this.inner = pipeline;
       this.inner.beforeFlush = null;
       try {
-        for (const b of this.batches.slice(from)) {
+        for (const b of this.batches.slice(from - this.base)) {
           result = await this.inner.step(b);
           const failed = await this.verifier.auditSampled();
           if (failed.length > 0) return await this.rollback(failed);

@@ -18,8 +18,8 @@ import { RemoteTrainStage } from './remote-train.ts';
 import { SessionSteps } from './session-steps.ts';
 import { listWorkers } from './peers.ts';
 import {
-  backoffMs, deadlineMs, type FailoverEvent, findLost, isLoss, LIVENESS_TIMEOUT_MS, predictedSeconds, sectionLost, type SessionProgress,
-  STEP_RETRIES,
+  backoffMs, deadlineMs, type FailoverEvent, findLost, isLoss, latePeers, LIVENESS_TIMEOUT_MS, predictedSeconds, sectionLost,
+  type SessionProgress, STEP_RETRIES,
 } from './failover.ts';
 import type { JobVerifier, VerificationSummary } from './verifier.ts';
 import type { ResultInbox } from './result-inbox.ts';
@@ -161,7 +161,7 @@ export class DistributedJob implements DistributedModel {
   /** Tokens per step the plan was made for: its predicted seconds scale from there. */
   private readonly planTokens: number;
   /** Workers lost in this job and when: a re-plan soon after avoids them (the validator lists a dead worker for a while). */
-  private readonly lost = new Map<string, { at: number; target: PeerTarget }>();
+  private readonly lost = new Map<string, { at: number; target: PeerTarget; late: boolean }>();
   readonly failovers: FailoverEvent[] = [];
   /** Failovers whose first result after recovery has not come yet. */
   private recovering: FailoverEvent[] = [];
@@ -337,6 +337,7 @@ export class DistributedJob implements DistributedModel {
     const now = Date.now();
     for (const [peer, l] of this.lost) if (now - l.at > LOST_AVOID_MS) this.lost.delete(peer);
     const back = await Promise.all([...this.lost].map(async ([peer, l]) => {
+      if (l.late) return null;
       try {
         await request(this.node, l.target, { type: 'capabilities' }, LIVENESS_TIMEOUT_MS);
         return peer;
@@ -371,6 +372,11 @@ export class DistributedJob implements DistributedModel {
     const during = options.during ?? 'generation';
     const rebuild = options.rebuild ?? ((avoid) => this.replan(avoid));
     if (!isLoss(cause)) throw cause;
+    if (during === 'generation' && this.pipeline && this.jobTrainer) {
+      // the workers hold trained weights the user's source does not: the trainer rebuilds the job from its copy
+      await this.jobTrainer.heal(cause);
+      return true;
+    }
     const detectedAt = Date.now();
     const lost = await findLost(this.node, this.sections.flat(), this.jobId, cause, options.progress);
     if (lost.length === 0) {
@@ -382,8 +388,12 @@ export class DistributedJob implements DistributedModel {
       if (during === 'training') await rebuild(await this.recentlyLost());
       return during === 'training';
     }
+    const late = latePeers(cause);
     for (const stage of lost) {
-      this.lost.set(stage.where.peerId, { at: detectedAt, target: { peerId: stage.where.peerId, addrs: stage.where.addrs } });
+      const peer = stage.where.peerId;
+      // one that missed a deadline answers as readily as a live one: it stays avoided for LOST_AVOID_MS
+      const missed = late.has(peer) || (options.progress !== undefined && lost.length === 1 && stage.remote.open);
+      this.lost.set(peer, { at: detectedAt, target: { peerId: peer, addrs: stage.where.addrs }, late: missed });
       // its records cannot be re-run any more; what it computed was checked on arrival
       this.verifier?.forget(stage.where.peerId);
       stage.remote.abort();
@@ -392,7 +402,7 @@ export class DistributedJob implements DistributedModel {
       during, peer: stage.where.peerId, layers: [stage.where.start, stage.where.end], cause: (cause as Error).message,
       action: 'spare', replacement: [], detectedAt, replayed: 0,
     }));
-    const spare = lost.length === 1 && !this.pipeline ? await this.moveToSpare(lost[0]) : null;
+    const spare = lost.length === 1 && during === 'generation' && !this.pipeline ? await this.moveToSpare(lost[0]) : null;
     if (spare) events[0].replacement = [spare];
     else {
       if (!this.relocate) throw sectionLost(lost[0], cause, 'this job cannot be planned again');
@@ -633,7 +643,13 @@ export class DistributedJob implements DistributedModel {
       this.loadFrom = null;
     }
     const ends = snap?.ends ?? start;
-    if (this.keepEnds) [...layerParameters(this.endLayers()).values()].forEach((t, i) => (t.data as Float32Array).set(ends[i]));
+    if (this.keepEnds) {
+      // a step that failed in its flush left gradients on the user's ends: the replay starts without them
+      [...layerParameters(this.endLayers()).values()].forEach((t, i) => {
+        (t.data as Float32Array).set(ends[i]);
+        t.grad = null;
+      });
+    }
     const pipeline = await this.buildPipeline(o, verifier);
     if (snap) {
       await Promise.all(pipeline.stages.flatMap((st) => st.replicas).map((h) => h.setOptimizerState(snap.optimizer)));

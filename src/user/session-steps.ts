@@ -1,9 +1,9 @@
-import { InvalidMessageError, VerificationError } from '../errors.ts';
+import { InvalidMessageError, StageFailedError, VerificationError } from '../errors.ts';
 import { publicKeyOf, type StageAssignment } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { agree, auxHash, checkRecord, hashTensors, parseRecord, sessionStepHash, type WorkRecord } from '../verify/index.ts';
 import type { JobStage } from './job.ts';
-import type { SessionProgress } from './failover.ts';
+import { MAX_FAILOVERS, type SessionProgress } from './failover.ts';
 import type { ResultInbox } from './result-inbox.ts';
 import type { JobVerifier } from './verifier.ts';
 
@@ -92,22 +92,29 @@ export class SessionSteps {
    * retried after a backoff, a few times.
    */
   async run(x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
-    let rebuild = false;
     let replayed = 0;
     for (let attempt = 0; ; attempt++) {
+      // the step under way (a replayed one, or this one): where it would leave the session
+      let ends = this.position + (x.shape[1] ?? 1);
       try {
-        if (rebuild) {
+        if (attempt > 0) {
+          // a new session on the route as it is now, every earlier step replayed: the stages that ran part of the
+          // failed step hold it in their caches, so even a retry on the same workers starts clean
           this.restart();
-          for (const h of this.history) await this.runOnce(h.x, h.positions, h.keyMask);
+          for (const h of this.history) {
+            ends = this.position + (h.x.shape[1] ?? 1);
+            await this.runOnce(h.x, h.positions, h.keyMask);
+          }
           replayed += this.history.length;
+          ends = this.position + (x.shape[1] ?? 1);
         }
         const out = await this.runOnce(x, positions, keyMask);
         this.history.push({ x, positions, keyMask });
         if (attempt > 0) this.ctx.recovered(replayed);
         return out;
       } catch (err) {
-        const progress = { sessionId: this.sessionId, position: this.position + (x.shape[1] ?? 1) };
-        if (await this.ctx.recover(err, attempt, progress)) rebuild = true;
+        if (attempt >= MAX_FAILOVERS) throw new StageFailedError(`a decoding step failed ${attempt + 1} times in a row: ${(err as Error).message}`, { cause: err });
+        await this.ctx.recover(err, attempt, { sessionId: this.sessionId, position: ends });
       }
     }
   }

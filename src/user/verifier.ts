@@ -127,6 +127,9 @@ export class JobVerifier {
     const answer = await request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS);
     const reason = typeof answer.reason === 'string' ? answer.reason : '';
     if (answer.inconclusive === true) throw new VerificationError(`the validator could not re-run a record of ${worker.peerId}: ${reason}`);
+    // a worker the validator cannot reach is no evidence either way (it died, or restarted): left unchecked, and a failover
+    // replaces it if the job still needs it
+    if (answer.unavailable === true) throw new PeerUnreachableError(`the validator could not reach ${worker.peerId} to re-run its record: ${reason}`);
     this.summary.checked++;
     const ok = answer.ok === true;
     if (ok) this.passed.set(worker.peerId, (this.passed.get(worker.peerId) ?? 0) + 1);
