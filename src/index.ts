@@ -63,7 +63,7 @@ export {
   DEFAULT_SAMPLE_RATE, distribute, type DistributeOptions, type DistributedJob, type DistributedModel, type DistributedTrainerOptions,
   type JobStepResult, type JobTrainer, listPeers, type LoadProgress, type VerificationSummary, type VerifyOptions,
 } from './user/index.ts';
-export { type Fault, FAULT_KINDS, type FaultKind, startWorker, type Worker, type WorkerOptions } from './worker/index.ts';
+export { CHEAT_KINDS, type Fault, FAULT_KINDS, type FaultKind, startWorker, type Worker, type WorkerOptions } from './worker/index.ts';
 
 // verify/: records, checks and scores (proof of learning)
 export {

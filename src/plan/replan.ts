@@ -16,6 +16,12 @@ import type { Device, LayerCost, Plan, PlanOptions, StrategyName } from './types
  * below this a re-plan would chase noise and make plans flap.
  */
 export const REPLAN_GAIN = 0.2;
+/**
+ * ... and at least this many seconds a step. On fast links a small model's predicted step is a
+ * few milliseconds, mostly latencies measured to within a millisecond: a 20% gain there is noise,
+ * and reloading every section for it costs far more than it could ever save.
+ */
+export const REPLAN_MIN_SECONDS = 0.01;
 
 /** A link is said to have changed when its bandwidth or round trip moved by this factor or more. */
 const LINK_CHANGE = 2;
@@ -41,6 +47,8 @@ export interface ReplanInput {
   before?: Swarm;
   /** What the plans are made for (tokens, user, traffic); links are taken from `now`. */
   options?: Omit<PlanOptions, 'links'>;
+  /** Seconds a step the new plan must save at least (default REPLAN_MIN_SECONDS). */
+  minSeconds?: number;
   /** Gain required (default REPLAN_GAIN). */
   gain?: number;
   /** How devices are named in the reason (default: a peer id's last six characters). */
@@ -82,7 +90,7 @@ export function replan(input: ReplanInput): Replan | null {
   }
   const before = running === null ? Number.POSITIVE_INFINITY : stepSeconds(running, micro);
   const after = stepSeconds(proposed, micro);
-  if (!(after < before * (1 - (input.gain ?? REPLAN_GAIN)))) return null;
+  if (!(after < before * (1 - (input.gain ?? REPLAN_GAIN))) || before - after < (input.minSeconds ?? REPLAN_MIN_SECONDS)) return null;
   const name = input.name ?? shortName;
   const causes = [
     ...deviceChanges(current, proposed, now, input.before, name),

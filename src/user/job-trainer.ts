@@ -152,7 +152,8 @@ export class JobTrainer {
   private async copy(): Promise<PipelineStepResult | null> {
     const every = this.failover?.every ?? 0;
     // a resumed job takes its first copy at once: a failover before it would have nothing to go back to
-    if (every === 0 || (this.inner.stepCount % every !== 0 && this.copied)) return null;
+    const first = this.resumed && !this.copied;
+    if (every === 0 || (this.inner.stepCount % every !== 0 && !first)) return null;
     const step = this.inner.stepCount;
     try {
       await this.failover!.take(step);

@@ -67,7 +67,8 @@ export interface DistributedTrainerOptions {
   /**
    * Steps between copies of the job's state (weights and moments of every section) kept in the
    * user's memory, from which a job that loses a worker is rebuilt. Default: SNAPSHOT_EVERY when
-   * the copy fits in SNAPSHOT_MAX_BYTES, else 0 (a failover then replays from the job's start).
+   * the user holds the whole model in memory and the copy fits in SNAPSHOT_MAX_BYTES, else 0 (a
+   * failover then replays from the job's start, whose weights the user's files hold).
    */
   snapshotEvery?: number;
   /** false: a lost worker fails the step (StageFailedError) instead of being replaced. */
@@ -596,8 +597,11 @@ export class DistributedJob implements DistributedModel {
 
   /** How this job survives a lost worker while it trains: copies of its state, and a rebuild from the last one. */
   private trainingFailover(o: DistributedTrainerOptions, verifier: JobVerifier, start: Float32Array[]): TrainingFailover {
-    const bytes = 3 * this.plan.stages.reduce((sum, s) => sum + s.bytes, 0);
-    const every = o.snapshotEvery ?? (bytes <= SNAPSHOT_MAX_BYTES ? SNAPSHOT_EVERY : 0);
+    // the copy: every section's weights and their two moments
+    const weights = this.sections.flatMap(([s]) => this.source.section([s.where.start, s.where.end]).weights);
+    const bytes = 3 * 4 * weights.reduce((sum, w) => sum + w.shape.reduce((a, b) => a * b, 1), 0);
+    // a user that streams the model from its files holds only the ends, by design: it keeps no copy of the rest
+    const every = o.snapshotEvery ?? (this.source.whole && bytes <= SNAPSHOT_MAX_BYTES ? SNAPSHOT_EVERY : 0);
     return {
       every,
       take: async (step) => {

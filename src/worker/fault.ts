@@ -13,7 +13,8 @@ import { Generator, type Tensor, tensor, zeros } from '../tensor/index.ts';
  * - slow: holds each computation SLOW_FAULT_MS before running it (alive and answering, far slower
  *   than it announced: the user's deadlines must treat it as lost).
  */
-export const FAULT_KINDS = ['noise', 'skip', 'stale', 'scale-grad', 'zero', 'replay', 'free-ride', 'slow'] as const;
+export const CHEAT_KINDS = ['noise', 'skip', 'stale', 'scale-grad', 'zero', 'replay', 'free-ride'] as const;
+export const FAULT_KINDS = [...CHEAT_KINDS, 'slow'] as const;
 
 /** How long a `slow` worker holds a computation: far past any deadline a plan gives a small model. */
 export const SLOW_FAULT_MS = 120_000;

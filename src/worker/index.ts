@@ -7,4 +7,4 @@ export { activationBytes } from './handlers/train.ts';
 export { type JobMemory, MemoryBudget, type MemoryUse } from './memory.ts';
 export { ModelIndex } from './model-index.ts';
 export { ANNOUNCE_INTERVAL_MS, PROBE_INTERVAL_MS, startWorker, type Worker, type WorkerOptions } from './worker.ts';
-export { type Fault, FAULT_KINDS, FaultInjector, type FaultKind, parseFault } from './fault.ts';
+export { CHEAT_KINDS, type Fault, FAULT_KINDS, FaultInjector, type FaultKind, parseFault } from './fault.ts';

@@ -7,7 +7,7 @@ import { Generator, setBackend } from '../../src/tensor/index.ts';
 import { distribute } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { stepsToCatch } from '../../src/verify/index.ts';
-import { FAULT_KINDS, type FaultKind, startWorker, type Worker } from '../../src/worker/index.ts';
+import { CHEAT_KINDS, type FaultKind, startWorker, type Worker } from '../../src/worker/index.ts';
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
 const config = gpt2Config({ vocabSize: 257, hidden: 32, layers: 4, heads: 4, maxPositions: 32 });
@@ -55,7 +55,7 @@ describe('proof of learning: cheating workers are caught and the job stays exact
   const STEPS = 4;
   const ref = reference(STEPS);
 
-  for (const kind of FAULT_KINDS) {
+  for (const kind of CHEAT_KINDS) {
     test(`redundancy 2 against '${kind}': caught at its first occurrence, flagged and excluded; losses and weights of an honest run, bit for bit`, async () => {
       // four workers: two copies of a two-section plan; the cheater holds the first section of the second copy
       const net = await swarm(3, kind, 2);

@@ -69,7 +69,16 @@ describe('re-planning', () => {
     const now = { devices: [...devices, device('C', 1.1)], links: linkTable(mesh(['A', 'B', 'C'], 1000)) };
     const r = replan({ strategy: 'layer-aware', layers, current, now, options });
     assert.equal(r, null);
-    assert.ok(replan({ strategy: 'layer-aware', layers, current, now, options, gain: 0 }), 'with no threshold it would move');
+    assert.ok(replan({ strategy: 'layer-aware', layers, current, now, options, gain: 0, minSeconds: 0 }), 'with no threshold it would move');
+  });
+
+  test('a gain of a few milliseconds a step (latency noise on fast links) is not worth moving sections for, however large a share', () => {
+    const devices = [device('A'), device('B')];
+    const current = layerAware(layers, devices, { ...options, links: measuredLinks(linkTable(mesh(['A', 'B'], 1000))) });
+    const now = { devices: [...devices, device('C', 100)], links: linkTable(mesh(['A', 'B', 'C'], 1000)) };
+    const fast = replan({ strategy: 'layer-aware', layers, current, now, options, minSeconds: 0 });
+    assert.ok(fast && fast.current - fast.proposed > 0, 'a faster plan exists');
+    assert.equal(replan({ strategy: 'layer-aware', layers, current, now, options, minSeconds: 1e3 }), null);
   });
 
   test('the running plan\'s memory counts as free on its own workers', () => {

@@ -11,7 +11,7 @@ import { Generator, getBackend } from '../../tensor/index.ts';
 import { type Flags, intFlag, stringFlag, UsageError, verifyFlags } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 import { startSwarm } from '../swarm.ts';
-import { FAULT_KINDS } from '../../worker/index.ts';
+import { CHEAT_KINDS } from '../../worker/index.ts';
 
 export const demoOptions = {
   'steps': { type: 'string' },
@@ -116,7 +116,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
   // the records re-run follow the demo's seed: the same run twice re-runs the same records
   const verify = { ...verifyFlags(flags), seed: seed + 7 };
   verify.sampleRate ??= cheat === 'none' ? 0 : DEMO_VERIFY_RATE;
-  if (cheat !== 'none' && !(FAULT_KINDS as readonly string[]).includes(cheat)) throw new UsageError(`--cheat must be none or one of ${FAULT_KINDS.join(', ')}`);
+  if (cheat !== 'none' && !(CHEAT_KINDS as readonly string[]).includes(cheat)) throw new UsageError(`--cheat must be none or one of ${CHEAT_KINDS.join(', ')}`);
   const started = performance.now();
   out.info('TensorLink demo: a transformer split across a swarm of workers learns to add.\n');
   const all = cheat === 'none' ? workers : workers + 1;
