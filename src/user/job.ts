@@ -67,8 +67,8 @@ export interface DistributedTrainerOptions {
   /**
    * Steps between copies of the job's state (weights and moments of every section) kept in the
    * user's memory, from which a job that loses a worker is rebuilt. Default: SNAPSHOT_EVERY when
-   * the user holds the whole model in memory and the copy fits in SNAPSHOT_MAX_BYTES, else 0 (a
-   * failover then replays from the job's start, whose weights the user's files hold).
+   * the copy fits in SNAPSHOT_MAX_BYTES, else 0 (a failover then replays from the job's start,
+   * whose weights the user's source holds).
    */
   snapshotEvery?: number;
   /** false: a lost worker fails the step (StageFailedError) instead of being replaced. */
@@ -79,10 +79,10 @@ export interface DistributedTrainerOptions {
 export const SNAPSHOT_EVERY = 10;
 /**
  * Largest copy of a job's state (weights and two moments of every section) kept by default:
- * the user may hold only the ends of a model far larger than its memory, and then has no room
- * for a copy of the rest; such a job replays from its start instead (set snapshotEvery to insist).
+ * a user that holds only the ends of a model far larger than its memory has no room for a copy
+ * of the rest, so a larger job replays from its start instead (set snapshotEvery to insist).
  */
-export const SNAPSHOT_MAX_BYTES = 1024 ** 3;
+export const SNAPSHOT_MAX_BYTES = 256 * 1024 ** 2;
 
 /** A copy of a training job's state at the end of a step: what a failover rebuilds the job from. */
 interface Snapshot {
@@ -600,8 +600,7 @@ export class DistributedJob implements DistributedModel {
     // the copy: every section's weights and their two moments
     const weights = this.sections.flatMap(([s]) => this.source.section([s.where.start, s.where.end]).weights);
     const bytes = 3 * 4 * weights.reduce((sum, w) => sum + w.shape.reduce((a, b) => a * b, 1), 0);
-    // a user that streams the model from its files holds only the ends, by design: it keeps no copy of the rest
-    const every = o.snapshotEvery ?? (this.source.whole && bytes <= SNAPSHOT_MAX_BYTES ? SNAPSHOT_EVERY : 0);
+    const every = o.snapshotEvery ?? (bytes <= SNAPSHOT_MAX_BYTES ? SNAPSHOT_EVERY : 0);
     return {
       every,
       take: async (step) => {
