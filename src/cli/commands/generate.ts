@@ -82,6 +82,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
         verification = dm.verification;
         for (const peer of verification?.flagged ?? []) out.info(`worker …${peer.slice(-6)} was caught cheating: flagged at the validator, and the text generated again without it`);
         failovers = dm.failovers;
+        for (const e of dm.replans) out.info(`planned again (${e.reason})`);
         for (const e of failovers) out.info(failoverLine(e));
       } finally {
         await dm.close();

@@ -103,6 +103,8 @@ interface Runner {
   verification?: () => VerificationSummary | null;
   /** Workers lost so far and how the job went on (across workers). */
   failovers?: () => readonly FailoverEvent[];
+  /** Times the job moved to a better plan, and why (across workers). */
+  replans?: () => readonly { at: number; reason: string; step?: number }[];
   close(): Promise<void>;
 }
 
@@ -208,6 +210,7 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
       },
       verification: () => job.verification,
       failovers: () => job.failovers,
+      replans: () => job.replans,
       // a failover may plan the job again: the stages are those of the pipeline as it is now
       get stageNames() {
         return trainer.stages.map((st) => st.replicas.map((h) => (h instanceof RedundantStage ? `…${h.primary.peerId.slice(-6)}` : 'you')));
@@ -279,6 +282,7 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   let busy = runner.stageNames.map((names) => names.map(() => 0));
   let flagged = 0;
   let failedOver = 0;
+  let moved = 0;
   try {
     const checkpoint = async (step: number) => {
       if (outDir) await runner.checkpoint(outDir, { step, totalSteps: steps, lr, seed, source: source.name, rng: rng.getState(), losses });
@@ -291,6 +295,9 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
       const failovers = runner.failovers?.() ?? [];
       for (const e of failovers.slice(failedOver)) out.info(`step ${step}: ${failoverLine(e)}`);
       failedOver = failovers.length;
+      const replans = runner.replans?.() ?? [];
+      for (const e of replans.slice(moved)) out.info(`step ${step}: planned again (${e.reason})`);
+      moved = replans.length;
       // a failover that planned the job again changed its stages: their busy times start over
       const reshaped = r.busy && (r.busy.length !== busy.length || r.busy.some((row, s) => row.length !== busy[s].length));
       if (r.busy && reshaped) busy = r.busy.map((row) => row.map(() => 0));
@@ -322,7 +329,7 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
     evals,
     ...(last ? { [last.metric]: last.value } : {}),
     ...(runner.verification ? { verification: runner.verification() } : {}),
-    ...(runner.failovers ? { failovers: runner.failovers() } : {}),
+    ...(runner.failovers ? { failovers: runner.failovers(), replans: runner.replans?.() ?? [] } : {}),
     ...(runner.stageNames.length > 0
       ? { stages: runner.stageNames.map((names, s) => names.map((name, j) => ({ name, busySeconds: busy[s][j] }))) }
       : {}),
