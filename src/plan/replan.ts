@@ -62,6 +62,8 @@ export interface Replan {
   /** Predicted seconds per step: the current plan under today's links, and the new plan. */
   current: number;
   proposed: number;
+  /** A worker joined or left, or a link changed by LINK_CHANGE, since the plan was made (false: only a better plan over the same swarm). */
+  changed: boolean;
 }
 
 /**
@@ -96,9 +98,10 @@ export function replan(input: ReplanInput): Replan | null {
     ...deviceChanges(current, proposed, now, input.before, name),
     ...(input.before ? linkChanges(current, proposed, layers, options, { now, before: input.before, gain: before - after }, name) : []),
   ];
+  const changed = causes.length > 0;
   if (causes.length === 0) causes.push(...costliestLeftOut(current, proposed, layers, options, now, name));
   if (causes.length === 0) causes.push('a faster plan over the same workers');
-  return { reason: `${causes.join('; ')}: predicted ${seconds(before)} → ${seconds(after)} per step`, plan: proposed, current: before, proposed: after };
+  return { reason: `${causes.join('; ')}: predicted ${seconds(before)} → ${seconds(after)} per step`, plan: proposed, current: before, proposed: after, changed };
 }
 
 /** Workers that left (a stage of the current plan is gone) or joined (in the new plan, not in the swarm before). */
