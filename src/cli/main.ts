@@ -50,7 +50,7 @@ commands:
       and compares them bit for bit (js), --verify-rate P (default 0.05) has the validator re-run
       that share of records; a worker caught is flagged, excluded, and its work redone; a worker
       lost (dead, or past its deadline) is replaced: the job is rebuilt from its last copy (taken
-      every --snapshot-every N steps, default 10) and the steps since are replayed
+      every 30 s, or every --snapshot-every N steps) and the steps since are replayed
 
   validator [--listen MULTIADDR] [--data DIR] [--peers MULTIADDR,... --validators ID,... --threshold M]
             [--contracts FILE [--rpc URL]] [--log-level debug|info|warn|error]

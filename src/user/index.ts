@@ -1,8 +1,8 @@
 /** The user's room: `distribute` and the distributed job, remote stages, the result inbox, the validator's peer list. */
 export { distribute, type DistributeOptions } from './distribute.ts';
 export {
-  DistributedJob, type DistributedModel, type DistributedTrainerOptions, type JobStage, LOAD_CONCURRENCY, LOST_AVOID_MS, SNAPSHOT_EVERY,
-  SNAPSHOT_MAX_BYTES,
+  DistributedJob, type DistributedModel, type DistributedTrainerOptions, type JobStage, LOAD_CONCURRENCY, LOST_AVOID_MS,
+  type ReplanEvent, REPLAN_CHECK_MS, SNAPSHOT_INTERVAL_MS, SNAPSHOT_MAX_BYTES,
 } from './job.ts';
 export { listPeers, listWorkers } from './peers.ts';
 export { controlAnswer, type LoadOptions, type LoadProgress, type LoadResult, RemoteStage, tensorAnswer } from './remote-stage.ts';

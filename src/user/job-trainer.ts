@@ -13,8 +13,10 @@ import { isLoss, MAX_FAILOVERS } from './failover.ts';
  * losses and weights are those of an undisturbed run, bit for bit.
  */
 export interface TrainingFailover {
-  /** Steps between copies (0: none; a failover then replays from the job's start). */
+  /** Steps between copies (0: by time, `intervalMs`). */
   every: number;
+  /** With `every` 0: the least time between copies (0: none; a failover then replays from the job's start). */
+  intervalMs: number;
   take(step: number): Promise<void>;
   /** Right after a copy: why the job should move to a better plan (the swarm changed), or null to stay. */
   propose(): Promise<string | null>;
@@ -50,6 +52,8 @@ export class JobTrainer {
   private base = 0;
   /** Whether a copy of the job's state has been taken since it started or resumed. */
   private copied = false;
+  /** When the last copy was taken (or the trainer made). */
+  private lastCopy = Date.now();
   /** A rollback that failed part way: the job is in no known state, and says so on every later step. */
   private broken: Error | null = null;
   /** The re-runs of the last step's sampled records, under way while the next step computes. */
@@ -150,10 +154,13 @@ export class JobTrainer {
    * the swarm changed. A step's result replayed meanwhile (a rollback) replaces the one given.
    */
   private async copy(): Promise<PipelineStepResult | null> {
-    const every = this.failover?.every ?? 0;
+    if (!this.failover) return null;
+    const { every, intervalMs } = this.failover;
     // a resumed job takes its first copy at once: a failover before it would have nothing to go back to
     const first = this.resumed && !this.copied;
-    if (every === 0 || (this.inner.stepCount % every !== 0 && !first)) return null;
+    const due = every > 0 ? this.inner.stepCount % every === 0 : intervalMs > 0 && Date.now() - this.lastCopy >= intervalMs;
+    if (!(due || (first && (every > 0 || intervalMs > 0)))) return null;
+    this.lastCopy = Date.now();
     const step = this.inner.stepCount;
     try {
       await this.failover!.take(step);

@@ -38,7 +38,7 @@ export const LOST_AVOID_MS = 20_000;
  * between sessions or at a training job's copies: each survey probes the candidates' links, and
  * moving a job reloads its sections, so it is not worth doing for every token or step.
  */
-export const REPLAN_CHECK_MS = 30_000;
+export const REPLAN_CHECK_MS = 60_000;
 
 /**
  * A better plan over a swarm in which no worker came or went and no link changed by 2× is taken
@@ -83,17 +83,20 @@ export interface DistributedTrainerOptions {
   recompute?: boolean;
   /**
    * Steps between copies of the job's state (weights and moments of every section) kept in the
-   * user's memory, from which a job that loses a worker is rebuilt. Default: SNAPSHOT_EVERY when
-   * the copy fits in SNAPSHOT_MAX_BYTES, else 0 (a failover then replays from the job's start,
-   * whose weights the user's source holds).
+   * user's memory, from which a job that loses a worker is rebuilt. Default: a copy every
+   * SNAPSHOT_INTERVAL_MS of training when it fits in SNAPSHOT_MAX_BYTES, else none (a failover
+   * then replays from the job's start, whose weights the user's source holds).
    */
   snapshotEvery?: number;
   /** false: a lost worker fails the step (StageFailedError) instead of being replaced. */
   failover?: boolean;
 }
 
-/** Steps between copies of a training job's state, by default: a failover replays at most this many steps. */
-export const SNAPSHOT_EVERY = 10;
+/**
+ * Time between copies of a training job's state, by default: a failover replays at most about
+ * this much training, and a copy (a request per weight and per moment) costs a small share of it.
+ */
+export const SNAPSHOT_INTERVAL_MS = 30_000;
 /**
  * Largest copy of a job's state (weights and two moments of every section) kept by default:
  * a user that holds only the ends of a model far larger than its memory has no room for a copy
@@ -620,9 +623,10 @@ export class DistributedJob implements DistributedModel {
     // the copy: every section's weights and their two moments
     const weights = this.sections.flatMap(([s]) => this.source.section([s.where.start, s.where.end]).weights);
     const bytes = 3 * 4 * weights.reduce((sum, w) => sum + w.shape.reduce((a, b) => a * b, 1), 0);
-    const every = o.snapshotEvery ?? (bytes <= SNAPSHOT_MAX_BYTES ? SNAPSHOT_EVERY : 0);
+    const fits = bytes <= SNAPSHOT_MAX_BYTES;
     return {
-      every,
+      every: o.snapshotEvery ?? 0,
+      intervalMs: o.snapshotEvery === undefined && fits ? SNAPSHOT_INTERVAL_MS : 0,
       take: async (step) => {
         this.snapshot = await this.takeSnapshot(step);
       },
@@ -684,14 +688,15 @@ export class DistributedJob implements DistributedModel {
   /** Copies every section's weights (from its first holder) and every holder's optimizer state, and the user's ends. */
   private async takeSnapshot(step: number): Promise<Snapshot> {
     const weights = new Map<string, Tensor>();
-    for (const copies of this.sections) {
-      const { remote, where } = copies[0];
+    // each section from its own worker at once (one stream each), weight by weight
+    await Promise.all(this.sections.map(async ([{ remote, where }]) => {
       for (const w of this.source.section([where.start, where.end]).weights) weights.set(w.name, await remote.weight(w.name));
-    }
+    }));
     const optimizer = new Map<string, { moments: Tensor; step: number }>();
-    for (const h of this.pipeline!.stages.flatMap((st) => st.replicas)) {
+    const states = await Promise.all(this.pipeline!.stages.flatMap((st) => st.replicas).map((h) => h.optimizerState()));
+    for (const state of states) {
       // copied: the user's own ends hand out the moments they go on updating
-      for (const [n, st] of await h.optimizerState()) {
+      for (const [n, st] of state) {
         const moments = tensor((st.moments.data as Float32Array).slice(), st.moments.shape);
         if (!optimizer.has(n)) optimizer.set(n, { moments, step: st.step });
       }
