@@ -1,28 +1,15 @@
-import { multiaddr } from '@multiformats/multiaddr';
-import { launchNode, type NodeProcess } from '../src/cli/local-swarm.ts';
 import { createModel, gpt2Config } from '../src/models/index.ts';
-import { createNode } from '../src/p2p/index.ts';
 import { type Plan, stepSeconds } from '../src/plan/index.ts';
 import { Generator, setBackend, tensor } from '../src/tensor/index.ts';
-import { distribute, type DistributedJob, listPeers, listWorkers } from '../src/user/index.ts';
-import { hostMesh, type Mesh } from '../test/helpers/netns.ts';
+import { distribute, type DistributedJob } from '../src/user/index.ts';
+import { waitFor } from '../test/helpers/processes.ts';
+import { type ShapedSwarm, shapedSwarm } from '../test/helpers/shaped-swarm.ts';
 import type { Row } from './gemm.ts';
 
 const SLOW_MBIT = 10;
 const SECTION = 'links';
 
 const median = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
-
-/** Polls `fn` every 250 ms until it returns something, or throws after `ms`. */
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms: number): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn().catch(() => null);
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`links bench: timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
 
 /**
  * Step time on shaped links, predicted against measured: a validator and three workers (js) in
@@ -33,9 +20,10 @@ async function until<T>(what: string, fn: () => Promise<T | null | undefined | f
  * iproute2; skipped with a note otherwise.
  */
 export async function benchLinks(quick: boolean): Promise<Row[]> {
-  let mesh: Mesh;
+  let swarm: ShapedSwarm;
   try {
-    mesh = hostMesh(3);
+    setBackend('js');
+    swarm = await shapedSwarm(SLOW_MBIT);
   } catch (err) {
     if ((err as Error).name !== 'NetnsUnavailableError') throw err;
     process.stderr.write(`links: skipped, it needs network namespaces: ${(err as Error).message}\n`);
@@ -44,31 +32,9 @@ export async function benchLinks(quick: boolean): Promise<Row[]> {
       reference: 'predicted', referenceValue: Number.NaN, ratio: Number.NaN,
     }];
   }
-  const nodes: NodeProcess[] = [];
   const jobs: DistributedJob[] = [];
-  let user: Awaited<ReturnType<typeof createNode>> | null = null;
   try {
-    setBackend('js');
-    const { hosts } = mesh;
-    const anywhere = ['--listen', '/ip4/0.0.0.0/tcp/0', '--backend', 'js'];
-    const validator = await launchNode(['validator', ...anywhere], 60_000, { prefix: hosts[0].exec });
-    nodes.push(validator);
-    const boot = validator.addrs.find((x) => x.includes(`/ip4/${hosts[0].ip}/`))!;
-    const workers = await Promise.all(hosts.map((h) => launchNode(['worker', '--bootstrap', boot, ...anywhere], 60_000, { prefix: h.exec })));
-    nodes.push(...workers);
-    const hostOf = new Map(workers.map((w, i) => [w.peerId, i]));
-    const u = (user = await createNode({ listen: [`/ip4/${mesh.rootIp}/tcp/0`] }));
-    const order = (await until('three workers', async () => {
-      const ws = await listWorkers(u, multiaddr(boot));
-      return ws.length === 3 && ws;
-    }, 30_000)).map((w) => w.peerId);
-    const [a, b] = order;
-    const shapedAt = Date.now();
-    mesh.shape(hostOf.get(a)!, hostOf.get(b)!, SLOW_MBIT);
-    const recs = await until('the workers to measure each other', async () => {
-      const r = new Map((await listPeers(u, multiaddr(boot))).map((p) => [p.peerId, p]));
-      return order.every((x) => order.every((y) => x === y || (r.get(x)?.proximity[y]?.measuredAt ?? 0) > shapedAt)) && r;
-    }, 30_000);
+    const { user: u, boot, order: [a, b], records: recs } = swarm;
     const probed = recs.get(a)!.proximity[b].mbps;
 
     const model = createModel(gpt2Config({ vocabSize: 64, hidden: 16, layers: 3, heads: 2, maxPositions: 64 }), { seed: 3 });
@@ -91,10 +57,10 @@ export async function benchLinks(quick: boolean): Promise<Row[]> {
         times[i].push(performance.now() - t0);
       }
     }
-    const inbound = await until('the job\'s transfers in an announcement', async () => {
-      const p = new Map((await listPeers(u, multiaddr(boot))).map((r) => [r.peerId, r])).get(b)?.proximity[a]?.inbound;
+    const inbound = await waitFor('the job\'s transfers in an announcement', async () => {
+      const p = (await swarm.refresh()).get(b)?.proximity[a]?.inbound;
       return p && p.measuredAt >= from && p;
-    }, 10_000).catch(() => null);
+    }, 10_000).then((r) => r.value, () => null);
 
     const [tGood, tBad] = times.map(median);
     const row = (name: string, plan: Plan, ms: number): Row => {
@@ -117,8 +83,6 @@ export async function benchLinks(quick: boolean): Promise<Row[]> {
     ];
   } finally {
     await Promise.all(jobs.map((j) => j.close().catch(() => {})));
-    await user?.stop();
-    for (const n of nodes) n.process.kill('SIGKILL');
-    mesh.remove();
+    await swarm.stop();
   }
 }

@@ -378,9 +378,9 @@ export class DistributedJob implements DistributedModel {
    * control request within LIVENESS_TIMEOUT_MS) and replaces them. A lone lost section of a
    * generation moves to a spare worker (it loads the section: content-addressed, only chunks it
    * lacks move); otherwise, or when no spare takes it, the job is planned again over the live
-   * workers. True: the job changed and the caller rebuilds what the lost workers held (a session
-   * replays its steps). False: every worker answered, so the caller retries after a backoff.
-   * A typed StageFailedError, naming the section and the cause, when no live worker can take it.
+   * workers; when every worker answered, it waits a backoff (a training job is rebuilt on the same
+   * workers). The caller then rebuilds what the step left (a session replays its steps). A typed
+   * StageFailedError, naming the section and the cause, when no live worker can take it.
    */
   async recover(
     cause: unknown,
@@ -392,14 +392,14 @@ export class DistributedJob implements DistributedModel {
       /** Where the session stood (generation): a late chained step is blamed on the first stage behind. */
       progress?: SessionProgress;
     } = {},
-  ): Promise<boolean> {
+  ): Promise<void> {
     const during = options.during ?? 'generation';
     const rebuild = options.rebuild ?? ((avoid) => this.replan(avoid));
     if (!isLoss(cause)) throw cause;
     if (during === 'generation' && this.pipeline && this.jobTrainer) {
       // the workers hold trained weights the user's source does not: the trainer rebuilds the job from its copy
       await this.jobTrainer.heal(cause);
-      return true;
+      return;
     }
     const detectedAt = Date.now();
     const lost = await findLost(this.node, this.sections.flat(), this.jobId, cause, options.progress);
@@ -410,7 +410,7 @@ export class DistributedJob implements DistributedModel {
       await new Promise((r) => setTimeout(r, backoffMs(attempt)));
       // a training step that failed part way leaves no state to go on from: rebuilt on the same workers
       if (during === 'training') await rebuild(await this.recentlyLost());
-      return during === 'training';
+      return;
     }
     const late = latePeers(cause);
     for (const stage of lost) {
@@ -444,7 +444,6 @@ export class DistributedJob implements DistributedModel {
     }
     this.failovers.push(...events);
     this.recovering.push(...events);
-    return true;
   }
 
   /** The first result after a failover came: how long recovery took (detection to that result) and what was replayed. */

@@ -19,11 +19,11 @@ export interface SessionContext {
   /** The deadline of a step of `tokens` tokens through every section, in milliseconds. */
   deadlineMs(tokens: number): number;
   /**
-   * A step failed with `cause` (attempt 0, 1, ...): the job replaces the workers it finds lost
-   * (true: the session must be rebuilt on the new route), finds none lost (false: retry after a
-   * backoff), or throws the typed error that ends the session (no live worker can take a section).
+   * A step failed with `cause` (attempt 0, 1, ...): the job replaces the workers it finds lost, or
+   * waits a backoff when none is, or throws the typed error that ends the session (no live worker
+   * can take a section). The session is then rebuilt on the route as it is.
    */
-  recover(cause: unknown, attempt: number, progress: SessionProgress): Promise<boolean>;
+  recover(cause: unknown, attempt: number, progress: SessionProgress): Promise<void>;
   /** The first step after a failover is done: the job notes how long recovery took and what was replayed. */
   recovered(replayed: number): void;
 }

@@ -1,15 +1,12 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import type { Libp2p } from '@libp2p/interface';
-import { launchNode, type NodeProcess } from '../../src/cli/local-swarm.ts';
 import { createModel, gpt2Config } from '../../src/models/index.ts';
-import { createNode, type PeerRecord } from '../../src/p2p/index.ts';
 import { ArrivalMeter, foldTransfer } from '../../src/p2p/protocols/probe/passive.ts';
 import { type Plan, stepSeconds } from '../../src/plan/index.ts';
 import { Generator, setBackend, tensor } from '../../src/tensor/index.ts';
-import { distribute, type DistributedJob, listPeers, listWorkers, modelInMemory } from '../../src/user/index.ts';
+import { distribute, type DistributedJob, modelInMemory } from '../../src/user/index.ts';
 import { proposeReplan } from '../../src/user/distribute.ts';
-import { hostMesh, type Mesh } from '../helpers/netns.ts';
+import { type ShapedSwarm, shapedSwarm } from '../helpers/shaped-swarm.ts';
 import { waitFor } from '../helpers/processes.ts';
 
 describe('passive measurement of arriving transfers', () => {
@@ -42,12 +39,6 @@ describe('passive measurement of arriving transfers', () => {
   });
 });
 
-/** Workers' records from the validator's status, by peer id. */
-async function records(user: Libp2p, boot: string): Promise<Map<string, PeerRecord>> {
-  const { multiaddr } = await import('@multiformats/multiaddr');
-  return new Map((await listPeers(user, multiaddr(boot))).map((p) => [p.peerId, p]));
-}
-
 const median = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
 const chain = (p: Plan) => p.stages.map((s) => s.device);
 /** Whether a plan's chain goes a → b or b → a. */
@@ -55,53 +46,22 @@ const adjacent = (p: Plan, a: string, b: string) =>
   chain(p).some((d, i, all) => i > 0 && ((all[i - 1] === a && d === b) || (all[i - 1] === b && d === a)));
 
 describe('links across hosts (network namespaces on one switch, one link shaped to 10 Mbit/s)', () => {
-  const nodes: NodeProcess[] = [];
-  let mesh: Mesh | null = null;
-  let user: Libp2p | null = null;
+  let swarm: ShapedSwarm | null = null;
   const jobs: DistributedJob[] = [];
   after(async () => {
     await Promise.all(jobs.map((j) => j.close().catch(() => {})));
-    await user?.stop();
-    for (const n of nodes) n.process.kill('SIGKILL');
-    mesh?.remove();
+    await swarm?.stop();
   });
 
   test('layer-aware plans around the slow link, and its forward beats a plan through it by about the predicted factor', async (t) => {
-    try {
-      mesh = hostMesh(3);
-    } catch (err) {
-      if ((err as Error).name !== 'NetnsUnavailableError') throw err;
-      t.skip(`no network namespaces here: ${(err as Error).message}`);
-      return;
-    }
     setBackend('js');
-    const { hosts } = mesh;
-    const anywhere = ['--listen', '/ip4/0.0.0.0/tcp/0', '--backend', 'js'];
-    const validator = await launchNode(['validator', ...anywhere], 60_000, { prefix: hosts[0].exec });
-    nodes.push(validator);
-    const boot = validator.addrs.find((x) => x.includes(`/ip4/${hosts[0].ip}/`))!;
-    const workers = await Promise.all(hosts.map((h) => launchNode(['worker', '--bootstrap', boot, ...anywhere], 60_000, { prefix: h.exec })));
-    nodes.push(...workers);
-    const hostOf = new Map(workers.map((w, i) => [w.peerId, i]));
-    user = await createNode({ listen: [`/ip4/${mesh.rootIp}/tcp/0`] });
-    const u = user;
-    const { multiaddr } = await import('@multiformats/multiaddr');
-    const order = (await waitFor('three workers', async () => {
-      const ws = await listWorkers(u, multiaddr(boot));
-      return ws.length === 3 && ws;
-    }, 30_000)).value.map((w) => w.peerId);
-    // parameter-balanced keeps the validator's order: the link between its first two workers is the one to slow down
+    // parameter-balanced keeps the validator's order: the link between its first two workers is the one slowed down
+    swarm = await shapedSwarm(10);
+    const { user: u, boot, order } = swarm;
     const [a, b] = order;
-    const shapedAt = Date.now();
-    mesh.shape(hostOf.get(a)!, hostOf.get(b)!, 10);
-    const measured = await waitFor('every worker to measure every other after the shaping', async () => {
-      const recs = await records(u, boot);
-      const fresh = order.every((x) => order.every((y) => x === y || (recs.get(x)?.proximity[y]?.measuredAt ?? 0) > shapedAt));
-      return fresh && recs;
-    }, 30_000);
-    const slow = measured.value.get(a)!.proximity[b];
-    const fast = measured.value.get(a)!.proximity[order[2]];
-    t.diagnostic(`measured after ${measured.ms} ms: ${a.slice(-6)}→${b.slice(-6)} ${slow.mbps} Mbit/s (${slow.rttMs} ms), ${a.slice(-6)}→${order[2].slice(-6)} ${fast.mbps} Mbit/s`);
+    const slow = swarm.records.get(a)!.proximity[b];
+    const fast = swarm.records.get(a)!.proximity[order[2]];
+    t.diagnostic(`measured after ${swarm.measuredMs} ms: ${a.slice(-6)}→${b.slice(-6)} ${slow.mbps} Mbit/s (${slow.rttMs} ms), ${a.slice(-6)}→${order[2].slice(-6)} ${fast.mbps} Mbit/s`);
     assert.ok(slow.mbps < 15, `the shaped link measures ${slow.mbps} Mbit/s`);
     // a probe on a loaded machine (CI runs two test files at once on two cores) reads a fast link at tens of Mbit/s, not hundreds
     assert.ok(fast.mbps > 2 * slow.mbps, `an unshaped link measures ${fast.mbps} Mbit/s`);
@@ -151,7 +111,7 @@ describe('links across hosts (network namespaces on one switch, one link shaped 
 
     // passive measurement: the forwards' hidden states a sent to b updated b's estimate of the way from a
     const inbound = await waitFor('b to announce what a\'s transfers achieved', async () => {
-      const p = (await records(u, boot)).get(b)?.proximity[a];
+      const p = (await swarm!.refresh()).get(b)?.proximity[a];
       return p?.inbound && p.inbound.measuredAt >= forwardsFrom && p.inbound;
     }, 10_000);
     t.diagnostic(`${a.slice(-6)}→${b.slice(-6)} as the job's transfers achieved it: ${inbound.value.mbps} Mbit/s`);
