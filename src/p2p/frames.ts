@@ -14,9 +14,9 @@ export const FRAME_CONTROL = 1;
 export const FRAME_TENSOR = 2;
 
 /** dtype codes on the wire. */
-export const WIRE_DTYPES = ['float32', 'float64', 'int32', 'float16', 'bfloat16'] as const;
+export const WIRE_DTYPES = ['float32', 'float64', 'int32', 'float16', 'bfloat16', 'int8'] as const;
 export type WireDType = (typeof WIRE_DTYPES)[number];
-const WIDTH: Record<WireDType, number> = { float32: 4, float64: 8, int32: 4, float16: 2, bfloat16: 2 };
+const WIDTH: Record<WireDType, number> = { float32: 4, float64: 8, int32: 4, float16: 2, bfloat16: 2, int8: 1 };
 
 /** A tensor as the network sees it: no engine types, just a dtype, a shape and bytes. */
 export interface WireTensor {

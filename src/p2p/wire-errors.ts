@@ -15,7 +15,12 @@ export type WireError = {
   type: 'error';
   error: string;
   message: string;
+  /** Another peer the error is about (a neighbour a worker could not pass a result to), when it names one. */
+  about?: string;
 };
+
+/** Characters of a peer id an error may name: libp2p's are about 52. */
+const MAX_ABOUT = 128;
 
 /** Characters of an error message on the wire: a sentence a person reads, never a dump. */
 const MAX_MESSAGE = 2_000;
@@ -31,7 +36,10 @@ const CLASSES = new Map<string, ErrorClass>(
 
 /** An error as a wire message; anything that is not one of ours is an internal error (its text kept short). */
 export function errorToWire(err: unknown): WireError {
-  if (err instanceof TensorLinkError) return { type: 'error', error: err.name, message: err.message.slice(0, MAX_MESSAGE) };
+  if (err instanceof TensorLinkError) {
+    const about = err.details?.about;
+    return { type: 'error', error: err.name, message: err.message.slice(0, MAX_MESSAGE), ...(typeof about === 'string' ? { about: about.slice(0, MAX_ABOUT) } : {}) };
+  }
   const text = err instanceof Error ? err.message : String(err);
   return { type: 'error', error: 'TensorLinkError', message: `internal error: ${text}`.slice(0, MAX_MESSAGE) };
 }
@@ -48,13 +56,15 @@ export function isWireError(message: unknown): boolean {
 export function errorFromWire(message: unknown, from: string): TensorLinkError {
   let name = 'TensorLinkError';
   let text = 'an error without a message';
+  let about: { about?: string } = {};
   try {
     const m = obj(message, 'error');
     if (typeof m.error === 'string' && CLASSES.has(m.error)) name = m.error;
     if (typeof m.message === 'string') text = m.message.slice(0, MAX_MESSAGE);
+    if (typeof m.about === 'string') about = { about: m.about.slice(0, MAX_ABOUT) };
   } catch {
     // a malformed error answer is still an error
   }
   const Class = CLASSES.get(name) ?? TensorLinkError;
-  return new Class(`${from}: ${text}`, { details: { peer: from, remoteError: name } });
+  return new Class(`${from}: ${text}`, { details: { peer: from, remoteError: name, ...about } });
 }

@@ -2,6 +2,26 @@ import type { Tensor } from '../tensor/index.ts';
 import type { ReduceGroup } from './exchange.ts';
 
 /**
+ * A stage's output (or input gradient) that went straight to the worker of the next stage
+ * (or the previous one) instead of back to the user: only its hash and shape come back, and
+ * the key under which the receiving worker holds it. The receiver is told the key.
+ */
+export interface Passed {
+  passed: true;
+  key: string;
+  /** The hash of the tensor as the receiver gets it (its record must name this as its input). */
+  hash: string;
+  shape: number[];
+}
+
+/** What travels between stages: a tensor, or a tensor already passed on between workers. */
+export type Activation = Tensor | Passed;
+
+export function isPassed(x: Activation | null): x is Passed {
+  return x !== null && (x as Passed).passed === true;
+}
+
+/**
  * The pipeline's view of one stage (the `Transport` of ARCHITECTURE.md): the same trainer
  * drives stages in this process (`LocalStage`) and on workers over libp2p (`RemoteTrainStage`).
  */
@@ -12,9 +32,15 @@ export interface StageHandle {
   readonly address: string;
   /** Its parameters under their checkpoint names. */
   readonly names: readonly string[];
-  forward(micro: number, input: Tensor): Promise<Tensor>;
-  /** The gradient of the input (null when the input is token ids). */
-  backward(micro: number, grad: Tensor): Promise<Tensor | null>;
+  /**
+   * Where other stages may pass tensors to it directly (a worker's peer id); absent for a
+   * stage that only takes tensors from the user (this process, a redundant stage).
+   */
+  readonly direct?: string;
+  /** Its output; with `to` (the next stage's `direct`) the output goes there and a `Passed` comes back. */
+  forward(micro: number, input: Activation, to?: string): Promise<Activation>;
+  /** The gradient of the input (null when the input is token ids); with `to`, passed to the previous stage. */
+  backward(micro: number, grad: Activation, to?: string): Promise<Activation | null>;
   /** ‖g‖² of each named parameter. */
   gradSquares(names: readonly string[]): Promise<number[]>;
   reduce(group: ReduceGroup): Promise<void>;

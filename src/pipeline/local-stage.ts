@@ -2,7 +2,7 @@ import { InvalidArgumentError } from '../errors.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
 import type { StageExecutor } from './executor.ts';
 import { GradientExchange, type ReduceGroup } from './exchange.ts';
-import type { StageHandle } from './handle.ts';
+import { type Activation, isPassed, type StageHandle } from './handle.ts';
 
 const stages = new Map<string, LocalStage>();
 let counter = 0;
@@ -10,6 +10,12 @@ let counter = 0;
 /** A copy, as a message would carry it: the receiver never shares a buffer with the sender. */
 function copy(t: Tensor): Tensor {
   return tensor(t.data.slice(), t.shape, t.dtype);
+}
+
+/** A tensor this process holds: a stage here is never sent tensors worker to worker. */
+function held(x: Activation): Tensor {
+  if (isPassed(x)) throw new InvalidArgumentError(`a stage in this process cannot take a tensor passed between workers (${x.key})`);
+  return x;
 }
 
 /**
@@ -29,12 +35,12 @@ export class LocalStage implements StageHandle {
     stages.set(this.address, this);
   }
 
-  async forward(micro: number, input: Tensor): Promise<Tensor> {
-    return copy(this.executor.forward(micro, input));
+  async forward(micro: number, input: Activation): Promise<Tensor> {
+    return copy(this.executor.forward(micro, held(input)));
   }
 
-  async backward(micro: number, grad: Tensor): Promise<Tensor | null> {
-    const g = this.executor.backward(micro, grad);
+  async backward(micro: number, grad: Activation): Promise<Tensor | null> {
+    const g = this.executor.backward(micro, held(grad));
     return g && copy(g);
   }
 

@@ -1,8 +1,7 @@
 import { InvalidArgumentError, StageFailedError, TensorLinkError } from '../errors.ts';
 import { clipScale, type LrLambda } from '../nn/index.ts';
 import { countTargets, microBatchLoss, splitBatch, type StepResult, type TrainingBatch, trainingSchedule } from '../models/index.ts';
-import type { Tensor } from '../tensor/index.ts';
-import type { StageHandle } from './handle.ts';
+import { type Activation, isPassed, type StageHandle } from './handle.ts';
 import { type Action, gpipeActions, type ScheduleName, stageActions } from './schedule.ts';
 
 /**
@@ -121,8 +120,8 @@ export class PipelineTrainer {
     const tokens = countTargets(batch.target);
     const lr = this.lr;
     const p = this.stages.length;
-    const inputs = this.stages.map(() => parts.map(() => deferred<Tensor>()));
-    const grads = this.stages.map(() => parts.map(() => deferred<Tensor>()));
+    const inputs = this.stages.map(() => parts.map(() => deferred<Activation>()));
+    const grads = this.stages.map(() => parts.map(() => deferred<Activation>()));
     parts.forEach((part, k) => inputs[0][k].resolve(part.input));
     const losses = new Array<number>(m).fill(0);
     const busy = this.stages.map((s) => s.replicas.map(() => 0));
@@ -131,15 +130,23 @@ export class PipelineTrainer {
       failed ??= err;
       for (const list of [...inputs, ...grads]) for (const d of list) d.reject(err);
     };
-    const blame = (s: number, h: StageHandle, err: unknown): StageFailedError => {
+    const blame = (s: number, h: StageHandle, err: unknown, neighbour?: number, micro = 0): StageFailedError => {
       if (err instanceof StageFailedError) return err;
+      // a worker that could not pass its result on names the neighbour: that stage failed
+      const about = err instanceof TensorLinkError ? err.details?.about : undefined;
+      const other = neighbour === undefined ? undefined : this.stages[neighbour]?.replicas[micro % this.stages[neighbour].replicas.length];
+      if (other && about !== undefined && about === other.direct) return blame(neighbour!, other, err);
       const text = err instanceof Error ? err.message : String(err);
       return new StageFailedError(`stage ${s} (${h.label}) failed: ${text}`, {
         details: { stage: s, worker: h.label, error: err instanceof TensorLinkError ? err.name : 'Error' },
         cause: err,
       });
     };
-    const lossAt = (k: number, logits: Tensor) => {
+    // where micro-batch k's tensors go from stage s: straight to the neighbour's worker when both are workers that take them
+    const neighbour = (s: number, k: number) => this.stages[s]?.replicas[k % this.stages[s].replicas.length]?.direct;
+    const to = (h: StageHandle, s: number, k: number) => (h.direct ? neighbour(s, k) : undefined);
+    const lossAt = (k: number, logits: Activation) => {
+      if (isPassed(logits)) throw new InvalidArgumentError(`the last stage passed micro-batch ${k}'s output on instead of returning it`);
       const leaf = logits.detach();
       leaf.requiresGrad = true;
       const loss = microBatchLoss(leaf, parts[k].target, tokens);
@@ -154,14 +161,16 @@ export class PipelineTrainer {
         if (a.op === 'F') {
           const x = await inputs[s][a.micro].promise;
           const t0 = performance.now();
-          const y = await h.forward(a.micro, x).catch((err: unknown) => Promise.reject(blame(s, h, err)));
+          const y = await h.forward(a.micro, x, to(h, s + 1, a.micro))
+            .catch((err: unknown) => Promise.reject(blame(s, h, err, s + 1, a.micro)));
           busy[s][j] += (performance.now() - t0) / 1000;
           if (s === p - 1) lossAt(a.micro, y);
           else inputs[s + 1][a.micro].resolve(y);
         } else {
           const g = await grads[s][a.micro].promise;
           const t0 = performance.now();
-          const gi = await h.backward(a.micro, g).catch((err: unknown) => Promise.reject(blame(s, h, err)));
+          const gi = await h.backward(a.micro, g, to(h, s - 1, a.micro))
+            .catch((err: unknown) => Promise.reject(blame(s, h, err, s - 1, a.micro)));
           busy[s][j] += (performance.now() - t0) / 1000;
           if (s > 0) grads[s - 1][a.micro].resolve(gi!);
         }

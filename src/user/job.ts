@@ -90,6 +90,13 @@ export interface DistributedTrainerOptions {
   snapshotEvery?: number;
   /** false: a lost worker fails the step (StageFailedError) instead of being replaced. */
   failover?: boolean;
+  /**
+   * true: every activation and gradient goes worker → user → worker, as before #17 (2 transfers
+   * per hop). Default false: they go worker to worker and only the ends touch the user.
+   */
+  relay?: boolean;
+  /** How activations and their gradients travel on every hop: float16, or int8 with a scale per row (default: float32). */
+  compressActivations?: 'fp16' | 'int8';
 }
 
 /**
@@ -741,6 +748,10 @@ export class DistributedJob implements DistributedModel {
     const handles = this.sections.map((copies, i) =>
       copies.map((s) => new RemoteTrainStage(s.remote, s.where, `worker ${s.where.peerId}, layers ${s.where.start}–${s.where.end - 1}`, deadline(i))));
     await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState: verifier.keepsState, peers })));
+    for (const h of handles.flat()) {
+      if (!o.relay) h.direct = h.peerId;
+      h.codec = o.compressActivations ?? null;
+    }
     const onFlag = (lane: RemoteTrainStage) => this.exclude(lane);
     // redundant copies run the same micro-batches as one stage; replicas run their own
     const middle: PipelineStage[] = handles.map((hs) => ({

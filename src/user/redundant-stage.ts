@@ -1,9 +1,15 @@
 import { InvalidArgumentError, InvalidMessageError, VerificationError } from '../errors.ts';
-import type { ReduceGroup, StageHandle } from '../pipeline/index.ts';
+import { type Activation, isPassed, type ReduceGroup, type StageHandle } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { agree, type WorkRecord } from '../verify/index.ts';
 import type { Recorded, RemoteTrainStage } from './remote-train.ts';
 import type { JobVerifier } from './verifier.ts';
+
+/** Copies of a stage are each sent the tensor by the user: one passed between workers cannot reach them all. */
+function held(x: Activation): Tensor {
+  if (isPassed(x)) throw new InvalidArgumentError(`a redundant stage cannot take a tensor passed between workers (${x.key})`);
+  return x;
+}
 
 /** Whether two redundant results are the same: bit for bit on js (their records' hashes), within ORT_TOLERANCE on ort. */
 function sameResult(a: Recorded<Tensor | null>, b: Recorded<Tensor | null>): boolean {
@@ -99,12 +105,19 @@ export class RedundantStage implements StageHandle {
     await this.onFlag(lane, reason);
   }
 
-  forward(micro: number, input: Tensor): Promise<Tensor> {
-    return this.agreed(`forward of micro-batch ${micro}`, (l) => l.forwardRecorded(micro, input), sameResult);
+  /** Its worker's peer id when it is one worker that takes tensors from its neighbours (copies compare what they return). */
+  get direct(): string | undefined {
+    return this.lanes.length === 1 ? this.primary.direct : undefined;
   }
 
-  backward(micro: number, grad: Tensor): Promise<Tensor | null> {
-    return this.agreed(`backward of micro-batch ${micro}`, (l) => l.backwardRecorded(micro, grad), sameResult);
+  forward(micro: number, input: Activation, to?: string): Promise<Activation> {
+    if (this.lanes.length === 1) return this.primary.forward(micro, input, to);
+    return this.agreed(`forward of micro-batch ${micro}`, (l) => l.forwardRecorded(micro, held(input)) as Promise<Recorded<Tensor>>, sameResult);
+  }
+
+  backward(micro: number, grad: Activation, to?: string): Promise<Activation | null> {
+    if (this.lanes.length === 1) return this.primary.backward(micro, grad, to);
+    return this.agreed(`backward of micro-batch ${micro}`, (l) => l.backwardRecorded(micro, held(grad)) as Promise<Recorded<Tensor | null>>, sameResult);
   }
 
   gradSquares(names: readonly string[]): Promise<number[]> {

@@ -107,12 +107,19 @@ export class RemoteStage {
     return this.stream.status === 'open';
   }
 
-  /** Sends one request (a control frame and its tensors) and waits for its answer. */
-  async call(header: Record<string, unknown>, tensors: Tensor[], timeoutMs = STAGE_REQUEST_TIMEOUT_MS): Promise<RecordedFrame> {
+  /**
+   * Sends one request (a control frame and its tensors) and waits for its answer. The tensors
+   * go as float32 frames, or as the frames `tensors` makes for the request's id (an encoding).
+   */
+  async call(
+    header: Record<string, unknown>,
+    tensors: Tensor[] | ((id: number) => WireTensor[]),
+    timeoutMs = STAGE_REQUEST_TIMEOUT_MS,
+  ): Promise<RecordedFrame> {
     if (this.stream.status !== 'open') throw new PeerUnreachableError(`${this.peer}: the stage stream is ${this.stream.status}`);
     const { id, answer } = this.table.open(timeoutMs);
     try {
-      await this.send(id, header, tensors.map((t) => toWire(t, id)));
+      await this.send(id, header, typeof tensors === 'function' ? tensors(id) : tensors.map((t) => toWire(t, id)));
     } catch (cause) {
       this.table.reject(id, new PeerUnreachableError(`${this.peer}: cannot send on the stage stream`, { cause }));
     }

@@ -1,10 +1,18 @@
+import { randomBytes } from 'node:crypto';
 import {
-  parseGradSquares, parseMomentSteps, parseTrainReady, publicKeyOf, type StageAssignment, TRAIN_REQUEST_TIMEOUT_MS,
+  parseGradSquares, parseMomentSteps, parsePassedAnswer, parseTrainReady, publicKeyOf, type StageAssignment, TRAIN_REQUEST_TIMEOUT_MS,
+  type WireActivationCodec, type WireTensor,
 } from '../p2p/index.ts';
-import { REDUCE_TIMEOUT_MS, type ReduceGroup, type StageHandle } from '../pipeline/index.ts';
+import { type Activation, isPassed, REDUCE_TIMEOUT_MS, type ReduceGroup, type StageHandle } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
+import { asReceived, hopTensor, hopWire } from './hops.ts';
 import { checkRecord, hashTensors, parseRecord, type RecordKind, type WorkRecord } from '../verify/index.ts';
 import { controlAnswer, type RecordedFrame, recordOf, type RemoteStage, tensorAnswer } from './remote-stage.ts';
+import { InvalidMessageError } from '../errors.ts';
+
+/** Keys of tensors passed between workers: unique to this process and never reused (a stale pass is never taken for a new one). */
+const PASS_PREFIX = randomBytes(6).toString('hex');
+let passCount = 0;
 
 /** A result and the worker's signed record of it, checked on arrival. */
 export interface Recorded<T> {
@@ -33,6 +41,10 @@ export class RemoteTrainStage implements StageHandle {
   /** Other holders of its parameters name it by peer id; the worker finds the addresses in the job's assignment. */
   readonly address: string;
   readonly peerId: string;
+  /** Its peer id when its neighbours may pass it tensors directly (worker to worker); unset, every tensor goes through the user. */
+  direct: string | undefined = undefined;
+  /** How activations and their gradients travel to and from it (null: float32). */
+  codec: WireActivationCodec | null = null;
 
   constructor(
     readonly stage: RemoteStage,
@@ -46,13 +58,53 @@ export class RemoteTrainStage implements StageHandle {
     this.range = [worker.start, worker.end];
   }
 
-  private call(header: Record<string, unknown>, tensors: Tensor[] = [], timeoutMs = TRAIN_REQUEST_TIMEOUT_MS): Promise<RecordedFrame> {
+  private call(
+    header: Record<string, unknown>,
+    tensors: Tensor[] | ((id: number) => WireTensor[]) = [],
+    timeoutMs = TRAIN_REQUEST_TIMEOUT_MS,
+  ): Promise<RecordedFrame> {
     return this.stage.call(header, tensors, timeoutMs);
   }
 
   /** A forward's or backward's deadline: its input's tokens (batch × time). */
-  private timeout(t: Tensor): number {
+  private timeout(t: Activation): number {
     return this.deadline ? this.deadline((t.shape[0] ?? 1) * (t.shape[1] ?? 1)) : TRAIN_REQUEST_TIMEOUT_MS;
+  }
+
+  /**
+   * A forward's input or a backward's gradient as a request: sent with it (encoded by the codec),
+   * or named by the key a neighbour passed it under; with `to`, where the result goes on. `sent`
+   * is the hash the worker's record must name as its input: what it computes on.
+   */
+  private hop(input: Activation, to: string | undefined) {
+    const key = to ? `${PASS_PREFIX}-${++passCount}` : null;
+    const header = {
+      ...(isPassed(input) ? { from: input.key } : {}),
+      ...(to ? { to: { peer: to, key } } : {}),
+      ...(this.codec ? { codec: this.codec } : {}),
+    };
+    if (isPassed(input)) return { header, key, tensors: [] as Tensor[], sent: input.hash };
+    const codec = this.codec;
+    return { header, key, tensors: (id: number) => [hopWire(input, id, codec)], sent: hashTensors([asReceived(input, codec)]) };
+  }
+
+  /** A forward's or backward's result: the tensor (decoded), or where it went on; its record checked against it. */
+  private result(
+    frame: RecordedFrame,
+    what: string,
+    key: string | null,
+    check: (output: { output?: string; sent?: string }) => WorkRecord,
+  ): Recorded<Activation> {
+    if (key) {
+      const { shape } = parsePassedAnswer(controlAnswer(frame, what));
+      const record = check({});
+      return { value: { passed: true, key, hash: record.sent ?? record.output, shape }, record };
+    }
+    if (frame.kind !== 'tensor') throw new InvalidMessageError(`${what}: expected a tensor`);
+    const value = hopTensor(frame.tensor);
+    // a compressed result cannot be checked against the exact output its record names: against what it sent
+    const record = check(this.codec ? { sent: hashTensors([value]) } : { output: hashTensors([value]) });
+    return { value, record };
   }
 
   /** Parses and checks the record that came with an answer (a typed error if it is missing, forged or about something else). */
@@ -61,13 +113,13 @@ export class RemoteTrainStage implements StageHandle {
     kind: RecordKind,
     micro: number,
     input: string,
-    output: string | undefined,
+    output: { output?: string; sent?: string },
     from?: string,
   ): WorkRecord {
     const record = parseRecord(recordOf(frame));
     checkRecord(record, publicKeyOf(this.peerId), {
       job: this.stage.jobId, peer: this.peerId, kind, step: this.steps, micro, input, stage: this.range,
-      ...(output === undefined ? {} : { output }), ...(from === undefined ? {} : { from }), weights: this.chainWeights,
+      ...output, ...(from === undefined ? {} : { from }), weights: this.chainWeights,
     });
     this.chainWeights ??= record.weights;
     this.onRecord?.(this, record);
@@ -79,30 +131,33 @@ export class RemoteTrainStage implements StageHandle {
     this.names = parseTrainReady(controlAnswer(await this.call({ type: 'train-setup', ...options }), 'train-setup'));
   }
 
-  async forward(micro: number, input: Tensor): Promise<Tensor> {
-    return (await this.forwardRecorded(micro, input)).value;
+  async forward(micro: number, input: Activation, to?: string): Promise<Activation> {
+    return (await this.forwardRecorded(micro, input, to)).value;
   }
 
-  async forwardRecorded(micro: number, input: Tensor): Promise<Recorded<Tensor>> {
-    const frame = await this.call({ type: 'train-forward', micro }, [input], this.timeout(input));
-    const value = tensorAnswer(frame, 'train-forward');
-    const sent = hashTensors([input]);
-    const record = this.checked(frame, 'forward', micro, sent, hashTensors([value]));
+  /** A forward; with `to` (a neighbour's peer id) its output goes there and a `Passed` comes back. */
+  async forwardRecorded(micro: number, input: Activation, to?: string): Promise<Recorded<Activation>> {
+    const { header, key, tensors, sent } = this.hop(input, to);
+    const frame = await this.call({ type: 'train-forward', micro, ...header }, tensors, this.timeout(input));
+    const result = this.result(frame, 'train-forward', key, (output) => this.checked(frame, 'forward', micro, sent, output));
     this.sentInputs.set(micro, sent);
-    return { value, record };
+    return result;
   }
 
-  async backward(micro: number, grad: Tensor): Promise<Tensor | null> {
-    return (await this.backwardRecorded(micro, grad)).value;
+  async backward(micro: number, grad: Activation, to?: string): Promise<Activation | null> {
+    return (await this.backwardRecorded(micro, grad, to)).value;
   }
 
-  async backwardRecorded(micro: number, grad: Tensor): Promise<Recorded<Tensor | null>> {
-    const frame = await this.call({ type: 'train-backward', micro }, [grad], this.timeout(grad));
-    const value = frame.kind === 'tensor' ? tensorAnswer(frame, 'train-backward') : null;
+  async backwardRecorded(micro: number, grad: Activation, to?: string): Promise<Recorded<Activation | null>> {
+    const { header, key, tensors, sent } = this.hop(grad, to);
+    const frame = await this.call({ type: 'train-backward', micro, ...header }, tensors, this.timeout(grad));
     // its backward must differentiate the forward input this micro-batch was sent
     const from = this.sentInputs.get(micro);
     this.sentInputs.delete(micro);
-    return { value, record: this.checked(frame, 'backward', micro, hashTensors([grad]), value ? hashTensors([value]) : '', from) };
+    if (frame.kind === 'control' && (frame.message as { type?: unknown }).type === 'no-input-gradient') {
+      return { value: null, record: this.checked(frame, 'backward', micro, sent, { output: '' }, from) };
+    }
+    return this.result(frame, 'train-backward', key, (output) => this.checked(frame, 'backward', micro, sent, output, from));
   }
 
   async gradSquares(names: readonly string[]): Promise<number[]> {

@@ -29,6 +29,12 @@ export interface WorkFields {
   session?: string;
   input: string;
   output: string;
+  /**
+   * A training forward or backward whose result travelled compressed (fp16, int8): the hash of
+   * the result as its receiver decodes it. The receiver's record names this as its input, while
+   * `output` stays the exact result a re-run reproduces.
+   */
+  sent?: string;
   weights: string;
   grads?: string;
   state?: string;
@@ -61,7 +67,7 @@ export interface WorkRecord extends WorkFields {
 /** The order fields are signed in: the record's canonical form does not depend on how an object was built. */
 const FIELDS: readonly (keyof WorkFields)[] = [
   'job', 'step', 'micro', 'stage', 'kind', 'session', 'input', 'output', 'weights', 'grads', 'state', 'after', 'scale', 'lr', 'weightDecay',
-  'from', 'aux', 'config', 'flops', 'backend', 'peer', 'seq',
+  'from', 'aux', 'config', 'flops', 'backend', 'peer', 'seq', 'sent',
 ];
 
 /** The bytes a record's signature covers: its fields in a fixed order, as JSON. */
@@ -172,6 +178,7 @@ export function parseRecord(v: unknown): WorkRecord {
     session: m.session === undefined ? undefined : text(m.session, 'session'),
     input: text(m.input, 'input', HASH),
     output,
+    sent: hash(m.sent, 'sent', true),
     weights: text(m.weights, 'weights', HASH),
     grads: hash(m.grads, 'grads', true),
     state: hash(m.state, 'state', true),
@@ -201,8 +208,10 @@ export interface Expectation {
   micro: number;
   /** The hash of what it sent (the predecessor's output: the chain). */
   input?: string;
-  /** The hash of what came back. */
+  /** The hash of what came back (as computed: the record's `output`). */
   output?: string;
+  /** The hash of what came back as decoded after its codec (the record's `sent`). */
+  sent?: string;
   /** The weights the worker's last step produced (the chain across steps). */
   weights?: string;
   /** The section's global layer range the worker was assigned. */
@@ -236,6 +245,7 @@ export function checkRecord(record: WorkRecord, publicKey: Uint8Array, expect: E
   }
   if (expect.input !== undefined && record.input !== expect.input) fail('names an input other than the one it was sent');
   if (expect.output !== undefined && record.output !== expect.output) fail('names an output other than the one it returned');
+  if (expect.sent !== undefined && (record.sent ?? record.output) !== expect.sent) fail('names a sent result other than the one that came');
   if (expect.weights !== undefined && record.weights !== expect.weights) fail('names weights other than its last step produced');
   if (expect.stage !== undefined && (record.stage[0] !== expect.stage[0] || record.stage[1] !== expect.stage[1])) {
     fail(`is about layers [${record.stage}) while the worker holds [${expect.stage})`);

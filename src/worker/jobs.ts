@@ -1,3 +1,4 @@
+import type { PassInbox } from './passes.ts';
 import type { SectionCost, WorkRecord } from '../verify/index.ts';
 import type { TrainingRecords } from './records.ts';
 import type { PeerId } from '@libp2p/interface';
@@ -49,6 +50,8 @@ export interface Training {
   contribution: () => { hash: string; tensors: Map<string, Tensor> | null };
   /** Each micro-batch's forward input until its backward: its hash (the backward record names it) and, when kept, the tensor. */
   forwardInputs: Map<number, { hash: string; tensor: Tensor | null }>;
+  /** Tensors the job's neighbours passed here ahead of the requests that use them. */
+  passes: PassInbox;
 }
 
 /** An inference session: its KV cache and the bytes the budget counts for it. */

@@ -1,14 +1,16 @@
-import { InvalidMessageError } from '../../errors.ts';
+import { InvalidMessageError, PeerUnreachableError } from '../../errors.ts';
 import {
-  encodeControl, encodeTensor, expectTensors, fromWire, MAX_TENSORS_PER_REQUEST, parseGrads, parseMicro, parseName, parseNames,
-  parseReduce, parseSetMoments, parseStep, parseTrainSetup, sendMessage, STAGE_PROTOCOL, toWire,
+  encodeControl, encodeTensor, expectTensors, fromWire, MAX_TENSORS_PER_REQUEST, parseGrads, parseName, parseNames, parsePass,
+  parseReduce, parseSetMoments, parseStep, parseTrainCompute, parseTrainSetup, sendMessage, STAGE_PROTOCOL, type TrainCompute, toWire,
 } from '../../p2p/index.ts';
 import type { CausalLM } from '../../models/index.ts';
 import { GradientExchange, StageExecutor } from '../../pipeline/index.ts';
 import { getBackend, type Tensor } from '../../tensor/index.ts';
-import { gradsHash, hashTensors, sectionCost } from '../../verify/index.ts';
+import { gradsHash, hashTensors, sectionCost, type WorkRecord } from '../../verify/index.ts';
+import { asReceived, hopTensor, hopWire } from '../hops.ts';
+import { PassInbox } from '../passes.ts';
 import { TrainingRecords } from '../records.ts';
-import { control, NONE, sectionOf, type StageHandler, type StageRequest, trainingOf } from './types.ts';
+import { control, NONE, sectionOf, type StageContext, type StageHandler, type StageReply, type StageRequest, trainingOf } from './types.ts';
 
 /**
  * Bytes a micro-batch of shape [B, T] keeps for its backward in a section: per block about
@@ -27,6 +29,37 @@ export function activationBytes(model: CausalLM, shape: readonly number[], recom
 function one(r: StageRequest) {
   return fromWire(expectTensors(r.type, r.tensors, 1)[0]);
 }
+
+/** A forward's input or a backward's gradient: with the request, or passed here by a neighbour under `from`. */
+async function hopInput(r: StageRequest, hop: TrainCompute, passes: PassInbox): Promise<Tensor> {
+  if (hop.from === null) return hopTensor(expectTensors(r.type, r.tensors, 1)[0]);
+  expectTensors(r.type, r.tensors, 0);
+  return passes.take(hop.from);
+}
+
+/**
+ * A result that goes on to a neighbour of the job (`to`) as a train-pass, before the owner is
+ * answered with its record and shape; otherwise the result itself is the answer.
+ */
+async function sendOn(r: StageRequest, hop: TrainCompute, result: Tensor, record: WorkRecord, context: StageContext): Promise<StageReply> {
+  if (!hop.to) return { kind: 'tensor', tensor: result, record, codec: hop.codec };
+  // only to a worker of the job's own assignment: the owner cannot make a worker dial anyone else
+  const target = context.jobs.peerOf(r.job, hop.to.peer);
+  const id = ++passes;
+  const header = encodeControl({ type: 'train-pass', id, jobId: r.job.jobId, key: hop.to.key, tensors: 1 });
+  try {
+    const stream = await context.peers.to(target, STAGE_PROTOCOL);
+    await sendMessage(stream, [header, ...encodeTensor(hopWire(result, id, hop.codec))], { stallMs: context.stallMs });
+  } catch (cause) {
+    // the neighbour is the one that failed: the owner is told which, and blames it
+    const text = cause instanceof Error ? cause.message : String(cause);
+    throw new PeerUnreachableError(`cannot pass the result on to ${hop.to.peer}: ${text}`, { details: { about: hop.to.peer }, cause });
+  }
+  return control('passed', { record, shape: result.shape });
+}
+
+/** Ids of the train-pass messages this worker sent (each the answer nobody waits for). */
+let passes = 0;
 
 /**
  * The training side of the stage protocol, on a loaded section: a StageExecutor per job
@@ -70,18 +103,20 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const records = new TrainingRecords(job.jobId, section.range, signer, backend, executor, request.keepState, setup, account);
       section.training = {
         executor, exchange: new GradientExchange(), kept: new Map(), recompute: request.recompute, records,
-        contribution: () => contribution, forwardInputs: new Map(),
+        contribution: () => contribution, forwardInputs: new Map(), passes: new PassInbox(),
       };
       return control('train-ready', { names: [...executor.named.keys()] });
     },
   },
   'train-forward': {
     maxTensors: 1,
-    run: async (r, { work, memory, fault }) => {
-      if (fault) await fault.delay();
-      const input = one(r);
+    run: async (r, context) => {
+      const { work, memory, fault } = context;
+      const hop = parseTrainCompute(r.body);
       const training = trainingOf(r.job);
-      const micro = parseMicro(r.body);
+      const input = await hopInput(r, hop, training.passes);
+      if (fault) await fault.delay();
+      const micro = hop.micro;
       // what this micro-batch keeps for its backward is counted before the forward runs
       const kept = activationBytes(sectionOf(r.job).model, input.shape, training.recompute);
       memory.add(r.job.jobId, 'activations', kept - (training.kept.get(micro) ?? 0), `the activations of micro-batch ${micro}`);
@@ -89,39 +124,56 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const honest = training.executor.forward(micro, input);
       const tensor = fault ? fault.output('forward', honest, input) : honest;
       const { records } = training;
-      const record = records.sign({ kind: 'forward', micro, input: hashTensors([input]), output: hashTensors([tensor]), weights: records.weightsHash() }, input.shape[0] * input.shape[1]);
+      const sent = hop.codec ? { sent: hashTensors([asReceived(tensor, hop.codec)]) } : {};
+      const record = records.sign(
+        { kind: 'forward', micro, input: hashTensors([input]), output: hashTensors([tensor]), ...sent, weights: records.weightsHash() },
+        input.shape[0] * input.shape[1],
+      );
       training.forwardInputs.set(micro, { hash: record.input, tensor: records.keepState ? input.detach().clone() : null });
       // the output is kept without its graph, which would hold the forward's activations for as long
       records.keep({ record, input: training.forwardInputs.get(micro)!.tensor!, ...(record.backend === 'js' ? {} : { output: tensor.detach() }) });
       work.trainForwards++;
       work.trainTokens += input.shape[0] * input.shape[1];
-      return { kind: 'tensor', tensor, record };
+      return sendOn(r, hop, tensor, record, context);
     },
   },
   'train-backward': {
     maxTensors: 1,
-    run: async (r, { work, memory, fault }) => {
-      if (fault) await fault.delay();
+    run: async (r, context) => {
+      const { work, memory, fault } = context;
+      const hop = parseTrainCompute(r.body);
       const training = trainingOf(r.job);
-      const micro = parseMicro(r.body);
+      const micro = hop.micro;
       const { records } = training;
+      if (!training.forwardInputs.has(micro)) throw new InvalidMessageError(`backward of micro-batch ${micro} before its forward`);
+      const grad = await hopInput(r, hop, training.passes);
+      if (fault) await fault.delay();
       const forward = training.forwardInputs.get(micro);
       if (!forward) throw new InvalidMessageError(`backward of micro-batch ${micro} before its forward`);
-      const grad = one(r);
       const honest = training.executor.backward(micro, grad);
       const g: Tensor | null = honest && fault ? fault.output('backward', honest, grad) : honest;
       memory.add(r.job.jobId, 'activations', -(training.kept.get(micro) ?? 0), 'a backward');
       training.kept.delete(micro);
       training.forwardInputs.delete(micro);
       const { hash, tensors } = training.contribution();
+      const sent = g && hop.codec ? { sent: hashTensors([asReceived(g, hop.codec)]) } : {};
       const record = records.sign({
-        kind: 'backward', micro, input: hashTensors([grad]), output: g ? hashTensors([g]) : '', grads: hash, from: forward.hash,
+        kind: 'backward', micro, input: hashTensors([grad]), output: g ? hashTensors([g]) : '', ...sent, grads: hash, from: forward.hash,
         weights: records.weightsHash(),
       }, grad.shape[0] * grad.shape[1]);
       const ort = record.backend !== 'js' ? { ...(g ? { output: g } : {}), ...(tensors ? { contribution: tensors } : {}) } : {};
       records.keep({ record, input: forward.tensor!, grad, ...ort });
       work.trainBackwards++;
-      return g ? { kind: 'tensor', tensor: g, record } : control('no-input-gradient', { record });
+      return g ? sendOn(r, hop, g, record, context) : control('no-input-gradient', { record });
+    },
+  },
+  'train-pass': {
+    delegates: true,
+    maxTensors: 1,
+    run: (r) => {
+      const { key } = parsePass(r.body);
+      trainingOf(r.job).passes.deliver(key, hopTensor(expectTensors(r.type, r.tensors, 1)[0]));
+      return NONE;
     },
   },
   'grad-squares': {
@@ -198,8 +250,9 @@ export const trainingHandlers: Record<string, StageHandler> = {
   },
   'train-reset': {
     run: ({ job }, { memory }) => {
-      const { executor, exchange, kept, records, forwardInputs } = trainingOf(job);
+      const { executor, exchange, kept, records, forwardInputs, passes } = trainingOf(job);
       executor.reset();
+      passes.clear();
       records.dropStep();
       forwardInputs.clear();
       exchange.clear();

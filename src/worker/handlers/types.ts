@@ -1,6 +1,6 @@
 import type { PeerId } from '@libp2p/interface';
 import { InvalidMessageError } from '../../errors.ts';
-import type { WireTensor, WorkCounters } from '../../p2p/index.ts';
+import type { WireActivationCodec, WireTensor, WorkCounters } from '../../p2p/index.ts';
 import type { Tensor } from '../../tensor/index.ts';
 import type { RecordSigner, WorkRecord } from '../../verify/index.ts';
 import type { ChunkStore } from '../chunk-store.ts';
@@ -40,7 +40,8 @@ export interface StageRequest {
   bindToStream(): void;
 }
 
-export type StageReply = { kind: 'tensor'; tensor: Tensor; record?: WorkRecord } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
+export type StageReply
+  = | { kind: 'tensor'; tensor: Tensor; record?: WorkRecord; codec?: WireActivationCodec | null } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
 
 export interface StageHandler {
   /** Whether peers the owner delegated (the previous stage of a chain, a replica) may send it; otherwise the owner only. */

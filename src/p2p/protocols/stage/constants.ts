@@ -31,6 +31,14 @@ export const MAX_KEY_LENGTH = 128;
 export const STAGE_REQUEST_TIMEOUT_MS = 30_000;
 /** How long one training request may take on a worker (a forward or backward of a big section). */
 export const TRAIN_REQUEST_TIMEOUT_MS = 300_000;
+/**
+ * Tensors a training job's neighbours may pass to a worker ahead of the requests that use them:
+ * at most one per micro-batch and direction is waiting in a healthy step (a step has far fewer
+ * than 128 micro-batches); a flood beyond this is refused.
+ */
+export const MAX_PASSES_WAITING = 256;
+/** How long a request waits for the tensor a neighbour passes it (the user's deadline for the request usually ends it first). */
+export const PASS_WAIT_MS = 300_000;
 /** Weights travel in chunks of at most this many bytes, each named by its sha256: a request amortised, a load resumable. */
 export const CHUNK_BYTES = 4 * 1024 * 1024;
 /** Chunks one weight may have: 2^20 × 4 MiB = 4 TiB, far beyond any single tensor. */

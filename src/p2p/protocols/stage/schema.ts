@@ -31,6 +31,13 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  * Training (owner; `grads` also from the job's other holders):
  *   train-setup {lr, weightDecay?, recompute?, peers} → train-ready {names}
  *   train-forward {micro} + input → output      train-backward {micro} + gradient → input gradient | no-input-gradient
+ *              Either may take `from: KEY` instead of the tensor (a neighbour passed it here under
+ *              KEY) and `to: {peer, key}`: the result goes to that worker of the job as a train-pass
+ *              and the answer is `passed {record, shape}`. `codec: 'fp16' | 'int8'` says how the
+ *              result travels (fp16: a float16 tensor; int8: an int8 tensor [..., 4 + cols], each row
+ *              its float32 scale's 4 bytes and its values); a hop's tensor says by its dtype how it
+ *              was encoded (token ids are never encoded).
+ *   train-pass {key} + tensor → nothing  (from the job's other workers: a tensor ahead of its request)
  *   grad-squares {names} → {values}             reduce {key, names, peers, index} → reduced
  *   grads {key, index} + gradients → nothing    step {scale, lr} → stepped
  *   weight {name} → tensor                      moment-steps {names} → {steps}
@@ -46,7 +53,7 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
 export const LOAD_REQUESTS = ['load', 'manifest', 'chunk', 'assemble', 'assign'] as const;
 export const INFERENCE_REQUESTS = ['forward', 'session-status', 'close'] as const;
 export const TRAINING_REQUESTS = [
-  'train-setup', 'train-forward', 'train-backward', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'moment-steps', 'moments', 'set-moments', 'train-reset',
+  'train-setup', 'train-forward', 'train-backward', 'train-pass', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'moment-steps', 'moments', 'set-moments', 'train-reset',
 ] as const;
 export const AUDIT_REQUESTS = ['audit-index', 'audit-part'] as const;
 export const AUDIT_PARTS = ['weight', 'input', 'grad', 'output', 'grads', 'moments', 'positions', 'mask', 'contribution'] as const;
@@ -181,6 +188,47 @@ export function parseName(v: unknown): string {
 
 export function parseMicro(m: Record<string, unknown>): number {
   return int(m.micro, 'micro', 0, 1_000_000);
+}
+
+/** How activations and their gradients may travel on a training hop: float16, or int8 with a float32 scale per row. */
+export const WIRE_ACTIVATION_CODECS = ['fp16', 'int8'] as const;
+export type WireActivationCodec = (typeof WIRE_ACTIVATION_CODECS)[number];
+
+function parseCodec(v: unknown): WireActivationCodec | null {
+  if (v === undefined) return null;
+  if (!WIRE_ACTIVATION_CODECS.includes(v as WireActivationCodec)) fail(`codec must be one of ${WIRE_ACTIVATION_CODECS.join(', ')}`);
+  return v as WireActivationCodec;
+}
+
+/** A training forward's or backward's routing: its tensor from a neighbour, its result to one, and how tensors travel. */
+export interface TrainCompute {
+  micro: number;
+  /** The key a neighbour passed the input (or gradient) under; null when it comes with the request. */
+  from: string | null;
+  /** Where the result goes instead of back: a worker of the job's assignment, and the key to pass it under. */
+  to: { peer: string; key: string } | null;
+  codec: WireActivationCodec | null;
+}
+
+export function parseTrainCompute(m: Record<string, unknown>): TrainCompute {
+  const to = m.to === undefined ? null : obj(m.to, 'to');
+  return {
+    micro: parseMicro(m),
+    from: m.from === undefined ? null : str(m.from, 'from', MAX_KEY_LENGTH),
+    to: to ? { peer: peerIdText(to.peer, 'to.peer'), key: str(to.key, 'to.key', MAX_KEY_LENGTH) } : null,
+    codec: parseCodec(m.codec),
+  };
+}
+
+export function parsePass(m: Record<string, unknown>): { key: string } {
+  return { key: str(m.key, 'key', MAX_KEY_LENGTH) };
+}
+
+/** A `passed` answer: the result went on to another worker; its shape comes back with the record. */
+export function parsePassedAnswer(m: Record<string, unknown>): { shape: number[] } {
+  if (m.type !== 'passed') fail(`expected a passed answer, got ${String(m.type)}`);
+  const shape = list(m.shape, 'shape', 8, (d, what) => int(d, what, 0, 2 ** 31));
+  return { shape };
 }
 
 export interface TrainSetupRequest {
