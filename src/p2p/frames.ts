@@ -14,9 +14,10 @@ export const FRAME_CONTROL = 1;
 export const FRAME_TENSOR = 2;
 
 /** dtype codes on the wire. */
-export const WIRE_DTYPES = ['float32', 'float64', 'int32', 'float16', 'bfloat16', 'int8'] as const;
+/** int8: activations quantised per row (with their scales); uint8: opaque bytes of a codec (compressed gradients). */
+export const WIRE_DTYPES = ['float32', 'float64', 'int32', 'float16', 'bfloat16', 'int8', 'uint8'] as const;
 export type WireDType = (typeof WIRE_DTYPES)[number];
-const WIDTH: Record<WireDType, number> = { float32: 4, float64: 8, int32: 4, float16: 2, bfloat16: 2, int8: 1 };
+const WIDTH: Record<WireDType, number> = { float32: 4, float64: 8, int32: 4, float16: 2, bfloat16: 2, int8: 1, uint8: 1 };
 
 /** A tensor as the network sees it: no engine types, just a dtype, a shape and bytes. */
 export interface WireTensor {

@@ -101,6 +101,36 @@ export interface WorkCounters {
   weightBytesReused: number;
 }
 
+/** Bytes a job moved, by what they carried (each side counts what it sends: the user and every worker add up to the job's traffic). */
+export interface Traffic {
+  /** Activations and their gradients on pipeline hops (user ↔ worker and worker ↔ worker). */
+  activations: number;
+  /** Gradients exchanged among the holders of the same parameters (replicas). */
+  gradients: number;
+  /** Weights and optimizer state: loads, copies for failover, weights pulled back. */
+  weights: number;
+  /** Control frames: requests, answers, records. */
+  control: number;
+}
+
+export const TRAFFIC_KINDS = ['activations', 'gradients', 'weights', 'control'] as const;
+
+export function newTraffic(): Traffic {
+  return { activations: 0, gradients: 0, weights: 0, control: 0 };
+}
+
+export function parseTraffic(v: unknown): Traffic {
+  const o = obj(v, 'traffic');
+  const n = (k: keyof Traffic) => finite(o[k], `traffic.${k}`, 0);
+  return { activations: n('activations'), gradients: n('gradients'), weights: n('weights'), control: n('control') };
+}
+
+/** Adds `b` into `a`. */
+export function addTraffic(a: Traffic, b: Traffic): Traffic {
+  for (const k of TRAFFIC_KINDS) a[k] += b[k];
+  return a;
+}
+
 /** Limits of the vocabulary, each with its reason. */
 export const VOCABULARY_LIMITS = {
   /** A peer listens on a few interfaces and transports; 32 leaves room for IPv6 and relays. */

@@ -13,6 +13,22 @@ export interface ReduceGroup {
   index: number;
 }
 
+/**
+ * How a holder's gradients travel to the other holders of its group when they are compressed
+ * (DCT top-k with error feedback, src/compress): `encode` gives the bytes sent for one
+ * parameter's gradient and what every holder decodes from them (this holder adds the same);
+ * `decode` restores a dense gradient from another holder's bytes.
+ */
+export interface GradientCodec {
+  encode(name: string, grad: Tensor): { bytes: Uint8Array; own: Tensor };
+  decode(name: string, bytes: Uint8Array): Tensor;
+  /** Drops what a failed step encoded (its error feedback), so a retried step starts from the same state. */
+  reset?(): void;
+}
+
+/** Gradients as they came from one holder: dense tensors, or a codec's bytes per parameter. */
+export type GradientPayload = Tensor[] | Uint8Array[];
+
 /** Reductions a stage may have waiting for its peers at once. */
 const MAX_PENDING = 64;
 export const REDUCE_TIMEOUT_MS = 60_000;
@@ -25,13 +41,35 @@ export const REDUCE_TIMEOUT_MS = 60_000;
  * whole batch's gradient: w ← Σ_j α_ij w_j with α = 1 over the replicas' contributions.
  */
 export class GradientExchange {
-  private readonly inbox = new Map<string, Map<number, Tensor[]>>();
+  private readonly inbox = new Map<string, Map<number, GradientPayload>>();
   private readonly wake = new Map<string, () => void>();
+  /** Bytes of gradients this holder sent to others (dense float32, or the codec's). */
+  sentBytes = 0;
+
+  /** `codec`: gradients travel compressed (null: dense float32, summed exactly). */
+  constructor(private readonly codec: GradientCodec | null = null) {}
 
   /** Forgets every reduction under way (a step that failed is reset). */
   clear(): void {
     this.inbox.clear();
     this.wake.clear();
+  }
+
+  /** This holder's gradients as sent, and as every holder adds them. */
+  private encode(names: readonly string[], grads: Tensor[]): { payload: GradientPayload; own: Tensor[] } {
+    const codec = this.codec;
+    if (!codec) return { payload: grads, own: grads };
+    const encoded = names.map((n, i) => codec.encode(n, grads[i]));
+    return { payload: encoded.map((e) => e.bytes), own: encoded.map((e) => e.own) };
+  }
+
+  /** Another holder's gradient of `name` (j-th of the group) as a dense tensor. */
+  private dense(payload: GradientPayload, j: number, name: string): Tensor | undefined {
+    const item = payload[j];
+    if (item === undefined) return undefined;
+    if (!(item instanceof Uint8Array)) return item;
+    if (!this.codec) throw new InvalidArgumentError(`'${name}' arrived compressed, and this holder does not compress gradients`);
+    return this.codec.decode(name, item);
   }
 
   /** Waits until `count` other holders' gradients of `key` arrived. */
@@ -53,7 +91,7 @@ export class GradientExchange {
   }
 
   /** Gradients from holder `index` of group `key`. */
-  deliver(key: string, index: number, grads: Tensor[]): void {
+  deliver(key: string, index: number, grads: GradientPayload): void {
     let got = this.inbox.get(key);
     if (!got) {
       if (this.inbox.size >= MAX_PENDING) throw new InvalidArgumentError(`more than ${MAX_PENDING} reductions pending`);
@@ -72,27 +110,36 @@ export class GradientExchange {
   async reduce(
     executor: StageExecutor,
     group: ReduceGroup,
-    send: (peer: string, grads: Tensor[]) => Promise<void>,
+    send: (peer: string, grads: GradientPayload) => Promise<void>,
     timeoutMs = REDUCE_TIMEOUT_MS,
   ): Promise<void> {
-    const mine = executor.grads(group.names);
+    const { payload, own } = this.encode(group.names, executor.grads(group.names));
     const others = group.peers.length - 1;
+    const size = payload.reduce((sum: number, p: Tensor | Uint8Array) => sum + (p instanceof Uint8Array ? p.byteLength : 4 * p.size), 0);
     try {
-      await Promise.all(group.peers.map((peer, i) => (i === group.index ? undefined : send(peer, mine))));
+      await Promise.all(group.peers.map((peer, i) => (i === group.index
+        ? undefined
+        : send(peer, payload).then(() => {
+            this.sentBytes += size;
+          }))));
       await this.arrival(group.key, others, timeoutMs);
     } catch (err) {
       this.inbox.delete(group.key); // a failed reduction holds no slot: the step is retried under a new key
       throw err;
     }
-    const got = this.inbox.get(group.key) ?? new Map<number, Tensor[]>();
+    const got = this.inbox.get(group.key) ?? new Map<number, GradientPayload>();
     this.inbox.delete(group.key);
-    got.set(group.index, mine);
+    got.set(group.index, own);
+    const at = (i: number, j: number, name: string) => {
+      const p = got.get(i);
+      return p && this.dense(p, j, name);
+    };
     const sums = group.names.map((name, j) => {
-      const first = got.get(0)?.[j];
+      const first = at(0, j, name);
       if (!first) throw new InvalidArgumentError(`no gradient of '${name}' from holder 0 of ${group.key}`);
       const acc = new Float32Array(first.data);
       for (let i = 1; i < group.peers.length; i++) {
-        const g = got.get(i)?.[j];
+        const g = at(i, j, name);
         if (!g || g.size !== acc.length) throw new InvalidArgumentError(`holder ${i} sent a gradient of '${name}' of the wrong size`);
         const d = g.data;
         for (let e = 0; e < acc.length; e++) acc[e] += d[e];

@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
 import type { StageExecutor } from './executor.ts';
-import { GradientExchange, type ReduceGroup } from './exchange.ts';
+import { type GradientCodec, GradientExchange, type GradientPayload, type ReduceGroup } from './exchange.ts';
 import { type Activation, isPassed, type StageHandle } from './handle.ts';
 
 const stages = new Map<string, LocalStage>();
@@ -25,12 +25,15 @@ function held(x: Activation): Tensor {
 export class LocalStage implements StageHandle {
   readonly address = `memory:${++counter}`;
   readonly names: readonly string[];
-  private readonly exchange = new GradientExchange();
+  private readonly exchange: GradientExchange;
 
   constructor(
     readonly executor: StageExecutor,
     readonly label = 'this machine',
+    /** How its gradients travel to the other holders of its parameters (null: dense float32). */
+    codec: GradientCodec | null = null,
   ) {
+    this.exchange = new GradientExchange(codec);
     this.names = [...executor.named.keys()];
     stages.set(this.address, this);
   }
@@ -52,7 +55,8 @@ export class LocalStage implements StageHandle {
     await this.exchange.reduce(this.executor, group, async (peer, grads) => {
       const other = stages.get(peer);
       if (!other) throw new InvalidArgumentError(`no stage at ${peer} in this process`);
-      other.exchange.deliver(group.key, group.index, grads.map(copy));
+      const copied = grads.map((g: Tensor | Uint8Array) => (g instanceof Uint8Array ? g.slice() : copy(g)));
+      other.exchange.deliver(group.key, group.index, copied as GradientPayload);
     });
   }
 

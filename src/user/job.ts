@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
+import { checkDctTopk, type DctTopkOptions } from '../compress/index.ts';
 import { InvalidArgumentError, StageFailedError, VerificationError } from '../errors.ts';
 import {
   type CausalLM, configToHF, defaultPositions, type GenerateOptions, generateWith, layerParameters, runLayers, type StepModel,
   saveModelStreamed,
 } from '../models/index.ts';
-import { type PeerTarget, request, type StageAssignment } from '../p2p/index.ts';
+import { addTraffic, newTraffic, type PeerTarget, request, type StageAssignment, type Traffic } from '../p2p/index.ts';
 import { type PipelineStage, PipelineTrainer, type ScheduleName, userEnds } from '../pipeline/index.ts';
 import type { Plan } from '../plan/index.ts';
 import { noGrad, type Tensor, tensor } from '../tensor/index.ts';
@@ -97,6 +98,11 @@ export interface DistributedTrainerOptions {
   relay?: boolean;
   /** How activations and their gradients travel on every hop: float16, or int8 with a scale per row (default: float32). */
   compressActivations?: 'fp16' | 'int8';
+  /**
+   * Replicas exchange their gradients DCT top-k compressed with error feedback (Templar, DeMo):
+   * k coefficients kept per chunk × chunk block, values at `bits` (default: dense float32, exact).
+   */
+  compressGrads?: DctTopkOptions;
 }
 
 /**
@@ -258,6 +264,20 @@ export class DistributedJob implements DistributedModel {
 
   /** The optimizer every holder runs (re-execution runs the same), once trainer() ran. */
   optimizerSettings: { lr: number; weightDecay?: number } | null = null;
+
+  /**
+   * Bytes the job moved so far, by kind: what this user sent to its workers and what each worker
+   * reported sending at its last step (hops, gradients among replicas, weights, control).
+   * Workers the job left (failover) are no longer counted.
+   */
+  traffic(): Traffic {
+    const total = newTraffic();
+    for (const s of this.sections.flat()) addTraffic(total, s.remote.traffic);
+    for (const st of this.pipeline?.stages ?? []) {
+      for (const h of st.replicas) if (h instanceof RedundantStage) for (const lane of h.lanes) addTraffic(total, lane.workerTraffic);
+    }
+    return total;
+  }
 
   /** What verification has done in this job so far. */
   get verification(): VerificationSummary | null {
@@ -747,7 +767,8 @@ export class DistributedJob implements DistributedModel {
     const deadline = (i: number) => (tokens: number) => deadlineMs((3 * (this.plan.stages[i]?.seconds ?? 0) * tokens) / this.planTokens);
     const handles = this.sections.map((copies, i) =>
       copies.map((s) => new RemoteTrainStage(s.remote, s.where, `worker ${s.where.peerId}, layers ${s.where.start}–${s.where.end - 1}`, deadline(i))));
-    await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState: verifier.keepsState, peers })));
+    const compressGrads = o.compressGrads ? { compressGrads: checkDctTopk(o.compressGrads) } : {};
+    await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState: verifier.keepsState, peers, ...compressGrads })));
     for (const h of handles.flat()) {
       if (!o.relay) h.direct = h.peerId;
       h.codec = o.compressActivations ?? null;

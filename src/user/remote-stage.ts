@@ -5,10 +5,13 @@ import {
   dialProtocol, encodeControl, encodeTensor, errorFromWire, type Frame, fromWire, isWireError,
   parseLoadedAnswer, parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL,
   STAGE_REQUEST_TIMEOUT_MS, TRAIN_REQUEST_TIMEOUT_MS,
-  type StageAssignment, targetName, toWire, type WireTensor,
+  type StageAssignment, targetName, toWire, type Traffic, newTraffic, type WireTensor,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import type { SectionSource } from './section-source.ts';
+
+/** Requests whose tensors are weights or optimizer state (the others carry activations). */
+const WEIGHT_REQUESTS = new Set(['chunk', 'set-moments']);
 
 /** The control answer of a request (a typed error when a tensor came instead). */
 export function controlAnswer(frame: Frame, what: string): Record<string, unknown> {
@@ -70,6 +73,8 @@ export interface LoadResult {
  */
 export class RemoteStage {
   private readonly table: RequestTable<RecordedFrame>;
+  /** Bytes this user sent on the stage stream, by kind (the worker counts what it sends). */
+  readonly traffic: Traffic = newTraffic();
 
   private constructor(
     readonly peer: string,
@@ -128,8 +133,15 @@ export class RemoteStage {
 
   /** Sends one request: its header (with id, job and tensor count) and its tensors, nothing in between. */
   private async send(id: number, header: Record<string, unknown>, tensors: WireTensor[], signal?: AbortSignal): Promise<void> {
-    const parts = tensors.flatMap((t) => encodeTensor(t));
-    await sendMessage(this.stream, [encodeControl({ ...header, id, jobId: this.jobId, tensors: tensors.length }), ...parts], { signal });
+    const frames = tensors.map((t) => encodeTensor(t));
+    const head = encodeControl({ ...header, id, jobId: this.jobId, tensors: tensors.length });
+    this.traffic.control += head.byteLength;
+    const kind = WEIGHT_REQUESTS.has(String(header.type)) ? 'weights' : 'activations';
+    for (const [h, payload] of frames) {
+      this.traffic.control += h.byteLength;
+      this.traffic[kind] += payload.byteLength;
+    }
+    await sendMessage(this.stream, [head, ...frames.flat()], { signal });
   }
 
   /**

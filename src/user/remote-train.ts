@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import {
   parseGradSquares, parseMomentSteps, parsePassedAnswer, parseTrainReady, publicKeyOf, type StageAssignment, TRAIN_REQUEST_TIMEOUT_MS,
-  type WireActivationCodec, type WireTensor,
+  type Traffic, newTraffic, parseTraffic, type WireActivationCodec, type WireTensor,
 } from '../p2p/index.ts';
 import { type Activation, isPassed, REDUCE_TIMEOUT_MS, type ReduceGroup, type StageHandle } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
@@ -43,6 +43,8 @@ export class RemoteTrainStage implements StageHandle {
   readonly peerId: string;
   /** Its peer id when its neighbours may pass it tensors directly (worker to worker); unset, every tensor goes through the user. */
   direct: string | undefined = undefined;
+  /** Bytes the worker sent for the job, as it reported at its last step. */
+  workerTraffic: Traffic = newTraffic();
   /** How activations and their gradients travel to and from it (null: float32). */
   codec: WireActivationCodec | null = null;
 
@@ -127,7 +129,14 @@ export class RemoteTrainStage implements StageHandle {
   }
 
   /** Creates the worker's optimizer for its section; `peers` (peer ids) may send it gradients (replicas, a tied head). */
-  async setup(options: { lr: number; weightDecay?: number; recompute?: boolean; keepState?: boolean; peers: string[] }): Promise<void> {
+  async setup(options: {
+    lr: number;
+    weightDecay?: number;
+    recompute?: boolean;
+    keepState?: boolean;
+    peers: string[];
+    compressGrads?: { k: number; chunk: number; bits: number };
+  }): Promise<void> {
     this.names = parseTrainReady(controlAnswer(await this.call({ type: 'train-setup', ...options }), 'train-setup'));
   }
 
@@ -175,6 +184,8 @@ export class RemoteTrainStage implements StageHandle {
   /** The optimizer step and its record: the gradients, optimizer state before and after, the weights after. */
   async stepRecorded(scale: number, lr: number): Promise<WorkRecord> {
     const frame = await this.call({ type: 'step', scale, lr });
+    const answer = controlAnswer(frame, 'step');
+    if (answer.traffic !== undefined) this.workerTraffic = parseTraffic(answer.traffic);
     const record = parseRecord(recordOf(frame));
     checkRecord(record, publicKeyOf(this.peerId), {
       job: this.stage.jobId, peer: this.peerId, kind: 'step', step: this.steps, micro: 0, weights: this.chainWeights, stage: this.range, lr, scale,

@@ -4,7 +4,7 @@ import type { TrainingRecords } from './records.ts';
 import type { PeerId } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../errors.ts';
 import type { CausalLM, KVCache } from '../models/index.ts';
-import { parseJobId, type PeerTarget, type StageAssignment, type WeightEntry } from '../p2p/index.ts';
+import { newTraffic, parseJobId, type PeerTarget, type StageAssignment, type Traffic, type WeightEntry } from '../p2p/index.ts';
 import type { GradientExchange, StageExecutor } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import type { MemoryBudget } from './memory.ts';
@@ -98,6 +98,14 @@ export interface JobEntry {
   openedAt: number;
   loading?: Loading;
   section?: Section;
+  /** Bytes this worker sent for the job (its owner adds them to its own for the job's traffic). */
+  traffic: Traffic;
+}
+
+/** Counts frames this worker sends for a job: `kind` for tensor frames' bytes, their headers and control frames as control. */
+export function countSent(job: JobEntry, kind: keyof Traffic, control: Uint8Array[], tensors: Uint8Array[] = []): void {
+  for (const c of control) job.traffic.control += c.byteLength;
+  for (const t of tensors) job.traffic[kind] += t.byteLength;
 }
 
 /**
@@ -121,7 +129,8 @@ export class JobTable {
     }
     if (this.jobs.size >= MAX_JOBS_PER_WORKER) throw new InvalidArgumentError(`this worker already holds ${MAX_JOBS_PER_WORKER} jobs`);
     const entry: JobEntry = {
-      jobId: id, owner: from.toString(), delegates: new Set(), verifiers: new Set(), assignment: [], openedAt: Date.now(),
+      jobId: id, owner: from.toString(), delegates: new Set(), verifiers: new Set(), assignment: [],
+      openedAt: Date.now(), traffic: newTraffic(),
     };
     this.jobs.set(id, entry);
     return entry;

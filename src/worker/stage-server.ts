@@ -15,10 +15,13 @@ import { inferenceHandlers } from './handlers/infer.ts';
 import { loadHandlers } from './handlers/load.ts';
 import { trainingHandlers } from './handlers/train.ts';
 import type { StageContext, StageHandler } from './handlers/types.ts';
-import type { JobEntry, JobTable } from './jobs.ts';
+import { countSent, type JobEntry, type JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
 import type { ModelIndex } from './model-index.ts';
 import { PeerStreams } from './peer-streams.ts';
+
+/** Requests whose tensor answer is weights or optimizer state (the rest answer with activations). */
+const WEIGHT_ANSWERS = new Set(['weight', 'moments']);
 
 /** Every stage request type and its handler: the one dispatch table of the stage protocol. */
 const HANDLERS: Record<string, StageHandler> = { ...loadHandlers, ...inferenceHandlers, ...trainingHandlers, ...auditHandlers };
@@ -156,8 +159,14 @@ function serveStream(
       if (reply.kind === 'tensor') {
         // a result's record travels just before it, under the same id
         const record = reply.record ? [encodeControl({ type: 'record', id: envelope.id, record: reply.record })] : [];
-        await sendMessage(stream, [...record, ...encodeTensor(hopWire(reply.tensor, envelope.id, reply.codec ?? null))], { stallMs });
-      } else if (reply.kind === 'control') await sendMessage(stream, [encodeControl({ ...reply.message, id: envelope.id })], { stallMs });
+        const [head, payload] = encodeTensor(hopWire(reply.tensor, envelope.id, reply.codec ?? null));
+        countSent(job, WEIGHT_ANSWERS.has(envelope.type) ? 'weights' : 'activations', [...record, head], [payload]);
+        await sendMessage(stream, [...record, head, payload], { stallMs });
+      } else if (reply.kind === 'control') {
+        const frame = encodeControl({ ...reply.message, id: envelope.id });
+        countSent(job, 'control', [frame]);
+        await sendMessage(stream, [frame], { stallMs });
+      }
     } catch (err) {
       // in a chain the job's owner is waiting, not the previous stage: tell the owner
       const replyTo = envelope.type === 'forward' ? replyToOf(envelope.body) : null;

@@ -7,8 +7,10 @@ import type { CausalLM } from '../../models/index.ts';
 import { GradientExchange, StageExecutor } from '../../pipeline/index.ts';
 import { getBackend, type Tensor } from '../../tensor/index.ts';
 import { gradsHash, hashTensors, sectionCost, type WorkRecord } from '../../verify/index.ts';
+import { DctTopkCodec, type DctTopkOptions } from '../../compress/index.ts';
 import { asReceived, hopTensor, hopWire } from '../hops.ts';
 import { PassInbox } from '../passes.ts';
+import { countSent } from '../jobs.ts';
 import { TrainingRecords } from '../records.ts';
 import { control, NONE, sectionOf, type StageContext, type StageHandler, type StageReply, type StageRequest, trainingOf } from './types.ts';
 
@@ -49,7 +51,9 @@ async function sendOn(r: StageRequest, hop: TrainCompute, result: Tensor, record
   const header = encodeControl({ type: 'train-pass', id, jobId: r.job.jobId, key: hop.to.key, tensors: 1 });
   try {
     const stream = await context.peers.to(target, STAGE_PROTOCOL);
-    await sendMessage(stream, [header, ...encodeTensor(hopWire(result, id, hop.codec))], { stallMs: context.stallMs });
+    const [head, payload] = encodeTensor(hopWire(result, id, hop.codec));
+    countSent(r.job, 'activations', [header, head], [payload]);
+    await sendMessage(stream, [header, head, payload], { stallMs: context.stallMs });
   } catch (cause) {
     // the neighbour is the one that failed: the owner is told which, and blames it
     const text = cause instanceof Error ? cause.message : String(cause);
@@ -72,6 +76,8 @@ export const trainingHandlers: Record<string, StageHandler> = {
     run: ({ body, job }, { memory, signer, fault }) => {
       const section = sectionOf(job);
       const request = parseTrainSetup(body);
+      // checked before anything is held: bad settings are the owner's error
+      const codec = request.compressGrads ? new DctTopkCodec(request.compressGrads as DctTopkOptions) : null;
       // gradients and AdamW's two moments, each the size of the weights, counted before they exist; with
       // verification on, the state each step starts from (weights, moments, gradients) is kept until the next
       const bytes = 4 * section.model.numParameters();
@@ -102,7 +108,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const setup = { config: section.configHash, cost, ...decay };
       const records = new TrainingRecords(job.jobId, section.range, signer, backend, executor, request.keepState, setup, account);
       section.training = {
-        executor, exchange: new GradientExchange(), kept: new Map(), recompute: request.recompute, records,
+        executor, exchange: new GradientExchange(codec), kept: new Map(), recompute: request.recompute, records,
         contribution: () => contribution, forwardInputs: new Map(), passes: new PassInbox(),
       };
       return control('train-ready', { names: [...executor.named.keys()] });
@@ -184,7 +190,9 @@ export const trainingHandlers: Record<string, StageHandler> = {
     maxTensors: MAX_TENSORS_PER_REQUEST,
     run: ({ body, tensors, job }) => {
       const { key, index } = parseGrads(body);
-      trainingOf(job).exchange.deliver(key, index, tensors.map(fromWire));
+      // compressed gradients travel as their codec's bytes (decoded, and checked, when they are added)
+      const compressed = tensors.length > 0 && tensors.every((t) => t.dtype === 'uint8');
+      trainingOf(job).exchange.deliver(key, index, compressed ? tensors.map((t) => new Uint8Array(t.bytes)) : tensors.map(fromWire));
       return NONE;
     },
   },
@@ -201,7 +209,10 @@ export const trainingHandlers: Record<string, StageHandler> = {
         const stream = await peers.to(target, STAGE_PROTOCOL);
         const id = ++sent;
         const header = encodeControl({ type: 'grads', id, jobId: job.jobId, key: group.key, index: group.index, tensors: grads.length });
-        await sendMessage(stream, [header, ...grads.flatMap((t) => encodeTensor(toWire(t, id)))], { stallMs });
+        const wires = grads.map((g: Tensor | Uint8Array) => (g instanceof Uint8Array ? { requestId: id, dtype: 'uint8' as const, shape: [g.length], bytes: g } : toWire(g, id)));
+        const frames = wires.map((w) => encodeTensor(w));
+        countSent(job, 'gradients', [header, ...frames.map((f) => f[0])], frames.map((f) => f[1]));
+        await sendMessage(stream, [header, ...frames.flat()], { stallMs });
       });
       return control('reduced');
     },
@@ -212,7 +223,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const record = trainingOf(job).records.stepWith(scale, lr, !(fault?.skipsStep() ?? false));
       sectionOf(job).weightsHash = undefined; // decoding records hash the weights afresh
       work.optimizerSteps++;
-      return control('stepped', { record });
+      return control('stepped', { record, traffic: job.traffic });
     },
   },
   'weight': {

@@ -239,6 +239,8 @@ export interface TrainSetupRequest {
   recompute: boolean;
   /** Peer ids that may send this job's gradients here (replicas, the other holder of a tied head). */
   peers: string[];
+  /** Gradients among holders travel DCT top-k compressed with these settings (the worker checks their ranges). */
+  compressGrads: { k: number; chunk: number; bits: number } | null;
 }
 
 export function parseTrainSetup(m: Record<string, unknown>): TrainSetupRequest {
@@ -248,7 +250,12 @@ export function parseTrainSetup(m: Record<string, unknown>): TrainSetupRequest {
     recompute: m.recompute === true,
     keepState: m.keepState === true,
     peers: m.peers === undefined ? [] : list(m.peers, 'peers', 256, peerIdText),
+    compressGrads: m.compressGrads === undefined ? null : parseCompressGrads(obj(m.compressGrads, 'compressGrads')),
   };
+}
+
+function parseCompressGrads(c: Record<string, unknown>): { k: number; chunk: number; bits: number } {
+  return { k: int(c.k, 'compressGrads.k', 1, 65_536), chunk: int(c.chunk, 'compressGrads.chunk', 1, 256), bits: int(c.bits, 'compressGrads.bits', 8, 32) };
 }
 
 export interface ReduceRequest {
