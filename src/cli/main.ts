@@ -39,10 +39,11 @@ commands:
            [--redundancy K --verify-rate P] [--contracts FILE [--rpc URL] --pay TLK]
       continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
       --local N on a local swarm of N workers, --bootstrap on an existing swarm
-  train --model DIR (--data FILE | --task addition|addition-padded|reverse) --steps N [--batch B --lr X --seq-len T
+  train --model DIR (--data FILE|fortunes | --task addition|addition-padded|reverse) --steps N [--batch B --lr X --seq-len T
         --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]]
         [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none] [--redundancy K --verify-rate P --snapshot-every N]
+        [--compress-grads dct-topk[:k=N,chunk=N,bits=N]] [--compress-activations fp16|int8]
         [--contracts FILE [--rpc URL] --pay TLK]   (pays TLK, default 10, into the job's escrow from ~/.tensorlink/user)
       trains with progress, periodic evaluation and checkpoints (--resume continues one); across
       workers the model is split into stages, micro-batches flow through a GPipe or 1F1B schedule;
@@ -50,7 +51,11 @@ commands:
       and compares them bit for bit (js), --verify-rate P (default 0.05) has the validator re-run
       that share of records; a worker caught is flagged, excluded, and its work redone; a worker
       lost (dead, or past its deadline) is replaced: the job is rebuilt from its last copy (taken
-      every 30 s, or every --snapshot-every N steps) and the steps since are replayed
+      every 30 s, or every --snapshot-every N steps) and the steps since are replayed;
+      activations go worker to worker; --compress-grads has replicas exchange DCT top-k gradients
+      (default k=32, chunk=64, bits=8) with error feedback, --compress-activations sends hops as
+      fp16 or int8; --data fortunes trains on Debian's fortunes (held-out loss and perplexity);
+      --json adds "bytes": {activations, gradients, weights, control}
 
   validator [--listen MULTIADDR] [--data DIR] [--peers MULTIADDR,... --validators ID,... --threshold M]
             [--contracts FILE [--rpc URL]] [--log-level debug|info|warn|error]

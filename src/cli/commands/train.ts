@@ -1,13 +1,17 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Batch, loadTextFile, taskBatch, taskByName, textBatch, type Task, type TextDataset } from '../../data/index.ts';
+import { type DctTopkOptions, parseActivationCodec, parseDctTopk } from '../../compress/index.ts';
+import {
+  type Batch, corpusByName, heldOutLoss, isCorpusName, loadTextFile, taskBatch, taskByName, textBatch, type Task, type TextDataset,
+} from '../../data/index.ts';
+import type { Traffic } from '../../p2p/index.ts';
 import {
   type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadConfig, loadModel, loadTokenizer, partBytes, saveModel,
   type Tokenizer,
 } from '../../models/index.ts';
 import { distribute, type FailoverEvent, RedundantStage, type VerificationSummary, type VerifyOptions } from '../../user/index.ts';
 import type { StrategyName } from '../../plan/index.ts';
-import { crossEntropy, Generator, noGrad, type Tensor } from '../../tensor/index.ts';
+import { Generator, noGrad, type Tensor } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import { joinSwarm } from '../swarm.ts';
 import { payFlagOptions, payForJob } from '../chain-flags.ts';
@@ -43,6 +47,8 @@ export const trainOptions = {
   'privacy': { type: 'string' },
   'listen': { type: 'string' },
   'snapshot-every': { type: 'string' },
+  'compress-grads': { type: 'string' },
+  'compress-activations': { type: 'string' },
   ...payFlagOptions,
 } as const;
 
@@ -55,7 +61,14 @@ interface Evaluator {
 interface Source {
   name: string;
   batch(rng: Generator): Batch;
-  evaluate(model: Evaluator): Promise<{ metric: 'accuracy' | 'loss'; value: number }>;
+  evaluate(model: Evaluator): Promise<Evaluation>;
+}
+
+/** An evaluation: exact-match accuracy on a task, or held-out loss (and its perplexity) on text. */
+interface Evaluation {
+  metric: 'accuracy' | 'loss';
+  value: number;
+  perplexity?: number;
 }
 
 function taskSource(task: Task, tok: Tokenizer, batchSize: number, evalSize: number): Source {
@@ -73,28 +86,30 @@ function taskSource(task: Task, tok: Tokenizer, batchSize: number, evalSize: num
   };
 }
 
+/** Held-out tokens an evaluation scores (the same windows every time, so runs compare): enough for a loss within about 1%. */
+const EVAL_TOKENS = 16_384;
+
 function textSource(path: string, data: TextDataset, batchSize: number, seqLen: number): Source {
   return {
     name: `data:${path}`,
     batch: (rng) => textBatch(data.train, rng, batchSize, seqLen),
     evaluate: async (m) => {
-      const rng = new Generator(12345);
-      let total = 0;
-      const rounds = 4;
-      for (let i = 0; i < rounds; i++) {
-        const b = textBatch(data.heldOut.length > seqLen + 2 ? data.heldOut : data.train, rng, batchSize, seqLen);
-        const logits = await m.logits(b.input);
-        total += noGrad(() => crossEntropy(logits, b.target).item());
-      }
-      return { metric: 'loss', value: total / rounds };
+      const heldOut = data.heldOut.length > seqLen + 2 ? data.heldOut : data.train;
+      const r = await heldOutLoss(async (ids) => m.logits(ids), heldOut, { seqLen, batchSize, windows: Math.ceil(EVAL_TOKENS / seqLen) });
+      return { metric: 'loss', value: r.loss, perplexity: r.perplexity };
     },
   };
+}
+
+/** `--data NAME|FILE`: a corpus this machine has (Debian's fortunes), or a text file. */
+function textData(name: string, codec: Tokenizer): TextDataset {
+  return isCorpusName(name) ? corpusByName(name)(codec) : loadTextFile(name, codec);
 }
 
 /** One training run's engine: this process, or a model split across workers. */
 interface Runner {
   step(batch: Batch): Promise<{ loss: number; lr: number; tokens: number; busy?: number[][] }>;
-  evaluate(): Promise<{ metric: 'accuracy' | 'loss'; value: number }>;
+  evaluate(): Promise<Evaluation>;
   /** Writes the weights (Hugging Face layout) and whatever else resuming needs. */
   checkpoint(dir: string, state: TrainerState): Promise<void>;
   /** Short names of the pipeline's stages and replicas, for the progress line. */
@@ -103,6 +118,8 @@ interface Runner {
   verification?: () => VerificationSummary | null;
   /** Workers lost so far and how the job went on (across workers). */
   failovers?: () => readonly FailoverEvent[];
+  /** Bytes the job moved, by kind (across workers). */
+  traffic?: () => Traffic;
   /** Times the job moved to a better plan, and why (across workers). */
   replans?: () => readonly { at: number; reason: string; step?: number }[];
   close(): Promise<void>;
@@ -151,6 +168,8 @@ interface PipelineFlags {
   verify: VerifyOptions;
   /** Steps between copies of the job's state that a failover rebuilds from (undefined: the job's default). */
   snapshotEvery: number | undefined;
+  compressGrads: DctTopkOptions | undefined;
+  compressActivations: 'fp16' | 'int8' | undefined;
 }
 
 function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
@@ -160,13 +179,17 @@ function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
   const replicas = intFlag(flags, 'replicas', 1);
   if (microBatches < replicas) throw new UsageError(`--replicas ${replicas} needs --micro-batches ≥ ${replicas} (each replica takes a share)`);
   const snapshotEvery = flags['snapshot-every'] === undefined ? undefined : intFlag(flags, 'snapshot-every', 0, 0);
-  return { schedule, strategy, privacy, replicas, verify: verifyFlags(flags), snapshotEvery };
+  const grads = stringFlag(flags, 'compress-grads');
+  const compressGrads = grads === undefined || grads === 'none' ? undefined : parseDctTopk(grads);
+  const codec = parseActivationCodec(stringFlag(flags, 'compress-activations') ?? 'none');
+  const compressActivations = codec === 'none' ? undefined : codec;
+  return { schedule, strategy, privacy, replicas, verify: verifyFlags(flags), snapshotEvery, compressGrads, compressActivations };
 }
 
 async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags, out: Output): Promise<Runner> {
   const where = placement(flags);
   if (where.kind === 'local') throw new UsageError('training across workers needs --local N (N ≥ 1) or --bootstrap ADDR');
-  const { schedule, strategy, privacy, replicas, verify, snapshotEvery } = p;
+  const { schedule, strategy, privacy, replicas, verify, snapshotEvery, compressGrads, compressActivations } = p;
   const access = await joinSwarm(where, flags);
   let dm: Awaited<ReturnType<typeof distribute>> | null = null;
   const close = async () => {
@@ -184,7 +207,14 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
     }
     if (privacy === 'ends') out.info('  this machine: the embedding, the final norm and the head (token ids and logits stay here)');
     const { steps: totalSteps, microBatches } = s;
-    const trainer = await dm.trainer({ optimizer: { lr: s.lr }, totalSteps, microBatches, schedule, replicas, snapshotEvery });
+    const compression = { ...(compressGrads ? { compressGrads } : {}), ...(compressActivations ? { compressActivations } : {}) };
+    const options = { optimizer: { lr: s.lr }, totalSteps, microBatches, schedule, replicas, snapshotEvery, ...compression };
+    const trainer = await dm.trainer(options);
+    if (compressGrads) {
+      const { k, chunk, bits } = compressGrads;
+      out.info(`  replicas exchange gradients DCT top-k compressed: ${k} of each ${chunk}×${chunk} block, ${bits}-bit values, error feedback`);
+    }
+    if (compressActivations) out.info(`  activations and their gradients travel as ${compressActivations}`);
     if (s.resumeFrom) {
       trainer.fastForward(readState(s.resumeFrom).step);
       // parameter by parameter: the user never holds the whole optimizer state
@@ -211,6 +241,7 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
       verification: () => job.verification,
       failovers: () => job.failovers,
       replans: () => job.replans,
+      traffic: () => job.traffic(),
       // a failover may plan the job again: the stages are those of the pipeline as it is now
       get stageNames() {
         return trainer.stages.map((st) => st.replicas.map((h) => (h instanceof RedundantStage ? `…${h.primary.peerId.slice(-6)}` : 'you')));
@@ -228,7 +259,7 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const where = placement(flags);
   const microBatches = intFlag(flags, 'micro-batches', 1);
   if (where.kind === 'local') {
-    for (const f of ['replicas', 'schedule', 'strategy', 'privacy'] as const) {
+    for (const f of ['replicas', 'schedule', 'strategy', 'privacy', 'compress-grads', 'compress-activations'] as const) {
       if (flags[f] !== undefined) throw new UsageError(`--${f} is for training across workers (--local N with N ≥ 1, or --bootstrap ADDR)`);
     }
   }
@@ -256,7 +287,7 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const evalSize = intFlag(flags, 'eval-size', 200);
   const source = taskName
     ? taskSource(taskByName(taskName, seed), tokenizer, batchSize, evalSize)
-    : textSource(dataPath!, loadTextFile(dataPath!, tokenizer), batchSize, intFlag(flags, 'seq-len', Math.min(128, config.maxPositions - 1)));
+    : textSource(dataPath!, textData(dataPath!, tokenizer), batchSize, intFlag(flags, 'seq-len', Math.min(128, config.maxPositions - 1)));
   const rng = new Generator(seed + 1);
   let losses: number[] = [];
   let start = 0;
@@ -276,7 +307,7 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   out.info(`training ${config.arch} (${parameters} parameters) on ${source.name}, ${steps} steps, batch ${batchSize}, on ${where_}`);
   const settings: RunSettings = { dir: modelDir, model, tokenizer, source, steps, lr, microBatches, resumeFrom: resume ? outDir! : null };
   const runner = where.kind === 'local' ? localRunner(settings, out) : await distributedRunner(settings, flags, pipeline!, out);
-  const evals: { step: number; metric: string; value: number }[] = [];
+  const evals: ({ step: number } & Evaluation)[] = [];
   const started = performance.now();
   let tokens = 0;
   let busy = runner.stageNames.map((names) => names.map(() => 0));
@@ -328,6 +359,8 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
     tokensPerSecond: tokens / seconds,
     evals,
     ...(last ? { [last.metric]: last.value } : {}),
+    ...(last?.perplexity === undefined ? {} : { perplexity: last.perplexity }),
+    ...(runner.traffic ? { bytes: runner.traffic() } : {}),
     ...(runner.verification ? { verification: runner.verification() } : {}),
     ...(runner.failovers ? { failovers: runner.failovers(), replans: runner.replans?.() ?? [] } : {}),
     ...(runner.stageNames.length > 0
