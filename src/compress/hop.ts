@@ -1,0 +1,91 @@
+import { InvalidMessageError } from '../errors.ts';
+import { type Tensor, tensor } from '../tensor/index.ts';
+import { type ActivationCodec, decodeActivation, encodeActivation, roundTrip } from './activation.ts';
+import { decodeCompressed, decompressGradient, type DctTopkOptions, encodeCompressed, GradientCompressor } from './gradient.ts';
+
+/**
+ * One tensor of a pipeline hop as it travels (the network's tensor frame without its request id):
+ * - float32: as is;
+ * - float16: the same shape, 2 bytes an element;
+ * - int8: shape [..., 4 + cols]: each row its float32 scale (4 bytes, little-endian), then its
+ *   cols int8 codes (value = code × scale).
+ * A hop is one frame whatever its codec, and its dtype says how it was encoded.
+ */
+export interface HopPart {
+  dtype: 'float32' | 'float16' | 'int8';
+  shape: number[];
+  bytes: Uint8Array;
+}
+
+/** A float32 tensor's bytes for a hop, encoded by `codec`. */
+export function encodeHop(t: Tensor, codec: Exclude<ActivationCodec, 'none'>): HopPart {
+  const data = t.data as Float32Array;
+  const encoded = encodeActivation(data, t.shape, codec);
+  if (codec === 'fp16') return { dtype: 'float16', shape: [...t.shape], bytes: encoded.parts[0] };
+  const cols = t.shape.at(-1) ?? 1;
+  const rows = cols === 0 ? 0 : data.length / cols;
+  const bytes = new Uint8Array(rows * (4 + cols));
+  const [q, scales] = encoded.parts;
+  for (let r = 0; r < rows; r++) {
+    bytes.set(scales.subarray(4 * r, 4 * r + 4), r * (4 + cols));
+    bytes.set(q.subarray(r * cols, (r + 1) * cols), r * (4 + cols) + 4);
+  }
+  return { dtype: 'int8', shape: [...t.shape.slice(0, -1), 4 + cols], bytes };
+}
+
+/** A hop's float16 or int8 frame restored to the float32 tensor the sender's `receivedAs` computed. */
+export function decodeHop(part: HopPart): Tensor {
+  if (part.dtype === 'float32') return tensor(decodeActivation({ codec: 'none', shape: part.shape, parts: [part.bytes] }), part.shape);
+  if (part.dtype === 'float16') return tensor(decodeActivation({ codec: 'fp16', shape: part.shape, parts: [part.bytes] }), part.shape);
+  if (part.dtype !== 'int8') throw new InvalidMessageError(`a hop's tensor is float32, float16 or int8, not ${String(part.dtype)}`);
+  const width = part.shape.at(-1) ?? 0;
+  if (part.shape.length === 0 || width < 4) throw new InvalidMessageError(`an int8 hop's rows hold a 4-byte scale and their codes: shape [${part.shape}]`);
+  const cols = width - 4;
+  const shape = [...part.shape.slice(0, -1), cols];
+  const rows = part.shape.slice(0, -1).reduce((a, b) => a * b, 1);
+  if (part.bytes.length !== rows * width) throw new InvalidMessageError(`an int8 hop of shape [${part.shape}] needs ${rows * width} bytes, got ${part.bytes.length}`);
+  const q = new Uint8Array(rows * cols);
+  const scales = new Uint8Array(4 * rows);
+  for (let r = 0; r < rows; r++) {
+    scales.set(part.bytes.subarray(r * width, r * width + 4), 4 * r);
+    q.set(part.bytes.subarray(r * width + 4, (r + 1) * width), r * cols);
+  }
+  return tensor(decodeActivation({ codec: 'int8', shape, parts: [q, scales] }), shape);
+}
+
+/** What the receiver of `t` computes on once it crossed a hop encoded by `codec`. */
+export function receivedAs(t: Tensor, codec: Exclude<ActivationCodec, 'none'>): Tensor {
+  return tensor(roundTrip(t.data as Float32Array, t.shape, codec), t.shape);
+}
+
+/**
+ * DCT top-k gradients among the holders of a parameter (`GradientCodec` of the pipeline's
+ * exchange): each holder sends its gradient plus what it left out before (error feedback),
+ * compressed; every holder adds the decompressed gradients of all, its own included, so all
+ * end bit-identical.
+ */
+export class DctTopkCodec {
+  private readonly compressor: GradientCompressor;
+
+  constructor(options: Partial<DctTopkOptions> = {}) {
+    this.compressor = new GradientCompressor(options);
+  }
+
+  get options(): DctTopkOptions {
+    return this.compressor.options;
+  }
+
+  encode(name: string, grad: Tensor): { bytes: Uint8Array; own: Tensor } {
+    const c = this.compressor.compress(name, grad.data as Float32Array, grad.shape);
+    return { bytes: encodeCompressed(c), own: tensor(decompressGradient(c), grad.shape) };
+  }
+
+  decode(name: string, bytes: Uint8Array): Tensor {
+    const c = decodeCompressed(bytes);
+    return tensor(decompressGradient(c), c.shape);
+  }
+
+  reset(): void {
+    this.compressor.reset();
+  }
+}
