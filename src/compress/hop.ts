@@ -1,7 +1,10 @@
 import { InvalidMessageError } from '../errors.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
 import { type ActivationCodec, decodeActivation, encodeActivation, roundTrip } from './activation.ts';
-import { decodeCompressed, decompressGradient, type DctTopkOptions, encodeCompressed, GradientCompressor } from './gradient.ts';
+import { blockShape } from './dct.ts';
+import {
+  checkDctTopk, DCT_TOPK_DEFAULTS, decodeCompressed, decompressGradient, type DctTopkOptions, encodeCompressed, GradientCompressor,
+} from './gradient.ts';
 
 /**
  * One tensor of a pipeline hop as it travels (the network's tensor frame without its request id):
@@ -65,27 +68,43 @@ export function receivedAs(t: Tensor, codec: Exclude<ActivationCodec, 'none'>): 
  * end bit-identical.
  */
 export class DctTopkCodec {
-  private readonly compressor: GradientCompressor;
+  readonly options: DctTopkOptions;
+  /** One compressor (and its residuals) per k a tensor's blocks get. */
+  private readonly compressors = new Map<number, GradientCompressor>();
 
   constructor(options: Partial<DctTopkOptions> = {}) {
-    this.compressor = new GradientCompressor(options);
+    this.options = checkDctTopk({ ...DCT_TOPK_DEFAULTS, ...options });
   }
 
-  get options(): DctTopkOptions {
-    return this.compressor.options;
+  /**
+   * Coefficients kept per block of a tensor of `shape`: k per chunk × chunk block, in proportion
+   * for smaller blocks (a bias of 384 in blocks of 64 keeps 32 × 64 / 4096 → 1 each, not half of
+   * them), so every tensor is sent at the same density.
+   */
+  kFor(shape: readonly number[]): number {
+    const { k, chunk } = this.options;
+    const { br, bc } = blockShape(shape, chunk);
+    return Math.min(br * bc, Math.max(1, Math.round((k * br * bc) / (chunk * chunk))));
   }
 
   encode(name: string, grad: Tensor): { bytes: Uint8Array; own: Tensor } {
-    const c = this.compressor.compress(name, grad.data as Float32Array, grad.shape);
+    const k = this.kFor(grad.shape);
+    let compressor = this.compressors.get(k);
+    if (!compressor) {
+      compressor = new GradientCompressor({ ...this.options, k });
+      this.compressors.set(k, compressor);
+    }
+    const c = compressor.compress(name, grad.data as Float32Array, grad.shape);
     return { bytes: encodeCompressed(c), own: tensor(decompressGradient(c), grad.shape) };
   }
 
-  decode(name: string, bytes: Uint8Array): Tensor {
-    const c = decodeCompressed(bytes);
+  /** Another holder's gradient of `name`, which must have `shape` (this holder's): any other is refused before anything is allocated. */
+  decode(name: string, bytes: Uint8Array, shape: readonly number[]): Tensor {
+    const c = decodeCompressed(bytes, shape);
     return tensor(decompressGradient(c), c.shape);
   }
 
   reset(): void {
-    this.compressor.reset();
+    for (const c of this.compressors.values()) c.reset();
   }
 }

@@ -21,7 +21,7 @@ export interface ReduceGroup {
  */
 export interface GradientCodec {
   encode(name: string, grad: Tensor): { bytes: Uint8Array; own: Tensor };
-  decode(name: string, bytes: Uint8Array): Tensor;
+  decode(name: string, bytes: Uint8Array, shape: readonly number[]): Tensor;
   /** Drops what a failed step encoded (its error feedback), so a retried step starts from the same state. */
   reset?(): void;
 }
@@ -63,13 +63,13 @@ export class GradientExchange {
     return { payload: encoded.map((e) => e.bytes), own: encoded.map((e) => e.own) };
   }
 
-  /** Another holder's gradient of `name` (j-th of the group) as a dense tensor. */
-  private dense(payload: GradientPayload, j: number, name: string): Tensor | undefined {
+  /** Another holder's gradient of `name` (j-th of the group, of this holder's `shape`) as a dense tensor. */
+  private dense(payload: GradientPayload, j: number, name: string, shape: readonly number[]): Tensor | undefined {
     const item = payload[j];
     if (item === undefined) return undefined;
     if (!(item instanceof Uint8Array)) return item;
     if (!this.codec) throw new InvalidArgumentError(`'${name}' arrived compressed, and this holder does not compress gradients`);
-    return this.codec.decode(name, item);
+    return this.codec.decode(name, item, shape);
   }
 
   /** Waits until `count` other holders' gradients of `key` arrived. */
@@ -132,7 +132,7 @@ export class GradientExchange {
     got.set(group.index, own);
     const at = (i: number, j: number, name: string) => {
       const p = got.get(i);
-      return p && this.dense(p, j, name);
+      return p && this.dense(p, j, name, own[j].shape);
     };
     const sums = group.names.map((name, j) => {
       const first = at(0, j, name);
