@@ -52,7 +52,9 @@ async function train(net: Net, steps: number, options: Partial<DistributedTraine
     const first = dm.traffic();
     for (let s = 1; s < steps; s++) losses.push((await trainer.step(textBatch(data.train, rng, 8, SEQ))).loss);
     const last = dm.traffic();
-    const perStep = Object.fromEntries(Object.entries(last).map(([k, v]) => [k, (v - first[k as keyof Traffic]) / (steps - 1)])) as unknown as Traffic;
+    const perStep = Object.fromEntries(
+      Object.entries(last).map(([k, v]) => [k, (v - first[k as keyof Traffic]) / (steps - 1)]),
+    ) as unknown as Traffic;
     const { loss } = await heldOutLoss((ids) => dm.logits(ids), data.heldOut, { seqLen: SEQ, batchSize: 16, windows: 64 });
     return { losses, heldOut: loss, perStep };
   } finally {
