@@ -11,9 +11,12 @@ import type { Device, LayerCost, Links, PlanOptions, Traffic } from './types.ts'
  * - chain (generation, hidden states worker to worker): stage → next stage α = 1, β = tokens·b_out;
  *   with the user given, user → first stage α = 1, β = tokens·b_in, last stage → user α = 1, β = tokens·b_out;
  * - relay (the user passes hidden states): user → stage α = 1, β = tokens·b_in, and stage → user α = 1, β = tokens·b_out;
- * - train (relayed by the user, forward then backward): each way carries m activations forward and
- *   m gradients backward, of the same shapes: user → stage and stage → user α = 2m, β = tokens·(b_in + b_out);
- *   compute is 3× the forward's (the backward costs about two forwards).
+ * - train (worker to worker, forward then backward; m micro-batches): activations go stage → next
+ *   stage and their gradients next → stage, α = m, β = tokens·b_out each way; the first stage takes
+ *   the user's input and sends its gradient back (user ⇄ first α = m, β = tokens·b_in each way), the
+ *   last sends its output to the user and takes the loss's gradient (last ⇄ user α = m, β = tokens·b_out);
+ *   the user requests every forward and backward and is answered with the record (user ⇄ stage
+ *   α = 2m more each way, β ≈ 0). Compute is 3× the forward's (the backward costs about two forwards).
  * Latency is per message, so α counts messages, not bytes; bandwidth is what a long transfer
  * achieves (measured on transfers big enough to leave slow start), so β/bandwidth is its duration.
  */
@@ -86,8 +89,17 @@ export function stageHops(
   const user = w.user ?? USER;
   if (w.traffic === 'relay') return [{ from: user, to: device, alpha: 1, beta: bIn }, { from: device, to: user, alpha: 1, beta: bOut }];
   if (w.traffic === 'train') {
-    const alpha = 2 * w.micro;
-    return [{ from: user, to: device, alpha, beta: bIn + bOut }, { from: device, to: user, alpha, beta: bIn + bOut }];
+    const m = w.micro;
+    // the user's requests and the answers with records (2m each way), and the first stage's input and its gradient
+    const alpha = 2 * m + (first ? m : 0);
+    const beta = first ? bIn : 0;
+    const hops = [{ from: user, to: device, alpha, beta }, { from: device, to: user, alpha, beta }];
+    if (next !== null) hops.push({ from: device, to: next, alpha: m, beta: bOut }, { from: next, to: device, alpha: m, beta: bOut });
+    else for (const h of hops) {
+      h.alpha += m;
+      h.beta += bOut;
+    }
+    return hops;
   }
   const hops: Hop[] = [];
   if (first && w.user !== null) hops.push({ from: w.user, to: device, alpha: 1, beta: bIn });
@@ -113,6 +125,7 @@ export function stageTimer(layers: LayerCost[], order: Device[], options: PlanOp
   const flops = prefix(layers.map((l) => l.flopsPerToken));
   const user = w.user ?? USER;
   const toNext = order.map((dev, d) => (d + 1 < order.length ? linkOf(links, dev.id, order[d + 1].id) : null));
+  const fromNext = order.map((dev, d) => (d + 1 < order.length ? linkOf(links, order[d + 1].id, dev.id) : null));
   const fromUser = order.map((dev) => linkOf(links, user, dev.id));
   const toUser = order.map((dev) => linkOf(links, dev.id, user));
   const factor = w.traffic === 'train' ? TRAIN_COMPUTE : 1;
@@ -124,8 +137,15 @@ export function stageTimer(layers: LayerCost[], order: Device[], options: PlanOp
     const [outLat, outBw] = toUser[d];
     if (w.traffic === 'relay') return compute + inLat + bIn / inBw + outLat + bOut / outBw;
     if (w.traffic === 'train') {
-      const alpha = 2 * w.micro;
-      return compute + alpha * (inLat + outLat) + (bIn + bOut) / inBw + (bIn + bOut) / outBw;
+      const m = w.micro;
+      const next = toNext[d];
+      const back = fromNext[d];
+      // with the user: requests and answers (2m each way), the first stage's input and its gradient, the last's output and its gradient
+      const userBytes = (d === 0 ? bIn : 0) + (next === null ? bOut : 0);
+      const userAlpha = 2 * m + (d === 0 ? m : 0) + (next === null ? m : 0);
+      let t = compute + userAlpha * (inLat + outLat) + userBytes / inBw + userBytes / outBw;
+      if (next !== null && back !== null) t += m * (next[0] + back[0]) + bOut / next[1] + bOut / back[1];
+      return t;
     }
     let t = compute;
     if (d === 0 && w.user !== null) t += inLat + bIn / inBw;

@@ -31,7 +31,8 @@ export interface Links {
  * How activations travel in one step, which decides the hops a stage pays (see `Hop` in cost.ts):
  * - 'chain': hidden states go worker to worker, the user sends the first its input and takes the last's output;
  * - 'relay': the user passes every stage its input and takes its output;
- * - 'train': relayed by the user as well, forward and backward (gradients of the activations come back the same size).
+ * - 'train': worker to worker as in a chain, forward and backward (gradients of the activations come back the same
+ *   size), with a request from the user and an answer for every forward and backward.
  */
 export type Traffic = 'chain' | 'relay' | 'train';
 

@@ -51,15 +51,23 @@ describe('measured links', () => {
     assert.deepEqual(stageHops(layers, 2, 4, 'b', null, false, opts({ traffic: 'relay' })), [
       { from: 'u', to: 'b', alpha: 1, beta: 640 }, { from: 'b', to: 'u', alpha: 1, beta: 640 },
     ]);
-    // training, 4 micro-batches: activations forward and their gradients backward, each a message per micro-batch
+    // training, 4 micro-batches, worker to worker: the user's requests and answers (8 each way) and the first stage's
+    // input and its gradient (4 each way, 80 bytes); activations to the next stage and their gradients back (4 each way, 640 bytes)
     assert.deepEqual(stageHops(layers, 0, 2, 'a', 'b', true, opts({ traffic: 'train', microBatches: 4 })), [
-      { from: 'u', to: 'a', alpha: 8, beta: 720 }, { from: 'a', to: 'u', alpha: 8, beta: 720 },
+      { from: 'u', to: 'a', alpha: 12, beta: 80 }, { from: 'a', to: 'u', alpha: 12, beta: 80 },
+      { from: 'a', to: 'b', alpha: 4, beta: 640 }, { from: 'b', to: 'a', alpha: 4, beta: 640 },
+    ]);
+    // the last stage: its output to the user and the loss's gradient back, with the requests and answers
+    assert.deepEqual(stageHops(layers, 2, 4, 'b', null, false, opts({ traffic: 'train', microBatches: 4 })), [
+      { from: 'u', to: 'b', alpha: 12, beta: 640 }, { from: 'b', to: 'u', alpha: 12, beta: 640 },
     ]);
     // the stage's time is its compute plus Σ α·latency + β/bandwidth over its hops
     const order = equal(['a', 'b'], 1e-3);
     const compute = (2 * 1000 * 10) / 1e6;
     assert.ok(Math.abs(stageTimer(layers, order, opts({}))(0, 2, 0) - (compute + 2 * latency + (80 + 640) / bandwidth)) < 1e-12);
-    assert.ok(Math.abs(stageTimer(layers, order, opts({ traffic: 'train', microBatches: 4 }))(0, 2, 0) - (3 * compute + 16 * latency + 1440 / bandwidth)) < 1e-12);
+    const train = stageTimer(layers, order, opts({ traffic: 'train', microBatches: 4 }));
+    assert.ok(Math.abs(train(0, 2, 0) - (3 * compute + 32 * latency + (2 * 80 + 2 * 640) / bandwidth)) < 1e-12);
+    assert.ok(Math.abs(train(2, 4, 1) - (3 * compute + 24 * latency + (2 * 640) / bandwidth)) < 1e-12);
   });
 
   test('layer-aware never puts B right after A when A→B is 10 Mbit/s and the rest 1 Gbit/s, and beats the order A, B, C by the predicted factor', () => {
