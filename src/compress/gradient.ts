@@ -209,6 +209,12 @@ export class GradientCompressor {
     return r === undefined ? undefined : r.data.slice();
   }
 
+  /** Puts back a residual taken with `residual(name)` (undefined: none yet), e.g. when a step is retried. */
+  restore(name: string, shape: readonly number[], data: Float32Array | undefined): void {
+    if (data === undefined) this.residuals.delete(name);
+    else this.residuals.set(name, { shape: shape.join(','), data: data.slice() });
+  }
+
   /** Forgets every residual (e.g. after the model was reloaded). */
   reset(): void {
     this.residuals.clear();

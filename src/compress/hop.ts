@@ -71,6 +71,8 @@ export class DctTopkCodec {
   readonly options: DctTopkOptions;
   /** One compressor (and its residuals) per k a tensor's blocks get. */
   private readonly compressors = new Map<number, GradientCompressor>();
+  /** The residuals this step started from, per parameter encoded so far: put back if the step fails. */
+  private readonly saved = new Map<string, { compressor: GradientCompressor; shape: number[]; data: Float32Array | undefined }>();
 
   constructor(options: Partial<DctTopkOptions> = {}) {
     this.options = checkDctTopk({ ...DCT_TOPK_DEFAULTS, ...options });
@@ -94,8 +96,20 @@ export class DctTopkCodec {
       compressor = new GradientCompressor({ ...this.options, k });
       this.compressors.set(k, compressor);
     }
+    if (!this.saved.has(name)) this.saved.set(name, { compressor, shape: [...grad.shape], data: compressor.residual(name) });
     const c = compressor.compress(name, grad.data as Float32Array, grad.shape);
     return { bytes: encodeCompressed(c), own: tensor(decompressGradient(c), grad.shape) };
+  }
+
+  /** The step went through: what it left out is the error feedback of the next. */
+  commit(): void {
+    this.saved.clear();
+  }
+
+  /** The step failed: its retry starts from the residuals it started from (nothing it left out is counted twice). */
+  rollback(): void {
+    for (const [name, s] of this.saved) s.compressor.restore(name, s.shape, s.data);
+    this.saved.clear();
   }
 
   /** Another holder's gradient of `name`, which must have `shape` (this holder's): any other is refused before anything is allocated. */
@@ -106,5 +120,6 @@ export class DctTopkCodec {
 
   reset(): void {
     for (const c of this.compressors.values()) c.reset();
+    this.saved.clear();
   }
 }

@@ -22,8 +22,10 @@ export interface ReduceGroup {
 export interface GradientCodec {
   encode(name: string, grad: Tensor): { bytes: Uint8Array; own: Tensor };
   decode(name: string, bytes: Uint8Array, shape: readonly number[]): Tensor;
-  /** Drops what a failed step encoded (its error feedback), so a retried step starts from the same state. */
-  reset?(): void;
+  /** The step whose gradients were encoded went through (its error feedback stands). */
+  commit?(): void;
+  /** The step failed: what it encoded is forgotten, so its retry starts from the same error feedback. */
+  rollback?(): void;
 }
 
 /** Gradients as they came from one holder: dense tensors, or a codec's bytes per parameter. */
@@ -49,10 +51,16 @@ export class GradientExchange {
   /** `codec`: gradients travel compressed (null: dense float32, summed exactly). */
   constructor(private readonly codec: GradientCodec | null = null) {}
 
-  /** Forgets every reduction under way (a step that failed is reset). */
+  /** Forgets every reduction under way (a step that failed is reset), and what the codec encoded for it. */
   clear(): void {
     this.inbox.clear();
     this.wake.clear();
+    this.codec?.rollback?.();
+  }
+
+  /** The step went through (its optimizer step was taken): the codec keeps what it left out for the next. */
+  commit(): void {
+    this.codec?.commit?.();
   }
 
   /** This holder's gradients as sent, and as every holder adds them. */

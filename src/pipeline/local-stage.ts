@@ -62,6 +62,7 @@ export class LocalStage implements StageHandle {
 
   async step(scale: number, lr: number): Promise<void> {
     this.executor.step(scale, lr);
+    this.exchange.commit();
   }
 
   async weights(): Promise<Map<string, Tensor>> {

@@ -39,3 +39,19 @@ test('DCT top-k codec: k per 64×64 block, in proportion for smaller blocks; a h
   assert.ok(4 * g.size / bytes.length > 100, `${4 * g.size / bytes.length}× fewer bytes`);
   assert.throws(() => other.decode('w', bytes, [192, 128]), (e: Error) => e.name === 'InvalidMessageError');
 });
+
+test('DCT top-k error feedback survives a failed step: after a rollback the retry sends what an undisturbed run sends', () => {
+  const steps = [1, 2, 3].map((seed) => randn([64, 128], { seed }));
+  const undisturbed = new DctTopkCodec({ k: 8 });
+  const retried = new DctTopkCodec({ k: 8 });
+  for (const [i, g] of steps.entries()) {
+    const want = undisturbed.encode('w', g).bytes;
+    undisturbed.commit();
+    if (i === 1) {
+      retried.encode('w', randn([64, 128], { seed: 99 })); // the attempt that failed
+      retried.rollback();
+    }
+    assert.deepEqual(retried.encode('w', g).bytes, want);
+    retried.commit();
+  }
+});

@@ -220,7 +220,9 @@ export const trainingHandlers: Record<string, StageHandler> = {
   'step': {
     run: ({ body, job }, { work, fault }) => {
       const { scale, lr } = parseStep(body);
-      const record = trainingOf(job).records.stepWith(scale, lr, !(fault?.skipsStep() ?? false));
+      const training = trainingOf(job);
+      const record = training.records.stepWith(scale, lr, !(fault?.skipsStep() ?? false));
+      training.exchange.commit();
       sectionOf(job).weightsHash = undefined; // decoding records hash the weights afresh
       work.optimizerSteps++;
       return control('stepped', { record, traffic: job.traffic });
