@@ -8,6 +8,8 @@ import type { ReduceGroup } from './exchange.ts';
  */
 export interface Passed {
   passed: true;
+  /** The worker that passed it on (only its pass under `key` is taken). */
+  sender: string;
   key: string;
   /** The hash of the tensor as the receiver gets it (its record must name this as its input). */
   hash: string;

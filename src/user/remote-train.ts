@@ -81,7 +81,7 @@ export class RemoteTrainStage implements StageHandle {
   private hop(input: Activation, to: string | undefined) {
     const key = to ? `${PASS_PREFIX}-${++passCount}` : null;
     const header = {
-      ...(isPassed(input) ? { from: input.key } : {}),
+      ...(isPassed(input) ? { from: { peer: input.sender, key: input.key } } : {}),
       ...(to ? { to: { peer: to, key } } : {}),
       ...(this.codec ? { codec: this.codec } : {}),
     };
@@ -100,7 +100,7 @@ export class RemoteTrainStage implements StageHandle {
     if (key) {
       const { shape } = parsePassedAnswer(controlAnswer(frame, what));
       const record = check({});
-      return { value: { passed: true, key, hash: record.sent ?? record.output, shape }, record };
+      return { value: { passed: true, sender: this.peerId, key, hash: record.sent ?? record.output, shape }, record };
     }
     if (frame.kind !== 'tensor') throw new InvalidMessageError(`${what}: expected a tensor`);
     const value = hopTensor(frame.tensor);

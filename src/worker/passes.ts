@@ -2,6 +2,11 @@ import { InvalidMessageError, TimeoutError } from '../errors.ts';
 import { MAX_PASSES_WAITING, PASS_WAIT_MS } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 
+/** Where a passed tensor is filed: its sender and the key the owner chose. */
+export function passKey(sender: string, key: string): string {
+  return `${sender} ${key}`;
+}
+
 interface Waiting {
   resolve: (t: Tensor) => void;
   reject: (e: unknown) => void;

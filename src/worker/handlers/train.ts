@@ -9,7 +9,7 @@ import { getBackend, type Tensor } from '../../tensor/index.ts';
 import { gradsHash, hashTensors, sectionCost, type WorkRecord } from '../../verify/index.ts';
 import { DctTopkCodec, type DctTopkOptions } from '../../compress/index.ts';
 import { asReceived, hopTensor, hopWire } from '../hops.ts';
-import { PassInbox } from '../passes.ts';
+import { passKey, PassInbox } from '../passes.ts';
 import { countSent } from '../jobs.ts';
 import { TrainingRecords } from '../records.ts';
 import { control, NONE, sectionOf, type StageContext, type StageHandler, type StageReply, type StageRequest, trainingOf } from './types.ts';
@@ -36,7 +36,7 @@ function one(r: StageRequest) {
 async function hopInput(r: StageRequest, hop: TrainCompute, passes: PassInbox): Promise<Tensor> {
   if (hop.from === null) return hopTensor(expectTensors(r.type, r.tensors, 1)[0]);
   expectTensors(r.type, r.tensors, 0);
-  return passes.take(hop.from);
+  return passes.take(passKey(hop.from.peer, hop.from.key));
 }
 
 /**
@@ -177,8 +177,9 @@ export const trainingHandlers: Record<string, StageHandler> = {
     delegates: true,
     maxTensors: 1,
     run: (r) => {
+      // filed under its sender: another worker of the job cannot slip a tensor in under a key the owner gave someone else
       const { key } = parsePass(r.body);
-      trainingOf(r.job).passes.deliver(key, hopTensor(expectTensors(r.type, r.tensors, 1)[0]));
+      trainingOf(r.job).passes.deliver(passKey(r.from.toString(), key), hopTensor(expectTensors(r.type, r.tensors, 1)[0]));
       return NONE;
     },
   },

@@ -31,8 +31,8 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  * Training (owner; `grads` also from the job's other holders):
  *   train-setup {lr, weightDecay?, recompute?, peers} → train-ready {names}
  *   train-forward {micro} + input → output      train-backward {micro} + gradient → input gradient | no-input-gradient
- *              Either may take `from: KEY` instead of the tensor (a neighbour passed it here under
- *              KEY) and `to: {peer, key}`: the result goes to that worker of the job as a train-pass
+ *              Either may take `from: {peer, key}` instead of the tensor (that neighbour passed it here
+ *              under key) and `to: {peer, key}`: the result goes to that worker of the job as a train-pass
  *              and the answer is `passed {record, shape}`. `codec: 'fp16' | 'int8'` says how the
  *              result travels (fp16: a float16 tensor; int8: an int8 tensor [..., 4 + cols], each row
  *              its float32 scale's 4 bytes and its values); a hop's tensor says by its dtype how it
@@ -203,8 +203,8 @@ function parseCodec(v: unknown): WireActivationCodec | null {
 /** A training forward's or backward's routing: its tensor from a neighbour, its result to one, and how tensors travel. */
 export interface TrainCompute {
   micro: number;
-  /** The key a neighbour passed the input (or gradient) under; null when it comes with the request. */
-  from: string | null;
+  /** The neighbour that passed the input (or gradient) and the key it used; null when it comes with the request. */
+  from: { peer: string; key: string } | null;
   /** Where the result goes instead of back: a worker of the job's assignment, and the key to pass it under. */
   to: { peer: string; key: string } | null;
   codec: WireActivationCodec | null;
@@ -212,9 +212,10 @@ export interface TrainCompute {
 
 export function parseTrainCompute(m: Record<string, unknown>): TrainCompute {
   const to = m.to === undefined ? null : obj(m.to, 'to');
+  const from = m.from === undefined ? null : obj(m.from, 'from');
   return {
     micro: parseMicro(m),
-    from: m.from === undefined ? null : str(m.from, 'from', MAX_KEY_LENGTH),
+    from: from ? { peer: peerIdText(from.peer, 'from.peer'), key: str(from.key, 'from.key', MAX_KEY_LENGTH) } : null,
     to: to ? { peer: peerIdText(to.peer, 'to.peer'), key: str(to.key, 'to.key', MAX_KEY_LENGTH) } : null,
     codec: parseCodec(m.codec),
   };
