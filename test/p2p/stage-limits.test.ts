@@ -90,6 +90,9 @@ describe('limits of the stage protocol', () => {
       await stage.call({ type: 'train-setup', lr: 1e-3, peers: [] }, []);
       const reduce = { type: 'reduce', key: 'k', names: [], peers: [self.peerId, target], index: 0 };
       await assert.rejects(stage.call(reduce, []), { name: 'UnauthorizedError' });
+      // a training forward whose result would go on to the bystander: refused before it runs
+      const pass = { type: 'train-forward', micro: 0, to: { peer: target, key: 'k' } };
+      await assert.rejects(stage.call(pass, [hidden(2)]), { name: 'UnauthorizedError', message: /not a worker of job/ });
       // an upstream outside the assignment is refused too
       const again = await RemoteStage.open(user, s.addr(), 'job-route-2');
       await assert.rejects(

@@ -45,7 +45,6 @@ async function hopInput(r: StageRequest, hop: TrainCompute, passes: PassInbox): 
  */
 async function sendOn(r: StageRequest, hop: TrainCompute, result: Tensor, record: WorkRecord, context: StageContext): Promise<StageReply> {
   if (!hop.to) return { kind: 'tensor', tensor: result, record, codec: hop.codec };
-  // only to a worker of the job's own assignment: the owner cannot make a worker dial anyone else
   const target = context.jobs.peerOf(r.job, hop.to.peer);
   const id = ++passes;
   const header = encodeControl({ type: 'train-pass', id, jobId: r.job.jobId, key: hop.to.key, tensors: 1 });
@@ -119,6 +118,8 @@ export const trainingHandlers: Record<string, StageHandler> = {
     run: async (r, context) => {
       const { work, memory, fault } = context;
       const hop = parseTrainCompute(r.body);
+      // only to a worker of the job's own assignment, checked before anything runs: the owner cannot make a worker dial anyone else
+      if (hop.to) context.jobs.peerOf(r.job, hop.to.peer);
       const training = trainingOf(r.job);
       const input = await hopInput(r, hop, training.passes);
       if (fault) await fault.delay();
@@ -148,6 +149,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
     run: async (r, context) => {
       const { work, memory, fault } = context;
       const hop = parseTrainCompute(r.body);
+      if (hop.to) context.jobs.peerOf(r.job, hop.to.peer);
       const training = trainingOf(r.job);
       const micro = hop.micro;
       const { records } = training;
