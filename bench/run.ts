@@ -4,7 +4,7 @@
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
  * usage: npm run bench [-- --quick] [-- --json]
- *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load,ledger,failover,links]
+ *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load,ledger,failover,links,compression]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -12,6 +12,7 @@ import { availableParallelism, cpus } from 'node:os';
 import { parseArgs } from 'node:util';
 import { benchElementwise } from './elementwise.ts';
 import { benchFailover } from './failover.ts';
+import { benchCompression } from './compression.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchDistributed } from './distributed.ts';
 import { benchLedger } from './ledger.ts';
@@ -31,7 +32,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -101,6 +102,11 @@ if (sections.includes('failover')) {
 if (sections.includes('links')) {
   log('links: a forward on shaped links (one at 10 Mbit/s, network namespaces), layer-aware vs a plan through it, predicted vs measured ...');
   rows.push(...(await benchLinks(values.quick)));
+}
+
+if (sections.includes('compression')) {
+  log('compression: fp16/int8 activations and DCT top-k gradients among 2 replicas on fortunes, bytes/step, held-out loss, tok/s; relay vs worker to worker ...');
+  rows.push(...(await benchCompression(values.quick)));
 }
 
 const report = {
