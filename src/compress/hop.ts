@@ -15,9 +15,33 @@ import {
  * A hop is one frame whatever its codec, and its dtype says how it was encoded.
  */
 export interface HopPart {
-  dtype: 'float32' | 'float16' | 'int8';
+  dtype: 'float32' | 'int32' | 'float16' | 'int8';
   shape: number[];
   bytes: Uint8Array;
+}
+
+/**
+ * A tensor leaving on a hop: its frame (encoded by `codec`; float32 as is without one, token ids
+ * always as is), and what the receiver will compute on (the hash the sender's record names).
+ */
+export function hopOut(t: Tensor, codec: Exclude<ActivationCodec, 'none'> | null): { part: HopPart; received: Tensor } {
+  if (codec === null || t.dtype !== 'float32') {
+    if (t.dtype === 'float64') throw new InvalidMessageError('a hop carries float32 activations or int32 token ids, not float64');
+    const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+    return { part: { dtype: t.dtype, shape: [...t.shape], bytes }, received: t };
+  }
+  const part = encodeHop(t, codec);
+  return { part, received: decodeHop(part) };
+}
+
+/** A hop's frame as it arrived, as a tensor: its dtype says how it was encoded (float32 and int32 ids come as they are). */
+export function hopIn(part: { dtype: string; shape: number[]; bytes: Uint8Array }): Tensor {
+  if (part.dtype !== 'int32') return decodeHop(part as HopPart);
+  const size = part.shape.reduce((a, b) => a * b, 1);
+  if (part.shape.length > 8 || !part.shape.every((d) => Number.isInteger(d) && d >= 0) || part.bytes.length !== 4 * size) {
+    throw new InvalidMessageError(`an int32 hop of shape [${part.shape}] needs ${4 * size} bytes, got ${part.bytes.length}`);
+  }
+  return tensor(new Int32Array(new Uint8Array(part.bytes).buffer), part.shape, 'int32');
 }
 
 /** A float32 tensor's bytes for a hop, encoded by `codec`. */
@@ -40,7 +64,7 @@ export function encodeHop(t: Tensor, codec: Exclude<ActivationCodec, 'none'>): H
 export function decodeHop(part: HopPart): Tensor {
   if (part.dtype === 'float32') return tensor(decodeActivation({ codec: 'none', shape: part.shape, parts: [part.bytes] }), part.shape);
   if (part.dtype === 'float16') return tensor(decodeActivation({ codec: 'fp16', shape: part.shape, parts: [part.bytes] }), part.shape);
-  if (part.dtype !== 'int8') throw new InvalidMessageError(`a hop's tensor is float32, float16 or int8, not ${String(part.dtype)}`);
+  if (part.dtype !== 'int8') throw new InvalidMessageError(`a hop's tensor is float32, int32, float16 or int8, not ${String(part.dtype)}`);
   const width = part.shape.at(-1) ?? 0;
   if (part.shape.length === 0 || width < 4) throw new InvalidMessageError(`an int8 hop's rows hold a 4-byte scale and their codes: shape [${part.shape}]`);
   const cols = width - 4;

@@ -41,4 +41,4 @@ export {
   parseDctTopk,
 } from './gradient.ts';
 export { MAX_BLOCK_SIZE, type TopK, topkBlocks } from './topk.ts';
-export { DctTopkCodec, decodeHop, encodeHop, type HopPart, receivedAs } from './hop.ts';
+export { DctTopkCodec, decodeHop, encodeHop, hopIn, hopOut, type HopPart, receivedAs } from './hop.ts';

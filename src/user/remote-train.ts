@@ -5,7 +5,7 @@ import {
 } from '../p2p/index.ts';
 import { type Activation, isPassed, REDUCE_TIMEOUT_MS, type ReduceGroup, type StageHandle } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
-import { asReceived, hopTensor, hopWire } from './hops.ts';
+import { hopIn, hopOut } from '../compress/index.ts';
 import { checkRecord, hashTensors, parseRecord, type RecordKind, type WorkRecord } from '../verify/index.ts';
 import { controlAnswer, type RecordedFrame, recordOf, type RemoteStage, tensorAnswer } from './remote-stage.ts';
 import { InvalidMessageError } from '../errors.ts';
@@ -86,8 +86,8 @@ export class RemoteTrainStage implements StageHandle {
       ...(this.codec ? { codec: this.codec } : {}),
     };
     if (isPassed(input)) return { header, key, tensors: [] as Tensor[], sent: input.hash };
-    const codec = this.codec;
-    return { header, key, tensors: (id: number) => [hopWire(input, id, codec)], sent: hashTensors([asReceived(input, codec)]) };
+    const { part, received } = hopOut(input, this.codec);
+    return { header, key, tensors: (id: number) => [{ requestId: id, ...part }], sent: hashTensors([received]) };
   }
 
   /** A forward's or backward's result: the tensor (decoded), or where it went on; its record checked against it. */
@@ -103,7 +103,7 @@ export class RemoteTrainStage implements StageHandle {
       return { value: { passed: true, sender: this.peerId, key, hash: record.sent ?? record.output, shape }, record };
     }
     if (frame.kind !== 'tensor') throw new InvalidMessageError(`${what}: expected a tensor`);
-    const value = hopTensor(frame.tensor);
+    const value = hopIn(frame.tensor);
     // a compressed result cannot be checked against the exact output its record names: against what it sent
     const record = check(this.codec ? { sent: hashTensors([value]) } : { output: hashTensors([value]) });
     return { value, record };

@@ -4,11 +4,10 @@ import { InvalidMessageError, RateLimitedError } from '../errors.ts';
 import {
   encodeControl, encodeTensor, errorToWire, type Frame, MAX_STAGE_STREAMS, newWorkCounters, parseStageEnvelope, PeerRateLimiter,
   receiveFrames, replyToOf, RESULT_PROTOCOL, SEND_STALL_MS, SESSION_IDLE_MS, sendMessage, sendQuietly, STAGE_MESSAGES_PER_SECOND,
-  STAGE_PROTOCOL, type StageEnvelope, type WireTensor, type WorkCounters,
+  STAGE_PROTOCOL, type StageEnvelope, toWire, type WireTensor, type WorkCounters,
 } from '../p2p/index.ts';
 import type { RecordSigner } from '../verify/index.ts';
 import { ChunkStore } from './chunk-store.ts';
-import { hopWire } from './hops.ts';
 import type { FaultInjector } from './fault.ts';
 import { auditHandlers } from './handlers/audit.ts';
 import { inferenceHandlers } from './handlers/infer.ts';
@@ -159,7 +158,7 @@ function serveStream(
       if (reply.kind === 'tensor') {
         // a result's record travels just before it, under the same id
         const record = reply.record ? [encodeControl({ type: 'record', id: envelope.id, record: reply.record })] : [];
-        const [head, payload] = encodeTensor(hopWire(reply.tensor, envelope.id, reply.codec ?? null));
+        const [head, payload] = encodeTensor(reply.part ? { requestId: envelope.id, ...reply.part } : toWire(reply.tensor, envelope.id));
         countSent(job, WEIGHT_ANSWERS.has(envelope.type) ? 'weights' : 'activations', [...record, head], [payload]);
         await sendMessage(stream, [...record, head, payload], { stallMs });
       } else if (reply.kind === 'control') {

@@ -4,9 +4,7 @@ import { fortunesDataset, heldOutLoss, textBatch } from '../../src/data/index.ts
 import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer } from '../../src/models/index.ts';
 import type { Traffic } from '../../src/p2p/index.ts';
 import { distribute, type DistributedTrainerOptions } from '../../src/user/index.ts';
-import { startValidator } from '../../src/validator/index.ts';
-import { startWorker, type Worker } from '../../src/worker/index.ts';
-import { createNode } from '../../src/p2p/index.ts';
+import { inProcessSwarm } from '../helpers/in-process-swarm.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
@@ -14,22 +12,7 @@ const config = gpt2Config({ vocabSize: 257, hidden: 64, layers: 2, heads: 4, max
 const SEQ = 32;
 const data = fortunesDataset(tok);
 
-/** A validator, workers and a user on 127.0.0.1 (real libp2p nodes and sockets). */
-async function swarm(workers: number) {
-  const validator = await startValidator();
-  const boot = validator.node.getMultiaddrs()[0].toString();
-  const list: Worker[] = [];
-  for (let i = 0; i < workers; i++) list.push(await startWorker({ bootstrap: boot }));
-  const user = await createNode();
-  return {
-    boot, user, workers: list,
-    stop: async () => {
-      await user.stop();
-      await Promise.all(list.map((w) => w.stop()));
-      await validator.stop();
-    },
-  };
-}
+const swarm = inProcessSwarm;
 
 type Net = Awaited<ReturnType<typeof swarm>>;
 

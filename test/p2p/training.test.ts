@@ -5,9 +5,8 @@ import {
   byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, llamaConfig, LocalTrainer, type ModelConfig,
 } from '../../src/models/index.ts';
 import { distribute } from '../../src/user/index.ts';
-import { startValidator } from '../../src/validator/index.ts';
-import { startWorker, type Worker } from '../../src/worker/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
+import { inProcessSwarm } from '../helpers/in-process-swarm.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';
 import { assertWeightsClose } from '../helpers/weights.ts';
 
@@ -25,23 +24,7 @@ function reference(config: ModelConfig, m: number): { losses: number[]; weights:
   return { losses, weights: new Map([...model.hfStateDict()].map(([n, t]) => [n, t.data as Float32Array])) };
 }
 
-async function swarm(workers: number) {
-  const validator = await startValidator();
-  const boot = validator.node.getMultiaddrs()[0].toString();
-  const list: Worker[] = [];
-  for (let i = 0; i < workers; i++) list.push(await startWorker({ bootstrap: boot }));
-  const user = await createNode();
-  return {
-    boot,
-    workers: list,
-    user,
-    stop: async () => {
-      await user.stop();
-      await Promise.all(list.map((w) => w.stop()));
-      await validator.stop();
-    },
-  };
-}
+const swarm = inProcessSwarm;
 
 describe('distributed training over libp2p (workers on 127.0.0.1, js backend)', () => {
   setBackend('js');

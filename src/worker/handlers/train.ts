@@ -7,8 +7,7 @@ import type { CausalLM } from '../../models/index.ts';
 import { GradientExchange, StageExecutor } from '../../pipeline/index.ts';
 import { getBackend, type Tensor } from '../../tensor/index.ts';
 import { gradsHash, hashTensors, sectionCost, type WorkRecord } from '../../verify/index.ts';
-import { DctTopkCodec, type DctTopkOptions } from '../../compress/index.ts';
-import { asReceived, hopTensor, hopWire } from '../hops.ts';
+import { DctTopkCodec, type DctTopkOptions, type HopPart, hopIn, hopOut } from '../../compress/index.ts';
 import { passKey, PassInbox } from '../passes.ts';
 import { countSent } from '../jobs.ts';
 import { TrainingRecords } from '../records.ts';
@@ -34,7 +33,7 @@ function one(r: StageRequest) {
 
 /** A forward's input or a backward's gradient: with the request, or passed here by a neighbour under `from`. */
 async function hopInput(r: StageRequest, hop: TrainCompute, passes: PassInbox): Promise<Tensor> {
-  if (hop.from === null) return hopTensor(expectTensors(r.type, r.tensors, 1)[0]);
+  if (hop.from === null) return hopIn(expectTensors(r.type, r.tensors, 1)[0]);
   expectTensors(r.type, r.tensors, 0);
   return passes.take(passKey(hop.from.peer, hop.from.key));
 }
@@ -43,14 +42,21 @@ async function hopInput(r: StageRequest, hop: TrainCompute, passes: PassInbox): 
  * A result that goes on to a neighbour of the job (`to`) as a train-pass, before the owner is
  * answered with its record and shape; otherwise the result itself is the answer.
  */
-async function sendOn(r: StageRequest, hop: TrainCompute, result: Tensor, record: WorkRecord, context: StageContext): Promise<StageReply> {
-  if (!hop.to) return { kind: 'tensor', tensor: result, record, codec: hop.codec };
+async function sendOn(
+  r: StageRequest,
+  hop: TrainCompute,
+  result: Tensor,
+  part: HopPart,
+  record: WorkRecord,
+  context: StageContext,
+): Promise<StageReply> {
+  if (!hop.to) return { kind: 'tensor', tensor: result, record, part };
   const target = context.jobs.peerOf(r.job, hop.to.peer);
   const id = ++passes;
   const header = encodeControl({ type: 'train-pass', id, jobId: r.job.jobId, key: hop.to.key, tensors: 1 });
   try {
     const stream = await context.peers.to(target, STAGE_PROTOCOL);
-    const [head, payload] = encodeTensor(hopWire(result, id, hop.codec));
+    const [head, payload] = encodeTensor({ requestId: id, ...part });
     countSent(r.job, 'activations', [header, head], [payload]);
     await sendMessage(stream, [header, head, payload], { stallMs: context.stallMs });
   } catch (cause) {
@@ -131,7 +137,9 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const honest = training.executor.forward(micro, input);
       const tensor = fault ? fault.output('forward', honest, input) : honest;
       const { records } = training;
-      const sent = hop.codec ? { sent: hashTensors([asReceived(tensor, hop.codec)]) } : {};
+      // encoded once: the frame that leaves, and what its receiver computes on (its hash in the record)
+      const out = hopOut(tensor, hop.codec);
+      const sent = hop.codec ? { sent: hashTensors([out.received]) } : {};
       const record = records.sign(
         { kind: 'forward', micro, input: hashTensors([input]), output: hashTensors([tensor]), ...sent, weights: records.weightsHash() },
         input.shape[0] * input.shape[1],
@@ -141,7 +149,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
       records.keep({ record, input: training.forwardInputs.get(micro)!.tensor!, ...(record.backend === 'js' ? {} : { output: tensor.detach() }) });
       work.trainForwards++;
       work.trainTokens += input.shape[0] * input.shape[1];
-      return sendOn(r, hop, tensor, record, context);
+      return sendOn(r, hop, tensor, out.part, record, context);
     },
   },
   'train-backward': {
@@ -164,7 +172,8 @@ export const trainingHandlers: Record<string, StageHandler> = {
       training.kept.delete(micro);
       training.forwardInputs.delete(micro);
       const { hash, tensors } = training.contribution();
-      const sent = g && hop.codec ? { sent: hashTensors([asReceived(g, hop.codec)]) } : {};
+      const out = g && hopOut(g, hop.codec);
+      const sent = out && hop.codec ? { sent: hashTensors([out.received]) } : {};
       const record = records.sign({
         kind: 'backward', micro, input: hashTensors([grad]), output: g ? hashTensors([g]) : '', ...sent, grads: hash, from: forward.hash,
         weights: records.weightsHash(),
@@ -172,7 +181,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const ort = record.backend !== 'js' ? { ...(g ? { output: g } : {}), ...(tensors ? { contribution: tensors } : {}) } : {};
       records.keep({ record, input: forward.tensor!, grad, ...ort });
       work.trainBackwards++;
-      return g ? sendOn(r, hop, g, record, context) : control('no-input-gradient', { record });
+      return g && out ? sendOn(r, hop, g, out.part, record, context) : control('no-input-gradient', { record });
     },
   },
   'train-pass': {
@@ -181,7 +190,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
     run: (r) => {
       // filed under its sender: another worker of the job cannot slip a tensor in under a key the owner gave someone else
       const { key } = parsePass(r.body);
-      trainingOf(r.job).passes.deliver(passKey(r.from.toString(), key), hopTensor(expectTensors(r.type, r.tensors, 1)[0]));
+      trainingOf(r.job).passes.deliver(passKey(r.from.toString(), key), hopIn(expectTensors(r.type, r.tensors, 1)[0]));
       return NONE;
     },
   },

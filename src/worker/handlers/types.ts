@@ -1,6 +1,7 @@
 import type { PeerId } from '@libp2p/interface';
 import { InvalidMessageError } from '../../errors.ts';
-import type { WireActivationCodec, WireTensor, WorkCounters } from '../../p2p/index.ts';
+import type { HopPart } from '../../compress/index.ts';
+import type { WireTensor, WorkCounters } from '../../p2p/index.ts';
 import type { Tensor } from '../../tensor/index.ts';
 import type { RecordSigner, WorkRecord } from '../../verify/index.ts';
 import type { ChunkStore } from '../chunk-store.ts';
@@ -40,8 +41,9 @@ export interface StageRequest {
   bindToStream(): void;
 }
 
+/** A tensor answer goes as its hop frame (`part`: a training result, encoded once) or as float32. */
 export type StageReply
-  = | { kind: 'tensor'; tensor: Tensor; record?: WorkRecord; codec?: WireActivationCodec | null } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
+  = | { kind: 'tensor'; tensor: Tensor; record?: WorkRecord; part?: HopPart } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
 
 export interface StageHandler {
   /** Whether peers the owner delegated (the previous stage of a chain, a replica) may send it; otherwise the owner only. */
