@@ -64,7 +64,9 @@ commands:
       set: this one, those of --peers (which it dials) and those of --validators (which dial it)
   worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--models DIR] [--listen MULTIADDR] [--log-level L]
          [--fault noise|skip|stale|scale-grad|zero|replay|free-ride|slow[:RATE]] [--contracts FILE [--rpc URL]]
+         [--max-requests N]
       lends this machine's compute: measures it, announces it and keeps announcing while alive;
+      --max-requests: stage requests one peer may send per second before it is refused (default 5000);
       --fault makes it cheat (or, slow, stall 120 s) on a share RATE of its computations, only to
       test the network's defences
   status --bootstrap MULTIADDR

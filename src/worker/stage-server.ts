@@ -46,6 +46,8 @@ export interface StageServerOptions {
   fault?: FaultInjector | null;
   /** Called with each request whose tensors were enough bytes to time as they arrived (passive measurement, see passive.ts). */
   onTransfer?: (peerId: string, sample: TransferSample) => void;
+  /** Stage requests a peer may send per second, in bursts of as many (default STAGE_MESSAGES_PER_SECOND). */
+  requestsPerSecond?: number;
 }
 
 /** A request whose tensors are still arriving, with what its header was admitted as, or why it was refused (its tensors dropped). */
@@ -76,14 +78,16 @@ export async function serveStages(node: Libp2p, jobs: JobTable, options: StageSe
     signer: options.signer,
     fault: options.fault ?? null,
   };
-  const limiter = new PeerRateLimiter(STAGE_MESSAGES_PER_SECOND);
+  const rate = options.requestsPerSecond ?? STAGE_MESSAGES_PER_SECOND;
+  const limiter = new PeerRateLimiter(rate);
   node.addEventListener('peer:disconnect', (evt) => {
     const peer = evt.detail.toString();
     limiter.forget(peer);
     jobs.removeOwnedBy(peer);
   });
   const onTransfer = options.onTransfer ?? null;
-  await node.handle(STAGE_PROTOCOL, (stream, connection) => serveStream(stream, connection.remotePeer, context, limiter, onTransfer), {
+  const limit = { limiter, rate };
+  await node.handle(STAGE_PROTOCOL, (stream, connection) => serveStream(stream, connection.remotePeer, context, limit, onTransfer), {
     maxInboundStreams: MAX_STAGE_STREAMS,
   });
   const sections = () => [...jobs.values()].flatMap((j) => (j.section ? [j.section] : []));
@@ -110,7 +114,7 @@ function serveStream(
   stream: Stream,
   from: PeerId,
   context: StageContext,
-  limiter: PeerRateLimiter,
+  { limiter, rate }: { limiter: PeerRateLimiter; rate: number },
   onTransfer: ((peerId: string, sample: TransferSample) => void) | null,
 ): void {
   const { jobs, stallMs } = context;
@@ -135,7 +139,7 @@ function serveStream(
   /** Decided when the header arrives, before any of its tensors: within the rate, a known type, its tensor count, its job. */
   const admit = (envelope: StageEnvelope): Pending['admitted'] => {
     try {
-      if (!limiter.allow(from.toString())) throw new RateLimitedError(`more than ${STAGE_MESSAGES_PER_SECOND} stage requests per second`);
+      if (!limiter.allow(from.toString())) throw new RateLimitedError(`more than ${rate} stage requests per second`);
       const handler = handlerOf(envelope.type);
       const max = handler.maxTensors ?? 0;
       if (envelope.tensors > max) throw new InvalidMessageError(`${envelope.type} carries at most ${max} tensors, the request announces ${envelope.tensors}`);

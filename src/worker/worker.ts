@@ -46,6 +46,8 @@ export interface WorkerOptions {
   announceVia?: 'direct' | 'gossip' | 'both';
   /** How long a send waits for a peer that takes no bytes before that peer's stream is reset (default SEND_STALL_MS). */
   stallMs?: number;
+  /** Stage requests one peer may send per second (`--max-requests`; default STAGE_MESSAGES_PER_SECOND). */
+  requestsPerSecond?: number;
   log?: Logger;
   /** The chain it is paid on: it stakes what it needs to be given work, announces its account and claims its rewards. */
   chain?: NodeChain;
@@ -79,6 +81,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   };
   const stages = await serveStages(node, jobs, {
     memory, store, models, stallMs: options.stallMs, signer: signerOf(node), fault, onTransfer,
+    requestsPerSecond: options.requestsPerSecond,
   });
   await serveControl(node, {
     'capabilities': () => ({ type: 'capabilities', capabilities: { ...capabilities, memoryFreeBytes: memory.free() } }),

@@ -4,7 +4,7 @@ import { listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
 import { parseFault, startWorker } from '../../worker/index.ts';
 import { localSwarm } from '../local-swarm.ts';
-import { type Flags, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
+import { type Flags, intFlag, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { chainFlagOptions, chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
 import { LOCAL_GRANT } from '../local-chain.ts';
@@ -27,6 +27,7 @@ export const workerOptions = {
   'data': { type: 'string' },
   'models': { type: 'string' },
   'fault': { type: 'string' },
+  'max-requests': { type: 'string' },
   'listen': { type: 'string' },
   ...chainFlagOptions,
   'log-level': { type: 'string' },
@@ -167,6 +168,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
     modelsDir: stringFlag(flags, 'models'),
     listen: listen ? [listen] : undefined,
     memoryBytes: memory ? parseBytes(memory) : undefined,
+    requestsPerSecond: optionalIntFlag(flags, 'max-requests', 1),
     log: createLogger({ level: logLevel(flags), peer: 'worker' }),
   });
   const addrs = w.node.getMultiaddrs().map(String);
