@@ -18,7 +18,9 @@ import {
   workerCommand,
   workerOptions,
 } from './commands/nodes.ts';
+import { serveCommand, serveOptions } from './commands/serve.ts';
 import { trainCommand, trainOptions } from './commands/train.ts';
+import { readFileSync } from 'node:fs';
 import { createOutput, type Output } from './output.ts';
 
 const HELP = `tensorlink: decentralized training and inference of neural networks
@@ -39,6 +41,12 @@ commands:
            [--redundancy K --verify-rate P] [--contracts FILE [--rpc URL] --pay TLK]
       continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
       --local N on a local swarm of N workers, --bootstrap on an existing swarm
+  serve --model DIR [--name ID] [--port P (default 8000) --host H (default 127.0.0.1)]
+        [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]] [--strategy S --privacy ends|none]
+      an OpenAI-compatible HTTP API over the model (GET /v1/models, POST /v1/completions and
+      /v1/chat/completions, streamed or not); --local 0 (default) in this process, --local N on a
+      local swarm of N workers, --bootstrap on an existing swarm; requests decode in batches of up
+      to 8 rows, in the order they came; prints {"event":"ready","url",...,"model"} when it listens
   train --model DIR (--data FILE|fortunes | --task addition|addition-padded|reverse) --steps N [--batch B --lr X --seq-len T
         --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]]
@@ -109,6 +117,7 @@ const COMMANDS: Record<string, Command> = {
   'init-model': { options: initModelOptions, run: initModel },
   'generate': { options: generateOptions, run: generateCommand },
   'train': { options: trainOptions, run: trainCommand },
+  'serve': { options: serveOptions, run: serveCommand },
   'validator': { options: validatorOptions, run: validatorCommand },
   'worker': { options: workerOptions, run: workerCommand },
   'status': { options: statusOptions, run: statusCommand },
@@ -119,6 +128,30 @@ const COMMANDS: Record<string, Command> = {
 
 const PLANNED = new Set<string>();
 
+/** The version of this package (package.json, two folders up from this file in src/ and in dist/). */
+export function version(): string {
+  return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+}
+
+/**
+ * One command's part of HELP: its usage lines and description (every form of it, as
+ * `ledger show` and `ledger proof`), then the options every command takes.
+ */
+export function commandHelp(command: string): string {
+  const lines = HELP.split('\n');
+  const start = lines.findIndex((l) => l === 'commands:');
+  const own: string[] = [];
+  let inside = false;
+  const end = lines.findIndex((l) => l.startsWith('every command takes'));
+  for (const line of lines.slice(start + 1, end)) {
+    // a command's first line is indented by two spaces, its continuation and description by more
+    if (/^ {2}\S/.test(line)) inside = line.slice(2).split(' ')[0] === command;
+    if (inside) own.push(line);
+  }
+  while (own.at(-1) === '') own.pop();
+  return [`usage: tensorlink ${command} [options]`, '', ...own, '', ...lines.slice(end)].join('\n');
+}
+
 /** Runs the CLI; returns the exit code. User errors print one line, never a stack trace. */
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
@@ -126,6 +159,10 @@ export async function main(argv: string[]): Promise<number> {
     if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
       process.stdout.write(`${HELP}\n`);
       return command === undefined ? 2 : 0;
+    }
+    if (command === '--version' || command === '-v') {
+      process.stdout.write(`${version()}\n`);
+      return 0;
     }
     if (PLANNED.has(command)) throw new UsageError(`'${command}' is not available in this version yet (see the README's roadmap)`);
     const spec = COMMANDS[command];
@@ -143,7 +180,7 @@ export async function main(argv: string[]): Promise<number> {
       throw new UsageError((err as Error).message);
     }
     if (flags.help) {
-      process.stdout.write(`${HELP}\n`);
+      process.stdout.write(`${commandHelp(command)}\n`);
       return 0;
     }
     if (flags.backend !== undefined && flags.backend !== 'js' && flags.backend !== 'ort') throw new UsageError('--backend must be js or ort');

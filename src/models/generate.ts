@@ -12,6 +12,21 @@ export interface GenerateOptions extends SamplingOptions {
   stopTokens?: number[];
   /** Called for every new token as it is produced (streaming). */
   onToken?: (token: number, sequence: number) => void;
+  /**
+   * Settings of each prompt of a batch (one per prompt), over the shared ones: its own sampling,
+   * seed (its own generator, so a row's tokens do not depend on the rows beside it), length,
+   * stop tokens, and `cancelled` (asked before every step: true ends that row, as a stop token
+   * does). The batch ends when every row has.
+   */
+  rows?: RowOptions[];
+}
+
+/** One prompt's settings in a batch (see GenerateOptions.rows). */
+export interface RowOptions extends SamplingOptions {
+  maxNewTokens?: number;
+  seed?: number;
+  stopTokens?: number[];
+  cancelled?: () => boolean;
 }
 
 /**
@@ -46,15 +61,24 @@ function lastLogits(logits: Tensor): Float32Array[] {
  */
 export async function generateWith(stepModel: StepModel, prompts: number[][], options: GenerateOptions = {}): Promise<number[][]> {
   checkSampling(options);
-  const maxNew = options.maxNewTokens ?? 32;
-  if (!Number.isInteger(maxNew) || maxNew < 0) throw new InvalidArgumentError('maxNewTokens must be a non-negative integer');
+  if (options.rows !== undefined && options.rows.length !== prompts.length) {
+    throw new InvalidArgumentError(`${options.rows.length} row settings for ${prompts.length} prompts`);
+  }
+  const rows = prompts.map((_, i) => ({ ...options, ...options.rows?.[i] }));
+  for (const r of rows) checkSampling(r);
+  const limits = rows.map((r) => r.maxNewTokens ?? 32);
+  if (limits.some((n) => !Number.isInteger(n) || n < 0)) throw new InvalidArgumentError('maxNewTokens must be a non-negative integer');
+  const maxNew = Math.max(0, ...limits);
   if (prompts.length === 0 || prompts.some((p) => p.length === 0)) throw new InvalidArgumentError('every prompt needs at least one token');
   const longest = Math.max(...prompts.map((p) => p.length));
   if (longest + maxNew > stepModel.maxPositions) {
     throw new InvalidArgumentError(`prompt (${longest}) + new tokens (${maxNew}) exceed the model's ${stepModel.maxPositions} positions`);
   }
-  const stop = new Set(options.stopTokens ?? (stepModel.eosTokenId === null ? [] : [stepModel.eosTokenId]));
-  const rng = new Generator(options.seed ?? 0);
+  const eos = stepModel.eosTokenId === null ? [] : [stepModel.eosTokenId];
+  const stops = rows.map((r) => new Set(r.stopTokens ?? eos));
+  // one generator for the batch, as before; a row with its own seed draws from its own
+  const shared = new Generator(options.seed ?? 0);
+  const rngs = rows.map((_, i) => (options.rows?.[i]?.seed === undefined ? shared : new Generator(options.rows[i].seed)));
   const b = prompts.length;
   // Prefill: left-pad to the longest prompt.
   const ids = new Int32Array(b * longest);
@@ -74,16 +98,21 @@ export async function generateWith(stepModel: StepModel, prompts: number[][], op
     positions: tensor(positions, [b, longest], 'int32'),
   });
   const outputs: number[][] = prompts.map(() => []);
-  const done = new Array<boolean>(b).fill(false);
+  const done = limits.map((n, i) => n === 0 || rows[i].cancelled?.() === true);
   const nextPos = prompts.map((p) => p.length);
   for (let step = 0; step < maxNew; step++) {
-    const rows = lastLogits(logits);
-    const next = rows.map((row, i) => (done[i] ? 0 : sampleToken(row, options, rng)));
+    if (done.every(Boolean)) break;
+    const last = lastLogits(logits);
+    const next = last.map((row, i) => (done[i] ? 0 : sampleToken(row, rows[i], rngs[i])));
     next.forEach((tok, i) => {
       if (done[i]) return;
       outputs[i].push(tok);
       options.onToken?.(tok, i);
-      if (stop.has(tok)) done[i] = true;
+      if (stops[i].has(tok) || outputs[i].length >= limits[i]) done[i] = true;
+    });
+    // a row whose reader went away ends here (its tokens so far stand)
+    rows.forEach((r, i) => {
+      if (!done[i] && r.cancelled?.() === true) done[i] = true;
     });
     if (done.every(Boolean) || step === maxNew - 1) break;
     for (const m of mask) m.push(1);

@@ -117,6 +117,22 @@ export function loadTokenizer(dir: string): HFTokenizer | null {
 }
 
 /**
+ * The chat template of a Hugging Face directory (tokenizer_config.json's `chat_template`, a
+ * Jinja string, or the one named 'default' of a list), or null if it has none.
+ */
+export function loadChatTemplate(dir: string): string | null {
+  const path = join(dir, 'tokenizer_config.json');
+  if (!existsSync(path)) return null;
+  const t = (readJson(path, 'tokenizer_config.json') as { chat_template?: unknown }).chat_template;
+  if (typeof t === 'string') return t;
+  if (Array.isArray(t)) {
+    const named = t.find((x): x is { name: string; template: string } => typeof x?.template === 'string' && x.name === 'default');
+    return named?.template ?? null;
+  }
+  return null;
+}
+
+/**
  * Writes config.json, model.safetensors (sharded with an index above `maxShardBytes`)
  * and tokenizer.json: a directory Hugging Face transformers loads.
  */

@@ -10,7 +10,7 @@ export {
 } from './config.ts';
 export { GPT2 } from './gpt2.ts';
 export { Llama, rotaryTables } from './llama.ts';
-export { createModel, loadConfig, loadModel, loadTokenizer, modelLayers, partBytes, saveModel, saveModelStreamed, writeModelFiles } from './hf.ts';
+export { createModel, loadChatTemplate, loadConfig, loadModel, loadTokenizer, modelLayers, partBytes, saveModel, saveModelStreamed, writeModelFiles } from './hf.ts';
 export { CheckpointWeights, defaultCacheDir, layersOfWeight, type WeightShape } from './checkpoint-weights.ts';
 export { defaultPositions, runLayers } from './forward.ts';
 export { type ModelPart, partLayers, type SectionParts, type SectionRange, sectionParts } from './model.ts';
@@ -25,7 +25,7 @@ export {
   type ModelLayer,
 } from './model.ts';
 export { byteLevelTokenizerJson, HFTokenizer, type Tokenizer } from './tokenizer.ts';
-export { generate, generateBatch, type GenerateOptions, generateWith, localStepModel, type StepModel } from './generate.ts';
+export { generate, generateBatch, type GenerateOptions, generateWith, localStepModel, type RowOptions, type StepModel } from './generate.ts';
 export { sampleToken, type SamplingOptions } from './sampling.ts';
 export {
   countTargets,

@@ -38,4 +38,19 @@ describe('tensorlink CLI', () => {
       assert.ok(!/\n\s+at /.test(r.stderr), 'no stack trace');
     }
   });
+
+  test('COMMAND --help prints that command\'s usage only; --version prints the version', () => {
+    const serve = cli('serve', '--help');
+    assert.equal(serve.code, 0);
+    assert.match(serve.stdout, /^usage: tensorlink serve/);
+    assert.match(serve.stdout, /--model DIR/);
+    assert.ok(!serve.stdout.includes('init-model'), 'no other command');
+    const ledger = cli('ledger', '--help');
+    assert.match(ledger.stdout, /ledger show/);
+    assert.match(ledger.stdout, /ledger verify PROOF-FILE/);
+    assert.ok(!ledger.stdout.includes('  train '));
+    const v = cli('--version');
+    assert.equal(v.code, 0);
+    assert.match(v.stdout.trim(), /^\d+\.\d+\.\d+$/);
+  });
 });

@@ -1,0 +1,76 @@
+import { basename, resolve } from 'node:path';
+import { generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
+import { ChatFormat, serveApi, type ServedModel } from '../../serve/index.ts';
+import { distribute } from '../../user/index.ts';
+import { type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags } from '../args.ts';
+import { loadProgress } from '../load-progress.ts';
+import type { Output } from '../output.ts';
+import { joinSwarm } from '../swarm.ts';
+import { runUntilSignal } from './nodes.ts';
+
+export const serveOptions = {
+  'model': { type: 'string' },
+  'name': { type: 'string' },
+  'port': { type: 'string' },
+  'host': { type: 'string' },
+  'local': { type: 'string' },
+  'bootstrap': { type: 'string' },
+  'listen': { type: 'string' },
+  'strategy': { type: 'string' },
+  'privacy': { type: 'string' },
+  'redundancy': { type: 'string' },
+  'verify-rate': { type: 'string' },
+} as const;
+
+/**
+ * `tensorlink serve`: the OpenAI-compatible HTTP API over a model, in this process (`--local 0`,
+ * the default) or split across a swarm (`--local N`, `--bootstrap`). Prints one JSON line when
+ * it listens: {"event":"ready","url":"http://HOST:PORT","model":"ID"}; runs until Ctrl-C.
+ */
+export async function serveCommand(flags: Flags, out: Output): Promise<void> {
+  const where = placement(flags);
+  const { strategy, privacy } = planFlags(flags, 'layer-aware');
+  const verify = verifyFlags(flags);
+  const dir = requiredString(flags, 'model');
+  const port = intFlag(flags, 'port', 8000, 0);
+  if (port > 65535) throw new UsageError(`--port must be in 0..65535, got ${port}`);
+  const host = stringFlag(flags, 'host') ?? '127.0.0.1';
+  const id = stringFlag(flags, 'name') ?? basename(resolve(dir));
+  const config = loadConfig(dir);
+  const tokenizer = loadTokenizer(dir);
+  if (!tokenizer) throw new UsageError(`${dir} has no tokenizer.json; serve needs one to read prompts`);
+  const chat = new ChatFormat(loadChatTemplate(dir));
+  let served: ServedModel;
+  let leave = async () => {};
+  if (where.kind === 'local') {
+    const model = await loadModel(dir);
+    served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: (prompts, options) => generateBatch(model, prompts, options) };
+  } else {
+    const access = await joinSwarm(where, flags);
+    try {
+      const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out), verify });
+      out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
+      served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: (prompts, options) => dm.generateBatch(prompts, options) };
+      leave = async () => {
+        await dm.close().catch(() => {});
+        await access.close();
+      };
+    } catch (err) {
+      await access.close();
+      throw err;
+    }
+  }
+  let server;
+  try {
+    server = await serveApi(served, { host, port });
+  } catch (err) {
+    await leave();
+    throw new UsageError(`cannot listen on ${host}:${port}: ${(err as Error).message}`);
+  }
+  process.stdout.write(`${JSON.stringify({ event: 'ready', url: server.url, model: id })}\n`);
+  out.info(`serving '${id}' at ${server.url}/v1 (OpenAI-compatible: /v1/models, /v1/completions, /v1/chat/completions)`);
+  await runUntilSignal(async () => {
+    await server.close();
+    await leave();
+  }, flags);
+}

@@ -1,0 +1,108 @@
+import { RateLimitedError } from '../errors.ts';
+import type { GenerateOptions, RowOptions } from '../models/index.ts';
+
+/** Runs one batch of prompts (a local model's generateBatch, or a distributed model's). */
+export type BatchRunner = (prompts: number[][], options: GenerateOptions) => Promise<{ tokens: number[][] }>;
+
+/** One sequence a request asks for: its prompt, its settings, and where its tokens go. */
+export interface Row {
+  prompt: number[];
+  options: RowOptions;
+  onToken(token: number): void;
+}
+
+/** Rows one batch runs at most (the requests of a batch share its decoding steps). */
+export const MAX_BATCH_ROWS = 8;
+/** Requests waiting at most: beyond it a request is refused with 429, not queued for minutes. */
+export const MAX_QUEUED = 64;
+
+interface Waiting {
+  rows: Row[];
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * Requests are served in the order they came, in batches: when the model is free, the oldest
+ * waiting requests that fit together (at most MAX_BATCH_ROWS rows, their longest prompt and
+ * longest completion within the context) decode as one batch, each row with its own settings
+ * and generator, so a request's tokens do not depend on what it was batched with. A request
+ * never waits behind more than MAX_QUEUED others; a row cancelled (its reader left) stops
+ * taking steps, and a batch whose rows all left ends, freeing its sessions on the workers.
+ */
+export class Scheduler {
+  private readonly queue: Waiting[] = [];
+  private running = false;
+  /** Requests served, rows decoded and batches run, for metrics. */
+  readonly counts = { requests: 0, rows: 0, batches: 0, refused: 0 };
+
+  constructor(
+    private readonly run: BatchRunner,
+    private readonly maxPositions: number,
+    private readonly limits = { rows: MAX_BATCH_ROWS, queued: MAX_QUEUED },
+  ) {}
+
+  /** Requests waiting (not yet decoding). */
+  get waiting(): number {
+    return this.queue.length;
+  }
+
+  /** Resolves when every row of the request has ended. Throws RateLimitedError when too many wait. */
+  submit(rows: Row[]): Promise<void> {
+    if (this.queue.length >= this.limits.queued) {
+      this.counts.refused++;
+      throw new RateLimitedError(`${this.queue.length} requests are waiting for the model already; try again shortly`);
+    }
+    return new Promise<void>((resolve, reject) => {
+      this.queue.push({ rows, resolve, reject });
+      void this.pump();
+    });
+  }
+
+  private need(rows: readonly Row[]): { prompt: number; completion: number } {
+    return {
+      prompt: Math.max(0, ...rows.map((r) => r.prompt.length)),
+      completion: Math.max(0, ...rows.map((r) => r.options.maxNewTokens ?? 0)),
+    };
+  }
+
+  /** The oldest requests that fit in one batch (the first always does: the server checked its length). */
+  private next(): Waiting[] {
+    const batch: Waiting[] = [this.queue.shift()!];
+    let rows = batch[0].rows.length;
+    while (this.queue.length > 0) {
+      const candidate = this.queue[0];
+      const all = [...batch.flatMap((w) => w.rows), ...candidate.rows];
+      const need = this.need(all);
+      if (rows + candidate.rows.length > this.limits.rows || need.prompt + need.completion > this.maxPositions) break;
+      batch.push(this.queue.shift()!);
+      rows += candidate.rows.length;
+    }
+    return batch;
+  }
+
+  private async pump(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    try {
+      while (this.queue.length > 0) {
+        const batch = this.next();
+        const rows = batch.flatMap((w) => w.rows);
+        this.counts.batches++;
+        this.counts.requests += batch.length;
+        this.counts.rows += rows.length;
+        try {
+          await this.run(rows.map((r) => r.prompt), {
+            rows: rows.map((r) => r.options),
+            onToken: (token, i) => rows[i].onToken(token),
+          });
+          for (const w of batch) w.resolve();
+        } catch (err) {
+          for (const w of batch) w.reject(err);
+        }
+      }
+    } finally {
+      this.running = false;
+    }
+  }
+}

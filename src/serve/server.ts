@@ -1,0 +1,231 @@
+import { randomBytes, randomInt } from 'node:crypto';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { Tokenizer } from '../models/index.ts';
+import type { ChatFormat } from './chat.ts';
+import {
+  ApiError, badRequest, type ChatRequest, type CompletionRequest, contextError, type FinishReason, parseChat, parseCompletion,
+  type Sampling, toApiError, usage,
+} from './openai.ts';
+import { type BatchRunner, type Row, Scheduler } from './scheduler.ts';
+import { TextStream } from './text-stream.ts';
+
+/** A model as the API serves it: in this process or across a swarm, behind one batch runner. */
+export interface ServedModel {
+  /** Its id in the API (`model` of requests, GET /v1/models). */
+  id: string;
+  tokenizer: Tokenizer;
+  maxPositions: number;
+  chat: ChatFormat;
+  run: BatchRunner;
+}
+
+export interface ServeOptions {
+  host?: string;
+  /** 0: a free port. */
+  port?: number;
+  /** Largest request body (default 1 MiB). */
+  bodyLimit?: number;
+}
+
+export interface ApiServer {
+  url: string;
+  app: FastifyInstance;
+  scheduler: Scheduler;
+  close(): Promise<void>;
+}
+
+/** Bytes of a request body at most: a chat of a few thousand tokens is far below. */
+const BODY_LIMIT = 1 << 20;
+
+/** One choice as it is produced: its text so far and why it ended. */
+interface Choice {
+  index: number;
+  text: TextStream;
+  tokens: number;
+  finish: FinishReason | null;
+}
+
+/**
+ * The OpenAI-compatible HTTP API (Fastify): GET /v1/models, POST /v1/completions and
+ * POST /v1/chat/completions, streamed as server-sent events or answered whole, with usage;
+ * errors in OpenAI's shape and status codes. Requests decode in batches, in order (scheduler.ts).
+ */
+export async function serveApi(model: ServedModel, options: ServeOptions = {}): Promise<ApiServer> {
+  const scheduler = new Scheduler(model.run, model.maxPositions);
+  const created = Math.floor(Date.now() / 1000);
+  const app = Fastify({ logger: false, bodyLimit: options.bodyLimit ?? BODY_LIMIT });
+  const send = (reply: FastifyReply, err: unknown) => {
+    const e = toApiError(err);
+    return reply.code(e.status).send(e.body());
+  };
+  app.setErrorHandler((err: { statusCode?: number; message: string }, _req, reply) => {
+    // Fastify's own refusals (a body that is not JSON, too large, a wrong content type) are the client's
+    const status = err.statusCode ?? 500;
+    if (status >= 400 && status < 500) return send(reply, new ApiError(status, err.message, 'invalid_request_error'));
+    return send(reply, err);
+  });
+  app.setNotFoundHandler((req, reply) => send(reply, new ApiError(404, `no route ${req.method} ${req.url}`, 'invalid_request_error', 'not_found')));
+
+  const modelCard = () => ({ id: model.id, object: 'model', created, owned_by: 'tensorlink' });
+  app.get('/v1/models', async () => ({ object: 'list', data: [modelCard()] }));
+  app.get('/v1/models/:id', async (req: FastifyRequest<{ Params: { id: string } }>, reply) => {
+    if (req.params.id !== model.id) return send(reply, unknownModel(req.params.id, model.id));
+    return modelCard();
+  });
+  app.post('/v1/completions', (req, reply) => respond(req, reply, 'text'));
+  app.post('/v1/chat/completions', (req, reply) => respond(req, reply, 'chat'));
+
+  async function respond(req: FastifyRequest, reply: FastifyReply, kind: 'text' | 'chat'): Promise<unknown> {
+    let parsed: CompletionRequest | ChatRequest;
+    let prompts: string[];
+    let stops: string[];
+    try {
+      parsed = kind === 'text' ? parseCompletion(req.body) : parseChat(req.body);
+      if (parsed.model !== model.id) throw unknownModel(parsed.model, model.id);
+      prompts = 'prompts' in parsed ? parsed.prompts : [model.chat.render(parsed.messages)];
+      stops = [...parsed.stop, ...(kind === 'chat' ? model.chat.stops : [])];
+    } catch (err) {
+      return send(reply, err);
+    }
+    const request = parsed;
+    // a client that goes away cancels its rows: they take no more decoding steps
+    let gone = false;
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) gone = true;
+    });
+    const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`;
+    const stamp = Math.floor(Date.now() / 1000);
+    const echoed = (c: Choice) => ('echo' in request && request.echo ? prompts[Math.floor(c.index / request.n)] : '');
+    // what a streamed request sends as each choice's text grows (nothing for one answered whole)
+    let emit: (c: Choice, text: string) => void = () => {};
+    let work: { rows: Row[]; choices: Choice[]; promptTokens: number };
+    try {
+      work = plan(request, prompts, stops, () => gone, (c, text) => emit(c, text));
+    } catch (err) {
+      return send(reply, err);
+    }
+    const { rows, choices } = work;
+    const totals = () => usage(work.promptTokens, choices.reduce((sum, c) => sum + c.tokens, 0));
+
+    if (!request.stream) {
+      try {
+        await scheduler.submit(rows);
+      } catch (err) {
+        return send(reply, err);
+      }
+      const out = choices.map((c) => {
+        const finish = c.finish ?? (c.text.stopped ? 'stop' : 'length');
+        return kind === 'chat'
+          ? { index: c.index, message: { role: 'assistant', content: c.text.text(), refusal: null }, logprobs: null, finish_reason: finish }
+          : { index: c.index, text: echoed(c) + c.text.text(), logprobs: null, finish_reason: finish };
+      });
+      return { id, object: kind === 'chat' ? 'chat.completion' : 'text_completion', created: stamp, model: model.id, choices: out, usage: totals() };
+    }
+
+    // streamed: server-sent events in OpenAI's chunk format, then [DONE]
+    const chunk = (choice: Record<string, unknown>[], extra: Record<string, unknown> = {}) => ({
+      id, object: kind === 'chat' ? 'chat.completion.chunk' : 'text_completion', created: stamp, model: model.id, choices: choice, ...extra,
+    });
+    const event = (data: unknown) => {
+      if (!gone) reply.raw.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`);
+    };
+    const piece = (c: Choice, text: string, finish: FinishReason | null) => (kind === 'chat'
+      ? { index: c.index, delta: finish !== null && text === '' ? {} : { content: text }, logprobs: null, finish_reason: finish }
+      : { index: c.index, text, logprobs: null, finish_reason: finish });
+    let submitted: Promise<void>;
+    try {
+      submitted = scheduler.submit(rows);
+    } catch (err) {
+      return send(reply, err);
+    }
+    reply.hijack();
+    reply.raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'connection': 'keep-alive' });
+    for (const c of choices) {
+      if (kind === 'chat') event(chunk([{ index: c.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]));
+      else if (echoed(c)) event(chunk([piece(c, echoed(c), null)]));
+    }
+    const ended = new Set<Choice>();
+    emit = (c, text) => {
+      if (text) event(chunk([piece(c, text, null)]));
+      if (c.finish && !ended.has(c)) {
+        ended.add(c);
+        event(chunk([piece(c, '', c.finish)]));
+      }
+    };
+    try {
+      await submitted;
+      for (const c of choices) {
+        if (ended.has(c)) continue;
+        c.finish ??= c.text.stopped ? 'stop' : 'length';
+        emit(c, c.text.flush());
+      }
+      if (request.includeUsage) event(chunk([], { usage: totals() }));
+    } catch (err) {
+      event(toApiError(err).body());
+    }
+    event('[DONE]');
+    if (!gone) reply.raw.end();
+    return reply;
+  }
+
+  /**
+   * The rows a request decodes (n per prompt) and its choices, its lengths checked against the
+   * context. A choice ends at the end-of-sequence token, a stop string or its token limit, and
+   * then takes no more steps; so does every row of a client that left (`gone`).
+   */
+  function plan(
+    request: Sampling, prompts: string[], stops: string[], gone: () => boolean, emit: (c: Choice, text: string) => void,
+  ): { rows: Row[]; choices: Choice[]; promptTokens: number } {
+    const tok = model.tokenizer;
+    const eos = tok.eosTokenId;
+    const rows: Row[] = [];
+    const choices: Choice[] = [];
+    let promptTokens = 0;
+    for (const text of prompts) {
+      const ids = tok.encode(text);
+      if (ids.length === 0) throw badRequest('the prompt encodes to no tokens', 'prompt');
+      promptTokens += ids.length;
+      const room = model.maxPositions - ids.length;
+      const wanted = request.maxTokens ?? room;
+      if (room < 1 || wanted > room) throw contextError(model.maxPositions, ids.length, Math.max(1, wanted));
+      for (let k = 0; k < request.n; k++) {
+        const c: Choice = { index: choices.length, text: new TextStream((t) => tok.decode(t), stops), tokens: 0, finish: null };
+        choices.push(c);
+        rows.push({
+          prompt: ids,
+          options: {
+            maxNewTokens: wanted,
+            temperature: request.temperature,
+            topP: request.topP,
+            // a seed makes a request repeatable; each of its n choices draws from its own generator
+            seed: (request.seed ?? randomInt(2 ** 47)) + k,
+            cancelled: () => c.finish !== null || gone(),
+          },
+          onToken: (token) => {
+            if (c.finish) return;
+            c.tokens++;
+            let shown: string;
+            if (token === eos) {
+              c.finish = 'stop';
+              shown = c.text.flush();
+            } else {
+              shown = c.text.push(token);
+              if (c.text.stopped) c.finish = 'stop';
+              else if (c.tokens >= wanted) c.finish = 'length';
+              if (c.finish) shown += c.text.flush();
+            }
+            emit(c, shown);
+          },
+        });
+      }
+    }
+    return { rows, choices, promptTokens };
+  }
+
+  const address = await app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
+  return { url: address, app, scheduler, close: () => app.close() };
+}
+
+function unknownModel(asked: string, served: string): ApiError {
+  return new ApiError(404, `The model '${asked}' does not exist: this server serves '${served}'`, 'invalid_request_error', 'model_not_found', 'model');
+}

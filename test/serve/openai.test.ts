@@ -1,0 +1,171 @@
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+const PROMPTS = ['The quick brown fox', 'Hello, world', 'Once upon a time', 'In the beginning', 'To be or not', 'A B C', 'zzz', 'Lorem ipsum'];
+
+function cli(...args: string[]): { code: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', timeout: 120_000 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** `tensorlink serve ARGS` as its own process, once it prints its ready line. */
+function serve(args: string[], timeoutMs = 120_000): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--backend', 'js', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => reject(new Error(`serve did not start: ${err}`)), timeoutMs);
+    child.stderr!.on('data', (d) => (err += d));
+    child.stdout!.on('data', (d) => {
+      out += d;
+      const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
+      if (line) {
+        clearTimeout(timer);
+        resolve({ child, url: (JSON.parse(line) as { url: string }).url });
+      }
+    });
+    child.once('exit', (code) => reject(new Error(`serve exited (${code}): ${err}`)));
+  });
+}
+
+/** What `tensorlink generate` prints for a greedy continuation. */
+function generated(dir: string, prompt: string, tokens: number, where: string[] = []): string {
+  const greedy = ['--max-new-tokens', String(tokens), '--temperature', '0', '--json', '--backend', 'js'];
+  const r = cli('generate', '--model', dir, '--prompt', prompt, ...greedy, ...where);
+  assert.equal(r.code, 0, r.stderr);
+  return (JSON.parse(r.stdout) as { text: string }).text;
+}
+
+type Chunk = { choices: { text?: string; delta?: { content?: string | null }; finish_reason: string | null }[] };
+
+/** A stream's text and its last finish reason. */
+async function streamed(stream: AsyncIterable<Chunk>) {
+  let text = '';
+  let finish: string | null = null;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      text += c.text ?? c.delta?.content ?? '';
+      finish = c.finish_reason ?? finish;
+    }
+  }
+  return { text, finish };
+}
+
+describe('the OpenAI-compatible API, with the official openai client', () => {
+  let dir: string;
+  const running: ChildProcess[] = [];
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'tl-serve-'));
+    const r = cli('init-model', '--arch', 'gpt2', '--layers', '2', '--hidden', '32', '--heads', '2', '--out', join(dir, 'tiny'), '--seed', '5');
+    assert.equal(r.code, 0, r.stderr);
+  });
+  after(() => {
+    for (const c of running) c.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('a local model: completions and chat, streamed and not, greedy as generate; errors in OpenAI\'s shape; 8 streams at once', async () => {
+    const model = join(dir, 'tiny');
+    const { child, url } = await serve(['--model', model]);
+    running.push(child);
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
+
+    const models = await client.models.list();
+    assert.deepEqual(models.data.map((m) => m.id), ['tiny']);
+
+    // greedy completion = tensorlink generate, whole and streamed
+    const expected = generated(model, PROMPTS[0], 12);
+    const whole = await client.completions.create({ model: 'tiny', prompt: PROMPTS[0], max_tokens: 12, temperature: 0 });
+    assert.equal(whole.choices[0].text, expected);
+    assert.equal(whole.choices[0].finish_reason, 'length');
+    assert.equal(whole.usage?.completion_tokens, 12);
+    assert.equal(whole.usage?.prompt_tokens, Buffer.byteLength(PROMPTS[0]));
+    const s = await streamed(await client.completions.create({ model: 'tiny', prompt: PROMPTS[0], max_tokens: 12, temperature: 0, stream: true }));
+    assert.deepEqual(s, { text: expected, finish: 'length' });
+
+    // chat: the default template's prompt, greedy; streamed equals whole; a stop string cuts the text
+    const messages = [{ role: 'system' as const, content: 'be brief' }, { role: 'user' as const, content: 'hi there' }];
+    const chat = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0 });
+    const rendered = generated(model, 'system: be brief\nuser: hi there\nassistant:', 10);
+    assert.equal(chat.choices[0].message.content, rendered.split('\nuser:')[0]);
+    assert.equal(chat.choices[0].message.role, 'assistant');
+    const chatStream = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0, stream: true, stream_options: { include_usage: true } });
+    let usage: unknown = null;
+    let text = '';
+    for await (const chunk of chatStream) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      if (chunk.usage) usage = chunk.usage;
+    }
+    assert.equal(text, chat.choices[0].message.content);
+    assert.deepEqual(usage, chat.usage);
+    if (expected.length > 3) {
+      const stop = expected.slice(2, 4);
+      const cut = await client.completions.create({ model: 'tiny', prompt: PROMPTS[0], max_tokens: 12, temperature: 0, stop });
+      assert.equal(cut.choices[0].text, expected.slice(0, expected.indexOf(stop)));
+      assert.equal(cut.choices[0].finish_reason, 'stop');
+    }
+
+    // sampling: a seed repeats; n choices each draw on their own
+    const a = await client.completions.create({ model: 'tiny', prompt: 'seeded', max_tokens: 8, temperature: 1, seed: 42, n: 2 });
+    const b = await client.completions.create({ model: 'tiny', prompt: 'seeded', max_tokens: 8, temperature: 1, seed: 42, n: 2 });
+    assert.deepEqual(a.choices.map((c) => c.text), b.choices.map((c) => c.text));
+    assert.equal(a.choices.length, 2);
+
+    // errors: OpenAI's classes, status codes and codes
+    await assert.rejects(client.completions.create({ model: 'nope', prompt: 'x' }), (e: InstanceType<typeof OpenAI.APIError>) => {
+      assert.equal(e.status, 404);
+      assert.equal(e.code, 'model_not_found');
+      return true;
+    });
+    await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x', temperature: 5 }), (e: InstanceType<typeof OpenAI.APIError>) => e.status === 400);
+    await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [] }), (e: InstanceType<typeof OpenAI.APIError>) => e.status === 400);
+    await assert.rejects(client.completions.create({ model: 'tiny', prompt: 'x'.repeat(300), max_tokens: 4 }), (e: InstanceType<typeof OpenAI.APIError>) => {
+      assert.equal(e.status, 400);
+      assert.equal(e.code, 'context_length_exceeded');
+      assert.match(e.message, /maximum context length is 256 tokens.*304 tokens \(300 in the messages, 4 in the completion\)/);
+      return true;
+    });
+    const raw = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{not json' });
+    assert.equal(raw.status, 400);
+    assert.equal(((await raw.json()) as { error: { type: string } }).error.type, 'invalid_request_error');
+
+    // 8 streams at once: each ends, each with the text it gets alone
+    const alone = await Promise.all(PROMPTS.map(async (p) => (await client.completions.create({ model: 'tiny', prompt: p, max_tokens: 16, temperature: 0 })).choices[0].text));
+    const together = await Promise.all(PROMPTS.map(async (p) => streamed(await client.completions.create({ model: 'tiny', prompt: p, max_tokens: 16, temperature: 0, stream: true }))));
+    assert.deepEqual(together.map((t) => t.text), alone);
+    assert.ok(together.every((t) => t.finish === 'length'));
+
+    // a client that leaves mid-stream: the server goes on serving the others
+    const controller = new AbortController();
+    const leaving = await client.completions.create({ model: 'tiny', prompt: PROMPTS[1], max_tokens: 200, temperature: 0, stream: true }, { signal: controller.signal });
+    try {
+      for await (const chunk of leaving) if (chunk.choices.length > 0) controller.abort();
+    } catch {
+      // the client's own abort
+    }
+    const still = await client.completions.create({ model: 'tiny', prompt: PROMPTS[0], max_tokens: 12, temperature: 0 });
+    assert.equal(still.choices[0].text, expected);
+  });
+
+  test('a model split across a local swarm answers as the same model in one process', async () => {
+    const model = join(dir, 'tiny');
+    const { child, url } = await serve(['--model', model, '--local', '2']);
+    running.push(child);
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
+    const expected = generated(model, PROMPTS[2], 10);
+    const whole = await client.completions.create({ model: 'tiny', prompt: PROMPTS[2], max_tokens: 10, temperature: 0 });
+    assert.equal(whole.choices[0].text, expected);
+    const chat = await streamed(await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 6, temperature: 0, stream: true }));
+    assert.equal(chat.text, generated(model, 'user: hi\nassistant:', 6).split('\nuser:')[0]);
+    const together = await Promise.all(PROMPTS.slice(0, 4).map(async (p) => streamed(await client.completions.create({ model: 'tiny', prompt: p, max_tokens: 8, temperature: 0, stream: true }))));
+    const alone = PROMPTS.slice(0, 4).map((p) => generated(model, p, 8));
+    assert.deepEqual(together.map((t) => t.text), alone);
+  });
+});
