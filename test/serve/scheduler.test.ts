@@ -24,13 +24,18 @@ describe('serving: text as tokens come, batches in order', () => {
   test('each row of a batch decodes as it would alone (its own settings and generator), bit for bit on js', async () => {
     const model = createModel(gpt2Config({ vocabSize: 40, hidden: 16, layers: 2, heads: 2, maxPositions: 48 }), { seed: 2 });
     const prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10]];
-    const rows = [{ maxNewTokens: 5, temperature: 0 }, { maxNewTokens: 9, temperature: 1, seed: 7 }, { maxNewTokens: 3, temperature: 0.5, topP: 0.9, seed: 3 }];
+    const rows = [
+      { maxNewTokens: 5, temperature: 0 },
+      { maxNewTokens: 9, temperature: 1, seed: 7 },
+      { maxNewTokens: 3, temperature: 0.5, topP: 0.9, seed: 3 },
+    ];
     const batched = (await generateBatch(model, prompts, { rows })).tokens;
     const alone = await Promise.all(prompts.map(async (p, i) => (await generate(model, p, { ...rows[i], stopTokens: [] })).tokens));
     assert.deepEqual(batched, alone);
     // a cancelled row takes no more steps; the others go on
     let calls = 0;
-    const cut = (await generateBatch(model, prompts, { rows: rows.map((r, i) => ({ ...r, cancelled: () => i === 1 && ++calls > 2 })) })).tokens;
+    const cancelling = rows.map((r, i) => ({ ...r, cancelled: () => i === 1 && ++calls > 2 }));
+    const cut = (await generateBatch(model, prompts, { rows: cancelling })).tokens;
     assert.equal(cut[1].length, 2);
     assert.deepEqual([cut[0], cut[2]], [alone[0], alone[2]]);
   });
