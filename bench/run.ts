@@ -4,7 +4,8 @@
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
  * usage: npm run bench [-- --quick] [-- --json]
- *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load,ledger,failover,links,compression]
+ *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load,ledger,failover,links,
+ *                     compression,serve]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -21,6 +22,7 @@ import { benchLoad } from './load.ts';
 import { benchGpt2 } from './models.ts';
 import { benchP2p } from './p2p.ts';
 import { benchPipeline } from './pipeline.ts';
+import { benchServe } from './serve.ts';
 import { benchStack } from './stack.ts';
 import { benchVerify } from './verify.ts';
 
@@ -32,7 +34,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -107,6 +109,11 @@ if (sections.includes('links')) {
 if (sections.includes('compression')) {
   log('compression: fp16/int8 activations and DCT top-k gradients among 2 replicas on fortunes, bytes/step, held-out loss, tok/s; relay vs worker to worker ...');
   rows.push(...(await benchCompression(values.quick)));
+}
+
+if (sections.includes('serve')) {
+  log('serve: the OpenAI-compatible API (streamed /v1/completions over loopback, 1, 8, 32 clients in flight), requests/s and time to first token, vs generate in process ...');
+  rows.push(...(await benchServe(values.quick)));
 }
 
 const report = {

@@ -95,3 +95,11 @@ export function verifyFlags(flags: Flags): { redundancy: number; sampleRate?: nu
   if (sampleRate > 1) throw new UsageError(`--verify-rate is a share of records within [0, 1], got '${String(raw)}'`);
   return { redundancy, sampleRate };
 }
+
+/** `[HOST:]PORT` (a dashboard's or an API's address): host 127.0.0.1 unless given; port 0 is any free port. */
+export function hostPort(raw: string, flag: string): { host: string; port: number } {
+  const m = /^(?:(.+):)?(\d{1,5})$/.exec(raw.trim());
+  const port = m ? Number(m[2]) : Number.NaN;
+  if (!m || port > 65535) throw new UsageError(`--${flag} must be [HOST:]PORT with PORT in 0..65535 (0: any free port), got '${raw}'`);
+  return { host: m[1] ?? '127.0.0.1', port };
+}

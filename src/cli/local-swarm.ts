@@ -30,6 +30,7 @@ export interface LocalPeer {
   addrs: string[];
   /** Its Ethereum account (on a swarm with a chain). */
   account?: string;
+  dashboard?: string;
 }
 
 export interface LocalSwarm {
@@ -39,6 +40,8 @@ export interface LocalSwarm {
   bootstrap: string;
   /** The local chain the swarm settles on (with `chain: true`). */
   chain: SwarmChain | null;
+  /** The validator's dashboard (with `dashboard`), e.g. http://127.0.0.1:8080. */
+  dashboard: string | null;
   /** A user node of this process in the swarm: `swarm.user.distribute(model)` plans and loads a job (a model or a checkpoint dir). */
   user: {
     node: TensorLinkNode;
@@ -53,6 +56,8 @@ export interface NodeProcess {
   peerId: string;
   addrs: string[];
   account?: string;
+  /** Where its dashboard is served (a validator started with --dashboard). */
+  dashboard?: string;
 }
 
 /**
@@ -77,8 +82,11 @@ export function launchNode(args: string[], timeoutMs: number, options: { prefix?
       const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
       if (line) {
         clearTimeout(timer);
-        const ready = JSON.parse(line) as { peerId: string; addrs: string[]; account?: string };
-        resolve({ process: child, peerId: ready.peerId, addrs: ready.addrs, ...(ready.account ? { account: ready.account } : {}) });
+        const ready = JSON.parse(line) as { peerId: string; addrs: string[]; account?: string; dashboard?: string };
+        resolve({
+          process: child, peerId: ready.peerId, addrs: ready.addrs, ...(ready.account ? { account: ready.account } : {}),
+          ...(ready.dashboard ? { dashboard: ready.dashboard } : {}),
+        });
       }
     });
     child.once('exit', (code) => {
@@ -124,6 +132,8 @@ export async function localSwarm(options: {
   chain?: boolean;
   /** Or join a chain that runs elsewhere: the deployment `tensorlink chain --out FILE` wrote (its nodes stake what their accounts hold). */
   joinChain?: { contracts: string; rpc?: string };
+  /** Have the validator serve its dashboard at `[HOST:]PORT` (port 0: any free port). */
+  dashboard?: string;
 }): Promise<LocalSwarm> {
   const threads = options.threads ?? Math.max(1, Math.floor(availableParallelism() / (options.workers + 1)));
   const extra = [...(options.backend ? ['--backend', options.backend] : []), '--threads', String(threads), '--parent-pid', String(process.pid)];
@@ -172,7 +182,8 @@ export async function localSwarm(options: {
     if (options.chain) chain = await startSwarmChain(dir, join(dir, 'validator'), workerDirs);
     const joined = options.joinChain ? ['--contracts', options.joinChain.contracts, ...(options.joinChain.rpc ? ['--rpc', options.joinChain.rpc] : [])] : [];
     const onChain = chain ? ['--contracts', chain.file] : joined;
-    const validator = await launch('validator', ['--data', join(dir, 'validator'), ...onChain, ...extra], timeoutMs);
+    const dashboard = options.dashboard === undefined ? [] : ['--dashboard', options.dashboard];
+    const validator = await launch('validator', ['--data', join(dir, 'validator'), ...onChain, ...dashboard, ...extra], timeoutMs);
     peers.push(validator);
     const bootstrap = validator.addrs[0];
     const workers = await Promise.all(
@@ -192,6 +203,7 @@ export async function localSwarm(options: {
       workers,
       bootstrap,
       chain,
+      dashboard: validator.dashboard ?? null,
       user,
       close: async () => {
         await node.stop();

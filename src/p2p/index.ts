@@ -34,3 +34,4 @@ export { parseResult, type ResultMessage } from './protocols/result/schema.ts';
 export * from './protocols/stage/constants.ts';
 export { chunksOf, HEX64, sha256, type WeightEntry } from './protocols/stage/chunks.ts';
 export * from './protocols/stage/schema.ts';
+export * from './protocols/control/overview.ts';

@@ -8,6 +8,9 @@ import {
 } from './openai.ts';
 import { type BatchRunner, type Row, Scheduler } from './scheduler.ts';
 import { TextStream } from './text-stream.ts';
+import { dashboardRoutes } from './dashboard.ts';
+import type { ServingStats } from './metrics.ts';
+import type { Overview } from '../user/index.ts';
 
 /** A model as the API serves it: in this process or across a swarm, behind one batch runner. */
 export interface ServedModel {
@@ -25,12 +28,16 @@ export interface ServeOptions {
   port?: number;
   /** Largest request body (default 1 MiB). */
   bodyLimit?: number;
+  /** The swarm's overview for the dashboard at / (absent: the dashboard shows this server alone). */
+  overview?: () => Promise<Overview>;
 }
 
 export interface ApiServer {
   url: string;
   app: FastifyInstance;
   scheduler: Scheduler;
+  /** What it has served so far (the dashboard's and /metrics' figures). */
+  stats(): ServingStats;
   close(): Promise<void>;
 }
 
@@ -53,7 +60,23 @@ interface Choice {
 export async function serveApi(model: ServedModel, options: ServeOptions = {}): Promise<ApiServer> {
   const scheduler = new Scheduler(model.run, model.maxPositions);
   const created = Math.floor(Date.now() / 1000);
-  const app = Fastify({ logger: false, bodyLimit: options.bodyLimit ?? BODY_LIMIT });
+  // open streams (completions, the dashboard's events) are cut when the server closes
+  const app = Fastify({ logger: false, bodyLimit: options.bodyLimit ?? BODY_LIMIT, forceCloseConnections: true });
+  const counts = { requests: {} as Record<string, number>, promptTokens: 0, completionTokens: 0, firstToken: { seconds: 0, count: 0 } };
+  /** Tokens generated in each of the last seconds (keyed by whole second). */
+  const perSecond = new Map<number, number>();
+  const counted = (status: number) => (counts.requests[status] = (counts.requests[status] ?? 0) + 1);
+  app.addHook('onResponse', async (_req, reply) => void counted(reply.statusCode));
+  const stats = (): ServingStats => {
+    const now = Math.floor(Date.now() / 1000);
+    let recent = 0;
+    for (const [second, n] of perSecond) {
+      if (now - second >= 60) perSecond.delete(second);
+      else recent += n;
+    }
+    return { model: model.id, ...counts, requests: { ...counts.requests }, firstToken: { ...counts.firstToken }, waiting: scheduler.waiting, tokensPerSecond: recent / 60 };
+  };
+  dashboardRoutes(app, { serving: stats, ...(options.overview ? { overview: options.overview } : {}) });
   const send = (reply: FastifyReply, err: unknown) => {
     const e = toApiError(err);
     return reply.code(e.status).send(e.body());
@@ -106,6 +129,11 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     }
     const { rows, choices } = work;
     const totals = () => usage(work.promptTokens, choices.reduce((sum, c) => sum + c.tokens, 0));
+    const tally = () => {
+      counts.promptTokens += work.promptTokens;
+      counts.completionTokens += choices.reduce((sum, c) => sum + c.tokens, 0);
+    };
+    const began = performance.now();
 
     if (!request.stream) {
       try {
@@ -113,6 +141,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
       } catch (err) {
         return send(reply, err);
       }
+      tally();
       const out = choices.map((c) => {
         const finish = c.finish ?? (c.text.stopped ? 'stop' : 'length');
         return kind === 'chat'
@@ -145,7 +174,13 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
       else if (echoed(c)) event(chunk([piece(c, echoed(c), null)]));
     }
     const ended = new Set<Choice>();
+    let first = true;
     emit = (c, text) => {
+      if (text && first) {
+        first = false;
+        counts.firstToken.seconds += (performance.now() - began) / 1000;
+        counts.firstToken.count++;
+      }
       if (text) event(chunk([piece(c, text, null)]));
       if (c.finish && !ended.has(c)) {
         ended.add(c);
@@ -164,6 +199,9 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
       event(toApiError(err).body());
     }
     event('[DONE]');
+    tally();
+    // a hijacked reply skips Fastify's onResponse hook: counted here
+    counted(200);
     if (!gone) reply.raw.end();
     return reply;
   }
@@ -204,6 +242,8 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
           onToken: (token) => {
             if (c.finish) return;
             c.tokens++;
+            const second = Math.floor(Date.now() / 1000);
+            perSecond.set(second, (perSecond.get(second) ?? 0) + 1);
             let shown: string;
             if (token === eos) {
               c.finish = 'stop';
@@ -223,7 +263,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
   }
 
   const address = await app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
-  return { url: address, app, scheduler, close: () => app.close() };
+  return { url: address, app, scheduler, stats, close: () => app.close() };
 }
 
 function unknownModel(asked: string, served: string): ApiError {

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { basename, resolve } from 'node:path';
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
@@ -49,6 +50,8 @@ export interface DistributeOptions {
    * (default DEFAULT_SAMPLE_RATE). A worker caught is flagged, excluded, and its work redone.
    */
   verify?: VerifyOptions;
+  /** The model's name on the validator's dashboard (default: the checkpoint directory's name, or none). */
+  name?: string;
 }
 
 /**
@@ -75,7 +78,8 @@ export async function distribute(
   const keepEnds = (options.privacy ?? 'ends') === 'ends';
   const source = typeof model === 'string' ? await modelFromCheckpoint(model, { keepEnds, cacheDir: options.cacheDir }) : modelInMemory(model);
   try {
-    return await distributeSource(node, validator, source, options);
+    const name = options.name ?? (typeof model === 'string' ? basename(resolve(model)) : undefined);
+    return await distributeSource(node, validator, source, { ...options, ...(name === undefined ? {} : { name }) });
   } catch (err) {
     source.close();
     throw err;
@@ -108,7 +112,7 @@ async function distributeSource(
     const inbox = (options.routing ?? 'chain') === 'chain' ? await inboxFor(node) : null;
     const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;
     job = new DistributedJob(node, first.jobId, source, first.plan, first.sections, inbox, {
-      keepEnds, onProgress, verifier, validator, tokens: options.tokens,
+      keepEnds, onProgress, verifier, validator, tokens: options.tokens, name: options.name,
       relocate: (avoid) => place(node, validator, source, options, new Set([...verifier.excluded, ...(avoid ?? [])])),
       propose: (current, avoid) => proposeReplan(node, validator, source, options, current, new Set([...verifier.excluded, ...avoid])),
     });

@@ -4,7 +4,8 @@ export {
   DistributedJob, type DistributedModel, type DistributedTrainerOptions, type JobStage, LOAD_CONCURRENCY, LOST_AVOID_MS,
   type ReplanEvent, REPLAN_CHECK_MS, SNAPSHOT_INTERVAL_MS, SNAPSHOT_MAX_BYTES,
 } from './job.ts';
-export { listPeers, listWorkers } from './peers.ts';
+export { fetchOverview, listPeers, listWorkers } from './peers.ts';
+export { PROGRESS_TIMEOUT_MS, ProgressReporter } from './progress.ts';
 export { controlAnswer, type LoadOptions, type LoadProgress, type LoadResult, RemoteStage, tensorAnswer } from './remote-stage.ts';
 export { checkpointSource, type SectionSource, tensorSource } from './section-source.ts';
 export { modelFromCheckpoint, modelInMemory, type UserModel } from './user-model.ts';
@@ -16,3 +17,4 @@ export { ResultInbox } from './result-inbox.ts';
 export {
   DEADLINE_FLOOR_MS, DEADLINE_SLACK, deadlineMs, type FailoverEvent, LIVENESS_TIMEOUT_MS, STEP_RETRIES,
 } from './failover.ts';
+export type { JobProgress, JobView, LedgerSummary, Overview, OverviewEvent } from '../p2p/index.ts';

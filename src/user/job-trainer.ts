@@ -113,6 +113,15 @@ export class JobTrainer {
    * rolls the job back and replays every step so far, this one included.
    */
   async step(batch: TrainingBatch): Promise<JobStepResult> {
+    const result = await this.run(batch);
+    this.onStep?.(result, batch.input.shape.reduce((a, b) => a * b, 1));
+    return result;
+  }
+
+  /** Told after each step with its result and its tokens (the dashboard's progress). */
+  onStep: ((result: JobStepResult, tokens: number) => void) | null = null;
+
+  private async run(batch: TrainingBatch): Promise<JobStepResult> {
     if (this.broken) throw new VerificationError(`this job could not be rolled back and is in no known state: ${this.broken.message}`, { cause: this.broken });
     let result: PipelineStepResult;
     try {

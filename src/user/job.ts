@@ -18,6 +18,7 @@ import { RedundantStage } from './redundant-stage.ts';
 import { RemoteTrainStage } from './remote-train.ts';
 import { SessionSteps } from './session-steps.ts';
 import { listWorkers } from './peers.ts';
+import { ProgressReporter } from './progress.ts';
 import {
   backoffMs, deadlineMs, type FailoverEvent, findLost, isLoss, latePeers, LIVENESS_TIMEOUT_MS, predictedSeconds, sectionLost,
   type SessionProgress, STEP_RETRIES,
@@ -222,6 +223,8 @@ export class DistributedJob implements DistributedModel {
       validator?: Parameters<typeof listWorkers>[1];
       tokens?: number;
       propose?: (current: Plan, avoid: ReadonlySet<string>) => Promise<ReplanProposal | null>;
+      /** The model's name on the validator's dashboard. */
+      name?: string;
     },
   ) {
     this.keepEnds = options.keepEnds;
@@ -231,6 +234,23 @@ export class DistributedJob implements DistributedModel {
     this.validator = options.validator ?? null;
     this.planTokens = options.tokens ?? 1;
     this.propose = options.propose ?? null;
+    this.progress = this.validator ? new ProgressReporter(node, this.validator, () => ({ jobId: this.jobId, stages: this.stagesShown() }), options.name) : null;
+  }
+
+  /** Reports the job's progress to the validator's dashboard (null: no validator to tell). */
+  private readonly progress: ProgressReporter | null;
+
+  /** The plan as the dashboard shows it: each section's layers and the workers holding its copies. */
+  private stagesShown(): { start: number; end: number; peers: string[] }[] {
+    return this.sections.map((copies) => ({ start: copies[0].where.start, end: copies[0].where.end, peers: copies.map((c) => c.where.peerId) }));
+  }
+
+  /** A generation call answered: its tokens go on the dashboard (a training job reports its steps instead). */
+  private async reported<T>(run: () => Promise<T>, tokens: (result: T) => number): Promise<T> {
+    const started = performance.now();
+    const result = await run();
+    if (!this.jobTrainer) this.progress?.generated(tokens(result), (performance.now() - started) / 1000);
+    return result;
   }
 
   /**
@@ -599,11 +619,19 @@ export class DistributedJob implements DistributedModel {
   }
 
   async generate(prompt: number[], options: GenerateOptions = {}): Promise<{ tokens: number[] }> {
-    return { tokens: (await this.session((s) => generateWith(this.stepModel(s), [prompt], options), (t) => t[0].length))[0] };
+    const rows = await this.reported(
+      () => this.session((s) => generateWith(this.stepModel(s), [prompt], options), (t) => t[0].length),
+      (t) => t[0].length,
+    );
+    return { tokens: rows[0] };
   }
 
   async generateBatch(prompts: number[][], options: GenerateOptions = {}): Promise<{ tokens: number[][] }> {
-    return { tokens: await this.session((s) => generateWith(this.stepModel(s), prompts, options), (t) => t[0]?.length ?? 0) };
+    const rows = await this.reported(
+      () => this.session((s) => generateWith(this.stepModel(s), prompts, options), (t) => t[0]?.length ?? 0),
+      (t) => t.reduce((sum, row) => sum + row.length, 0),
+    );
+    return { tokens: rows };
   }
 
   async logits(ids: Tensor): Promise<Tensor> {
@@ -641,6 +669,8 @@ export class DistributedJob implements DistributedModel {
       if (!this.relocate) throw new VerificationError('a worker was caught and this job cannot be planned again');
       return restart();
     }, o.failover === false ? null : this.trainingFailover(o, verifier, start));
+    const progress = this.progress;
+    if (progress) this.jobTrainer.onStep = (r, tokens) => progress.trained(this.jobTrainer!.stepCount, r.loss, tokens, r.seconds, r.busy);
     return this.jobTrainer;
   }
 
@@ -891,6 +921,7 @@ export class DistributedJob implements DistributedModel {
   }
 
   async close(): Promise<void> {
+    await this.progress?.closed();
     await this.verifier?.drain();
     await Promise.all(this.sections.flat().map((s) => s.remote.close()));
     this.source.close();

@@ -1,6 +1,6 @@
 import type { Libp2p } from '@libp2p/interface';
 import { MIN_STAKE } from '../chain/index.ts';
-import { type DialTarget, parseStatusAnswer, type PeerRecord, request } from '../p2p/index.ts';
+import { type DialTarget, type Overview, parseOverview, parseStatusAnswer, type PeerRecord, request } from '../p2p/index.ts';
 
 /**
  * The live peers a validator knows, its own record first: the user's one way to ask. The
@@ -18,4 +18,9 @@ export async function listWorkers(node: Libp2p, validator: DialTarget): Promise<
   // a worker the validator flagged gets no new work; with a chain, neither does one without stake
   return (await listPeers(node, validator)).filter((p) => p.roles.includes('worker') && p.capabilities !== null && p.excluded !== true
     && (p.stake === undefined || BigInt(p.stake) >= MIN_STAKE));
+}
+
+/** The validator's overview of the swarm (peers, jobs, events, ledger): what its dashboard shows. */
+export async function fetchOverview(node: Libp2p, validator: DialTarget): Promise<Overview> {
+  return parseOverview(await request(node, validator, { type: 'overview' }));
 }

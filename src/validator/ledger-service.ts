@@ -2,7 +2,9 @@ import type { PeerId } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError, UnauthorizedError } from '../errors.ts';
 import { type Block, blockProblem, headerHash, inclusionProof, makeBlock, type SignerSet, signHeader, validSigners } from '../ledger/index.ts';
-import { type DialTarget, type Handler, int, type Logger, publicKeyOf, request, signerOf, str, type TensorLinkNode } from '../p2p/index.ts';
+import {
+  type DialTarget, type Handler, int, type LedgerSummary, type Logger, OVERVIEW_LIMITS, publicKeyOf, request, signerOf, str, type TensorLinkNode,
+} from '../p2p/index.ts';
 import { recordId, type RecordSigner, type Reputation, signatureValid, type WorkRecord } from '../verify/index.ts';
 import {
   type Head, MAX_BLOCK_RECORDS, parseBlockMessage, parseBlocksAnswer, parseHead, parseHello, parseSubmit,
@@ -239,6 +241,17 @@ export class LedgerService {
       clearTimeout(timer);
     }
     return { type: 'ledger-accepted', accepted, duplicate, refused, height: this.store.height };
+  }
+
+  /** The ledger at a glance (the dashboard's): height, records, the newest blocks, each worker's accepted work. */
+  summary(): LedgerSummary {
+    const blocks = this.store.from(Math.max(0, this.store.height - OVERVIEW_LIMITS.blocks)).map((b) => ({
+      height: b.header.height, count: b.header.count, time: b.header.time, signers: b.signatures.length,
+    }));
+    return {
+      height: this.store.height, records: this.index.size, pending: this.pending.size, hash: this.store.headHash(), blocks,
+      work: Object.fromEntries(this.work()),
+    };
   }
 
   private show(height: number | undefined): Record<string, unknown> {

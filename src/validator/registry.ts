@@ -13,12 +13,19 @@ export class Registry {
   /** Each peer's Ethereum account as it last announced it: kept after the peer leaves, so work it did is still paid. */
   private readonly accounts = new Map<string, string>();
 
-  constructor(private readonly log: Logger) {}
+  constructor(
+    private readonly log: Logger,
+    /** Told when a peer joins or is dropped (the dashboard's events). */
+    private readonly onChange: (kind: 'joined' | 'left', peer: string, roles: readonly string[]) => void = () => {},
+  ) {}
 
   /** Records an announcement from an authenticated peer (throws on one that claims to be a validator). */
   record(from: string, a: Announcement): void {
     if (a.roles.includes('validator')) throw new InvalidMessageError('a peer cannot announce itself as a validator');
-    if (!this.records.has(from)) this.log.info('peer-joined', { remote: from, roles: a.roles });
+    if (!this.records.has(from)) {
+      this.log.info('peer-joined', { remote: from, roles: a.roles });
+      this.onChange('joined', from, a.roles);
+    }
     if (a.account) this.accounts.set(from, a.account);
     // proximity only to peers the registry knows: made-up peer ids would only swell every status answer
     const proximity = Object.fromEntries(Object.entries(a.proximity).filter(([peer]) => this.records.has(peer)));
@@ -36,6 +43,7 @@ export class Registry {
       if (now - r.lastSeen <= PEER_TTL_MS) continue;
       this.records.delete(id);
       this.log.info('peer-dropped', { remote: id, silentMs: now - r.lastSeen });
+      this.onChange('left', id, r.roles);
     }
     return [...this.records.values()].sort((a, b) => a.peerId.localeCompare(b.peerId));
   }

@@ -1,8 +1,9 @@
 import type { PeerId } from '@libp2p/interface';
 import {
-  createLogger, createNode, type Logger, MAX_GOSSIP_BYTES, PEERS_TOPIC, parseAnnounce, parseAuditMessage, type PeerRecord, serveControl,
-  type TensorLinkNode,
+  createLogger, createNode, type Logger, MAX_GOSSIP_BYTES, type Overview, OVERVIEW_LIMITS, PEERS_TOPIC, parseAnnounce, parseAuditMessage,
+  parseJobProgress, type PeerRecord, serveControl, type TensorLinkNode,
 } from '../p2p/index.ts';
+import { EventLog, JobBoard } from './overview.ts';
 import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
 import { audit } from './audit.ts';
 import { PEER_TTL_MS, Registry } from './registry.ts';
@@ -24,6 +25,8 @@ export interface Validator {
   ledger: LedgerService;
   /** Its settlement on the chain (null without one). */
   settler: Settler | null;
+  /** What the dashboard shows: peers, jobs as their users report them, events, the ledger. */
+  overview(): Overview;
   stop(): Promise<void>;
 }
 
@@ -48,7 +51,9 @@ export interface ValidatorOptions {
 export async function startValidator(options: ValidatorOptions = {}): Promise<Validator> {
   const node = await createNode(options);
   const log = options.log ?? createLogger({ level: 'silent' });
-  const registry = new Registry(log);
+  const events = new EventLog();
+  const jobs = new JobBoard();
+  const registry = new Registry(log, (kind, peer, roles) => events.add(kind, peer, roles.join(', ')));
   const reputation = new Reputation();
   const auditSlots = new Slots(MAX_CONCURRENT_AUDITS);
   const withStanding = (p: PeerRecord): PeerRecord => {
@@ -98,6 +103,12 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       return { type: 'ack', ttlMs: PEER_TTL_MS };
     },
     status: () => ({ type: 'status', peers: peers(), uptimeMs: Date.now() - started }),
+    // a user's report of its job, for the dashboard: shown under the sender's peer id, never used to pay
+    'job-progress': (m, from: PeerId) => {
+      jobs.report(from.toString(), parseJobProgress(m));
+      return { type: 'ack' };
+    },
+    'overview': () => ({ type: 'overview', ...overview() }),
     // re-runs a record a user sampled (or two redundant workers disagree on) and scores its worker
     audit: async (m) => {
       const request = parseAuditMessage(m);
@@ -105,14 +116,24 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       const worker = request.worker;
       // re-executions take CPU and memory: a few at a time, whoever asks
       const verdict = await auditSlots.run(() => audit(node, reputation, { ...request, record }));
+      const what = `${record.kind} step ${record.step}${record.kind === 'step' ? '' : ` micro ${record.micro}`} of job ${record.job}`;
+      if (verdict.ok) events.add('check-passed', worker.peerId, what);
+      else if (!verdict.unavailable && !verdict.inconclusive) events.add('check-failed', worker.peerId, `${what}: ${verdict.reason}`);
       if (!verdict.ok) log.warn('worker-flagged', { peer: worker.peerId, record: `${record.kind} ${record.step}:${record.micro}`, reason: verdict.reason });
       // a re-execution that ran and failed is evidence: the worker's stake is cut (in the background: the user's answer does not wait)
       if (!verdict.ok && !verdict.unavailable && !verdict.inconclusive && settler) {
-        settler.slash(record).catch((err: unknown) => log.warn('slash-failed', { peer: worker.peerId, error: (err as Error).message }));
+        settler.slash(record).then(() => events.add('slashed', worker.peerId, `stake cut for ${what}`)).catch((err: unknown) => log.warn('slash-failed', { peer: worker.peerId, error: (err as Error).message }));
       }
       return { type: 'audit-result', ...verdict };
     },
   });
+  const overview = (): Overview => {
+    const show = ledger.summary();
+    return {
+      validator: node.peerId.toString(), uptimeMs: Date.now() - started, peers: peers(), jobs: jobs.list(), events: events.list(),
+      ledger: { ...show, blocks: show.blocks.slice(-OVERVIEW_LIMITS.blocks) },
+    };
+  };
   await ledger.start();
   settler?.start(() => registry.live().flatMap((p) => (p.account ? [p.account] : [])));
   return {
@@ -121,6 +142,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     reputation,
     ledger,
     settler,
+    overview,
     stop: async () => {
       ledger.stop();
       settler?.stop();

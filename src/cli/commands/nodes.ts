@@ -1,10 +1,12 @@
 import { existsSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { type DashboardServer, serveDashboard } from '../../serve/index.ts';
 import { createLogger, createNode, isLogLevel, type LogLevel, publicKeyOf } from '../../p2p/index.ts';
 import { listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
 import { parseFault, startWorker } from '../../worker/index.ts';
 import { localSwarm } from '../local-swarm.ts';
-import { type Flags, intFlag, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
+import { type Flags, hostPort, intFlag, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { chainFlagOptions, chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
 import { LOCAL_GRANT } from '../local-chain.ts';
@@ -18,6 +20,7 @@ export const validatorOptions = {
   'threshold': { type: 'string' },
   ...chainFlagOptions,
   'data': { type: 'string' },
+  'dashboard': { type: 'string' },
   'log-level': { type: 'string' },
   'parent-pid': { type: 'string' },
 } as const;
@@ -34,7 +37,22 @@ export const workerOptions = {
   'parent-pid': { type: 'string' },
 } as const;
 export const statusOptions = { bootstrap: { type: 'string' } } as const;
-export const swarmOptions = { 'workers': { type: 'string' }, 'memory': { type: 'string' }, 'no-chain': { type: 'boolean' }, ...chainFlagOptions } as const;
+export const swarmOptions = {
+  'workers': { type: 'string' }, 'memory': { type: 'string' }, 'no-chain': { type: 'boolean' }, ...chainFlagOptions,
+  'dashboard': { type: 'string' }, 'no-dashboard': { type: 'boolean' },
+} as const;
+
+/** Where `swarm` serves its dashboard unless told: this port when it is free, else any free one. */
+export const DEFAULT_DASHBOARD_PORT = 8080;
+
+/** Whether a TCP port on a host is free to listen on now. */
+function portFree(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, host, () => server.close(() => resolve(true)));
+  });
+}
 
 /** `tensorlink swarm`: a validator and N workers on this machine, each its own process, until Ctrl-C. */
 export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
@@ -47,8 +65,14 @@ export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
   if (flags['no-chain'] === true && (contracts || rpc)) throw new UsageError('--no-chain and --contracts/--rpc say opposite things: pick one');
   if (rpc && !contracts) throw new UsageError('--rpc needs --contracts FILE (what `tensorlink chain --out FILE` wrote)');
   if (contracts && !existsSync(contracts)) throw new UsageError(`--contracts ${contracts}: no such file (write one with tensorlink chain --out FILE)`);
+  const asked = stringFlag(flags, 'dashboard');
+  if (asked !== undefined && flags['no-dashboard'] === true) throw new UsageError('--dashboard and --no-dashboard say opposite things: pick one');
+  if (asked !== undefined) hostPort(asked, 'dashboard');
+  const dashboard = flags['no-dashboard'] === true
+    ? undefined
+    : asked ?? `127.0.0.1:${(await portFree('127.0.0.1', DEFAULT_DASHBOARD_PORT)) ? DEFAULT_DASHBOARD_PORT : 0}`;
   const swarm = await localSwarm({
-    workers, memory, handleSignals: false, chain: flags['no-chain'] !== true && !contracts,
+    workers, memory, handleSignals: false, chain: flags['no-chain'] !== true && !contracts, ...(dashboard === undefined ? {} : { dashboard }),
     ...(contracts ? { joinChain: { contracts, ...(rpc ? { rpc } : {}) } } : {}),
   });
   const chain = swarm.chain;
@@ -64,8 +88,10 @@ export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
     event: 'ready', bootstrap: swarm.bootstrap, validator: swarm.validator.peerId, workers: swarm.workers.map((w) => w.peerId),
     ...(chain ? { rpc: chain.deployment.rpc, chainId: chain.deployment.chainId, contracts: chain.deployment.contracts } : {}),
     ...(chain ? { contractsFile: chain.file, payer } : {}),
+    ...(swarm.dashboard ? { dashboard: swarm.dashboard } : {}),
   })}\n`);
   out.info(`local swarm up: validator ${swarm.bootstrap} and ${workers} workers (Ctrl-C stops them all)`);
+  if (swarm.dashboard) out.info(`dashboard: ${swarm.dashboard}/ (metrics for Prometheus at ${swarm.dashboard}/metrics)`);
   if (chain) {
     out.info(`local chain (anvil) at ${chain.deployment.rpc}: the contracts are in ${chain.file}; workers staked as they started; `
       + `your account ${payer} (key in ${USER_KEY_DIR}) holds ${tokens(LOCAL_GRANT)} to pay for jobs with --contracts ${chain.file}`);
@@ -114,8 +140,8 @@ function logLevel(flags: Flags): LogLevel {
   return raw;
 }
 
-function ready(peerId: string, addrs: string[], account?: string): void {
-  process.stdout.write(`${JSON.stringify({ event: 'ready', peerId, addrs, ...(account ? { account } : {}) })}\n`);
+function ready(peerId: string, addrs: string[], account?: string, dashboard?: string): void {
+  process.stdout.write(`${JSON.stringify({ event: 'ready', peerId, addrs, ...(account ? { account } : {}), ...(dashboard ? { dashboard } : {}) })}\n`);
 }
 
 /** `tensorlink validator`: a bootstrap peer, DHT server and registry of workers. */
@@ -136,13 +162,28 @@ export async function validatorCommand(flags: Flags, out: Output): Promise<void>
   const threshold = intFlag(flags, 'threshold', 1, 1);
   const dataDir = stringFlag(flags, 'data');
   const chain = chainFromFlags(flags, dataDir);
+  const at = stringFlag(flags, 'dashboard');
+  const where = at === undefined ? null : hostPort(at, 'dashboard');
   const v = await startValidator({
     dataDir, listen: listen ? [listen] : undefined, log: createLogger({ level, peer: 'validator' }), peers, validators, threshold, chain,
   });
+  let dashboard: DashboardServer | null = null;
+  if (where) {
+    try {
+      dashboard = await serveDashboard({ overview: async () => v.overview() }, where);
+    } catch (err) {
+      await v.stop();
+      throw new UsageError(`cannot serve the dashboard on ${where.host}:${where.port}: ${(err as Error).message}`);
+    }
+  }
   const addrs = v.node.getMultiaddrs().map(String);
-  ready(v.node.peerId.toString(), addrs, chain?.address);
+  ready(v.node.peerId.toString(), addrs, chain?.address, dashboard?.url);
   out.info(`validator ${v.node.peerId.toString()} listening on ${addrs.join(', ')}`);
-  await runUntilSignal(v.stop, flags);
+  if (dashboard) out.info(`dashboard: ${dashboard.url}/ (metrics for Prometheus at ${dashboard.url}/metrics)`);
+  await runUntilSignal(async () => {
+    await dashboard?.close();
+    await v.stop();
+  }, flags);
 }
 
 /** `tensorlink worker`: lends this machine's compute to the swarm of its validator. */

@@ -1,7 +1,8 @@
 import { basename, resolve } from 'node:path';
 import { generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { ChatFormat, serveApi, type ServedModel } from '../../serve/index.ts';
-import { distribute } from '../../user/index.ts';
+import { multiaddr } from '@multiformats/multiaddr';
+import { distribute, fetchOverview, type Overview } from '../../user/index.ts';
 import { type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags } from '../args.ts';
 import { loadProgress } from '../load-progress.ts';
 import type { Output } from '../output.ts';
@@ -42,13 +43,16 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   const chat = new ChatFormat(loadChatTemplate(dir));
   let served: ServedModel;
   let leave = async () => {};
+  let overview: (() => Promise<Overview>) | undefined;
   if (where.kind === 'local') {
     const model = await loadModel(dir);
     served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: (prompts, options) => generateBatch(model, prompts, options) };
   } else {
     const access = await joinSwarm(where, flags);
     try {
-      const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out), verify });
+      const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out), verify, name: id });
+      const validator = multiaddr(access.bootstrap);
+      overview = () => fetchOverview(access.node, validator);
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
       served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: (prompts, options) => dm.generateBatch(prompts, options) };
       leave = async () => {
@@ -62,13 +66,14 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   }
   let server;
   try {
-    server = await serveApi(served, { host, port });
+    server = await serveApi(served, { host, port, ...(overview ? { overview } : {}) });
   } catch (err) {
     await leave();
     throw new UsageError(`cannot listen on ${host}:${port}: ${(err as Error).message}`);
   }
-  process.stdout.write(`${JSON.stringify({ event: 'ready', url: server.url, model: id })}\n`);
+  process.stdout.write(`${JSON.stringify({ event: 'ready', url: server.url, model: id, dashboard: `${server.url}/` })}\n`);
   out.info(`serving '${id}' at ${server.url}/v1 (OpenAI-compatible: /v1/models, /v1/completions, /v1/chat/completions)`);
+  out.info(`dashboard: ${server.url}/ (metrics for Prometheus at ${server.url}/metrics)`);
   await runUntilSignal(async () => {
     await server.close();
     await leave();

@@ -1,0 +1,70 @@
+import type { Libp2p } from '@libp2p/interface';
+import { type DialTarget, type JobProgress, request } from '../p2p/index.ts';
+
+/** A report the validator has not answered within this is dropped: the dashboard is a view, never worth stalling a job for. */
+export const PROGRESS_TIMEOUT_MS = 5_000;
+
+type Report = Omit<JobProgress, 'jobId' | 'stages' | 'model'>;
+
+/**
+ * Tells the validator how a job goes, for its dashboard: after each training step or generation
+ * call. One report is in flight at a time; a newer one waiting replaces an older (so the last
+ * state always arrives), and a failed one is dropped without touching the job.
+ */
+export class ProgressReporter {
+  private inFlight: Promise<void> | null = null;
+  private waiting: Report | null = null;
+  private steps = 0;
+  private tokens = 0;
+
+  constructor(
+    private readonly node: Libp2p,
+    private readonly validator: DialTarget,
+    private readonly job: () => { jobId: string; stages: JobProgress['stages'] },
+    private readonly model?: string,
+  ) {}
+
+  /** A training step: its loss, tokens, wall time and each section's busy seconds (per copy). */
+  trained(step: number, loss: number, tokens: number, seconds: number, busy: number[][]): void {
+    this.tokens += tokens;
+    this.send({
+      kind: 'train', state: 'running', step, loss, tokens: this.tokens,
+      tokensPerSecond: seconds > 0 ? tokens / seconds : 0, stageSeconds: busy.map((copies) => Math.max(0, ...copies)),
+    });
+  }
+
+  /** A generation call answered: the tokens it made and how long it took. */
+  generated(tokens: number, seconds: number): void {
+    this.tokens += tokens;
+    this.steps++;
+    this.send({ kind: 'generate', state: 'running', step: this.steps, tokens: this.tokens, tokensPerSecond: seconds > 0 ? tokens / seconds : 0, stageSeconds: [] });
+  }
+
+  /** The job ended: the last report says so (waited for, briefly). */
+  async closed(): Promise<void> {
+    const last = this.waiting ?? this.last;
+    if (!last) return;
+    this.send({ ...last, state: 'closed' });
+    while (this.inFlight) await this.inFlight;
+  }
+
+  private last: Report | null = null;
+
+  private send(report: Report): void {
+    this.last = report;
+    if (this.inFlight) {
+      this.waiting = report;
+      return;
+    }
+    const { jobId, stages } = this.job();
+    const message = { type: 'job-progress', jobId, stages, ...(this.model ? { model: this.model } : {}), ...report };
+    this.inFlight = request(this.node, this.validator, message, PROGRESS_TIMEOUT_MS)
+      .then(() => {}, () => {})
+      .finally(() => {
+        this.inFlight = null;
+        const next = this.waiting;
+        this.waiting = null;
+        if (next) this.send(next);
+      });
+  }
+}
