@@ -35,9 +35,9 @@ export function dashboardRoutes(app: FastifyInstance, source: DashboardSource): 
     const serving = source.serving?.() ?? null;
     const read = source.overview
       ? source.overview().then(
-        (overview) => ({ at: now, overview, serving }),
-        (err: unknown) => ({ at: now, overview: null, serving, error: `the validator did not answer: ${(err as Error).message}` }),
-      )
+          (overview) => ({ at: now, overview, serving }),
+          (err: unknown) => ({ at: now, overview: null, serving, error: `the validator did not answer: ${(err as Error).message}` }),
+        )
       : Promise.resolve({ at: now, overview: null, serving });
     cached = { at: now, state: read };
     return read;

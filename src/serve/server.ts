@@ -74,7 +74,10 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
       if (now - second >= 60) perSecond.delete(second);
       else recent += n;
     }
-    return { model: model.id, ...counts, requests: { ...counts.requests }, firstToken: { ...counts.firstToken }, waiting: scheduler.waiting, tokensPerSecond: recent / 60 };
+    return {
+      model: model.id, ...counts, requests: { ...counts.requests }, firstToken: { ...counts.firstToken }, waiting: scheduler.waiting,
+      tokensPerSecond: recent / 60,
+    };
   };
   dashboardRoutes(app, { serving: stats, ...(options.overview ? { overview: options.overview } : {}) });
   const send = (reply: FastifyReply, err: unknown) => {

@@ -234,7 +234,8 @@ export class DistributedJob implements DistributedModel {
     this.validator = options.validator ?? null;
     this.planTokens = options.tokens ?? 1;
     this.propose = options.propose ?? null;
-    this.progress = this.validator ? new ProgressReporter(node, this.validator, () => ({ jobId: this.jobId, stages: this.stagesShown() }), options.name) : null;
+    const shown = () => ({ jobId: this.jobId, stages: this.stagesShown() });
+    this.progress = this.validator ? new ProgressReporter(node, this.validator, shown, options.name) : null;
   }
 
   /** Reports the job's progress to the validator's dashboard (null: no validator to tell). */
@@ -242,7 +243,9 @@ export class DistributedJob implements DistributedModel {
 
   /** The plan as the dashboard shows it: each section's layers and the workers holding its copies. */
   private stagesShown(): { start: number; end: number; peers: string[] }[] {
-    return this.sections.map((copies) => ({ start: copies[0].where.start, end: copies[0].where.end, peers: copies.map((c) => c.where.peerId) }));
+    return this.sections.map((copies) => ({
+      start: copies[0].where.start, end: copies[0].where.end, peers: copies.map((c) => c.where.peerId),
+    }));
   }
 
   /** A generation call answered: its tokens go on the dashboard (a training job reports its steps instead). */

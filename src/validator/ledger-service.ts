@@ -3,7 +3,8 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError, UnauthorizedError } from '../errors.ts';
 import { type Block, blockProblem, headerHash, inclusionProof, makeBlock, type SignerSet, signHeader, validSigners } from '../ledger/index.ts';
 import {
-  type DialTarget, type Handler, int, type LedgerSummary, type Logger, OVERVIEW_LIMITS, publicKeyOf, request, signerOf, str, type TensorLinkNode,
+  type DialTarget, type Handler, int, type LedgerSummary, type Logger, OVERVIEW_LIMITS, publicKeyOf, request, signerOf, str,
+  type TensorLinkNode,
 } from '../p2p/index.ts';
 import { recordId, type RecordSigner, type Reputation, signatureValid, type WorkRecord } from '../verify/index.ts';
 import {

@@ -28,7 +28,8 @@ export class JobBoard {
     const history = seen?.history ?? [];
     const last = history.at(-1);
     if (!last || p.step !== last.step) {
-      const point: JobPoint = { step: p.step, at: now, tokensPerSecond: p.tokensPerSecond, ...(p.loss === undefined ? {} : { loss: p.loss }) };
+      const point: JobPoint = { step: p.step, at: now, tokensPerSecond: p.tokensPerSecond };
+      if (p.loss !== undefined) point.loss = p.loss;
       history.push(point);
       if (history.length > OVERVIEW_LIMITS.history) thin(history);
     }

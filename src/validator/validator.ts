@@ -95,14 +95,14 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   await serveControl(node, {
     ...ledger.handlers(),
     ...(settler?.handlers() ?? {}),
-    announce: async (m, from: PeerId) => {
+    'announce': async (m, from: PeerId) => {
       const a = parseAnnounce(m);
       registry.record(from.toString(), a);
       // a worker's first announcement with an account: its stake is read before the answer, so a planner sees it at once
       if (a.account && settler && !settler.knows(a.account)) await settler.refresh(a.account);
       return { type: 'ack', ttlMs: PEER_TTL_MS };
     },
-    status: () => ({ type: 'status', peers: peers(), uptimeMs: Date.now() - started }),
+    'status': () => ({ type: 'status', peers: peers(), uptimeMs: Date.now() - started }),
     // a user's report of its job, for the dashboard: shown under the sender's peer id, never used to pay
     'job-progress': (m, from: PeerId) => {
       jobs.report(from.toString(), parseJobProgress(m));
@@ -110,13 +110,13 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     },
     'overview': () => ({ type: 'overview', ...overview() }),
     // re-runs a record a user sampled (or two redundant workers disagree on) and scores its worker
-    audit: async (m) => {
+    'audit': async (m) => {
       const request = parseAuditMessage(m);
       const record = parseRecord(request.record);
       const worker = request.worker;
       // re-executions take CPU and memory: a few at a time, whoever asks
       const verdict = await auditSlots.run(() => audit(node, reputation, { ...request, record }));
-      const what = `${record.kind} step ${record.step}${record.kind === 'step' ? '' : ` micro ${record.micro}`} of job ${record.job}`;
+      const what = `${record.kind === 'step' ? 'update' : record.kind} of step ${record.step}${record.kind === 'step' ? '' : `, micro-batch ${record.micro}`}, job ${record.job.slice(0, 8)}`;
       if (verdict.ok) events.add('check-passed', worker.peerId, what);
       else if (!verdict.unavailable && !verdict.inconclusive) events.add('check-failed', worker.peerId, `${what}: ${verdict.reason}`);
       if (!verdict.ok) log.warn('worker-flagged', { peer: worker.peerId, record: `${record.kind} ${record.step}:${record.micro}`, reason: verdict.reason });

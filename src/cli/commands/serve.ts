@@ -50,7 +50,9 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   } else {
     const access = await joinSwarm(where, flags);
     try {
-      const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out), verify, name: id });
+      const dm = await distribute(access.node, access.bootstrap, dir, {
+        strategy, privacy, onProgress: loadProgress(out), verify, name: id,
+      });
       const validator = multiaddr(access.bootstrap);
       overview = () => fetchOverview(access.node, validator);
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);

@@ -169,4 +169,3 @@ export function parseOverview(m: Record<string, unknown>): Overview {
     },
   };
 }
-

@@ -1,0 +1,194 @@
+import type { JobView, Overview, PeerRecord, ServingStats } from './types.ts';
+import { Chart } from './chart.tsx';
+import { ago, bytes, fixed, flops, short, tlk } from './format.ts';
+
+export function Peers({ overview, now }: { overview: Overview; now: number }) {
+  const chain = overview.peers.some((p) => p.stake !== undefined);
+  return (
+    <section class="panel wide">
+      <h2>Peers <span class="count">{overview.peers.length}</span></h2>
+      <table data-testid="peers">
+        <thead>
+          <tr>
+            <th>peer</th><th>role</th><th>tier</th><th>engine</th><th>GFLOP/s</th><th>memory (used / offered)</th>
+            <th>reputation</th><th>checks ✓ / ✗</th>{chain && <th>stake · earned (TLK)</th>}<th>seen</th>
+          </tr>
+        </thead>
+        <tbody>
+          {overview.peers.map((p) => <PeerRow key={p.peerId} p={p} now={now} chain={chain} />)}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
+function PeerRow({ p, now, chain }: { p: PeerRecord; now: number; chain: boolean }) {
+  const c = p.capabilities;
+  const used = c && c.memoryFreeBytes !== undefined ? c.memoryBytes - c.memoryFreeBytes : 0;
+  const rep = p.reputation;
+  return (
+    <tr data-peer={p.peerId} data-role={p.roles.join(',')} class={p.excluded ? 'excluded' : ''}>
+      <td class="mono" title={p.peerId}>{short(p.peerId)}</td>
+      <td>{p.roles.map((r) => <span class={`role ${r}`}>{r}</span>)}</td>
+      <td>{c ? <span class={`tier t${c.tier}`}>{c.tier}</span> : ''}</td>
+      <td>{c ? `${c.backend}, ${c.cores} cores` : ''}</td>
+      <td class="num">{c ? c.gflops.toFixed(0) : ''}</td>
+      <td>{c ? <Meter value={used} max={c.memoryBytes} text={`${bytes(used)} / ${bytes(c.memoryBytes)}`} /> : ''}</td>
+      <td>{rep === undefined ? '' : <Meter value={rep} max={1} text={rep.toFixed(2)} tone={rep < 0.3 ? 'bad' : rep < 0.5 ? 'warn' : 'good'} />}</td>
+      <td class="num">{p.checks ? `${p.checks.passed} / ${p.checks.failed}` : ''}{p.excluded ? <span class="flag">EXCLUDED</span> : ''}</td>
+      {chain && <td class="num">{p.stake === undefined ? '' : `${tlk(p.stake)} · ${tlk(p.earned)}`}</td>}
+      <td class="num">{ago(now - p.lastSeen)}</td>
+    </tr>
+  );
+}
+
+function Meter({ value, max, text, tone = 'good' }: { value: number; max: number; text: string; tone?: string }) {
+  const share = max > 0 ? Math.min(1, Math.max(0, value / max)) : 0;
+  return (
+    <div class={`meter ${tone}`}>
+      <div class="fill" style={{ width: `${(share * 100).toFixed(1)}%` }} />
+      <span>{text}</span>
+    </div>
+  );
+}
+
+/** Round-trip times and bandwidths between peers, as each measured them (rows: from; columns: to). */
+export function Links({ overview }: { overview: Overview }) {
+  const peers = overview.peers.filter((p) => p.roles.includes('worker'));
+  if (peers.length < 2) return null;
+  return (
+    <section class="panel">
+      <h2>Links</h2>
+      <table class="matrix" data-testid="links">
+        <thead><tr><th>from \ to</th>{peers.map((p) => <th class="mono">{short(p.peerId)}</th>)}</tr></thead>
+        <tbody>
+          {peers.map((from) => (
+            <tr>
+              <th class="mono">{short(from.peerId)}</th>
+              {peers.map((to) => {
+                if (from.peerId === to.peerId) return <td class="self">·</td>;
+                const l = from.proximity[to.peerId];
+                if (!l) return <td class="none">?</td>;
+                const tone = l.rttMs < 2 ? 'good' : l.rttMs < 20 ? 'warn' : 'bad';
+                return <td class={`link ${tone}`} title={`measured ${new Date(l.measuredAt).toLocaleTimeString()}`}>{l.rttMs.toFixed(2)} ms<br />{l.mbps.toFixed(0)} Mbit/s</td>;
+              })}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
+export function Jobs({ jobs }: { jobs: JobView[] }) {
+  return (
+    <section class="panel wide">
+      <h2>Jobs <span class="count">{jobs.length}</span></h2>
+      {jobs.length === 0 ? <p class="empty">No job has reported yet: run <code>tensorlink train --bootstrap …</code> or <code>generate</code>.</p> : null}
+      <div class="jobs">{jobs.map((j) => <Job key={`${j.owner}/${j.jobId}`} job={j} />)}</div>
+    </section>
+  );
+}
+
+function Job({ job }: { job: JobView }) {
+  const xs = job.history.map((p) => p.step);
+  const slowest = Math.max(1e-9, ...job.stageSeconds);
+  return (
+    <article class={`job ${job.state}`} data-job={job.jobId} data-kind={job.kind}>
+      <header>
+        <strong>{job.kind === 'train' ? 'training' : 'generation'}</strong> {job.model ? <em>{job.model}</em> : null}
+        <span class="mono dim"> job {job.jobId.slice(0, 8)} · user {short(job.owner)}</span>
+        <span class={`state ${job.state}`}>{job.state}</span>
+      </header>
+      <dl class="figures">
+        <div><dt>{job.kind === 'train' ? 'step' : 'calls'}</dt><dd data-field="step">{job.step}</dd></div>
+        {job.loss !== undefined && <div><dt>loss</dt><dd data-field="loss">{fixed(job.loss, 4)}</dd></div>}
+        <div><dt>tokens/s</dt><dd data-field="tokens-per-second">{job.tokensPerSecond.toFixed(0)}</dd></div>
+        <div><dt>tokens</dt><dd>{job.tokens.toLocaleString()}</dd></div>
+      </dl>
+      <table class="plan" data-testid="plan">
+        <thead><tr><th>section</th><th>layers</th><th>workers</th><th>time of the last step</th></tr></thead>
+        <tbody>
+          {job.stages.map((s, i) => (
+            <tr>
+              <td>{i}</td>
+              <td>{s.start}–{s.end - 1}</td>
+              <td class="mono">{s.peers.map((p) => <span class="chip" title={p} data-worker={p}>{short(p)}</span>)}</td>
+              <td>{job.stageSeconds[i] === undefined
+                ? ''
+                : (
+                    <div class="bar"><div class="fill" style={{ width: `${((job.stageSeconds[i] / slowest) * 100).toFixed(0)}%` }} /><span>{(job.stageSeconds[i] * 1000).toFixed(0)} ms</span></div>
+                  )}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <div class="charts">
+        {job.kind === 'train' && <Chart label="loss" xs={xs} ys={job.history.map((p) => p.loss ?? null)} color="#f0b429" testId="loss-chart" />}
+        <Chart label="tokens / s" xs={xs} ys={job.history.map((p) => p.tokensPerSecond)} color="#3ebd93" testId="speed-chart" />
+      </div>
+    </article>
+  );
+}
+
+export function Events({ overview, now }: { overview: Overview; now: number }) {
+  return (
+    <section class="panel">
+      <h2>Verification and membership</h2>
+      <ol class="events" data-testid="events">
+        {overview.events.length === 0 ? <li class="empty">nothing yet</li> : null}
+        {overview.events.slice(0, 40).map((e) => (
+          <li class={`event ${e.kind}`}>
+            <span class="when">{ago(now - e.at)} ago</span> <span class="kind">{e.kind}</span> <span class="mono">{short(e.peer)}</span> <span class="detail">{e.detail}</span>
+          </li>
+        ))}
+      </ol>
+    </section>
+  );
+}
+
+export function Ledger({ overview }: { overview: Overview }) {
+  const l = overview.ledger;
+  const work = Object.entries(l.work).sort(([, a], [, b]) => b.flops - a.flops);
+  return (
+    <section class="panel">
+      <h2>Ledger</h2>
+      <dl class="figures">
+        <div><dt>blocks</dt><dd data-field="height">{l.height}</dd></div>
+        <div><dt>records</dt><dd>{l.records}</dd></div>
+        <div><dt>pending</dt><dd>{l.pending}</dd></div>
+      </dl>
+      {l.blocks.length > 0 && (
+        <table>
+          <thead><tr><th>block</th><th>records</th><th>signatures</th><th>made</th></tr></thead>
+          <tbody>{[...l.blocks].reverse().map((b) => <tr><td>{b.height}</td><td>{b.count}</td><td>{b.signers}</td><td>{new Date(b.time).toLocaleTimeString()}</td></tr>)}</tbody>
+        </table>
+      )}
+      {work.length > 0 && (
+        <table>
+          <thead><tr><th>worker</th><th>records</th><th>accepted work</th></tr></thead>
+          <tbody>{work.map(([peer, w]) => <tr><td class="mono">{short(peer)}</td><td>{w.records}</td><td>{flops(w.flops)}</td></tr>)}</tbody>
+        </table>
+      )}
+    </section>
+  );
+}
+
+export function Serving({ s }: { s: ServingStats }) {
+  const answered = Object.values(s.requests).reduce((a, b) => a + b, 0);
+  const errors = Object.entries(s.requests).filter(([code]) => Number(code) >= 400).reduce((a, [, n]) => a + n, 0);
+  return (
+    <section class="panel">
+      <h2>Serving <em>{s.model}</em></h2>
+      <dl class="figures">
+        <div><dt>requests</dt><dd data-field="requests">{answered}</dd></div>
+        <div><dt>errors</dt><dd>{errors}</dd></div>
+        <div><dt>waiting</dt><dd>{s.waiting}</dd></div>
+        <div><dt>tokens/s (1 min)</dt><dd>{s.tokensPerSecond.toFixed(1)}</dd></div>
+        <div><dt>first token</dt><dd>{s.firstToken.count ? `${((s.firstToken.seconds / s.firstToken.count) * 1000).toFixed(0)} ms` : '—'}</dd></div>
+        <div><dt>tokens in · out</dt><dd>{s.promptTokens} · {s.completionTokens}</dd></div>
+      </dl>
+    </section>
+  );
+}
