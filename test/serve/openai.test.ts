@@ -152,6 +152,11 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     }
     const still = await client.completions.create({ model: 'tiny', prompt: PROMPTS[0], max_tokens: 12, temperature: 0 });
     assert.equal(still.choices[0].text, expected);
+    // what it served, for Prometheus (no swarm here: serving figures only)
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    assert.match(metrics, /^# TYPE tensorlink_serve_requests_total counter$/m);
+    assert.match(metrics, /^tensorlink_serve_requests_total\{code="404",model="tiny"\} 1$/m);
+    assert.doesNotMatch(metrics, /tensorlink_peers/);
   });
 
   test('a model split across a local swarm answers as the same model in one process', async () => {
@@ -167,5 +172,26 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     const together = await Promise.all(PROMPTS.slice(0, 4).map(async (p) => streamed(await client.completions.create({ model: 'tiny', prompt: p, max_tokens: 8, temperature: 0, stream: true }))));
     const alone = PROMPTS.slice(0, 4).map((p) => generated(model, p, 8));
     assert.deepEqual(together.map((t) => t.text), alone);
+
+    // the dashboard beside the API: the swarm as its validator sees it (this server's job among its jobs), and /metrics
+    const page = await fetch(`${url}/`);
+    assert.equal(page.status, 200);
+    assert.match(page.headers.get('content-type') ?? '', /text\/html/);
+    type Job = { kind: string; model?: string; step: number; tokens: number };
+    type State = { overview: { peers: { roles: string[] }[]; jobs: Job[] }; serving: { requests: Record<string, number> } };
+    let state: State | null = null;
+    for (let i = 0; i < 40; i++) {
+      state = (await (await fetch(`${url}/api/state`)).json()) as State;
+      if (state.overview.jobs.some((j) => j.step >= 3)) break;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    assert.equal(state!.overview.peers.filter((p) => p.roles.includes('worker')).length, 2);
+    const job = state!.overview.jobs.find((j) => j.kind === 'generate' && j.model === 'tiny');
+    assert.ok(job && job.step >= 3 && job.tokens > 0, `the served job on the validator's board: ${JSON.stringify(state!.overview.jobs)}`);
+    assert.ok(state!.serving.requests['200'] >= 6);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    assert.match(metrics, /^tensorlink_serve_requests_total\{code="200",model="tiny"\} \d+$/m);
+    assert.match(metrics, /^tensorlink_peers\{role="worker"\} 2$/m);
+    assert.match(metrics, /^tensorlink_serve_time_to_first_token_seconds_count\{model="tiny"\} [1-9]\d*$/m);
   });
 });
