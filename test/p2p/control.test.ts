@@ -4,7 +4,7 @@ import { Registry, startValidator } from '../../src/validator/index.ts';
 import { startWorker } from '../../src/worker/index.ts';
 import {
   CONTROL_PROTOCOL, createLogger, createNode, encodeControl, type Frame, MAX_CONTROL_BYTES, MAX_MESSAGES_PER_SECOND, type PeerRecord,
-  receiveFrames, request, serveControl,
+  parseOverview, receiveFrames, request, serveControl,
 } from '../../src/p2p/index.ts';
 import { waitFor } from '../helpers/processes.ts';
 
@@ -47,6 +47,33 @@ describe('control protocol and proximity', () => {
       assert.ok(value.mbps > 0, `bandwidth ${value.mbps}`);
     } finally {
       await Promise.all([a.stop(), b.stop(), validator.stop()]);
+    }
+  });
+});
+
+describe('job reports and the overview (the dashboard\'s source)', () => {
+  test('a user\'s reports show under its peer id; a malformed one is refused with a typed error and the validator goes on serving', async () => {
+    const validator = await startValidator();
+    const user = await createNode();
+    const addr = validator.node.getMultiaddrs()[0];
+    try {
+      const report = {
+        type: 'job-progress', jobId: 'j1', kind: 'train', state: 'running', stages: [{ start: 1, end: 2, peers: [user.peerId.toString()] }],
+        step: 3, loss: 2.5, tokens: 300, tokensPerSecond: 50, stageSeconds: [0.1],
+      };
+      for (const bad of [{ ...report, step: 'three' }, { ...report, stages: 'all' }, { ...report, kind: 'mine' }]) {
+        await assert.rejects(request(user, addr, bad), { name: 'InvalidMessageError' });
+      }
+      assert.equal((await request(user, addr, report)).type, 'ack');
+      const overview = parseOverview(await request(user, addr, { type: 'overview' }));
+      assert.equal(overview.validator, validator.node.peerId.toString());
+      assert.equal(overview.jobs.length, 1);
+      assert.equal(overview.jobs[0].owner, user.peerId.toString());
+      assert.deepEqual(overview.jobs[0].history.map((p) => [p.step, p.loss]), [[3, 2.5]]);
+      assert.equal((await request(user, addr, { type: 'status' })).type, 'status');
+    } finally {
+      await user.stop();
+      await validator.stop();
     }
   });
 });
