@@ -46,7 +46,8 @@ commands:
       an OpenAI-compatible HTTP API over the model (GET /v1/models, POST /v1/completions and
       /v1/chat/completions, streamed or not); --local 0 (default) in this process, --local N on a
       local swarm of N workers, --bootstrap on an existing swarm; requests decode in batches of up
-      to 8 rows, in the order they came; prints {"event":"ready","url",...,"model"} when it listens
+      to 8 rows, in the order they came; prints {"event":"ready","url",...,"model"} when it listens;
+      the dashboard is at / (the swarm's, with this server's figures) and Prometheus metrics at /metrics
   train --model DIR (--data FILE|fortunes | --task addition|addition-padded|reverse) --steps N [--batch B --lr X --seq-len T
         --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]]
@@ -66,8 +67,9 @@ commands:
       --json adds "bytes": {activations, gradients, weights, control}
 
   validator [--listen MULTIADDR] [--data DIR] [--peers MULTIADDR,... --validators ID,... --threshold M]
-            [--contracts FILE [--rpc URL]] [--log-level debug|info|warn|error]
+            [--contracts FILE [--rpc URL]] [--dashboard [HOST:]PORT] [--log-level debug|info|warn|error]
       a bootstrap peer, DHT server and registry of workers; prints {"event":"ready",...} when up;
+      --dashboard serves the swarm's live web dashboard (and /metrics) there (port 0: any free port);
       keeps the ledger under DIR, its blocks co-signed (M signatures each, default 1) by the validator
       set: this one, those of --peers (which it dials) and those of --validators (which dial it)
   worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--models DIR] [--listen MULTIADDR] [--log-level L]
@@ -80,10 +82,11 @@ commands:
   status --bootstrap MULTIADDR
       the swarm as its validator sees it: peers, roles, capabilities, tiers, reputation (checks passed
       and failed, excluded), last seen
-  swarm [--workers N] [--memory SIZE] [--contracts FILE [--rpc URL] | --no-chain]
+  swarm [--workers N] [--memory SIZE] [--contracts FILE [--rpc URL] | --no-chain] [--dashboard [HOST:]PORT | --no-dashboard]
       a local swarm: a validator and N workers on 127.0.0.1, each its own process, and a local
       chain (anvil) with the contracts deployed and the workers staked, until Ctrl-C; --contracts
-      joins a chain that runs elsewhere instead, --no-chain runs without one
+      joins a chain that runs elsewhere instead, --no-chain runs without one; the validator serves
+      the live dashboard on port 8080 (any free port if that one is taken), named in the ready line
   chain [--rpc URL] [--out FILE] [--validators ADDR,... --threshold M] [--key 0xKEY]
       without --rpc, starts a local Ethereum node (anvil, from npm) on a free loopback port until
       Ctrl-C; deploys the token, staking, escrow and settlement contracts (or finds them where FILE

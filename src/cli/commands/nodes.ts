@@ -73,6 +73,8 @@ export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
     : asked ?? `127.0.0.1:${(await portFree('127.0.0.1', DEFAULT_DASHBOARD_PORT)) ? DEFAULT_DASHBOARD_PORT : 0}`;
   const swarm = await localSwarm({
     workers, memory, handleSignals: false, chain: flags['no-chain'] !== true && !contracts, ...(dashboard === undefined ? {} : { dashboard }),
+    // every node of the swarm computes on the backend asked for (main.ts checked it is js or ort)
+    ...(flags.backend === 'js' || flags.backend === 'ort' ? { backend: flags.backend } : {}),
     ...(contracts ? { joinChain: { contracts, ...(rpc ? { rpc } : {}) } } : {}),
   });
   const chain = swarm.chain;
