@@ -15,6 +15,15 @@ export interface Row {
 export const MAX_BATCH_ROWS = 8;
 /** Requests waiting at most: beyond it a request is refused with 429, not queued for minutes. */
 export const MAX_QUEUED = 64;
+/**
+ * After a batch of several rows, a batch about to start with room to spare waits this long for
+ * more requests: clients that were served together come back together, a few milliseconds
+ * apart, and would otherwise split into a batch of one and a batch of the rest. A lone client
+ * (its last batch had one row) never waits.
+ */
+export const GATHER_MS = 4;
+/** A multi-row batch counts as a sign of concurrent clients for this long after it ended. */
+export const GATHER_WINDOW_MS = 1_000;
 
 interface Waiting {
   rows: Row[];
@@ -33,14 +42,22 @@ interface Waiting {
 export class Scheduler {
   private readonly queue: Waiting[] = [];
   private running = false;
+  /** The last batch's rows and when it ended (the gathering heuristic's evidence of concurrent clients). */
+  private last = { rows: 0, endedAt: 0 };
   /** Requests served, rows decoded and batches run, for metrics. */
   readonly counts = { requests: 0, rows: 0, batches: 0, refused: 0 };
 
   constructor(
     private readonly run: BatchRunner,
     private readonly maxPositions: number,
-    private readonly limits = { rows: MAX_BATCH_ROWS, queued: MAX_QUEUED },
+    private readonly limits = { rows: MAX_BATCH_ROWS, queued: MAX_QUEUED, gatherMs: GATHER_MS },
   ) {}
+
+  /** Whether to wait GATHER_MS before the next batch: clients were served together lately, and there is room for more. */
+  private shouldGather(): boolean {
+    const queued = this.queue.reduce((n, w) => n + w.rows.length, 0);
+    return this.limits.gatherMs > 0 && queued < this.limits.rows && this.last.rows > 1 && Date.now() - this.last.endedAt < GATHER_WINDOW_MS;
+  }
 
   /** Requests waiting (not yet decoding). */
   get waiting(): number {
@@ -85,7 +102,10 @@ export class Scheduler {
     if (this.running) return;
     this.running = true;
     try {
+      // requests submitted in the same turn of the event loop start together
+      await null;
       while (this.queue.length > 0) {
+        if (this.shouldGather()) await new Promise((r) => setTimeout(r, this.limits.gatherMs));
         const batch = this.next();
         const rows = batch.flatMap((w) => w.rows);
         this.counts.batches++;
@@ -100,6 +120,7 @@ export class Scheduler {
         } catch (err) {
           for (const w of batch) w.reject(err);
         }
+        this.last = { rows: rows.length, endedAt: Date.now() };
       }
     } finally {
       this.running = false;

@@ -48,9 +48,10 @@ describe('serving: text as tokens come, batches in order', () => {
       if (batches.length === 1) await new Promise<void>((r) => (release = r));
       return { tokens: prompts.map(() => []) };
     };
-    const s = new Scheduler(run, 10, { rows: 3, queued: 3 });
+    const s = new Scheduler(run, 10, { rows: 3, queued: 3, gatherMs: 0 });
     const row = (n: number, max = 1) => ({ prompt: new Array<number>(n).fill(1), options: { maxNewTokens: max }, onToken: () => {} });
     const first = s.submit([row(1)]);
+    await null; // the first starts on its own turn of the event loop
     const rest = [s.submit([row(2), row(2)]), s.submit([row(3)]), s.submit([row(4, 8)])];
     assert.throws(() => s.submit([row(5)]), (e: Error) => e.name === 'RateLimitedError');
     release();
@@ -58,5 +59,26 @@ describe('serving: text as tokens come, batches in order', () => {
     // [1] alone (the model was free); then 2+2 and 3 (3 rows); then 4 (4 + 8 > 10 with the others' prompts)
     assert.deepEqual(batches.map((b) => b.map((p) => p.length)), [[1], [2, 2, 3], [4]]);
     assert.deepEqual(s.counts, { requests: 4, rows: 5, batches: 3, refused: 1 });
+  });
+
+  test('clients served together and coming back a few milliseconds apart share the next batch; a lone client never waits', async () => {
+    const batches: number[] = [];
+    const run: BatchRunner = async (prompts) => {
+      batches.push(prompts.length);
+      return { tokens: prompts.map(() => []) };
+    };
+    const s = new Scheduler(run, 100, { rows: 4, queued: 16, gatherMs: 20 });
+    const row = () => ({ prompt: [1], options: { maxNewTokens: 1 }, onToken: () => {} });
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    // a lone client: each request alone, at once
+    for (let i = 0; i < 2; i++) {
+      const t = performance.now();
+      await s.submit([row()]);
+      assert.ok(performance.now() - t < 15, 'no gathering wait for a lone client');
+    }
+    // two clients at once (one batch of 2), then both come back 2 ms apart: one batch again, not 1 + 1
+    await Promise.all([s.submit([row()]), s.submit([row()])]);
+    await Promise.all([s.submit([row()]), sleep(2).then(() => s.submit([row()]))]);
+    assert.deepEqual(batches, [1, 1, 2, 2]);
   });
 });
