@@ -70,8 +70,8 @@ describe('init-model, generate and train on one machine', () => {
   test('train --local 3 (a swarm of separate processes) gives the losses and accuracy of --local 0, with each schedule', () => {
     const gpt = join(root, 'gpt3');
     assert.equal(cli('init-model', '--arch', 'gpt2', '--layers', '3', '--hidden', '32', '--heads', '4', '--max-positions', '32', '--out', gpt).code, 0);
-    const base = ['train', '--model', gpt, '--task', 'addition', '--steps', '20', '--batch', '8', '--micro-batches', '4', '--lr', '0.003',
-      '--eval-every', '20', '--eval-size', '40', '--backend', 'js', '--json'];
+    const base = ['train', '--model', gpt, '--task', 'addition', '--steps', '10', '--batch', '8', '--micro-batches', '4', '--lr', '0.003',
+      '--eval-every', '10', '--eval-size', '20', '--backend', 'js', '--json'];
     const local = cli(...base, '--local', '0').json();
     for (const schedule of ['gpipe', '1f1b']) {
       const r = cli(...base, '--local', '3', '--schedule', schedule);
@@ -89,12 +89,13 @@ describe('init-model, generate and train on one machine', () => {
     assert.match(replicated.stderr, /replica 1/);
     // a checkpoint of a distributed run resumes (weights, AdamW state, data order) across workers or in one process,
     // and so does a one-process checkpoint across workers: the losses of the straight run, bit for bit
-    const resumable = ['train', '--model', gpt, '--task', 'addition', '--steps', '20', '--batch', '8', '--micro-batches', '4', '--lr', '0.003',
-      '--eval-every', '10', '--eval-size', '8', '--backend', 'js', '--json'];
+    // (a distributed checkpoint resumed across workers is the two directions at once: a checkpoint has one format)
+    const resumable = ['train', '--model', gpt, '--task', 'addition', '--steps', '10', '--batch', '8', '--micro-batches', '4', '--lr', '0.003',
+      '--eval-every', '5', '--eval-size', '8', '--backend', 'js', '--json'];
     const straight = cli(...resumable, '--local', '0').json().losses;
-    for (const [first, second] of [['3', '3'], ['3', '0'], ['0', '3']]) {
+    for (const [first, second] of [['3', '0'], ['0', '3']]) {
       const dir = join(root, `resume-${first}-${second}`);
-      const part = cli(...resumable, '--out', dir, '--stop-at', '10', '--local', first);
+      const part = cli(...resumable, '--out', dir, '--stop-at', '5', '--local', first);
       assert.equal(part.code, 0, part.stderr);
       const rest = cli(...resumable, '--out', dir, '--resume', '--local', second);
       assert.equal(rest.code, 0, rest.stderr);
