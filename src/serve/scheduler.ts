@@ -16,12 +16,12 @@ export const MAX_BATCH_ROWS = 8;
 /** Requests waiting at most: beyond it a request is refused with 429, not queued for minutes. */
 export const MAX_QUEUED = 64;
 /**
- * After a batch of several rows, a batch about to start with room to spare waits this long for
- * more requests: clients that were served together come back together, a few milliseconds
- * apart, and would otherwise split into a batch of one and a batch of the rest. A lone client
- * (its last batch had one row) never waits.
+ * After a batch of several rows, the next batch waits up to this long for as many more rows as
+ * that batch had: clients served together come back together, a few milliseconds apart, and would
+ * otherwise split into a batch of the first to return and a batch of the rest. It starts as soon
+ * as they are there; a lone client (its last batch had one row) never waits.
  */
-export const GATHER_MS = 4;
+export const GATHER_MS = 20;
 /** A multi-row batch counts as a sign of concurrent clients for this long after it ended. */
 export const GATHER_WINDOW_MS = 1_000;
 
@@ -53,10 +53,32 @@ export class Scheduler {
     private readonly limits = { rows: MAX_BATCH_ROWS, queued: MAX_QUEUED, gatherMs: GATHER_MS },
   ) {}
 
-  /** Whether to wait GATHER_MS before the next batch: clients were served together lately, and there is room for more. */
-  private shouldGather(): boolean {
-    const queued = this.queue.reduce((n, w) => n + w.rows.length, 0);
-    return this.limits.gatherMs > 0 && queued < this.limits.rows && this.last.rows > 1 && Date.now() - this.last.endedAt < GATHER_WINDOW_MS;
+  private queuedRows(): number {
+    return this.queue.reduce((n, w) => n + w.rows.length, 0);
+  }
+
+  /** Wakes a gathering pump when a request comes. */
+  private wake: (() => void) | null = null;
+
+  /**
+   * Waits (up to gatherMs) until the last batch's rows have come back on top of those already
+   * waiting, when that batch had several and ended lately: its clients are on their way back.
+   */
+  private async gather(): Promise<void> {
+    if (this.limits.gatherMs <= 0 || this.last.rows <= 1 || Date.now() - this.last.endedAt > GATHER_WINDOW_MS) return;
+    // the rows already waiting came from other clients: the last batch's come on top
+    const want = Math.min(this.queuedRows() + this.last.rows, this.limits.rows);
+    const until = Date.now() + this.limits.gatherMs;
+    while (this.queuedRows() < want && Date.now() < until) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, until - Date.now());
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wake = null;
+    }
   }
 
   /** Requests waiting (not yet decoding). */
@@ -72,6 +94,7 @@ export class Scheduler {
     }
     return new Promise<void>((resolve, reject) => {
       this.queue.push({ rows, resolve, reject });
+      this.wake?.();
       void this.pump();
     });
   }
@@ -105,7 +128,7 @@ export class Scheduler {
       // requests submitted in the same turn of the event loop start together
       await null;
       while (this.queue.length > 0) {
-        if (this.shouldGather()) await new Promise((r) => setTimeout(r, this.limits.gatherMs));
+        await this.gather();
         const batch = this.next();
         const rows = batch.flatMap((w) => w.rows);
         this.counts.batches++;

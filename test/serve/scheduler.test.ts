@@ -51,7 +51,7 @@ describe('serving: text as tokens come, batches in order', () => {
     const s = new Scheduler(run, 10, { rows: 3, queued: 3, gatherMs: 0 });
     const row = (n: number, max = 1) => ({ prompt: new Array<number>(n).fill(1), options: { maxNewTokens: max }, onToken: () => {} });
     const first = s.submit([row(1)]);
-    await null; // the first starts on its own turn of the event loop
+    await new Promise((r) => setImmediate(r)); // the first starts on its own
     const rest = [s.submit([row(2), row(2)]), s.submit([row(3)]), s.submit([row(4, 8)])];
     assert.throws(() => s.submit([row(5)]), (e: Error) => e.name === 'RateLimitedError');
     release();
@@ -76,9 +76,14 @@ describe('serving: text as tokens come, batches in order', () => {
       await s.submit([row()]);
       assert.ok(performance.now() - t < 15, 'no gathering wait for a lone client');
     }
-    // two clients at once (one batch of 2), then both come back 2 ms apart: one batch again, not 1 + 1
+    // two clients at once (one batch of 2), then both come back 5 ms apart: one batch again, not 1 + 1
     await Promise.all([s.submit([row()]), s.submit([row()])]);
-    await Promise.all([s.submit([row()]), sleep(2).then(() => s.submit([row()]))]);
+    await Promise.all([s.submit([row()]), sleep(5).then(() => s.submit([row()]))]);
     assert.deepEqual(batches, [1, 1, 2, 2]);
+    // only one comes back: it runs alone once the wait is over
+    const t = performance.now();
+    await s.submit([row()]);
+    assert.ok(performance.now() - t >= 15, 'it waited for the other');
+    assert.deepEqual(batches, [1, 1, 2, 2, 1]);
   });
 });
