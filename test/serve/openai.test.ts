@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import { createNode, parseStatsAnswer, request } from '../../src/p2p/index.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 const PROMPTS = ['The quick brown fox', 'Hello, world', 'Once upon a time', 'In the beginning', 'To be or not', 'A B C', 'zzz', 'Lorem ipsum'];
@@ -193,5 +194,34 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     assert.match(metrics, /^tensorlink_serve_requests_total\{code="200",model="tiny"\} \d+$/m);
     assert.match(metrics, /^tensorlink_peers\{role="worker"\} 2$/m);
     assert.match(metrics, /^tensorlink_serve_time_to_first_token_seconds_count\{model="tiny"\} [1-9]\d*$/m);
+
+    // a client that leaves mid-stream frees its decoding session on the workers
+    const workers = ((await (await fetch(`${url}/api/state`)).json()) as { overview: { peers: { peerId: string; roles: string[]; addrs: string[] }[] } })
+      .overview.peers.filter((p) => p.roles.includes('worker'));
+    const node = await createNode();
+    try {
+      const sessions = async () => {
+        const stats = await Promise.all(workers.map(async (w) => parseStatsAnswer(await request(node, { peerId: w.peerId, addrs: w.addrs }, { type: 'stats' }))));
+        return stats.reduce((n, st) => n + st.sessions, 0);
+      };
+      const controller = new AbortController();
+      const leaving = await client.completions.create({ model: 'tiny', prompt: PROMPTS[3], max_tokens: 200, temperature: 0, stream: true }, { signal: controller.signal });
+      let open = -1;
+      try {
+        for await (const chunk of leaving) {
+          if (chunk.choices.length === 0) continue;
+          open = await sessions();
+          controller.abort();
+        }
+      } catch {
+        // the client's own abort
+      }
+      assert.ok(open >= workers.length, `a session on each worker while it streams (${open})`);
+      const deadline = Date.now() + 10_000;
+      while ((await sessions()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      assert.equal(await sessions(), 0, 'no session left on the workers');
+    } finally {
+      await node.stop();
+    }
   });
 });
