@@ -1,3 +1,4 @@
+import { createServer } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { createNode, type TensorLinkNode } from '../p2p/index.ts';
 import { getBackend, setBackend } from '../tensor/index.ts';
@@ -38,9 +39,24 @@ export async function joinSwarm(where: Exclude<Placement, { kind: 'local' }>, fl
  * process's backend. The cores are shared out: each worker, and this process, runs
  * onnxruntime on its share with idle threads asleep (unless --threads says otherwise).
  */
-export async function startSwarm(workers: number, flags: Flags, faults?: (string | undefined)[], chain = false): Promise<LocalSwarm> {
+export async function startSwarm(
+  workers: number, flags: Flags, faults?: (string | undefined)[], chain = false, dashboard?: string,
+): Promise<LocalSwarm> {
   const js = getBackend().name === 'js';
   const threads = Math.max(1, Math.floor(availableParallelism() / (workers + 1)));
   if (!js && flags.threads === undefined) setBackend('ort', { threads, spinning: false });
-  return localSwarm({ workers, backend: js ? 'js' : undefined, threads, faults, chain });
+  return localSwarm({ workers, backend: js ? 'js' : undefined, threads, faults, chain, ...(dashboard === undefined ? {} : { dashboard }) });
+}
+
+/** Where a local swarm serves its dashboard unless told: this port when it is free, else any free one. */
+export const DEFAULT_DASHBOARD_PORT = 8080;
+
+/** `127.0.0.1:8080` when that port is free now, else `127.0.0.1:0` (any free port). */
+export async function defaultDashboard(): Promise<string> {
+  const free = await new Promise<boolean>((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(false));
+    server.listen(DEFAULT_DASHBOARD_PORT, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+  return `127.0.0.1:${free ? DEFAULT_DASHBOARD_PORT : 0}`;
 }

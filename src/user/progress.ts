@@ -50,6 +50,9 @@ export class ProgressReporter {
 
   private last: Report | null = null;
 
+  /** The job id the last report went under: a job planned again (a rollback, a move) runs under a new one. */
+  private shown: string | null = null;
+
   private send(report: Report): void {
     this.last = report;
     if (this.inFlight) {
@@ -57,6 +60,12 @@ export class ProgressReporter {
       return;
     }
     const { jobId, stages } = this.job();
+    if (this.shown !== null && this.shown !== jobId) {
+      // the old id's last report: closed, so the dashboard does not show it running until it times out
+      const old = { type: 'job-progress', jobId: this.shown, stages, ...(this.model ? { model: this.model } : {}), ...report, state: 'closed' };
+      request(this.node, this.validator, old, PROGRESS_TIMEOUT_MS).catch(() => {});
+    }
+    this.shown = jobId;
     const message = { type: 'job-progress', jobId, stages, ...(this.model ? { model: this.model } : {}), ...report };
     this.inFlight = request(this.node, this.validator, message, PROGRESS_TIMEOUT_MS)
       .then(() => {}, () => {})

@@ -1,4 +1,4 @@
 /** The validator's room: the registry of live peers. Later: verification, the ledger, settlement. */
 export { PEER_TTL_MS, Registry } from './registry.ts';
 export { startValidator, type Validator, type ValidatorOptions } from './validator.ts';
-export { EventLog, JOB_CLOSED_MS, JOB_SILENT_MS, JobBoard } from './overview.ts';
+export { EventLog, JOB_CLOSED_MS, JOB_SILENT_MS, JobBoard, PASSED_EVENTS } from './overview.ts';

@@ -62,16 +62,26 @@ function thin(history: JobPoint[]): void {
   history.splice(0, half, ...kept);
 }
 
-/** The recent verification and membership events, newest first, OVERVIEW_LIMITS.events at most. */
+/** Of OVERVIEW_LIMITS.events, how many may be passed checks: a busy job passes several a second, and must not push a cheater off. */
+export const PASSED_EVENTS = 40;
+
+/**
+ * The recent verification and membership events, newest first, OVERVIEW_LIMITS.events at most:
+ * passed checks in a ring of their own (PASSED_EVENTS), so that failures, slashes, joins and
+ * leaves stay on show however many checks pass.
+ */
 export class EventLog {
-  private readonly events: OverviewEvent[] = [];
+  private readonly notable: OverviewEvent[] = [];
+  private readonly passed: OverviewEvent[] = [];
 
   add(kind: OverviewEventKind, peer: string, detail: string, at = Date.now()): void {
-    this.events.unshift({ at, kind, peer, detail: detail.slice(0, 512) });
-    if (this.events.length > OVERVIEW_LIMITS.events) this.events.length = OVERVIEW_LIMITS.events;
+    const ring = kind === 'check-passed' ? this.passed : this.notable;
+    const cap = kind === 'check-passed' ? PASSED_EVENTS : OVERVIEW_LIMITS.events - PASSED_EVENTS;
+    ring.unshift({ at, kind, peer, detail: detail.slice(0, 512) });
+    if (ring.length > cap) ring.length = cap;
   }
 
   list(): OverviewEvent[] {
-    return [...this.events];
+    return [...this.notable, ...this.passed].sort((a, b) => b.at - a.at);
   }
 }

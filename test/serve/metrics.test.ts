@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type JobProgress, OVERVIEW_LIMITS, type Overview, parseJobProgress, parseOverview } from '../../src/p2p/index.ts';
 import { metricsText } from '../../src/serve/index.ts';
-import { EventLog, JOB_CLOSED_MS, JOB_SILENT_MS, JobBoard } from '../../src/validator/index.ts';
+import { EventLog, JOB_CLOSED_MS, JOB_SILENT_MS, JobBoard, PASSED_EVENTS } from '../../src/validator/index.ts';
 
 const A = '12D3KooWGzBz8CmdMeZP7ZJ1ZGeAH6oGHbFJzJYjM7bQ2KkbZbJj';
 const B = '12D3KooWRqbmh6gJ7zHYvHYprCxkiNfHWeJdUH8tP9wKeGDqzN3m';
@@ -44,12 +44,16 @@ describe('the validator\'s job board and event log (pure)', () => {
     assert.equal(long.list(JOB_CLOSED_MS + 1).length, 0);
   });
 
-  test('events: newest first, bounded', () => {
+  test('events: newest first, bounded; passed checks never push a failure off the list', () => {
     const log = new EventLog();
-    for (let i = 0; i < OVERVIEW_LIMITS.events + 10; i++) log.add('joined', A, `n${i}`, i);
+    log.add('check-failed', A, 'caught', 0);
+    for (let i = 1; i <= 1000; i++) log.add('check-passed', B, `n${i}`, i);
     const events = log.list();
-    assert.equal(events.length, OVERVIEW_LIMITS.events);
-    assert.equal(events[0].detail, `n${OVERVIEW_LIMITS.events + 9}`);
+    assert.equal(events.length, PASSED_EVENTS + 1);
+    assert.equal(events[0].detail, 'n1000');
+    assert.equal(events.at(-1)!.kind, 'check-failed');
+    for (let i = 0; i < OVERVIEW_LIMITS.events * 2; i++) log.add('joined', A, `j${i}`, 2000 + i);
+    assert.equal(log.list().length, OVERVIEW_LIMITS.events);
   });
 
   test('a malformed report is a typed error that names the field', () => {

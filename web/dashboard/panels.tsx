@@ -1,4 +1,4 @@
-import type { JobView, Overview, PeerRecord, ServingStats } from './types.ts';
+import type { JobView, Overview, OverviewEvent, PeerRecord, ServingStats } from './types.ts';
 import { Chart } from './chart.tsx';
 import { ago, bytes, fixed, flops, short, tlk } from './format.ts';
 
@@ -133,17 +133,23 @@ function Job({ job }: { job: JobView }) {
 }
 
 export function Events({ overview, now }: { overview: Overview; now: number }) {
+  // what people look for first: cheaters caught, stakes cut, peers coming and going; then the checks that passed
+  const notable = overview.events.filter((e) => e.kind !== 'check-passed');
+  const passed = overview.events.filter((e) => e.kind === 'check-passed');
+  const item = (e: OverviewEvent) => (
+    <li class={`event ${e.kind}`}>
+      <span class="when">{ago(now - e.at)} ago</span> <span class="kind">{e.kind}</span> <span class="mono">{short(e.peer)}</span> <span class="detail">{e.detail}</span>
+    </li>
+  );
   return (
     <section class="panel">
       <h2>Verification and membership</h2>
       <ol class="events" data-testid="events">
-        {overview.events.length === 0 ? <li class="empty">nothing yet</li> : null}
-        {overview.events.slice(0, 40).map((e) => (
-          <li class={`event ${e.kind}`}>
-            <span class="when">{ago(now - e.at)} ago</span> <span class="kind">{e.kind}</span> <span class="mono">{short(e.peer)}</span> <span class="detail">{e.detail}</span>
-          </li>
-        ))}
+        {notable.length === 0 ? <li class="empty">nothing yet</li> : null}
+        {notable.slice(0, 40).map(item)}
       </ol>
+      {passed.length > 0 && <h3>checks passed <span class="count">{passed.length} recent</span></h3>}
+      <ol class="events passed">{passed.slice(0, 6).map(item)}</ol>
     </section>
   );
 }

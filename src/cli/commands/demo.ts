@@ -10,7 +10,7 @@ import { type DistributedModel, distribute, listWorkers } from '../../user/index
 import { Generator, getBackend } from '../../tensor/index.ts';
 import { type Flags, intFlag, stringFlag, UsageError, verifyFlags } from '../args.ts';
 import { bar, type Output } from '../output.ts';
-import { startSwarm } from '../swarm.ts';
+import { defaultDashboard, startSwarm } from '../swarm.ts';
 import { CHEAT_KINDS } from '../../worker/index.ts';
 
 export const demoOptions = {
@@ -122,7 +122,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
   const all = cheat === 'none' ? workers : workers + 1;
   out.info(`[1/5] starting a local swarm: a validator and ${all} workers, each its own process on 127.0.0.1`
     + `${cheat === 'none' ? '' : `; one of them cheats (${cheat}), to show that the swarm catches it`}`);
-  const swarm = await startSwarm(all, flags, cheat === 'none' ? undefined : [...Array<undefined>(workers), cheat], true);
+  const swarm = await startSwarm(all, flags, cheat === 'none' ? undefined : [...Array<undefined>(workers), cheat], true, await defaultDashboard());
   const chain = swarm.chain!;
   const node = swarm.user.node;
   let dm: DistributedModel | null = null;
@@ -139,7 +139,9 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
     }
     out.info(`  you (user) ${short(node.peerId.toString())}  keeps the embedding and the head: token ids and logits never leave this process`);
     out.info(`  chain      anvil at ${chain.deployment.rpc}: token, staking, escrow and settlement contracts; each worker staked `
-      + `${tlk(MIN_STAKE)} to be given work\n`);
+      + `${tlk(MIN_STAKE)} to be given work`);
+    if (swarm.dashboard) out.info(`  dashboard  ${swarm.dashboard}/  the swarm live in a browser: the job, its loss, the checks, the ledger`);
+    out.info('');
 
     const tokenizer = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
     // one block per worker, the cheater's too: it holds a section until it is caught
@@ -149,7 +151,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
     const task = additionTask({ seed, padded: true });
     out.info(`[2/5] the model: GPT-2 shaped, ${config.layers} blocks, 64 wide, ${thousands(model.numParameters())} parameters; the task: `
       + `2-digit sums written "07+38=045" (${thousands(task.train.length)} to learn from, ${task.test.length} held out)`);
-    dm = await distribute(node, swarm.bootstrap, model, { strategy: 'parameter-balanced', verify });
+    dm = await distribute(node, swarm.bootstrap, model, { strategy: 'parameter-balanced', verify, name: 'demo: 2-digit sums' });
     const job = dm;
     // the user pays for the job up front, into escrow: the validators release it against the work the ledger holds
     await chain.user.deposit(job.jobId, DEMO_PAYMENT);

@@ -1,11 +1,11 @@
 import { existsSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { type DashboardServer, serveDashboard } from '../../serve/index.ts';
 import { createLogger, createNode, isLogLevel, type LogLevel, publicKeyOf } from '../../p2p/index.ts';
 import { listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
 import { parseFault, startWorker } from '../../worker/index.ts';
 import { localSwarm } from '../local-swarm.ts';
+import { defaultDashboard } from '../swarm.ts';
 import { type Flags, hostPort, intFlag, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { chainFlagOptions, chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
@@ -42,18 +42,6 @@ export const swarmOptions = {
   'dashboard': { type: 'string' }, 'no-dashboard': { type: 'boolean' },
 } as const;
 
-/** Where `swarm` serves its dashboard unless told: this port when it is free, else any free one. */
-export const DEFAULT_DASHBOARD_PORT = 8080;
-
-/** Whether a TCP port on a host is free to listen on now. */
-function portFree(host: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.once('error', () => resolve(false));
-    server.listen(port, host, () => server.close(() => resolve(true)));
-  });
-}
-
 /** `tensorlink swarm`: a validator and N workers on this machine, each its own process, until Ctrl-C. */
 export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
   const workers = intFlag(flags, 'workers', 3, 1);
@@ -70,7 +58,7 @@ export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
   if (asked !== undefined) hostPort(asked, 'dashboard');
   const dashboard = flags['no-dashboard'] === true
     ? undefined
-    : asked ?? `127.0.0.1:${(await portFree('127.0.0.1', DEFAULT_DASHBOARD_PORT)) ? DEFAULT_DASHBOARD_PORT : 0}`;
+    : asked ?? await defaultDashboard();
   const swarm = await localSwarm({
     workers, memory, handleSignals: false, chain: flags['no-chain'] !== true && !contracts, ...(dashboard === undefined ? {} : { dashboard }),
     // every node of the swarm computes on the backend asked for (main.ts checked it is js or ort)
