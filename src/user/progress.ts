@@ -3,6 +3,11 @@ import { type DialTarget, type JobProgress, request } from '../p2p/index.ts';
 
 /** A report the validator has not answered within this is dropped: the dashboard is a view, never worth stalling a job for. */
 export const PROGRESS_TIMEOUT_MS = 5_000;
+/**
+ * Reports go out at most this often (the newest waits its turn): a small model trains hundreds of
+ * steps a second, and every control message counts against the user's rate at the validator.
+ */
+export const PROGRESS_INTERVAL_MS = 250;
 
 type Report = Omit<JobProgress, 'jobId' | 'stages' | 'model'>;
 
@@ -40,13 +45,20 @@ export class ProgressReporter {
     this.send({ kind: 'generate', state: 'running', step: this.steps, tokens: this.tokens, tokensPerSecond: seconds > 0 ? tokens / seconds : 0, stageSeconds: [] });
   }
 
-  /** The job ended: the last report says so (waited for, briefly). */
+  /** The job ended: the last report says so, at once (waited for, briefly). */
   async closed(): Promise<void> {
     const last = this.waiting ?? this.last;
     if (!last) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.waiting = null;
     this.send({ ...last, state: 'closed' });
     while (this.inFlight) await this.inFlight;
   }
+
+  private lastSent = 0;
+  /** Set while a report waits for PROGRESS_INTERVAL_MS to pass. */
+  private timer: ReturnType<typeof setTimeout> | null = null;
 
   private last: Report | null = null;
 
@@ -55,10 +67,23 @@ export class ProgressReporter {
 
   private send(report: Report): void {
     this.last = report;
-    if (this.inFlight) {
+    if (this.inFlight || this.timer) {
       this.waiting = report;
       return;
     }
+    const wait = this.lastSent + PROGRESS_INTERVAL_MS - Date.now();
+    if (wait > 0 && report.state !== 'closed') {
+      this.waiting = report;
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        const next = this.waiting;
+        this.waiting = null;
+        if (next) this.send(next);
+      }, wait);
+      this.timer.unref?.();
+      return;
+    }
+    this.lastSent = Date.now();
     const { jobId, stages } = this.job();
     if (this.shown !== null && this.shown !== jobId) {
       // the old id's last report: closed, so the dashboard does not show it running until it times out

@@ -7,6 +7,7 @@ import {
   parseOverview, receiveFrames, request, serveControl,
 } from '../../src/p2p/index.ts';
 import { waitFor } from '../helpers/processes.ts';
+import { PROGRESS_INTERVAL_MS, ProgressReporter } from '../../src/user/index.ts';
 
 describe('control protocol and proximity', () => {
   test('a peer flooding the control protocol is rate limited, then served again', async () => {
@@ -71,6 +72,37 @@ describe('job reports and the overview (the dashboard\'s source)', () => {
       assert.equal(overview.jobs[0].owner, user.peerId.toString());
       assert.deepEqual(overview.jobs[0].history.map((p) => [p.step, p.loss]), [[3, 2.5]]);
       assert.equal((await request(user, addr, { type: 'status' })).type, 'status');
+    } finally {
+      await user.stop();
+      await validator.stop();
+    }
+  });
+});
+
+describe('progress reports from a user', () => {
+  test('a fast job\'s steps reach the validator a few times a second, the last one always, and the close at once', async () => {
+    const validator = await startValidator();
+    const user = await createNode();
+    let jobId = 'job-a';
+    const stages = [{ start: 1, end: 2, peers: [user.peerId.toString()] }];
+    const reporter = new ProgressReporter(user, validator.node.getMultiaddrs()[0], () => ({ jobId, stages }), 'tiny');
+    try {
+      const t0 = Date.now();
+      for (let step = 1; step <= 200; step++) {
+        reporter.trained(step, 3 - step / 100, 64, 0.01, [[0.004]]);
+        await new Promise((r) => setTimeout(r, 2));
+      }
+      const elapsed = Date.now() - t0;
+      const job = await waitFor('the last step', async () => validator.overview().jobs.find((j) => j.step === 200), 5_000);
+      const points = job.value.history.length;
+      assert.ok(points <= elapsed / PROGRESS_INTERVAL_MS + 3, `${points} reports in ${elapsed} ms`);
+      assert.equal(job.value.model, 'tiny');
+      // planned again under a new id: the old one is reported closed
+      jobId = 'job-b';
+      reporter.trained(201, 1, 64, 0.01, [[0.004]]);
+      await reporter.closed();
+      const jobs = validator.overview().jobs;
+      assert.deepEqual(jobs.map((j) => [j.jobId, j.state]).sort(), [['job-a', 'closed'], ['job-b', 'closed']]);
     } finally {
       await user.stop();
       await validator.stop();
