@@ -170,6 +170,10 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     assert.equal(whole.choices[0].text, expected);
     const chat = await streamed(await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 6, temperature: 0, stream: true }));
     assert.equal(chat.text, generated(model, 'user: hi\nassistant:', 6).split('\nuser:')[0]);
+    const chatWhole = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 6, temperature: 0 });
+    assert.equal(chatWhole.choices[0].message.content, chat.text);
+    const completionStreamed = await streamed(await client.completions.create({ model: 'tiny', prompt: PROMPTS[2], max_tokens: 10, temperature: 0, stream: true }));
+    assert.deepEqual(completionStreamed, { text: expected, finish: 'length' });
     const together = await Promise.all(PROMPTS.slice(0, 4).map(async (p) => streamed(await client.completions.create({ model: 'tiny', prompt: p, max_tokens: 8, temperature: 0, stream: true }))));
     const alone = PROMPTS.slice(0, 4).map((p) => generated(model, p, 8));
     assert.deepEqual(together.map((t) => t.text), alone);
