@@ -56,10 +56,14 @@ export async function shapedSwarm(mbit: number): Promise<ShapedSwarm> {
     }, 30_000)).value.map((w) => w.peerId);
     const shapedAt = Date.now();
     mesh.shape(hostOf.get(order[0])!, hostOf.get(order[1])!, mbit);
+    // a probe under way when the shaping came may end after it and still read fast: the shaped pair must read slow both ways
+    const slowBothWays = (recs: Map<string, PeerRecord>) => [[order[0], order[1]], [order[1], order[0]]]
+      .every(([x, y]) => (recs.get(x)?.proximity[y]?.mbps ?? Infinity) < 3 * mbit);
     const measured = await waitFor('every worker to measure every other after the shaping', async () => {
       const recs = await refresh();
-      return order.every((x) => order.every((y) => x === y || (recs.get(x)?.proximity[y]?.measuredAt ?? 0) > shapedAt)) && recs;
-    }, 30_000);
+      const after = order.every((x) => order.every((y) => x === y || (recs.get(x)?.proximity[y]?.measuredAt ?? 0) > shapedAt));
+      return after && slowBothWays(recs) && recs;
+    }, 45_000);
     return { mesh, user: u, boot, order, records: measured.value, measuredMs: measured.ms, refresh, stop };
   } catch (err) {
     await stop();
