@@ -28,10 +28,11 @@ export interface DashboardSource {
  * server-sent events (`/api/stream`), and the same figures for Prometheus (`/metrics`).
  */
 export function dashboardRoutes(app: FastifyInstance, source: DashboardSource): void {
-  let cached: { at: number; state: Promise<DashboardState> } | null = null;
+  let cached: { at: number; state: Promise<DashboardState>; settled: boolean } | null = null;
   const state = (): Promise<DashboardState> => {
     const now = Date.now();
-    if (cached && now - cached.at < STATE_CACHE_MS) return cached.state;
+    // one question to the validator at a time, and none more often than STATE_CACHE_MS
+    if (cached && (!cached.settled || now - cached.at < STATE_CACHE_MS)) return cached.state;
     const serving = source.serving?.() ?? null;
     const read = source.overview
       ? source.overview().then(
@@ -39,7 +40,9 @@ export function dashboardRoutes(app: FastifyInstance, source: DashboardSource): 
           (err: unknown) => ({ at: now, overview: null, serving, error: `the validator did not answer: ${(err as Error).message}` }),
         )
       : Promise.resolve({ at: now, overview: null, serving });
-    cached = { at: now, state: read };
+    const entry = { at: now, state: read, settled: false };
+    void read.then(() => (entry.settled = true));
+    cached = entry;
     return read;
   };
   const asset = (name: string) => async (_req: unknown, reply: import('fastify').FastifyReply) => {
@@ -62,7 +65,8 @@ export function dashboardRoutes(app: FastifyInstance, source: DashboardSource): 
     let open = true;
     const push = async () => {
       const s = await state();
-      if (open) reply.raw.write(`data: ${JSON.stringify(s)}\n\n`);
+      // a page that does not read (a stalled connection) is sent nothing more until it drains
+      if (open && !reply.raw.writableNeedDrain) reply.raw.write(`data: ${JSON.stringify(s)}\n\n`);
     };
     const timer = setInterval(() => void push(), DASHBOARD_PUSH_MS);
     void push();

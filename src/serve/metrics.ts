@@ -110,12 +110,13 @@ export function metricsText(state: DashboardState): string {
     const done = family('job_tokens_total', 'counter', 'Tokens a job has processed.');
     const stage = family('job_stage_seconds', 'gauge', 'Seconds a section of a job spent on its last step.');
     for (const j of o.jobs) {
-      const l = { job: j.jobId, kind: j.kind, state: j.state };
+      // job_id, not job: Prometheus keeps `job` for its scrape target; owner: ids are the users' own, so two may share one
+      const l = { job_id: j.jobId, owner: j.owner, kind: j.kind, state: j.state };
       step.add(j.step, l);
       if (j.loss !== undefined) loss.add(j.loss, l);
       speed.add(j.tokensPerSecond, l);
       done.add(j.tokens, l);
-      j.stageSeconds.forEach((s, i) => stage.add(s, { job: j.jobId, stage: i }));
+      j.stageSeconds.forEach((s, i) => stage.add(s, { job_id: j.jobId, owner: j.owner, stage: i }));
     }
     family('ledger_height', 'gauge', 'Blocks in the validator\'s ledger.').add(o.ledger.height);
     family('ledger_records', 'gauge', 'Records in the ledger\'s blocks.').add(o.ledger.records);
@@ -125,7 +126,7 @@ export function metricsText(state: DashboardState): string {
   }
   const s = state.serving;
   if (s) {
-    const requests = family('serve_requests_total', 'counter', 'HTTP API requests answered, by status code.');
+    const requests = family('serve_requests_total', 'counter', 'OpenAI API requests (/v1/...) answered, by status code.');
     for (const [code, n] of Object.entries(s.requests)) requests.add(n, { code, model: s.model });
     family('serve_prompt_tokens_total', 'counter', 'Prompt tokens of answered requests.').add(s.promptTokens, { model: s.model });
     family('serve_completion_tokens_total', 'counter', 'Tokens generated for requests.').add(s.completionTokens, { model: s.model });

@@ -43,7 +43,7 @@ export class Scheduler {
   private readonly queue: Waiting[] = [];
   private running = false;
   /** The last batch's rows and when it ended (the gathering heuristic's evidence of concurrent clients). */
-  private last = { rows: 0, endedAt: 0 };
+  private last = { rows: 0, endedAt: 0, queued: 0 };
   /** Requests served, rows decoded and batches run, for metrics. */
   readonly counts = { requests: 0, rows: 0, batches: 0, refused: 0 };
 
@@ -66,8 +66,8 @@ export class Scheduler {
    */
   private async gather(): Promise<void> {
     if (this.limits.gatherMs <= 0 || this.last.rows <= 1 || Date.now() - this.last.endedAt > GATHER_WINDOW_MS) return;
-    // the rows already waiting came from other clients: the last batch's come on top
-    const want = Math.min(this.queuedRows() + this.last.rows, this.limits.rows);
+    // the rows that waited when the batch ended came from other clients: the batch's own come on top
+    const want = Math.min(this.last.queued + this.last.rows, this.limits.rows);
     const until = Date.now() + this.limits.gatherMs;
     while (this.queuedRows() < want && Date.now() < until) {
       await new Promise<void>((resolve) => {
@@ -143,7 +143,7 @@ export class Scheduler {
         } catch (err) {
           for (const w of batch) w.reject(err);
         }
-        this.last = { rows: rows.length, endedAt: Date.now() };
+        this.last = { rows: rows.length, endedAt: Date.now(), queued: this.queuedRows() };
       }
     } finally {
       this.running = false;

@@ -66,7 +66,10 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
   /** Tokens generated in each of the last seconds (keyed by whole second). */
   const perSecond = new Map<number, number>();
   const counted = (status: number) => (counts.requests[status] = (counts.requests[status] ?? 0) + 1);
-  app.addHook('onResponse', async (_req, reply) => void counted(reply.statusCode));
+  // the API's requests only: the dashboard's page, its state and /metrics scrapes are not served requests
+  app.addHook('onResponse', async (req, reply) => {
+    if (req.url.startsWith('/v1/')) counted(reply.statusCode);
+  });
   const stats = (): ServingStats => {
     const now = Math.floor(Date.now() / 1000);
     let recent = 0;
@@ -246,6 +249,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
             if (c.finish) return;
             c.tokens++;
             const second = Math.floor(Date.now() / 1000);
+            if (!perSecond.has(second)) for (const s of perSecond.keys()) if (second - s >= 60) perSecond.delete(s);
             perSecond.set(second, (perSecond.get(second) ?? 0) + 1);
             let shown: string;
             if (token === eos) {

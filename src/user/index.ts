@@ -5,7 +5,7 @@ export {
   type ReplanEvent, REPLAN_CHECK_MS, SNAPSHOT_INTERVAL_MS, SNAPSHOT_MAX_BYTES,
 } from './job.ts';
 export { fetchOverview, listPeers, listWorkers } from './peers.ts';
-export { PROGRESS_INTERVAL_MS, PROGRESS_TIMEOUT_MS, ProgressReporter } from './progress.ts';
+export { CLOSE_WAIT_MS, PROGRESS_INTERVAL_MS, PROGRESS_TIMEOUT_MS, ProgressReporter } from './progress.ts';
 export { controlAnswer, type LoadOptions, type LoadProgress, type LoadResult, RemoteStage, tensorAnswer } from './remote-stage.ts';
 export { checkpointSource, type SectionSource, tensorSource } from './section-source.ts';
 export { modelFromCheckpoint, modelInMemory, type UserModel } from './user-model.ts';

@@ -8,6 +8,8 @@ export const PROGRESS_TIMEOUT_MS = 5_000;
  * steps a second, and every control message counts against the user's rate at the validator.
  */
 export const PROGRESS_INTERVAL_MS = 250;
+/** How long closing a job waits for its last report to be answered. */
+export const CLOSE_WAIT_MS = 1_000;
 
 type Report = Omit<JobProgress, 'jobId' | 'stages' | 'model'>;
 
@@ -32,8 +34,9 @@ export class ProgressReporter {
   /** A training step: its loss, tokens, wall time and each section's busy seconds (per copy). */
   trained(step: number, loss: number, tokens: number, seconds: number, busy: number[][]): void {
     this.tokens += tokens;
+    // a loss that diverged is left out (JSON has no NaN or Infinity): the job stays on show, without a loss
     this.send({
-      kind: 'train', state: 'running', step, loss, tokens: this.tokens,
+      kind: 'train', state: 'running', step, ...(Number.isFinite(loss) ? { loss } : {}), tokens: this.tokens,
       tokensPerSecond: seconds > 0 ? tokens / seconds : 0, stageSeconds: busy.map((copies) => Math.max(0, ...copies)),
     });
   }
@@ -45,15 +48,19 @@ export class ProgressReporter {
     this.send({ kind: 'generate', state: 'running', step: this.steps, tokens: this.tokens, tokensPerSecond: seconds > 0 ? tokens / seconds : 0, stageSeconds: [] });
   }
 
-  /** The job ended: the last report says so, at once (waited for, briefly). */
+  /** The job ended: the last report says so, at once (waited for CLOSE_WAIT_MS at most: a silent validator must not hold the close). */
   async closed(): Promise<void> {
     const last = this.waiting ?? this.last;
     if (!last) return;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    this.waiting = null;
-    this.send({ ...last, state: 'closed' });
-    while (this.inFlight) await this.inFlight;
+    const report = { ...last, state: 'closed' as const };
+    if (this.inFlight) this.waiting = report;
+    else this.send(report);
+    const deadline = Date.now() + CLOSE_WAIT_MS;
+    while (this.inFlight && Date.now() < deadline) {
+      await Promise.race([this.inFlight, new Promise((r) => setTimeout(r, deadline - Date.now()).unref?.())]);
+    }
   }
 
   private lastSent = 0;

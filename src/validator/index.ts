@@ -2,3 +2,4 @@
 export { PEER_TTL_MS, Registry } from './registry.ts';
 export { startValidator, type Validator, type ValidatorOptions } from './validator.ts';
 export { EventLog, JOB_CLOSED_MS, JOB_SILENT_MS, JobBoard, PASSED_EVENTS } from './overview.ts';
+export { MEMBERSHIP_EVENTS } from './overview.ts';

@@ -246,14 +246,18 @@ export class LedgerService {
 
   /** The ledger at a glance (the dashboard's): height, records, the newest blocks, each worker's accepted work. */
   summary(): LedgerSummary {
+    // each worker's work is a walk over every record: done again only when a block was added
+    if (this.workCache?.height !== this.store.height) this.workCache = { height: this.store.height, work: Object.fromEntries(this.work()) };
     const blocks = this.store.from(Math.max(0, this.store.height - OVERVIEW_LIMITS.blocks)).map((b) => ({
       height: b.header.height, count: b.header.count, time: b.header.time, signers: b.signatures.length,
     }));
     return {
       height: this.store.height, records: this.index.size, pending: this.pending.size, hash: this.store.headHash(), blocks,
-      work: Object.fromEntries(this.work()),
+      work: this.workCache.work,
     };
   }
+
+  private workCache: { height: number; work: LedgerSummary['work'] } | null = null;
 
   private show(height: number | undefined): Record<string, unknown> {
     if (height === undefined) {

@@ -21,8 +21,13 @@ export class JobBoard {
     const key = `${owner}/${p.jobId}`;
     const seen = this.jobs.get(key);
     if (!seen) {
-      const own = [...this.jobs.values()].filter((j) => j.owner === owner).length;
-      if (own >= OVERVIEW_LIMITS.jobsPerPeer) throw new RateLimitedError(`a peer may show ${OVERVIEW_LIMITS.jobsPerPeer} jobs at once`);
+      const own = [...this.jobs.entries()].filter(([, j]) => j.owner === owner);
+      if (own.length >= OVERVIEW_LIMITS.jobsPerPeer) {
+        // the owner's closed jobs make room first; running ones it must close itself
+        const closed = own.filter(([, j]) => j.state === 'closed').sort(([, a], [, b]) => a.updatedAt - b.updatedAt)[0];
+        if (!closed) throw new RateLimitedError(`a peer may show ${OVERVIEW_LIMITS.jobsPerPeer} running jobs at once`);
+        this.jobs.delete(closed[0]);
+      }
       if (this.jobs.size >= OVERVIEW_LIMITS.jobs) this.dropOldest();
     }
     const history = seen?.history ?? [];
@@ -36,10 +41,17 @@ export class JobBoard {
     this.jobs.set(key, { ...p, owner, startedAt: seen?.startedAt ?? now, updatedAt: now, history });
   }
 
-  /** The jobs on the board, the most recently heard first. */
+  /** The jobs on the board, the most recently heard first, as many as fit OVERVIEW_LIMITS.jobsBytes. */
   list(now = Date.now()): JobView[] {
     this.expire(now);
-    return [...this.jobs.values()].sort((a, b) => b.updatedAt - a.updatedAt);
+    const out: JobView[] = [];
+    let bytes = 0;
+    for (const j of [...this.jobs.values()].sort((a, b) => b.updatedAt - a.updatedAt)) {
+      bytes += JSON.stringify(j).length;
+      if (bytes > OVERVIEW_LIMITS.jobsBytes) break;
+      out.push(j);
+    }
+    return out;
   }
 
   private expire(now: number): void {
@@ -49,8 +61,10 @@ export class JobBoard {
     }
   }
 
+  /** Makes room: the longest-closed job first, else the longest-silent one. */
   private dropOldest(): void {
-    const oldest = [...this.jobs.entries()].sort(([, a], [, b]) => a.updatedAt - b.updatedAt)[0];
+    const byAge = [...this.jobs.entries()].sort(([, a], [, b]) => a.updatedAt - b.updatedAt);
+    const oldest = byAge.find(([, j]) => j.state === 'closed') ?? byAge[0];
     if (oldest) this.jobs.delete(oldest[0]);
   }
 }
@@ -65,23 +79,28 @@ function thin(history: JobPoint[]): void {
 /** Of OVERVIEW_LIMITS.events, how many may be passed checks: a busy job passes several a second, and must not push a cheater off. */
 export const PASSED_EVENTS = 40;
 
+/** Of OVERVIEW_LIMITS.events, how many may be joins and leaves: peers coming and going (or made-up ones) must not push a failure off. */
+export const MEMBERSHIP_EVENTS = 80;
+
 /**
- * The recent verification and membership events, newest first, OVERVIEW_LIMITS.events at most:
- * passed checks in a ring of their own (PASSED_EVENTS), so that failures, slashes, joins and
- * leaves stay on show however many checks pass.
+ * The recent verification and membership events, newest first, OVERVIEW_LIMITS.events at most,
+ * in three rings: passed checks (PASSED_EVENTS), joins and leaves (MEMBERSHIP_EVENTS), and
+ * failures and slashes (the rest), so that no flood of one kind pushes a caught cheater off.
  */
 export class EventLog {
-  private readonly notable: OverviewEvent[] = [];
-  private readonly passed: OverviewEvent[] = [];
+  private readonly rings = { passed: [] as OverviewEvent[], membership: [] as OverviewEvent[], alerts: [] as OverviewEvent[] };
 
   add(kind: OverviewEventKind, peer: string, detail: string, at = Date.now()): void {
-    const ring = kind === 'check-passed' ? this.passed : this.notable;
-    const cap = kind === 'check-passed' ? PASSED_EVENTS : OVERVIEW_LIMITS.events - PASSED_EVENTS;
+    const which = kind === 'check-passed' ? 'passed' : kind === 'joined' || kind === 'left' ? 'membership' : 'alerts';
+    const alerts = OVERVIEW_LIMITS.events - PASSED_EVENTS - MEMBERSHIP_EVENTS;
+    const caps = { passed: PASSED_EVENTS, membership: MEMBERSHIP_EVENTS, alerts };
+    const cap = caps[which];
+    const ring = this.rings[which];
     ring.unshift({ at, kind, peer, detail: detail.slice(0, 512) });
     if (ring.length > cap) ring.length = cap;
   }
 
   list(): OverviewEvent[] {
-    return [...this.notable, ...this.passed].sort((a, b) => b.at - a.at);
+    return [...this.rings.alerts, ...this.rings.membership, ...this.rings.passed].sort((a, b) => b.at - a.at);
   }
 }

@@ -88,6 +88,6 @@ describe('the dashboard of a local swarm, in Debian\'s Chromium (playwright-core
     // /metrics has the same figures for Prometheus
     const metrics = await (await fetch(`${swarm.dashboard}/metrics`)).text();
     assert.match(metrics, /^tensorlink_peers\{role="worker"\} 2$/m);
-    assert.match(metrics, /^tensorlink_job_step\{job="[^"]+",kind="train",state="running"\} \d+$/m);
+    assert.match(metrics, /^tensorlink_job_step\{job_id="[^"]+",owner="[^"]+",kind="train",state="running"\} \d+$/m);
   });
 });

@@ -28,6 +28,10 @@ describe('the validator\'s job board and event log (pure)', () => {
 
     for (let i = 2; i <= OVERVIEW_LIMITS.jobsPerPeer; i++) board.report(A, progress(1, { jobId: `job-${i}` }), 1030);
     assert.throws(() => board.report(A, progress(1, { jobId: 'one-too-many' }), 1031), { name: 'RateLimitedError' });
+    // a closed job of the same user makes room for a new one
+    board.report(A, progress(2, { jobId: 'job-2', state: 'closed' }), 1032);
+    board.report(A, progress(1, { jobId: 'next' }), 1033);
+    assert.ok(board.list(1033).some((j) => j.jobId === 'next') && !board.list(1033).some((j) => j.jobId === 'job-2'));
 
     // a long run keeps its whole shape in at most OVERVIEW_LIMITS.history points, first and last kept
     const long = new JobBoard();
@@ -52,7 +56,10 @@ describe('the validator\'s job board and event log (pure)', () => {
     assert.equal(events.length, PASSED_EVENTS + 1);
     assert.equal(events[0].detail, 'n1000');
     assert.equal(events.at(-1)!.kind, 'check-failed');
+    // nor do joins and leaves (made-up peers announcing)
     for (let i = 0; i < OVERVIEW_LIMITS.events * 2; i++) log.add('joined', A, `j${i}`, 2000 + i);
+    assert.ok(log.list().some((e) => e.kind === 'check-failed'));
+    for (let i = 0; i < OVERVIEW_LIMITS.events * 2; i++) log.add('slashed', A, `s${i}`, 9000 + i);
     assert.equal(log.list().length, OVERVIEW_LIMITS.events);
   });
 
@@ -61,7 +68,7 @@ describe('the validator\'s job board and event log (pure)', () => {
       null, { ...progress(1), jobId: '../etc' }, { ...progress(1), kind: 'mine' }, { ...progress(1), step: -1 }, { ...progress(1), loss: 'low' },
       { ...progress(1), stages: [{ start: 3, end: 3, peers: [] }] }, { ...progress(1), stages: [{ start: 0, end: 1, peers: ['not-a-peer'] }] },
       { ...progress(1), tokensPerSecond: Number.POSITIVE_INFINITY }, { ...progress(1), model: 'x'.repeat(1000) },
-      { ...progress(1), stageSeconds: Array(2000).fill(1) },
+      { ...progress(1), stageSeconds: Array(2000).fill(1) }, { ...progress(1), stages: Array(65).fill({ start: 0, end: 1, peers: [A] }) },
     ];
     for (const m of bad) assert.throws(() => parseJobProgress(m), { name: 'InvalidMessageError' }, JSON.stringify(m)?.slice(0, 80));
     assert.deepEqual(parseJobProgress({ ...progress(2), extra: 'ignored' }), progress(2));
@@ -104,8 +111,8 @@ describe('/metrics: Prometheus\' text format', () => {
     assert.equal(value(`tensorlink_worker_stake_tokens{peer="${A}"}`), 50);
     assert.equal(value(`tensorlink_worker_earned_tokens{peer="${A}"}`), 1.5);
     assert.equal(value(`tensorlink_link_rtt_seconds{from="${A}",to="${B}"}`), 0.0015);
-    assert.equal(value('tensorlink_job_step{job="job-1",kind="train",state="running"}'), 7);
-    assert.equal(value('tensorlink_job_stage_seconds{job="job-1",stage="1"}'), 0.03);
+    assert.equal(value(`tensorlink_job_step{job_id="job-1",owner="${A}",kind="train",state="running"}`), 7);
+    assert.equal(value(`tensorlink_job_stage_seconds{job_id="job-1",owner="${A}",stage="1"}`), 0.03);
     assert.equal(value('tensorlink_ledger_height'), 2);
     assert.equal(value(`tensorlink_worker_ledger_flops{peer="${A}"}`), 1e9);
     assert.equal(value('tensorlink_peers{role="worker"}'), 1);

@@ -13,12 +13,18 @@ import { type PeerRecord, parseJobId, parsePeerRecord, VOCABULARY_LIMITS } from 
  */
 
 export const OVERVIEW_LIMITS = {
-  /** Jobs the validator shows at once: a dashboard of more is unreadable, and the answer stays far below a control frame. */
+  /** Jobs the validator keeps at once: a dashboard of more is unreadable (the answer's size is bounded by jobsBytes too). */
   jobs: 64,
   /** Jobs one user may have on show: a few runs side by side, not a flood that pushes the others off. */
   jobsPerPeer: 8,
   /** Points kept of one job's history (loss and tokens/s per step): enough for a plot, ~20 kB per job. */
-  history: 400,
+  history: 200,
+  /** Sections of a job on show: more than any plan here makes, and a report stays a few kB. */
+  stages: 64,
+  /** Workers named per section (its replicas or redundant copies). */
+  peersPerStage: 16,
+  /** Bytes of the jobs in one overview answer: the oldest-heard jobs are left out beyond it, so the answer fits a control frame. */
+  jobsBytes: 512 * 1024,
   /** Verification and membership events kept: the recent past, newest first. */
   events: 200,
   /** Blocks of the ledger listed (the newest). */
@@ -95,11 +101,11 @@ const EVENT_KINDS: readonly OverviewEventKind[] = ['joined', 'left', 'check-pass
 
 export function parseJobProgress(v: unknown): JobProgress {
   const m = obj(v, 'job-progress');
-  const stages = list(m.stages, 'job-progress.stages', VOCABULARY_LIMITS.stages, (s, what) => {
+  const stages = list(m.stages, 'job-progress.stages', OVERVIEW_LIMITS.stages, (s, what) => {
     const o = obj(s, what);
     const start = int(o.start, `${what}.start`, 0, VOCABULARY_LIMITS.layers);
     const end = int(o.end, `${what}.end`, start + 1, VOCABULARY_LIMITS.layers);
-    return { start, end, peers: list(o.peers, `${what}.peers`, 64, (p, w) => peerIdText(p, w)) };
+    return { start, end, peers: list(o.peers, `${what}.peers`, OVERVIEW_LIMITS.peersPerStage, (p, w) => peerIdText(p, w)) };
   });
   const loss = optional(m.loss, (x) => finite(x, 'job-progress.loss', -1e9, 1e9));
   const model = optional(m.model, (x) => str(x, 'job-progress.model', OVERVIEW_LIMITS.name));
@@ -113,7 +119,7 @@ export function parseJobProgress(v: unknown): JobProgress {
     ...(loss === undefined ? {} : { loss }),
     tokens: int(m.tokens, 'job-progress.tokens'),
     tokensPerSecond: finite(m.tokensPerSecond, 'job-progress.tokensPerSecond', 0, 1e12),
-    stageSeconds: list(m.stageSeconds, 'job-progress.stageSeconds', VOCABULARY_LIMITS.stages, (x, w) => finite(x, w, 0, 1e9)),
+    stageSeconds: list(m.stageSeconds, 'job-progress.stageSeconds', OVERVIEW_LIMITS.stages, (x, w) => finite(x, w, 0, 1e9)),
   };
 }
 
