@@ -96,8 +96,15 @@ export function verifyFlags(flags: Flags): { redundancy: number; sampleRate?: nu
   return { redundancy, sampleRate };
 }
 
-/** `[HOST:]PORT` (a dashboard's or an API's address): host 127.0.0.1 unless given; port 0 is any free port. */
-export function hostPort(raw: string, flag: string): { host: string; port: number } {
+/** Where `auto` serves a dashboard: this port on 127.0.0.1 when it is free, else any free one. */
+export const DEFAULT_DASHBOARD_PORT = 8080;
+
+/**
+ * `[HOST:]PORT` (a dashboard's or an API's address): host 127.0.0.1 unless given; port 0 is any
+ * free port; `auto` is DEFAULT_DASHBOARD_PORT, or any free port when that one is taken.
+ */
+export function hostPort(raw: string, flag: string): { host: string; port: number; fallback?: boolean } {
+  if (raw === 'auto') return { host: '127.0.0.1', port: DEFAULT_DASHBOARD_PORT, fallback: true };
   const m = /^(?:(.+):)?(\d{1,5})$/.exec(raw.trim());
   const port = m ? Number(m[2]) : Number.NaN;
   if (!m || port > 65535) throw new UsageError(`--${flag} must be [HOST:]PORT with PORT in 0..65535 (0: any free port), got '${raw}'`);

@@ -67,9 +67,10 @@ commands:
       --json adds "bytes": {activations, gradients, weights, control}
 
   validator [--listen MULTIADDR] [--data DIR] [--peers MULTIADDR,... --validators ID,... --threshold M]
-            [--contracts FILE [--rpc URL]] [--dashboard [HOST:]PORT] [--log-level debug|info|warn|error]
+            [--contracts FILE [--rpc URL]] [--dashboard [HOST:]PORT|auto] [--log-level debug|info|warn|error]
       a bootstrap peer, DHT server and registry of workers; prints {"event":"ready",...} when up;
-      --dashboard serves the swarm's live web dashboard (and /metrics) there (port 0: any free port);
+      --dashboard serves the swarm's live web dashboard (and /metrics) there (port 0: any free port;
+      auto: 8080, or any free port when that one is taken);
       keeps the ledger under DIR, its blocks co-signed (M signatures each, default 1) by the validator
       set: this one, those of --peers (which it dials) and those of --validators (which dial it)
   worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--models DIR] [--listen MULTIADDR] [--log-level L]

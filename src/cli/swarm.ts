@@ -1,4 +1,3 @@
-import { createServer } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { createNode, type TensorLinkNode } from '../p2p/index.ts';
 import { getBackend, setBackend } from '../tensor/index.ts';
@@ -48,15 +47,5 @@ export async function startSwarm(
   return localSwarm({ workers, backend: js ? 'js' : undefined, threads, faults, chain, ...(dashboard === undefined ? {} : { dashboard }) });
 }
 
-/** Where a local swarm serves its dashboard unless told: this port when it is free, else any free one. */
-export const DEFAULT_DASHBOARD_PORT = 8080;
-
-/** `127.0.0.1:8080` when that port is free now, else `127.0.0.1:0` (any free port). */
-export async function defaultDashboard(): Promise<string> {
-  const free = await new Promise<boolean>((resolve) => {
-    const server = createServer();
-    server.once('error', () => resolve(false));
-    server.listen(DEFAULT_DASHBOARD_PORT, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
-  return `127.0.0.1:${free ? DEFAULT_DASHBOARD_PORT : 0}`;
-}
+/** Where a local swarm serves its dashboard unless told: port 8080, or any free port when that one is taken (see hostPort). */
+export const DEFAULT_DASHBOARD = 'auto';

@@ -82,10 +82,28 @@ export interface DashboardServer {
   close(): Promise<void>;
 }
 
-/** The dashboard alone on its own port (a validator's, a swarm's). */
-export async function serveDashboard(source: DashboardSource, options: { host?: string; port?: number } = {}): Promise<DashboardServer> {
-  const app = Fastify({ logger: false, forceCloseConnections: true });
-  dashboardRoutes(app, source);
-  const url = await app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
-  return { url, close: () => app.close() };
+/**
+ * The dashboard alone on its own port (a validator's, a swarm's); with `fallback`, a port already
+ * taken (another swarm on this machine) gives way to any free one.
+ */
+export async function serveDashboard(
+  source: DashboardSource, options: { host?: string; port?: number; fallback?: boolean } = {},
+): Promise<DashboardServer> {
+  const host = options.host ?? '127.0.0.1';
+  const listen = async (port: number) => {
+    const app = Fastify({ logger: false, forceCloseConnections: true });
+    dashboardRoutes(app, source);
+    try {
+      return { url: await app.listen({ host, port }), close: () => app.close() };
+    } catch (err) {
+      await app.close();
+      throw err;
+    }
+  };
+  try {
+    return await listen(options.port ?? 0);
+  } catch (err) {
+    if (!options.fallback || (err as { code?: string }).code !== 'EADDRINUSE') throw err;
+    return listen(0);
+  }
 }

@@ -10,7 +10,7 @@ import { type DistributedModel, distribute, listWorkers } from '../../user/index
 import { Generator, getBackend } from '../../tensor/index.ts';
 import { type Flags, intFlag, stringFlag, UsageError, verifyFlags } from '../args.ts';
 import { bar, type Output } from '../output.ts';
-import { defaultDashboard, startSwarm } from '../swarm.ts';
+import { DEFAULT_DASHBOARD, startSwarm } from '../swarm.ts';
 import { CHEAT_KINDS } from '../../worker/index.ts';
 
 export const demoOptions = {
@@ -122,7 +122,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
   const all = cheat === 'none' ? workers : workers + 1;
   out.info(`[1/5] starting a local swarm: a validator and ${all} workers, each its own process on 127.0.0.1`
     + `${cheat === 'none' ? '' : `; one of them cheats (${cheat}), to show that the swarm catches it`}`);
-  const swarm = await startSwarm(all, flags, cheat === 'none' ? undefined : [...Array<undefined>(workers), cheat], true, await defaultDashboard());
+  const swarm = await startSwarm(all, flags, cheat === 'none' ? undefined : [...Array<undefined>(workers), cheat], true, DEFAULT_DASHBOARD);
   const chain = swarm.chain!;
   const node = swarm.user.node;
   let dm: DistributedModel | null = null;

@@ -5,7 +5,7 @@ import { listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
 import { parseFault, startWorker } from '../../worker/index.ts';
 import { localSwarm } from '../local-swarm.ts';
-import { defaultDashboard } from '../swarm.ts';
+import { DEFAULT_DASHBOARD } from '../swarm.ts';
 import { type Flags, hostPort, intFlag, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { chainFlagOptions, chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
@@ -58,7 +58,7 @@ export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
   if (asked !== undefined) hostPort(asked, 'dashboard');
   const dashboard = flags['no-dashboard'] === true
     ? undefined
-    : asked ?? await defaultDashboard();
+    : asked ?? DEFAULT_DASHBOARD;
   const swarm = await localSwarm({
     workers, memory, handleSignals: false, chain: flags['no-chain'] !== true && !contracts, ...(dashboard === undefined ? {} : { dashboard }),
     // every node of the swarm computes on the backend asked for (main.ts checked it is js or ort)
