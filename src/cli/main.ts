@@ -52,7 +52,7 @@ commands:
         --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]]
         [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none] [--redundancy K --verify-rate P --snapshot-every N]
-        [--compress-grads dct-topk[:k=N,chunk=N,bits=N]] [--compress-activations fp16|int8]
+        [--compress-grads dct-topk[:k=N,chunk=N,bits=N] --sync-every N] [--compress-activations fp16|int8]
         [--contracts FILE [--rpc URL] --pay TLK]   (pays TLK, default 10, into the job's escrow from ~/.tensorlink/user)
       trains with progress, periodic evaluation and checkpoints (--resume continues one); across
       workers the model is split into stages, micro-batches flow through a GPipe or 1F1B schedule;
@@ -62,7 +62,9 @@ commands:
       lost (dead, or past its deadline) is replaced: the job is rebuilt from its last copy (taken
       every 30 s, or every --snapshot-every N steps) and the steps since are replayed;
       activations go worker to worker; --compress-grads has replicas exchange DCT top-k gradients
-      (default k=32, chunk=64, bits=8) with error feedback, --compress-activations sends hops as
+      (default k=32, chunk=64, bits=8) with error feedback; --sync-every N has replicas take N local
+      steps and then average their weights' changes (compressed too when --compress-grads is given:
+      dct-topk:k=256 --sync-every 8 sends about 160× fewer bytes); --compress-activations sends hops as
       fp16 or int8; --data fortunes trains on Debian's fortunes (held-out loss and perplexity);
       --json adds "bytes": {activations, gradients, weights, control}
 

@@ -47,6 +47,8 @@ export class GradientExchange {
   private readonly wake = new Map<string, () => void>();
   /** Bytes of gradients this holder sent to others (dense float32, or the codec's). */
   sentBytes = 0;
+  /** The weights local steps start from (`anchor`); null while every step reduces gradients. */
+  private anchored: Map<string, Float32Array> | null = null;
 
   /** `codec`: gradients travel compressed (null: dense float32, summed exactly). */
   constructor(private readonly codec: GradientCodec | null = null) {}
@@ -121,7 +123,71 @@ export class GradientExchange {
     send: (peer: string, grads: GradientPayload) => Promise<void>,
     timeoutMs = REDUCE_TIMEOUT_MS,
   ): Promise<void> {
-    const { payload, own } = this.encode(group.names, executor.grads(group.names));
+    executor.setGrads(group.names, await this.sum(group, executor.grads(group.names), send, timeoutMs));
+  }
+
+  /**
+   * Takes the weights this holder will train from: where the next `average` measures its
+   * change from. Every holder of a group sets it at the same weights (the job's start, or
+   * the last average), so that they agree again after each average.
+   */
+  anchor(executor: StageExecutor): void {
+    this.anchored = new Map([...executor.named].map(([n, p]) => [n, (p.data as Float32Array).slice()]));
+  }
+
+  /** Bytes the anchor holds (a copy of the weights), 0 before `anchor`. */
+  get anchorBytes(): number {
+    let n = 0;
+    for (const a of this.anchored?.values() ?? []) n += 4 * a.length;
+    return n;
+  }
+
+  /**
+   * Local steps' average (DiLoCo, Templar's SparseLoCo): every holder sends how far its weights
+   * moved from the anchor since the last average (through the codec: DCT top-k with error
+   * feedback, or dense), waits for the others' and sets its weights to anchor + the mean of
+   * all the changes as decoded, which becomes the new anchor. The changes are added in the
+   * order of `peers`, so every holder ends with bit-identical weights. AdamW's moments stay
+   * each holder's own.
+   */
+  async average(
+    executor: StageExecutor,
+    group: ReduceGroup,
+    send: (peer: string, grads: GradientPayload) => Promise<void>,
+    timeoutMs = REDUCE_TIMEOUT_MS,
+  ): Promise<void> {
+    const anchored = this.anchored;
+    if (!anchored) throw new InvalidArgumentError('local steps are averaged from an anchor this holder never took (train-setup without syncEvery)');
+    const params = group.names.map((n) => {
+      const p = executor.named.get(n);
+      const a = anchored.get(n);
+      if (!p || !a || a.length !== p.size) throw new InvalidArgumentError(`'${n}' is not a parameter of this stage`);
+      return { p, a };
+    });
+    const changes = params.map(({ p, a }) => {
+      const w = p.data as Float32Array;
+      return tensor(w.map((v, i) => v - a[i]), p.shape);
+    });
+    const sums = await this.sum(group, changes, send, timeoutMs);
+    const n = group.peers.length;
+    params.forEach(({ p, a }, j) => {
+      const s = sums[j].data;
+      for (let i = 0; i < a.length; i++) a[i] = Math.fround(a[i] + s[i] / n);
+      (p.data as Float32Array).set(a);
+    });
+  }
+
+  /**
+   * Sends this holder's tensors to every other holder (`send`), waits for theirs and returns
+   * the sum over all holders, added in the order of `peers` (the same on every holder).
+   */
+  private async sum(
+    group: ReduceGroup,
+    tensors: Tensor[],
+    send: (peer: string, grads: GradientPayload) => Promise<void>,
+    timeoutMs: number,
+  ): Promise<Tensor[]> {
+    const { payload, own } = this.encode(group.names, tensors);
     const others = group.peers.length - 1;
     const size = payload.reduce((sum: number, p: Tensor | Uint8Array) => sum + (p instanceof Uint8Array ? p.byteLength : 4 * p.size), 0);
     try {
@@ -142,7 +208,7 @@ export class GradientExchange {
       const p = got.get(i);
       return p && this.dense(p, j, name, own[j].shape);
     };
-    const sums = group.names.map((name, j) => {
+    return group.names.map((name, j) => {
       const first = at(0, j, name);
       if (!first) throw new InvalidArgumentError(`no gradient of '${name}' from holder 0 of ${group.key}`);
       const acc = new Float32Array(first.data);
@@ -154,6 +220,5 @@ export class GradientExchange {
       }
       return tensor(acc, first.shape);
     });
-    executor.setGrads(group.names, sums);
   }
 }

@@ -46,6 +46,12 @@ export interface StageHandle {
   /** ‖g‖² of each named parameter. */
   gradSquares(names: readonly string[]): Promise<number[]>;
   reduce(group: ReduceGroup): Promise<void>;
+  /**
+   * Local steps (`syncEvery` > 1): averages its weights' changes since the last average with
+   * the other replicas of its stage. Returns the hash of its weights afterwards (a worker), or
+   * null (in this process); every holder of a group must end with the same.
+   */
+  sync?(group: ReduceGroup): Promise<string | null>;
   step(scale: number, lr: number): Promise<void>;
   /** Its current weights (after training: what the user saves). */
   weights(): Promise<Map<string, Tensor>>;

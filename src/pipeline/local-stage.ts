@@ -32,8 +32,11 @@ export class LocalStage implements StageHandle {
     readonly label = 'this machine',
     /** How its gradients travel to the other holders of its parameters (null: dense float32). */
     codec: GradientCodec | null = null,
+    /** It takes local steps among replicas (`sync`): it keeps the weights they start from. */
+    localSteps = false,
   ) {
     this.exchange = new GradientExchange(codec);
+    if (localSteps) this.exchange.anchor(executor);
     this.names = [...executor.named.keys()];
     stages.set(this.address, this);
   }
@@ -51,13 +54,24 @@ export class LocalStage implements StageHandle {
     return this.executor.gradSquares(names);
   }
 
-  async reduce(group: ReduceGroup): Promise<void> {
-    await this.exchange.reduce(this.executor, group, async (peer, grads) => {
+  /** Sends gradients (or weights' changes) of `group` to another stage of this process, copied as a message would be. */
+  private deliverTo(group: ReduceGroup) {
+    return async (peer: string, grads: GradientPayload) => {
       const other = stages.get(peer);
       if (!other) throw new InvalidArgumentError(`no stage at ${peer} in this process`);
       const copied = grads.map((g: Tensor | Uint8Array) => (g instanceof Uint8Array ? g.slice() : copy(g)));
       other.exchange.deliver(group.key, group.index, copied as GradientPayload);
-    });
+    };
+  }
+
+  async reduce(group: ReduceGroup): Promise<void> {
+    await this.exchange.reduce(this.executor, group, this.deliverTo(group));
+  }
+
+  async sync(group: ReduceGroup): Promise<null> {
+    await this.exchange.average(this.executor, group, this.deliverTo(group));
+    this.exchange.commit();
+    return null;
   }
 
   async step(scale: number, lr: number): Promise<void> {

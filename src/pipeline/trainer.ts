@@ -1,4 +1,4 @@
-import { InvalidArgumentError, StageFailedError, TensorLinkError } from '../errors.ts';
+import { InvalidArgumentError, StageFailedError, TensorLinkError, VerificationError } from '../errors.ts';
 import { clipScale, type LrLambda } from '../nn/index.ts';
 import { countTargets, microBatchLoss, splitBatch, type StepResult, type TrainingBatch, trainingSchedule } from '../models/index.ts';
 import { type Activation, isPassed, type StageHandle } from './handle.ts';
@@ -24,6 +24,13 @@ export interface PipelineTrainerOptions {
   clipNorm?: number;
   microBatches: number;
   schedule?: ScheduleName;
+  /**
+   * Local steps (DiLoCo; Templar's SparseLoCo): the replicas of a stage step on their own
+   * micro-batches' gradients, and every `syncEvery` steps (and at the schedule's last step)
+   * average how far their weights moved, through the job's gradient codec. Default 1: the
+   * replicas' gradients are summed every step, exactly as one process.
+   */
+  syncEvery?: number;
 }
 
 export interface PipelineStepResult extends StepResult {
@@ -63,7 +70,8 @@ export class PipelineTrainer {
    */
   beforeFlush: (() => Promise<void>) | null = null;
   private readonly lambda: LrLambda;
-  private readonly groups: { names: string[]; holders: StageHandle[] }[];
+  /** Parameters with the same holders; `replicas`: the holders are replicas of one stage (not a tie across stages). */
+  private readonly groups: { names: string[]; holders: StageHandle[]; replicas: boolean }[];
   /** Every parameter name once, in stage order: the model's order. */
   private readonly order: string[];
 
@@ -80,14 +88,17 @@ export class PipelineTrainer {
         throw new InvalidArgumentError(`${s.replicas.length} replicas need at least as many micro-batches (got ${options.microBatches})`);
       }
     }
+    const every = options.syncEvery ?? 1;
+    if (!Number.isInteger(every) || every < 1) throw new InvalidArgumentError(`syncEvery must be an integer ≥ 1, got ${every}`);
     this.lambda = trainingSchedule(options);
     // the holders of every parameter, grouped: parameters with the same holders reduce together
     const holders = new Map<string, StageHandle[]>();
     for (const s of stages) for (const h of s.replicas) for (const n of h.names) holders.set(n, [...(holders.get(n) ?? []), h]);
-    const groups = new Map<string, { names: string[]; holders: StageHandle[] }>();
+    const groups = new Map<string, { names: string[]; holders: StageHandle[]; replicas: boolean }>();
     for (const [name, hs] of holders) {
       const key = hs.map((h) => h.address).join(' ');
-      const g = groups.get(key) ?? { names: [], holders: hs };
+      const replicas = hs.length > 1 && stages.some((st) => hs.every((h) => st.replicas.includes(h)));
+      const g = groups.get(key) ?? { names: [], holders: hs, replicas };
       g.names.push(name);
       groups.set(key, g);
     }
@@ -192,17 +203,22 @@ export class PipelineTrainer {
     // the flush: reduce shared parameters, clip by the global norm, step everywhere
     const atStage = (h: StageHandle) => this.stages.findIndex((st) => st.replicas.includes(h));
     const guard = <T>(h: StageHandle, work: Promise<T>) => work.catch((err: unknown) => Promise.reject(blame(atStage(h), h, err)));
+    // with local steps, replicas keep their own gradients: only a tie across stages is summed
+    const local = this.local;
     await Promise.all(
       this.groups
-        .filter((g) => g.holders.length > 1)
-        .flatMap((g, gi) => g.holders.map((h, index) =>
+        .map((g, gi) => ({ g, gi }))
+        .filter(({ g }) => g.holders.length > 1 && !(local && g.replicas))
+        .flatMap(({ g, gi }) => g.holders.map((h, index) =>
           guard(h, h.reduce({ key: `${this.stepCount}:${gi}`, names: g.names, peers: g.holders.map((x) => x.address), index })))),
     );
-    // ‖g‖² per parameter from its first holder, added up in the model's order (as one process does)
+    // ‖g‖² per parameter from its first holder, added up in the model's order (as one process does); a
+    // replica's own gradient (local steps) covers 1/r of the batch, so it counts r² times toward the norm
     const squares = new Map<string, number>();
     await Promise.all(this.groups.map(async (g) => {
       const values = await guard(g.holders[0], g.holders[0].gradSquares(g.names));
-      g.names.forEach((n, i) => squares.set(n, values[i]));
+      const weight = local && g.replicas ? g.holders.length ** 2 : 1;
+      g.names.forEach((n, i) => squares.set(n, weight * values[i]));
     }));
     let total = 0;
     for (const n of this.order) total += squares.get(n)!;
@@ -210,10 +226,40 @@ export class PipelineTrainer {
     const clip = this.options.clipNorm ?? 1;
     const scale = clip > 0 ? clipScale(gradNorm, clip) : 1;
     await Promise.all(this.stages.flatMap((st) => st.replicas.map((h) => guard(h, h.step(scale, lr)))));
+    const every = this.options.syncEvery ?? 1;
+    if (local && ((this.stepCount + 1) % every === 0 || this.stepCount + 1 === this.options.totalSteps)) await this.average(guard);
     this.stepCount++;
     let loss = 0;
     for (const l of losses) loss += l;
     return { loss, gradNorm: clip > 0 ? gradNorm : Number.NaN, lr, tokens, seconds: (performance.now() - started) / 1000, busy };
+  }
+
+  /** Whether replicas take local steps (and average every `syncEvery`) rather than summing gradients each step. */
+  get local(): boolean {
+    return (this.options.syncEvery ?? 1) > 1;
+  }
+
+  /**
+   * Averages every replica group's weights' changes since the last average (local steps). Every
+   * holder of a group must then hold the same weights: a worker that names others is a
+   * VerificationError (one of them did not average what the others sent).
+   */
+  private async average(guard: <T>(h: StageHandle, work: Promise<T>) => Promise<T>): Promise<void> {
+    await Promise.all(this.groups.map(async (g, gi) => {
+      if (!g.replicas) return;
+      const peers = g.holders.map((x) => x.address);
+      const hashes = await Promise.all(g.holders.map((h, index) => {
+        if (!h.sync) throw new InvalidArgumentError(`${h.label} cannot average local steps`);
+        return guard(h, h.sync({ key: `sync:${this.stepCount}:${gi}`, names: g.names, peers, index }));
+      }));
+      const named = hashes.filter((x): x is string => x !== null);
+      if (named.some((x) => x !== named[0])) {
+        const list = g.holders.map((h, i) => `${h.label}: ${hashes[i]?.slice(0, 12) ?? 'this process'}`).join('; ');
+        throw new VerificationError(`the replicas of ${g.names[0]}… hold different weights after averaging their local steps (${list})`, {
+          details: { holders: g.holders.map((h) => h.label) },
+        });
+      }
+    }));
   }
 
   /** Moves the learning-rate schedule to `step` (resuming a job). */

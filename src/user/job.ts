@@ -104,6 +104,13 @@ export interface DistributedTrainerOptions {
    * k coefficients kept per chunk × chunk block, values at `bits` (default: dense float32, exact).
    */
   compressGrads?: DctTopkOptions;
+  /**
+   * Local steps (DiLoCo; Templar's SparseLoCo): each replica steps on its own micro-batches and
+   * the replicas average how far their weights moved every this many steps (and at the last
+   * step of the schedule), through `compressGrads` when given. Default 1: gradients are summed
+   * every step, the same as one process.
+   */
+  syncEvery?: number;
 }
 
 /**
@@ -801,7 +808,9 @@ export class DistributedJob implements DistributedModel {
     const handles = this.sections.map((copies, i) =>
       copies.map((s) => new RemoteTrainStage(s.remote, s.where, `worker ${s.where.peerId}, layers ${s.where.start}–${s.where.end - 1}`, deadline(i))));
     const compressGrads = o.compressGrads ? { compressGrads: checkDctTopk(o.compressGrads) } : {};
-    await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState: verifier.keepsState, peers, ...compressGrads })));
+    const sync = (o.syncEvery ?? 1) > 1 ? { syncEvery: o.syncEvery } : {};
+    const keepState = verifier.keepsState;
+    await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState, peers, ...compressGrads, ...sync })));
     for (const h of handles.flat()) {
       if (!o.relay) h.direct = h.peerId;
       h.codec = o.compressActivations ?? null;
@@ -819,6 +828,7 @@ export class DistributedJob implements DistributedModel {
       clipNorm: o.clipNorm,
       microBatches: o.microBatches ?? replicas,
       schedule: o.schedule,
+      ...sync,
     });
     return this.pipeline;
   }

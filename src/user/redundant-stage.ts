@@ -129,6 +129,11 @@ export class RedundantStage implements StageHandle {
     await this.primary.reduce(group);
   }
 
+  async sync(group: ReduceGroup): Promise<string> {
+    if (this.lanes.length > 1) throw new InvalidArgumentError('redundancy with local steps among replicas is not supported yet');
+    return this.primary.sync(group);
+  }
+
   async step(scale: number, lr: number): Promise<void> {
     await this.agreed('optimizer step', async (l) => ({ value: null, record: await l.stepRecorded(scale, lr) as WorkRecord }), sameStep);
   }

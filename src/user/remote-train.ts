@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import {
-  parseGradSquares, parseMomentSteps, parsePassedAnswer, parseTrainReady, publicKeyOf, type StageAssignment, TRAIN_REQUEST_TIMEOUT_MS,
+  parseGradSquares, parseMomentSteps, parsePassedAnswer, parseSyncedAnswer, parseTrainReady, publicKeyOf, type StageAssignment,
+  TRAIN_REQUEST_TIMEOUT_MS,
   type Traffic, newTraffic, parseTraffic, type WireActivationCodec, type WireTensor,
 } from '../p2p/index.ts';
 import { type Activation, isPassed, REDUCE_TIMEOUT_MS, type ReduceGroup, type StageHandle } from '../pipeline/index.ts';
@@ -136,6 +137,7 @@ export class RemoteTrainStage implements StageHandle {
     keepState?: boolean;
     peers: string[];
     compressGrads?: { k: number; chunk: number; bits: number };
+    syncEvery?: number;
   }): Promise<void> {
     this.names = parseTrainReady(controlAnswer(await this.call({ type: 'train-setup', ...options }), 'train-setup'));
   }
@@ -175,6 +177,17 @@ export class RemoteTrainStage implements StageHandle {
 
   async reduce(group: ReduceGroup): Promise<void> {
     await this.call({ type: 'reduce', ...group }, [], REDUCE_TIMEOUT_MS + 10_000);
+  }
+
+  /**
+   * Averages the weights' changes since the last average with the group's other holders
+   * (local steps); returns the hash of the weights it then holds, which its next records
+   * must name (the user checks that every holder of the group names the same).
+   */
+  async sync(group: ReduceGroup): Promise<string> {
+    const { weights } = parseSyncedAnswer(controlAnswer(await this.call({ type: 'sync', ...group }, [], REDUCE_TIMEOUT_MS + 10_000), 'sync'));
+    this.chainWeights = weights;
+    return weights;
   }
 
   async step(scale: number, lr: number): Promise<void> {

@@ -4,7 +4,7 @@ import { type DctTopkOptions, parseActivationCodec, parseDctTopk } from '../../c
 import {
   type Batch, corpusByName, heldOutLoss, isCorpusName, loadTextFile, taskBatch, taskByName, textBatch, type Task, type TextDataset,
 } from '../../data/index.ts';
-import type { Traffic } from '../../p2p/index.ts';
+import { MAX_SYNC_EVERY, type Traffic } from '../../p2p/index.ts';
 import {
   type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadConfig, loadModel, loadTokenizer, partBytes, saveModel,
   type Tokenizer,
@@ -48,6 +48,7 @@ export const trainOptions = {
   'listen': { type: 'string' },
   'snapshot-every': { type: 'string' },
   'compress-grads': { type: 'string' },
+  'sync-every': { type: 'string' },
   'compress-activations': { type: 'string' },
   ...payFlagOptions,
 } as const;
@@ -170,6 +171,8 @@ interface PipelineFlags {
   snapshotEvery: number | undefined;
   compressGrads: DctTopkOptions | undefined;
   compressActivations: 'fp16' | 'int8' | undefined;
+  /** Local steps between the replicas' averages (1: gradients summed every step). */
+  syncEvery: number;
 }
 
 function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
@@ -183,13 +186,17 @@ function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
   const compressGrads = grads === undefined || grads === 'none' ? undefined : parseDctTopk(grads);
   const codec = parseActivationCodec(stringFlag(flags, 'compress-activations') ?? 'none');
   const compressActivations = codec === 'none' ? undefined : codec;
-  return { schedule, strategy, privacy, replicas, verify: verifyFlags(flags), snapshotEvery, compressGrads, compressActivations };
+  const syncEvery = intFlag(flags, 'sync-every', 1);
+  if (syncEvery > MAX_SYNC_EVERY) throw new UsageError(`--sync-every must be at most ${MAX_SYNC_EVERY}, got ${syncEvery}`);
+  if (syncEvery > 1 && replicas < 2) throw new UsageError('--sync-every N averages the replicas of each section: it needs --replicas R with R ≥ 2');
+  const verify = verifyFlags(flags);
+  return { schedule, strategy, privacy, replicas, verify, snapshotEvery, compressGrads, compressActivations, syncEvery };
 }
 
 async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags, out: Output): Promise<Runner> {
   const where = placement(flags);
   if (where.kind === 'local') throw new UsageError('training across workers needs --local N (N ≥ 1) or --bootstrap ADDR');
-  const { schedule, strategy, privacy, replicas, verify, snapshotEvery, compressGrads, compressActivations } = p;
+  const { schedule, strategy, privacy, replicas, verify, snapshotEvery, compressGrads, compressActivations, syncEvery } = p;
   const access = await joinSwarm(where, flags);
   let dm: Awaited<ReturnType<typeof distribute>> | null = null;
   const close = async () => {
@@ -207,13 +214,18 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
     }
     if (privacy === 'ends') out.info('  this machine: the embedding, the final norm and the head (token ids and logits stay here)');
     const { steps: totalSteps, microBatches } = s;
-    const compression = { ...(compressGrads ? { compressGrads } : {}), ...(compressActivations ? { compressActivations } : {}) };
+    const compression = {
+      ...(compressGrads ? { compressGrads } : {}),
+      ...(compressActivations ? { compressActivations } : {}),
+      ...(syncEvery > 1 ? { syncEvery } : {}),
+    };
     const options = { optimizer: { lr: s.lr }, totalSteps, microBatches, schedule, replicas, snapshotEvery, ...compression };
     const trainer = await dm.trainer(options);
+    const sent = syncEvery > 1 ? `take ${syncEvery} local steps, then average their weights' changes` : 'exchange gradients every step';
     if (compressGrads) {
       const { k, chunk, bits } = compressGrads;
-      out.info(`  replicas exchange gradients DCT top-k compressed: ${k} of each ${chunk}×${chunk} block, ${bits}-bit values, error feedback`);
-    }
+      out.info(`  replicas ${sent}, DCT top-k compressed: ${k} of each ${chunk}×${chunk} block, ${bits}-bit values, error feedback`);
+    } else if (syncEvery > 1) out.info(`  replicas ${sent} (float32)`);
     if (compressActivations) out.info(`  activations and their gradients travel as ${compressActivations}`);
     if (s.resumeFrom) {
       trainer.fastForward(readState(s.resumeFrom).step);
@@ -259,7 +271,7 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const where = placement(flags);
   const microBatches = intFlag(flags, 'micro-batches', 1);
   if (where.kind === 'local') {
-    for (const f of ['replicas', 'schedule', 'strategy', 'privacy', 'compress-grads', 'compress-activations'] as const) {
+    for (const f of ['replicas', 'schedule', 'strategy', 'privacy', 'compress-grads', 'compress-activations', 'sync-every'] as const) {
       if (flags[f] !== undefined) throw new UsageError(`--${f} is for training across workers (--local N with N ≥ 1, or --bootstrap ADDR)`);
     }
   }

@@ -4,12 +4,12 @@ import {
   parseReduce, parseSetMoments, parseStep, parseTrainCompute, parseTrainSetup, sendMessage, STAGE_PROTOCOL, type TrainCompute, toWire,
 } from '../../p2p/index.ts';
 import type { CausalLM } from '../../models/index.ts';
-import { GradientExchange, StageExecutor } from '../../pipeline/index.ts';
+import { GradientExchange, type GradientPayload, type ReduceGroup, StageExecutor } from '../../pipeline/index.ts';
 import { getBackend, type Tensor } from '../../tensor/index.ts';
 import { gradsHash, hashTensors, sectionCost, type WorkRecord } from '../../verify/index.ts';
 import { DctTopkCodec, type DctTopkOptions, type HopPart, hopIn, hopOut } from '../../compress/index.ts';
 import { passKey, PassInbox } from '../passes.ts';
-import { countSent } from '../jobs.ts';
+import { countSent, type JobEntry } from '../jobs.ts';
 import { TrainingRecords } from '../records.ts';
 import { control, NONE, sectionOf, type StageContext, type StageHandler, type StageReply, type StageRequest, trainingOf } from './types.ts';
 
@@ -67,6 +67,26 @@ async function sendOn(
   return control('passed', { record, shape: result.shape });
 }
 
+/**
+ * How this worker sends its share of a reduction or an average to the other holders of a
+ * group: only to holders in the job's assignment (checked before anything is sent).
+ */
+function holderSender(job: JobEntry, group: ReduceGroup, { jobs, peers, stallMs }: StageContext) {
+  const targets = group.peers.map((p, i) => (i === group.index ? null : jobs.peerOf(job, p)));
+  let sent = 0;
+  return async (peer: string, grads: GradientPayload): Promise<void> => {
+    const target = targets[group.peers.indexOf(peer)];
+    if (!target) throw new InvalidMessageError(`${peer} is not a holder of ${group.key}`);
+    const stream = await peers.to(target, STAGE_PROTOCOL);
+    const id = ++sent;
+    const header = encodeControl({ type: 'grads', id, jobId: job.jobId, key: group.key, index: group.index, tensors: grads.length });
+    const wires = grads.map((g: Tensor | Uint8Array) => (g instanceof Uint8Array ? { requestId: id, dtype: 'uint8' as const, shape: [g.length], bytes: g } : toWire(g, id)));
+    const frames = wires.map((w) => encodeTensor(w));
+    countSent(job, 'gradients', [header, ...frames.map((f) => f[0])], frames.map((f) => f[1]));
+    await sendMessage(stream, [header, ...frames.flat()], { stallMs });
+  };
+}
+
 /** Ids of the train-pass messages this worker sent (each the answer nobody waits for). */
 let passes = 0;
 
@@ -87,9 +107,11 @@ export const trainingHandlers: Record<string, StageHandler> = {
       // verification on, the state each step starts from (weights, moments, gradients) is kept until the next
       const bytes = 4 * section.model.numParameters();
       const snapshot = request.keepState ? 4 * bytes : 0;
+      // local steps keep the weights they started from (the anchor of the next average)
+      const anchor = request.syncEvery > 1 ? bytes : 0;
       memory.holdAll(
         job.jobId,
-        { gradients: bytes, optimizer: 2 * bytes, activations: 0, snapshot },
+        { gradients: bytes, optimizer: 2 * bytes + anchor, activations: 0, snapshot },
         request.keepState
           ? 'training this section (gradients, AdamW\'s two moments, and the state a step starts from for verification)'
           : 'training this section (gradients and AdamW\'s two moments)',
@@ -112,8 +134,10 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const decay = request.weightDecay === undefined ? {} : { weightDecay: request.weightDecay };
       const setup = { config: section.configHash, cost, ...decay };
       const records = new TrainingRecords(job.jobId, section.range, signer, backend, executor, request.keepState, setup, account);
+      const exchange = new GradientExchange(codec);
+      if (request.syncEvery > 1) exchange.anchor(executor);
       section.training = {
-        executor, exchange: new GradientExchange(codec), kept: new Map(), recompute: request.recompute, records,
+        executor, exchange, kept: new Map(), recompute: request.recompute, records,
         contribution: () => contribution, forwardInputs: new Map(), passes: new PassInbox(),
       };
       return control('train-ready', { names: [...executor.named.keys()] });
@@ -209,24 +233,22 @@ export const trainingHandlers: Record<string, StageHandler> = {
     },
   },
   'reduce': {
-    run: async ({ body, job }, { jobs, peers, stallMs }) => {
+    run: async ({ body, job }, context) => {
       const group = parseReduce(body);
-      // gradients go only to holders in the job's assignment: checked before anything is sent
-      const targets = group.peers.map((p, i) => (i === group.index ? null : jobs.peerOf(job, p)));
       const { executor, exchange } = trainingOf(job);
-      let sent = 0;
-      await exchange.reduce(executor, group, async (peer, grads) => {
-        const target = targets[group.peers.indexOf(peer)];
-        if (!target) throw new InvalidMessageError(`${peer} is not a holder of ${group.key}`);
-        const stream = await peers.to(target, STAGE_PROTOCOL);
-        const id = ++sent;
-        const header = encodeControl({ type: 'grads', id, jobId: job.jobId, key: group.key, index: group.index, tensors: grads.length });
-        const wires = grads.map((g: Tensor | Uint8Array) => (g instanceof Uint8Array ? { requestId: id, dtype: 'uint8' as const, shape: [g.length], bytes: g } : toWire(g, id)));
-        const frames = wires.map((w) => encodeTensor(w));
-        countSent(job, 'gradients', [header, ...frames.map((f) => f[0])], frames.map((f) => f[1]));
-        await sendMessage(stream, [header, ...frames.flat()], { stallMs });
-      });
+      await exchange.reduce(executor, group, holderSender(job, group, context));
       return control('reduced');
+    },
+  },
+  'sync': {
+    run: async ({ body, job }, context) => {
+      const group = parseReduce(body);
+      const training = trainingOf(job);
+      await training.exchange.average(training.executor, group, holderSender(job, group, context));
+      training.exchange.commit();
+      training.records.invalidate();
+      sectionOf(job).weightsHash = undefined;
+      return control('synced', { weights: training.records.weightsHash() });
     },
   },
   'step': {

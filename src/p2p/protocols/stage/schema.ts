@@ -242,7 +242,15 @@ export interface TrainSetupRequest {
   peers: string[];
   /** Gradients among holders travel DCT top-k compressed with these settings (the worker checks their ranges). */
   compressGrads: { k: number; chunk: number; bits: number } | null;
+  /**
+   * Replicas take local steps and average their weights' changes every this many steps
+   * (`sync`); the worker keeps the weights they start from. 1: gradients reduce every step.
+   */
+  syncEvery: number;
 }
+
+/** The most local steps between averages a job may ask for. */
+export const MAX_SYNC_EVERY = 10_000;
 
 export function parseTrainSetup(m: Record<string, unknown>): TrainSetupRequest {
   return {
@@ -252,6 +260,7 @@ export function parseTrainSetup(m: Record<string, unknown>): TrainSetupRequest {
     keepState: m.keepState === true,
     peers: m.peers === undefined ? [] : list(m.peers, 'peers', 256, peerIdText),
     compressGrads: m.compressGrads === undefined ? null : parseCompressGrads(obj(m.compressGrads, 'compressGrads')),
+    syncEvery: m.syncEvery === undefined ? 1 : int(m.syncEvery, 'syncEvery', 1, MAX_SYNC_EVERY),
   };
 }
 
@@ -274,6 +283,13 @@ export function parseReduce(m: Record<string, unknown>): ReduceRequest {
 
 export function parseGrads(m: Record<string, unknown>): { key: string; index: number } {
   return { key: str(m.key, 'key', MAX_KEY_LENGTH), index: int(m.index, 'index', 0, 255) };
+}
+
+/** A holder's answer to `sync`: the hash of its weights after the average (every holder of the group must name the same). */
+export function parseSyncedAnswer(m: Record<string, unknown>): { weights: string } {
+  const weights = str(m.weights, 'weights', 64);
+  if (!/^[0-9a-f]{64}$/.test(weights)) fail('synced: weights must be a sha256 in hex');
+  return { weights };
 }
 
 export function parseStep(m: Record<string, unknown>): { scale: number; lr: number } {
