@@ -40,6 +40,15 @@ export interface PipelineStepResult extends StepResult {
   busy: number[][];
 }
 
+/** Rejections of a holder's work become the StageFailedError that blames it. */
+type Guard = <T>(h: StageHandle, work: Promise<T>) => Promise<T>;
+
+/** A step's gradient norm, and the clipping scale each holder steps with. */
+interface Norms {
+  gradNorm: number;
+  scaleOf: (stage: PipelineStage, holder: StageHandle) => number;
+}
+
 type Deferred<T> = { promise: Promise<T>; resolve: (v: T) => void; reject: (e: unknown) => void };
 
 function deferred<T>(): Deferred<T> {
@@ -212,26 +221,61 @@ export class PipelineTrainer {
         .flatMap(({ g, gi }) => g.holders.map((h, index) =>
           guard(h, h.reduce({ key: `${this.stepCount}:${gi}`, names: g.names, peers: g.holders.map((x) => x.address), index })))),
     );
-    // ‖g‖² per parameter from its first holder, added up in the model's order (as one process does); a
-    // replica's own gradient (local steps) covers 1/r of the batch, so it counts r² times toward the norm
-    const squares = new Map<string, number>();
-    await Promise.all(this.groups.map(async (g) => {
-      const values = await guard(g.holders[0], g.holders[0].gradSquares(g.names));
-      const weight = local && g.replicas ? g.holders.length ** 2 : 1;
-      g.names.forEach((n, i) => squares.set(n, weight * values[i]));
-    }));
-    let total = 0;
-    for (const n of this.order) total += squares.get(n)!;
-    const gradNorm = Math.sqrt(total);
     const clip = this.options.clipNorm ?? 1;
-    const scale = clip > 0 ? clipScale(gradNorm, clip) : 1;
-    await Promise.all(this.stages.flatMap((st) => st.replicas.map((h) => guard(h, h.step(scale, lr)))));
+    const { gradNorm, scaleOf } = local ? await this.localNorms(guard, clip) : await this.globalNorm(guard, clip);
+    await Promise.all(this.stages.flatMap((st) => st.replicas.map((h) => guard(h, h.step(scaleOf(st, h), lr)))));
     const every = this.options.syncEvery ?? 1;
     if (local && ((this.stepCount + 1) % every === 0 || this.stepCount + 1 === this.options.totalSteps)) await this.average(guard);
     this.stepCount++;
     let loss = 0;
     for (const l of losses) loss += l;
     return { loss, gradNorm: clip > 0 ? gradNorm : Number.NaN, lr, tokens, seconds: (performance.now() - started) / 1000, busy };
+  }
+
+  /** ‖g‖² per parameter from its first holder, added up in the model's order (as one process does): one clipping scale for all. */
+  private async globalNorm(guard: Guard, clip: number): Promise<Norms> {
+    const squares = new Map<string, number>();
+    await Promise.all(this.groups.map(async (g) => {
+      const values = await guard(g.holders[0], g.holders[0].gradSquares(g.names));
+      g.names.forEach((n, i) => squares.set(n, values[i]));
+    }));
+    let total = 0;
+    for (const n of this.order) total += squares.get(n)!;
+    const gradNorm = Math.sqrt(total);
+    const scale = clip > 0 ? clipScale(gradNorm, clip) : 1;
+    return { gradNorm, scaleOf: () => scale };
+  }
+
+  /**
+   * Local steps: replica j of every stage trains on the same micro-batches (k mod r = j), and
+   * clips as a trainer of its own would: by the norm of its own gradients (which cover 1/r of
+   * the batch, so they count r² times) with the shared parameters' (the user's ends). The
+   * shared parameters clip by the norm with the replicas' mean; that is the step's `gradNorm`.
+   */
+  private async localNorms(guard: Guard, clip: number): Promise<Norms> {
+    let shared = 0;
+    const own: number[] = [];
+    await Promise.all(this.groups.map(async (g) => {
+      if (!g.replicas) {
+        const q = (await guard(g.holders[0], g.holders[0].gradSquares(g.names))).reduce((a, b) => a + b, 0);
+        shared += q;
+        return;
+      }
+      const r2 = g.holders.length ** 2;
+      await Promise.all(g.holders.map(async (h, j) => {
+        const q = (await guard(h, h.gradSquares(g.names))).reduce((a, b) => a + b, 0);
+        own[j] = (own[j] ?? 0) + r2 * q;
+      }));
+    }));
+    const mean = own.length === 0 ? 0 : own.reduce((a, b) => a + (b ?? 0), 0) / own.length;
+    const gradNorm = Math.sqrt(shared + mean);
+    const scale = (norm: number) => (clip > 0 ? clipScale(norm, clip) : 1);
+    const sharedScale = scale(gradNorm);
+    const scales = own.map((q) => scale(Math.sqrt(shared + (q ?? 0))));
+    return {
+      gradNorm,
+      scaleOf: (st, h) => (st.replicas.length > 1 ? scales[st.replicas.indexOf(h)] ?? sharedScale : sharedScale),
+    };
   }
 
   /** Whether replicas take local steps (and average every `syncEvery`) rather than summing gradients each step. */
@@ -244,7 +288,7 @@ export class PipelineTrainer {
    * holder of a group must then hold the same weights: a worker that names others is a
    * VerificationError (one of them did not average what the others sent).
    */
-  private async average(guard: <T>(h: StageHandle, work: Promise<T>) => Promise<T>): Promise<void> {
+  private async average(guard: Guard): Promise<void> {
     await Promise.all(this.groups.map(async (g, gi) => {
       if (!g.replicas) return;
       const peers = g.holders.map((x) => x.address);

@@ -37,6 +37,10 @@ describe('tensorlink CLI', () => {
       assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
       assert.ok(!/\n\s+at /.test(r.stderr), 'no stack trace');
     }
+    // local steps average replicas: asked for without them, the user is told what to add
+    const sync = cli('train', '--model', 'nowhere', '--task', 'addition', '--steps', '2', '--local', '2', '--sync-every', '4');
+    assert.equal(sync.code, 2);
+    assert.match(sync.stderr, /--sync-every N averages the replicas of each section: it needs --replicas R with R ≥ 2/);
   });
 
   test('COMMAND --help prints that command\'s usage only; --version prints the version', () => {
