@@ -56,7 +56,8 @@ describe('local steps: averaging the replicas\' weights', () => {
       return holders.map((h) => names.map((n) => (h.executor.named.get(n)!.data as Float32Array).slice()));
     };
     // how far the holders are from anchor + the mean change (the mean of the moved weights), at most
-    const error = (w: Float32Array[]) => Math.max(...w.map((t, j) => Math.max(...t.map((v, i) => Math.abs(v - (moved[0][j][i] + moved[1][j][i]) / 2)))));
+    const mean = (j: number, i: number) => (moved[0][j][i] + moved[1][j][i]) / 2;
+    const error = (w: Float32Array[]) => Math.max(...w.map((t, j) => Math.max(...t.map((v, i) => Math.abs(v - mean(j, i))))));
     return { names, start, average, error };
   };
 
