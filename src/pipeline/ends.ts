@@ -41,17 +41,20 @@ export function sectionCopy(model: CausalLM, range: SectionRange): CausalLM {
 /**
  * A whole pipeline in this process over the in-memory transport (tests, benchmarks): the
  * user's ends on `model` itself (with privacy 'ends'), and `replicas` copies of each section
- * in `cuts` (global layer ranges) as stages of their own.
+ * in `cuts` (global layer ranges) as stages of their own; `localSteps`: the replicas keep the
+ * weights they start from, for a trainer with `syncEvery` > 1.
  */
 export function localPipeline(
   model: CausalLM,
   cuts: SectionRange[],
-  options: ExecutorOptions & { replicas?: number; privacy?: 'ends' | 'none' },
+  options: ExecutorOptions & { replicas?: number; privacy?: 'ends' | 'none'; localSteps?: boolean },
 ): PipelineStage[] {
+  const replicas = options.replicas ?? 1;
   const middle = cuts.map((range): PipelineStage => ({
-    replicas: Array.from({ length: options.replicas ?? 1 }, (_, j) => {
+    replicas: Array.from({ length: replicas }, (_, j) => {
       const part = sectionCopy(model, range);
-      return new LocalStage(new StageExecutor(part.layers, model.config.maxPositions, options), `section [${range}) replica ${j}`);
+      const executor = new StageExecutor(part.layers, model.config.maxPositions, options);
+      return new LocalStage(executor, `section [${range}) replica ${j}`, null, options.localSteps === true && replicas > 1);
     }),
   }));
   if ((options.privacy ?? 'ends') === 'none') return middle;
