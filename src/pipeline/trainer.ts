@@ -72,6 +72,10 @@ function deferred<T>(): Deferred<T> {
  */
 export class PipelineTrainer {
   stepCount = 0;
+  /** Averages of local steps taken: each one's messages go under a key of its own. */
+  private averages = 0;
+  /** Steps taken since the last average (local steps). */
+  private unaveraged = 0;
   /**
    * Runs after a step's last backward and before its flush (reductions, clipping, optimizer
    * steps); a rejection fails the step as a failed stage does. A verifier settles the previous
@@ -225,6 +229,7 @@ export class PipelineTrainer {
     const { gradNorm, scaleOf } = local ? await this.localNorms(guard, clip) : await this.globalNorm(guard, clip);
     await Promise.all(this.stages.flatMap((st) => st.replicas.map((h) => guard(h, h.step(scaleOf(st, h), lr)))));
     const every = this.options.syncEvery ?? 1;
+    this.unaveraged++;
     if (local && ((this.stepCount + 1) % every === 0 || this.stepCount + 1 === this.options.totalSteps)) await this.average(guard);
     this.stepCount++;
     let loss = 0;
@@ -278,6 +283,15 @@ export class PipelineTrainer {
     };
   }
 
+  /**
+   * Averages the replicas' local steps now, between steps (before an evaluation or a checkpoint,
+   * so that they see the replicas' average rather than one replica's weights); nothing without
+   * local steps or when no step was taken since the last average.
+   */
+  async sync(): Promise<void> {
+    if (this.local && this.unaveraged > 0) await this.average((_h, work) => work);
+  }
+
   /** Whether replicas take local steps (and average every `syncEvery`) rather than summing gradients each step. */
   get local(): boolean {
     return (this.options.syncEvery ?? 1) > 1;
@@ -289,12 +303,14 @@ export class PipelineTrainer {
    * VerificationError (one of them did not average what the others sent).
    */
   private async average(guard: Guard): Promise<void> {
+    const round = this.averages++;
+    this.unaveraged = 0;
     await Promise.all(this.groups.map(async (g, gi) => {
       if (!g.replicas) return;
       const peers = g.holders.map((x) => x.address);
       const hashes = await Promise.all(g.holders.map((h, index) => {
         if (!h.sync) throw new InvalidArgumentError(`${h.label} cannot average local steps`);
-        return guard(h, h.sync({ key: `sync:${this.stepCount}:${gi}`, names: g.names, peers, index }));
+        return guard(h, h.sync({ key: `sync:${round}:${gi}`, names: g.names, peers, index }));
       }));
       const named = hashes.filter((x): x is string => x !== null);
       if (named.some((x) => x !== named[0])) {

@@ -148,6 +148,19 @@ export class JobTrainer {
   }
 
   /**
+   * Averages the replicas' local steps now (`syncEvery` > 1; nothing otherwise): a checkpoint
+   * then holds their average. A worker lost meanwhile is replaced as outside a step (`heal`).
+   */
+  async sync(): Promise<void> {
+    try {
+      await this.inner.sync();
+    } catch (err) {
+      if (!this.failover || !isLoss(err)) throw err;
+      await this.heal(err);
+    }
+  }
+
+  /**
    * A worker was lost outside a step (a generation or an evaluation beside the training): the job
    * is rebuilt from its last copy and the steps since are replayed, as for a step that lost one.
    */

@@ -64,11 +64,11 @@ describe('pipeline training in one process (in-memory transport, js backend)', (
     }
   }
 
-  test('local steps: 2 stages × 2 replicas apart within a window of 4 steps, bit for bit the same after each average, and learning', async () => {
+  test('local steps: 2 stages × 2 replicas apart within a window of 4 steps, bit for bit the same after each average (and `sync`), and learning', async () => {
     const config = configs[0];
     const model = createModel(config, { seed: 5 });
     const stages = localPipeline(model, [[1, 3], [3, 4]], { lr: 3e-3, replicas: 2, localSteps: true });
-    const trainer = new PipelineTrainer(stages, { lr: 3e-3, totalSteps: 10, warmupSteps: 3, microBatches: 4, syncEvery: 4 });
+    const trainer = new PipelineTrainer(stages, { lr: 3e-3, totalSteps: 12, warmupSteps: 3, microBatches: 4, syncEvery: 4 });
     const task = additionTask({ seed: 2 });
     const rng = new Generator(7);
     const replicated = stages.filter((st) => st.replicas.length === 2);
@@ -85,8 +85,11 @@ describe('pipeline training in one process (in-memory transport, js backend)', (
       losses.push((await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss);
       together.push(await same());
     }
-    // the warm-up's first step has lr 0; averaged after steps 4 and 8 and at the schedule's last (10); apart after every other
-    assert.deepEqual(together, [true, false, false, true, false, false, false, true, false, true]);
+    // the warm-up's first step has lr 0; averaged after steps 4 and 8 (and the schedule's last, 12); apart after every other
+    assert.deepEqual(together, [true, false, false, true, false, false, false, true, false, false]);
     assert.ok(losses[9] < losses[0], `${losses}`);
+    // between steps (before an evaluation or a checkpoint): averaged now
+    await trainer.sync();
+    assert.ok(await same());
   });
 });

@@ -243,8 +243,14 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
     const generator: BatchGenerator = { tokenizer: s.tokenizer, generateBatch: (p, o) => job.generateBatch(p, o) };
     return {
       step: (batch) => trainer.step(batch),
-      evaluate: async () => s.source.evaluate({ logits: (ids) => job.logits(ids), generator }),
+      evaluate: async () => {
+        // replicas taking local steps average first: the evaluation scores their average, not one replica's weights
+        await trainer.sync();
+        return s.source.evaluate({ logits: (ids) => job.logits(ids), generator });
+      },
       checkpoint: async (dir, state) => {
+        // as for an evaluation: the checkpoint holds the replicas' average
+        await trainer.sync();
         // weight by weight from the workers into the files: the user never holds the whole model
         await job.save(dir);
         await writeOptimizerStreamed(dir, await job.optimizerEntries());
