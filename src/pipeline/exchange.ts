@@ -135,13 +135,6 @@ export class GradientExchange {
     this.anchored = new Map([...executor.named].map(([n, p]) => [n, (p.data as Float32Array).slice()]));
   }
 
-  /** Bytes the anchor holds (a copy of the weights), 0 before `anchor`. */
-  get anchorBytes(): number {
-    let n = 0;
-    for (const a of this.anchored?.values() ?? []) n += 4 * a.length;
-    return n;
-  }
-
   /**
    * Local steps' average (DiLoCo, Templar's SparseLoCo): every holder sends how far its weights
    * moved from the anchor since the last average (through the codec: DCT top-k with error

@@ -69,7 +69,12 @@ export class LocalStage implements StageHandle {
   }
 
   async sync(group: ReduceGroup): Promise<null> {
-    await this.exchange.average(this.executor, group, this.deliverTo(group));
+    try {
+      await this.exchange.average(this.executor, group, this.deliverTo(group));
+    } catch (err) {
+      this.exchange.clear();
+      throw err;
+    }
     this.exchange.commit();
     return null;
   }

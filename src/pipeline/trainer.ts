@@ -117,6 +117,17 @@ export class PipelineTrainer {
     }
     this.groups = [...groups.values()];
     this.order = [...holders.keys()];
+    if (this.local) {
+      // replica j of every stage trains on micro-batches k mod r = j, and clips by their norm: one r for all
+      const counts = new Set(stages.filter((st) => st.replicas.length > 1).map((st) => st.replicas.length));
+      if (counts.size > 1) throw new InvalidArgumentError(`local steps need the same number of replicas in every replicated stage, got ${[...counts].join(' and ')}`);
+      // a tie summed every step between stages with replicas would step apart by each replica's own clipping
+      const replicated = (h: StageHandle) => stages.some((st) => st.replicas.length > 1 && st.replicas.includes(h));
+      const tie = this.groups.find((g) => !g.replicas && g.holders.length > 1 && g.holders.some(replicated));
+      if (tie) {
+        throw new InvalidArgumentError(`local steps do not support '${tie.names[0]}' tied across replicated stages on workers: keep the ends with the user (privacy 'ends')`);
+      }
+    }
   }
 
   /** The learning rate the next step uses. */
@@ -258,25 +269,20 @@ export class PipelineTrainer {
    * shared parameters clip by the norm with the replicas' mean; that is the step's `gradNorm`.
    */
   private async localNorms(guard: Guard, clip: number): Promise<Norms> {
+    // every holder's ‖g‖² per group, asked at once and added in the groups' order (the same every run)
+    const answers = await Promise.all(this.groups.map((g) => Promise.all((g.replicas ? g.holders : g.holders.slice(0, 1))
+      .map(async (h) => (await guard(h, h.gradSquares(g.names))).reduce((a, b) => a + b, 0)))));
     let shared = 0;
     const own: number[] = [];
-    await Promise.all(this.groups.map(async (g) => {
-      if (!g.replicas) {
-        const q = (await guard(g.holders[0], g.holders[0].gradSquares(g.names))).reduce((a, b) => a + b, 0);
-        shared += q;
-        return;
-      }
-      const r2 = g.holders.length ** 2;
-      await Promise.all(g.holders.map(async (h, j) => {
-        const q = (await guard(h, h.gradSquares(g.names))).reduce((a, b) => a + b, 0);
-        own[j] = (own[j] ?? 0) + r2 * q;
-      }));
-    }));
-    const mean = own.length === 0 ? 0 : own.reduce((a, b) => a + (b ?? 0), 0) / own.length;
+    this.groups.forEach((g, gi) => {
+      if (!g.replicas) shared += answers[gi][0];
+      else answers[gi].forEach((q, j) => (own[j] = (own[j] ?? 0) + g.holders.length ** 2 * q));
+    });
+    const mean = own.length === 0 ? 0 : own.reduce((a, b) => a + b, 0) / own.length;
     const gradNorm = Math.sqrt(shared + mean);
     const scale = (norm: number) => (clip > 0 ? clipScale(norm, clip) : 1);
     const sharedScale = scale(gradNorm);
-    const scales = own.map((q) => scale(Math.sqrt(shared + (q ?? 0))));
+    const scales = own.map((q) => scale(Math.sqrt(shared + q)));
     return {
       gradNorm,
       scaleOf: (st, h) => (st.replicas.length > 1 ? scales[st.replicas.indexOf(h)] ?? sharedScale : sharedScale),
@@ -294,7 +300,7 @@ export class PipelineTrainer {
 
   /** Whether replicas take local steps (and average every `syncEvery`) rather than summing gradients each step. */
   get local(): boolean {
-    return (this.options.syncEvery ?? 1) > 1;
+    return (this.options.syncEvery ?? 1) > 1 && this.groups.some((g) => g.replicas);
   }
 
   /**
@@ -304,7 +310,6 @@ export class PipelineTrainer {
    */
   private async average(guard: Guard): Promise<void> {
     const round = this.averages++;
-    this.unaveraged = 0;
     await Promise.all(this.groups.map(async (g, gi) => {
       if (!g.replicas) return;
       const peers = g.holders.map((x) => x.address);
@@ -320,6 +325,7 @@ export class PipelineTrainer {
         });
       }
     }));
+    this.unaveraged = 0;
   }
 
   /** Moves the learning-rate schedule to `step` (resuming a job). */

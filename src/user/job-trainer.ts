@@ -157,6 +157,8 @@ export class JobTrainer {
     } catch (err) {
       if (!this.failover || !isLoss(err)) throw err;
       await this.heal(err);
+      // rebuilt from its last copy and replayed: the replicas average on the new workers
+      await this.inner.sync();
     }
   }
 

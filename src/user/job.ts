@@ -808,7 +808,8 @@ export class DistributedJob implements DistributedModel {
     const handles = this.sections.map((copies, i) =>
       copies.map((s) => new RemoteTrainStage(s.remote, s.where, `worker ${s.where.peerId}, layers ${s.where.start}–${s.where.end - 1}`, deadline(i))));
     const compressGrads = o.compressGrads ? { compressGrads: checkDctTopk(o.compressGrads) } : {};
-    const sync = (o.syncEvery ?? 1) > 1 ? { syncEvery: o.syncEvery } : {};
+    // local steps average replicas: with none, the job's steps are those of one process
+    const sync = (o.syncEvery ?? 1) > 1 && replicas > 1 ? { syncEvery: o.syncEvery } : {};
     const keepState = verifier.keepsState;
     await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState, peers, ...compressGrads, ...sync })));
     for (const h of handles.flat()) {

@@ -246,7 +246,7 @@ export function checkRecord(record: WorkRecord, publicKey: Uint8Array, expect: E
   if (expect.input !== undefined && record.input !== expect.input) fail('names an input other than the one it was sent');
   if (expect.output !== undefined && record.output !== expect.output) fail('names an output other than the one it returned');
   if (expect.sent !== undefined && (record.sent ?? record.output) !== expect.sent) fail('names a sent result other than the one that came');
-  if (expect.weights !== undefined && record.weights !== expect.weights) fail('names weights other than its last step produced');
+  if (expect.weights !== undefined && record.weights !== expect.weights) fail('names weights other than its last step (or average) produced');
   if (expect.stage !== undefined && (record.stage[0] !== expect.stage[0] || record.stage[1] !== expect.stage[1])) {
     fail(`is about layers [${record.stage}) while the worker holds [${expect.stage})`);
   }

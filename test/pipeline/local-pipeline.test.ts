@@ -92,4 +92,12 @@ describe('pipeline training in one process (in-memory transport, js backend)', (
     await trainer.sync();
     assert.ok(await same());
   });
+
+  test('local steps refuse a head tied to the embedding across replicated stages (each replica would step the tie apart)', () => {
+    const model = createModel(configs[0], { seed: 5 });
+    const stages = localPipeline(model, [[0, 3], [3, 6]], { lr: 3e-3, replicas: 2, privacy: 'none', localSteps: true });
+    assert.throws(() => new PipelineTrainer(stages, { lr: 3e-3, totalSteps: 4, microBatches: 2, syncEvery: 2 }), {
+      name: 'InvalidArgumentError', message: /tied across replicated stages/,
+    });
+  });
 });

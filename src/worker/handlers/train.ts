@@ -107,8 +107,9 @@ export const trainingHandlers: Record<string, StageHandler> = {
       // verification on, the state each step starts from (weights, moments, gradients) is kept until the next
       const bytes = 4 * section.model.numParameters();
       const snapshot = request.keepState ? 4 * bytes : 0;
-      // local steps keep the weights they started from (the anchor of the next average)
-      const anchor = request.syncEvery > 1 ? bytes : 0;
+      // local steps keep the weights they started from (the anchor of the next average), and an average
+      // holds the weights' change and the sum of all holders' changes besides
+      const anchor = request.syncEvery > 1 ? 3 * bytes : 0;
       memory.holdAll(
         job.jobId,
         { gradients: bytes, optimizer: 2 * bytes + anchor, activations: 0, snapshot },
@@ -244,7 +245,12 @@ export const trainingHandlers: Record<string, StageHandler> = {
     run: async ({ body, job }, context) => {
       const group = parseReduce(body);
       const training = trainingOf(job);
-      await training.exchange.average(training.executor, group, holderSender(job, group, context));
+      try {
+        await training.exchange.average(training.executor, group, holderSender(job, group, context));
+      } catch (err) {
+        training.exchange.clear(); // what it encoded is forgotten: a retry sends the same change and error feedback
+        throw err;
+      }
       training.exchange.commit();
       training.records.invalidate();
       sectionOf(job).weightsHash = undefined;
