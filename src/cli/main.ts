@@ -64,7 +64,7 @@ commands:
       activations go worker to worker; --compress-grads has replicas exchange DCT top-k gradients
       (default k=32, chunk=64, bits=8) with error feedback; --sync-every N has replicas take N local
       steps and then average their weights' changes (compressed too when --compress-grads is given:
-      dct-topk:k=256 --sync-every 8 sends about 160× fewer bytes); --compress-activations sends hops as
+      dct-topk:k=256 --sync-every 8 sends about 180× fewer bytes); --compress-activations sends hops as
       fp16 or int8; --data fortunes trains on Debian's fortunes (held-out loss and perplexity);
       --json adds "bytes": {activations, gradients, weights, control}
 
