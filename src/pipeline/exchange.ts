@@ -141,7 +141,8 @@ export class GradientExchange {
    * feedback, or dense), waits for the others' and sets its weights to anchor + the mean of
    * all the changes as decoded, which becomes the new anchor. The changes are added in the
    * order of `peers`, so every holder ends with bit-identical weights. AdamW's moments stay
-   * each holder's own.
+   * each holder's own. An average that fails leaves the weights, the anchor and the error
+   * feedback as they were.
    */
   async average(
     executor: StageExecutor,
@@ -161,13 +162,20 @@ export class GradientExchange {
       const w = p.data as Float32Array;
       return tensor(w.map((v, i) => v - a[i]), p.shape);
     });
-    const sums = await this.sum(group, changes, send, timeoutMs);
+    let sums: Tensor[];
+    try {
+      sums = await this.sum(group, changes, send, timeoutMs);
+    } catch (err) {
+      this.clear(); // what it encoded is forgotten: a retry sends the same change and error feedback
+      throw err;
+    }
     const n = group.peers.length;
     params.forEach(({ p, a }, j) => {
       const s = sums[j].data;
       for (let i = 0; i < a.length; i++) a[i] = Math.fround(a[i] + s[i] / n);
       (p.data as Float32Array).set(a);
     });
+    this.commit(); // applied at once: what it left out is the next average's error feedback
   }
 
   /**

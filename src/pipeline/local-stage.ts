@@ -69,13 +69,7 @@ export class LocalStage implements StageHandle {
   }
 
   async sync(group: ReduceGroup): Promise<null> {
-    try {
-      await this.exchange.average(this.executor, group, this.deliverTo(group));
-    } catch (err) {
-      this.exchange.clear();
-      throw err;
-    }
-    this.exchange.commit();
+    await this.exchange.average(this.executor, group, this.deliverTo(group));
     return null;
   }
 

@@ -72,6 +72,8 @@ function deferred<T>(): Deferred<T> {
  */
 export class PipelineTrainer {
   stepCount = 0;
+  /** Whether replicas take local steps (and average every `syncEvery`) rather than summing gradients each step. */
+  readonly local: boolean;
   /** Averages of local steps taken: each one's messages go under a key of its own. */
   private averages = 0;
   /** Steps taken since the last average (local steps). */
@@ -117,6 +119,7 @@ export class PipelineTrainer {
     }
     this.groups = [...groups.values()];
     this.order = [...holders.keys()];
+    this.local = every > 1 && this.groups.some((g) => g.replicas);
     if (this.local) {
       // replica j of every stage trains on micro-batches k mod r = j, and clips by their norm: one r for all
       const counts = new Set(stages.filter((st) => st.replicas.length > 1).map((st) => st.replicas.length));
@@ -296,11 +299,6 @@ export class PipelineTrainer {
    */
   async sync(): Promise<void> {
     if (this.local && this.unaveraged > 0) await this.average((_h, work) => work);
-  }
-
-  /** Whether replicas take local steps (and average every `syncEvery`) rather than summing gradients each step. */
-  get local(): boolean {
-    return (this.options.syncEvery ?? 1) > 1 && this.groups.some((g) => g.replicas);
   }
 
   /**

@@ -245,13 +245,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
     run: async ({ body, job }, context) => {
       const group = parseReduce(body);
       const training = trainingOf(job);
-      try {
-        await training.exchange.average(training.executor, group, holderSender(job, group, context));
-      } catch (err) {
-        training.exchange.clear(); // what it encoded is forgotten: a retry sends the same change and error feedback
-        throw err;
-      }
-      training.exchange.commit();
+      await training.exchange.average(training.executor, group, holderSender(job, group, context));
       training.records.invalidate();
       sectionOf(job).weightsHash = undefined;
       return control('synced', { weights: training.records.weightsHash() });
