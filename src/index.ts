@@ -14,7 +14,27 @@
  */
 import './polyfills.ts';
 
-export * from './errors.ts';
+export {
+  AutogradError,
+  BackendUnavailableError,
+  ChainError,
+  DTypeError,
+  FileNotFoundError,
+  InvalidArgumentError,
+  InvalidMessageError,
+  MemoryBudgetError,
+  PeerUnreachableError,
+  PlanInfeasibleError,
+  RateLimitedError,
+  SafetensorsFormatError,
+  ShapeMismatchError,
+  StageFailedError,
+  StateDictError,
+  TensorLinkError,
+  TimeoutError,
+  UnauthorizedError,
+  VerificationError,
+} from './errors.ts';
 
 // tensor/: the engine
 export {

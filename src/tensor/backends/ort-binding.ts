@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import { BackendUnavailableError } from '../../errors.ts';
 import type { Feed, OrtRuntime } from './ort-runtime.ts';
+import { disableOrtTelemetry } from './ort-telemetry.ts';
 
 /**
  * onnxruntime-node's native binding, called synchronously (its public
@@ -22,6 +23,7 @@ export function loadOrtBinding(): OrtRuntime {
     const { binding, initOrt } = require('onnxruntime-node/dist/binding.js');
     const { Tensor } = require('onnxruntime-common');
     const { version } = require('onnxruntime-node/package.json') as { version: string };
+    disableOrtTelemetry();
     initOrt();
     const tensors = (feeds: readonly Feed[]) =>
       Object.fromEntries(feeds.map((f) => [f.name, new Tensor('float32', f.data, f.dims)]));

@@ -2,6 +2,7 @@ import { readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import type { Feed, OrtRuntime } from './ort-runtime.ts';
+import { disableOrtTelemetry } from './ort-telemetry.ts';
 
 /**
  * onnxruntime's C API called directly (through koffi, a prebuilt FFI), on the same
@@ -137,6 +138,7 @@ function open(): OrtRuntime | null {
     check(status);
     return out[0];
   };
+  disableOrtTelemetry();
   const env = take(c.createEnv(LOG_ERROR, 'tensorlink', out));
   const cpu = take(c.createCpuInfo(0, 0, out));
 
