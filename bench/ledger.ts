@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Address, Hex } from 'viem';
 import { mnemonicToAccount } from 'viem/accounts';
-import { ANVIL_MNEMONIC, deployContracts, jobKey, NodeChain, RewardTree, startAnvil } from '../src/chain/index.ts';
+import { ANVIL_MNEMONIC, deployContracts, escrowKey, NodeChain, RewardTree, startAnvil } from '../src/chain/index.ts';
 import { inclusionProblem, type InclusionProof, leafHash, MerkleTree, recordLeaf, signHeader } from '../src/ledger/index.ts';
 import { createNode, publicKeyOf, request, signerOf } from '../src/p2p/index.ts';
 import { startValidator } from '../src/validator/index.ts';
@@ -105,10 +105,10 @@ async function gas(): Promise<Row[]> {
     const v = new NodeChain(deployment, validator);
     const used = async (hash: Hex) => (await bank.clients.publicClient.getTransactionReceipt({ hash })).gasUsed;
     const transfer = await used(await bank.write('token', 'transfer', [account(2).address, 10n ** 18n]));
-    await bank.deposit('bench-job', 10n ** 21n);
+    await bank.deposit('bench-job', 'bench-user', 10n ** 21n);
     const rewards = new Map<Address, bigint>(Array.from({ length: 10 }, (_, i) => [account(10 + i).address, BigInt(i + 1) * 10n ** 18n]));
     const tree = new RewardTree(rewards);
-    const jobs = [jobKey('bench-job')];
+    const jobs = [escrowKey('bench-job', 'bench-user')];
     const amounts = [tree.total];
     const digest = await v.read<Hex>('settlement', 'settleDigest', [0n, tree.root, tree.total, jobs, amounts]);
     const settle = await used(await v.write('settlement', 'settle', [0n, tree.root, tree.total, jobs, amounts, [await v.signDigest(digest)]]));

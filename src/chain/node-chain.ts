@@ -1,4 +1,4 @@
-import { type Abi, type Address, type Hex, keccak256, type LocalAccount, stringToBytes } from 'viem';
+import { type Abi, type Address, encodeAbiParameters, type Hex, keccak256, type LocalAccount, stringToBytes } from 'viem';
 import { ChainError } from '../errors.ts';
 import { loadOrCreateAccount } from './account.ts';
 import { type Deployment, readDeployment } from './contracts-file.ts';
@@ -11,9 +11,28 @@ export const PRICE_PER_FLOP = 10n ** 6n;
 /** The share of a stake a proven cheat costs, in basis points. */
 export const SLASH_BPS = 5_000n;
 
-/** The escrow key of a job: keccak256 of its id's UTF-8 bytes. */
+/** A job's id on the chain: keccak256 of its id's UTF-8 bytes. */
 export function jobKey(jobId: string): Hex {
   return keccak256(stringToBytes(jobId));
+}
+
+/** A user's id on the chain: keccak256 of its peer id's UTF-8 bytes. */
+export function userKey(peerId: string): Hex {
+  return keccak256(stringToBytes(peerId));
+}
+
+/**
+ * The key of the escrow of job `jobId` run by the user `user` (a peer id), as `Escrow.keyOf`
+ * computes it: only records that user accepted are paid from it.
+ */
+export function escrowKey(jobId: string, user: string): Hex {
+  return keccak256(encodeAbiParameters([{ type: 'bytes32' }, { type: 'bytes32' }], [jobKey(jobId), userKey(user)]));
+}
+
+/** A job's escrow as the chain holds it: who paid (the zero address: nobody) and what is left. */
+export interface EscrowHeld {
+  payer: Address;
+  amount: bigint;
 }
 
 /** A settled epoch as the chain announced it. */
@@ -99,16 +118,20 @@ export class NodeChain {
     return stake + add;
   }
 
-  /** Deposits `amount` into the escrow of `jobId`: what the job's verified work is paid from. */
-  async deposit(jobId: string, amount: bigint): Promise<void> {
+  /**
+   * Deposits `amount` into the escrow of `jobId` run by `user` (the peer id of the user's node,
+   * the one that accepts the job's records and hands them to the ledger): what the records that
+   * user accepted are paid from. This account becomes the escrow's payer.
+   */
+  async deposit(jobId: string, user: string, amount: bigint): Promise<void> {
     await this.write('token', 'approve', [this.deployment.contracts.escrow, amount]);
-    await this.write('escrow', 'deposit', [jobKey(jobId), amount]);
+    await this.write('escrow', 'deposit', [jobKey(jobId), userKey(user), amount]);
   }
 
-  /** What is left in a job's escrow. */
-  async escrowOf(jobId: string): Promise<bigint> {
-    const job = await this.read<readonly [Address, bigint, bigint]>('escrow', 'jobs', [jobKey(jobId)]);
-    return job[1];
+  /** The escrow of `jobId` run by `user`: its payer and what is left in it. */
+  async escrowOf(jobId: string, user: string): Promise<EscrowHeld> {
+    const job = await this.read<readonly [Address, bigint, bigint]>('escrow', 'jobs', [escrowKey(jobId, user)]);
+    return { payer: job[0], amount: job[1] };
   }
 
   /** Signs a digest as the settlement contract checks it (EIP-191 over the 32 bytes). */

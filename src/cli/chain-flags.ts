@@ -20,9 +20,11 @@ export const USER_KEY_DIR = join(homedir(), '.tensorlink', 'user');
 
 /**
  * With `--contracts`: deposits `--pay` tokens (default 10 TLK) from the user's account into the
- * escrow of `jobId`, which the validators release against the job's verified work.
+ * escrow of `job.jobId` bound to `job.user` (the peer id of the user's node, which accepts the
+ * job's records and hands them to the ledger), which the validators release against the work
+ * that user accepted.
  */
-export async function payForJob(flags: Flags, jobId: string, out: Output): Promise<void> {
+export async function payForJob(flags: Flags, job: { jobId: string; user: string }, out: Output): Promise<void> {
   const chain = chainFromFlags(flags, USER_KEY_DIR);
   if (!chain) return;
   const raw = stringFlag(flags, 'pay') ?? '10';
@@ -32,8 +34,8 @@ export async function payForJob(flags: Flags, jobId: string, out: Output): Promi
   if (balance < amount) {
     throw new ChainError(`your account ${chain.address} (key in ${USER_KEY_DIR}) holds ${balance} token units; --pay needs ${amount}: fund it first`);
   }
-  await chain.deposit(jobId, amount);
-  out.info(`paid ${raw} TLK into escrow for job ${jobId} from ${chain.address}`);
+  await chain.deposit(job.jobId, job.user, amount);
+  out.info(`paid ${raw} TLK into escrow for job ${job.jobId} (run by ${job.user}) from ${chain.address}`);
 }
 
 /**

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { InvalidMessageError } from '../errors.ts';
-import { bytesSignatureValid, parseRecord, recordId, type RecordSigner, signatureValid, signBytes, type WorkRecord } from '../verify/index.ts';
+import { bytesSignatureValid, recordId, type RecordSigner, signatureValid, signBytes } from '../verify/index.ts';
+import { acceptanceValid, type LedgerRecord, parseLedgerRecord } from './acceptance.ts';
 import { leafHash, type MerkleProof, MerkleTree, rootFromProof } from './merkle.ts';
 
 /** What a block commits to; its hash is what validators sign and what the next block names. */
@@ -8,7 +9,7 @@ export interface BlockHeader {
   height: number;
   /** The previous header's hash ('' for the first block). */
   prev: string;
-  /** The Merkle root of the block's records (their ids, in order). */
+  /** The Merkle root of the block's records (their leaves, `recordLeaf`, in order). */
   root: string;
   /** How many records the block holds. */
   count: number;
@@ -25,7 +26,7 @@ export interface HeaderSignature {
 export interface Block {
   header: BlockHeader;
   signatures: HeaderSignature[];
-  records: WorkRecord[];
+  records: LedgerRecord[];
 }
 
 /** Who may sign headers, and how many of them must: the ledger's rule, known to every verifier. */
@@ -48,13 +49,16 @@ export function headerHash(h: BlockHeader): string {
   return createHash('sha256').update(headerBytes(h)).digest('hex');
 }
 
-/** The leaf of a record in a block's tree: the hash of its id. */
-export function recordLeaf(r: WorkRecord): string {
-  return leafHash(recordId(r));
+/**
+ * The leaf of a record in a block's tree: the hash of its id, and of who accepted it and their
+ * signature when a user did (so the header commits to whose escrow may pay it).
+ */
+export function recordLeaf(r: LedgerRecord): string {
+  return leafHash(r.by ? `${recordId(r)}\n${r.by.user}\n${r.by.sig}` : recordId(r));
 }
 
 /** A new unsigned block over `records`, after `prev` (null: the first). */
-export function makeBlock(prev: BlockHeader | null, records: WorkRecord[], time: number): Block {
+export function makeBlock(prev: BlockHeader | null, records: LedgerRecord[], time: number): Block {
   const tree = new MerkleTree(records.map(recordLeaf));
   const header = { height: prev ? prev.height + 1 : 0, prev: prev ? headerHash(prev) : '', root: tree.root, count: records.length, time };
   return { header, signatures: [], records };
@@ -82,7 +86,10 @@ export function validSigners(h: BlockHeader, signatures: readonly HeaderSignatur
   return [...ok];
 }
 
-/** Why a block is not valid after `prev` (null: it is): its root, count, chain, records' and validators' signatures are checked. */
+/**
+ * Why a block is not valid after `prev` (null: it is): its root, count, chain, the signatures of
+ * its records (and of their acceptances) and of its validators are checked.
+ */
 export function blockProblem(
   block: Block, prev: BlockHeader | null, signers: SignerSet, options: { recordsChecked?: boolean } = {},
 ): string | null {
@@ -100,6 +107,7 @@ export function blockProblem(
       // no key: the signature cannot be valid
     }
     if (!key || !signatureValid(r, key)) return `block ${header.height}'s record ${i} is not signed by its worker ${r.peer}`;
+    if (!acceptanceValid(r, signers.keyOf)) return `block ${header.height}'s record ${i} is not signed by the user ${r.by!.user} it names`;
   }
   const n = validSigners(header, block.signatures, signers).length;
   if (n < signers.threshold) return `block ${header.height} has ${n} valid validator signatures; ${signers.threshold} are needed`;
@@ -108,7 +116,7 @@ export function blockProblem(
 
 /** What anyone needs to check offline that a record is in the ledger: the record, its path, and the signed header. */
 export interface InclusionProof {
-  record: WorkRecord;
+  record: LedgerRecord;
   proof: MerkleProof;
   header: BlockHeader;
   signatures: HeaderSignature[];
@@ -123,13 +131,14 @@ export function inclusionProof(block: Block, id: string): InclusionProof {
 }
 
 /**
- * Why an inclusion proof fails (null: it holds): the record must be signed by its worker, its
- * path must lead to the header's root, and the header must carry enough validator signatures.
+ * Why an inclusion proof fails (null: it holds): the record must be signed by its worker (and by
+ * the user it names as accepting it), its path must lead to the header's root, and the header
+ * must carry enough validator signatures.
  */
 export function inclusionProblem(p: InclusionProof, signers: SignerSet): string | null {
-  let record: WorkRecord;
+  let record: LedgerRecord;
   try {
-    record = parseRecord(p.record);
+    record = parseLedgerRecord(p.record);
   } catch (err) {
     return `the record is malformed: ${(err as Error).message}`;
   }
@@ -140,6 +149,7 @@ export function inclusionProblem(p: InclusionProof, signers: SignerSet): string 
     return `the record's peer ${record.peer} has no Ed25519 key`;
   }
   if (!signatureValid(record, key)) return 'the record is not signed by its worker';
+  if (!acceptanceValid(record, signers.keyOf)) return `the record's acceptance is not signed by the user it names (${record.by!.user})`;
   if (p.proof?.size !== p.header.count) {
     return `the path's tree size (${p.proof?.size}) is not the number of records in the block (${p.header.count})`;
   }

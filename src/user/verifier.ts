@@ -1,6 +1,7 @@
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, PeerUnreachableError, VerificationError } from '../errors.ts';
-import { type DialTarget, type PeerTarget, request, TRAIN_REQUEST_TIMEOUT_MS } from '../p2p/index.ts';
+import { acceptRecord } from '../ledger/index.ts';
+import { type DialTarget, type PeerTarget, request, signerOf, TRAIN_REQUEST_TIMEOUT_MS } from '../p2p/index.ts';
 import { AuditSampler, type WorkRecord } from '../verify/index.ts';
 
 /** How a job checks its workers. */
@@ -175,7 +176,9 @@ export class JobVerifier {
    * answers a submission once its records are in a block (a round, BLOCK_INTERVAL_MS), so
    * records that come meanwhile wait and go together in the next one: one submission in flight,
    * however fast the steps come. A validator that refuses or cannot be reached is reported by
-   * `drain`; the job goes on.
+   * `drain`; the job goes on. Each record goes with this user's acceptance (its signature over
+   * the record's id): a job's escrow is bound to this node's peer id, and pays only the records
+   * it accepted.
    */
   private record(records: WorkRecord[]): void {
     if (records.length === 0) return;
@@ -187,8 +190,9 @@ export class JobVerifier {
         const all = this.unsent;
         this.unsent = [];
         await Promise.all(Array.from({ length: Math.ceil(all.length / LEDGER_BATCH) }, async (_, i) => {
-          const batch = all.slice(i * LEDGER_BATCH, (i + 1) * LEDGER_BATCH);
           try {
+            const user = signerOf(this.node);
+            const batch = all.slice(i * LEDGER_BATCH, (i + 1) * LEDGER_BATCH).map((r) => acceptRecord(r, user));
             await request(this.node, this.validator, { type: 'ledger-submit', records: batch }, TRAIN_REQUEST_TIMEOUT_MS);
             this.summary.recorded += batch.length;
           } catch (err) {

@@ -1,13 +1,13 @@
 import { InvalidMessageError } from '../errors.ts';
-import type { Block } from '../ledger/index.ts';
+import { type Block, type LedgerRecord, parseLedgerRecord } from '../ledger/index.ts';
 import { int, list, obj, str, strings } from '../p2p/index.ts';
-import { parseRecord, type WorkRecord } from '../verify/index.ts';
 import { parseBlock } from './ledger-store.ts';
 
 /**
  * The ledger's messages on the control protocol, parsed from untrusted peers:
  *
- *   ledger-submit  {records}              → ledger-accepted {accepted, duplicate, refused}   (a user, or a validator forwarding)
+ *   ledger-submit  {records}              → ledger-accepted {accepted, duplicate, refused}   (a user, or a validator forwarding;
+ *                                           each record with its user's acceptance `by`, which says whose escrow pays it)
  *   ledger-hello   {addrs}                → ledger-head {height, hash, account?}             (a validator joining)
  *   ledger-head    {}                     → ledger-head {height, hash, account?}
  *   ledger-blocks  {from}                 → ledger-blocks {blocks}    (one block at most: a block fits a control message)
@@ -17,13 +17,13 @@ import { parseBlock } from './ledger-store.ts';
  *   ledger-proof   {record}                   → ledger-proof {proof}
  */
 
-/** Records one submission may carry: ~800 bytes each, inside a 1 MiB control message. */
+/** Records one submission may carry: ~800 bytes each and ~150 for the user's acceptance, inside a 1 MiB control message. */
 export const MAX_SUBMIT_RECORDS = 512;
 /** Records in one block: a block travels in one control message (1 MiB) when a peer catches up. */
 export const MAX_BLOCK_RECORDS = 512;
 
-export function parseSubmit(m: Record<string, unknown>): WorkRecord[] {
-  return list(m.records, 'records', MAX_SUBMIT_RECORDS, (r) => parseRecord(r));
+export function parseSubmit(m: Record<string, unknown>): LedgerRecord[] {
+  return list(m.records, 'records', MAX_SUBMIT_RECORDS, (r) => parseLedgerRecord(r));
 }
 
 export function parseHello(m: Record<string, unknown>): string[] {

@@ -1,12 +1,15 @@
 import type { PeerId } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError, UnauthorizedError } from '../errors.ts';
-import { type Block, blockProblem, headerHash, inclusionProof, makeBlock, type SignerSet, signHeader, validSigners } from '../ledger/index.ts';
+import {
+  acceptanceValid, type Block, blockProblem, entryKey, headerHash, inclusionProof, type LedgerRecord, makeBlock, type SignerSet, signHeader,
+  validSigners,
+} from '../ledger/index.ts';
 import {
   type DialTarget, type Handler, int, type LedgerSummary, type Logger, OVERVIEW_LIMITS, publicKeyOf, request, signerOf, str,
   type TensorLinkNode,
 } from '../p2p/index.ts';
-import { recordId, type RecordSigner, type Reputation, signatureValid, type WorkRecord } from '../verify/index.ts';
+import { recordId, type RecordSigner, type Reputation, signatureValid } from '../verify/index.ts';
 import {
   type Head, MAX_BLOCK_RECORDS, parseBlockMessage, parseBlocksAnswer, parseHead, parseHello, parseSubmit,
 } from './ledger-messages.ts';
@@ -62,10 +65,13 @@ export interface LedgerWork {
 export class LedgerService {
   readonly store: LedgerStore;
   private readonly signer: RecordSigner;
-  private readonly pending = new Map<string, WorkRecord>();
+  /** Records waiting for a block, by entry (`entryKey`: a record once per user who accepted it). */
+  private readonly pending = new Map<string, LedgerRecord>();
   private readonly waiters = new Map<string, (() => void)[]>();
-  /** Record id → the height of its block. */
+  /** Record id → the height of the first block that holds it. */
   private readonly index = new Map<string, number>();
+  /** The entries in blocks. */
+  private readonly entries = new Set<string>();
   readonly peers = new Map<string, PeerValidator>();
   private readonly lock = new Slots(1);
   private timer: ReturnType<typeof setInterval> | null = null;
@@ -179,7 +185,8 @@ export class LedgerService {
         const id = str(m.record, 'record', 64);
         const height = this.index.get(id);
         if (height === undefined) {
-          const why = this.pending.has(id) ? 'is pending: it will be in the next block' : 'is in no block of this ledger';
+          const pending = [...this.pending.values()].some((r) => recordId(r) === id);
+          const why = pending ? 'is pending: it will be in the next block' : 'is in no block of this ledger';
           throw new InvalidArgumentError(`record ${id} ${why}`);
         }
         return { type: 'ledger-proof', proof: inclusionProof(this.store.at(height)!, id) };
@@ -199,15 +206,20 @@ export class LedgerService {
     return id;
   }
 
-  /** Takes records a user accepted (signed by their workers, not yet in the ledger); answers once they are in a block. */
-  async submit(records: WorkRecord[]): Promise<Record<string, unknown>> {
+  /**
+   * Takes records a user accepted (signed by their workers, and each by the user who accepted it,
+   * not yet in the ledger); answers once they are in a block. A record whose worker or user
+   * signature does not check is refused; one without a user's acceptance goes into the ledger
+   * but is never paid.
+   */
+  async submit(records: LedgerRecord[]): Promise<Record<string, unknown>> {
     let accepted = 0;
     let duplicate = 0;
     let refused = 0;
     const waits: Promise<void>[] = [];
     for (const r of records) {
-      const id = recordId(r);
-      if (this.index.has(id)) {
+      const id = entryKey(r);
+      if (this.entries.has(id)) {
         duplicate++;
         continue;
       }
@@ -217,7 +229,7 @@ export class LedgerService {
       } catch {
         // not an Ed25519 peer id: it cannot have signed
       }
-      if (!key || !signatureValid(r, key) || this.reputation.excluded(r.peer)) {
+      if (!key || !signatureValid(r, key) || !acceptanceValid(r, publicKeyOf) || this.reputation.excluded(r.peer)) {
         refused++;
         continue;
       }
@@ -275,6 +287,7 @@ export class LedgerService {
         header: block.header, hash: headerHash(block.header), signatures: block.signatures.map((s) => s.validator),
         records: block.records.map((r) => ({
           id: recordId(r), peer: r.peer, job: r.job, kind: r.kind, step: r.step, micro: r.micro, flops: r.flops ?? 0,
+          ...(r.by ? { user: r.by.user } : {}),
         })),
       },
     };
@@ -282,8 +295,10 @@ export class LedgerService {
 
   private indexBlock(block: Block): void {
     for (const r of block.records) {
-      const id = recordId(r);
-      this.index.set(id, block.header.height);
+      const id = entryKey(r);
+      const record = recordId(r);
+      if (!this.index.has(record)) this.index.set(record, block.header.height);
+      this.entries.add(id);
       this.pending.delete(id);
       for (const resolve of this.waiters.get(id) ?? []) resolve();
       this.waiters.delete(id);

@@ -1,8 +1,7 @@
 import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { InvalidArgumentError } from '../errors.ts';
-import { type Block, type BlockHeader, blockProblem, headerHash, type SignerSet } from '../ledger/index.ts';
-import { parseRecord } from '../verify/index.ts';
+import { type Block, type BlockHeader, blockProblem, headerHash, parseLedgerRecord, type SignerSet } from '../ledger/index.ts';
 
 /** Where a validator keeps its blocks under `--data`: one JSON line per block, in height order. */
 export const BLOCKS_FILE = join('ledger', 'blocks.jsonl');
@@ -107,6 +106,6 @@ export function parseBlock(v: unknown): Block {
   return {
     header: { height: int(h.height, 'height'), prev: str(h.prev, 'header.prev'), root: str(h.root, 'header.root'), count: int(h.count, 'count'), time: int(h.time, 'time') },
     signatures: m.signatures.map((s: { validator?: unknown; sig?: unknown }) => ({ validator: str(s?.validator, 'validator'), sig: str(s?.sig, 'sig') })),
-    records: m.records.map(parseRecord),
+    records: m.records.map(parseLedgerRecord),
   };
 }

@@ -2,9 +2,9 @@ import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { PeerId } from '@libp2p/interface';
 import type { Address, Hex } from 'viem';
-import { jobKey, MIN_STAKE, type NodeChain, PRICE_PER_FLOP, RewardTree, SLASH_BPS } from '../chain/index.ts';
+import { escrowKey, type EscrowHeld, MIN_STAKE, type NodeChain, PRICE_PER_FLOP, RewardTree, SLASH_BPS } from '../chain/index.ts';
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
-import { epochRewards } from '../ledger/index.ts';
+import { type EpochRecord, epochRewards, paidWork } from '../ledger/index.ts';
 import { type Handler, type Logger, obj, parseAccount, request, str, type TensorLinkNode } from '../p2p/index.ts';
 import { parseRecord, recordId, type Reputation, type WorkRecord } from '../verify/index.ts';
 import type { LedgerService } from './ledger-service.ts';
@@ -209,30 +209,25 @@ export class Settler {
     if (input.to > this.ledger.store.height || input.from > input.to) {
       throw new InvalidArgumentError(`blocks [${input.from}, ${input.to}) are not all in this validator's ledger (it has ${this.ledger.store.height})`);
     }
-    const jobFlops = new Map<string, bigint>();
+    const records: EpochRecord[] = [];
     const signed = new Map<string, number>();
     for (let h = input.from; h < input.to; h++) {
       const block = this.ledger.store.at(h)!;
-      for (const r of block.records) jobFlops.set(r.job, (jobFlops.get(r.job) ?? 0n) + BigInt(r.flops ?? 0));
+      for (const r of block.records) records.push({ peer: r.peer, job: r.job, user: r.by?.user, flops: r.flops ?? 0 });
       for (const s of block.signatures) signed.set(s.validator, (signed.get(s.validator) ?? 0) + 1);
     }
-    const jobs: Hex[] = [];
-    const amounts: bigint[] = [];
-    const paid = new Set<string>();
-    for (const [job, flops] of [...jobFlops].sort(([a], [b]) => a.localeCompare(b))) {
-      const held = await this.chain.escrowOf(job);
-      const due = flops * PRICE_PER_FLOP;
-      const amount = due < held ? due : held;
-      if (amount === 0n) continue;
-      jobs.push(jobKey(job));
-      amounts.push(amount);
-      paid.add(job);
-    }
-    // only work for jobs whose users paid earns: records of a job nobody paid for (a worker's own, say) take no share of the pool
-    const work = new Map<string, number>();
-    for (let h = input.from; h < input.to; h++) {
-      for (const r of this.ledger.store.at(h)!.records) if (paid.has(r.job)) work.set(r.peer, (work.get(r.peer) ?? 0) + (r.flops ?? 0));
-    }
+    // each job's escrow as bound to the user who accepted its records: only that user's records are paid from it,
+    // and none of a worker's work for a job it runs or paid for itself (see paidWork)
+    const escrows = new Map<string, EscrowHeld>();
+    const pairs = new Map(records.flatMap((r) => (r.user === undefined ? [] : [[`${r.job}\n${r.user}`, { job: r.job, user: r.user }] as const])));
+    await Promise.all([...pairs].map(async ([k, { job, user }]) => escrows.set(k, await this.chain.escrowOf(job, user))));
+    const paid = paidWork(records, (job, user) => {
+      const e = escrows.get(`${job}\n${user}`);
+      return e && { payer: e.payer, held: e.amount };
+    }, (peer) => input.accounts[peer], PRICE_PER_FLOP);
+    const jobs = paid.releases.map((r) => escrowKey(r.job, r.user));
+    const amounts = paid.releases.map((r) => r.amount);
+    const work = paid.work;
     const [balance, owed] = await Promise.all([
       this.chain.balanceOf(this.chain.deployment.contracts.settlement), this.chain.read<bigint>('settlement', 'owed'),
     ]);

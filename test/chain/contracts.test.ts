@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { type Account, type Address, BaseError, ContractFunctionRevertedError, type Hex, keccak256, toHex } from 'viem';
+import { type Abi, type Account, type Address, BaseError, ContractFunctionRevertedError, type Hex, keccak256, parseEventLogs, toHex } from 'viem';
 import { mnemonicToAccount } from 'viem/accounts';
 import { ANVIL_MNEMONIC, type LocalChain, startAnvil } from '../../src/chain/anvil.ts';
 import { ARTIFACTS_FILE, compileContracts } from '../../src/chain/compile.ts';
 import { artifacts, type ChainClients, clients, type Contracts, deployContracts } from '../../src/chain/deploy.ts';
+import { escrowKey, jobKey, userKey } from '../../src/chain/node-chain.ts';
 import { RewardTree } from '../../src/chain/reward-tree.ts';
 import { Generator } from '../../src/tensor/index.ts';
 
@@ -124,10 +125,28 @@ describe('contracts on a real chain (anvil), through viem', () => {
     assert.equal(await revertOf(write(user, k.settlement, 'Settlement', 'slash', [w.address, 450n, evidence, sigs])), 'NotEnoughSignatures');
   });
 
+  test('escrow: bound to the job and the user who runs it; only its payer adds to it', async () => {
+    const peer = '12D3KooWUserPeerIdOfTheJob';
+    const key = await read(k.escrow, 'Escrow', 'keyOf', [jobKey('job-0'), userKey(peer)]);
+    assert.equal(key, escrowKey('job-0', peer), 'the chain and the validators name an escrow alike');
+    await write(user, k.token, 'TensorLinkToken', 'approve', [k.escrow, 100n]);
+    const receipt = await write(user, k.escrow, 'Escrow', 'deposit', [jobKey('job-0'), userKey(peer), 100n]);
+    const [deposited] = parseEventLogs({ abi: art.Escrow.abi as Abi, logs: receipt.logs, eventName: 'Deposited' }) as unknown as { args: Record<string, unknown> }[];
+    assert.deepEqual(deposited.args, { key, payer: user.address, job: jobKey('job-0'), user: userKey(peer), amount: 100n }, 'the chain says whose job it binds');
+    assert.deepEqual((await read(k.escrow, 'Escrow', 'jobs', [key]) as [Address, bigint, bigint]).slice(0, 2), [user.address, 100n]);
+    // someone else cannot add to (or take over) that user's escrow; the same job run by another user is another escrow
+    await write(workers[0], k.token, 'TensorLinkToken', 'approve', [k.escrow, 20n]);
+    assert.equal(await revertOf(write(workers[0], k.escrow, 'Escrow', 'deposit', [jobKey('job-0'), userKey(peer), 10n])), 'NotPayer');
+    await write(workers[0], k.escrow, 'Escrow', 'deposit', [jobKey('job-0'), userKey('12D3KooWAnotherPeer'), 10n]);
+    assert.deepEqual((await read(k.escrow, 'Escrow', 'jobs', [key]) as [Address, bigint, bigint]).slice(0, 2), [user.address, 100n]);
+    const other = escrowKey('job-0', '12D3KooWAnotherPeer');
+    assert.deepEqual((await read(k.escrow, 'Escrow', 'jobs', [other]) as [Address, bigint, bigint]).slice(0, 2), [workers[0].address, 10n]);
+  });
+
   test('escrow and settlement: payments released only against a root 2 of 3 validators signed; each reward claimed once', async () => {
-    const job = keccak256(toHex('job-1'));
+    const job = escrowKey('job-1', '12D3KooWUserPeerIdOfTheJob');
     await write(user, k.token, 'TensorLinkToken', 'approve', [k.escrow, 3000n]);
-    await write(user, k.escrow, 'Escrow', 'deposit', [job, 3000n]);
+    await write(user, k.escrow, 'Escrow', 'deposit', [jobKey('job-1'), userKey('12D3KooWUserPeerIdOfTheJob'), 3000n]);
     assert.equal(await revertOf(write(user, k.escrow, 'Escrow', 'release', [job, 3000n])), 'NotSettlement');
     assert.equal(await revertOf(write(user, k.escrow, 'Escrow', 'refund', [job])), 'TooEarly');
     const rewards = new Map<Address, bigint>([[workers[0].address, 1500n], [workers[2].address, 1000n], [validators[0].address, 300n]]);
@@ -172,7 +191,7 @@ describe('contracts on a real chain (anvil), through viem', () => {
         deposit: async () => {
           const n = amount();
           await write(a, k.token, 'TensorLinkToken', 'approve', [k.escrow, n]);
-          await write(a, k.escrow, 'Escrow', 'deposit', [keccak256(toHex(`job-${a.address}`)), n]);
+          await write(a, k.escrow, 'Escrow', 'deposit', [keccak256(toHex(`job-${a.address}`)), keccak256(toHex(`user-${a.address}`)), n]);
         },
         spend: () => write(pick(actors), k.token, 'TensorLinkToken', 'transferFrom', [a.address, user.address, amount()]),
       };

@@ -53,7 +53,7 @@ describe('ledger and chain, end to end on a local swarm', () => {
 
     const job = await swarm.user.distribute(createModel(config, { seed: 5 }), { strategy: 'parameter-balanced', verify: { redundancy: 2, sampleRate: 0.1, seed: 3 } });
     const payment = 50n * TLK;
-    await chain.user.deposit(job.jobId, payment);
+    await chain.user.deposit(job.jobId, swarm.user.node.peerId.toString(), payment);
     const firstJob = job.jobId;
     const trainer = await job.trainer({ optimizer: { lr: 3e-3 }, totalSteps: 3, microBatches: 2 });
     const task = additionTask({ seed: 2 });

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
 import { describe, test } from 'node:test';
 import {
-  blockProblem, epochRewards, inclusionProblem, inclusionProof, leafHash, makeBlock, MerkleTree, nodeHash, rootFromProof, signHeader,
-  type SignerSet, verifyProof,
+  acceptRecord, blockProblem, entryKey, epochRewards, inclusionProblem, inclusionProof, leafHash, makeBlock, MerkleTree, nodeHash,
+  parseLedgerRecord, rootFromProof, signHeader, type SignerSet, verifyProof,
 } from '../../src/ledger/index.ts';
 import { Generator } from '../../src/tensor/index.ts';
 import { recordId, signRecord, type WorkRecord } from '../../src/verify/index.ts';
@@ -53,8 +53,9 @@ describe('ledger: Merkle trees', () => {
 
 describe('ledger: blocks and inclusion proofs', () => {
   const worker = keyPair('worker-1');
+  const user = keyPair('user-1');
   const validators = [keyPair('validator-1'), keyPair('validator-2'), keyPair('validator-3')];
-  const keys = new Map([worker, ...validators].map((k) => [k.signer.peer, k.raw]));
+  const keys = new Map([worker, user, ...validators].map((k) => [k.signer.peer, k.raw]));
   const signers: SignerSet = {
     keyOf: (peer) => {
       const k = keys.get(peer);
@@ -106,6 +107,24 @@ describe('ledger: blocks and inclusion proofs', () => {
     // a proof must be of a tree of the block's size: an inner node cannot be passed off as a leaf of a smaller tree
     assert.match(inclusionProblem({ ...file, proof: { ...file.proof, size: 3 } }, signers)!, /size/);
     assert.throws(() => inclusionProof(block, H('e')), { name: 'InvalidMessageError' });
+  });
+
+  test('a record a user accepted: the block and its proofs commit to who accepted it; a forged or altered acceptance fails', () => {
+    const accepted = records.map((r) => acceptRecord(r, user.signer));
+    assert.equal(recordId(accepted[0]), recordId(records[0]), 'the record keeps its id');
+    assert.notEqual(entryKey(accepted[0]), entryKey(records[0]), 'an accepted record is another ledger entry than the bare one');
+    const block = signed(null, [...accepted.slice(0, 3), records[3]]);
+    assert.equal(blockProblem(block, null, signers), null);
+    // the header commits to the acceptance: the same records without it (or with another user's) have another root
+    assert.notEqual(block.header.root, makeBlock(null, [...records.slice(0, 4)], 1000).header.root);
+    const forged = { ...accepted[1], by: { user: user.signer.peer, sig: acceptRecord(records[1], worker.signer).by!.sig } };
+    assert.match(blockProblem(signed(null, [accepted[0], forged]), null, signers)!, /not signed by the user user-1/);
+    const file = JSON.parse(JSON.stringify(inclusionProof(block, recordId(records[1]))));
+    assert.deepEqual(parseLedgerRecord(file.record), accepted[1]);
+    assert.equal(inclusionProblem(file, signers), null);
+    assert.match(inclusionProblem({ ...file, record: records[1] }, signers)!, /does not lead/);
+    assert.match(inclusionProblem({ ...file, record: { ...file.record, by: { ...file.record.by, user: 'worker-1' } } }, signers)!, /acceptance is not signed/);
+    assert.throws(() => parseLedgerRecord({ ...file.record, by: 'user-1' }), { name: 'InvalidMessageError' });
   });
 });
 

@@ -12,7 +12,7 @@ interface IStaking {
 }
 
 interface IEscrow {
-    function release(bytes32 job, uint256 amount) external;
+    function release(bytes32 key, uint256 amount) external;
 }
 
 /// @title Settlement by the validators, an m-of-n multisig. Each epoch they post the Merkle root of
@@ -104,8 +104,9 @@ contract Settlement {
         if (valid < threshold) revert NotEnoughSignatures(valid, threshold);
     }
 
-    /// Closes `epoch`: releases each job's settled payment from escrow into the pool and posts the
-    /// root of the epoch's rewards (leaves: keccak256(keccak256(abi.encode(account, amount)))).
+    /// Closes `epoch`: releases each job's settled payment from escrow into the pool (`jobs`: the
+    /// escrows' keys, each a job bound to its user) and posts the root of the epoch's rewards
+    /// (leaves: keccak256(keccak256(abi.encode(account, amount)))).
     function settle(
         uint256 epoch,
         bytes32 root,

@@ -154,7 +154,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
     dm = await distribute(node, swarm.bootstrap, model, { strategy: 'parameter-balanced', verify, name: 'demo: 2-digit sums' });
     const job = dm;
     // the user pays for the job up front, into escrow: the validators release it against the work the ledger holds
-    await chain.user.deposit(job.jobId, DEMO_PAYMENT);
+    await chain.user.deposit(job.jobId, node.peerId.toString(), DEMO_PAYMENT);
     const funded = new Set([job.jobId]);
     out.info('  plan (parameter-balanced: the largest section as small as it can be, so no worker waits on a bigger one):');
     for (const [i, a] of dm.assignment.entries()) {
@@ -224,7 +224,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
     }
 
     // a job caught a cheater is planned again under a new id: the user pays for that one too, then the epoch settles
-    if (!funded.has(job.jobId)) await chain.user.deposit(job.jobId, DEMO_PAYMENT);
+    if (!funded.has(job.jobId)) await chain.user.deposit(job.jobId, node.peerId.toString(), DEMO_PAYMENT);
     await job.settle();
     const earnings = await settleAndClaim(node, swarm, names, cheater);
     const verification = job.verification!;

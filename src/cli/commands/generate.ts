@@ -77,7 +77,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
       const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out), verify });
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
       try {
-        await payForJob(flags, dm.jobId, out);
+        await payForJob(flags, { jobId: dm.jobId, user: access.node.peerId.toString() }, out);
         tokens = (await dm.generate(promptIds, options)).tokens;
         verification = dm.verification;
         for (const peer of verification?.flagged ?? []) out.info(`worker …${peer.slice(-6)} was caught cheating: flagged at the validator, and the text generated again without it`);

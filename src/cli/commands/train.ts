@@ -206,7 +206,7 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
   try {
     const onProgress = loadProgress(out);
     dm = await distribute(access.node, access.bootstrap, s.dir, { strategy, privacy, replicas, training: true, onProgress, verify });
-    await payForJob(flags, dm.jobId, out);
+    await payForJob(flags, { jobId: dm.jobId, user: access.node.peerId.toString() }, out);
     if ((verify.redundancy ?? 1) > 1) out.info(`  every section runs on ${verify.redundancy} workers; their results are compared bit for bit before one is used`);
     for (const a of dm.assignment) {
       const layers = a.end - a.start === 1 ? `layer ${a.start}` : `layers ${a.start}–${a.end - 1}`;
