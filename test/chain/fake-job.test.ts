@@ -47,9 +47,11 @@ describe('ledger and chain: a fake job earns nothing from the common pool', () =
     }
 
     let seq = 0;
-    const records = (worker: TensorLinkNode, job: string, n: number, flops: number): WorkRecord[] => Array.from({ length: n }, (_, i) => signRecord({
-      job, step: i, micro: 0, stage: [0, 1], kind: 'forward', input: H('a'), output: H('b'), weights: H('c'), backend: 'js', seq: seq++, flops,
-    }, signerOf(worker)));
+    const records = (worker: TensorLinkNode, job: string, n: number, flops: number): WorkRecord[] => Array.from({ length: n }, (_, i) => (
+      signRecord({
+        job, step: i, micro: 0, stage: [0, 1], kind: 'forward', input: H('a'), output: H('b'), weights: H('c'), backend: 'js', seq: seq++, flops,
+      }, signerOf(worker))
+    ));
     const submit = async (from: TensorLinkNode, rs: LedgerRecord[]) => {
       const a = await request(from, target, { type: 'ledger-submit', records: rs }, 30_000);
       return { accepted: a.accepted, refused: a.refused, duplicate: a.duplicate };
