@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,16 +10,28 @@ import { type SwarmChain, startSwarmChain } from './local-chain.ts';
 import { distribute, type DistributedJob, type DistributeOptions } from '../user/index.ts';
 
 /**
- * How a node process is started: the CLI entry of the same build as this module. From
- * dist/ that is dist/cli/main.js, run by plain node; from the TypeScript sources it is
- * src/cli/main.ts, run through tsx (found from this package, not the caller's directory).
- * Never bin/ and never the other build: a checkout with a stale dist/ still launches the
- * code that is running, and a user of the package needs nothing but the package.
+ * How a node process is started: the CLI entry of the same code as this module. From dist/
+ * that is dist/cli/main.js, run by plain node. From the TypeScript sources it is the build of
+ * this checkout when that build is no older than every source file (the same code, compiled:
+ * about 2.5 s of CPU less per node than tsx), else src/cli/main.ts through tsx (found from this
+ * package, not the caller's directory). Never bin/ and never a stale build: a checkout edited
+ * since its last `npm run build` still launches the code that is running.
  */
 export function nodeCommand(): string[] {
-  const fromSources = import.meta.url.endsWith('.ts');
-  const entry = fileURLToPath(new URL(fromSources ? './main.ts' : './main.js', import.meta.url));
-  return fromSources ? ['--import', import.meta.resolve('tsx'), entry] : [entry];
+  if (!import.meta.url.endsWith('.ts')) return [fileURLToPath(new URL('./main.js', import.meta.url))];
+  const built = freshBuild(fileURLToPath(new URL('../..', import.meta.url)));
+  if (built) return [built];
+  return ['--import', import.meta.resolve('tsx'), fileURLToPath(new URL('./main.ts', import.meta.url))];
+}
+
+/** dist/cli/main.js of the checkout at `root` if `npm run build` made it after the last change under src/, else null. */
+function freshBuild(root: string): string | null {
+  const entry = join(root, 'dist', 'cli', 'main.js');
+  const stamp = join(root, 'dist', '.build-stamp');
+  if (!existsSync(entry) || !existsSync(stamp)) return null;
+  const newest = (dir: string): number => readdirSync(dir, { withFileTypes: true })
+    .reduce((latest, e) => Math.max(latest, e.isDirectory() ? newest(join(dir, e.name)) : statSync(join(dir, e.name)).mtimeMs), 0);
+  return statSync(stamp).mtimeMs >= newest(join(root, 'src')) ? entry : null;
 }
 
 /** A peer of the local swarm: its process, peer id and addresses. */
