@@ -1,4 +1,4 @@
-import { type Abi, type Address, encodeAbiParameters, type Hex, keccak256, type LocalAccount, stringToBytes } from 'viem';
+import { type Abi, type Address, encodeAbiParameters, formatEther, type Hex, keccak256, type LocalAccount, stringToBytes } from 'viem';
 import { ChainError } from '../errors.ts';
 import { loadOrCreateAccount } from './account.ts';
 import { type Deployment, readDeployment } from './contracts-file.ts';
@@ -51,6 +51,8 @@ export interface SettledEpoch {
 export class NodeChain {
   readonly clients: ChainClients;
   private readonly abi: Record<string, Abi>;
+  /** The transaction last sent from this account (settled or not): the next waits for it. */
+  private writes: Promise<unknown> = Promise.resolve();
 
   constructor(
     readonly deployment: Deployment,
@@ -83,8 +85,18 @@ export class NodeChain {
     }
   }
 
-  /** Sends a transaction from this node's account and waits for it to be mined (a revert is a ChainError with its reason). */
-  async write(name: 'token' | 'staking' | 'escrow' | 'settlement', functionName: string, args: unknown[]): Promise<Hex> {
+  /**
+   * Sends a transaction from this node's account and waits for it to be mined (a revert is a
+   * ChainError with its reason). One at a time: a worker's stake and its claims come from the same
+   * account, and two transactions sent together could take the same nonce.
+   */
+  write(name: 'token' | 'staking' | 'escrow' | 'settlement', functionName: string, args: unknown[]): Promise<Hex> {
+    const sent = this.writes.then(() => this.send(name, functionName, args));
+    this.writes = sent.catch(() => undefined);
+    return sent;
+  }
+
+  private async send(name: 'token' | 'staking' | 'escrow' | 'settlement', functionName: string, args: unknown[]): Promise<Hex> {
     try {
       const wallet = this.clients.wallet(this.account);
       const call = { ...this.contract(name), functionName, args, account: this.account };
@@ -104,6 +116,50 @@ export class NodeChain {
 
   stakeOf(account: Address = this.address): Promise<bigint> {
     return this.read<bigint>('staking', 'stakeOf', [account]);
+  }
+
+  /** This account's ether: what pays its transactions' gas. */
+  async gasOf(account: Address = this.address): Promise<bigint> {
+    try {
+      return await this.clients.publicClient.getBalance({ address: account });
+    } catch (cause) {
+      throw new ChainError(`reading the balance of ${account} on ${this.deployment.rpc} failed: ${firstLine(cause)}`, { cause });
+    }
+  }
+
+  /**
+   * Locks `amount` more of this account's tokens as stake (an operator's `tensorlink stake`);
+   * the stake after. An account without the tokens or the gas is a ChainError that says so.
+   */
+  async stake(amount: bigint): Promise<bigint> {
+    const [balance, gas] = [await this.balanceOf(), await this.gasOf()];
+    if (balance < amount) {
+      const lack = `${this.address} holds ${formatEther(balance)} TLK, less than the ${formatEther(amount)} TLK to stake`;
+      throw new ChainError(`${lack}: send it tokens first (tensorlink fund ${this.address})`);
+    }
+    if (gas === 0n) throw new ChainError(`${this.address} has no ether to pay for gas: send it some first (tensorlink fund ${this.address})`);
+    await this.write('token', 'approve', [this.deployment.contracts.staking, amount]);
+    await this.write('staking', 'stake', [amount]);
+    return this.stakeOf();
+  }
+
+  /** Sends `tokens` TLK units and `gas` wei from this account to `to` (an operator funding its workers). */
+  async fund(to: Address, tokens: bigint, gas: bigint): Promise<void> {
+    if (gas > 0n) {
+      const sent = this.writes.then(async () => {
+        try {
+          const wallet = this.clients.wallet(this.account);
+          const hash = await wallet.sendTransaction({ to, value: gas, account: this.account, chain: this.clients.chain });
+          const receipt = await this.clients.publicClient.waitForTransactionReceipt({ hash });
+          if (receipt.status !== 'success') throw new Error(`transaction ${hash} reverted`);
+        } catch (cause) {
+          throw new ChainError(`sending ${formatEther(gas)} ether from ${this.address} to ${to} failed: ${firstLine(cause)}`, { cause });
+        }
+      });
+      this.writes = sent.catch(() => undefined);
+      await sent;
+    }
+    if (tokens > 0n) await this.write('token', 'transfer', [to, tokens]);
   }
 
   /** Locks stake up to MIN_STAKE from this account's tokens (what it has, if less); the stake after. */

@@ -4,6 +4,7 @@ import { TensorLinkError } from '../errors.ts';
 import { setBackend } from '../tensor/index.ts';
 import { type Flags, optionalIntFlag, UsageError } from './args.ts';
 import { chainCommand, chainOptions } from './commands/chain.ts';
+import { accountCommand, accountOptions, fundCommand, fundOptions, stakeCommand, stakeOptions } from './commands/operator.ts';
 import { ledgerCommand, ledgerOptions } from './commands/ledger.ts';
 import { demoCommand, demoOptions } from './commands/demo.ts';
 import { generateCommand, generateOptions } from './commands/generate.ts';
@@ -95,6 +96,15 @@ commands:
       Ctrl-C; deploys the token, staking, escrow and settlement contracts (or finds them where FILE
       says), prints {"event":"ready","rpc",...,"contracts"} and writes the deployment to FILE;
       the validators' multisig is --validators (default: anvil's second account), --threshold of them
+  account --data DIR [--contracts FILE [--rpc URL]]
+      the Ethereum account a node started with --data DIR uses (its key is made there now if it is
+      not yet): what chain --validators and fund take; with --contracts, its ether, tokens and stake
+  fund ADDRESS... [--amount N (TLK, default 1000) --gas N (ether, default 1)] --contracts FILE [--rpc URL] [--key 0xKEY]
+      sends tokens and gas money to the accounts, from --key (or TENSORLINK_DEPLOYER_KEY; on anvil,
+      its first account, which deployed the contracts and holds the supply)
+  stake [--amount N] --data DIR --contracts FILE [--rpc URL]
+      locks N TLK of the account under DIR as stake (default: what it lacks of the 100 TLK a worker
+      needs); a running worker also stakes by itself at its next announcement once it holds tokens
   ledger show [--height N] --bootstrap MULTIADDR
       the validator's ledger: blocks, records, each worker's accepted FLOPs; or block N's header,
       signers and records (with their ids)
@@ -130,6 +140,9 @@ const COMMANDS: Record<string, Command> = {
   'swarm': { options: swarmOptions, run: swarmCommand },
   'chain': { options: chainOptions, run: chainCommand },
   'ledger': { options: ledgerOptions, run: ledgerCommand, positionals: true },
+  'account': { options: accountOptions, run: accountCommand },
+  'stake': { options: stakeOptions, run: stakeCommand },
+  'fund': { options: fundOptions, run: fundCommand, positionals: true },
 };
 
 const PLANNED = new Set<string>();

@@ -1,4 +1,4 @@
-import { MIN_STAKE, type NodeChain } from '../chain/index.ts';
+import type { NodeChain } from '../chain/index.ts';
 import { Claimer } from './claims.ts';
 import { join } from 'node:path';
 import { multiaddr } from '@multiformats/multiaddr';
@@ -15,6 +15,7 @@ import { MemoryBudget } from './memory.ts';
 import { ModelIndex } from './model-index.ts';
 import { foldTransfer, type TransferSample } from '../p2p/protocols/probe/passive.ts';
 import { type StageServer, serveStages } from './stage-server.ts';
+import { StakeKeeper } from './stake.ts';
 
 /** How often a worker refreshes its announcement (well inside the validator's 10 s TTL). */
 export const ANNOUNCE_INTERVAL_MS = 2_000;
@@ -132,17 +133,18 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       }
     }
   };
-  // with a chain: stake from its own tokens (a worker without stake is given no work), then claim what it earns
-  if (options.chain) {
-    const stake = await options.chain.ensureStake();
-    if (stake < MIN_STAKE) log.warn('not-staked', { account: options.chain.address, stake: stake.toString(), needed: MIN_STAKE.toString() });
-  }
+  // with a chain: stake from its own tokens (a worker without stake is given no work), again at each
+  // announcement while it holds less than the minimum (funded later, or slashed), and claim what it earns
+  const stake = options.chain ? new StakeKeeper(options.chain, log) : null;
+  await stake?.check();
   const claimer = options.chain ? new Claimer(node, validator, options.chain, log) : null;
   claimer?.start();
   await announce();
   let stopped = false;
   const timer = setInterval(() => {
-    if (!stopped) announce().catch((err: Error) => log.warn('announce-failed', { error: err.message }));
+    if (stopped) return;
+    announce().catch((err: Error) => log.warn('announce-failed', { error: err.message }));
+    void stake?.check();
   }, ANNOUNCE_INTERVAL_MS);
   const firstProbe = setTimeout(() => void measure().catch((err: Error) => log.debug('measure-failed', { error: err.message })), ANNOUNCE_INTERVAL_MS);
   const probeTimer = setInterval(() => {
