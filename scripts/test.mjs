@@ -5,13 +5,15 @@
 // slowest files. Exits non-zero if any file failed.
 //   node scripts/test.mjs [FILE...] [--concurrency N] [--no-build] [--save-durations]
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const DURATIONS = `${root}test/durations.json`;
 const ALONE = 'test/demo.test.ts';
+const TIME = existsSync('/usr/bin/time') ? '/usr/bin/time' : null;
 
 const args = process.argv.slice(2);
 const flag = (name) => {
@@ -53,15 +55,21 @@ const byLength = (files) => [...files].sort((a, b) => (known[b] ?? 0) - (known[a
 function runFile(file) {
   const started = Date.now();
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--test-reporter=spec', file], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    // GNU time, where it is installed, adds the CPU seconds of the file and the processes it started
+    const usage = TIME ? join(tmpdir(), `tl-test-${process.pid}-${file.replaceAll('/', '_')}.cpu`) : null;
+    const command = [...(usage ? [TIME, '-f', '%U %S', '-o', usage] : []), process.execPath, '--import', 'tsx', '--test-reporter=spec', file];
+    const child = spawn(command[0], command.slice(1), { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
     child.once('close', (code, signal) => {
       const seconds = (Date.now() - started) / 1000;
       const ok = code === 0;
-      process.stdout.write(`\n${ok ? '✔' : '✖'} ${file} (${seconds.toFixed(1)} s)${ok ? '' : ` exited ${code ?? signal}`}\n${out}`);
-      resolve({ file, seconds, ok });
+      const cpu = usage && existsSync(usage) ? readFileSync(usage, 'utf8').trim().split(/\s+/).slice(-2).reduce((a, b) => a + Number(b), 0) : null;
+      if (usage) rmSync(usage, { force: true });
+      const cpuText = cpu === null || Number.isNaN(cpu) ? '' : `, ${cpu.toFixed(1)} s of CPU`;
+      process.stdout.write(`\n${ok ? '✔' : '✖'} ${file} (${seconds.toFixed(1)} s${cpuText})${ok ? '' : ` exited ${code ?? signal}`}\n${out}`);
+      resolve({ file, seconds, cpu, ok });
     });
   });
 }
@@ -84,7 +92,7 @@ const results = [
 const failed = results.filter((r) => !r.ok);
 const slowest = [...results].sort((a, b) => b.seconds - a.seconds).slice(0, 10);
 process.stdout.write(`\nthe ten slowest test files (of ${results.length}; ${((Date.now() - started) / 1000).toFixed(0)} s in all, ${concurrency} at a time):\n`);
-for (const r of slowest) process.stdout.write(`  ${r.seconds.toFixed(1).padStart(7)} s  ${r.file}\n`);
+for (const r of slowest) process.stdout.write(`  ${r.seconds.toFixed(1).padStart(7)} s  ${r.cpu === null ? '' : `(CPU ${r.cpu.toFixed(0).padStart(4)} s)  `}${r.file}\n`);
 if (save) {
   const durations = { ...known, ...Object.fromEntries(results.map((r) => [r.file, Math.round(r.seconds)])) };
   writeFileSync(DURATIONS, `${JSON.stringify(Object.fromEntries(Object.entries(durations).sort()), null, 2)}\n`);
