@@ -111,18 +111,21 @@ export interface Traffic {
   weights: number;
   /** Control frames: requests, answers, records. */
   control: number;
+  /** What verifiers fetch to re-run sampled records (the weights, inputs and gradients a worker kept): evidence, never compressed. */
+  audits: number;
 }
 
-export const TRAFFIC_KINDS = ['activations', 'gradients', 'weights', 'control'] as const;
+export const TRAFFIC_KINDS = ['activations', 'gradients', 'weights', 'control', 'audits'] as const;
 
 export function newTraffic(): Traffic {
-  return { activations: 0, gradients: 0, weights: 0, control: 0 };
+  return { activations: 0, gradients: 0, weights: 0, control: 0, audits: 0 };
 }
 
 export function parseTraffic(v: unknown): Traffic {
   const o = obj(v, 'traffic');
   const n = (k: keyof Traffic) => finite(o[k], `traffic.${k}`, 0);
-  return { activations: n('activations'), gradients: n('gradients'), weights: n('weights'), control: n('control') };
+  // a worker from before audits were counted apart reports none
+  return { activations: n('activations'), gradients: n('gradients'), weights: n('weights'), control: n('control'), audits: o.audits === undefined ? 0 : n('audits') };
 }
 
 /** Adds `b` into `a`. */

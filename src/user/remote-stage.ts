@@ -5,9 +5,11 @@ import {
   dialProtocol, encodeControl, encodeTensor, errorFromWire, type Frame, fromWire, isWireError,
   parseLoadedAnswer, parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL,
   STAGE_REQUEST_TIMEOUT_MS, TRAIN_REQUEST_TIMEOUT_MS,
-  type StageAssignment, targetName, toWire, type Traffic, newTraffic, type WireTensor,
+  type StageAssignment, targetName, toWire, type Traffic, newTraffic, type WireActivationCodec, type WireTensor,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
+import { hopIn, hopOut } from '../compress/index.ts';
+import { hashTensors, type WorkRecord } from '../verify/index.ts';
 import type { SectionSource } from './section-source.ts';
 
 /** Requests whose tensors are weights or optimizer state (the others carry activations). */
@@ -32,6 +34,19 @@ export function recordOf(frame: RecordedFrame): unknown {
 export function tensorAnswer(frame: Frame, what: string): Tensor {
   if (frame.kind !== 'tensor') throw new InvalidMessageError(`${what}: expected a tensor`);
   return fromWire(frame.tensor);
+}
+
+/**
+ * What a record must name for a hop's result that came back: with a codec, what the worker sent
+ * (`sent`, the hash of the decoded tensor; its exact output is for re-execution), else its output.
+ */
+export function cameBack(codec: WireActivationCodec | null, hash: string): { output: string } | { sent: string } {
+  return codec ? { sent: hash } : { output: hash };
+}
+
+/** The hash of what the next stage of a chain computes on: with a codec, what this stage's record says it sent. */
+export function passedOn(codec: WireActivationCodec | null, record: WorkRecord): string {
+  return codec ? record.sent ?? '' : record.output;
 }
 
 /** How far a section's load has come. */
@@ -75,6 +90,11 @@ export class RemoteStage {
   private readonly table: RequestTable<RecordedFrame>;
   /** Bytes this user sent on the stage stream, by kind (the worker counts what it sends). */
   readonly traffic: Traffic = newTraffic();
+  /**
+   * How hidden states travel to and from this worker, in training and in sessions (null: float32):
+   * a training job's `compressActivations` sets it on every stage.
+   */
+  codec: WireActivationCodec | null = null;
 
   private constructor(
     readonly peer: string,
@@ -145,15 +165,39 @@ export class RemoteStage {
   }
 
   /**
+   * A session step's request: its header and frames, the hidden states (or ids) encoded by the
+   * codec and the positions (and key mask) as they are, and the hash of the input the worker
+   * computes on (what its record must name).
+   */
+  private sessionStep(header: Record<string, unknown>, [x, ...aux]: Tensor[]) {
+    const { part, received } = hopOut(x, this.codec);
+    return {
+      header: { type: 'forward', ...header, ...(this.codec ? { codec: this.codec } : {}) },
+      frames: (id: number) => [{ requestId: id, ...part }, ...aux.map((t) => toWire(t, id))],
+      input: hashTensors([received]),
+    };
+  }
+
+  /**
    * Sends a forward that travels on along `route` (the peer ids of the later stages, all in the
    * job's assignment); the last stage delivers the output to this user's result inbox under
-   * `requestId`. Nothing comes back on this stream.
+   * `requestId`. Nothing comes back on this stream. `tensors`: the hidden states (or ids), the
+   * positions and perhaps a key mask. Returns the hash of the input the first stage computes on
+   * (with a codec, the hidden states as decoded) and the codec the chain's hops travel by.
    */
-  async forwardChained(sessionId: string, tensors: Tensor[], route: string[], requestId: number): Promise<void> {
+  async forwardChained(
+    sessionId: string,
+    tensors: Tensor[],
+    route: string[],
+    requestId: number,
+  ): Promise<{ input: string; codec: WireActivationCodec | null }> {
     const id = this.table.unanswered();
-    await this.send(id, { type: 'forward', sessionId, route, replyTo: { requestId } }, tensors.map((t) => toWire(t, id))).catch((cause: unknown) => {
+    const { codec } = this;
+    const { header, frames, input } = this.sessionStep({ sessionId, route, replyTo: { requestId } }, tensors);
+    await this.send(id, header, frames(id)).catch((cause: unknown) => {
       throw new PeerUnreachableError(`${this.peer}: cannot send on the stage stream`, { cause });
     });
+    return { input, codec };
   }
 
   /**
@@ -222,16 +266,24 @@ export class RemoteStage {
     return (await this.forwardRecorded(sessionId, input, positions, keyMask)).output;
   }
 
-  /** A session's step with the worker's signed record of it (unchecked: the caller checks it). */
+  /**
+   * A session's step with the worker's signed record of it (unchecked: the caller checks it), the
+   * hash of the input the worker computed on, and what its record must name for the output that
+   * came (`expect`: its output, or with a codec what it sent).
+   */
   async forwardRecorded(
     sessionId: string,
     input: Tensor,
     positions: Tensor,
     keyMask: Tensor | null,
     timeoutMs = STAGE_REQUEST_TIMEOUT_MS,
-  ): Promise<{ output: Tensor; record: unknown }> {
-    const frame: RecordedFrame = await this.call({ type: 'forward', sessionId }, keyMask ? [input, positions, keyMask] : [input, positions], timeoutMs);
-    return { output: tensorAnswer(frame, 'forward'), record: recordOf(frame) };
+  ): Promise<{ output: Tensor; record: unknown; input: string; expect: { output: string } | { sent: string } }> {
+    const { codec } = this;
+    const step = this.sessionStep({ sessionId }, keyMask ? [input, positions, keyMask] : [input, positions]);
+    const frame: RecordedFrame = await this.call(step.header, step.frames, timeoutMs);
+    if (frame.kind !== 'tensor') throw new InvalidMessageError('forward: expected a tensor');
+    const output = hopIn(frame.tensor);
+    return { output, record: recordOf(frame), input: step.input, expect: cameBack(codec, hashTensors([output])) };
   }
 
   /** One weight of the section as the worker holds it now (trained, if it trains). */

@@ -1,9 +1,10 @@
 import type { Libp2p, Stream } from '@libp2p/interface';
 import {
-  errorFromWire, type Frame, fromWire, MAX_RESULT_STREAMS, parseResult, receiveFrames, RequestTable, RESULT_PROTOCOL,
+  errorFromWire, type Frame, MAX_RESULT_STREAMS, parseResult, receiveFrames, RequestTable, RESULT_PROTOCOL,
   STAGE_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
+import { hopIn } from '../compress/index.ts';
 
 /**
  * Where chained forwards end: the user's side of the result protocol. Results are matched
@@ -57,7 +58,8 @@ export class ResultInbox {
     this.senders.set(id, from);
     const result = answer
       .finally(() => this.senders.delete(id))
-      .then((f) => ({ output: fromWire((f as Frame & { kind: 'tensor' }).tensor), records: this.records.get(id) ?? [] }))
+      // float32, or float16 / int8 when the chain's hops are compressed: its dtype says which
+      .then((f) => ({ output: hopIn((f as Frame & { kind: 'tensor' }).tensor), records: this.records.get(id) ?? [] }))
       .finally(() => this.records.delete(id));
     result.catch(() => {});
     return { requestId: id, result };

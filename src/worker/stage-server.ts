@@ -19,8 +19,8 @@ import type { MemoryBudget } from './memory.ts';
 import type { ModelIndex } from './model-index.ts';
 import { PeerStreams } from './peer-streams.ts';
 
-/** Requests whose tensor answer is weights or optimizer state (the rest answer with activations). */
-const WEIGHT_ANSWERS = new Set(['weight', 'moments']);
+/** What a tensor answer carries, for the job's traffic: weights, a verifier's evidence, or (any other) activations. */
+const ANSWER_TRAFFIC: Record<string, 'weights' | 'audits'> = { 'weight': 'weights', 'moments': 'weights', 'audit-part': 'audits' };
 
 /** Every stage request type and its handler: the one dispatch table of the stage protocol. */
 const HANDLERS: Record<string, StageHandler> = { ...loadHandlers, ...inferenceHandlers, ...trainingHandlers, ...auditHandlers };
@@ -163,7 +163,7 @@ function serveStream(
         // a result's record travels just before it, under the same id
         const record = reply.record ? [encodeControl({ type: 'record', id: envelope.id, record: reply.record })] : [];
         const [head, payload] = encodeTensor(reply.part ? { requestId: envelope.id, ...reply.part } : toWire(reply.tensor, envelope.id));
-        countSent(job, WEIGHT_ANSWERS.has(envelope.type) ? 'weights' : 'activations', [...record, head], [payload]);
+        countSent(job, Object.hasOwn(ANSWER_TRAFFIC, envelope.type) ? ANSWER_TRAFFIC[envelope.type] : 'activations', [...record, head], [payload]);
         await sendMessage(stream, [...record, head, payload], { stallMs });
       } else if (reply.kind === 'control') {
         const frame = encodeControl({ ...reply.message, id: envelope.id });

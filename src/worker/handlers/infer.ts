@@ -4,14 +4,18 @@ import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
   STAGE_PROTOCOL, toWire,
 } from '../../p2p/index.ts';
+import { hopIn, hopOut } from '../../compress/index.ts';
 import { getBackend, noGrad } from '../../tensor/index.ts';
 import { auxHash, checkpointHash, hashTensors, recordFlops, sectionCost, signRecord } from '../../verify/index.ts';
+import { countSent } from '../jobs.ts';
 import { control, NONE, sectionOf, type StageHandler } from './types.ts';
 
 /**
  * Inference on a loaded section: `forward` runs one step of a session (the worker keeps its
  * KV cache) and either answers, or passes the output on to the next stage of the job's
- * assignment, the last stage sending it to the job's owner; `close` frees a session.
+ * assignment, the last stage sending it to the job's owner; `close` frees a session. With a
+ * codec the hidden states travel as float16 or int8 (positions and masks as they are), and the
+ * record names what was sent (`sent`) beside the exact output.
  */
 export const inferenceHandlers: Record<string, StageHandler> = {
   'forward': {
@@ -23,7 +27,9 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const next = request.route.length > 0 ? jobs.peerOf(job, request.route[0]) : null;
       const section = sectionOf(job);
       // the tensors are checked before a session is made: a malformed request leaves nothing behind
-      const [input, positions, keyMask] = expectTensors('forward', tensors, [2, 3]).map(fromWire);
+      const [hidden, ...aux] = expectTensors('forward', tensors, [2, 3]);
+      const input = hopIn(hidden);
+      const [positions, keyMask] = aux.map(fromWire);
       let session = section.sessions.get(request.sessionId);
       if (!session) {
         if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
@@ -62,11 +68,14 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       // its signed record travels with the output (along the chain, to the owner): the input it was
       // given, the output it returned, the weights it holds (hashed in checkpoint-name order)
       const weights = (section.weightsHash ??= checkpointHash(section.model));
+      // encoded once: the frame that leaves, and what its receiver computes on (its hash in the record)
+      const sent = hopOut(out, request.codec);
       const record = signRecord({
         job: job.jobId, step: position, micro: 0, stage: section.range, kind: 'decode', session: request.sessionId, input: hashTensors([input]),
         aux: auxHash(positions, keyMask ?? null), config: section.configHash,
         flops: Math.round(recordFlops('decode', (section.cost ??= sectionCost(section.model.config, section.range)), input.shape[0] * (input.shape[1] ?? 1))),
-        output: hashTensors([out]), weights, backend: getBackend().name, seq: (section.seq = (section.seq ?? 0) + 1),
+        output: hashTensors([out]), ...(request.codec ? { sent: hashTensors([sent.received]) } : {}), weights, backend: getBackend().name,
+        seq: (section.seq = (section.seq ?? 0) + 1),
       }, signer);
       // on ort its output is kept too (and counted): a verifier compares within tolerance, not by hash
       if (record.backend !== 'js') {
@@ -74,18 +83,23 @@ export const inferenceHandlers: Record<string, StageHandler> = {
         session.kvBytes += 4 * out.size;
       }
       session.history.push({ input, positions, keyMask: keyMask ?? null, record, ...(record.backend === 'js' ? {} : { output: out }) });
-      if (!request.replyTo) return { kind: 'tensor', tensor: out, record };
+      if (!request.replyTo) return { kind: 'tensor', tensor: out, record, part: sent.part };
       const records = [...request.records, record];
       if (next) {
         const stream = await peers.to(next, STAGE_PROTOCOL);
-        const forwarded = keyMask ? [out, positions, keyMask] : [out, positions];
-        const parts = forwarded.flatMap((t) => encodeTensor(toWire(t, id)));
-        const header = encodeControl({ ...body, route: request.route.slice(1), records, tensors: forwarded.length });
-        await sendMessage(stream, [header, ...parts], { stallMs });
+        const rest = (keyMask ? [positions, keyMask] : [positions]).map((t) => toWire(t, id));
+        const frames = [{ requestId: id, ...sent.part }, ...rest].map((w) => encodeTensor(w));
+        // the body goes on as it came (its codec too): only the route shortens and the records grow
+        const header = encodeControl({ ...body, route: request.route.slice(1), records, tensors: frames.length });
+        countSent(job, 'activations', [header, ...frames.map((f) => f[0])], frames.map((f) => f[1]));
+        await sendMessage(stream, [header, ...frames.flat()], { stallMs });
       } else {
         const owner = await peers.to({ peerId: job.owner, addrs: [] }, RESULT_PROTOCOL);
         const requestId = request.replyTo.requestId;
-        await sendMessage(owner, [encodeControl({ type: 'records', id: requestId, records }), ...encodeTensor(toWire(out, requestId))], { stallMs });
+        const header = encodeControl({ type: 'records', id: requestId, records });
+        const [head, payload] = encodeTensor({ requestId, ...sent.part });
+        countSent(job, 'activations', [header, head], [payload]);
+        await sendMessage(owner, [header, head, payload], { stallMs });
       }
       return NONE;
     },

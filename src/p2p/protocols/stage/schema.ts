@@ -154,6 +154,8 @@ export interface ForwardRequest {
   replyTo: { requestId: number } | null;
   /** The signed records of the chain's earlier stages (opaque here: the owner checks them). */
   records: unknown[];
+  /** How the hidden states travel to and from this stage, and on along the route (null: float32). */
+  codec: WireActivationCodec | null;
 }
 
 function parseReplyTo(v: unknown): { requestId: number } | null {
@@ -166,7 +168,7 @@ export function parseForward(m: Record<string, unknown>): ForwardRequest {
   if (route.length > 0 && !replyTo) fail('a routed forward needs replyTo');
   const records = m.records === undefined ? [] : m.records;
   if (!Array.isArray(records) || records.length > MAX_ROUTE) fail(`records must be a list of at most ${MAX_ROUTE}`);
-  return { sessionId: parseSessionId(m.sessionId), route, replyTo, records };
+  return { sessionId: parseSessionId(m.sessionId), route, replyTo, records, codec: parseCodec(m.codec) };
 }
 
 /** The replyTo of a request alone, if it has a well-formed one: errors of chained forwards go there, whatever else is wrong. */
@@ -190,7 +192,7 @@ export function parseMicro(m: Record<string, unknown>): number {
   return int(m.micro, 'micro', 0, 1_000_000);
 }
 
-/** How activations and their gradients may travel on a training hop: float16, or int8 with a float32 scale per row. */
+/** How activations (and their gradients) may travel on a hop, in training or a session: float16, or int8 with a float32 scale per row. */
 export const WIRE_ACTIVATION_CODECS = ['fp16', 'int8'] as const;
 export type WireActivationCodec = (typeof WIRE_ACTIVATION_CODECS)[number];
 
