@@ -2,11 +2,11 @@ import type { Libp2p } from '@libp2p/interface';
 import { PeerUnreachableError, StageFailedError, TensorLinkError } from '../errors.ts';
 import { request } from '../p2p/index.ts';
 import type { Plan } from '../plan/index.ts';
-import type { JobStage } from './job.ts';
+import type { JobStage } from './job-stage.ts';
 
 /**
  * Failover: how a job tells a lost worker from a slow answer, and what it records when it
- * replaces one. Pure rules and one probe; the job (job.ts) does the replacing.
+ * replaces one. Pure rules and one probe; the job's recovery (recovery.ts) does the replacing.
  */
 
 /**

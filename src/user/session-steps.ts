@@ -2,7 +2,7 @@ import { InvalidMessageError, StageFailedError, VerificationError } from '../err
 import { publicKeyOf, type StageAssignment } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { agree, auxHash, checkRecord, hashTensors, parseRecord, sessionStepHash, type WorkRecord } from '../verify/index.ts';
-import type { JobStage } from './job.ts';
+import type { JobStage } from './job-stage.ts';
 import { MAX_FAILOVERS, type SessionProgress } from './failover.ts';
 import type { ResultInbox } from './result-inbox.ts';
 import type { JobVerifier } from './verifier.ts';
