@@ -4,12 +4,16 @@ import type { Logger } from '../p2p/index.ts';
 /**
  * A worker's stake, kept up: each check (the worker's start, then every announcement) reads
  * its stake and, below MIN_STAKE, locks what its tokens allow. A worker an operator funds
- * after it started stakes at its next announcement, and one slashed below the minimum stakes
- * again from what it holds. One check at a time; the log says when the standing changes.
+ * after it started stakes at its next announcement. A stake that fell since the last check was
+ * slashed: the worker does not buy its way back in this run (its operator may, with `tensorlink
+ * stake`). One check at a time; the log says when the standing changes.
  */
 export class StakeKeeper {
   private checking: Promise<bigint | null> | null = null;
   private staked: boolean | null = null;
+  /** The stake the last check saw. */
+  private last: bigint | null = null;
+  private slashed = false;
 
   constructor(
     private readonly chain: NodeChain,
@@ -18,7 +22,7 @@ export class StakeKeeper {
 
   /** Checks (or joins the check under way); the stake after it, null when the chain could not be read. */
   check(): Promise<bigint | null> {
-    this.checking ??= this.chain.ensureStake()
+    this.checking ??= this.topUp()
       .then((stake) => {
         this.report(stake);
         return stake;
@@ -31,6 +35,17 @@ export class StakeKeeper {
         this.checking = null;
       });
     return this.checking;
+  }
+
+  private async topUp(): Promise<bigint> {
+    const now = await this.chain.stakeOf();
+    if (!this.slashed && this.last !== null && now < this.last) {
+      this.slashed = true;
+      this.log.warn('slashed', { account: this.chain.address, stake: now.toString(), was: this.last.toString() });
+    }
+    const stake = this.slashed || now >= MIN_STAKE ? now : await this.chain.ensureStake();
+    this.last = stake;
+    return stake;
   }
 
   private report(stake: bigint): void {
