@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { fortunesDataset, heldOutLoss, textBatch } from '../../src/data/index.ts';
 import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer } from '../../src/models/index.ts';
-import type { Traffic } from '../../src/p2p/index.ts';
+import { parseForward, parseTraffic, type Traffic } from '../../src/p2p/index.ts';
 import type { PipelineStage } from '../../src/pipeline/index.ts';
 import { distribute, type DistributedTrainerOptions } from '../../src/user/index.ts';
 import { inProcessSwarm } from '../helpers/in-process-swarm.ts';
@@ -52,6 +52,22 @@ async function train(
     await dm.close();
   }
 }
+
+describe('a session\'s codec and the traffic kinds on the wire', () => {
+  test('a forward names fp16, int8 or no codec; any other is a typed error', () => {
+    assert.equal(parseForward({ sessionId: 's' }).codec, null);
+    assert.equal(parseForward({ sessionId: 's', codec: 'int8' }).codec, 'int8');
+    assert.equal(parseForward({ sessionId: 's', codec: 'fp16' }).codec, 'fp16');
+    for (const codec of ['none', 'bf16', 8, null]) assert.throws(() => parseForward({ sessionId: 's', codec }), { name: 'InvalidMessageError' });
+  });
+
+  test('a worker\'s traffic report: audits apart (none from a worker that does not count them), every count finite and ≥ 0', () => {
+    const counts = { activations: 1, gradients: 2, weights: 3, control: 4 };
+    assert.deepEqual(parseTraffic(counts), { ...counts, audits: 0 });
+    assert.equal(parseTraffic({ ...counts, audits: 5 }).audits, 5);
+    for (const audits of [-1, Infinity, '5']) assert.throws(() => parseTraffic({ ...counts, audits }), { name: 'InvalidMessageError' });
+  });
+});
 
 describe('less traffic per step (real text: Debian\'s fortunes; js backend, workers on 127.0.0.1)', () => {
   setBackend('js');
@@ -110,17 +126,62 @@ describe('less traffic per step (real text: Debian\'s fortunes; js backend, work
     assert.ok(Math.abs(gap) < 0.03, `held-out loss ${(100 * gap).toFixed(2)}% from exact`);
   });
 
-  test('fp16 and int8 activations on every hop: 2× and ~4× fewer activation bytes, losses within 1% of float32', async () => {
-    const steps = 10;
-    const exact = await train(net, steps, {});
+  test('fp16 and int8 on every hop of 2 sections × 2 replicas, the evaluation\'s included: 2× and ≥ 3.5× fewer activation bytes, losses within 1% of float32, every sampled record checked', async () => {
+    const exact = await trainAndEvaluate(net, null);
     for (const codec of ['fp16', 'int8'] as const) {
-      const run = await train(net, steps, { compressActivations: codec });
-      const ratio = exact.perStep.activations / run.perStep.activations;
+      const run = await trainAndEvaluate(net, codec);
+      const ratio = exact.traffic.activations / run.traffic.activations;
       const worst = Math.max(...run.losses.map((l, i) => Math.abs(l / exact.losses[i] - 1)));
-      console.log(`${codec}: activation bytes ${exact.perStep.activations} → ${run.perStep.activations} (${ratio.toFixed(2)}× fewer); worst step loss ${(100 * worst).toFixed(3)}% off; held-out ${exact.heldOut.toFixed(4)} → ${run.heldOut.toFixed(4)}`);
+      console.log(`${codec}: activation bytes ${exact.traffic.activations} → ${run.traffic.activations} (${ratio.toFixed(2)}× fewer; the user's evaluation ${exact.evaluation} → ${run.evaluation}); worst step loss ${(100 * worst).toFixed(3)}% off; held-out ${exact.heldOut.toFixed(4)} → ${run.heldOut.toFixed(4)}; ${run.checked} records re-run, audits ${run.traffic.audits} B`);
       assert.ok(ratio > (codec === 'fp16' ? 1.95 : 3.5), `${ratio}`);
       assert.ok(worst < 0.01, `a step's loss ${(100 * worst).toFixed(3)}% off`);
       assert.ok(Math.abs(run.heldOut / exact.heldOut - 1) < 0.01);
+      // the evaluation's hops are compressed too, not only the training's
+      assert.ok(exact.evaluation / run.evaluation > (codec === 'fp16' ? 1.9 : 3.5), `evaluation ${exact.evaluation} → ${run.evaluation}`);
+      // sampled records, the evaluation's decoding steps among them, re-run by the validator: none failed
+      assert.ok(run.checked > 0 && run.failed === 0, `${run.checked} checked, ${run.failed} failed`);
     }
   });
 });
+
+interface Evaluated {
+  losses: number[];
+  heldOut: number;
+  /** Bytes of the whole job by kind: its steps and its evaluation. */
+  traffic: Traffic;
+  /** Activation bytes the user sent for the evaluation. */
+  evaluation: number;
+  checked: number;
+  failed: number;
+}
+
+/**
+ * As `train --local 4 --replicas 2 --micro-batches 4 --compress-activations CODEC` does: 2 sections
+ * × 2 replicas, a held-out evaluation through the workers between steps, and steps after it
+ * (workers report what they sent at each step); a quarter of the records re-run by the validator.
+ */
+async function trainAndEvaluate(net: Net, codec: 'fp16' | 'int8' | null): Promise<Evaluated> {
+  const dm = await distribute(net.user, net.boot, createModel(config, { seed: 3 }), {
+    strategy: 'parameter-balanced', replicas: 2, training: true, verify: { sampleRate: 0.25 },
+  });
+  try {
+    const compression = codec ? { compressActivations: codec } : {};
+    const trainer = await dm.trainer({
+      optimizer: { lr: 3e-3 }, totalSteps: 4, warmupSteps: 1, microBatches: 4, replicas: 2, ...compression,
+    });
+    const rng = new Generator(11);
+    const losses: number[] = [];
+    const start = dm.traffic();
+    for (let s = 0; s < 2; s++) losses.push((await trainer.step(textBatch(data.train, rng, 8, SEQ))).loss);
+    const before = dm.traffic().activations;
+    const { loss: heldOut } = await heldOutLoss((ids) => dm.logits(ids), data.heldOut, { seqLen: SEQ, batchSize: 16, windows: 64 });
+    const evaluation = dm.traffic().activations - before;
+    for (let s = 2; s < 4; s++) losses.push((await trainer.step(textBatch(data.train, rng, 8, SEQ))).loss);
+    const end = dm.traffic();
+    const traffic = Object.fromEntries(Object.entries(end).map(([k, v]) => [k, v - start[k as keyof Traffic]])) as unknown as Traffic;
+    const summary = await dm.settle();
+    return { losses, heldOut, traffic, evaluation, checked: summary?.checked ?? 0, failed: summary?.failed ?? 0 };
+  } finally {
+    await dm.close();
+  }
+}
