@@ -3,24 +3,6 @@ import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { TensorLinkError } from '../errors.ts';
 import { setBackend } from '../tensor/index.ts';
 import { type Flags, optionalIntFlag, UsageError } from './args.ts';
-import { chainCommand, chainOptions } from './commands/chain.ts';
-import { accountCommand, accountOptions, fundCommand, fundOptions, stakeCommand, stakeOptions } from './commands/operator.ts';
-import { ledgerCommand, ledgerOptions } from './commands/ledger.ts';
-import { demoCommand, demoOptions } from './commands/demo.ts';
-import { generateCommand, generateOptions } from './commands/generate.ts';
-import { initModel, initModelOptions } from './commands/init-model.ts';
-import {
-  statusCommand,
-  statusOptions,
-  swarmCommand,
-  swarmOptions,
-  validatorCommand,
-  validatorOptions,
-  workerCommand,
-  workerOptions,
-} from './commands/nodes.ts';
-import { serveCommand, serveOptions } from './commands/serve.ts';
-import { trainCommand, trainOptions } from './commands/train.ts';
 import { readFileSync } from 'node:fs';
 import { createOutput, type Output } from './output.ts';
 
@@ -121,28 +103,32 @@ every command takes --json (one JSON object on stdout; progress on stderr), --ba
 (js: bitwise reproducible; ort: fast, the default where it loads), --threads N (onnxruntime
 threads, idle ones sleeping: for nodes that share a machine) and --help`;
 
+/** A command as its module gives it: its flags, and what runs it. */
 interface Command {
   options: NonNullable<ParseArgsConfig['options']>;
   run: (flags: Flags, out: Output, positionals: string[]) => Promise<void>;
-  /** Whether the command takes words after its name (`ledger verify FILE`). */
-  positionals?: boolean;
 }
 
-const COMMANDS: Record<string, Command> = {
-  'demo': { options: demoOptions, run: demoCommand },
-  'init-model': { options: initModelOptions, run: initModel },
-  'generate': { options: generateOptions, run: generateCommand },
-  'train': { options: trainOptions, run: trainCommand },
-  'serve': { options: serveOptions, run: serveCommand },
-  'validator': { options: validatorOptions, run: validatorCommand },
-  'worker': { options: workerOptions, run: workerCommand },
-  'status': { options: statusOptions, run: statusCommand },
-  'swarm': { options: swarmOptions, run: swarmCommand },
-  'chain': { options: chainOptions, run: chainCommand },
-  'ledger': { options: ledgerOptions, run: ledgerCommand, positionals: true },
-  'account': { options: accountOptions, run: accountCommand },
-  'stake': { options: stakeOptions, run: stakeCommand },
-  'fund': { options: fundOptions, run: fundCommand, positionals: true },
+/**
+ * Each command's module is loaded only when that command runs: a worker process does not load
+ * the HTTP server, the tokenizers or the chain client it never uses (about a second of CPU at
+ * every start). `positionals`: the command takes words after its name (`ledger verify FILE`).
+ */
+const COMMANDS: Record<string, { load: () => Promise<Command>; positionals?: boolean }> = {
+  'demo': { load: () => import('./commands/demo.ts').then((m) => ({ options: m.demoOptions, run: m.demoCommand })) },
+  'init-model': { load: () => import('./commands/init-model.ts').then((m) => ({ options: m.initModelOptions, run: m.initModel })) },
+  'generate': { load: () => import('./commands/generate.ts').then((m) => ({ options: m.generateOptions, run: m.generateCommand })) },
+  'train': { load: () => import('./commands/train.ts').then((m) => ({ options: m.trainOptions, run: m.trainCommand })) },
+  'serve': { load: () => import('./commands/serve.ts').then((m) => ({ options: m.serveOptions, run: m.serveCommand })) },
+  'validator': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.validatorOptions, run: m.validatorCommand })) },
+  'worker': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.workerOptions, run: m.workerCommand })) },
+  'status': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.statusOptions, run: m.statusCommand })) },
+  'swarm': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.swarmOptions, run: m.swarmCommand })) },
+  'chain': { load: () => import('./commands/chain.ts').then((m) => ({ options: m.chainOptions, run: m.chainCommand })) },
+  'ledger': { load: () => import('./commands/ledger.ts').then((m) => ({ options: m.ledgerOptions, run: m.ledgerCommand })), positionals: true },
+  'account': { load: () => import('./commands/operator.ts').then((m) => ({ options: m.accountOptions, run: m.accountCommand })) },
+  'stake': { load: () => import('./commands/operator.ts').then((m) => ({ options: m.stakeOptions, run: m.stakeCommand })) },
+  'fund': { load: () => import('./commands/operator.ts').then((m) => ({ options: m.fundOptions, run: m.fundCommand })), positionals: true },
 };
 
 const PLANNED = new Set<string>();
@@ -184,8 +170,9 @@ export async function main(argv: string[]): Promise<number> {
       return 0;
     }
     if (PLANNED.has(command)) throw new UsageError(`'${command}' is not available in this version yet (see the README's roadmap)`);
-    const spec = COMMANDS[command];
-    if (spec === undefined) throw new UsageError(`unknown command '${command}' (try --help)`);
+    const entry = Object.hasOwn(COMMANDS, command) ? COMMANDS[command] : undefined;
+    if (entry === undefined) throw new UsageError(`unknown command '${command}' (try --help)`);
+    const spec = await entry.load();
     let flags: Flags;
     let positionals: string[];
     try {
@@ -193,7 +180,7 @@ export async function main(argv: string[]): Promise<number> {
         args: rest,
         options: { ...spec.options, json: { type: 'boolean' }, help: { type: 'boolean' }, backend: { type: 'string' }, threads: { type: 'string' } },
         strict: true,
-        allowPositionals: spec.positionals === true,
+        allowPositionals: entry.positionals === true,
       }) as { values: Flags; positionals: string[] });
     } catch (err) {
       throw new UsageError((err as Error).message);
