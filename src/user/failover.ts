@@ -82,6 +82,24 @@ export interface FailoverEvent {
   replayed: number;
 }
 
+/**
+ * Runs `read` until it gives an answer: after a failure that means a worker may be lost, `recover`
+ * replaces it (attempt 0, 1, ...) and `read` runs again on the job as it is then; any other
+ * failure, or MAX_FAILOVERS in a row, is thrown. For what a job reads back between steps (its
+ * weights, its optimizer state): the job it reads from after a failover holds the same values.
+ */
+export async function retryOnLoss<T>(read: () => Promise<T>, recover: (cause: unknown, attempt: number) => Promise<void>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await read();
+    } catch (err) {
+      if (!isLoss(err)) throw err;
+      if (attempt >= MAX_FAILOVERS) throw new StageFailedError(`a read from the job's workers failed ${attempt + 1} times in a row: ${(err as Error).message}`, { cause: err });
+      await recover(err, attempt);
+    }
+  }
+}
+
 /** The peers a failure names as past their deadline (a request to them that timed out). */
 export function latePeers(err: unknown): Set<string> {
   const out = new Set<string>();

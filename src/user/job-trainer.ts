@@ -56,6 +56,12 @@ export class JobTrainer {
   private lastCopy = Date.now();
   /** A rollback that failed part way: the job is in no known state, and says so on every later step. */
   private broken: Error | null = null;
+  /**
+   * The steps after which `sync` averaged the replicas' local steps outside the schedule (before an
+   * evaluation or a checkpoint): a replay averages there too, or the replicas would go on from
+   * weights the job never had.
+   */
+  private readonly synced = new Set<number>();
   /** The re-runs of the last step's sampled records, under way while the next step computes. */
   private pending: Promise<AuditVerdict[]> | null = null;
 
@@ -160,6 +166,14 @@ export class JobTrainer {
       // rebuilt from its last copy and replayed: the replicas average on the new workers
       await this.inner.sync();
     }
+    this.synced.add(this.inner.stepCount);
+  }
+
+  /** One step replayed (a failover, a rollback): averaged after, as it was, if `sync` averaged after it. */
+  private async replay(batch: TrainingBatch): Promise<PipelineStepResult> {
+    const result = await this.inner.step(batch);
+    if (this.synced.has(this.inner.stepCount)) await this.inner.sync();
+    return result;
   }
 
   /**
@@ -167,6 +181,9 @@ export class JobTrainer {
    * is rebuilt from its last copy and the steps since are replayed, as for a step that lost one.
    */
   async heal(cause: unknown): Promise<void> {
+    if (!this.failover) {
+      throw new StageFailedError(`a worker of this job was lost, and its trainer runs without failover: ${(cause as Error).message}`, { cause });
+    }
     this.verifier.discardSampled();
     const failed = await this.takePending().catch(() => []);
     if (failed.length > 0) await this.rollback(failed);
@@ -238,7 +255,7 @@ export class JobTrainer {
       this.inner.beforeFlush = null;
       try {
         for (const b of this.batches.slice(from - this.base)) {
-          result = await this.inner.step(b);
+          result = await this.replay(b);
           const failed = await this.verifier.auditSampled();
           if (failed.length > 0) return await this.rollback(failed);
         }
@@ -282,7 +299,7 @@ export class JobTrainer {
         this.inner.beforeFlush = null; // a replay settles each step's checks at once
         failed = [];
         for (const b of this.batches) {
-          result = await this.inner.step(b);
+          result = await this.replay(b);
           this.verifier.summary.replayedSteps++;
           failed = await this.verifier.auditSampled();
           if (failed.length > 0) break;

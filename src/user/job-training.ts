@@ -4,7 +4,7 @@ import { layerParameters } from '../models/index.ts';
 import { addTraffic, type Traffic } from '../p2p/index.ts';
 import { type PipelineStage, PipelineTrainer, type ScheduleName, type StageHandle, userEnds } from '../pipeline/index.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
-import { deadlineMs } from './failover.ts';
+import { deadlineMs, retryOnLoss } from './failover.ts';
 import { JobTrainer, type TrainingFailover } from './job-trainer.ts';
 import { ownEndLayers, ownEnds } from './job-stage.ts';
 import type { JobPlacement } from './placement.ts';
@@ -112,7 +112,8 @@ function primaryOf(h: StageHandle): StageHandle {
 /**
  * A distributed job's training: its pipeline over the job's sections and the user's ends, the
  * trainer that drives it, copies of its state and rebuilds from them (failover), and its
- * optimizer state for checkpoints.
+ * optimizer state for checkpoints. Reads of that state go on across a lost worker: the job is
+ * rebuilt from its last copy and the steps since replayed, so what is read is what was there.
  */
 export class JobTraining {
   pipeline: PipelineTrainer | null = null;
@@ -329,21 +330,29 @@ export class JobTraining {
     return this.pipeline;
   }
 
+  /** Runs `read` on the job as it is; a worker lost meanwhile is replaced (the job rebuilt from its copy) and `read` run again. */
+  private readAcross<T>(read: () => Promise<T>): Promise<T> {
+    return retryOnLoss(read, (cause, attempt) => this.ctx.recovery.recover(cause, attempt));
+  }
+
   /** AdamW's state of every parameter that has taken a step, from its first holder. */
   async optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>> {
     this.trained();
     await this.settle();
-    const out = new Map<string, { moments: Tensor; step: number }>();
-    for (const h of this.handles()) {
-      for (const [n, s] of await h.optimizerState()) if (!out.has(n)) out.set(n, s);
-    }
-    return out;
+    return this.readAcross(async () => {
+      const out = new Map<string, { moments: Tensor; step: number }>();
+      for (const h of this.handles()) {
+        for (const [n, s] of await h.optimizerState()) if (!out.has(n)) out.set(n, s);
+      }
+      return out;
+    });
   }
 
   /**
    * AdamW's state parameter by parameter, for checkpoints of models larger than the user's
    * memory: each parameter that has taken a step, its shape and step count, and a fetch of its
-   * moments ([2, ...shape]) from its first holder when the writer gets to it.
+   * moments ([2, ...shape]) from its first holder when the writer gets to it (from the holder
+   * then: a worker lost meanwhile is replaced first).
    */
   async optimizerEntries(): Promise<OptimizerEntry[]> {
     this.trained();
@@ -351,21 +360,23 @@ export class JobTraining {
     const { placement } = this.ctx;
     const shapes = new Map<string, number[]>();
     for (const [s] of placement.sections) for (const w of placement.weightsOf(s)) shapes.set(w.name, w.shape);
-    const out: OptimizerEntry[] = [];
-    const seen = new Set<string>();
-    for (const stage of this.trained().stages) {
-      const h = primaryOf(stage.replicas[0]);
-      const steps = h instanceof RemoteTrainStage
-        ? (await h.momentSteps()).map(({ name, step }) => ({ name, step, shape: shapes.get(name)! }))
-        // the user's own ends: small, and in this process
-        : [...await h.optimizerState()].map(([name, s]) => ({ name, step: s.step, shape: s.moments.shape.slice(1) }));
-      for (const { name, step, shape } of steps) {
-        if (seen.has(name)) continue;
-        seen.add(name);
-        out.push({ name, shape, step, moments: () => this.momentsOf(name) });
+    return this.readAcross(async () => {
+      const out: OptimizerEntry[] = [];
+      const seen = new Set<string>();
+      for (const stage of this.trained().stages) {
+        const h = primaryOf(stage.replicas[0]);
+        const steps = h instanceof RemoteTrainStage
+          ? (await h.momentSteps()).map(({ name, step }) => ({ name, step, shape: shapes.get(name)! }))
+          // the user's own ends: small, and in this process
+          : [...await h.optimizerState()].map(([name, s]) => ({ name, step: s.step, shape: s.moments.shape.slice(1) }));
+        for (const { name, step, shape } of steps) {
+          if (seen.has(name)) continue;
+          seen.add(name);
+          out.push({ name, shape, step, moments: () => this.readAcross(() => this.momentsOf(name)) });
+        }
       }
-    }
-    return out;
+      return out;
+    });
   }
 
   /** The moments ([2, ...shape]) of parameter `name` from its first holder in the pipeline as it is now. */

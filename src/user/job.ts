@@ -4,7 +4,7 @@ import { type CausalLM, type GenerateOptions, layerParameters, saveModelStreamed
 import { addTraffic, type DialTarget, newTraffic, type PeerTarget, type Traffic } from '../p2p/index.ts';
 import type { Plan } from '../plan/index.ts';
 import type { Tensor } from '../tensor/index.ts';
-import type { FailoverEvent } from './failover.ts';
+import { type FailoverEvent, retryOnLoss } from './failover.ts';
 import { JobSessions } from './job-sessions.ts';
 import { type JobStage, ownEndLayers } from './job-stage.ts';
 import type { JobTrainer } from './job-trainer.ts';
@@ -67,7 +67,9 @@ export interface DistributedModel {
  *
  * The job is its parts, each in a file of its own: where its sections are (placement.ts), how it
  * goes on after a lost worker (recovery.ts), when it moves to a better plan (replanner.ts), its
- * sessions (job-sessions.ts) and its training (job-training.ts).
+ * sessions (job-sessions.ts) and its training (job-training.ts). Whatever it reads back from its
+ * workers (weights for save and pull, optimizer state) survives a lost worker the same way a step
+ * does: the job is rebuilt, and what is read is what was there.
  */
 export class DistributedJob implements DistributedModel {
   private readonly placement: JobPlacement;
@@ -260,9 +262,13 @@ export class DistributedJob implements DistributedModel {
     return this.training.setOptimizerState(state);
   }
 
-  /** Weight `name` as its section's first holder has it now. */
+  /**
+   * Weight `name` as its section's first holder has it now. A worker lost meanwhile is replaced
+   * first (a training job is rebuilt from its last copy and its steps since replayed), so the
+   * weight read is the one the job held before the loss (bit for bit on js).
+   */
   private weight(name: string): Promise<Tensor> {
-    return this.placement.holderOf(name).remote.weight(name);
+    return retryOnLoss(() => this.placement.holderOf(name).remote.weight(name), (cause, attempt) => this.recovery.recover(cause, attempt));
   }
 
   /** The names of the weights the workers hold, section by section. */
@@ -274,16 +280,21 @@ export class DistributedJob implements DistributedModel {
     const model = this.source.whole;
     if (!model) throw new InvalidArgumentError('the user holds only the ends of this model: write its weights with save(dir) instead of pulling them into memory');
     await this.settle();
+    // every weight first, then into the model at once: until the last has come, the model still holds the job's start, which a
+    // failover on the way may rebuild the job from
+    const weights = new Map<string, Tensor>();
+    for (const { name } of this.workerWeights()) weights.set(name, await this.weight(name));
+    model.loadStateDict(weights, { strict: false });
     // the model the job was distributed from now holds trained weights: a rollback can no longer reload its start from it
     this.placement.sourceSpent = true;
-    for (const { name } of this.workerWeights()) model.loadStateDict(new Map([[name, await this.weight(name)]]), { strict: false });
     return model;
   }
 
   /**
    * Writes the model as it is now (the user's ends and every worker's section) to `dir` in
    * Hugging Face's layout, sharded above `maxShardBytes`: each weight is fetched from its first
-   * holder and written as it arrives, so the user never holds more than one weight.
+   * holder and written as it arrives, so the user never holds more than one weight. A worker lost
+   * on the way is replaced before its weights are fetched (see `weight`): the files are the job's.
    */
   async save(dir: string, options: { maxShardBytes?: number } = {}): Promise<string[]> {
     await this.settle();

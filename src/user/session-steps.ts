@@ -1,4 +1,4 @@
-import { InvalidMessageError, StageFailedError, VerificationError } from '../errors.ts';
+import { InvalidMessageError, PeerUnreachableError, StageFailedError, VerificationError } from '../errors.ts';
 import { publicKeyOf, type StageAssignment } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { agree, auxHash, checkRecord, hashTensors, parseRecord, sessionStepHash, type WorkRecord } from '../verify/index.ts';
@@ -6,6 +6,13 @@ import type { JobStage } from './job-stage.ts';
 import { MAX_FAILOVERS, type SessionProgress } from './failover.ts';
 import type { ResultInbox } from './result-inbox.ts';
 import type { JobVerifier } from './verifier.ts';
+
+/**
+ * While a chained step is under way, the user looks this often at the stage streams of its route:
+ * a worker that dies leaves its stream closed, and the chain's result would never come, so the
+ * step fails at once instead of at its deadline (seconds, and at least DEADLINE_FLOOR_MS).
+ */
+export const CHAIN_WATCH_MS = 50;
 
 /** What a session's steps run on: the job's sections (copies), how results come back, and who checks them. */
 export interface SessionContext {
@@ -139,7 +146,7 @@ export class SessionSteps {
       const deadline = this.ctx.deadlineMs(steps * x.shape[0]);
       const { requestId, result } = this.ctx.inbox.expect(new Set(route.map((s) => s.where.peerId)), deadline);
       await route[0].remote.forwardChained(this.sessionId, tensors(x), route.slice(1).map((s) => s.where.peerId), requestId);
-      const answer = await result;
+      const answer = await this.unlessClosed(route, result);
       if (answer.records.length !== route.length) {
         throw new VerificationError(`the chain returned ${answer.records.length} records for its ${route.length} stages`);
       }
@@ -156,6 +163,25 @@ export class SessionSteps {
     }
     this.position += steps;
     return out;
+  }
+
+  /**
+   * `result`, or a PeerUnreachableError (a loss: the job fails over) as soon as the stage stream
+   * of a stage on `route` is no longer open.
+   */
+  private async unlessClosed<T>(route: JobStage[], result: Promise<T>): Promise<T> {
+    let timer: ReturnType<typeof setInterval> | undefined;
+    const closed = new Promise<never>((_, reject) => {
+      timer = setInterval(() => {
+        const gone = route.find((s) => !s.remote.open);
+        if (gone) reject(new PeerUnreachableError(`${gone.where.peerId}: its stage stream closed during a chained step`, { details: { peer: gone.where.peerId } }));
+      }, CHAIN_WATCH_MS);
+    });
+    try {
+      return await Promise.race([result, closed]);
+    } finally {
+      clearInterval(timer);
+    }
   }
 
   /** One section's step on its copies (relayed by the user); the result they agree on or the validator confirms. */

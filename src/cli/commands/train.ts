@@ -336,17 +336,21 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
     const checkpoint = async (step: number) => {
       if (outDir) await runner.checkpoint(outDir, { step, totalSteps: steps, lr, seed, source: source.name, rng: rng.getState(), losses });
     };
-    for (let step = start + 1; step <= stopAt; step++) {
-      const r = await runner.step(source.batch(rng));
+    /** What happened to the job since the last report (workers caught or lost, moves), during `what`. */
+    const report = (what: string) => {
       const caught = runner.verification?.()?.flagged ?? [];
-      for (const peer of caught.slice(flagged)) out.info(`step ${step}: worker …${peer.slice(-6)} was caught cheating: flagged at the validator and excluded from the job`);
+      for (const peer of caught.slice(flagged)) out.info(`${what}: worker …${peer.slice(-6)} was caught cheating: flagged at the validator and excluded from the job`);
       flagged = caught.length;
       const failovers = runner.failovers?.() ?? [];
-      for (const e of failovers.slice(failedOver)) out.info(`step ${step}: ${failoverLine(e)}`);
+      for (const e of failovers.slice(failedOver)) out.info(`${what}: ${failoverLine(e)}`);
       failedOver = failovers.length;
       const replans = runner.replans?.() ?? [];
-      for (const e of replans.slice(moved)) out.info(`step ${step}: planned again (${e.reason})`);
+      for (const e of replans.slice(moved)) out.info(`${what}: planned again (${e.reason})`);
       moved = replans.length;
+    };
+    for (let step = start + 1; step <= stopAt; step++) {
+      const r = await runner.step(source.batch(rng));
+      report(`step ${step}`);
       // a failover that planned the job again changed its stages: their busy times start over
       const reshaped = r.busy && (r.busy.length !== busy.length || r.busy.some((row, s) => row.length !== busy[s].length));
       if (r.busy && reshaped) busy = r.busy.map((row) => row.map(() => 0));
@@ -358,11 +362,15 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
       out.progress(`${bar(step / steps)} ${step}/${steps}  loss ${r.loss.toFixed(4)}  ${Math.round(tokens / seconds)} tok/s  lr ${r.lr.toExponential(2)}${stagesLine}`);
       if (step % evalEvery === 0 || step === steps) {
         const e = await runner.evaluate();
+        // a worker lost while evaluating or writing the checkpoint was replaced: said as for a step
+        report(`step ${step}, evaluating`);
         evals.push({ step, ...e });
         out.info(`step ${step}  loss ${r.loss.toFixed(4)}  eval ${e.metric} ${e.metric === 'accuracy' ? `${(100 * e.value).toFixed(1)}%` : e.value.toFixed(4)}  ${seconds.toFixed(0)} s`);
         await checkpoint(step);
+        report(`step ${step}, writing the checkpoint`);
       } else if (step === stopAt) {
         await checkpoint(step);
+        report(`step ${step}, writing the checkpoint`);
       }
     }
   } finally {
