@@ -4,12 +4,9 @@ import { loadOrCreateAccount } from './account.ts';
 import { type Deployment, readDeployment } from './contracts-file.ts';
 import { artifacts, type ChainClients, clients } from './deploy.ts';
 
-/** The stake a worker locks to be given work: 100 tokens (of 18 decimals). */
-export const MIN_STAKE = 100n * 10n ** 18n;
-/** What verified work is paid from a job's escrow: token units per FLOP (1 token per 10¹² FLOPs). */
-export const PRICE_PER_FLOP = 10n ** 6n;
-/** The share of a stake a proven cheat costs, in basis points. */
-export const SLASH_BPS = 5_000n;
+import { MIN_STAKE } from './constants.ts';
+
+export { MIN_STAKE, PRICE_PER_FLOP, SLASH_BPS } from './constants.ts';
 
 /** A job's id on the chain: keccak256 of its id's UTF-8 bytes. */
 export function jobKey(jobId: string): Hex {

@@ -1,7 +1,6 @@
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { parseEther } from 'viem';
-import { NodeChain } from '../chain/index.ts';
+import type { NodeChain } from '../chain/index.ts';
 import { ChainError } from '../errors.ts';
 import { type Flags, stringFlag, UsageError } from './args.ts';
 import type { Output } from './output.ts';
@@ -25,10 +24,11 @@ export const USER_KEY_DIR = join(homedir(), '.tensorlink', 'user');
  * that user accepted.
  */
 export async function payForJob(flags: Flags, job: { jobId: string; user: string }, out: Output): Promise<void> {
-  const chain = chainFromFlags(flags, USER_KEY_DIR);
+  const chain = await chainFromFlags(flags, USER_KEY_DIR);
   if (!chain) return;
   const raw = stringFlag(flags, 'pay') ?? '10';
   if (!/^[0-9]+(\.[0-9]{1,18})?$/.test(raw)) throw new UsageError(`--pay must be an amount of TLK (e.g. 10 or 2.5), got '${raw}'`);
+  const { parseEther } = await import('viem');
   const amount = parseEther(raw);
   const balance = await chain.balanceOf();
   if (balance < amount) {
@@ -42,7 +42,7 @@ export async function payForJob(flags: Flags, job: { jobId: string; user: string
  * The chain a node joins (`--contracts FILE`, as `tensorlink chain --out FILE` wrote it, on
  * `--rpc URL` if given) with the account kept under `dataDir`; undefined without a chain.
  */
-export function chainFromFlags(flags: Flags, dataDir: string | undefined): NodeChain | undefined {
+export async function chainFromFlags(flags: Flags, dataDir: string | undefined): Promise<NodeChain | undefined> {
   const contracts = stringFlag(flags, 'contracts');
   const rpc = stringFlag(flags, 'rpc');
   if (!contracts) {
@@ -50,5 +50,7 @@ export function chainFromFlags(flags: Flags, dataDir: string | undefined): NodeC
     return undefined;
   }
   if (rpc !== undefined && !/^https?:\/\//.test(rpc)) throw new UsageError(`--rpc '${rpc}' is not an http(s) URL`);
+  // the chain client (viem) loads only for a node that joins a chain
+  const { NodeChain } = await import('../chain/node-chain.ts');
   return NodeChain.open(contracts, { rpc, dataDir });
 }

@@ -121,7 +121,7 @@ const COMMANDS: Record<string, { load: () => Promise<Command>; positionals?: boo
   'train': { load: () => import('./commands/train.ts').then((m) => ({ options: m.trainOptions, run: m.trainCommand })) },
   'serve': { load: () => import('./commands/serve.ts').then((m) => ({ options: m.serveOptions, run: m.serveCommand })) },
   'validator': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.validatorOptions, run: m.validatorCommand })) },
-  'worker': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.workerOptions, run: m.workerCommand })) },
+  'worker': { load: () => import('./commands/worker.ts').then((m) => ({ options: m.workerOptions, run: m.workerCommand })) },
   'status': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.statusOptions, run: m.statusCommand })) },
   'swarm': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.swarmOptions, run: m.swarmCommand })) },
   'chain': { load: () => import('./commands/chain.ts').then((m) => ({ options: m.chainOptions, run: m.chainCommand })) },

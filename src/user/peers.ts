@@ -1,5 +1,5 @@
 import type { Libp2p } from '@libp2p/interface';
-import { MIN_STAKE } from '../chain/index.ts';
+import { MIN_STAKE } from '../chain/constants.ts';
 import { type DialTarget, type Overview, parseOverview, parseStatusAnswer, type PeerRecord, request } from '../p2p/index.ts';
 
 /**

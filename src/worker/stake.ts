@@ -1,4 +1,5 @@
-import { MIN_STAKE, type NodeChain } from '../chain/index.ts';
+import { MIN_STAKE } from '../chain/constants.ts';
+import type { NodeChain } from '../chain/index.ts';
 import type { Logger } from '../p2p/index.ts';
 
 /**

@@ -7,7 +7,7 @@ import {
 import { ChainError } from '../../errors.ts';
 import { type Flags, intFlag, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
-import { runUntilSignal } from './nodes.ts';
+import { runUntilSignal } from './node-process.ts';
 
 export const chainOptions = {
   'rpc': { type: 'string' },

@@ -1,17 +1,16 @@
 import { existsSync } from 'node:fs';
 import { type DashboardServer, serveDashboard } from '../../serve/index.ts';
-import { createLogger, createNode, isLogLevel, type LogLevel, publicKeyOf } from '../../p2p/index.ts';
+import { createLogger, createNode, publicKeyOf } from '../../p2p/index.ts';
 import { listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
-import { parseFault, startWorker } from '../../worker/index.ts';
 import { localSwarm } from '../local-swarm.ts';
 import { DEFAULT_DASHBOARD } from '../swarm.ts';
-import { type Flags, hostPort, intFlag, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
+import { type Flags, hostPort, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { chainFlagOptions, chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
+import { logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
 import { LOCAL_GRANT } from '../local-chain.ts';
 import { loadOrCreateAccount } from '../../chain/index.ts';
-import { multiaddr } from '@multiformats/multiaddr';
 
 export const validatorOptions = {
   'listen': { type: 'string' },
@@ -21,18 +20,6 @@ export const validatorOptions = {
   ...chainFlagOptions,
   'data': { type: 'string' },
   'dashboard': { type: 'string' },
-  'log-level': { type: 'string' },
-  'parent-pid': { type: 'string' },
-} as const;
-export const workerOptions = {
-  'bootstrap': { type: 'string' },
-  'memory': { type: 'string' },
-  'data': { type: 'string' },
-  'models': { type: 'string' },
-  'fault': { type: 'string' },
-  'max-requests': { type: 'string' },
-  'listen': { type: 'string' },
-  ...chainFlagOptions,
   'log-level': { type: 'string' },
   'parent-pid': { type: 'string' },
 } as const;
@@ -90,50 +77,6 @@ export async function swarmCommand(flags: Flags, out: Output): Promise<void> {
   await runUntilSignal(swarm.close);
 }
 
-function parseAddr(raw: string, flag: string) {
-  try {
-    return multiaddr(raw);
-  } catch {
-    throw new UsageError(`--${flag} '${raw}' is not a multiaddr (e.g. /ip4/127.0.0.1/tcp/4001/p2p/12D3...)`);
-  }
-}
-
-/**
- * Runs until SIGINT/SIGTERM — or, with `--parent-pid` (set by a local swarm), until that
- * process is gone, so a swarm killed with SIGKILL leaves no node behind — then stops the node.
- */
-export function runUntilSignal(stop: () => Promise<void>, flags: Flags = {}): Promise<void> {
-  const parent = flags['parent-pid'] === undefined ? null : intFlag(flags, 'parent-pid', 1);
-  return new Promise((resolve) => {
-    let watch: ReturnType<typeof setInterval> | null = null;
-    const done = () => {
-      if (watch) clearInterval(watch);
-      stop().finally(resolve);
-    };
-    process.once('SIGINT', done);
-    process.once('SIGTERM', done);
-    if (parent !== null) {
-      watch = setInterval(() => {
-        try {
-          process.kill(parent, 0);
-        } catch {
-          done();
-        }
-      }, 500);
-    }
-  });
-}
-
-function logLevel(flags: Flags): LogLevel {
-  const raw = stringFlag(flags, 'log-level') ?? 'warn';
-  if (!isLogLevel(raw)) throw new UsageError('--log-level must be debug, info, warn, error or silent');
-  return raw;
-}
-
-function ready(peerId: string, addrs: string[], account?: string, dashboard?: string): void {
-  process.stdout.write(`${JSON.stringify({ event: 'ready', peerId, addrs, ...(account ? { account } : {}), ...(dashboard ? { dashboard } : {}) })}\n`);
-}
-
 /** `tensorlink validator`: a bootstrap peer, DHT server and registry of workers. */
 export async function validatorCommand(flags: Flags, out: Output): Promise<void> {
   const listen = stringFlag(flags, 'listen');
@@ -151,7 +94,7 @@ export async function validatorCommand(flags: Flags, out: Output): Promise<void>
   }
   const threshold = intFlag(flags, 'threshold', 1, 1);
   const dataDir = stringFlag(flags, 'data');
-  const chain = chainFromFlags(flags, dataDir);
+  const chain = await chainFromFlags(flags, dataDir);
   const at = stringFlag(flags, 'dashboard');
   const where = at === undefined ? null : hostPort(at, 'dashboard');
   const v = await startValidator({
@@ -174,39 +117,6 @@ export async function validatorCommand(flags: Flags, out: Output): Promise<void>
     await dashboard?.close();
     await v.stop();
   }, flags);
-}
-
-/** `tensorlink worker`: lends this machine's compute to the swarm of its validator. */
-export async function workerCommand(flags: Flags, out: Output): Promise<void> {
-  const bootstrap = requiredString(flags, 'bootstrap');
-  parseAddr(bootstrap, 'bootstrap');
-  const memory = stringFlag(flags, 'memory');
-  const listen = stringFlag(flags, 'listen');
-  const faultText = stringFlag(flags, 'fault');
-  let fault;
-  try {
-    fault = faultText === undefined ? undefined : parseFault(faultText);
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-  const dataDir = stringFlag(flags, 'data');
-  const chain = chainFromFlags(flags, dataDir);
-  const w = await startWorker({
-    bootstrap,
-    fault,
-    chain,
-    dataDir,
-    modelsDir: stringFlag(flags, 'models'),
-    listen: listen ? [listen] : undefined,
-    memoryBytes: memory ? parseBytes(memory) : undefined,
-    requestsPerSecond: optionalIntFlag(flags, 'max-requests', 1),
-    log: createLogger({ level: logLevel(flags), peer: 'worker' }),
-  });
-  const addrs = w.node.getMultiaddrs().map(String);
-  ready(w.node.peerId.toString(), addrs, w.account);
-  out.info(`worker ${w.node.peerId.toString()} (${w.capabilities.gflops} GFLOP/s, tier ${w.capabilities.tier}) joined ${bootstrap}`);
-  if (fault) out.info(`this worker CHEATS on purpose (--fault ${fault.kind}:${fault.rate}), to test the network's defences`);
-  await runUntilSignal(w.stop, flags);
 }
 
 /** A token amount (18 decimals) for people: 123.456 TLK. */

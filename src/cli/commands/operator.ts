@@ -32,7 +32,7 @@ export async function accountCommand(flags: Flags, out: Output): Promise<void> {
   const data = requiredString(flags, 'data');
   const created = !existsSync(join(data, ACCOUNT_FILE));
   const account = loadOrCreateAccount(data).address;
-  const chain = chainFromFlags(flags, data);
+  const chain = await chainFromFlags(flags, data);
   const held = chain
     ? { gas: formatEther(await chain.gasOf()), tokens: formatEther(await chain.balanceOf()), stake: formatEther(await chain.stakeOf()) }
     : null;
@@ -47,7 +47,7 @@ export async function accountCommand(flags: Flags, out: Output): Promise<void> {
  */
 export async function stakeCommand(flags: Flags, out: Output): Promise<void> {
   const data = requiredString(flags, 'data');
-  const chain = chainFromFlags(flags, data);
+  const chain = await chainFromFlags(flags, data);
   if (!chain) throw new UsageError('stake needs --contracts FILE (what `tensorlink chain --out FILE` wrote)');
   const before = await chain.stakeOf();
   const amount = tokens(flags, 'amount', before >= MIN_STAKE ? 0n : MIN_STAKE - before);

@@ -7,7 +7,7 @@ import { type Flags, intFlag, placement, planFlags, requiredString, stringFlag, 
 import { loadProgress } from '../load-progress.ts';
 import type { Output } from '../output.ts';
 import { joinSwarm } from '../swarm.ts';
-import { runUntilSignal } from './nodes.ts';
+import { runUntilSignal } from './node-process.ts';
 
 export const serveOptions = {
   'model': { type: 'string' },

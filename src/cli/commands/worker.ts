@@ -1,0 +1,53 @@
+import { parseFault, startWorker } from '../../worker/index.ts';
+import { createLogger } from '../../p2p/index.ts';
+import { type Flags, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
+import { chainFlagOptions, chainFromFlags } from '../chain-flags.ts';
+import type { Output } from '../output.ts';
+import { logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
+
+/** A module of its own: a worker's process loads neither the validator, the dashboard's server nor the chain client it does not use. */
+export const workerOptions = {
+  'bootstrap': { type: 'string' },
+  'memory': { type: 'string' },
+  'data': { type: 'string' },
+  'models': { type: 'string' },
+  'fault': { type: 'string' },
+  'max-requests': { type: 'string' },
+  'listen': { type: 'string' },
+  ...chainFlagOptions,
+  'log-level': { type: 'string' },
+  'parent-pid': { type: 'string' },
+} as const;
+
+/** `tensorlink worker`: lends this machine's compute to the swarm of its validator. */
+export async function workerCommand(flags: Flags, out: Output): Promise<void> {
+  const bootstrap = requiredString(flags, 'bootstrap');
+  parseAddr(bootstrap, 'bootstrap');
+  const memory = stringFlag(flags, 'memory');
+  const listen = stringFlag(flags, 'listen');
+  const faultText = stringFlag(flags, 'fault');
+  let fault;
+  try {
+    fault = faultText === undefined ? undefined : parseFault(faultText);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const dataDir = stringFlag(flags, 'data');
+  const chain = await chainFromFlags(flags, dataDir);
+  const w = await startWorker({
+    bootstrap,
+    fault,
+    chain,
+    dataDir,
+    modelsDir: stringFlag(flags, 'models'),
+    listen: listen ? [listen] : undefined,
+    memoryBytes: memory ? parseBytes(memory) : undefined,
+    requestsPerSecond: optionalIntFlag(flags, 'max-requests', 1),
+    log: createLogger({ level: logLevel(flags), peer: 'worker' }),
+  });
+  const addrs = w.node.getMultiaddrs().map(String);
+  ready(w.node.peerId.toString(), addrs, w.account);
+  out.info(`worker ${w.node.peerId.toString()} (${w.capabilities.gflops} GFLOP/s, tier ${w.capabilities.tier}) joined ${bootstrap}`);
+  if (fault) out.info(`this worker CHEATS on purpose (--fault ${fault.kind}:${fault.rate}), to test the network's defences`);
+  await runUntilSignal(w.stop, flags);
+}
