@@ -291,6 +291,8 @@ export class JobTraining {
     for (const h of handles.flat()) {
       if (!o.relay) h.direct = h.peerId;
       h.codec = o.compressActivations ?? null;
+      // its sessions (evaluation, generation) send hidden states the same way
+      h.stage.codec = h.codec;
     }
     const onFlag = async (lane: RemoteTrainStage) => {
       // a worker caught cheating leaves the job: its stage is closed and it is no longer a copy of its section

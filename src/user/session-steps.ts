@@ -5,6 +5,7 @@ import { agree, auxHash, checkRecord, hashTensors, parseRecord, sessionStepHash,
 import type { JobStage } from './job-stage.ts';
 import { MAX_FAILOVERS, type SessionProgress } from './failover.ts';
 import type { ResultInbox } from './result-inbox.ts';
+import { cameBack, passedOn } from './remote-stage.ts';
 import type { JobVerifier } from './verifier.ts';
 
 /**
@@ -68,11 +69,12 @@ export class SessionSteps {
     this.sessionIds = [sessionId];
   }
 
-  private check(worker: StageAssignment, raw: unknown, input: string, output: string | undefined): WorkRecord {
+  /** `came`: what the record must name for the tensor that came back (its output, or with a codec what it sent); none mid-chain. */
+  private check(worker: StageAssignment, raw: unknown, input: string, came: { output: string } | { sent: string } | null): WorkRecord {
     const record = parseRecord(raw);
     const aux = this.aux!;
     checkRecord(record, publicKeyOf(worker.peerId), {
-      job: this.ctx.jobId(), peer: worker.peerId, kind: 'decode', step: this.position, micro: 0, input, ...(output === undefined ? {} : { output }),
+      job: this.ctx.jobId(), peer: worker.peerId, kind: 'decode', step: this.position, micro: 0, input, ...came,
       stage: [worker.start, worker.end], session: this.sessionId, aux,
     });
     // a worker computes a whole session with the same weights
@@ -145,16 +147,18 @@ export class SessionSteps {
       const route = this.ctx.sections().map((copies) => copies[0]);
       const deadline = this.ctx.deadlineMs(steps * x.shape[0]);
       const { requestId, result } = this.ctx.inbox.expect(new Set(route.map((s) => s.where.peerId)), deadline);
-      await route[0].remote.forwardChained(this.sessionId, tensors(x), route.slice(1).map((s) => s.where.peerId), requestId);
+      const sent = await route[0].remote.forwardChained(this.sessionId, tensors(x), route.slice(1).map((s) => s.where.peerId), requestId);
       const answer = await this.unlessClosed(route, result);
       if (answer.records.length !== route.length) {
         throw new VerificationError(`the chain returned ${answer.records.length} records for its ${route.length} stages`);
       }
-      // each stage's input is its predecessor's output: the chain; only the user's own input and the last output are tensors here
-      let input = hashTensors([x]);
+      // each stage's input is what its predecessor sent (its output, or with a codec that output as decoded): the chain;
+      // only the user's own input and the last output are tensors here
+      let input = sent.input;
       answer.records.forEach((raw, i) => {
-        const record = this.check(route[i].where, raw, input, i === route.length - 1 ? hashTensors([answer.output]) : undefined);
-        input = record.output;
+        const came = i === route.length - 1 ? cameBack(sent.codec, hashTensors([answer.output])) : null;
+        const record = this.check(route[i].where, raw, input, came);
+        input = passedOn(sent.codec, record);
       });
       out = answer.output;
     } else {
@@ -186,11 +190,10 @@ export class SessionSteps {
 
   /** One section's step on its copies (relayed by the user); the result they agree on or the validator confirms. */
   private async stage(copies: JobStage[], x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
-    const input = hashTensors([x]);
     const run = async (s: JobStage) => {
       const deadline = this.ctx.deadlineMs(x.shape[0] * (x.shape[1] ?? 1));
-      const { output, record } = await s.remote.forwardRecorded(this.sessionId, x, positions, keyMask, deadline);
-      return { s, output, record: this.check(s.where, record, input, hashTensors([output])) };
+      const { output, record, input, expect } = await s.remote.forwardRecorded(this.sessionId, x, positions, keyMask, deadline);
+      return { s, output, record: this.check(s.where, record, input, expect) };
     };
     if (copies.length === 1) return (await run(copies[0])).output;
     const verifier = this.ctx.verifier!;
