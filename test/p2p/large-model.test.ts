@@ -46,7 +46,7 @@ describe('a model larger than the user\'s machine', () => {
     const modelBytes = 4 * model.numParameters();
     const endsBytes = partBytes(config, 'ends');
     assert.ok(modelBytes > 8 * endsBytes, `the checkpoint (${modelBytes} bytes) is more than 8× the ends (${endsBytes} bytes)`);
-    const swarm = await localSwarm({ workers: 3, backend: 'js', handleSignals: false });
+    const swarm = await localSwarm({ workers: 3, backend: 'ort', threads: 1, handleSignals: false });
     try {
       const streamed = await userProcess(swarm.bootstrap, dir, 'checkpoint', join(root, 'streamed'), join(root, 'cache'));
       const inMemory = await userProcess(swarm.bootstrap, dir, 'memory', join(root, 'pulled'), join(root, 'cache'));
