@@ -1,10 +1,10 @@
-// `npm test`'s runner: builds dist/ (so that every node a test starts runs compiled JavaScript,
-// not TypeScript through tsx: about 2.5 s of CPU less per process), runs the test files two at a
+// `npm test`'s runner: typechecks, lints and builds dist/ side by side (the build so that every
+// node a test starts runs compiled JavaScript, not TypeScript through tsx), then runs the test files two at a
 // time (each its own process; the longest first, by test/durations.json), then the demo's file
 // alone (its 5-minute gate measures the demo, not its neighbours), and ends with the ten
 // slowest files. Exits non-zero if any file failed.
-//   node scripts/test.mjs [FILE...] [--concurrency N] [--no-build] [--save-durations]
-import { spawn, spawnSync } from 'node:child_process';
+//   node scripts/test.mjs [FILE...] [--concurrency N] [--no-build] [--no-checks] [--save-durations]
+import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,6 +30,7 @@ const valueOf = (name) => {
 };
 const concurrency = Number(valueOf('--concurrency') ?? Math.min(2, availableParallelism()));
 const build = !flag('--no-build');
+const checked = !flag('--no-checks');
 const save = flag('--save-durations');
 /** test/<folder>/<name>.test.ts: every file the suite runs besides the demo's. */
 const suite = () => readdirSync(`${root}test`, { withFileTypes: true })
@@ -38,14 +39,26 @@ const suite = () => readdirSync(`${root}test`, { withFileTypes: true })
   .sort();
 const chosen = args.length > 0 ? args : [...suite(), ALONE];
 
-if (build) {
+/** Runs `npm run NAME`, its output held until it ends; resolves to whether it passed. */
+function npmRun(name) {
   const started = Date.now();
-  const r = spawnSync('npm', ['run', 'build', '--silent'], { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
-  if (r.status !== 0) {
-    process.stderr.write('npm run build failed: the tests were not run\n');
-    process.exit(1);
-  }
-  process.stderr.write(`built dist/ in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+  return new Promise((resolve) => {
+    const child = spawn('npm', ['run', name, '--silent'], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    child.once('close', (code) => {
+      process.stderr.write(`npm run ${name}: ${code === 0 ? 'ok' : `FAILED (${code})`} in ${((Date.now() - started) / 1000).toFixed(1)} s\n${code === 0 ? '' : out}`);
+      resolve(code === 0);
+    });
+  });
+}
+
+// the checks and the build side by side (each takes one core), then the tests
+const checks = [...(checked ? ['typecheck', 'lint'] : []), ...(build ? ['build'] : [])];
+if (!(await Promise.all(checks.map(npmRun))).every(Boolean)) {
+  process.stderr.write('the checks or the build failed: the tests were not run\n');
+  process.exit(1);
 }
 
 const known = existsSync(DURATIONS) ? JSON.parse(readFileSync(DURATIONS, 'utf8')) : {};

@@ -41,14 +41,15 @@ describe('init-model, generate and train on one machine', () => {
     assert.ok(human.stdout.length > 0);
   });
 
-  test('generate --local 3 (a local swarm) gives the tokens of --local 0, with each strategy', () => {
+  test('generate --local 3 (a local swarm) gives the tokens of --local 0; --strategy reaches the plan', () => {
+    // every strategy's plan computing one process's logits bit for bit: test/p2p/stages.test.ts; here the CLI's way there
     const base = ['generate', '--model', model, '--prompt', '12+', '--max-new-tokens', '5', '--backend', 'js', '--json'];
     const local = cli(...base, '--local', '0').json();
-    for (const strategy of ['layer-aware', 'parameter-balanced', 'ring-memory-weighted']) {
-      const r = cli(...base, '--local', '3', '--strategy', strategy);
-      assert.equal(r.code, 0, r.stderr);
-      assert.deepEqual(r.json().tokens, local.tokens, strategy);
-    }
+    const r = cli(...base, '--local', '3', '--strategy', 'ring-memory-weighted');
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual(r.json().tokens, local.tokens);
+    const bad = cli(...base, '--local', '3', '--strategy', 'greedy');
+    assert.equal(bad.code, 2, 'an unknown strategy is refused before any swarm starts');
   });
 
   test('train saves checkpoints and --resume continues exactly where it stopped', () => {
@@ -67,13 +68,14 @@ describe('init-model, generate and train on one machine', () => {
     assert.deepEqual(resumed.json().losses, straight.losses);
   });
 
-  test('train --local 3 (a swarm of separate processes) gives the losses and accuracy of --local 0, with each schedule', () => {
+  test('train --local 3 (a swarm of separate processes) gives the losses and accuracy of --local 0; --schedule reaches the trainer', () => {
     const gpt = join(root, 'gpt3');
     assert.equal(cli('init-model', '--arch', 'gpt2', '--layers', '3', '--hidden', '32', '--heads', '4', '--max-positions', '32', '--out', gpt).code, 0);
     const base = ['train', '--model', gpt, '--task', 'addition', '--steps', '10', '--batch', '8', '--micro-batches', '4', '--lr', '0.003',
       '--eval-every', '10', '--eval-size', '20', '--backend', 'js', '--json'];
     const local = cli(...base, '--local', '0').json();
-    for (const schedule of ['gpipe', '1f1b']) {
+    // both schedules giving one process's losses bit for bit: test/p2p/training.test.ts; 1f1b across the CLI's swarm below
+    for (const schedule of ['gpipe']) {
       const r = cli(...base, '--local', '3', '--schedule', schedule);
       assert.equal(r.code, 0, r.stderr);
       const result = r.json();
