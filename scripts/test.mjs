@@ -39,19 +39,23 @@ const suite = () => readdirSync(`${root}test`, { withFileTypes: true })
   .sort();
 const chosen = args.length > 0 ? args : [...suite(), ALONE];
 
-/** Runs `npm run NAME`, its output held until it ends; resolves to whether it passed. */
-function npmRun(name) {
+/** Runs a command with its output held: resolves when it ends, to its exit, its output and its seconds. */
+function held(command) {
   const started = Date.now();
   return new Promise((resolve) => {
-    const child = spawn('npm', ['run', name, '--silent'], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command[0], command.slice(1), { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));
-    child.once('close', (code) => {
-      process.stderr.write(`npm run ${name}: ${code === 0 ? 'ok' : `FAILED (${code})`} in ${((Date.now() - started) / 1000).toFixed(1)} s\n${code === 0 ? '' : out}`);
-      resolve(code === 0);
-    });
+    child.once('close', (code, signal) => resolve({ code, signal, out, seconds: (Date.now() - started) / 1000 }));
   });
+}
+
+/** Runs `npm run NAME`; resolves to whether it passed (its output is printed only if it failed). */
+async function npmRun(name) {
+  const { code, out, seconds } = await held(['npm', 'run', name, '--silent']);
+  process.stderr.write(`npm run ${name}: ${code === 0 ? 'ok' : `FAILED (${code})`} in ${seconds.toFixed(1)} s\n${code === 0 ? '' : out}`);
+  return code === 0;
 }
 
 // the checks and the build side by side (each takes one core), then the tests
@@ -65,26 +69,18 @@ const known = existsSync(DURATIONS) ? JSON.parse(readFileSync(DURATIONS, 'utf8')
 const byLength = (files) => [...files].sort((a, b) => (known[b] ?? 0) - (known[a] ?? 0));
 
 /** Runs one test file in its own process; its output is printed whole when it ends. */
-function runFile(file) {
-  const started = Date.now();
-  return new Promise((resolve) => {
-    // GNU time, where it is installed, adds the CPU seconds of the file and the processes it started
-    const usage = TIME ? join(tmpdir(), `tl-test-${process.pid}-${file.replaceAll('/', '_')}.cpu`) : null;
-    const command = [...(usage ? [TIME, '-f', '%U %S', '-o', usage] : []), process.execPath, '--import', 'tsx', '--test-reporter=spec', file];
-    const child = spawn(command[0], command.slice(1), { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (out += d));
-    child.once('close', (code, signal) => {
-      const seconds = (Date.now() - started) / 1000;
-      const ok = code === 0;
-      const cpu = usage && existsSync(usage) ? readFileSync(usage, 'utf8').trim().split(/\s+/).slice(-2).reduce((a, b) => a + Number(b), 0) : null;
-      if (usage) rmSync(usage, { force: true });
-      const cpuText = cpu === null || Number.isNaN(cpu) ? '' : `, ${cpu.toFixed(1)} s of CPU`;
-      process.stdout.write(`\n${ok ? '✔' : '✖'} ${file} (${seconds.toFixed(1)} s${cpuText})${ok ? '' : ` exited ${code ?? signal}`}\n${out}`);
-      resolve({ file, seconds, cpu, ok });
-    });
-  });
+async function runFile(file) {
+  // GNU time, where it is installed, adds the CPU seconds of the file and the processes it started
+  const usage = TIME ? join(tmpdir(), `tl-test-${process.pid}-${file.replaceAll('/', '_')}.cpu`) : null;
+  const { code, signal, out, seconds } = await held([
+    ...(usage ? [TIME, '-f', '%U %S', '-o', usage] : []), process.execPath, '--import', 'tsx', '--test-reporter=spec', file,
+  ]);
+  const ok = code === 0;
+  const cpu = usage && existsSync(usage) ? readFileSync(usage, 'utf8').trim().split(/\s+/).slice(-2).reduce((a, b) => a + Number(b), 0) : null;
+  if (usage) rmSync(usage, { force: true });
+  const cpuText = cpu === null || Number.isNaN(cpu) ? '' : `, ${cpu.toFixed(1)} s of CPU`;
+  process.stdout.write(`\n${ok ? '✔' : '✖'} ${file} (${seconds.toFixed(1)} s${cpuText})${ok ? '' : ` exited ${code ?? signal}`}\n${out}`);
+  return { file, seconds, cpu, ok };
 }
 
 async function pool(files, width) {

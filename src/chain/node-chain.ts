@@ -82,29 +82,33 @@ export class NodeChain {
     }
   }
 
-  /**
-   * Sends a transaction from this node's account and waits for it to be mined (a revert is a
-   * ChainError with its reason). One at a time: a worker's stake and its claims come from the same
-   * account, and two transactions sent together could take the same nonce.
-   */
+  /** Sends a transaction from this node's account and waits for it to be mined (a revert is a ChainError with its reason). */
   write(name: 'token' | 'staking' | 'escrow' | 'settlement', functionName: string, args: unknown[]): Promise<Hex> {
-    const sent = this.writes.then(() => this.send(name, functionName, args));
-    this.writes = sent.catch(() => undefined);
-    return sent;
-  }
-
-  private async send(name: 'token' | 'staking' | 'escrow' | 'settlement', functionName: string, args: unknown[]): Promise<Hex> {
-    try {
-      const wallet = this.clients.wallet(this.account);
+    return this.transact(`${name}.${functionName}`, async (wallet) => {
       const call = { ...this.contract(name), functionName, args, account: this.account };
       const { request } = await this.clients.publicClient.simulateContract(call);
-      const hash = await wallet.writeContract(request);
-      const receipt = await this.clients.publicClient.waitForTransactionReceipt({ hash });
-      if (receipt.status !== 'success') throw new Error(`transaction ${hash} reverted`);
-      return hash;
-    } catch (cause) {
-      throw new ChainError(`${name}.${functionName} from ${this.address} failed: ${firstLine(cause)}`, { cause });
-    }
+      return wallet.writeContract(request);
+    });
+  }
+
+  /**
+   * Sends what `send` sends from this account, waits for it to be mined, and names `what` in
+   * its ChainError. One at a time: a worker's stake and its claims come from the same account,
+   * and two transactions sent together could take the same nonce.
+   */
+  private transact(what: string, send: (wallet: ReturnType<ChainClients['wallet']>) => Promise<Hex>): Promise<Hex> {
+    const sent = this.writes.then(async () => {
+      try {
+        const hash = await send(this.clients.wallet(this.account));
+        const receipt = await this.clients.publicClient.waitForTransactionReceipt({ hash });
+        if (receipt.status !== 'success') throw new Error(`transaction ${hash} reverted`);
+        return hash;
+      } catch (cause) {
+        throw new ChainError(`${what} from ${this.address} failed: ${firstLine(cause)}`, { cause });
+      }
+    });
+    this.writes = sent.catch(() => undefined);
+    return sent;
   }
 
   balanceOf(account: Address = this.address): Promise<bigint> {
@@ -143,18 +147,7 @@ export class NodeChain {
   /** Sends `tokens` TLK units and `gas` wei from this account to `to` (an operator funding its workers). */
   async fund(to: Address, tokens: bigint, gas: bigint): Promise<void> {
     if (gas > 0n) {
-      const sent = this.writes.then(async () => {
-        try {
-          const wallet = this.clients.wallet(this.account);
-          const hash = await wallet.sendTransaction({ to, value: gas, account: this.account, chain: this.clients.chain });
-          const receipt = await this.clients.publicClient.waitForTransactionReceipt({ hash });
-          if (receipt.status !== 'success') throw new Error(`transaction ${hash} reverted`);
-        } catch (cause) {
-          throw new ChainError(`sending ${formatEther(gas)} ether from ${this.address} to ${to} failed: ${firstLine(cause)}`, { cause });
-        }
-      });
-      this.writes = sent.catch(() => undefined);
-      await sent;
+      await this.transact(`sending ${formatEther(gas)} ether to ${to}`, (wallet) => wallet.sendTransaction({ to, value: gas, account: this.account, chain: this.clients.chain }));
     }
     if (tokens > 0n) await this.write('token', 'transfer', [to, tokens]);
   }

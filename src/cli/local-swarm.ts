@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { freshBuild } from '../../bin/fresh-build.js';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,16 +23,6 @@ export function nodeCommand(): string[] {
   const built = freshBuild(fileURLToPath(new URL('../..', import.meta.url)));
   if (built) return [built];
   return ['--import', import.meta.resolve('tsx'), fileURLToPath(new URL('./main.ts', import.meta.url))];
-}
-
-/** dist/cli/main.js of the checkout at `root` if `npm run build` made it after the last change under src/, else null. */
-function freshBuild(root: string): string | null {
-  const entry = join(root, 'dist', 'cli', 'main.js');
-  const stamp = join(root, 'dist', '.build-stamp');
-  if (!existsSync(entry) || !existsSync(stamp)) return null;
-  const newest = (dir: string): number => readdirSync(dir, { withFileTypes: true })
-    .reduce((latest, e) => Math.max(latest, e.isDirectory() ? newest(join(dir, e.name)) : statSync(join(dir, e.name)).mtimeMs), 0);
-  return statSync(stamp).mtimeMs >= newest(join(root, 'src')) ? entry : null;
 }
 
 /** A peer of the local swarm: its process, peer id and addresses. */
