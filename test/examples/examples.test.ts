@@ -11,11 +11,12 @@ function run(script: string, ...args: string[]) {
   return r.stdout;
 }
 
+// One training step each (their [steps] argument): what is tested is that each script runs to its end, not the loss it
+// logs every 100 (or 10) steps; the loss of local and distributed training is tested in test/models/trainer.test.ts and
+// test/p2p/training.test.ts.
 describe('examples/ run as written', () => {
   test('local-model.ts: trains, saves, loads and answers', () => {
-    const out = run('local-model.ts', '100');
-    assert.match(out, /step 100 {2}loss \d/);
-    assert.match(out, /saved to .*exact match on 200 held-out sums: [\d.]+%; 47\+38=/);
+    assert.match(run('local-model.ts', '1'), /saved to .*exact match on 200 held-out sums: [\d.]+%; 47\+38=/);
   });
 
   test('distributed-generation.ts: the swarm gives the tokens of one process', () => {
@@ -23,8 +24,6 @@ describe('examples/ run as written', () => {
   });
 
   test('distributed-training.ts: trains across three workers and saves the weights', () => {
-    const out = run('distributed-training.ts', '10');
-    assert.match(out, /step 10 {2}loss \d/);
-    assert.match(out, /trained weights saved to /);
+    assert.match(run('distributed-training.ts', '1'), /trained weights saved to /);
   });
 });
