@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { describe, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
 import {
   byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, llamaConfig, LocalTrainer, type ModelConfig,
@@ -11,10 +11,20 @@ import { Generator, setBackend } from '../../src/tensor/index.ts';
 import { assertWeightsClose } from '../helpers/weights.ts';
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
-const STEPS = 20;
+const STEPS = 10;
 const options = { lr: 3e-3, totalSteps: STEPS, warmupSteps: 3 };
 
-function reference(config: ModelConfig, m: number): { losses: number[]; weights: Map<string, Float32Array> } {
+interface Reference { losses: number[]; weights: Map<string, Float32Array> }
+const references = new Map<string, Reference>();
+
+/** One process's run of the job (computed once per model and micro-batch count, shared by the tests). */
+function reference(config: ModelConfig, m: number): Reference {
+  const key = `${config.arch}/${m}`;
+  if (!references.has(key)) references.set(key, trainLocally(config, m));
+  return references.get(key)!;
+}
+
+function trainLocally(config: ModelConfig, m: number): Reference {
   const model = createModel(config, { seed: 5 });
   const trainer = new LocalTrainer(model, { ...options, microBatches: m });
   const task = additionTask({ seed: 2 });
@@ -25,6 +35,19 @@ function reference(config: ModelConfig, m: number): { losses: number[]; weights:
 }
 
 const swarm = inProcessSwarm;
+type Net = Awaited<ReturnType<typeof swarm>>;
+
+/** One swarm of `workers` workers for the tests of the enclosing describe. */
+function sharedSwarm(workers: number): () => Net {
+  let net: Net | undefined;
+  before(async () => {
+    net = await swarm(workers);
+  });
+  after(async () => {
+    await net?.stop();
+  });
+  return () => net!;
+}
 
 describe('distributed training over libp2p (workers on 127.0.0.1, js backend)', () => {
   setBackend('js');
@@ -32,58 +55,64 @@ describe('distributed training over libp2p (workers on 127.0.0.1, js backend)', 
     gpt2Config({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, maxPositions: 32 }),
     llamaConfig({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, kvHeads: 2, intermediate: 48, maxPositions: 32 }),
   ];
-  for (const config of configs) {
-    for (const schedule of ['gpipe', '1f1b'] as const) {
-      test(`${config.arch}: 3 workers, ${schedule}, 20 steps: the losses and weights of one process, bit for bit`, async () => {
-        const ref = reference(config, 4);
-        const net = await swarm(3);
-        try {
+  describe('3 workers', () => {
+    const shared = sharedSwarm(3);
+    for (const config of configs) {
+      for (const schedule of ['gpipe', '1f1b'] as const) {
+        test(`${config.arch}: 3 workers, ${schedule}, ${STEPS} steps: the losses and weights of one process, bit for bit`, async () => {
+          const ref = reference(config, 4);
+          const net = shared();
           const model = createModel(config, { seed: 5 });
           const dm = await distribute(net.user, net.boot, model, { strategy: 'parameter-balanced' });
-          assert.equal(new Set(dm.assignment.map((a) => a.peerId)).size, 3);
-          const trainer = await dm.trainer({ optimizer: { lr: options.lr }, totalSteps: STEPS, warmupSteps: 3, microBatches: 4, schedule });
-          const task = additionTask({ seed: 2 });
-          const rng = new Generator(7);
-          for (let s = 0; s < STEPS; s++) assert.equal((await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss, ref.losses[s], `step ${s + 1}`);
-          const trained = await dm.pull();
-          for (const [name, t] of trained.hfStateDict()) assert.deepEqual(t.data, ref.weights.get(name), name);
-          await dm.close();
+          try {
+            assert.equal(new Set(dm.assignment.map((a) => a.peerId)).size, 3);
+            const trainer = await dm.trainer({
+              optimizer: { lr: options.lr }, totalSteps: STEPS, warmupSteps: 3, microBatches: 4, schedule,
+            });
+            const task = additionTask({ seed: 2 });
+            const rng = new Generator(7);
+            for (let s = 0; s < STEPS; s++) assert.equal((await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss, ref.losses[s], `step ${s + 1}`);
+            const trained = await dm.pull();
+            for (const [name, t] of trained.hfStateDict()) assert.deepEqual(t.data, ref.weights.get(name), name);
+          } finally {
+            await dm.close();
+          }
           // the job's memory is freed on every worker when it ends
           const deadline = Date.now() + 5000;
           while (net.workers.some((w) => w.stages.jobs() > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
           assert.deepEqual(net.workers.map((w) => w.stages.jobs()), [0, 0, 0]);
+        });
+      }
+    }
+  });
+
+  describe('2 stages × 2 replicas', () => {
+    const shared = sharedSwarm(4);
+    for (const config of configs) {
+      test(`${config.arch}: 2 stages × 2 replicas (gradients reduced worker to worker): one process's losses and weights within 1e-5`, async () => {
+        const ref = reference(config, 4);
+        const net = shared();
+        const model = createModel(config, { seed: 5 });
+        const dm = await distribute(net.user, net.boot, model, { strategy: 'parameter-balanced', replicas: 2 });
+        try {
+          assert.deepEqual(dm.assignment.map((a) => a.replica), [0, 1, 0, 1]);
+          const trainer = await dm.trainer({
+            optimizer: { lr: options.lr }, totalSteps: STEPS, warmupSteps: 3, microBatches: 4, replicas: 2,
+          });
+          const task = additionTask({ seed: 2 });
+          const rng = new Generator(7);
+          for (let s = 0; s < STEPS; s++) {
+            const { loss } = await trainer.step(taskBatch(task, tok, rng, 8, 256));
+            assert.ok(Math.abs(loss - ref.losses[s]) <= 1e-5 * ref.losses[s], `step ${s + 1}: ${loss} vs ${ref.losses[s]}`);
+          }
+          const trained = await dm.pull();
+          assertWeightsClose(new Map([...trained.hfStateDict()].map(([n, t]) => [n, t.data])), ref.weights, config);
         } finally {
-          await net.stop();
+          await dm.close();
         }
       });
     }
-  }
-
-  for (const config of configs) {
-    test(`${config.arch}: 2 stages × 2 replicas (gradients reduced worker to worker): one process's losses and weights within 1e-5`, async () => {
-      const ref = reference(config, 4);
-      const net = await swarm(4);
-      try {
-        const model = createModel(config, { seed: 5 });
-        const dm = await distribute(net.user, net.boot, model, { strategy: 'parameter-balanced', replicas: 2 });
-        assert.deepEqual(dm.assignment.map((a) => a.replica), [0, 1, 0, 1]);
-        const trainer = await dm.trainer({
-          optimizer: { lr: options.lr }, totalSteps: STEPS, warmupSteps: 3, microBatches: 4, replicas: 2,
-        });
-        const task = additionTask({ seed: 2 });
-        const rng = new Generator(7);
-        for (let s = 0; s < STEPS; s++) {
-          const { loss } = await trainer.step(taskBatch(task, tok, rng, 8, 256));
-          assert.ok(Math.abs(loss - ref.losses[s]) <= 1e-5 * ref.losses[s], `step ${s + 1}: ${loss} vs ${ref.losses[s]}`);
-        }
-        const trained = await dm.pull();
-        assertWeightsClose(new Map([...trained.hfStateDict()].map(([n, t]) => [n, t.data])), ref.weights, config);
-        await dm.close();
-      } finally {
-        await net.stop();
-      }
-    });
-  }
+  });
 
   test('two users train two jobs at the same time on the same workers; each gets one process\'s losses, bit for bit', async () => {
     const net = await swarm(2);
