@@ -5,7 +5,7 @@ import stylistic from '@stylistic/eslint-plugin';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'bench/out/', '.scratch/'] },
+  { ignores: ['dist/', '.test-build/', 'node_modules/', 'bench/out/', '.scratch/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   stylistic.configs.customize({ indent: 2, quotes: 'single', semi: true, braceStyle: '1tbs', arrowParens: true }),

@@ -14,10 +14,14 @@ function newest(dir) {
   return latest;
 }
 
-/** dist/cli/main.js of `root` if it is there and no older than src/ (an installed package has no src/), else null. */
+/**
+ * The CLI's entry in the build of `root` if there is one no older than src/ (an installed package has no src/), else
+ * null: dist/bundle/main.js (the bundle, which starts a process in less CPU) where the build made one, else
+ * dist/cli/main.js.
+ */
 export function freshBuild(root) {
-  const entry = join(root, 'dist', 'cli', 'main.js');
-  if (!existsSync(entry)) return null;
+  const entry = [join(root, 'dist', 'bundle', 'main.js'), join(root, 'dist', 'cli', 'main.js')].find((e) => existsSync(e));
+  if (!entry) return null;
   if (!existsSync(join(root, 'src'))) return entry;
   const stamp = join(root, 'dist', '.build-stamp');
   return existsSync(stamp) && statSync(stamp).mtimeMs >= newest(join(root, 'src')) ? entry : null;

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { freshBuild } from '../../bin/fresh-build.js';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,14 +12,17 @@ import { distribute, type DistributedJob, type DistributeOptions } from '../user
 
 /**
  * How a node process is started: the CLI entry of the same code as this module. From dist/
- * that is dist/cli/main.js, run by plain node. From the TypeScript sources it is the build of
+ * that is dist/bundle/main.js (or dist/cli/main.js where the build made no bundle), run by plain node. From the TypeScript sources it is the build of
  * this checkout when that build is no older than every source file (the same code, compiled:
  * about 2.5 s of CPU less per node than tsx), else src/cli/main.ts through tsx (found from this
  * package, not the caller's directory). Never bin/ and never a stale build: a checkout edited
  * since its last `npm run build` still launches the code that is running.
  */
 export function nodeCommand(): string[] {
-  if (!import.meta.url.endsWith('.ts')) return [fileURLToPath(new URL('./main.js', import.meta.url))];
+  if (!import.meta.url.endsWith('.ts')) {
+    const bundle = fileURLToPath(new URL('../bundle/main.js', import.meta.url));
+    return [existsSync(bundle) ? bundle : fileURLToPath(new URL('./main.js', import.meta.url))];
+  }
   const built = freshBuild(fileURLToPath(new URL('../..', import.meta.url)));
   if (built) return [built];
   return ['--import', import.meta.resolve('tsx'), fileURLToPath(new URL('./main.ts', import.meta.url))];
