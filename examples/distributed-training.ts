@@ -26,7 +26,7 @@ try {
   const rng = new Generator(2);
   for (let step = 1; step <= steps; step++) {
     const r = await trainer.step(taskBatch(task, tokenizer, rng, 64, tokenizer.eosTokenId ?? 0));
-    if (step % 10 === 0) console.log(`step ${step}  loss ${r.loss.toFixed(4)}  ${(r.seconds * 1000).toFixed(0)} ms`);
+    if (step % 10 === 0 || step === steps) console.log(`step ${step}  loss ${r.loss.toFixed(4)}  ${(r.seconds * 1000).toFixed(0)} ms`);
   }
   const dir = join(mkdtempSync(join(tmpdir(), 'tensorlink-example-')), 'trained');
   await saveModel(await dm.pull(), dir);

@@ -21,7 +21,7 @@ const trainer = new LocalTrainer(model, { lr: 6e-3, totalSteps: steps });
 const rng = new Generator(2);
 for (let step = 1; step <= steps; step++) {
   const { loss } = trainer.step(taskBatch(task, tokenizer, rng, 64, tokenizer.eosTokenId ?? 0));
-  if (step % 100 === 0) console.log(`step ${step}  loss ${loss.toFixed(4)}`);
+  if (step % 100 === 0 || step === steps) console.log(`step ${step}  loss ${loss.toFixed(4)}`);
 }
 const dir = join(mkdtempSync(join(tmpdir(), 'tensorlink-example-')), 'adder');
 await saveModel(model, dir);
