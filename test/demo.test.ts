@@ -1,25 +1,15 @@
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { swarmGone } from './helpers/processes.ts';
 
 const BIN = fileURLToPath(new URL('../bin/tensorlink.js', import.meta.url));
 
-/** Processes started with `--parent-pid PID` (a local swarm's nodes) that are still alive. */
-function children(pid: number): string[] {
-  const out = spawnSync('ps', ['-eo', 'pid,args'], { encoding: 'utf8' }).stdout;
-  return out.split('\n').filter((l) => l.includes(`--parent-pid ${pid}`));
-}
-
-async function gone(pid: number): Promise<string[]> {
-  const deadline = Date.now() + 10_000;
-  while (children(pid).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
-  return children(pid);
-}
-
 /**
  * The demo as a user meets it: `npm test` runs this file after the others, alone on the machine, so that its 5-minute
- * gate measures the demo rather than the test files that would share the cores with it.
+ * gate measures the demo rather than the test files that would share the cores with it. Ctrl-C during the demo is
+ * test/cli/demo-interrupt.test.ts, which has no clock and runs with the others.
  */
 describe('tensorlink demo', () => {
   test('trains across a local swarm with a cheating worker to ≥ 90% exact match in under 5 minutes: the cheater is caught, excluded and slashed, the others paid; exits 0, leaves no process', async () => {
@@ -51,23 +41,6 @@ describe('tensorlink demo', () => {
       else assert.ok(!e.slashed && BigInt(e.earned) > 0n && e.claimed === e.earned, JSON.stringify(e));
     }
     assert.match(stderr, /\[1\/5\][\s\S]*worker A[\s\S]*\[2\/5\][\s\S]*plan[\s\S]*\[3\/5\][\s\S]*\[4\/5\][\s\S]*\[5\/5\]/);
-    assert.deepEqual(await gone(child.pid!), []);
-  });
-
-  test('Ctrl-C during training stops every process of the swarm', async () => {
-    const child = spawn(process.execPath, [BIN, 'demo'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stderr = '';
-    await new Promise<void>((resolve) => {
-      child.stderr.on('data', (d) => {
-        stderr += d;
-        if (stderr.includes('[3/5]')) resolve();
-      });
-    });
-    assert.ok(children(child.pid!).length >= 4, 'the validator and the workers run');
-    child.kill('SIGINT');
-    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-    assert.notEqual(code, 0);
-    assert.deepEqual(await gone(child.pid!), []);
-    assert.equal(spawnSync('ps', ['-o', 'pid=', '-p', String(child.pid)], { encoding: 'utf8' }).stdout.trim(), '', 'the demo itself ended');
+    assert.deepEqual(await swarmGone(child.pid!), []);
   });
 });

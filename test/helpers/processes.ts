@@ -1,4 +1,4 @@
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { launchNode } from '../../src/cli/local-swarm.ts';
 
 export interface Running {
@@ -29,4 +29,17 @@ export async function waitFor<T>(
 
 export function alive(child: ChildProcess): boolean {
   return child.exitCode === null && child.signalCode === null;
+}
+
+/** The processes started with `--parent-pid PID` (a local swarm's nodes) that are still alive, as `ps` lists them. */
+export function swarmChildren(pid: number): string[] {
+  const out = spawnSync('ps', ['-eo', 'pid,args'], { encoding: 'utf8' }).stdout;
+  return out.split('\n').filter((l) => l.includes(`--parent-pid ${pid}`));
+}
+
+/** Waits up to 10 s for the local swarm of process `pid` to end; resolves to those of its nodes still alive. */
+export async function swarmGone(pid: number): Promise<string[]> {
+  const deadline = Date.now() + 10_000;
+  while (swarmChildren(pid).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+  return swarmChildren(pid);
 }
