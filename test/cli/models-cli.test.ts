@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
@@ -11,6 +11,53 @@ const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 function cli(...args: string[]) {
   const r = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', timeout: 300_000 });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr, json: () => JSON.parse(r.stdout) };
+}
+
+/**
+ * `tensorlink ROLE ARGS` as its own process (js, one thread; it stops when this process is gone): resolves to it and
+ * its addresses once it says it is ready.
+ */
+function node(role: 'validator' | 'worker', args: string[]): Promise<{ process: ChildProcess; addrs: string[] }> {
+  const child = spawn(process.execPath, [BIN, role, ...args, '--backend', 'js', '--threads', '1', '--parent-pid', String(process.pid)],
+    { stdio: ['ignore', 'pipe', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    child.stdout.on('data', (d) => {
+      out += d;
+      const ready = out.split('\n').find((l) => l.includes('"event":"ready"'));
+      if (ready) resolve({ process: child, addrs: JSON.parse(ready).addrs });
+    });
+    child.once('exit', (code) => reject(new Error(`${role} exited (${code}): ${err}`)));
+  });
+}
+
+/**
+ * A validator and `workers` workers on 127.0.0.1, each its own process: what `--local N` starts, here started once
+ * for several runs that join it with --bootstrap (from the built CLI, as the swarm of --local N: the library's
+ * localSwarm would load the TypeScript sources into this process, seconds of CPU).
+ */
+async function swarmOf(workers: number, dir: string) {
+  const started: ChildProcess[] = [];
+  const stop = () => Promise.all(started.map((p) => new Promise((resolve) => {
+    if (p.exitCode !== null || p.signalCode !== null) return resolve(null);
+    const force = setTimeout(() => p.kill('SIGKILL'), 5_000);
+    p.once('exit', () => resolve(clearTimeout(force)));
+    p.kill('SIGTERM');
+  })));
+  try {
+    const validator = await node('validator', ['--data', join(dir, 'validator')]);
+    started.push(validator.process);
+    const bootstrap = validator.addrs[0];
+    const all = await Promise.allSettled(Array.from({ length: workers }, (_, i) => node('worker', ['--bootstrap', bootstrap, '--data', join(dir, `worker-${i}`)])));
+    for (const w of all) if (w.status === 'fulfilled') started.push(w.value.process);
+    for (const w of all) if (w.status === 'rejected') throw w.reason;
+    return { bootstrap, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
 }
 
 describe('init-model, generate and train on one machine', () => {
@@ -41,68 +88,76 @@ describe('init-model, generate and train on one machine', () => {
     assert.ok(human.stdout.length > 0);
   });
 
-  test('generate --local 3 (a local swarm) gives the tokens of --local 0; --strategy reaches the plan', () => {
+  test('generate --local 2 (a local swarm) gives the tokens of --local 0; --strategy reaches the plan', () => {
     // every strategy's plan computing one process's logits bit for bit: test/p2p/stages.test.ts; here the CLI's way there
     const base = ['generate', '--model', model, '--prompt', '12+', '--max-new-tokens', '5', '--backend', 'js', '--json'];
     const local = cli(...base, '--local', '0').json();
-    const r = cli(...base, '--local', '3', '--strategy', 'ring-memory-weighted');
+    const r = cli(...base, '--local', '2', '--strategy', 'ring-memory-weighted');
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.json().tokens, local.tokens);
     const bad = cli(...base, '--local', '3', '--strategy', 'greedy');
     assert.equal(bad.code, 2, 'an unknown strategy is refused before any swarm starts');
   });
 
-  test('train saves checkpoints and --resume continues exactly where it stopped', () => {
-    const common = ['train', '--model', model, '--task', 'addition', '--batch', '8', '--lr', '0.003', '--backend', 'js', '--json'];
-    const straight = cli(...common, '--steps', '6', '--eval-every', '3', '--eval-size', '4').json();
-    const out = join(root, 'ckpt');
-    const first = cli(...common, '--steps', '6', '--eval-every', '3', '--eval-size', '4', '--out', out);
-    assert.equal(first.code, 0, first.stderr);
-    assert.deepEqual(first.json().losses, straight.losses);
-    const out2 = join(root, 'ckpt2');
-    const part = cli(...common, '--steps', '6', '--eval-every', '2', '--eval-size', '4', '--out', out2, '--stop-at', '3');
-    assert.equal(part.code, 0, part.stderr);
-    assert.deepEqual(part.json().losses, straight.losses.slice(0, 3));
-    const resumed = cli(...common, '--steps', '6', '--eval-every', '2', '--eval-size', '4', '--out', out2, '--resume');
-    assert.equal(resumed.code, 0, resumed.stderr);
-    assert.deepEqual(resumed.json().losses, straight.losses);
-  });
-
-  test('train --local 3 (a swarm of separate processes) gives the losses and accuracy of --local 0; --schedule reaches the trainer', () => {
+  describe('train across workers', () => {
+    // one swarm of separate processes, joined with --bootstrap, serves both distributed runs (a swarm per run started
+    // a validator and workers each time: most of this file's CPU); it runs only while they do. --local N is the
+    // CLI's way to such a swarm: tested with generate above (and with serve in test/serve/openai.test.ts)
     const gpt = join(root, 'gpt3');
-    assert.equal(cli('init-model', '--arch', 'gpt2', '--layers', '3', '--hidden', '32', '--heads', '4', '--max-positions', '32', '--out', gpt).code, 0);
-    const base = ['train', '--model', gpt, '--task', 'addition', '--steps', '10', '--batch', '8', '--micro-batches', '4', '--lr', '0.003',
-      '--eval-every', '10', '--eval-size', '20', '--backend', 'js', '--json'];
-    const local = cli(...base, '--local', '0').json();
-    // both schedules giving one process's losses bit for bit: test/p2p/training.test.ts; 1f1b across the CLI's swarm below
-    for (const schedule of ['gpipe']) {
-      const r = cli(...base, '--local', '3', '--schedule', schedule);
+    let swarm: Awaited<ReturnType<typeof swarmOf>> | null = null;
+    const stopSwarm = async () => {
+      await swarm?.stop();
+      swarm = null;
+    };
+    const base = () => ['train', '--model', gpt, '--task', 'addition', '--steps', '10', '--batch', '8', '--micro-batches', '4', '--lr', '0.003',
+      '--eval-every', '4', '--eval-size', '8', '--backend', 'js', '--json'];
+    let straight: { losses: number[]; evals: { step: number }[] };
+    before(async () => {
+      assert.equal(cli('init-model', '--arch', 'gpt2', '--layers', '3', '--hidden', '32', '--heads', '4', '--max-positions', '32', '--out', gpt).code, 0);
+      straight = cli(...base(), '--local', '0').json();
+      swarm = await swarmOf(4, join(root, 'swarm'));
+    });
+    after(stopSwarm);
+
+    test('--replicas: two stages, each on two workers that reduce their gradients among themselves', () => {
+      // (a checkpoint of replicas holds their average: written here, not read back)
+      const r = cli(...base(), '--bootstrap', swarm!.bootstrap, '--replicas', '2', '--schedule', '1f1b', '--out', join(root, 'replicated'), '--stop-at', '3');
       assert.equal(r.code, 0, r.stderr);
-      const result = r.json();
-      assert.deepEqual(result.losses, local.losses, schedule);
-      assert.equal(result.accuracy, local.accuracy, schedule);
-      assert.equal(result.stages.length, 5, 'the user\'s two ends and three workers');
-      assert.match(r.stderr, /layer 1[\s\S]*layer 2[\s\S]*layer 3/);
-    }
-    // two stages, each on two workers that reduce their gradients among themselves
-    const replicated = cli(...base, '--local', '4', '--replicas', '2', '--schedule', '1f1b');
-    assert.equal(replicated.code, 0, replicated.stderr);
-    replicated.json().losses.forEach((l: number, i: number) => assert.ok(Math.abs(l - local.losses[i]) <= 1e-5 * local.losses[i], `step ${i + 1}`));
-    assert.match(replicated.stderr, /replica 1/);
-    // a checkpoint of a distributed run resumes (weights, AdamW state, data order) across workers or in one process,
-    // and so does a one-process checkpoint across workers: the losses of the straight run, bit for bit
-    // (a distributed checkpoint resumed across workers is the two directions at once: a checkpoint has one format)
-    const resumable = ['train', '--model', gpt, '--task', 'addition', '--steps', '10', '--batch', '8', '--micro-batches', '4', '--lr', '0.003',
-      '--eval-every', '5', '--eval-size', '8', '--backend', 'js', '--json'];
-    const straight = cli(...resumable, '--local', '0').json().losses;
-    for (const [first, second] of [['3', '0'], ['0', '3']]) {
-      const dir = join(root, `resume-${first}-${second}`);
-      const part = cli(...resumable, '--out', dir, '--stop-at', '5', '--local', first);
-      assert.equal(part.code, 0, part.stderr);
-      const rest = cli(...resumable, '--out', dir, '--resume', '--local', second);
-      assert.equal(rest.code, 0, rest.stderr);
-      assert.deepEqual(rest.json().losses, straight, `--local ${first} then --local ${second}`);
-    }
+      const losses: number[] = r.json().losses;
+      assert.equal(losses.length, 3);
+      losses.forEach((l, i) => assert.ok(Math.abs(l - straight.losses[i]) <= 1e-5 * straight.losses[i], `step ${i + 1}`));
+      assert.match(r.stderr, /replica 1/);
+    });
+
+    test('a checkpoint resumes exactly where it stopped, in one process or across workers; --schedule reaches the trainer', async () => {
+      // one run in four parts, each resuming the checkpoint the part before wrote with --out: the losses and the
+      // evaluations of the straight run, bit for bit. One process's checkpoint resumes across workers, the workers' in
+      // one process, and one process's in one process (the workers' across workers is the first two at once: a
+      // checkpoint has one format). Both schedules giving one process's losses bit for bit: test/p2p/training.test.ts;
+      // gpipe across the CLI's swarm here, 1f1b with replicas above
+      const dir = join(root, 'resumed');
+      const parts: [number, string[]][] = [
+        [3, ['--local', '0']],
+        [6, ['--bootstrap', swarm!.bootstrap, '--schedule', 'gpipe', '--resume']],
+        [8, ['--local', '0', '--resume']],
+        [10, ['--local', '0', '--resume']],
+      ];
+      let from = 0;
+      for (const [stop, where] of parts) {
+        const r = cli(...base(), '--out', dir, '--stop-at', String(stop), ...where);
+        assert.equal(r.code, 0, r.stderr);
+        const result = r.json();
+        assert.deepEqual(result.losses, straight.losses.slice(0, stop), where.join(' '));
+        // the workers' evaluation (at step 4) scores what one process scores
+        assert.deepEqual(result.evals, straight.evals.filter((e) => e.step > from && e.step <= stop), `evaluations, ${where.join(' ')}`);
+        if (where[0] === '--bootstrap') {
+          assert.equal(result.stages.length, 5, 'the user\'s two ends and three workers');
+          assert.match(r.stderr, /layer 1[\s\S]*layer 2[\s\S]*layer 3/);
+          await stopSwarm();
+        }
+        from = stop;
+      }
+    });
   });
 
   test('train on a text file reports the held-out loss', () => {
