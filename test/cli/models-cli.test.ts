@@ -100,9 +100,8 @@ describe('init-model, generate and train on one machine', () => {
   });
 
   describe('train across workers', () => {
-    // one swarm of separate processes, joined with --bootstrap, serves both distributed runs (a swarm per run started
-    // a validator and workers each time: most of this file's CPU); it runs only while they do. --local N is the
-    // CLI's way to such a swarm: tested with generate above (and with serve in test/serve/openai.test.ts)
+    // the replicas run starts its own swarm (--local 4); the resumed run joins one started here (--bootstrap), which
+    // runs only while it does
     const gpt = join(root, 'gpt3');
     let swarm: Awaited<ReturnType<typeof swarmOf>> | null = null;
     const stopSwarm = async () => {
@@ -115,13 +114,14 @@ describe('init-model, generate and train on one machine', () => {
     before(async () => {
       assert.equal(cli('init-model', '--arch', 'gpt2', '--layers', '3', '--hidden', '32', '--heads', '4', '--max-positions', '32', '--out', gpt).code, 0);
       straight = cli(...base(), '--local', '0').json();
-      swarm = await swarmOf(4, join(root, 'swarm'));
+      swarm = await swarmOf(3, join(root, 'swarm'));
     });
     after(stopSwarm);
 
     test('--replicas: two stages, each on two workers that reduce their gradients among themselves', () => {
       // (a checkpoint of replicas holds their average: written here, not read back)
-      const r = cli(...base(), '--bootstrap', swarm!.bootstrap, '--replicas', '2', '--schedule', '1f1b', '--out', join(root, 'replicated'), '--stop-at', '3');
+      // --local 4: the CLI starts a swarm of its own (the path a user takes first), and stops it
+      const r = cli(...base(), '--local', '4', '--replicas', '2', '--schedule', '1f1b', '--out', join(root, 'replicated'), '--stop-at', '3');
       assert.equal(r.code, 0, r.stderr);
       const losses: number[] = r.json().losses;
       assert.equal(losses.length, 3);
