@@ -12,7 +12,8 @@ import { distribute, type DistributedJob, type DistributeOptions } from '../user
 
 /**
  * How a node process is started: the CLI entry of the same code as this module. From dist/
- * that is dist/bundle/main.js (or dist/cli/main.js where the build made no bundle), run by plain node. From the TypeScript sources it is the build of
+ * that is dist/bundle/main.js (or dist/cli/main.js where the build made no bundle), run by
+ * plain node. From the TypeScript sources it is the build of
  * this checkout when that build is no older than every source file (the same code, compiled:
  * about 2.5 s of CPU less per node than tsx), else src/cli/main.ts through tsx (found from this
  * package, not the caller's directory). Never bin/ and never a stale build: a checkout edited
