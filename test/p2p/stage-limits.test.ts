@@ -51,8 +51,9 @@ describe('limits of the stage protocol', () => {
       stream.pause();
       const x = hidden(500);
       const answers = Array.from({ length: 64 }, (_, i) => stage.forward(`s${i}`, x, positions(500), null).catch((e: Error) => e));
-      const { ms } = await waitFor('the job of the peer that does not read to be freed', async () => s.worker.stages.jobs() === 0, 20_000);
-      assert.ok(ms < 20_000);
+      // the worker computes the forwards (js) until its writes stall for 1 s: on 2 cores shared with other test files
+      // that compute alone can take 20 s, so the bound is generous; what matters is that the job is freed at all
+      await waitFor('the job of the peer that does not read to be freed', async () => s.worker.stages.jobs() === 0, 60_000);
       const settled = await Promise.all(answers);
       assert.ok(settled.some((a) => a instanceof Error && a.name === 'PeerUnreachableError'), 'the silent peer lost its stream');
       // the worker goes on serving everyone else
