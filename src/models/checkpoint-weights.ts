@@ -4,7 +4,10 @@ import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { Checkpoint } from '../io/index.ts';
+import { bloomLayersOfWeight } from './bloom.ts';
 import { configFromHF, type ModelConfig } from './config.ts';
+import { falconLayersOfWeight } from './falcon.ts';
+import { gptNeoXLayersOfWeight } from './gpt-neox.ts';
 import type { ModelPart } from './model.ts';
 
 /**
@@ -14,9 +17,9 @@ import type { ModelPart } from './model.ts';
  * streams a worker's section from here; a worker indexes the checkpoints it holds with it.
  */
 
-/** Checkpoint keys that are buffers or duplicates of tied weights, never parameters. */
+/** Checkpoint keys that are buffers (GPT-2's and GPT-NeoX's masks, rotary tables) or duplicates of tied weights, never parameters. */
 export function ignorableKey(key: string, tied: boolean): boolean {
-  return /\.attn\.(masked_)?bias$/.test(key) || /rotary_emb\.inv_freq$/.test(key) || (tied && key === 'lm_head.weight');
+  return /\.(attn|attention)\.(masked_)?bias$/.test(key) || /rotary_emb\.inv_freq$/.test(key) || (tied && (key === 'lm_head.weight' || key === 'embed_out.weight'));
 }
 
 /**
@@ -25,6 +28,9 @@ export function ignorableKey(key: string, tied: boolean): boolean {
  * Empty for a name the architecture does not have.
  */
 export function layersOfWeight(config: ModelConfig, name: string): number[] {
+  if (config.arch === 'gpt_neox') return gptNeoXLayersOfWeight(config, name);
+  if (config.arch === 'falcon') return falconLayersOfWeight(config, name);
+  if (config.arch === 'bloom') return bloomLayersOfWeight(config, name);
   const L = config.layers;
   const tied = config.tieWordEmbeddings;
   const [table, positions, block, norm] = config.arch === 'gpt2'
@@ -39,9 +45,14 @@ export function layersOfWeight(config: ModelConfig, name: string): number[] {
   return [];
 }
 
-/** The model's name for a checkpoint key: GPT-2 checkpoints may lack the `transformer.` prefix. */
+/**
+ * The model's name for a checkpoint key: GPT-2, Falcon and BLOOM checkpoints may lack the
+ * `transformer.` prefix, GPT-NeoX's the `gpt_neox.` one (a base model's checkpoint).
+ */
 export function canonicalName(config: ModelConfig, key: string): string {
-  return layersOfWeight(config, key).length === 0 && layersOfWeight(config, `transformer.${key}`).length > 0 ? `transformer.${key}` : key;
+  if (layersOfWeight(config, key).length > 0) return key;
+  const prefixed = [`transformer.${key}`, `gpt_neox.${key}`].find((k) => layersOfWeight(config, k).length > 0);
+  return prefixed ?? key;
 }
 
 /** Whether a part of the model holds layer `layer`. */

@@ -1,4 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
+import { type BloomConfig, bloomFromHF, bloomToHF, validateBloom } from './bloom.ts';
+import { type FalconConfig, falconFromHF, falconToHF, validateFalcon } from './falcon.ts';
+import { type GPTNeoXConfig, gptNeoXFromHF, gptNeoXToHF, validateGPTNeoX } from './gpt-neox.ts';
 
 /** GPT-2 (Hugging Face `model_type: gpt2`). Defaults are GPT-2 small's. */
 export interface GPT2Config {
@@ -54,7 +57,7 @@ export interface LlamaConfig {
   eosTokenId?: number;
 }
 
-export type ModelConfig = GPT2Config | LlamaConfig;
+export type ModelConfig = GPT2Config | LlamaConfig | GPTNeoXConfig | FalconConfig | BloomConfig;
 
 export function gpt2Config(overrides: Partial<Omit<GPT2Config, 'arch'>> = {}): GPT2Config {
   const hidden = overrides.hidden ?? 768;
@@ -125,6 +128,9 @@ export function validateConfig(c: ModelConfig): ModelConfig {
     if (!Number.isInteger(c[k]) || c[k] <= 0) throw new InvalidArgumentError(`config ${k} must be a positive integer, got ${c[k]}`);
     if (c[k] > CONFIG_LIMITS[k]) throw new InvalidArgumentError(`config ${k} is ${c[k]}, more than the ${CONFIG_LIMITS[k]} any model here may have`);
   }
+  if (c.arch === 'gpt_neox') validateGPTNeoX(c);
+  if (c.arch === 'falcon') validateFalcon(c);
+  if (c.arch === 'bloom') validateBloom(c);
   if (c.arch === 'gpt2' && c.hidden % c.heads !== 0) {
     throw new InvalidArgumentError(`hidden size ${c.hidden} is not divisible by ${c.heads} heads`);
   }
@@ -156,6 +162,9 @@ function firstId(v: unknown): number | undefined {
 /** Reads a Hugging Face config.json object. */
 export function configFromHF(raw: Json): ModelConfig {
   const type = raw.model_type;
+  if (type === 'gpt_neox') return validateConfig(gptNeoXFromHF(raw));
+  if (type === 'falcon') return validateConfig(falconFromHF(raw));
+  if (type === 'bloom') return validateConfig(bloomFromHF(raw));
   if (type === 'gpt2') {
     const hidden = num(raw, 'n_embd');
     const act = raw.activation_function;
@@ -215,6 +224,9 @@ export function configFromHF(raw: Json): ModelConfig {
 
 /** Writes a config as Hugging Face's config.json object. */
 export function configToHF(c: ModelConfig): Json {
+  if (c.arch === 'gpt_neox') return gptNeoXToHF(c);
+  if (c.arch === 'falcon') return falconToHF(c);
+  if (c.arch === 'bloom') return bloomToHF(c);
   if (c.arch === 'gpt2') {
     return {
       architectures: ['GPT2LMHeadModel'],

@@ -4,7 +4,10 @@ import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../erro
 import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint, writeShardIndex } from '../io/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
+import { Bloom } from './bloom.ts';
+import { Falcon } from './falcon.ts';
 import { GPT2 } from './gpt2.ts';
+import { GPTNeoX } from './gpt-neox.ts';
 import { Llama } from './llama.ts';
 import { canonicalName, ignorableKey, layersOfWeight } from './checkpoint-weights.ts';
 import { type CausalLM, type ModelLayer, type ModelPart, partLayers } from './model.ts';
@@ -17,6 +20,9 @@ import { HFTokenizer, type Tokenizer } from './tokenizer.ts';
  */
 export function createModel(config: ModelConfig, options: { seed?: number; init?: boolean; section?: ModelPart } = {}): CausalLM {
   validateConfig(config);
+  if (config.arch === 'gpt_neox') return new GPTNeoX(config, options);
+  if (config.arch === 'falcon') return new Falcon(config, options);
+  if (config.arch === 'bloom') return new Bloom(config, options);
   return config.arch === 'gpt2' ? new GPT2(config, options) : new Llama(config, options);
 }
 

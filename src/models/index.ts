@@ -9,6 +9,9 @@ export {
   validateConfig,
 } from './config.ts';
 export { GPT2 } from './gpt2.ts';
+export { Bloom, type BloomConfig, bloomConfig } from './bloom.ts';
+export { Falcon, type FalconConfig, falconConfig } from './falcon.ts';
+export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './gpt-neox.ts';
 export { Llama, rotaryTables } from './llama.ts';
 export { createModel, loadChatTemplate, loadConfig, loadModel, loadTokenizer, modelLayers, partBytes, saveModel, saveModelStreamed, writeModelFiles } from './hf.ts';
 export { CheckpointWeights, defaultCacheDir, layersOfWeight, type WeightShape } from './checkpoint-weights.ts';

@@ -1,5 +1,16 @@
 import { existsSync, readdirSync } from 'node:fs';
-import { createModel, gpt2Config, HFTokenizer, llamaConfig, saveModel, byteLevelTokenizerJson } from '../../models/index.ts';
+import {
+  bloomConfig,
+  byteLevelTokenizerJson,
+  createModel,
+  falconConfig,
+  gpt2Config,
+  gptNeoXConfig,
+  HFTokenizer,
+  llamaConfig,
+  type ModelConfig,
+  saveModel,
+} from '../../models/index.ts';
 import { type Flags, intFlag, optionalIntFlag, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 
@@ -20,10 +31,38 @@ export const initModelOptions = {
 /** Byte-level tokenizer: 256 byte tokens + <|endoftext|>. */
 const BYTE_VOCAB = 257;
 
+interface SmallShape {
+  vocabSize: number;
+  hidden: number;
+  heads: number;
+  layers: number;
+  maxPositions: number;
+  bosTokenId: number;
+  eosTokenId: number;
+}
+
+/** GPT-NeoX, Falcon (its new decoder architecture, grouped by --kv-heads) and BLOOM, at the small shape of the flags. */
+const OTHER_ARCHS: Record<string, (c: SmallShape, kvHeads: number, intermediate: number | undefined) => ModelConfig> = {
+  gpt_neox: (c, kvHeads, intermediate) => gptNeoXConfig({ ...c, intermediate: intermediate ?? 4 * c.hidden, ...multiHead(c, kvHeads) }),
+  falcon: (c, kvHeads, intermediate) =>
+    falconConfig({ ...c, newDecoderArchitecture: true, kvHeads, intermediate: intermediate ?? 4 * c.hidden }),
+  bloom: (c, kvHeads, intermediate) => {
+    if (intermediate !== undefined && intermediate !== 4 * c.hidden) throw new UsageError(`BLOOM's MLP is 4 × --hidden wide, not --intermediate ${intermediate}`);
+    return bloomConfig({ ...c, padTokenId: undefined, ...multiHead(c, kvHeads) });
+  },
+};
+
+/** GPT-NeoX and BLOOM have as many key/value heads as heads. */
+function multiHead(c: SmallShape, kvHeads: number): object {
+  if (kvHeads !== c.heads) throw new UsageError(`--kv-heads is not part of this --arch (its ${c.heads} heads each have their keys and values)`);
+  return {};
+}
+
 /** `tensorlink init-model`: a new randomly initialised model in Hugging Face layout, with a byte-level tokenizer. */
 export async function initModel(flags: Flags, out: Output): Promise<void> {
   const arch = stringFlag(flags, 'arch') ?? 'gpt2';
-  if (arch !== 'gpt2' && arch !== 'llama') throw new UsageError(`--arch must be gpt2 or llama, got '${arch}'`);
+  const other = Object.hasOwn(OTHER_ARCHS, arch) ? OTHER_ARCHS[arch] : undefined;
+  if (arch !== 'gpt2' && arch !== 'llama' && !other) throw new UsageError(`--arch must be gpt2, llama, ${Object.keys(OTHER_ARCHS).join(', ')}, got '${arch}'`);
   const dir = requiredString(flags, 'out');
   if (existsSync(dir) && readdirSync(dir).length > 0 && flags.force !== true) {
     throw new UsageError(`${dir} is not empty (pass --force to overwrite)`);
@@ -43,6 +82,7 @@ export async function initModel(flags: Flags, out: Output): Promise<void> {
     eosTokenId: 256,
   };
   const intermediate = optionalIntFlag(flags, 'intermediate', 1);
+  if (other) return writeModel(other(common, intFlag(flags, 'kv-heads', heads), intermediate), arch, dir, flags, out);
   const config
     = arch === 'gpt2'
       ? gpt2Config({ ...common, intermediate: intermediate ?? 4 * hidden })
@@ -53,6 +93,11 @@ export async function initModel(flags: Flags, out: Output): Promise<void> {
           tieWordEmbeddings: true,
         });
   if (config.arch === 'llama' && heads % config.kvHeads !== 0) throw new UsageError(`--heads ${heads} is not a multiple of --kv-heads`);
+  return writeModel(config, arch, dir, flags, out);
+}
+
+/** Writes a new model of `config`, with the byte-level tokenizer, to `dir`. */
+async function writeModel(config: ModelConfig, arch: string, dir: string, flags: Flags, out: Output): Promise<void> {
   const seed = intFlag(flags, 'seed', 0, 0);
   const model = createModel(config, { seed });
   model.tokenizer = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);

@@ -1,0 +1,309 @@
+import { InvalidArgumentError } from '../errors.ts';
+import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
+import { Generator, linear, randn, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import { alibiAttention, alibiSlopes } from './alibi.ts';
+import { firstId, num } from './config-fields.ts';
+import { mergeHeads, runLayers } from './forward.ts';
+import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
+  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+import type { Tokenizer } from './tokenizer.ts';
+
+/**
+ * BLOOM as transformers' BloomForCausalLM: no position embeddings but ALiBi biases in every
+ * attention; a LayerNorm right after the token embedding (word_embeddings_layernorm, part of
+ * the embedding layer here); a fused query_key_value laid out head by head ([q, k, v] of head 0,
+ * then head 1, …); sequential pre-LayerNorm blocks whose residual is added inside the attention
+ * and the MLP; a tanh-GELU MLP of 4 × hidden; the head tied to the embedding.
+ */
+export interface BloomConfig {
+  arch: 'bloom';
+  vocabSize: number;
+  /**
+   * Longest sequence accepted (ALiBi itself has no limit; BLOOM has no such key, its models
+   * were trained on 2048: `max_position_embeddings` here, written only when it differs).
+   */
+  maxPositions: number;
+  hidden: number;
+  layers: number;
+  heads: number;
+  /** MLP width: 4 × hidden, always, in BLOOM. */
+  intermediate: number;
+  /** layer_norm_epsilon (1e-5). */
+  normEps: number;
+  initializerRange: number;
+  tieWordEmbeddings: boolean;
+  /** apply_residual_connection_post_layernorm: the residual is the normed input (false). */
+  residualPostNorm: boolean;
+  bosTokenId?: number;
+  eosTokenId?: number;
+  padTokenId?: number;
+}
+
+const BLOOM_MAX_POSITIONS = 2048;
+
+/** BLOOM-560M's shape unless overridden. */
+export function bloomConfig(overrides: Partial<Omit<BloomConfig, 'arch' | 'intermediate'>> = {}): BloomConfig {
+  const hidden = overrides.hidden ?? 1024;
+  return {
+    arch: 'bloom',
+    vocabSize: 250880,
+    maxPositions: BLOOM_MAX_POSITIONS,
+    layers: 24,
+    heads: 16,
+    normEps: 1e-5,
+    initializerRange: 0.02,
+    tieWordEmbeddings: true,
+    residualPostNorm: false,
+    bosTokenId: 1,
+    eosTokenId: 2,
+    padTokenId: 3,
+    ...overrides,
+    hidden,
+    intermediate: 4 * hidden,
+  };
+}
+
+/** Throws InvalidArgumentError naming what does not fit. */
+export function validateBloom(c: BloomConfig): void {
+  if (c.hidden % c.heads !== 0) throw new InvalidArgumentError(`BLOOM hidden size ${c.hidden} is not divisible by ${c.heads} heads`);
+  if (c.intermediate !== 4 * c.hidden) throw new InvalidArgumentError(`BLOOM's MLP is 4 × hidden = ${4 * c.hidden} wide, not ${c.intermediate}`);
+}
+
+/** Reads a `model_type: bloom` config.json (n_embed, n_layer, n_head, or their long names). */
+export function bloomFromHF(raw: Record<string, unknown>): BloomConfig {
+  const tp = raw.pretraining_tp ?? 1;
+  if (raw.slow_but_exact === true && typeof tp === 'number' && tp > 1) {
+    throw new InvalidArgumentError(`BLOOM 'slow_but_exact: true' with pretraining_tp ${tp} (sliced linears) is not supported`);
+  }
+  const alias = (key: string, long: string) => num(raw, key, typeof raw[long] === 'number' ? raw[long] : undefined);
+  const c = bloomConfig({
+    vocabSize: num(raw, 'vocab_size'),
+    maxPositions: num(raw, 'max_position_embeddings', BLOOM_MAX_POSITIONS),
+    hidden: num(raw, 'hidden_size', typeof raw.n_embed === 'number' ? raw.n_embed : undefined),
+    layers: alias('n_layer', 'num_hidden_layers'),
+    heads: alias('n_head', 'num_attention_heads'),
+    normEps: num(raw, 'layer_norm_epsilon', 1e-5),
+    initializerRange: num(raw, 'initializer_range', 0.02),
+    tieWordEmbeddings: raw.tie_word_embeddings !== false,
+    residualPostNorm: raw.apply_residual_connection_post_layernorm === true,
+    bosTokenId: firstId(raw.bos_token_id),
+    eosTokenId: firstId(raw.eos_token_id),
+    padTokenId: firstId(raw.pad_token_id),
+  });
+  validateBloom(c);
+  return c;
+}
+
+export function bloomToHF(c: BloomConfig): Record<string, unknown> {
+  return {
+    architectures: ['BloomForCausalLM'],
+    model_type: 'bloom',
+    vocab_size: c.vocabSize,
+    ...(c.maxPositions === BLOOM_MAX_POSITIONS ? {} : { max_position_embeddings: c.maxPositions }),
+    hidden_size: c.hidden,
+    n_layer: c.layers,
+    n_head: c.heads,
+    layer_norm_epsilon: c.normEps,
+    initializer_range: c.initializerRange,
+    apply_residual_connection_post_layernorm: c.residualPostNorm,
+    tie_word_embeddings: c.tieWordEmbeddings,
+    hidden_dropout: 0,
+    attention_dropout: 0,
+    pretraining_tp: 1,
+    slow_but_exact: false,
+    bos_token_id: c.bosTokenId,
+    eos_token_id: c.eosTokenId,
+    pad_token_id: c.padTokenId,
+    torch_dtype: 'float32',
+  };
+}
+
+/** Which layer a checkpoint name belongs to: the embedding's LayerNorm is the embedding's (see gptNeoXLayersOfWeight). */
+export function bloomLayersOfWeight(c: BloomConfig, name: string): number[] {
+  const L = c.layers;
+  if (name === 'transformer.word_embeddings.weight') return c.tieWordEmbeddings ? [0, L + 2] : [0];
+  if (/^transformer\.word_embeddings_layernorm\.(weight|bias)$/.test(name)) return [0];
+  if (name === 'lm_head.weight') return c.tieWordEmbeddings ? [] : [L + 2];
+  if (/^transformer\.ln_f\.(weight|bias)$/.test(name)) return [L + 1];
+  const m = /^transformer\.h\.(\d+)\./.exec(name);
+  if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
+  return [];
+}
+
+function normalInit(module: Linear | Embedding, std: number, rng: Generator): void {
+  const w = randn(module.weight.shape, { generator: rng });
+  for (let i = 0; i < w.size; i++) module.weight.data[i] = w.data[i] * std;
+  if (module instanceof Linear && module.bias) module.bias.data.fill(0);
+}
+
+function proj(inF: number, outF: number, bias: boolean, c: BloomConfig, rng: Generator): Linear {
+  const l = new Linear(inF, outF, { rng, bias });
+  normalInit(l, c.initializerRange, rng);
+  return l;
+}
+
+class BloomAttention extends Module {
+  readonly query_key_value: Linear;
+  readonly dense: Linear;
+  private readonly slopes: Float32Array;
+  constructor(
+    private readonly c: BloomConfig,
+    rng: Generator,
+  ) {
+    super();
+    this.query_key_value = this.addModule('query_key_value', proj(c.hidden, 3 * c.hidden, true, c, rng));
+    this.dense = this.addModule('dense', proj(c.hidden, c.hidden, true, c, rng));
+    this.slopes = alibiSlopes(c.heads);
+  }
+
+  /** The attention's output plus `residual`, as BLOOM adds it. */
+  forward(x: Tensor, residual: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
+    const [b, t] = x.shape;
+    const nh = this.c.heads;
+    const hd = this.c.hidden / nh;
+    // per head: [q, k, v], each hd wide
+    const [q, k, v] = this.query_key_value.forward(x).reshape([b, t, nh, 3, hd]).split(1, 3); // 3 × [B, T, nh, 1, hd]
+    const heads = (u: Tensor) => u.reshape([b, t, nh, hd]).transpose(1, 2); // [B, nh, T, hd]
+    const y = alibiAttention(heads(q), heads(k), heads(v), ctx, blockIndex, this.slopes, 1 / Math.sqrt(hd)); // [B, nh, T, hd]
+    return residual.add(this.dense.forward(mergeHeads(y))); // [B, T, H]
+  }
+}
+
+class BloomMLP extends Module {
+  readonly dense_h_to_4h: Linear;
+  readonly dense_4h_to_h: Linear;
+  constructor(c: BloomConfig, rng: Generator) {
+    super();
+    this.dense_h_to_4h = this.addModule('dense_h_to_4h', proj(c.hidden, c.intermediate, true, c, rng));
+    this.dense_4h_to_h = this.addModule('dense_4h_to_h', proj(c.intermediate, c.hidden, true, c, rng));
+  }
+
+  /** The MLP's output plus `residual`. */
+  forward(x: Tensor, residual: Tensor): Tensor {
+    return residual.add(this.dense_4h_to_h.forward(this.dense_h_to_4h.forward(x).gelu()));
+  }
+}
+
+export class BloomBlock extends Module {
+  readonly input_layernorm: LayerNorm;
+  readonly self_attention: BloomAttention;
+  readonly post_attention_layernorm: LayerNorm;
+  readonly mlp: BloomMLP;
+  constructor(
+    private readonly c: BloomConfig,
+    rng: Generator,
+  ) {
+    super();
+    this.input_layernorm = this.addModule('input_layernorm', new LayerNorm(c.hidden, c.normEps));
+    this.self_attention = this.addModule('self_attention', new BloomAttention(c, rng));
+    this.post_attention_layernorm = this.addModule('post_attention_layernorm', new LayerNorm(c.hidden, c.normEps));
+    this.mlp = this.addModule('mlp', new BloomMLP(c, rng));
+  }
+
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
+    const ln1 = this.input_layernorm.forward(x);
+    const h = this.self_attention.forward(ln1, this.c.residualPostNorm ? ln1 : x, ctx, blockIndex);
+    const ln2 = this.post_attention_layernorm.forward(h);
+    return this.mlp.forward(ln2, this.c.residualPostNorm ? ln2 : h);
+  }
+}
+
+class BloomModel extends Module {
+  readonly word_embeddings: Embedding | null;
+  readonly word_embeddings_layernorm: LayerNorm | null;
+  readonly h: ModuleList<BloomBlock>;
+  readonly ln_f: LayerNorm | null;
+  constructor(c: BloomConfig, rng: Generator, parts: SectionParts) {
+    super();
+    this.word_embeddings = parts.tokenTable ? this.addModule('word_embeddings', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
+    if (this.word_embeddings) normalInit(this.word_embeddings, c.initializerRange, rng);
+    this.word_embeddings_layernorm = parts.embedding
+      ? this.addModule('word_embeddings_layernorm', new LayerNorm(c.hidden, c.normEps))
+      : null;
+    const [first, last] = parts.blocks;
+    this.h = this.addModule('h', new ModuleList(Array.from({ length: last - first }, () => new BloomBlock(c, rng)), first));
+    this.ln_f = parts.norm ? this.addModule('ln_f', new LayerNorm(c.hidden, c.normEps)) : null;
+  }
+}
+
+export class Bloom extends Module implements CausalLM {
+  readonly transformer: BloomModel;
+  readonly lm_head: Linear | null;
+  readonly layers: readonly ModelLayer[];
+  readonly wholeLayers: readonly ModelLayer[];
+  readonly section: ModelPart;
+  tokenizer: Tokenizer | null = null;
+
+  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  constructor(
+    readonly config: BloomConfig,
+    options: { seed?: number; init?: boolean; section?: ModelPart } = {},
+  ) {
+    super();
+    validateBloom(config);
+    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
+    this.section = options.section ?? [0, config.layers + 3];
+    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    this.transformer = this.addModule('transformer', new BloomModel(config, rng, parts));
+    this.lm_head
+      = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
+    this.wholeLayers = this.buildLayers();
+    this.layers = partLayers(this.wholeLayers, this.section);
+  }
+
+  private buildLayers(): ModelLayer[] {
+    const c = this.config;
+    const m = this.transformer;
+    const h = c.hidden;
+    const i = c.intermediate;
+    // 2 layer norms, query_key_value, dense, the MLP, all with biases
+    const blockParams = 4 * h + 4 * h * h + 4 * h + 2 * h * i + i + h;
+    const headWeight = () => this.lm_head?.weight ?? m.word_embeddings!.weight;
+    const headName = c.tieWordEmbeddings ? 'transformer.word_embeddings.weight' : 'lm_head.weight';
+    return [
+      {
+        name: 'transformer.word_embeddings',
+        kind: 'embedding',
+        blockIndex: -1,
+        namedParameters: () => [
+          ['transformer.word_embeddings.weight', m.word_embeddings!.weight],
+          ...m.word_embeddings_layernorm!.namedParameters('transformer.word_embeddings_layernorm'),
+        ],
+        forward: (ids) => m.word_embeddings_layernorm!.forward(m.word_embeddings!.forward(ids)),
+        profile: () => layerProfile(c.vocabSize * h + 2 * h, 8 * h, h),
+      },
+      ...Array.from({ length: c.layers }, (_, b): ModelLayer => ({
+        name: `transformer.h.${b}`,
+        kind: 'block',
+        blockIndex: b,
+        namedParameters: () => [...m.h.byIndex(b).namedParameters(`transformer.h.${b}`)],
+        forward: (x, ctx) => m.h.byIndex(b).forward(x, ctx, b),
+        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
+      })),
+      {
+        name: 'transformer.ln_f',
+        kind: 'norm',
+        blockIndex: -1,
+        namedParameters: () => [...m.ln_f!.namedParameters('transformer.ln_f')],
+        forward: (x) => m.ln_f!.forward(x),
+        profile: () => layerProfile(2 * h, 8 * h, h),
+      },
+      {
+        name: 'lm_head',
+        kind: 'head',
+        blockIndex: -1,
+        namedParameters: () => [[headName, headWeight()]],
+        forward: (x) => linear(x, headWeight()),
+        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
+      },
+    ];
+  }
+
+  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
+    return runLayers(this.layers, ids, options, this.config.maxPositions);
+  }
+
+  hfStateDict(): Map<string, Tensor> {
+    return new Map(this.namedParameters());
+  }
+}

@@ -1,0 +1,364 @@
+import { InvalidArgumentError } from '../errors.ts';
+import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
+import { Generator, linear, randn, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import { geluErf } from '../tensor/ops/gelu-erf.ts';
+import { firstId, num } from './config-fields.ts';
+import { cachedAttention, mergeHeads, runLayers } from './forward.ts';
+import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
+  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+import { partialRotary, type RotaryTables, rotaryTablesFor } from './partial-rotary.ts';
+import type { Tokenizer } from './tokenizer.ts';
+
+/**
+ * Falcon as transformers' FalconForCausalLM, in its two rotary forms:
+ * - the new decoder architecture (Falcon-40B/180B, Falcon 2): grouped-query attention whose
+ *   fused query_key_value holds, for each key/value head, its query heads, then its key, then its
+ *   value; attention and MLP side by side, each after its own LayerNorm (ln_attn, ln_mlp), or
+ *   both after input_layernorm when `num_ln_in_parallel_attn` is 1;
+ * - the older multi-query architecture (Falcon-7B): every query head, then one key and one value
+ *   head; attention and MLP side by side after input_layernorm.
+ * Either way a block is x + (mlp(…) + attn(…)), the MLP is GELU (exact), the head tied by default.
+ * Refused: ALiBi (Falcon-RW), sequential blocks (`parallel_attn: false`), multi-head attention
+ * without the new architecture, rope scaling.
+ */
+export interface FalconConfig {
+  arch: 'falcon';
+  vocabSize: number;
+  maxPositions: number;
+  hidden: number;
+  layers: number;
+  heads: number;
+  /** Key/value heads: num_kv_heads under the new architecture, 1 under multi-query. */
+  kvHeads: number;
+  /** MLP width (ffn_hidden_size, 4 × hidden). */
+  intermediate: number;
+  /** new_decoder_architecture (grouped layout) or the multi-query layout. */
+  newDecoderArchitecture: boolean;
+  /** LayerNorms of a block: 2 (ln_attn, ln_mlp) or 1 (input_layernorm for both). */
+  parallelNorms: 1 | 2;
+  /** Bias on every linear of a block (bias, false). */
+  bias: boolean;
+  ropeTheta: number;
+  /** layer_norm_epsilon (1e-5). */
+  normEps: number;
+  initializerRange: number;
+  tieWordEmbeddings: boolean;
+  bosTokenId?: number;
+  eosTokenId?: number;
+}
+
+/** Falcon-7B's shape (multi-query) unless overridden. */
+export function falconConfig(overrides: Partial<Omit<FalconConfig, 'arch'>> = {}): FalconConfig {
+  const hidden = overrides.hidden ?? 4544;
+  const newArch = overrides.newDecoderArchitecture ?? false;
+  return {
+    arch: 'falcon',
+    vocabSize: 65024,
+    maxPositions: 2048,
+    layers: 32,
+    heads: 71,
+    newDecoderArchitecture: newArch,
+    bias: false,
+    ropeTheta: 10000,
+    normEps: 1e-5,
+    initializerRange: 0.02,
+    tieWordEmbeddings: true,
+    bosTokenId: 11,
+    eosTokenId: 11,
+    ...overrides,
+    hidden,
+    kvHeads: overrides.kvHeads ?? (newArch ? (overrides.heads ?? 71) : 1),
+    intermediate: overrides.intermediate ?? 4 * hidden,
+    parallelNorms: overrides.parallelNorms ?? (newArch ? 2 : 1),
+  };
+}
+
+/** Throws InvalidArgumentError naming what does not fit. */
+export function validateFalcon(c: FalconConfig): void {
+  if (c.hidden % c.heads !== 0) throw new InvalidArgumentError(`Falcon hidden size ${c.hidden} is not divisible by ${c.heads} heads`);
+  if ((c.hidden / c.heads) % 2 !== 0) throw new InvalidArgumentError(`Falcon head dim ${c.hidden / c.heads} must be even for rotary embeddings`);
+  if (!Number.isInteger(c.kvHeads) || c.kvHeads <= 0 || c.heads % c.kvHeads !== 0) {
+    throw new InvalidArgumentError(`Falcon's ${c.heads} heads are not a multiple of ${c.kvHeads} kv heads`);
+  }
+  if (!c.newDecoderArchitecture && (c.kvHeads !== 1 || c.parallelNorms !== 1)) {
+    throw new InvalidArgumentError('Falcon without new_decoder_architecture is multi-query (1 kv head) with input_layernorm only');
+  }
+}
+
+/** Reads a `model_type: falcon` config.json (RefinedWeb's older names for it included). */
+export function falconFromHF(raw: Record<string, unknown>): FalconConfig {
+  const refuse = (what: string): never => {
+    throw new InvalidArgumentError(`Falcon ${what} is not supported`);
+  };
+  if (raw.alibi === true) refuse('\'alibi: true\' (ALiBi, Falcon-RW)');
+  if (raw.parallel_attn === false) refuse('\'parallel_attn: false\' (sequential blocks)');
+  const params = (raw.rope_parameters ?? null) as Record<string, unknown> | null;
+  const scaling = (raw.rope_scaling ?? null) as Record<string, unknown> | null;
+  for (const s of [params, scaling]) {
+    const type = s?.rope_type ?? s?.type;
+    if (type !== undefined && type !== 'default') refuse(`rope scaling '${String(type)}'`);
+  }
+  if (scaling?.factor !== undefined) refuse(`rope_scaling ${JSON.stringify(scaling)}`);
+  const act = raw.activation ?? 'gelu';
+  if (act !== 'gelu') refuse(`activation '${String(act)}' (gelu only)`);
+  const newArch = raw.new_decoder_architecture === true;
+  const heads = num(raw, 'num_attention_heads');
+  let kvHeads: number;
+  if (newArch) kvHeads = num(raw, 'num_kv_heads', heads);
+  else if (raw.multi_query !== false) kvHeads = 1;
+  else throw new InvalidArgumentError('Falcon \'multi_query: false\' without \'new_decoder_architecture\' (multi-head attention) is not supported');
+  const lns = raw.num_ln_in_parallel_attn ?? (newArch ? 2 : 1);
+  if (lns !== 1 && lns !== 2) refuse(`num_ln_in_parallel_attn ${JSON.stringify(lns)}`);
+  if (!newArch && lns !== 1) refuse(`num_ln_in_parallel_attn ${String(lns)} without new_decoder_architecture`);
+  const hidden = num(raw, 'hidden_size', typeof raw.n_embed === 'number' ? raw.n_embed : undefined);
+  const theta = typeof params?.rope_theta === 'number' ? params.rope_theta : num(raw, 'rope_theta', 10000);
+  const c = falconConfig({
+    vocabSize: num(raw, 'vocab_size'),
+    maxPositions: num(raw, 'max_position_embeddings', 2048),
+    hidden,
+    layers: num(raw, 'num_hidden_layers', typeof raw.n_layer === 'number' ? raw.n_layer : undefined),
+    heads,
+    kvHeads,
+    intermediate: num(raw, 'ffn_hidden_size', 4 * hidden),
+    newDecoderArchitecture: newArch,
+    parallelNorms: lns as 1 | 2,
+    bias: raw.bias === true,
+    ropeTheta: theta,
+    normEps: num(raw, 'layer_norm_epsilon', 1e-5),
+    initializerRange: num(raw, 'initializer_range', 0.02),
+    tieWordEmbeddings: raw.tie_word_embeddings !== false,
+    bosTokenId: firstId(raw.bos_token_id),
+    eosTokenId: firstId(raw.eos_token_id),
+  });
+  validateFalcon(c);
+  return c;
+}
+
+export function falconToHF(c: FalconConfig): Record<string, unknown> {
+  return {
+    architectures: ['FalconForCausalLM'],
+    model_type: 'falcon',
+    vocab_size: c.vocabSize,
+    max_position_embeddings: c.maxPositions,
+    hidden_size: c.hidden,
+    num_hidden_layers: c.layers,
+    num_attention_heads: c.heads,
+    num_kv_heads: c.newDecoderArchitecture ? c.kvHeads : c.heads,
+    ffn_hidden_size: c.intermediate,
+    new_decoder_architecture: c.newDecoderArchitecture,
+    multi_query: !c.newDecoderArchitecture,
+    parallel_attn: true,
+    num_ln_in_parallel_attn: c.parallelNorms,
+    alibi: false,
+    bias: c.bias,
+    activation: 'gelu',
+    rope_theta: c.ropeTheta,
+    layer_norm_epsilon: c.normEps,
+    initializer_range: c.initializerRange,
+    tie_word_embeddings: c.tieWordEmbeddings,
+    hidden_dropout: 0,
+    attention_dropout: 0,
+    bos_token_id: c.bosTokenId,
+    eos_token_id: c.eosTokenId,
+    torch_dtype: 'float32',
+  };
+}
+
+/** Which layer a checkpoint name belongs to (see gptNeoXLayersOfWeight). */
+export function falconLayersOfWeight(c: FalconConfig, name: string): number[] {
+  const L = c.layers;
+  if (name === 'transformer.word_embeddings.weight') return c.tieWordEmbeddings ? [0, L + 2] : [0];
+  if (name === 'lm_head.weight') return c.tieWordEmbeddings ? [] : [L + 2];
+  if (/^transformer\.ln_f\.(weight|bias)$/.test(name)) return [L + 1];
+  const m = /^transformer\.h\.(\d+)\./.exec(name);
+  if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
+  return [];
+}
+
+function normalInit(module: Linear | Embedding, std: number, rng: Generator): void {
+  const w = randn(module.weight.shape, { generator: rng });
+  for (let i = 0; i < w.size; i++) module.weight.data[i] = w.data[i] * std;
+  if (module instanceof Linear && module.bias) module.bias.data.fill(0);
+}
+
+function proj(inF: number, outF: number, bias: boolean, c: FalconConfig, rng: Generator): Linear {
+  const l = new Linear(inF, outF, { rng, bias });
+  normalInit(l, c.initializerRange, rng);
+  return l;
+}
+
+class FalconAttention extends Module {
+  readonly query_key_value: Linear;
+  readonly dense: Linear;
+  constructor(
+    private readonly c: FalconConfig,
+    rng: Generator,
+  ) {
+    super();
+    const hd = c.hidden / c.heads;
+    this.query_key_value = this.addModule('query_key_value', proj(c.hidden, (c.heads + 2 * c.kvHeads) * hd, c.bias, c, rng));
+    this.dense = this.addModule('dense', proj(c.hidden, c.hidden, c.bias, c, rng));
+  }
+
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number, rope: RotaryTables): Tensor {
+    const c = this.c;
+    const [b, t] = x.shape;
+    const hd = c.hidden / c.heads;
+    const nkv = c.kvHeads;
+    const groups = c.heads / nkv;
+    const qkv = this.query_key_value.forward(x);
+    let q: Tensor;
+    let k: Tensor;
+    let v: Tensor;
+    if (c.newDecoderArchitecture) {
+      // per kv head: its `groups` query heads, its key, its value
+      [q, k, v] = qkv.reshape([b, t, nkv, groups + 2, hd]).split([groups, 1, 1], 3); // [B, T, nkv, groups | 1 | 1, hd]
+    } else {
+      // every query head, then the one key and the one value
+      [q, k, v] = qkv.reshape([b, t, c.heads + 2, hd]).split([c.heads, 1, 1], 2); // [B, T, nh | 1 | 1, hd]
+    }
+    const query = partialRotary(q.reshape([b, t, c.heads, hd]).transpose(1, 2), rope); // [B, nh, T, hd]
+    const key = partialRotary(k.reshape([b, t, nkv, hd]).transpose(1, 2), rope); // [B, nkv, T, hd]
+    const value = v.reshape([b, t, nkv, hd]).transpose(1, 2); // [B, nkv, T, hd]
+    const y = cachedAttention(query, key, value, ctx, blockIndex, groups); // [B, nh, T, hd]
+    return this.dense.forward(mergeHeads(y)); // [B, T, H]
+  }
+}
+
+class FalconMLP extends Module {
+  readonly dense_h_to_4h: Linear;
+  readonly dense_4h_to_h: Linear;
+  constructor(c: FalconConfig, rng: Generator) {
+    super();
+    this.dense_h_to_4h = this.addModule('dense_h_to_4h', proj(c.hidden, c.intermediate, c.bias, c, rng));
+    this.dense_4h_to_h = this.addModule('dense_4h_to_h', proj(c.intermediate, c.hidden, c.bias, c, rng));
+  }
+
+  forward(x: Tensor): Tensor {
+    return this.dense_4h_to_h.forward(geluErf(this.dense_h_to_4h.forward(x)));
+  }
+}
+
+export class FalconDecoderLayer extends Module {
+  /** Before the attention and the MLP both (one norm), or before the attention (two). */
+  readonly input_layernorm: LayerNorm | null;
+  readonly ln_attn: LayerNorm | null;
+  readonly ln_mlp: LayerNorm | null;
+  readonly self_attention: FalconAttention;
+  readonly mlp: FalconMLP;
+  constructor(
+    private readonly c: FalconConfig,
+    rng: Generator,
+  ) {
+    super();
+    const two = c.parallelNorms === 2;
+    this.ln_attn = two ? this.addModule('ln_attn', new LayerNorm(c.hidden, c.normEps)) : null;
+    this.ln_mlp = two ? this.addModule('ln_mlp', new LayerNorm(c.hidden, c.normEps)) : null;
+    this.input_layernorm = two ? null : this.addModule('input_layernorm', new LayerNorm(c.hidden, c.normEps));
+    this.self_attention = this.addModule('self_attention', new FalconAttention(c, rng));
+    this.mlp = this.addModule('mlp', new FalconMLP(c, rng));
+  }
+
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
+    const rope = rotaryTablesFor(ctx.positions, this.c.hidden / this.c.heads, this.c.ropeTheta);
+    const attnIn = (this.ln_attn ?? this.input_layernorm!).forward(x);
+    const mlpIn = this.ln_mlp ? this.ln_mlp.forward(x) : attnIn;
+    const attn = this.self_attention.forward(attnIn, ctx, blockIndex, rope);
+    return this.mlp.forward(mlpIn).add(attn).add(x);
+  }
+}
+
+class FalconModel extends Module {
+  readonly word_embeddings: Embedding | null;
+  readonly h: ModuleList<FalconDecoderLayer>;
+  readonly ln_f: LayerNorm | null;
+  constructor(c: FalconConfig, rng: Generator, parts: SectionParts) {
+    super();
+    this.word_embeddings = parts.tokenTable ? this.addModule('word_embeddings', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
+    if (this.word_embeddings) normalInit(this.word_embeddings, c.initializerRange, rng);
+    const [first, last] = parts.blocks;
+    this.h = this.addModule('h', new ModuleList(Array.from({ length: last - first }, () => new FalconDecoderLayer(c, rng)), first));
+    this.ln_f = parts.norm ? this.addModule('ln_f', new LayerNorm(c.hidden, c.normEps)) : null;
+  }
+}
+
+export class Falcon extends Module implements CausalLM {
+  readonly transformer: FalconModel;
+  readonly lm_head: Linear | null;
+  readonly layers: readonly ModelLayer[];
+  readonly wholeLayers: readonly ModelLayer[];
+  readonly section: ModelPart;
+  tokenizer: Tokenizer | null = null;
+
+  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  constructor(
+    readonly config: FalconConfig,
+    options: { seed?: number; init?: boolean; section?: ModelPart } = {},
+  ) {
+    super();
+    validateFalcon(config);
+    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
+    this.section = options.section ?? [0, config.layers + 3];
+    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    this.transformer = this.addModule('transformer', new FalconModel(config, rng, parts));
+    this.lm_head
+      = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
+    this.wholeLayers = this.buildLayers();
+    this.layers = partLayers(this.wholeLayers, this.section);
+  }
+
+  private buildLayers(): ModelLayer[] {
+    const c = this.config;
+    const m = this.transformer;
+    const h = c.hidden;
+    const hd = h / c.heads;
+    const qkv = (c.heads + 2 * c.kvHeads) * hd;
+    const i = c.intermediate;
+    // norms, query_key_value, dense, the MLP (biases if the config has them)
+    const blockParams = 2 * c.parallelNorms * h + h * qkv + h * h + 2 * h * i + (c.bias ? qkv + h + i + h : 0);
+    const headWeight = () => this.lm_head?.weight ?? m.word_embeddings!.weight;
+    const headName = c.tieWordEmbeddings ? 'transformer.word_embeddings.weight' : 'lm_head.weight';
+    return [
+      {
+        name: 'transformer.word_embeddings',
+        kind: 'embedding',
+        blockIndex: -1,
+        namedParameters: () => [['transformer.word_embeddings.weight', m.word_embeddings!.weight]],
+        forward: (ids) => m.word_embeddings!.forward(ids),
+        profile: () => layerProfile(c.vocabSize * h, 0, h),
+      },
+      ...Array.from({ length: c.layers }, (_, b): ModelLayer => ({
+        name: `transformer.h.${b}`,
+        kind: 'block',
+        blockIndex: b,
+        namedParameters: () => [...m.h.byIndex(b).namedParameters(`transformer.h.${b}`)],
+        forward: (x, ctx) => m.h.byIndex(b).forward(x, ctx, b),
+        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * c.kvHeads * hd),
+      })),
+      {
+        name: 'transformer.ln_f',
+        kind: 'norm',
+        blockIndex: -1,
+        namedParameters: () => [...m.ln_f!.namedParameters('transformer.ln_f')],
+        forward: (x) => m.ln_f!.forward(x),
+        profile: () => layerProfile(2 * h, 8 * h, h),
+      },
+      {
+        name: 'lm_head',
+        kind: 'head',
+        blockIndex: -1,
+        namedParameters: () => [[headName, headWeight()]],
+        forward: (x) => linear(x, headWeight()),
+        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
+      },
+    ];
+  }
+
+  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
+    return runLayers(this.layers, ids, options, this.config.maxPositions);
+  }
+
+  hfStateDict(): Map<string, Tensor> {
+    return new Map(this.namedParameters());
+  }
+}

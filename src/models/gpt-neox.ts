@@ -1,0 +1,340 @@
+import { InvalidArgumentError } from '../errors.ts';
+import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
+import { Generator, linear, randn, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import { geluErf } from '../tensor/ops/gelu-erf.ts';
+import { firstId, num } from './config-fields.ts';
+import { cachedAttention, mergeHeads, runLayers } from './forward.ts';
+import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
+  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+import { partialRotary, type RotaryTables, rotaryTablesFor } from './partial-rotary.ts';
+import type { Tokenizer } from './tokenizer.ts';
+
+/**
+ * GPT-NeoX (Pythia, GPT-NeoX-20B) as transformers' GPTNeoXForCausalLM: LayerNorm blocks whose
+ * attention and MLP read the same input and add to it together (the parallel residual), a fused
+ * query_key_value laid out head by head ([q, k, v] of head 0, then head 1, …), rotary on the
+ * first `rotary_pct` of each head, and an untied head named `embed_out`.
+ */
+export interface GPTNeoXConfig {
+  arch: 'gpt_neox';
+  vocabSize: number;
+  maxPositions: number;
+  hidden: number;
+  layers: number;
+  heads: number;
+  /** MLP width (4 × hidden in Pythia). */
+  intermediate: number;
+  /** Share of each head's dims that rotate (rotary_pct, 0.25); the rotated dims are int(headDim × this). */
+  rotaryPct: number;
+  /** Rotary base (rotary_emb_base, 10000). */
+  ropeTheta: number;
+  /** LayerNorm epsilon (layer_norm_eps, 1e-5). */
+  normEps: number;
+  initializerRange: number;
+  /** The head shares embed_in (false in every released GPT-NeoX). */
+  tieWordEmbeddings: boolean;
+  /** x + attn(ln1(x)) + mlp(ln2(x)) (true), or the two residuals in turn (false). */
+  parallelResidual: boolean;
+  /** Bias on query_key_value and dense (attention_bias, true). */
+  attentionBias: boolean;
+  /** hidden_act: 'gelu' is the exact (erf) GELU, the others its tanh approximation. */
+  hiddenAct: 'gelu' | 'gelu_new' | 'gelu_pytorch_tanh';
+  bosTokenId?: number;
+  eosTokenId?: number;
+}
+
+/** Pythia-160M's shape unless overridden. */
+export function gptNeoXConfig(overrides: Partial<Omit<GPTNeoXConfig, 'arch'>> = {}): GPTNeoXConfig {
+  const hidden = overrides.hidden ?? 768;
+  return {
+    arch: 'gpt_neox',
+    vocabSize: 50304,
+    maxPositions: 2048,
+    layers: 12,
+    heads: 12,
+    rotaryPct: 0.25,
+    ropeTheta: 10000,
+    normEps: 1e-5,
+    initializerRange: 0.02,
+    tieWordEmbeddings: false,
+    parallelResidual: true,
+    attentionBias: true,
+    hiddenAct: 'gelu',
+    bosTokenId: 0,
+    eosTokenId: 0,
+    ...overrides,
+    hidden,
+    intermediate: overrides.intermediate ?? 4 * hidden,
+  };
+}
+
+/** Rotated dims per head: int(headDim × rotary_pct), as transformers truncates it. */
+export function gptNeoXRotaryDims(c: GPTNeoXConfig): number {
+  return Math.trunc((c.hidden / c.heads) * c.rotaryPct);
+}
+
+/** Throws InvalidArgumentError naming what does not fit. */
+export function validateGPTNeoX(c: GPTNeoXConfig): void {
+  if (c.hidden % c.heads !== 0) throw new InvalidArgumentError(`GPT-NeoX hidden size ${c.hidden} is not divisible by ${c.heads} heads`);
+  if (!(c.rotaryPct >= 0 && c.rotaryPct <= 1)) throw new InvalidArgumentError(`GPT-NeoX rotary_pct ${c.rotaryPct} is not within [0, 1]`);
+  const dims = gptNeoXRotaryDims(c);
+  if (dims % 2 !== 0) throw new InvalidArgumentError(`GPT-NeoX rotates ${dims} dims per head (rotary_pct ${c.rotaryPct}): an odd number is not supported`);
+}
+
+const NEOX_ACTS = ['gelu', 'gelu_new', 'gelu_pytorch_tanh'] as const;
+
+/** Reads a `model_type: gpt_neox` config.json (its older keys, rotary_pct and rotary_emb_base, or transformers 5's rope_parameters). */
+export function gptNeoXFromHF(raw: Record<string, unknown>): GPTNeoXConfig {
+  const params = (raw.rope_parameters ?? null) as Record<string, unknown> | null;
+  const scaling = (raw.rope_scaling ?? null) as Record<string, unknown> | null;
+  for (const s of [params, scaling]) {
+    const type = s?.rope_type ?? s?.type;
+    if (s && type !== undefined && type !== 'default') {
+      throw new InvalidArgumentError(`GPT-NeoX rope scaling '${String(type)}' is not supported (default rope only)`);
+    }
+  }
+  if (scaling && scaling.factor !== undefined) throw new InvalidArgumentError(`GPT-NeoX rope_scaling ${JSON.stringify(scaling)} is not supported`);
+  const act = raw.hidden_act ?? 'gelu';
+  if (!NEOX_ACTS.includes(act as GPTNeoXConfig['hiddenAct'])) {
+    throw new InvalidArgumentError(`GPT-NeoX hidden_act '${String(act)}' is not supported (${NEOX_ACTS.join(', ')})`);
+  }
+  const pick = (key: string, ...fallbacks: string[]) => {
+    if (params && typeof params[key] === 'number') return params[key];
+    for (const k of fallbacks) if (typeof raw[k] === 'number') return raw[k];
+    return undefined;
+  };
+  const hidden = num(raw, 'hidden_size');
+  return gptNeoXConfig({
+    vocabSize: num(raw, 'vocab_size'),
+    maxPositions: num(raw, 'max_position_embeddings', 2048),
+    hidden,
+    layers: num(raw, 'num_hidden_layers'),
+    heads: num(raw, 'num_attention_heads'),
+    intermediate: num(raw, 'intermediate_size', 4 * hidden),
+    rotaryPct: pick('partial_rotary_factor', 'rotary_pct', 'partial_rotary_factor') ?? 0.25,
+    ropeTheta: pick('rope_theta', 'rotary_emb_base', 'rope_theta') ?? 10000,
+    normEps: num(raw, 'layer_norm_eps', 1e-5),
+    initializerRange: num(raw, 'initializer_range', 0.02),
+    tieWordEmbeddings: raw.tie_word_embeddings === true,
+    parallelResidual: raw.use_parallel_residual !== false,
+    attentionBias: raw.attention_bias !== false,
+    hiddenAct: act as GPTNeoXConfig['hiddenAct'],
+    bosTokenId: firstId(raw.bos_token_id),
+    eosTokenId: firstId(raw.eos_token_id),
+  });
+}
+
+/** Writes the config as transformers' config.json (the Hub's keys, which every version reads). */
+export function gptNeoXToHF(c: GPTNeoXConfig): Record<string, unknown> {
+  return {
+    architectures: ['GPTNeoXForCausalLM'],
+    model_type: 'gpt_neox',
+    vocab_size: c.vocabSize,
+    max_position_embeddings: c.maxPositions,
+    hidden_size: c.hidden,
+    num_hidden_layers: c.layers,
+    num_attention_heads: c.heads,
+    intermediate_size: c.intermediate,
+    rotary_pct: c.rotaryPct,
+    rotary_emb_base: c.ropeTheta,
+    use_parallel_residual: c.parallelResidual,
+    attention_bias: c.attentionBias,
+    hidden_act: c.hiddenAct,
+    layer_norm_eps: c.normEps,
+    initializer_range: c.initializerRange,
+    tie_word_embeddings: c.tieWordEmbeddings,
+    hidden_dropout: 0,
+    attention_dropout: 0,
+    bos_token_id: c.bosTokenId,
+    eos_token_id: c.eosTokenId,
+    torch_dtype: 'float32',
+  };
+}
+
+/**
+ * Which layer a checkpoint name belongs to (0 embedding, 1..L blocks, L + 1 final norm, L + 2
+ * head; empty for a name GPT-NeoX does not have).
+ */
+export function gptNeoXLayersOfWeight(c: GPTNeoXConfig, name: string): number[] {
+  const L = c.layers;
+  if (name === 'gpt_neox.embed_in.weight') return c.tieWordEmbeddings ? [0, L + 2] : [0];
+  if (name === 'embed_out.weight') return c.tieWordEmbeddings ? [] : [L + 2];
+  if (/^gpt_neox\.final_layer_norm\.(weight|bias)$/.test(name)) return [L + 1];
+  const m = /^gpt_neox\.layers\.(\d+)\./.exec(name);
+  if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
+  return [];
+}
+
+function normalInit(module: Linear | Embedding, std: number, rng: Generator): void {
+  const w = randn(module.weight.shape, { generator: rng });
+  for (let i = 0; i < w.size; i++) module.weight.data[i] = w.data[i] * std;
+  if (module instanceof Linear && module.bias) module.bias.data.fill(0);
+}
+
+function proj(inF: number, outF: number, bias: boolean, c: GPTNeoXConfig, rng: Generator): Linear {
+  const l = new Linear(inF, outF, { rng, bias });
+  normalInit(l, c.initializerRange, rng);
+  return l;
+}
+
+class GPTNeoXAttention extends Module {
+  readonly query_key_value: Linear;
+  readonly dense: Linear;
+  constructor(
+    private readonly c: GPTNeoXConfig,
+    rng: Generator,
+  ) {
+    super();
+    this.query_key_value = this.addModule('query_key_value', proj(c.hidden, 3 * c.hidden, c.attentionBias, c, rng));
+    this.dense = this.addModule('dense', proj(c.hidden, c.hidden, c.attentionBias, c, rng));
+  }
+
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number, rope: RotaryTables): Tensor {
+    const [b, t] = x.shape;
+    const nh = this.c.heads;
+    const hd = this.c.hidden / nh;
+    // per head: [q, k, v], each hd wide
+    const [q, k, v] = this.query_key_value.forward(x).reshape([b, t, nh, 3 * hd]).split(hd, -1); // 3 × [B, T, nh, hd]
+    const query = partialRotary(q.transpose(1, 2), rope); // [B, nh, T, hd]
+    const key = partialRotary(k.transpose(1, 2), rope); // [B, nh, T, hd]
+    const y = cachedAttention(query, key, v.transpose(1, 2), ctx, blockIndex); // [B, nh, T, hd]
+    return this.dense.forward(mergeHeads(y)); // [B, T, H]
+  }
+}
+
+class GPTNeoXMLP extends Module {
+  readonly dense_h_to_4h: Linear;
+  readonly dense_4h_to_h: Linear;
+  constructor(
+    private readonly c: GPTNeoXConfig,
+    rng: Generator,
+  ) {
+    super();
+    this.dense_h_to_4h = this.addModule('dense_h_to_4h', proj(c.hidden, c.intermediate, true, c, rng));
+    this.dense_4h_to_h = this.addModule('dense_4h_to_h', proj(c.intermediate, c.hidden, true, c, rng));
+  }
+
+  forward(x: Tensor): Tensor {
+    const h = this.dense_h_to_4h.forward(x);
+    return this.dense_4h_to_h.forward(this.c.hiddenAct === 'gelu' ? geluErf(h) : h.gelu());
+  }
+}
+
+export class GPTNeoXLayer extends Module {
+  readonly input_layernorm: LayerNorm;
+  readonly post_attention_layernorm: LayerNorm;
+  readonly attention: GPTNeoXAttention;
+  readonly mlp: GPTNeoXMLP;
+  constructor(
+    private readonly c: GPTNeoXConfig,
+    rng: Generator,
+  ) {
+    super();
+    this.input_layernorm = this.addModule('input_layernorm', new LayerNorm(c.hidden, c.normEps));
+    this.post_attention_layernorm = this.addModule('post_attention_layernorm', new LayerNorm(c.hidden, c.normEps));
+    this.attention = this.addModule('attention', new GPTNeoXAttention(c, rng));
+    this.mlp = this.addModule('mlp', new GPTNeoXMLP(c, rng));
+  }
+
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
+    const rope = rotaryTablesFor(ctx.positions, gptNeoXRotaryDims(this.c), this.c.ropeTheta);
+    const attn = this.attention.forward(this.input_layernorm.forward(x), ctx, blockIndex, rope);
+    if (this.c.parallelResidual) return this.mlp.forward(this.post_attention_layernorm.forward(x)).add(attn).add(x);
+    const h = attn.add(x);
+    return this.mlp.forward(this.post_attention_layernorm.forward(h)).add(h);
+  }
+}
+
+class GPTNeoXModel extends Module {
+  readonly embed_in: Embedding | null;
+  readonly layers: ModuleList<GPTNeoXLayer>;
+  readonly final_layer_norm: LayerNorm | null;
+  constructor(c: GPTNeoXConfig, rng: Generator, parts: SectionParts) {
+    super();
+    this.embed_in = parts.tokenTable ? this.addModule('embed_in', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
+    if (this.embed_in) normalInit(this.embed_in, c.initializerRange, rng);
+    const [first, last] = parts.blocks;
+    this.layers = this.addModule('layers', new ModuleList(Array.from({ length: last - first }, () => new GPTNeoXLayer(c, rng)), first));
+    this.final_layer_norm = parts.norm ? this.addModule('final_layer_norm', new LayerNorm(c.hidden, c.normEps)) : null;
+  }
+}
+
+export class GPTNeoX extends Module implements CausalLM {
+  readonly gpt_neox: GPTNeoXModel;
+  /** The untied head (transformers' lm_head at run time, `embed_out` in checkpoints), when this part holds it. */
+  readonly embed_out: Linear | null;
+  readonly layers: readonly ModelLayer[];
+  readonly wholeLayers: readonly ModelLayer[];
+  readonly section: ModelPart;
+  tokenizer: Tokenizer | null = null;
+
+  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  constructor(
+    readonly config: GPTNeoXConfig,
+    options: { seed?: number; init?: boolean; section?: ModelPart } = {},
+  ) {
+    super();
+    validateGPTNeoX(config);
+    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
+    this.section = options.section ?? [0, config.layers + 3];
+    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    this.gpt_neox = this.addModule('gpt_neox', new GPTNeoXModel(config, rng, parts));
+    this.embed_out
+      = !config.tieWordEmbeddings && parts.head ? this.addModule('embed_out', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
+    this.wholeLayers = this.buildLayers();
+    this.layers = partLayers(this.wholeLayers, this.section);
+  }
+
+  private buildLayers(): ModelLayer[] {
+    const c = this.config;
+    const m = this.gpt_neox;
+    const h = c.hidden;
+    const i = c.intermediate;
+    // 2 layer norms, query_key_value, dense, the MLP (weights and biases)
+    const blockParams = 4 * h + 4 * h * h + (c.attentionBias ? 4 * h : 0) + 2 * h * i + i + h;
+    const headWeight = () => this.embed_out?.weight ?? m.embed_in!.weight;
+    const headName = c.tieWordEmbeddings ? 'gpt_neox.embed_in.weight' : 'embed_out.weight';
+    return [
+      {
+        name: 'gpt_neox.embed_in',
+        kind: 'embedding',
+        blockIndex: -1,
+        namedParameters: () => [['gpt_neox.embed_in.weight', m.embed_in!.weight]],
+        forward: (ids) => m.embed_in!.forward(ids),
+        profile: () => layerProfile(c.vocabSize * h, 0, h),
+      },
+      ...Array.from({ length: c.layers }, (_, b): ModelLayer => ({
+        name: `gpt_neox.layers.${b}`,
+        kind: 'block',
+        blockIndex: b,
+        namedParameters: () => [...m.layers.byIndex(b).namedParameters(`gpt_neox.layers.${b}`)],
+        forward: (x, ctx) => m.layers.byIndex(b).forward(x, ctx, b),
+        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
+      })),
+      {
+        name: 'gpt_neox.final_layer_norm',
+        kind: 'norm',
+        blockIndex: -1,
+        namedParameters: () => [...m.final_layer_norm!.namedParameters('gpt_neox.final_layer_norm')],
+        forward: (x) => m.final_layer_norm!.forward(x),
+        profile: () => layerProfile(2 * h, 8 * h, h),
+      },
+      {
+        name: 'embed_out',
+        kind: 'head',
+        blockIndex: -1,
+        namedParameters: () => [[headName, headWeight()]],
+        forward: (x) => linear(x, headWeight()),
+        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
+      },
+    ];
+  }
+
+  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
+    return runLayers(this.layers, ids, options, this.config.maxPositions);
+  }
+
+  hfStateDict(): Map<string, Tensor> {
+    return new Map(this.namedParameters());
+  }
+}
