@@ -19,9 +19,11 @@ import {
   KVCache,
   layersOfWeight,
   loadModel,
+  LocalTrainer,
   type ModelConfig,
   saveModel,
 } from '../../src/models/index.ts';
+import { localPipeline, PipelineTrainer } from '../../src/pipeline/index.ts';
 import { crossEntropy, noGrad, setBackend, tensor } from '../../src/tensor/index.ts';
 import { checkpointGrads, readHFReference } from './hf-fixtures.ts';
 import { relErr } from './weights.ts';
@@ -106,6 +108,26 @@ export function familyFixtureTests(name: string): void {
     noGrad(() => model.forward(prompt, { cache: cacheWhole }));
     run(prompt);
     assert.deepEqual(run(next).data, noGrad(() => model.forward(next, { cache: cacheWhole })).data);
+  });
+
+  test(`${name}: trained over 2 stages (1F1B, the ends at home) as one process, bit for bit`, async () => {
+    const [b, t] = ref.inputIds.shape;
+    const ids = ref.inputIds.data;
+    const batch = {
+      input: ref.inputIds,
+      target: tensor(Array.from({ length: b * t }, (_, i) => (i % t === t - 1 ? -100 : ids[i + 1])), [b, t], 'int32'),
+    };
+    const options = { lr: 1e-3, totalSteps: 3, warmupSteps: 1, microBatches: 2 };
+    const one = await loadModel(ref.dir);
+    const local = new LocalTrainer(one, options);
+    const model = await loadModel(ref.dir);
+    const L = model.config.layers;
+    const stages = localPipeline(model, [[1, 2], [2, L + 1]], { lr: options.lr });
+    const pipeline = new PipelineTrainer(stages, { ...options, schedule: '1f1b' });
+    for (let s = 0; s < 3; s++) assert.equal((await pipeline.step(batch)).loss, local.step(batch).loss, `step ${s + 1}`);
+    const weights = new Map<string, ArrayLike<number>>();
+    for (const h of stages.flatMap((st) => st.replicas)) for (const [n, w] of await h.weights()) weights.set(n, w.data);
+    for (const [n, p] of one.hfStateDict()) assert.deepEqual(weights.get(n), p.data, n);
   });
 
   test(`${name}: save → load round-trips bit for bit`, async () => {
