@@ -2,6 +2,8 @@ import { InvalidArgumentError } from '../errors.ts';
 import { type BloomConfig, bloomFromHF, bloomToHF, validateBloom } from './bloom.ts';
 import { type FalconConfig, falconFromHF, falconToHF, validateFalcon } from './falcon.ts';
 import { type GPTNeoXConfig, gptNeoXFromHF, gptNeoXToHF, validateGPTNeoX } from './gpt-neox.ts';
+import { isLlamaFamily, llamaConfigFromHF, llamaConfigToHF, validateLlamaConfig } from './llama-config.ts';
+import type { RopeScaling } from './rope.ts';
 
 /** GPT-2 (Hugging Face `model_type: gpt2`). Defaults are GPT-2 small's. */
 export interface GPT2Config {
@@ -28,7 +30,13 @@ export interface GPT2Config {
   eosTokenId?: number;
 }
 
-/** Llama (`model_type: llama`; Mistral and Qwen2 configs reduce to it). Defaults are Llama-2-7B's shape. */
+/** A block's attention in the families with sliding windows (transformers' layer_types). */
+export type LlamaLayerType = 'full_attention' | 'sliding_attention';
+
+/**
+ * Llama (`model_type: llama`; Mistral, Qwen2, Qwen3 and Phi-3 configs reduce to it, see
+ * llama-config.ts). Defaults are Llama-2-7B's shape.
+ */
 export interface LlamaConfig {
   arch: 'llama';
   vocabSize: number;
@@ -51,8 +59,21 @@ export interface LlamaConfig {
   /** Bias on q, k, v projections (Qwen2) and on o (Llama's attention_bias sets both). */
   qkvBias: boolean;
   oBias: boolean;
-  /** The Hugging Face model_type this came from (llama, mistral, qwen2), kept for saving. */
+  /**
+   * The Hugging Face model_type this came from (llama, mistral, qwen2, qwen3, phi3), kept for
+   * saving; qwen3 adds q/k norms, phi3 fuses q/k/v and gate/up.
+   */
   modelType: string;
+  /** rope_scaling (linear, dynamic, yarn, llama3); absent: the plain rotary. */
+  ropeScaling?: RopeScaling;
+  /** Phi-3's partial_rotary_factor: the fraction of each head's dims that rotate (absent: all). */
+  partialRotaryFactor?: number;
+  /** Sliding window: a token attends to itself and the window − 1 before it (absent: no window). */
+  slidingWindow?: number;
+  /** Which blocks the window applies to (Qwen's layer_types; absent: every block, as Mistral). */
+  layerTypes?: LlamaLayerType[];
+  /** Biases on the MLP's projections (Llama's mlp_bias). */
+  mlpBias?: boolean;
   bosTokenId?: number;
   eosTokenId?: number;
 }
@@ -137,6 +158,7 @@ export function validateConfig(c: ModelConfig): ModelConfig {
   if (c.arch === 'llama') {
     if (c.heads % c.kvHeads !== 0) throw new InvalidArgumentError(`${c.heads} heads are not a multiple of ${c.kvHeads} kv heads`);
     if (c.headDim % 2 !== 0) throw new InvalidArgumentError(`head dim ${c.headDim} must be even for rotary embeddings`);
+    validateLlamaConfig(c);
   }
   return c;
 }
@@ -187,39 +209,8 @@ export function configFromHF(raw: Json): ModelConfig {
       }),
     );
   }
-  if (type === 'llama' || type === 'mistral' || type === 'qwen2') {
-    const scaling = raw.rope_scaling as Json | null | undefined;
-    if (scaling && scaling.rope_type !== 'default' && scaling.type !== 'default') {
-      throw new InvalidArgumentError(`rope_scaling ${JSON.stringify(scaling)} is not supported yet`);
-    }
-    const act = raw.hidden_act;
-    if (act !== undefined && act !== 'silu') throw new InvalidArgumentError(`hidden_act '${String(act)}' is not supported (silu only)`);
-    const hidden = num(raw, 'hidden_size');
-    const heads = num(raw, 'num_attention_heads');
-    const attentionBias = raw.attention_bias === true;
-    return validateConfig(
-      llamaConfig({
-        vocabSize: num(raw, 'vocab_size'),
-        maxPositions: num(raw, 'max_position_embeddings', 2048),
-        hidden,
-        layers: num(raw, 'num_hidden_layers'),
-        heads,
-        kvHeads: num(raw, 'num_key_value_heads', heads),
-        headDim: num(raw, 'head_dim', hidden / heads),
-        intermediate: num(raw, 'intermediate_size'),
-        normEps: num(raw, 'rms_norm_eps', 1e-6),
-        ropeTheta: num(raw, 'rope_theta', 10000),
-        initializerRange: num(raw, 'initializer_range', 0.02),
-        tieWordEmbeddings: raw.tie_word_embeddings === true,
-        qkvBias: type === 'qwen2' || attentionBias,
-        oBias: attentionBias,
-        modelType: type,
-        bosTokenId: firstId(raw.bos_token_id),
-        eosTokenId: firstId(raw.eos_token_id),
-      }),
-    );
-  }
-  throw new InvalidArgumentError(`model_type '${String(type)}' is not supported (gpt2, llama, mistral, qwen2)`);
+  if (isLlamaFamily(type)) return validateConfig(llamaConfigFromHF(raw, type));
+  throw new InvalidArgumentError(`model_type '${String(type)}' is not supported (gpt2, llama, mistral, qwen2, qwen3, phi3)`);
 }
 
 /** Writes a config as Hugging Face's config.json object. */
@@ -250,26 +241,5 @@ export function configToHF(c: ModelConfig): Json {
       torch_dtype: 'float32',
     };
   }
-  const arch = c.modelType === 'qwen2' ? 'Qwen2ForCausalLM' : c.modelType === 'mistral' ? 'MistralForCausalLM' : 'LlamaForCausalLM';
-  return {
-    architectures: [arch],
-    model_type: c.modelType,
-    vocab_size: c.vocabSize,
-    max_position_embeddings: c.maxPositions,
-    hidden_size: c.hidden,
-    intermediate_size: c.intermediate,
-    num_hidden_layers: c.layers,
-    num_attention_heads: c.heads,
-    num_key_value_heads: c.kvHeads,
-    head_dim: c.headDim,
-    hidden_act: 'silu',
-    rms_norm_eps: c.normEps,
-    rope_theta: c.ropeTheta,
-    initializer_range: c.initializerRange,
-    tie_word_embeddings: c.tieWordEmbeddings,
-    attention_bias: c.oBias,
-    bos_token_id: c.bosTokenId,
-    eos_token_id: c.eosTokenId,
-    torch_dtype: 'float32',
-  };
+  return llamaConfigToHF(c);
 }

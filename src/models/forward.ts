@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from '../errors.ts';
-import { cat, scaledDotProductAttention, type Tensor, tensor } from '../tensor/index.ts';
+import { cat, type Tensor, tensor } from '../tensor/index.ts';
+import { type AttentionOptions, causalAttention } from './attention.ts';
 import type { ForwardContext, ForwardOptions, LayerCache, ModelLayer } from './model.ts';
 
 /** Positions 0..T−1 after `offset` for every row: int32 [B, T]. */
@@ -41,10 +42,19 @@ export function runLayers(layers: readonly ModelLayer[], ids: Tensor, options: F
 
 /**
  * Causal attention for one block with the cache: appends the new keys/values
- * ([B, kvHeads, T, D]) to the layer's cache entry and attends over all of them.
+ * ([B, kvHeads, T, D]) to the layer's cache entry and attends over all of them (within the
+ * sliding window of `options`, if any: the cache keeps every key, the window masks the old ones).
  * Grouped-query attention repeats each key/value head for `groups` query heads.
  */
-export function cachedAttention(q: Tensor, k: Tensor, v: Tensor, ctx: ForwardContext, blockIndex: number, groups = 1): Tensor {
+export function cachedAttention(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  ctx: ForwardContext,
+  blockIndex: number,
+  groups = 1,
+  options: AttentionOptions = {},
+): Tensor {
   let keys = k;
   let values = v;
   const cache = ctx.cache;
@@ -60,10 +70,7 @@ export function cachedAttention(q: Tensor, k: Tensor, v: Tensor, ctx: ForwardCon
     keys = repeatKv(keys, groups);
     values = repeatKv(values, groups);
   }
-  const [b] = q.shape;
-  const tk = keys.shape[2];
-  const mask = ctx.keyMask ? ctx.keyMask.reshape([b, 1, 1, tk]) : null;
-  return scaledDotProductAttention(q, keys, values, { causal: true, mask });
+  return causalAttention(q, keys, values, ctx.keyMask, options);
 }
 
 /** [B, Hkv, T, D] → [B, Hkv·groups, T, D], each head repeated `groups` times in place (HF's repeat_kv). */

@@ -1,67 +1,35 @@
 import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
-import { Generator, linear, ZeroGenerator, randn, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
+import { Generator, linear, ZeroGenerator, type Tensor } from '../tensor/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
+import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
+import { blockWindow, rotaryDim } from './llama-config.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
   type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+import { Phi3Attention, Phi3MLP } from './phi3.ts';
+import { applyRotary, cachedRotaryTables, type RopeSpec, rotaryTablesFor } from './rope.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
-/** Llama as Hugging Face's LlamaForCausalLM (and Mistral/Qwen2, which reduce to it). */
-
-function normalInit(module: Linear | Embedding, std: number, rng: Generator): void {
-  const w = randn(module.weight.shape, { generator: rng });
-  for (let i = 0; i < w.size; i++) module.weight.data[i] = w.data[i] * std;
-  if (module instanceof Linear && module.bias) module.bias.data.fill(0);
-}
-
-function proj(inF: number, outF: number, bias: boolean, c: LlamaConfig, rng: Generator): Linear {
-  const l = new Linear(inF, outF, { rng, bias });
-  normalInit(l, c.initializerRange, rng);
-  return l;
-}
+/**
+ * Llama as Hugging Face's LlamaForCausalLM, and the families that differ from it in a part or
+ * two: Mistral (a sliding window), Qwen2 (q/k/v biases), Qwen3 (q/k norms), Phi-3 (fused
+ * projections and partial rotary, phi3.ts). The rotary and its scalings are in rope.ts, the
+ * attention's window in attention.ts.
+ */
 
 /**
  * cos and sin of the rotary angles for int32 positions [B, T]: [B, T, headDim] each,
  * computed as Hugging Face does in float32 (inverse frequencies θ^(−2i/d), halves repeated).
  */
-const tableCache = new WeakMap<Tensor, Map<string, { cos: Tensor; sin: Tensor }>>();
-
-/** rotaryTables, computed once per positions tensor (every block of a forward shares them; positions tensors are not mutated). */
-function cachedRotaryTables(positions: Tensor, headDim: number, theta: number): { cos: Tensor; sin: Tensor } {
-  let byShape = tableCache.get(positions);
-  if (!byShape) {
-    byShape = new Map();
-    tableCache.set(positions, byShape);
-  }
-  const key = `${headDim}:${theta}`;
-  let tables = byShape.get(key);
-  if (!tables) {
-    tables = rotaryTables(positions, headDim, theta);
-    byShape.set(key, tables);
-  }
-  return tables;
+export function rotaryTables(positions: Tensor, headDim: number, theta: number): { cos: Tensor; sin: Tensor } {
+  return rotaryTablesFor(positions, { theta, rotaryDim: headDim, maxPositions: Number.POSITIVE_INFINITY });
 }
 
-export function rotaryTables(positions: Tensor, headDim: number, theta: number): { cos: Tensor; sin: Tensor } {
-  const [b, t] = positions.shape;
-  const half = headDim / 2;
-  const invFreq = new Float32Array(half);
-  for (let i = 0; i < half; i++) invFreq[i] = 1 / Math.fround(theta ** Math.fround((2 * i) / headDim));
-  const cos = new Float32Array(b * t * headDim);
-  const sin = new Float32Array(b * t * headDim);
-  for (let r = 0; r < b * t; r++) {
-    const p = positions.data[r];
-    for (let i = 0; i < half; i++) {
-      const angle = Math.fround(p * invFreq[i]);
-      const c = Math.cos(angle);
-      const s = Math.sin(angle);
-      cos[r * headDim + i] = c;
-      cos[r * headDim + i + half] = c;
-      sin[r * headDim + i] = s;
-      sin[r * headDim + i + half] = s;
-    }
-  }
-  return { cos: tensor(cos, [b, t, headDim]), sin: tensor(sin, [b, t, headDim]) };
+/** The rotary of a Llama-like config: its base, its rotated dims, its scaling. */
+export function llamaRope(c: LlamaConfig): RopeSpec {
+  const spec: RopeSpec = { theta: c.ropeTheta, rotaryDim: rotaryDim(c), maxPositions: c.maxPositions };
+  if (c.ropeScaling) spec.scaling = c.ropeScaling;
+  return spec;
 }
 
 class LlamaAttention extends Module {
@@ -69,6 +37,9 @@ class LlamaAttention extends Module {
   readonly k_proj: Linear;
   readonly v_proj: Linear;
   readonly o_proj: Linear;
+  /** Qwen3's per-head RMSNorms on queries and keys, before the rotary. */
+  readonly q_norm: RMSNorm | null = null;
+  readonly k_norm: RMSNorm | null = null;
   constructor(
     private readonly c: LlamaConfig,
     rng: Generator,
@@ -78,14 +49,18 @@ class LlamaAttention extends Module {
     this.k_proj = this.addModule('k_proj', proj(c.hidden, c.kvHeads * c.headDim, c.qkvBias, c, rng));
     this.v_proj = this.addModule('v_proj', proj(c.hidden, c.kvHeads * c.headDim, c.qkvBias, c, rng));
     this.o_proj = this.addModule('o_proj', proj(c.heads * c.headDim, c.hidden, c.oBias, c, rng));
+    if (c.modelType === 'qwen3') {
+      this.q_norm = this.addModule('q_norm', new RMSNorm(c.headDim, c.normEps));
+      this.k_norm = this.addModule('k_norm', new RMSNorm(c.headDim, c.normEps));
+    }
   }
 
-  forward(x: Tensor, ctx: ForwardContext, blockIndex: number, rope: { cos: Tensor; sin: Tensor }): Tensor {
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number, at: BlockAttention): Tensor {
     const c = this.c;
-    const q = rotaryEmbedding(splitHeads(this.q_proj.forward(x), c.heads), rope.cos, rope.sin); // [B, nh, T, hd]
-    const k = rotaryEmbedding(splitHeads(this.k_proj.forward(x), c.kvHeads), rope.cos, rope.sin); // [B, nkv, T, hd]
+    const q = applyRotary(headsOf(this.q_proj.forward(x), c.heads, this.q_norm), at.rope); // [B, nh, T, hd]
+    const k = applyRotary(headsOf(this.k_proj.forward(x), c.kvHeads, this.k_norm), at.rope); // [B, nkv, T, hd]
     const v = splitHeads(this.v_proj.forward(x), c.kvHeads); // [B, nkv, T, hd]
-    const y = cachedAttention(q, k, v, ctx, blockIndex, c.heads / c.kvHeads); // [B, nh, T, hd]
+    const y = cachedAttention(q, k, v, ctx, blockIndex, c.heads / c.kvHeads, at.options); // [B, nh, T, hd]
     return this.o_proj.forward(mergeHeads(y)); // [B, T, H]
   }
 }
@@ -96,9 +71,10 @@ class LlamaMLP extends Module {
   readonly down_proj: Linear;
   constructor(c: LlamaConfig, rng: Generator) {
     super();
-    this.gate_proj = this.addModule('gate_proj', proj(c.hidden, c.intermediate, false, c, rng));
-    this.up_proj = this.addModule('up_proj', proj(c.hidden, c.intermediate, false, c, rng));
-    this.down_proj = this.addModule('down_proj', proj(c.intermediate, c.hidden, false, c, rng));
+    const bias = c.mlpBias === true;
+    this.gate_proj = this.addModule('gate_proj', proj(c.hidden, c.intermediate, bias, c, rng));
+    this.up_proj = this.addModule('up_proj', proj(c.hidden, c.intermediate, bias, c, rng));
+    this.down_proj = this.addModule('down_proj', proj(c.intermediate, c.hidden, bias, c, rng));
   }
 
   forward(x: Tensor): Tensor {
@@ -108,23 +84,30 @@ class LlamaMLP extends Module {
 
 export class LlamaDecoderLayer extends Module {
   readonly input_layernorm: RMSNorm;
-  readonly self_attn: LlamaAttention;
+  readonly self_attn: LlamaAttention | Phi3Attention;
   readonly post_attention_layernorm: RMSNorm;
-  readonly mlp: LlamaMLP;
+  readonly mlp: LlamaMLP | Phi3MLP;
+  private readonly rope: RopeSpec;
+  private readonly ropeKey: string;
   constructor(
     private readonly c: LlamaConfig,
     rng: Generator,
   ) {
     super();
+    const phi3 = c.modelType === 'phi3';
     this.input_layernorm = this.addModule('input_layernorm', new RMSNorm(c.hidden, c.normEps));
-    this.self_attn = this.addModule('self_attn', new LlamaAttention(c, rng));
+    this.self_attn = this.addModule('self_attn', phi3 ? new Phi3Attention(c, rng) : new LlamaAttention(c, rng));
     this.post_attention_layernorm = this.addModule('post_attention_layernorm', new RMSNorm(c.hidden, c.normEps));
-    this.mlp = this.addModule('mlp', new LlamaMLP(c, rng));
+    this.mlp = this.addModule('mlp', phi3 ? new Phi3MLP(c, rng) : new LlamaMLP(c, rng));
+    this.rope = llamaRope(c);
+    this.ropeKey = JSON.stringify(this.rope);
   }
 
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
-    const rope = cachedRotaryTables(ctx.positions, this.c.headDim, this.c.ropeTheta);
-    x = x.add(this.self_attn.forward(this.input_layernorm.forward(x), ctx, blockIndex, rope));
+    const rope = cachedRotaryTables(ctx.positions, this.rope, this.ropeKey);
+    const window = blockWindow(this.c, blockIndex);
+    const at: BlockAttention = { rope, options: window === undefined ? {} : { window } };
+    x = x.add(this.self_attn.forward(this.input_layernorm.forward(x), ctx, blockIndex, at));
     return x.add(this.mlp.forward(this.post_attention_layernorm.forward(x)));
   }
 }
@@ -175,7 +158,8 @@ export class Llama extends Module implements CausalLM {
     const q = c.heads * c.headDim;
     const kv = c.kvHeads * c.headDim;
     const blockParams
-      = 2 * h + h * q + 2 * h * kv + q * h + (c.qkvBias ? q + 2 * kv : 0) + (c.oBias ? h : 0) + 3 * h * c.intermediate;
+      = 2 * h + h * q + 2 * h * kv + q * h + (c.qkvBias ? q + 2 * kv : 0) + (c.oBias ? h : 0) + 3 * h * c.intermediate
+        + (c.modelType === 'qwen3' ? 2 * c.headDim : 0) + (c.mlpBias ? 2 * c.intermediate + h : 0);
     const headWeight = () => this.lm_head?.weight ?? m.embed_tokens!.weight;
     const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
     return [

@@ -20,6 +20,7 @@ export const initModelOptions = {
   'hidden': { type: 'string' },
   'heads': { type: 'string' },
   'kv-heads': { type: 'string' },
+  'sliding-window': { type: 'string' },
   'intermediate': { type: 'string' },
   'vocab': { type: 'string' },
   'max-positions': { type: 'string' },
@@ -27,6 +28,9 @@ export const initModelOptions = {
   'out': { type: 'string' },
   'force': { type: 'boolean' },
 } as const;
+
+/** The Llama-like families (Hugging Face model_type values), small Llama shapes each with its family's parts. */
+const LLAMA_ARCHS = ['llama', 'mistral', 'qwen2', 'qwen3', 'phi3'];
 
 /** Byte-level tokenizer: 256 byte tokens + <|endoftext|>. */
 const BYTE_VOCAB = 257;
@@ -62,7 +66,9 @@ function multiHead(c: SmallShape, kvHeads: number): object {
 export async function initModel(flags: Flags, out: Output): Promise<void> {
   const arch = stringFlag(flags, 'arch') ?? 'gpt2';
   const other = Object.hasOwn(OTHER_ARCHS, arch) ? OTHER_ARCHS[arch] : undefined;
-  if (arch !== 'gpt2' && arch !== 'llama' && !other) throw new UsageError(`--arch must be gpt2, llama, ${Object.keys(OTHER_ARCHS).join(', ')}, got '${arch}'`);
+  if (arch !== 'gpt2' && !LLAMA_ARCHS.includes(arch) && !other) {
+    throw new UsageError(`--arch must be gpt2, ${[...LLAMA_ARCHS, ...Object.keys(OTHER_ARCHS)].join(', ')}, got '${arch}'`);
+  }
   const dir = requiredString(flags, 'out');
   if (existsSync(dir) && readdirSync(dir).length > 0 && flags.force !== true) {
     throw new UsageError(`${dir} is not empty (pass --force to overwrite)`);
@@ -82,6 +88,9 @@ export async function initModel(flags: Flags, out: Output): Promise<void> {
     eosTokenId: 256,
   };
   const intermediate = optionalIntFlag(flags, 'intermediate', 1);
+  // Mistral slides a window of 4096 unless told otherwise, as transformers; the others only when told
+  const slidingWindow = optionalIntFlag(flags, 'sliding-window', 1) ?? (arch === 'mistral' ? 4096 : undefined);
+  if (slidingWindow !== undefined && (arch === 'gpt2' || arch === 'llama' || other)) throw new UsageError(`--sliding-window is not part of --arch ${arch}`);
   if (other) return writeModel(other(common, intFlag(flags, 'kv-heads', heads), intermediate), arch, dir, flags, out);
   const config
     = arch === 'gpt2'
@@ -91,6 +100,9 @@ export async function initModel(flags: Flags, out: Output): Promise<void> {
           kvHeads: intFlag(flags, 'kv-heads', heads),
           intermediate: intermediate ?? Math.round((8 * hidden) / 3),
           tieWordEmbeddings: true,
+          modelType: arch,
+          ...(arch === 'qwen2' ? { qkvBias: true } : {}),
+          ...(slidingWindow === undefined ? {} : { slidingWindow }),
         });
   if (config.arch === 'llama' && heads % config.kvHeads !== 0) throw new UsageError(`--heads ${heads} is not a multiple of --kv-heads`);
   return writeModel(config, arch, dir, flags, out);

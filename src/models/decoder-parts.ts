@@ -1,0 +1,31 @@
+import { type Embedding, Linear, type RMSNorm } from '../nn/index.ts';
+import { type Generator, randn, type Tensor } from '../tensor/index.ts';
+import type { AttentionOptions } from './attention.ts';
+import { splitHeads } from './forward.ts';
+
+/** Parts the decoder families share: initialised projections, heads (with per-head norms), what a block's attention is given. */
+
+export function normalInit(module: Linear | Embedding, std: number, rng: Generator): void {
+  const w = randn(module.weight.shape, { generator: rng });
+  for (let i = 0; i < w.size; i++) module.weight.data[i] = w.data[i] * std;
+  if (module instanceof Linear && module.bias) module.bias.data.fill(0);
+}
+
+export function proj(inF: number, outF: number, bias: boolean, c: { initializerRange: number }, rng: Generator): Linear {
+  const l = new Linear(inF, outF, { rng, bias });
+  normalInit(l, c.initializerRange, rng);
+  return l;
+}
+
+/** [B, T, H·D] → [B, nh, T, D], each head normalised over its D dims first when a norm is given (Qwen3's q_norm, k_norm). */
+export function headsOf(x: Tensor, heads: number, norm: RMSNorm | null): Tensor {
+  if (!norm) return splitHeads(x, heads);
+  const [b, t, hd] = x.shape;
+  return norm.forward(x.reshape([b, t, heads, hd / heads])).transpose(1, 2);
+}
+
+/** What a block's attention needs besides its input: the rotary tables and the options of its attention. */
+export interface BlockAttention {
+  rope: { cos: Tensor; sin: Tensor };
+  options: AttentionOptions;
+}
