@@ -6,7 +6,7 @@ import { firstId, num } from './config-fields.ts';
 import { cachedAttention, mergeHeads, runLayers } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
   type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
-import { partialRotary, type RotaryTables, rotaryTablesFor } from './partial-rotary.ts';
+import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
 /**
@@ -19,7 +19,7 @@ import type { Tokenizer } from './tokenizer.ts';
  *   head; attention and MLP side by side after input_layernorm.
  * Either way a block is x + (mlp(…) + attn(…)), the MLP is GELU (exact), the head tied by default.
  * Refused: ALiBi (Falcon-RW), sequential blocks (`parallel_attn: false`), multi-head attention
- * without the new architecture, rope scaling.
+ * without the new architecture.
  */
 export interface FalconConfig {
   arch: 'falcon';
@@ -39,6 +39,8 @@ export interface FalconConfig {
   /** Bias on every linear of a block (bias, false). */
   bias: boolean;
   ropeTheta: number;
+  /** rope_scaling (linear, dynamic, yarn, llama3, see rope.ts); absent: the plain rotary. */
+  ropeScaling?: RopeScaling;
   /** layer_norm_epsilon (1e-5). */
   normEps: number;
   initializerRange: number;
@@ -92,13 +94,7 @@ export function falconFromHF(raw: Record<string, unknown>): FalconConfig {
   };
   if (raw.alibi === true) refuse('\'alibi: true\' (ALiBi, Falcon-RW)');
   if (raw.parallel_attn === false) refuse('\'parallel_attn: false\' (sequential blocks)');
-  const params = (raw.rope_parameters ?? null) as Record<string, unknown> | null;
-  const scaling = (raw.rope_scaling ?? null) as Record<string, unknown> | null;
-  for (const s of [params, scaling]) {
-    const type = s?.rope_type ?? s?.type;
-    if (type !== undefined && type !== 'default') refuse(`rope scaling '${String(type)}'`);
-  }
-  if (scaling?.factor !== undefined) refuse(`rope_scaling ${JSON.stringify(scaling)}`);
+  const rope = ropeFromHF(raw);
   const act = raw.activation ?? 'gelu';
   if (act !== 'gelu') refuse(`activation '${String(act)}' (gelu only)`);
   const newArch = raw.new_decoder_architecture === true;
@@ -111,7 +107,6 @@ export function falconFromHF(raw: Record<string, unknown>): FalconConfig {
   if (lns !== 1 && lns !== 2) refuse(`num_ln_in_parallel_attn ${JSON.stringify(lns)}`);
   if (!newArch && lns !== 1) refuse(`num_ln_in_parallel_attn ${String(lns)} without new_decoder_architecture`);
   const hidden = num(raw, 'hidden_size', typeof raw.n_embed === 'number' ? raw.n_embed : undefined);
-  const theta = typeof params?.rope_theta === 'number' ? params.rope_theta : num(raw, 'rope_theta', 10000);
   const c = falconConfig({
     vocabSize: num(raw, 'vocab_size'),
     maxPositions: num(raw, 'max_position_embeddings', 2048),
@@ -123,7 +118,8 @@ export function falconFromHF(raw: Record<string, unknown>): FalconConfig {
     newDecoderArchitecture: newArch,
     parallelNorms: lns as 1 | 2,
     bias: raw.bias === true,
-    ropeTheta: theta,
+    ropeTheta: rope.theta,
+    ...(rope.scaling ? { ropeScaling: rope.scaling } : {}),
     normEps: num(raw, 'layer_norm_epsilon', 1e-5),
     initializerRange: num(raw, 'initializer_range', 0.02),
     tieWordEmbeddings: raw.tie_word_embeddings !== false,
@@ -153,6 +149,7 @@ export function falconToHF(c: FalconConfig): Record<string, unknown> {
     bias: c.bias,
     activation: 'gelu',
     rope_theta: c.ropeTheta,
+    rope_scaling: ropeToHF(c.ropeScaling),
     layer_norm_epsilon: c.normEps,
     initializer_range: c.initializerRange,
     tie_word_embeddings: c.tieWordEmbeddings,
@@ -200,7 +197,7 @@ class FalconAttention extends Module {
     this.dense = this.addModule('dense', proj(c.hidden, c.hidden, c.bias, c, rng));
   }
 
-  forward(x: Tensor, ctx: ForwardContext, blockIndex: number, rope: RotaryTables): Tensor {
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number, rope: { cos: Tensor; sin: Tensor }): Tensor {
     const c = this.c;
     const [b, t] = x.shape;
     const hd = c.hidden / c.heads;
@@ -217,8 +214,8 @@ class FalconAttention extends Module {
       // every query head, then the one key and the one value
       [q, k, v] = qkv.reshape([b, t, c.heads + 2, hd]).split([c.heads, 1, 1], 2); // [B, T, nh | 1 | 1, hd]
     }
-    const query = partialRotary(q.reshape([b, t, c.heads, hd]).transpose(1, 2), rope); // [B, nh, T, hd]
-    const key = partialRotary(k.reshape([b, t, nkv, hd]).transpose(1, 2), rope); // [B, nkv, T, hd]
+    const query = applyRotary(q.reshape([b, t, c.heads, hd]).transpose(1, 2), rope); // [B, nh, T, hd]
+    const key = applyRotary(k.reshape([b, t, nkv, hd]).transpose(1, 2), rope); // [B, nkv, T, hd]
     const value = v.reshape([b, t, nkv, hd]).transpose(1, 2); // [B, nkv, T, hd]
     const y = cachedAttention(query, key, value, ctx, blockIndex, groups); // [B, nh, T, hd]
     return this.dense.forward(mergeHeads(y)); // [B, T, H]
@@ -246,11 +243,15 @@ export class FalconDecoderLayer extends Module {
   readonly ln_mlp: LayerNorm | null;
   readonly self_attention: FalconAttention;
   readonly mlp: FalconMLP;
+  private readonly rope: RopeSpec;
+  private readonly ropeKey: string;
   constructor(
     private readonly c: FalconConfig,
     rng: Generator,
   ) {
     super();
+    this.rope = { theta: c.ropeTheta, rotaryDim: c.hidden / c.heads, maxPositions: c.maxPositions, scaling: c.ropeScaling };
+    this.ropeKey = JSON.stringify(this.rope);
     const two = c.parallelNorms === 2;
     this.ln_attn = two ? this.addModule('ln_attn', new LayerNorm(c.hidden, c.normEps)) : null;
     this.ln_mlp = two ? this.addModule('ln_mlp', new LayerNorm(c.hidden, c.normEps)) : null;
@@ -260,7 +261,7 @@ export class FalconDecoderLayer extends Module {
   }
 
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
-    const rope = rotaryTablesFor(ctx.positions, this.c.hidden / this.c.heads, this.c.ropeTheta);
+    const rope = cachedRotaryTables(ctx.positions, this.rope, this.ropeKey);
     const attnIn = (this.ln_attn ?? this.input_layernorm!).forward(x);
     const mlpIn = this.ln_mlp ? this.ln_mlp.forward(x) : attnIn;
     const attn = this.self_attention.forward(attnIn, ctx, blockIndex, rope);

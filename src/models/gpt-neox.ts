@@ -6,7 +6,7 @@ import { firstId, num } from './config-fields.ts';
 import { cachedAttention, mergeHeads, runLayers } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
   type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
-import { partialRotary, type RotaryTables, rotaryTablesFor } from './partial-rotary.ts';
+import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
 /**
@@ -28,6 +28,8 @@ export interface GPTNeoXConfig {
   rotaryPct: number;
   /** Rotary base (rotary_emb_base, 10000). */
   ropeTheta: number;
+  /** rope_scaling (linear, dynamic, yarn, llama3, see rope.ts); absent: the plain rotary. */
+  ropeScaling?: RopeScaling;
   /** LayerNorm epsilon (layer_norm_eps, 1e-5). */
   normEps: number;
   initializerRange: number;
@@ -86,14 +88,7 @@ const NEOX_ACTS = ['gelu', 'gelu_new', 'gelu_pytorch_tanh'] as const;
 /** Reads a `model_type: gpt_neox` config.json (its older keys, rotary_pct and rotary_emb_base, or transformers 5's rope_parameters). */
 export function gptNeoXFromHF(raw: Record<string, unknown>): GPTNeoXConfig {
   const params = (raw.rope_parameters ?? null) as Record<string, unknown> | null;
-  const scaling = (raw.rope_scaling ?? null) as Record<string, unknown> | null;
-  for (const s of [params, scaling]) {
-    const type = s?.rope_type ?? s?.type;
-    if (s && type !== undefined && type !== 'default') {
-      throw new InvalidArgumentError(`GPT-NeoX rope scaling '${String(type)}' is not supported (default rope only)`);
-    }
-  }
-  if (scaling && scaling.factor !== undefined) throw new InvalidArgumentError(`GPT-NeoX rope_scaling ${JSON.stringify(scaling)} is not supported`);
+  const rope = ropeFromHF(raw, num(raw, 'rotary_emb_base', 10000));
   const act = raw.hidden_act ?? 'gelu';
   if (!NEOX_ACTS.includes(act as GPTNeoXConfig['hiddenAct'])) {
     throw new InvalidArgumentError(`GPT-NeoX hidden_act '${String(act)}' is not supported (${NEOX_ACTS.join(', ')})`);
@@ -112,7 +107,8 @@ export function gptNeoXFromHF(raw: Record<string, unknown>): GPTNeoXConfig {
     heads: num(raw, 'num_attention_heads'),
     intermediate: num(raw, 'intermediate_size', 4 * hidden),
     rotaryPct: pick('partial_rotary_factor', 'rotary_pct', 'partial_rotary_factor') ?? 0.25,
-    ropeTheta: pick('rope_theta', 'rotary_emb_base', 'rope_theta') ?? 10000,
+    ropeTheta: rope.theta,
+    ...(rope.scaling ? { ropeScaling: rope.scaling } : {}),
     normEps: num(raw, 'layer_norm_eps', 1e-5),
     initializerRange: num(raw, 'initializer_range', 0.02),
     tieWordEmbeddings: raw.tie_word_embeddings === true,
@@ -137,6 +133,7 @@ export function gptNeoXToHF(c: GPTNeoXConfig): Record<string, unknown> {
     intermediate_size: c.intermediate,
     rotary_pct: c.rotaryPct,
     rotary_emb_base: c.ropeTheta,
+    rope_scaling: ropeToHF(c.ropeScaling),
     use_parallel_residual: c.parallelResidual,
     attention_bias: c.attentionBias,
     hidden_act: c.hiddenAct,
@@ -189,14 +186,14 @@ class GPTNeoXAttention extends Module {
     this.dense = this.addModule('dense', proj(c.hidden, c.hidden, c.attentionBias, c, rng));
   }
 
-  forward(x: Tensor, ctx: ForwardContext, blockIndex: number, rope: RotaryTables): Tensor {
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number, rope: { cos: Tensor; sin: Tensor } | null): Tensor {
     const [b, t] = x.shape;
     const nh = this.c.heads;
     const hd = this.c.hidden / nh;
     // per head: [q, k, v], each hd wide
     const [q, k, v] = this.query_key_value.forward(x).reshape([b, t, nh, 3 * hd]).split(hd, -1); // 3 × [B, T, nh, hd]
-    const query = partialRotary(q.transpose(1, 2), rope); // [B, nh, T, hd]
-    const key = partialRotary(k.transpose(1, 2), rope); // [B, nh, T, hd]
+    const query = rope ? applyRotary(q.transpose(1, 2), rope) : q.transpose(1, 2); // [B, nh, T, hd]
+    const key = rope ? applyRotary(k.transpose(1, 2), rope) : k.transpose(1, 2); // [B, nh, T, hd]
     const y = cachedAttention(query, key, v.transpose(1, 2), ctx, blockIndex); // [B, nh, T, hd]
     return this.dense.forward(mergeHeads(y)); // [B, T, H]
   }
@@ -225,11 +222,17 @@ export class GPTNeoXLayer extends Module {
   readonly post_attention_layernorm: LayerNorm;
   readonly attention: GPTNeoXAttention;
   readonly mlp: GPTNeoXMLP;
+  /** The rotary of the first int(headDim × rotary_pct) dims (none when that is 0). */
+  private readonly rope: RopeSpec | null;
+  private readonly ropeKey: string;
   constructor(
     private readonly c: GPTNeoXConfig,
     rng: Generator,
   ) {
     super();
+    const rotaryDim = gptNeoXRotaryDims(c);
+    this.rope = rotaryDim > 0 ? { theta: c.ropeTheta, rotaryDim, maxPositions: c.maxPositions, scaling: c.ropeScaling } : null;
+    this.ropeKey = JSON.stringify(this.rope);
     this.input_layernorm = this.addModule('input_layernorm', new LayerNorm(c.hidden, c.normEps));
     this.post_attention_layernorm = this.addModule('post_attention_layernorm', new LayerNorm(c.hidden, c.normEps));
     this.attention = this.addModule('attention', new GPTNeoXAttention(c, rng));
@@ -237,7 +240,7 @@ export class GPTNeoXLayer extends Module {
   }
 
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
-    const rope = rotaryTablesFor(ctx.positions, gptNeoXRotaryDims(this.c), this.c.ropeTheta);
+    const rope = this.rope ? cachedRotaryTables(ctx.positions, this.rope, this.ropeKey) : null;
     const attn = this.attention.forward(this.input_layernorm.forward(x), ctx, blockIndex, rope);
     if (this.c.parallelResidual) return this.mlp.forward(this.post_attention_layernorm.forward(x)).add(attn).add(x);
     const h = attn.add(x);

@@ -24,7 +24,7 @@ describe('Falcon (new decoder architecture: parallel attention and MLP, GQA, fus
     refused({ alibi: true }, 'alibi');
     refused({ parallel_attn: false }, 'parallel_attn');
     refused({ multi_query: false }, 'multi_query');
-    refused({ rope_scaling: { type: 'dynamic', factor: 2.0 } }, 'dynamic');
+    refused({ rope_scaling: { rope_type: 'hyperbolic', factor: 2.0 } }, 'hyperbolic');
     refused({ activation: 'relu' }, 'activation');
   });
 });

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { configFromHF, gptNeoXConfig } from '../../src/models/index.ts';
+import { configFromHF, configToHF, gptNeoXConfig } from '../../src/models/index.ts';
 import { tensor } from '../../src/tensor/index.ts';
 import { erf, geluErf } from '../../src/tensor/ops/gelu-erf.ts';
 import { familyFixtureTests, smallModelTests } from '../helpers/family-checks.ts';
@@ -33,11 +33,20 @@ describe('GPT-NeoX (parallel residual, partial rotary, fused per-head QKV, embed
     });
   });
 
+  test('rope scalings of config.json (rope.ts) on the rotated dims, round-tripped', () => {
+    const raw = { model_type: 'gpt_neox', vocab_size: 10, hidden_size: 16, num_hidden_layers: 1, num_attention_heads: 2, rotary_pct: 0.5 };
+    for (const rope_scaling of [{ type: 'linear', factor: 2 }, { rope_type: 'dynamic', factor: 4 }]) {
+      const c = configFromHF({ ...raw, rope_scaling });
+      assert.ok(c.arch === 'gpt_neox' && c.ropeScaling?.factor === rope_scaling.factor);
+      assert.deepEqual(configFromHF(JSON.parse(JSON.stringify(configToHF(c)))), c);
+    }
+  });
+
   test('refusals name the field', () => {
     const base = { model_type: 'gpt_neox', vocab_size: 10, hidden_size: 8, num_hidden_layers: 1, num_attention_heads: 2 };
     const refused = (extra: Record<string, unknown>, word: string) =>
       assert.throws(() => configFromHF({ ...base, ...extra }), (e: Error) => e.name === 'InvalidArgumentError' && e.message.includes(word) && !e.message.includes('\n'));
-    refused({ rope_scaling: { type: 'linear', factor: 2 } }, 'linear');
+    refused({ rope_scaling: { type: 'hyperbolic', factor: 2 } }, 'hyperbolic');
     refused({ hidden_act: 'relu' }, 'hidden_act');
     refused({ rotary_pct: 0.75 }, 'rotary_pct'); // 3 of 4 dims: odd
   });
