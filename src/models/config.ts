@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { type BloomConfig, bloomFromHF, bloomToHF, validateBloom } from './bloom.ts';
 import { type FalconConfig, falconFromHF, falconToHF, validateFalcon } from './falcon.ts';
+import { type GemmaConfig, gemmaFromHF, gemmaToHF, isGemmaType, validateGemma } from './gemma.ts';
 import { type GPTNeoXConfig, gptNeoXFromHF, gptNeoXToHF, validateGPTNeoX } from './gpt-neox.ts';
 import { isLlamaFamily, llamaConfigFromHF, llamaConfigToHF, validateLlamaConfig } from './llama-config.ts';
 import type { RopeScaling } from './rope.ts';
@@ -78,7 +79,7 @@ export interface LlamaConfig {
   eosTokenId?: number;
 }
 
-export type ModelConfig = GPT2Config | LlamaConfig | GPTNeoXConfig | FalconConfig | BloomConfig;
+export type ModelConfig = GPT2Config | LlamaConfig | GPTNeoXConfig | FalconConfig | BloomConfig | GemmaConfig;
 
 export function gpt2Config(overrides: Partial<Omit<GPT2Config, 'arch'>> = {}): GPT2Config {
   const hidden = overrides.hidden ?? 768;
@@ -152,6 +153,7 @@ export function validateConfig(c: ModelConfig): ModelConfig {
   if (c.arch === 'gpt_neox') validateGPTNeoX(c);
   if (c.arch === 'falcon') validateFalcon(c);
   if (c.arch === 'bloom') validateBloom(c);
+  if (c.arch === 'gemma') validateGemma(c);
   if (c.arch === 'gpt2' && c.hidden % c.heads !== 0) {
     throw new InvalidArgumentError(`hidden size ${c.hidden} is not divisible by ${c.heads} heads`);
   }
@@ -187,6 +189,7 @@ export function configFromHF(raw: Json): ModelConfig {
   if (type === 'gpt_neox') return validateConfig(gptNeoXFromHF(raw));
   if (type === 'falcon') return validateConfig(falconFromHF(raw));
   if (type === 'bloom') return validateConfig(bloomFromHF(raw));
+  if (isGemmaType(type)) return validateConfig(gemmaFromHF(raw, type));
   if (type === 'gpt2') {
     const hidden = num(raw, 'n_embd');
     const act = raw.activation_function;
@@ -210,7 +213,7 @@ export function configFromHF(raw: Json): ModelConfig {
     );
   }
   if (isLlamaFamily(type)) return validateConfig(llamaConfigFromHF(raw, type));
-  throw new InvalidArgumentError(`model_type '${String(type)}' is not supported (gpt2, llama, mistral, qwen2, qwen3, phi3)`);
+  throw new InvalidArgumentError(`model_type '${String(type)}' is not supported (gpt2, llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text, gpt_neox, falcon, bloom)`);
 }
 
 /** Writes a config as Hugging Face's config.json object. */
@@ -218,6 +221,7 @@ export function configToHF(c: ModelConfig): Json {
   if (c.arch === 'gpt_neox') return gptNeoXToHF(c);
   if (c.arch === 'falcon') return falconToHF(c);
   if (c.arch === 'bloom') return bloomToHF(c);
+  if (c.arch === 'gemma') return gemmaToHF(c);
   if (c.arch === 'gpt2') {
     return {
       architectures: ['GPT2LMHeadModel'],

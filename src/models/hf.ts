@@ -6,6 +6,7 @@ import { noGrad, type Tensor } from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
 import { Bloom } from './bloom.ts';
 import { Falcon } from './falcon.ts';
+import { Gemma } from './gemma.ts';
 import { GPT2 } from './gpt2.ts';
 import { GPTNeoX } from './gpt-neox.ts';
 import { Llama } from './llama.ts';
@@ -23,6 +24,7 @@ export function createModel(config: ModelConfig, options: { seed?: number; init?
   if (config.arch === 'gpt_neox') return new GPTNeoX(config, options);
   if (config.arch === 'falcon') return new Falcon(config, options);
   if (config.arch === 'bloom') return new Bloom(config, options);
+  if (config.arch === 'gemma') return new Gemma(config, options);
   return config.arch === 'gpt2' ? new GPT2(config, options) : new Llama(config, options);
 }
 

@@ -11,6 +11,7 @@ export {
 export { GPT2 } from './gpt2.ts';
 export { Bloom, type BloomConfig, bloomConfig } from './bloom.ts';
 export { Falcon, type FalconConfig, falconConfig } from './falcon.ts';
+export { Gemma, type GemmaConfig, gemmaConfig } from './gemma.ts';
 export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './gpt-neox.ts';
 export { Llama, rotaryTables } from './llama.ts';
 export { createModel, loadChatTemplate, loadConfig, loadModel, loadTokenizer, modelLayers, partBytes, saveModel, saveModelStreamed, writeModelFiles } from './hf.ts';

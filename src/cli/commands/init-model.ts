@@ -4,6 +4,7 @@ import {
   byteLevelTokenizerJson,
   createModel,
   falconConfig,
+  gemmaConfig,
   gpt2Config,
   gptNeoXConfig,
   HFTokenizer,
@@ -45,7 +46,10 @@ interface SmallShape {
   eosTokenId: number;
 }
 
-/** GPT-NeoX, Falcon (its new decoder architecture, grouped by --kv-heads) and BLOOM, at the small shape of the flags. */
+/**
+ * GPT-NeoX, Falcon (its new decoder architecture, grouped by --kv-heads), BLOOM and Gemma 2 and 3
+ * (their default window, and hidden / heads per head), at the small shape of the flags.
+ */
 const OTHER_ARCHS: Record<string, (c: SmallShape, kvHeads: number, intermediate: number | undefined) => ModelConfig> = {
   gpt_neox: (c, kvHeads, intermediate) => gptNeoXConfig({ ...c, intermediate: intermediate ?? 4 * c.hidden, ...multiHead(c, kvHeads) }),
   falcon: (c, kvHeads, intermediate) =>
@@ -54,6 +58,9 @@ const OTHER_ARCHS: Record<string, (c: SmallShape, kvHeads: number, intermediate:
     if (intermediate !== undefined && intermediate !== 4 * c.hidden) throw new UsageError(`BLOOM's MLP is 4 × --hidden wide, not --intermediate ${intermediate}`);
     return bloomConfig({ ...c, padTokenId: undefined, ...multiHead(c, kvHeads) });
   },
+  gemma2: (c, kvHeads, intermediate) => gemmaConfig({ ...c, modelType: 'gemma2', kvHeads, headDim: c.hidden / c.heads, intermediate: intermediate ?? 4 * c.hidden }),
+  gemma3_text: (c, kvHeads, intermediate) =>
+    gemmaConfig({ ...c, modelType: 'gemma3_text', kvHeads, headDim: c.hidden / c.heads, intermediate: intermediate ?? 4 * c.hidden }),
 };
 
 /** GPT-NeoX and BLOOM have as many key/value heads as heads. */

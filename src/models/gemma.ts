@@ -1,0 +1,453 @@
+import { InvalidArgumentError } from '../errors.ts';
+import { Embedding, type Linear, Module, ModuleList } from '../nn/index.ts';
+import { Generator, linear, rmsNorm, type Tensor, ZeroGenerator, zeros } from '../tensor/index.ts';
+import type { AttentionOptions } from './attention.ts';
+import type { LlamaLayerType } from './config.ts';
+import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
+import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
+import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
+  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
+import type { Tokenizer } from './tokenizer.ts';
+
+/**
+ * Gemma 2 and Gemma 3 (text) as transformers' Gemma2ForCausalLM and Gemma3ForCausalLM. What
+ * differs from Llama: RMSNorms that scale by (1 + w), the token embedding scaled by √hidden, a
+ * GeGLU MLP (tanh GELU), norms after the attention and the MLP as well as before, scores scaled
+ * by query_pre_attn_scalar^−½, sliding and global blocks (layer_types). Gemma 2 soft-caps the
+ * attention scores and the logits; Gemma 3 normalises queries and keys per head, gives its
+ * sliding blocks their own rotary base (rope_local_base_freq) and its global blocks the scaling.
+ */
+
+export type GemmaType = 'gemma2' | 'gemma3_text';
+
+export interface GemmaConfig {
+  arch: 'gemma';
+  modelType: GemmaType;
+  vocabSize: number;
+  maxPositions: number;
+  hidden: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  /** Per-head size (256 by default, not hidden / heads). */
+  headDim: number;
+  /** GeGLU width. */
+  intermediate: number;
+  normEps: number;
+  /** Rotary base of the global blocks (and of every block in Gemma 2). */
+  ropeTheta: number;
+  /** rope_scaling of the global blocks (of every block in Gemma 2). */
+  ropeScaling?: RopeScaling;
+  /** Gemma 3: the rotary base of the sliding blocks (rope_local_base_freq). */
+  ropeLocalTheta?: number;
+  initializerRange: number;
+  tieWordEmbeddings: boolean;
+  /** Biases on q, k, v and o. */
+  attentionBias: boolean;
+  /** Scores are scaled by queryPreAttnScalar^−½. */
+  queryPreAttnScalar: number;
+  /** The window of the sliding blocks. */
+  slidingWindow: number;
+  /** Each block's attention: sliding or global. */
+  layerTypes: LlamaLayerType[];
+  /** Gemma 2: scores become cap · tanh(scores / cap) (attn_logit_softcapping). */
+  attnSoftcap?: number;
+  /** Logits become cap · tanh(logits / cap) (final_logit_softcapping). */
+  finalSoftcap?: number;
+  bosTokenId?: number;
+  eosTokenId?: number;
+}
+
+const ARCHITECTURES: Record<GemmaType, string> = { gemma2: 'Gemma2ForCausalLM', gemma3_text: 'Gemma3ForCausalLM' };
+
+/** transformers' defaults where config.json leaves a field out. */
+const DEFAULTS: Record<GemmaType, { maxPositions: number; attnSoftcap: number | null; finalSoftcap: number | null }> = {
+  gemma2: { maxPositions: 8192, attnSoftcap: 50, finalSoftcap: 30 },
+  gemma3_text: { maxPositions: 131072, attnSoftcap: null, finalSoftcap: null },
+};
+
+type Json = Record<string, unknown>;
+
+function num(raw: Json, key: string, fallback?: number): number {
+  const v = raw[key];
+  if (v === undefined || v === null) {
+    if (fallback === undefined) throw new InvalidArgumentError(`config.json lacks '${key}'`);
+    return fallback;
+  }
+  if (typeof v !== 'number') throw new InvalidArgumentError(`config.json '${key}' must be a number`);
+  return v;
+}
+
+function optional(raw: Json, key: string, fallback: number | null): number | undefined {
+  const v = Object.hasOwn(raw, key) ? raw[key] : fallback;
+  if (v === null || v === undefined) return undefined;
+  if (typeof v !== 'number' || !(v > 0)) throw new InvalidArgumentError(`config.json '${key}' must be a positive number or null, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function firstId(v: unknown): number | undefined {
+  if (typeof v === 'number') return v;
+  if (Array.isArray(v) && typeof v[0] === 'number') return v[0];
+  return undefined;
+}
+
+export function isGemmaType(type: unknown): type is GemmaType {
+  return type === 'gemma2' || type === 'gemma3_text';
+}
+
+/**
+ * Gemma 3's rotaries: the global blocks' (rope_theta, rope_scaling) and the sliding blocks'
+ * (rope_local_base_freq), or per-type rope_parameters.
+ */
+function gemma3Rope(raw: Json): { theta: number; scaling?: RopeScaling; localTheta: number } {
+  const perType = raw.rope_parameters as Json | null | undefined;
+  if (perType && typeof perType === 'object' && ('full_attention' in perType || 'sliding_attention' in perType)) {
+    const full = ropeFromHF({ rope_parameters: perType.full_attention ?? null }, num(raw, 'rope_theta', 1_000_000));
+    const local = ropeFromHF({ rope_parameters: perType.sliding_attention ?? null }, num(raw, 'rope_local_base_freq', 10000));
+    if (local.scaling) throw new InvalidArgumentError(`gemma3_text rope_parameters.sliding_attention type '${local.scaling.type}' is not supported (default only)`);
+    return { theta: full.theta, scaling: full.scaling, localTheta: local.theta };
+  }
+  const full = ropeFromHF({ ...raw, rope_parameters: null }, 1_000_000);
+  return { theta: full.theta, scaling: full.scaling, localTheta: num(raw, 'rope_local_base_freq', 10000) };
+}
+
+/** A gemma2 or gemma3_text config.json as a GemmaConfig (not yet validated). */
+export function gemmaFromHF(raw: Json, type: GemmaType): GemmaConfig {
+  const act = raw.hidden_activation ?? 'gelu_pytorch_tanh';
+  if (act !== 'gelu_pytorch_tanh') throw new InvalidArgumentError(`${type} hidden_activation '${String(act)}' is not supported (gelu_pytorch_tanh only)`);
+  if (raw.use_bidirectional_attention === true) throw new InvalidArgumentError(`${type} use_bidirectional_attention is not supported (causal only)`);
+  const layers = num(raw, 'num_hidden_layers');
+  const heads = num(raw, 'num_attention_heads');
+  let layerTypes: LlamaLayerType[];
+  if (raw.layer_types !== undefined && raw.layer_types !== null) {
+    const given = raw.layer_types;
+    if (!Array.isArray(given) || given.length !== layers || given.some((t) => t !== 'full_attention' && t !== 'sliding_attention')) {
+      throw new InvalidArgumentError(`config.json layer_types must name full_attention or sliding_attention for each of ${layers} layers, got ${JSON.stringify(given)}`);
+    }
+    layerTypes = given as LlamaLayerType[];
+  } else {
+    // Gemma 2 alternates sliding and global; Gemma 3 has one global block in every sliding_window_pattern (6)
+    const pattern = type === 'gemma2' ? 2 : num(raw, 'sliding_window_pattern', 6);
+    layerTypes = Array.from({ length: layers }, (_, i) => ((i + 1) % pattern !== 0 ? 'sliding_attention' : 'full_attention'));
+  }
+  const window = optional(raw, 'sliding_window', 4096);
+  if (window === undefined && layerTypes.includes('sliding_attention')) throw new InvalidArgumentError(`${type} sliding_window is null but layer_types has sliding layers`);
+  const c: GemmaConfig = {
+    arch: 'gemma',
+    modelType: type,
+    vocabSize: num(raw, 'vocab_size'),
+    maxPositions: num(raw, 'max_position_embeddings', DEFAULTS[type].maxPositions),
+    hidden: num(raw, 'hidden_size'),
+    layers,
+    heads,
+    kvHeads: num(raw, 'num_key_value_heads', heads),
+    headDim: num(raw, 'head_dim', 256),
+    intermediate: num(raw, 'intermediate_size'),
+    normEps: num(raw, 'rms_norm_eps', 1e-6),
+    ropeTheta: 0,
+    initializerRange: num(raw, 'initializer_range', 0.02),
+    tieWordEmbeddings: raw.tie_word_embeddings !== false,
+    attentionBias: raw.attention_bias === true,
+    queryPreAttnScalar: num(raw, 'query_pre_attn_scalar', 256),
+    slidingWindow: window ?? 4096,
+    layerTypes,
+    bosTokenId: firstId(raw.bos_token_id),
+    eosTokenId: firstId(raw.eos_token_id),
+  };
+  if (type === 'gemma2') {
+    const rope = ropeFromHF(raw);
+    c.ropeTheta = rope.theta;
+    if (rope.scaling) c.ropeScaling = rope.scaling;
+    // Gemma 3's attention takes no soft-cap in transformers (its attn_logit_softcapping is unused)
+    const attnCap = optional(raw, 'attn_logit_softcapping', DEFAULTS[type].attnSoftcap);
+    if (attnCap !== undefined) c.attnSoftcap = attnCap;
+  } else {
+    const rope = gemma3Rope(raw);
+    c.ropeTheta = rope.theta;
+    if (rope.scaling) c.ropeScaling = rope.scaling;
+    c.ropeLocalTheta = rope.localTheta;
+  }
+  const finalCap = optional(raw, 'final_logit_softcapping', DEFAULTS[type].finalSoftcap);
+  if (finalCap !== undefined) c.finalSoftcap = finalCap;
+  return c;
+}
+
+/** A Gemma config as the config.json transformers reads back into the same model. */
+export function gemmaToHF(c: GemmaConfig): Json {
+  const out: Json = {
+    architectures: [ARCHITECTURES[c.modelType]],
+    model_type: c.modelType,
+    vocab_size: c.vocabSize,
+    max_position_embeddings: c.maxPositions,
+    hidden_size: c.hidden,
+    intermediate_size: c.intermediate,
+    num_hidden_layers: c.layers,
+    num_attention_heads: c.heads,
+    num_key_value_heads: c.kvHeads,
+    head_dim: c.headDim,
+    hidden_activation: 'gelu_pytorch_tanh',
+    rms_norm_eps: c.normEps,
+    rope_theta: c.ropeTheta,
+    rope_scaling: ropeToHF(c.ropeScaling),
+    initializer_range: c.initializerRange,
+    tie_word_embeddings: c.tieWordEmbeddings,
+    attention_bias: c.attentionBias,
+    query_pre_attn_scalar: c.queryPreAttnScalar,
+    sliding_window: c.slidingWindow,
+    layer_types: c.layerTypes,
+    final_logit_softcapping: c.finalSoftcap ?? null,
+    bos_token_id: c.bosTokenId,
+    eos_token_id: c.eosTokenId,
+    torch_dtype: 'float32',
+  };
+  if (c.modelType === 'gemma2') out.attn_logit_softcapping = c.attnSoftcap ?? null;
+  else out.rope_local_base_freq = c.ropeLocalTheta ?? 10000;
+  return out;
+}
+
+export function validateGemma(c: GemmaConfig): void {
+  if (!isGemmaType(c.modelType)) throw new InvalidArgumentError(`model_type '${String(c.modelType)}' is not a Gemma (gemma2, gemma3_text)`);
+  if (c.heads % c.kvHeads !== 0) throw new InvalidArgumentError(`${c.heads} heads are not a multiple of ${c.kvHeads} kv heads`);
+  if (!Number.isInteger(c.headDim) || c.headDim <= 0 || c.headDim % 2 !== 0) throw new InvalidArgumentError(`head dim ${c.headDim} must be a positive even integer`);
+  if (c.layerTypes.length !== c.layers) throw new InvalidArgumentError(`layer_types has ${c.layerTypes.length} entries for ${c.layers} layers`);
+  if (!Number.isInteger(c.slidingWindow) || c.slidingWindow <= 0) throw new InvalidArgumentError(`sliding_window must be a positive integer, got ${c.slidingWindow}`);
+  if (c.attnSoftcap !== undefined && c.modelType !== 'gemma2') throw new InvalidArgumentError(`attn_logit_softcapping is not applied by ${c.modelType}`);
+  if (c.ropeLocalTheta !== undefined && c.modelType !== 'gemma3_text') throw new InvalidArgumentError(`rope_local_base_freq is not part of ${c.modelType}`);
+}
+
+export function gemmaConfig(overrides: Partial<Omit<GemmaConfig, 'arch'>> = {}): GemmaConfig {
+  const layers = overrides.layers ?? 4;
+  const modelType = overrides.modelType ?? 'gemma3_text';
+  const heads = overrides.heads ?? 4;
+  const headDim = overrides.headDim ?? 32;
+  return {
+    arch: 'gemma',
+    modelType,
+    vocabSize: 262_208,
+    maxPositions: 8192,
+    hidden: 128,
+    intermediate: 512,
+    normEps: 1e-6,
+    ropeTheta: modelType === 'gemma2' ? 10000 : 1_000_000,
+    initializerRange: 0.02,
+    tieWordEmbeddings: true,
+    attentionBias: false,
+    slidingWindow: 4096,
+    bosTokenId: 2,
+    eosTokenId: 1,
+    ...(modelType === 'gemma2' ? { attnSoftcap: 50, finalSoftcap: 30 } : { ropeLocalTheta: 10000 }),
+    ...overrides,
+    layers,
+    heads,
+    headDim,
+    kvHeads: overrides.kvHeads ?? heads,
+    queryPreAttnScalar: overrides.queryPreAttnScalar ?? headDim,
+    layerTypes: overrides.layerTypes
+      ?? Array.from({ length: layers }, (_, i) => ((i + 1) % (modelType === 'gemma2' ? 2 : 6) !== 0 ? 'sliding_attention' : 'full_attention')),
+  };
+}
+
+/** Gemma's RMSNorm: x / √(mean(x²) + eps) · (1 + w), its weight starting at zero. */
+export class GemmaRMSNorm extends Module {
+  readonly weight: Tensor;
+  constructor(
+    readonly size: number,
+    readonly eps: number,
+  ) {
+    super();
+    this.weight = this.addParameter('weight', zeros([size]));
+  }
+
+  forward(x: Tensor): Tensor {
+    return rmsNorm(x, this.weight.add(1), this.eps);
+  }
+}
+
+class GemmaAttention extends Module {
+  readonly q_proj: Linear;
+  readonly k_proj: Linear;
+  readonly v_proj: Linear;
+  readonly o_proj: Linear;
+  /** Gemma 3's per-head norms on queries and keys, before the rotary. */
+  readonly q_norm: GemmaRMSNorm | null = null;
+  readonly k_norm: GemmaRMSNorm | null = null;
+  constructor(
+    private readonly c: GemmaConfig,
+    rng: Generator,
+  ) {
+    super();
+    const b = c.attentionBias;
+    this.q_proj = this.addModule('q_proj', proj(c.hidden, c.heads * c.headDim, b, c, rng));
+    this.k_proj = this.addModule('k_proj', proj(c.hidden, c.kvHeads * c.headDim, b, c, rng));
+    this.v_proj = this.addModule('v_proj', proj(c.hidden, c.kvHeads * c.headDim, b, c, rng));
+    this.o_proj = this.addModule('o_proj', proj(c.heads * c.headDim, c.hidden, b, c, rng));
+    if (c.modelType === 'gemma3_text') {
+      this.q_norm = this.addModule('q_norm', new GemmaRMSNorm(c.headDim, c.normEps));
+      this.k_norm = this.addModule('k_norm', new GemmaRMSNorm(c.headDim, c.normEps));
+    }
+  }
+
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number, at: BlockAttention): Tensor {
+    const c = this.c;
+    let q = splitHeads(this.q_proj.forward(x), c.heads); // [B, nh, T, hd]
+    let k = splitHeads(this.k_proj.forward(x), c.kvHeads); // [B, nkv, T, hd]
+    if (this.q_norm && this.k_norm) {
+      q = this.q_norm.forward(q);
+      k = this.k_norm.forward(k);
+    }
+    const v = splitHeads(this.v_proj.forward(x), c.kvHeads); // [B, nkv, T, hd]
+    const y = cachedAttention(applyRotary(q, at.rope), applyRotary(k, at.rope), v, ctx, blockIndex, c.heads / c.kvHeads, at.options);
+    return this.o_proj.forward(mergeHeads(y)); // [B, T, H]
+  }
+}
+
+class GemmaMLP extends Module {
+  readonly gate_proj: Linear;
+  readonly up_proj: Linear;
+  readonly down_proj: Linear;
+  constructor(c: GemmaConfig, rng: Generator) {
+    super();
+    this.gate_proj = this.addModule('gate_proj', proj(c.hidden, c.intermediate, false, c, rng));
+    this.up_proj = this.addModule('up_proj', proj(c.hidden, c.intermediate, false, c, rng));
+    this.down_proj = this.addModule('down_proj', proj(c.intermediate, c.hidden, false, c, rng));
+  }
+
+  forward(x: Tensor): Tensor {
+    return this.down_proj.forward(this.gate_proj.forward(x).gelu().mul(this.up_proj.forward(x)));
+  }
+}
+
+export class GemmaDecoderLayer extends Module {
+  readonly input_layernorm: GemmaRMSNorm;
+  readonly self_attn: GemmaAttention;
+  readonly post_attention_layernorm: GemmaRMSNorm;
+  readonly pre_feedforward_layernorm: GemmaRMSNorm;
+  readonly mlp: GemmaMLP;
+  readonly post_feedforward_layernorm: GemmaRMSNorm;
+  private readonly rope: RopeSpec;
+  private readonly ropeKey: string;
+  private readonly options: AttentionOptions;
+  constructor(c: GemmaConfig, rng: Generator, index: number) {
+    super();
+    this.input_layernorm = this.addModule('input_layernorm', new GemmaRMSNorm(c.hidden, c.normEps));
+    this.self_attn = this.addModule('self_attn', new GemmaAttention(c, rng));
+    this.post_attention_layernorm = this.addModule('post_attention_layernorm', new GemmaRMSNorm(c.hidden, c.normEps));
+    this.pre_feedforward_layernorm = this.addModule('pre_feedforward_layernorm', new GemmaRMSNorm(c.hidden, c.normEps));
+    this.mlp = this.addModule('mlp', new GemmaMLP(c, rng));
+    this.post_feedforward_layernorm = this.addModule('post_feedforward_layernorm', new GemmaRMSNorm(c.hidden, c.normEps));
+    const sliding = c.layerTypes[index] === 'sliding_attention';
+    this.rope = sliding && c.ropeLocalTheta !== undefined
+      ? { theta: c.ropeLocalTheta, rotaryDim: c.headDim, maxPositions: c.maxPositions }
+      : { theta: c.ropeTheta, rotaryDim: c.headDim, maxPositions: c.maxPositions, ...(c.ropeScaling ? { scaling: c.ropeScaling } : {}) };
+    this.ropeKey = JSON.stringify(this.rope);
+    this.options = { scale: c.queryPreAttnScalar ** -0.5 };
+    if (sliding) this.options.window = c.slidingWindow;
+    if (c.attnSoftcap !== undefined) this.options.softcap = c.attnSoftcap;
+  }
+
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
+    const at: BlockAttention = { rope: cachedRotaryTables(ctx.positions, this.rope, this.ropeKey), options: this.options };
+    x = x.add(this.post_attention_layernorm.forward(this.self_attn.forward(this.input_layernorm.forward(x), ctx, blockIndex, at)));
+    return x.add(this.post_feedforward_layernorm.forward(this.mlp.forward(this.pre_feedforward_layernorm.forward(x))));
+  }
+}
+
+class GemmaModel extends Module {
+  readonly embed_tokens: Embedding | null;
+  readonly layers: ModuleList<GemmaDecoderLayer>;
+  readonly norm: GemmaRMSNorm | null;
+  constructor(c: GemmaConfig, rng: Generator, parts: SectionParts) {
+    super();
+    this.embed_tokens = parts.tokenTable ? this.addModule('embed_tokens', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
+    if (this.embed_tokens) normalInit(this.embed_tokens, c.initializerRange, rng);
+    const [first, last] = parts.blocks;
+    this.layers = this.addModule('layers', new ModuleList(Array.from({ length: last - first }, (_, i) => new GemmaDecoderLayer(c, rng, first + i)), first));
+    this.norm = parts.norm ? this.addModule('norm', new GemmaRMSNorm(c.hidden, c.normEps)) : null;
+  }
+}
+
+export class Gemma extends Module implements CausalLM {
+  readonly model: GemmaModel;
+  readonly lm_head: Linear | null;
+  readonly layers: readonly ModelLayer[];
+  readonly wholeLayers: readonly ModelLayer[];
+  readonly section: ModelPart;
+  tokenizer: Tokenizer | null = null;
+
+  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  constructor(
+    readonly config: GemmaConfig,
+    options: { seed?: number; init?: boolean; section?: ModelPart } = {},
+  ) {
+    super();
+    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
+    this.section = options.section ?? [0, config.layers + 3];
+    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    this.model = this.addModule('model', new GemmaModel(config, rng, parts));
+    this.lm_head
+      = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
+    this.wholeLayers = this.buildLayers();
+    this.layers = partLayers(this.wholeLayers, this.section);
+  }
+
+  private buildLayers(): ModelLayer[] {
+    const c = this.config;
+    const m = this.model;
+    const h = c.hidden;
+    const q = c.heads * c.headDim;
+    const kv = c.kvHeads * c.headDim;
+    // 4 norms, q/k/v/o (and their biases), the GeGLU's 3 matrices, Gemma 3's q/k norms
+    const blockParams = 4 * h + 2 * h * q + 2 * h * kv + (c.attentionBias ? q + 2 * kv + h : 0) + 3 * h * c.intermediate
+      + (c.modelType === 'gemma3_text' ? 2 * c.headDim : 0);
+    const headWeight = () => this.lm_head?.weight ?? m.embed_tokens!.weight;
+    const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
+    const embedScale = Math.fround(Math.sqrt(h)); // transformers' embed_scale, a float32 √hidden
+    const cap = c.finalSoftcap;
+    return [
+      {
+        name: 'model.embed_tokens',
+        kind: 'embedding',
+        blockIndex: -1,
+        namedParameters: () => [['model.embed_tokens.weight', m.embed_tokens!.weight]],
+        forward: (ids) => m.embed_tokens!.forward(ids).mul(embedScale),
+        profile: () => layerProfile(c.vocabSize * h, h, h),
+      },
+      ...Array.from({ length: c.layers }, (_, i): ModelLayer => ({
+        name: `model.layers.${i}`,
+        kind: 'block',
+        blockIndex: i,
+        namedParameters: () => [...m.layers.byIndex(i).namedParameters(`model.layers.${i}`)],
+        forward: (x, ctx) => m.layers.byIndex(i).forward(x, ctx, i),
+        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim),
+      })),
+      {
+        name: 'model.norm',
+        kind: 'norm',
+        blockIndex: -1,
+        namedParameters: () => [['model.norm.weight', m.norm!.weight]],
+        forward: (x) => m.norm!.forward(x),
+        profile: () => layerProfile(h, 4 * h, h),
+      },
+      {
+        name: 'lm_head',
+        kind: 'head',
+        blockIndex: -1,
+        namedParameters: () => [[headName, headWeight()]],
+        forward: (x) => {
+          const logits = linear(x, headWeight()); // [B, T, V]
+          return cap === undefined ? logits : logits.div(cap).tanh().mul(cap);
+        },
+        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
+      },
+    ];
+  }
+
+  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
+    return runLayers(this.layers, ids, options, this.config.maxPositions);
+  }
+
+  hfStateDict(): Map<string, Tensor> {
+    return new Map(this.namedParameters());
+  }
+}
