@@ -16,7 +16,7 @@ commands:
       processes) train a transformer, split across the workers, on 2-digit addition while the
       validator re-runs a sample of their signed computations; the cheater is caught and excluded;
       then the swarm answers held-out sums
-  init-model --arch gpt2|llama|mistral|qwen2|qwen3|phi3|gemma2|gemma3_text|gpt_neox|falcon|bloom
+  init-model --arch gpt2|llama|mistral|qwen2|qwen3|phi3|gemma2|gemma3_text|mixtral|qwen3_moe|gpt_neox|falcon|bloom
              [--layers N --hidden N --heads N --kv-heads N --intermediate N --vocab N --max-positions N
              --sliding-window N] --out DIR [--seed S] [--force]
       a new random model in Hugging Face layout (config.json, model.safetensors, tokenizer.json)

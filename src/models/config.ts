@@ -4,6 +4,8 @@ import { type FalconConfig, falconFromHF, falconToHF, validateFalcon } from './f
 import { type GemmaConfig, gemmaFromHF, gemmaToHF, isGemmaType, validateGemma } from './gemma.ts';
 import { type GPTNeoXConfig, gptNeoXFromHF, gptNeoXToHF, validateGPTNeoX } from './gpt-neox.ts';
 import { isLlamaFamily, llamaConfigFromHF, llamaConfigToHF, validateLlamaConfig } from './llama-config.ts';
+import { type MixtralConfig, mixtralFromHF, mixtralToHF, validateMixtral } from './mixtral.ts';
+import { type Qwen3MoeConfig, qwen3MoeFromHF, qwen3MoeToHF, validateQwen3Moe } from './qwen3-moe.ts';
 import type { RopeScaling } from './rope.ts';
 
 /** GPT-2 (Hugging Face `model_type: gpt2`). Defaults are GPT-2 small's. */
@@ -79,7 +81,8 @@ export interface LlamaConfig {
   eosTokenId?: number;
 }
 
-export type ModelConfig = GPT2Config | LlamaConfig | GPTNeoXConfig | FalconConfig | BloomConfig | GemmaConfig;
+export type ModelConfig
+  = GPT2Config | LlamaConfig | GPTNeoXConfig | FalconConfig | BloomConfig | GemmaConfig | MixtralConfig | Qwen3MoeConfig;
 
 export function gpt2Config(overrides: Partial<Omit<GPT2Config, 'arch'>> = {}): GPT2Config {
   const hidden = overrides.hidden ?? 768;
@@ -154,6 +157,8 @@ export function validateConfig(c: ModelConfig): ModelConfig {
   if (c.arch === 'falcon') validateFalcon(c);
   if (c.arch === 'bloom') validateBloom(c);
   if (c.arch === 'gemma') validateGemma(c);
+  if (c.arch === 'mixtral') validateMixtral(c);
+  if (c.arch === 'qwen3_moe') validateQwen3Moe(c);
   if (c.arch === 'gpt2' && c.hidden % c.heads !== 0) {
     throw new InvalidArgumentError(`hidden size ${c.hidden} is not divisible by ${c.heads} heads`);
   }
@@ -190,6 +195,8 @@ export function configFromHF(raw: Json): ModelConfig {
   if (type === 'falcon') return validateConfig(falconFromHF(raw));
   if (type === 'bloom') return validateConfig(bloomFromHF(raw));
   if (isGemmaType(type)) return validateConfig(gemmaFromHF(raw, type));
+  if (type === 'mixtral') return validateConfig(mixtralFromHF(raw));
+  if (type === 'qwen3_moe') return validateConfig(qwen3MoeFromHF(raw));
   if (type === 'gpt2') {
     const hidden = num(raw, 'n_embd');
     const act = raw.activation_function;
@@ -213,7 +220,7 @@ export function configFromHF(raw: Json): ModelConfig {
     );
   }
   if (isLlamaFamily(type)) return validateConfig(llamaConfigFromHF(raw, type));
-  throw new InvalidArgumentError(`model_type '${String(type)}' is not supported (gpt2, llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text, gpt_neox, falcon, bloom)`);
+  throw new InvalidArgumentError(`model_type '${String(type)}' is not supported (gpt2, llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text, mixtral, qwen3_moe, gpt_neox, falcon, bloom)`);
 }
 
 /** Writes a config as Hugging Face's config.json object. */
@@ -222,6 +229,8 @@ export function configToHF(c: ModelConfig): Json {
   if (c.arch === 'falcon') return falconToHF(c);
   if (c.arch === 'bloom') return bloomToHF(c);
   if (c.arch === 'gemma') return gemmaToHF(c);
+  if (c.arch === 'mixtral') return mixtralToHF(c);
+  if (c.arch === 'qwen3_moe') return qwen3MoeToHF(c);
   if (c.arch === 'gpt2') {
     return {
       architectures: ['GPT2LMHeadModel'],

@@ -10,6 +10,8 @@ import { Gemma } from './gemma.ts';
 import { GPT2 } from './gpt2.ts';
 import { GPTNeoX } from './gpt-neox.ts';
 import { Llama } from './llama.ts';
+import { Mixtral } from './mixtral.ts';
+import { Qwen3Moe } from './qwen3-moe.ts';
 import { canonicalName, ignorableKey, layersOfWeight } from './checkpoint-weights.ts';
 import { type CausalLM, type ModelLayer, type ModelPart, partLayers } from './model.ts';
 import { HFTokenizer, type Tokenizer } from './tokenizer.ts';
@@ -25,6 +27,8 @@ export function createModel(config: ModelConfig, options: { seed?: number; init?
   if (config.arch === 'falcon') return new Falcon(config, options);
   if (config.arch === 'bloom') return new Bloom(config, options);
   if (config.arch === 'gemma') return new Gemma(config, options);
+  if (config.arch === 'mixtral') return new Mixtral(config, options);
+  if (config.arch === 'qwen3_moe') return new Qwen3Moe(config, options);
   return config.arch === 'gpt2' ? new GPT2(config, options) : new Llama(config, options);
 }
 

@@ -14,6 +14,8 @@ export { Falcon, type FalconConfig, falconConfig } from './falcon.ts';
 export { Gemma, type GemmaConfig, gemmaConfig } from './gemma.ts';
 export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './gpt-neox.ts';
 export { Llama, rotaryTables } from './llama.ts';
+export { Mixtral, type MixtralConfig, mixtralConfig } from './mixtral.ts';
+export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './qwen3-moe.ts';
 export { createModel, loadChatTemplate, loadConfig, loadModel, loadTokenizer, modelLayers, partBytes, saveModel, saveModelStreamed, writeModelFiles } from './hf.ts';
 export { CheckpointWeights, defaultCacheDir, layersOfWeight, type WeightShape } from './checkpoint-weights.ts';
 export { defaultPositions, runLayers } from './forward.ts';

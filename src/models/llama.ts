@@ -32,7 +32,10 @@ export function llamaRope(c: LlamaConfig): RopeSpec {
   return spec;
 }
 
-class LlamaAttention extends Module {
+/** What Llama's attention reads of a config (the MoE families build it from theirs). */
+export type LlamaAttentionConfig = Pick<LlamaConfig, 'hidden' | 'heads' | 'kvHeads' | 'headDim' | 'qkvBias' | 'oBias' | 'normEps' | 'initializerRange' | 'modelType'>;
+
+export class LlamaAttention extends Module {
   readonly q_proj: Linear;
   readonly k_proj: Linear;
   readonly v_proj: Linear;
@@ -41,7 +44,7 @@ class LlamaAttention extends Module {
   readonly q_norm: RMSNorm | null = null;
   readonly k_norm: RMSNorm | null = null;
   constructor(
-    private readonly c: LlamaConfig,
+    private readonly c: LlamaAttentionConfig,
     rng: Generator,
   ) {
     super();
@@ -49,7 +52,7 @@ class LlamaAttention extends Module {
     this.k_proj = this.addModule('k_proj', proj(c.hidden, c.kvHeads * c.headDim, c.qkvBias, c, rng));
     this.v_proj = this.addModule('v_proj', proj(c.hidden, c.kvHeads * c.headDim, c.qkvBias, c, rng));
     this.o_proj = this.addModule('o_proj', proj(c.heads * c.headDim, c.hidden, c.oBias, c, rng));
-    if (c.modelType === 'qwen3') {
+    if (c.modelType === 'qwen3' || c.modelType === 'qwen3_moe') {
       this.q_norm = this.addModule('q_norm', new RMSNorm(c.headDim, c.normEps));
       this.k_norm = this.addModule('k_norm', new RMSNorm(c.headDim, c.normEps));
     }

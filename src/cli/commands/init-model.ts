@@ -9,7 +9,9 @@ import {
   gptNeoXConfig,
   HFTokenizer,
   llamaConfig,
+  mixtralConfig,
   type ModelConfig,
+  qwen3MoeConfig,
   saveModel,
 } from '../../models/index.ts';
 import { type Flags, intFlag, optionalIntFlag, requiredString, stringFlag, UsageError } from '../args.ts';
@@ -61,6 +63,10 @@ const OTHER_ARCHS: Record<string, (c: SmallShape, kvHeads: number, intermediate:
   gemma2: (c, kvHeads, intermediate) => gemmaConfig({ ...c, modelType: 'gemma2', kvHeads, headDim: c.hidden / c.heads, intermediate: intermediate ?? 4 * c.hidden }),
   gemma3_text: (c, kvHeads, intermediate) =>
     gemmaConfig({ ...c, modelType: 'gemma3_text', kvHeads, headDim: c.hidden / c.heads, intermediate: intermediate ?? 4 * c.hidden }),
+  // the MoE families: 4 (Mixtral) or 8 (Qwen3-MoE) experts of --intermediate width, 2 run per token
+  mixtral: (c, kvHeads, intermediate) => mixtralConfig({ ...c, kvHeads, intermediate: intermediate ?? 2 * c.hidden }),
+  qwen3_moe: (c, kvHeads, intermediate) =>
+    qwen3MoeConfig({ ...c, kvHeads, moeIntermediate: intermediate ?? c.hidden, intermediate: 4 * c.hidden }),
 };
 
 /** GPT-NeoX and BLOOM have as many key/value heads as heads. */

@@ -1,0 +1,286 @@
+import { InvalidArgumentError } from '../errors.ts';
+import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
+import { Generator, linear, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import type { ModelConfig } from './config.ts';
+import { firstId, num } from './config-fields.ts';
+import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
+import { runLayers } from './forward.ts';
+import { LlamaAttention, type LlamaAttentionConfig } from './llama.ts';
+import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
+  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+import { GatedMLP, type MoeSpec, moeSizes, PROJ_NAMES, SparseMoe } from './moe.ts';
+import { cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
+import type { Tokenizer } from './tokenizer.ts';
+
+/**
+ * The decoder the sparse MoE families share (Mixtral, Qwen3-MoE): Llama's blocks (RMSNorm,
+ * rotary GQA attention, RMSNorm, MLP, residuals around each) with a sparse MoE block (moe.ts) as
+ * the MLP, or on some of Qwen3-MoE's blocks a dense SwiGLU. A family says how its blocks differ:
+ * the MLP's module name, the attention's options (biases, q/k norms), each block's MLP.
+ */
+
+/** The fields the MoE families' configs share. */
+export interface MoeDecoderConfig {
+  vocabSize: number;
+  maxPositions: number;
+  hidden: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  normEps: number;
+  ropeTheta: number;
+  ropeScaling?: RopeScaling;
+  initializerRange: number;
+  tieWordEmbeddings: boolean;
+  /** A window on every block's attention (absent: none). */
+  slidingWindow?: number;
+  /** Experts per sparse block (Mixtral's num_local_experts, Qwen3-MoE's num_experts). */
+  experts: number;
+  /** Experts each token runs (num_experts_per_tok). */
+  topK: number;
+  bosTokenId?: number;
+  eosTokenId?: number;
+}
+
+type Json = Record<string, unknown>;
+
+/** What a family's config class defaults to where config.json leaves a field out. */
+export interface MoeDefaults {
+  maxPositions: number;
+  normEps: number;
+  ropeTheta: number;
+  kvHeads: number;
+}
+
+/**
+ * The shared fields of a MoE family's config.json, as transformers reads them; what the code does
+ * not build is refused naming the field: an activation other than silu, and output_router_logits
+ * (with labels, transformers adds the router's load-balancing loss to the loss).
+ */
+export function moeDecoderFromHF(raw: Json, type: string, d: MoeDefaults): MoeDecoderConfig {
+  const act = raw.hidden_act ?? 'silu';
+  if (act !== 'silu') throw new InvalidArgumentError(`${type} hidden_act '${String(act)}' is not supported (silu only)`);
+  if (raw.output_router_logits === true) {
+    throw new InvalidArgumentError(`${type} output_router_logits true is not supported (its load-balancing loss is added to the loss: false only)`);
+  }
+  const hidden = num(raw, 'hidden_size');
+  const heads = num(raw, 'num_attention_heads');
+  const { theta, scaling } = ropeFromHF(raw, d.ropeTheta);
+  const c: MoeDecoderConfig = {
+    vocabSize: num(raw, 'vocab_size'),
+    maxPositions: num(raw, 'max_position_embeddings', d.maxPositions),
+    hidden,
+    layers: num(raw, 'num_hidden_layers'),
+    heads,
+    // an explicit null means as many as heads
+    kvHeads: raw.num_key_value_heads === null ? heads : num(raw, 'num_key_value_heads', d.kvHeads),
+    headDim: num(raw, 'head_dim', Math.floor(hidden / heads)),
+    normEps: num(raw, 'rms_norm_eps', d.normEps),
+    ropeTheta: theta,
+    initializerRange: num(raw, 'initializer_range', 0.02),
+    tieWordEmbeddings: raw.tie_word_embeddings === true,
+    experts: 0,
+    topK: num(raw, 'num_experts_per_tok', 2),
+    bosTokenId: firstId(raw.bos_token_id),
+    eosTokenId: firstId(raw.eos_token_id),
+  };
+  if (scaling) c.ropeScaling = scaling;
+  return c;
+}
+
+/** The shared fields as config.json writes them (the family adds its own). */
+export function moeDecoderToHF(c: MoeDecoderConfig): Json {
+  return {
+    vocab_size: c.vocabSize,
+    max_position_embeddings: c.maxPositions,
+    hidden_size: c.hidden,
+    num_hidden_layers: c.layers,
+    num_attention_heads: c.heads,
+    num_key_value_heads: c.kvHeads,
+    head_dim: c.headDim,
+    hidden_act: 'silu',
+    rms_norm_eps: c.normEps,
+    rope_theta: c.ropeTheta,
+    rope_scaling: ropeToHF(c.ropeScaling),
+    initializer_range: c.initializerRange,
+    tie_word_embeddings: c.tieWordEmbeddings,
+    num_experts_per_tok: c.topK,
+    output_router_logits: false,
+    bos_token_id: c.bosTokenId,
+    eos_token_id: c.eosTokenId,
+    torch_dtype: 'float32',
+  };
+}
+
+/** The checks the MoE families share: heads, head dim, window, top-k. */
+export function validateMoeDecoder(c: MoeDecoderConfig, type: string): void {
+  if (!Number.isInteger(c.kvHeads) || c.kvHeads <= 0 || c.heads % c.kvHeads !== 0) throw new InvalidArgumentError(`${c.heads} heads are not a multiple of ${c.kvHeads} kv heads`);
+  if (!Number.isInteger(c.headDim) || c.headDim <= 0 || c.headDim % 2 !== 0) throw new InvalidArgumentError(`head dim ${c.headDim} must be a positive even integer`);
+  if (c.slidingWindow !== undefined && (!Number.isInteger(c.slidingWindow) || c.slidingWindow <= 0)) {
+    throw new InvalidArgumentError(`sliding_window must be a positive integer, got ${c.slidingWindow}`);
+  }
+  if (!Number.isInteger(c.experts) || c.experts < 0 || c.experts > 65536) throw new InvalidArgumentError(`${type} has ${c.experts} experts: 0 to 65536`);
+  if (c.experts > 0 && (!Number.isInteger(c.topK) || c.topK < 1 || c.topK > c.experts)) {
+    throw new InvalidArgumentError(`${type} num_experts_per_tok ${c.topK} must be from 1 to its ${c.experts} experts`);
+  }
+}
+
+/** A config.json window: null or absent (after `fallback`) for none, else a positive integer. */
+export function windowFromHF(raw: Json, fallback: number | null): number | undefined {
+  const w = Object.hasOwn(raw, 'sliding_window') ? raw.sliding_window : fallback;
+  if (w === null || w === undefined) return undefined;
+  if (typeof w !== 'number' || !Number.isInteger(w) || w <= 0) throw new InvalidArgumentError(`config.json sliding_window must be a positive integer or null, got ${JSON.stringify(w)}`);
+  return w;
+}
+
+/** A block's MLP: a sparse MoE block, or a dense SwiGLU of some width. */
+export type BlockMlp = { sparse: MoeSpec } | { dense: number };
+
+/** How a family's blocks are made. */
+export interface MoeFamily {
+  /** The MLP's module name in a block: Mixtral's `block_sparse_moe`, Qwen3-MoE's `mlp`. */
+  mlpName: string;
+  attention: LlamaAttentionConfig;
+  /** Block i's MLP. */
+  mlp(i: number): BlockMlp;
+}
+
+export class MoeDecoderLayer extends Module {
+  readonly input_layernorm: RMSNorm;
+  readonly self_attn: LlamaAttention;
+  readonly post_attention_layernorm: RMSNorm;
+  readonly mlp: SparseMoe | GatedMLP;
+  private readonly options: BlockAttention['options'];
+  constructor(
+    c: MoeDecoderConfig,
+    family: MoeFamily,
+    blockIndex: number,
+    private readonly rope: RopeSpec,
+    private readonly ropeKey: string,
+    rng: Generator,
+  ) {
+    super();
+    this.input_layernorm = this.addModule('input_layernorm', new RMSNorm(c.hidden, c.normEps));
+    this.self_attn = this.addModule('self_attn', new LlamaAttention(family.attention, rng));
+    this.post_attention_layernorm = this.addModule('post_attention_layernorm', new RMSNorm(c.hidden, c.normEps));
+    const mlp = family.mlp(blockIndex);
+    this.mlp = this.addModule(family.mlpName, 'sparse' in mlp ? new SparseMoe(mlp.sparse, rng) : new GatedMLP(c.hidden, mlp.dense, PROJ_NAMES, c, rng));
+    this.options = c.slidingWindow === undefined ? {} : { window: c.slidingWindow };
+  }
+
+  forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
+    const at: BlockAttention = { rope: cachedRotaryTables(ctx.positions, this.rope, this.ropeKey), options: this.options };
+    x = x.add(this.self_attn.forward(this.input_layernorm.forward(x), ctx, blockIndex, at));
+    return x.add(this.mlp.forward(this.post_attention_layernorm.forward(x)));
+  }
+}
+
+class MoeModel extends Module {
+  readonly embed_tokens: Embedding | null;
+  readonly layers: ModuleList<MoeDecoderLayer>;
+  readonly norm: RMSNorm | null;
+  constructor(c: MoeDecoderConfig, family: MoeFamily, rng: Generator, parts: SectionParts) {
+    super();
+    this.embed_tokens = parts.tokenTable ? this.addModule('embed_tokens', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
+    if (this.embed_tokens) normalInit(this.embed_tokens, c.initializerRange, rng);
+    const rope: RopeSpec = { theta: c.ropeTheta, rotaryDim: c.headDim, maxPositions: c.maxPositions };
+    if (c.ropeScaling) rope.scaling = c.ropeScaling;
+    const ropeKey = JSON.stringify(rope);
+    const [first, last] = parts.blocks;
+    const blocks = Array.from({ length: last - first }, (_, i) => new MoeDecoderLayer(c, family, first + i, rope, ropeKey, rng));
+    this.layers = this.addModule('layers', new ModuleList(blocks, first));
+    this.norm = parts.norm ? this.addModule('norm', new RMSNorm(c.hidden, c.normEps)) : null;
+  }
+}
+
+/** A MoE family's causal LM (MixtralForCausalLM, Qwen3MoeForCausalLM): `model` and `lm_head`. */
+export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends Module implements CausalLM {
+  readonly model: MoeModel;
+  readonly lm_head: Linear | null;
+  readonly layers: readonly ModelLayer[];
+  readonly wholeLayers: readonly ModelLayer[];
+  readonly section: ModelPart;
+  tokenizer: Tokenizer | null = null;
+
+  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  constructor(
+    readonly config: C,
+    private readonly family: MoeFamily,
+    options: { seed?: number; init?: boolean; section?: ModelPart } = {},
+  ) {
+    super();
+    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
+    this.section = options.section ?? [0, config.layers + 3];
+    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    this.model = this.addModule('model', new MoeModel(config, family, rng, parts));
+    this.lm_head
+      = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
+    this.wholeLayers = this.buildLayers();
+    this.layers = partLayers(this.wholeLayers, this.section);
+  }
+
+  /** A block's profile: every expert's parameters, the FLOPs of the experts a token runs (top-k). */
+  private blockProfile(i: number) {
+    const c = this.config;
+    const a = this.family.attention;
+    const h = c.hidden;
+    const q = c.heads * c.headDim;
+    const kv = c.kvHeads * c.headDim;
+    const attention = 2 * h + h * q + 2 * h * kv + q * h + (a.qkvBias ? q + 2 * kv : 0) + (a.oBias ? h : 0)
+      + (a.modelType === 'qwen3_moe' ? 2 * c.headDim : 0);
+    const mlp = this.family.mlp(i);
+    const { params, flopsPerToken } = 'sparse' in mlp ? moeSizes(mlp.sparse) : { params: 3 * h * mlp.dense, flopsPerToken: 6 * h * mlp.dense };
+    return layerProfile(attention + params, 2 * attention + flopsPerToken, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim);
+  }
+
+  private buildLayers(): ModelLayer[] {
+    const c = this.config;
+    const m = this.model;
+    const h = c.hidden;
+    const headWeight = () => this.lm_head?.weight ?? m.embed_tokens!.weight;
+    const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
+    return [
+      {
+        name: 'model.embed_tokens',
+        kind: 'embedding',
+        blockIndex: -1,
+        namedParameters: () => [['model.embed_tokens.weight', m.embed_tokens!.weight]],
+        forward: (ids) => m.embed_tokens!.forward(ids),
+        profile: () => layerProfile(c.vocabSize * h, 0, h),
+      },
+      ...Array.from({ length: c.layers }, (_, i): ModelLayer => ({
+        name: `model.layers.${i}`,
+        kind: 'block',
+        blockIndex: i,
+        namedParameters: () => [...m.layers.byIndex(i).namedParameters(`model.layers.${i}`)],
+        forward: (x, ctx) => m.layers.byIndex(i).forward(x, ctx, i),
+        profile: () => this.blockProfile(i),
+      })),
+      {
+        name: 'model.norm',
+        kind: 'norm',
+        blockIndex: -1,
+        namedParameters: () => [['model.norm.weight', m.norm!.weight]],
+        forward: (x) => m.norm!.forward(x),
+        profile: () => layerProfile(h, 4 * h, h),
+      },
+      {
+        name: 'lm_head',
+        kind: 'head',
+        blockIndex: -1,
+        namedParameters: () => [[headName, headWeight()]],
+        forward: (x) => linear(x, headWeight()),
+        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
+      },
+    ];
+  }
+
+  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
+    return runLayers(this.layers, ids, options, this.config.maxPositions);
+  }
+
+  hfStateDict(): Map<string, Tensor> {
+    return new Map(this.namedParameters());
+  }
+}
