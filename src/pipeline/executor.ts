@@ -224,6 +224,11 @@ export class StageExecutor {
     return this.optimizer.moments(this.param(name));
   }
 
+  /** AdamW's moments of a parameter as held (not copied: read them at once), and its step count; null before any step. */
+  momentParts(name: string): { parts: readonly [Float32Array, Float32Array]; step: number } | null {
+    return this.optimizer.momentParts(this.param(name));
+  }
+
   /** Restores what `moments` gave (resuming a job from a checkpoint). */
   setMoments(name: string, moments: Tensor, step: number): void {
     this.optimizer.setMoments(this.param(name), moments, step);

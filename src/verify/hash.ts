@@ -33,13 +33,16 @@ export function hashNamed(named: Iterable<readonly [string, Tensor | null]>): st
   return h.digest('hex');
 }
 
-/** The sha256 of raw float arrays with their names (optimizer moments, snapshots). */
-export function hashArrays(named: Iterable<readonly [string, Float32Array | null, number?]>): string {
+/**
+ * The sha256 of raw float arrays with their names (optimizer moments, snapshots). An entry may be several arrays:
+ * they hash as their concatenation would.
+ */
+export function hashArrays(named: Iterable<readonly [string, Float32Array | readonly Float32Array[] | null, number?]>): string {
   const h = createHash('sha256');
   for (const [name, a, step] of named) {
     h.update(`${name}@${step ?? -1}=`);
-    if (a) h.update(bytesOf(a));
-    else h.update('none;');
+    if (!a) h.update('none;');
+    else for (const part of a instanceof Float32Array ? [a] : a) h.update(bytesOf(part));
   }
   return h.digest('hex');
 }

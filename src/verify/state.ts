@@ -9,9 +9,10 @@ export function weightsHash(executor: StageExecutor): string {
 
 /** The sha256 of AdamW's state of a section: each parameter's two moments and step count (none before its first step). */
 export function optimizerHash(executor: StageExecutor): string {
+  // the two moments in turn: the same bytes as the [2, ...shape] tensor `moments` copies them into
   return hashArrays([...executor.named.keys()].map((n) => {
-    const m = executor.moments(n);
-    return [n, m ? (m.moments.data as Float32Array) : null, m?.step ?? -1] as const;
+    const m = executor.momentParts(n);
+    return [n, m ? m.parts : null, m?.step ?? -1] as const;
   }));
 }
 

@@ -5,8 +5,8 @@ import { configToHF, createModel, gpt2Config } from '../../src/models/index.ts';
 import { sectionWeights, StageExecutor } from '../../src/pipeline/index.ts';
 import { Generator, randn, setBackend, type Tensor } from '../../src/tensor/index.ts';
 import {
-  AuditSampler, checkRecord, expectedStepsToCatch, gradsHash, hashTensors, optimizerHash, parseRecord, recordId, reexecute, Reputation,
-  recordFlops, sectionCost, signRecord, STEP_FLOPS_PER_PARAM, stepCatchProbability, stepsToCatch, type WorkRecord, weightsHash,
+  AuditSampler, checkRecord, expectedStepsToCatch, gradsHash, hashArrays, hashTensors, optimizerHash, parseRecord, recordId, reexecute,
+  Reputation, recordFlops, sectionCost, signRecord, STEP_FLOPS_PER_PARAM, stepCatchProbability, stepsToCatch, type WorkRecord, weightsHash,
 } from '../../src/verify/index.ts';
 
 /** A fresh Ed25519 key as raw bytes: the 32-byte seed that signs, the 32-byte public key that checks. */
@@ -118,6 +118,12 @@ describe('re-execution of a record, bit for bit on js', () => {
     const record = signRecord({
       ...base, kind: 'step', input: gradsHash(ex, grads), output: weightsHash(ex), weights: before.w, state: before.state, after: optimizerHash(ex), scale: 0.5, lr: 1e-2,
     }, signer);
+    // the state hash reads the moments where they are held: the hash of the [2, ...shape] copies `moments` gives
+    const copies = [...ex.named.keys()].map((n) => {
+      const m = ex.moments(n);
+      return [n, m ? (m.moments.data as Float32Array) : null, m?.step ?? -1] as const;
+    });
+    assert.equal(record.after, hashArrays(copies));
     const stepBundle = { ...bundle, weights: before.weights, grads, moments: new Map() };
     assert.equal(reexecute(record, stepBundle).ok, true);
     assert.match(reexecute({ ...record, output: before.w }, stepBundle).reason, /weights after its step/);

@@ -41,6 +41,16 @@ export class AdamW extends Optimizer<AdamWOptions> {
     return { moments: tensor(both, [2, ...p.shape]), step: s.step as number };
   }
 
+  /**
+   * The moments of `p` as they are held (exp_avg, exp_avg_sq: not copied, so not to be kept or changed) with its step
+   * count, or null before its first step: what hashing the state reads.
+   */
+  momentParts(p: Tensor): { parts: readonly [Float32Array, Float32Array]; step: number } | null {
+    const s = this.getState(p);
+    if (!s) return null;
+    return { parts: [s.exp_avg as Float32Array, s.exp_avg_sq as Float32Array], step: s.step as number };
+  }
+
   /** Restores what `moments` gave (resuming from a checkpoint, or a replica taking over). */
   setMoments(p: Tensor, moments: Tensor, step: number): void {
     if (moments.size !== 2 * p.size) throw new InvalidArgumentError(`the moments of a parameter of ${p.size} values must hold ${2 * p.size}`);
