@@ -4,8 +4,8 @@
  * JSON to bench/out/latest.json (or prints JSON with --json).
  *
  * usage: npm run bench [-- --quick] [-- --json]
- *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,p2p,distributed,pipeline,verify,load,ledger,failover,links,
- *                     compression,serve]
+ *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,families,p2p,distributed,pipeline,verify,load,ledger,failover,
+ *                     links,compression,serve]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -14,6 +14,7 @@ import { parseArgs } from 'node:util';
 import { benchElementwise } from './elementwise.ts';
 import { benchFailover } from './failover.ts';
 import { benchCompression } from './compression.ts';
+import { benchFamilies } from './families.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchDistributed } from './distributed.ts';
 import { benchLedger } from './ledger.ts';
@@ -34,7 +35,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -64,6 +65,11 @@ if (sections.includes('train-step')) {
 if (sections.includes('gpt2')) {
   log('gpt2: GPT-2 small forward, train step and decoding vs PyTorch CPU ...');
   rows.push(...benchGpt2(threads, 4, 128, values.quick ? 1 : 3));
+}
+
+if (sections.includes('families')) {
+  log('families: a Gemma 2 and a Mixtral decoding vs a dense Llama of the same shape / the same active parameters ...');
+  rows.push(...(await benchFamilies(threads)));
 }
 
 if (sections.includes('p2p')) {
