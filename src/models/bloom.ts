@@ -1,12 +1,13 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
-import { Generator, linear, randn, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import { Generator, linear, type Tensor, ZeroGenerator } from '../tensor/index.ts';
 import { alibiAttention, alibiSlopes } from './alibi.ts';
 import { firstId, num } from './config-fields.ts';
 import { mergeHeads, runLayers } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
   type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
 import type { Tokenizer } from './tokenizer.ts';
+import { normalInit, proj } from './decoder-parts.ts';
 
 /**
  * BLOOM as transformers' BloomForCausalLM: no position embeddings but ALiBi biases in every
@@ -128,18 +129,6 @@ export function bloomLayersOfWeight(c: BloomConfig, name: string): number[] {
   const m = /^transformer\.h\.(\d+)\./.exec(name);
   if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
   return [];
-}
-
-function normalInit(module: Linear | Embedding, std: number, rng: Generator): void {
-  const w = randn(module.weight.shape, { generator: rng });
-  for (let i = 0; i < w.size; i++) module.weight.data[i] = w.data[i] * std;
-  if (module instanceof Linear && module.bias) module.bias.data.fill(0);
-}
-
-function proj(inF: number, outF: number, bias: boolean, c: BloomConfig, rng: Generator): Linear {
-  const l = new Linear(inF, outF, { rng, bias });
-  normalInit(l, c.initializerRange, rng);
-  return l;
 }
 
 class BloomAttention extends Module {

@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
-import { Generator, linear, randn, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import { Generator, linear, type Tensor, ZeroGenerator } from '../tensor/index.ts';
 import { geluErf } from '../tensor/ops/gelu-erf.ts';
 import { firstId, num } from './config-fields.ts';
 import { cachedAttention, mergeHeads, runLayers } from './forward.ts';
@@ -8,6 +8,7 @@ import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
   type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
 import type { Tokenizer } from './tokenizer.ts';
+import { normalInit, proj } from './decoder-parts.ts';
 
 /**
  * Falcon as transformers' FalconForCausalLM, in its two rotary forms:
@@ -170,18 +171,6 @@ export function falconLayersOfWeight(c: FalconConfig, name: string): number[] {
   const m = /^transformer\.h\.(\d+)\./.exec(name);
   if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
   return [];
-}
-
-function normalInit(module: Linear | Embedding, std: number, rng: Generator): void {
-  const w = randn(module.weight.shape, { generator: rng });
-  for (let i = 0; i < w.size; i++) module.weight.data[i] = w.data[i] * std;
-  if (module instanceof Linear && module.bias) module.bias.data.fill(0);
-}
-
-function proj(inF: number, outF: number, bias: boolean, c: FalconConfig, rng: Generator): Linear {
-  const l = new Linear(inF, outF, { rng, bias });
-  normalInit(l, c.initializerRange, rng);
-  return l;
 }
 
 class FalconAttention extends Module {
