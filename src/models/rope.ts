@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from '../errors.ts';
+import { bfloat16ToFloat, floatToBfloat16 } from '../tensor/dtype.ts';
 import { cat, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
 
 /**
@@ -42,6 +43,12 @@ export interface RopeSpec {
   /** The model's positions (dynamic scaling computes its base from them). */
   maxPositions: number;
   scaling?: RopeScaling;
+  /**
+   * The dtype the inverse-frequency buffer is held in. transformers keeps it in float32 whatever
+   * dtype it loads a checkpoint in (absent here); a model cast whole with `.to(torch.bfloat16)`
+   * rounds it, buffers included, and then computes its tables from the rounded frequencies.
+   */
+  invFreqDtype?: 'bfloat16';
 }
 
 type Json = Record<string, unknown>;
@@ -217,6 +224,7 @@ export function rotaryTablesFor(positions: Tensor, spec: RopeSpec): { cos: Tenso
   const dim = spec.rotaryDim;
   const half = dim / 2;
   const { invFreq, attentionScaling } = inverseFrequencies(spec);
+  if (spec.invFreqDtype === 'bfloat16') for (let i = 0; i < half; i++) invFreq[i] = bfloat16ToFloat(floatToBfloat16(invFreq[i]));
   const scale = f32(attentionScaling);
   const cos = new Float32Array(b * t * dim);
   const sin = new Float32Array(b * t * dim);
