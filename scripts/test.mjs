@@ -1,5 +1,7 @@
 // `npm test`'s runner: typechecks, lints and builds dist/ side by side (the build so that every node a test starts
-// runs compiled JavaScript, not TypeScript through tsx), then runs the test files three at a time on two cores (each
+// runs compiled JavaScript, not TypeScript through tsx: `npm run build:test`, the CLI's bundle made by esbuild from
+// src/ without tsc's emit, which would compile again what the typecheck compiles; test/cli/build.test.ts runs the
+// whole `npm run build`), then runs the test files three at a time on two cores (each
 // its own process; the longest first, by test/durations.json; most of them wait on sockets and timers part of the
 // time), then the demo's file alone (its 5-minute gate measures the demo, not its neighbours), and ends with the ten
 // slowest files. Exits non-zero if a check or any file failed. (Four at a time with the checks beside the tests was
@@ -64,7 +66,7 @@ async function npmRun(name) {
 }
 
 // the checks and the build side by side, before the tests
-const checks = Promise.all([...(checked ? ['typecheck', 'lint'] : []), ...(build ? ['build'] : [])].map(npmRun));
+const checks = Promise.all([...(checked ? ['typecheck', 'lint'] : []), ...(build ? ['build:test'] : [])].map(npmRun));
 if (!(await checks).every(Boolean)) {
   process.stderr.write('the checks or the build failed: the tests were not run\n');
   process.exit(1);
