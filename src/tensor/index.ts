@@ -9,6 +9,21 @@ export { type AttentionOptions, scaledDotProductAttention } from './ops/attentio
 export { dropout } from './ops/dropout.ts';
 export { rotaryEmbedding } from './ops/rope.ts';
 export {
+  bf16Matrix,
+  blocksPerRow,
+  formatBytes,
+  type PackedMatrix,
+  packedBytes,
+  packMatrix,
+  parseWeightFormat,
+  QUANT_BLOCK,
+  type QuantFormat,
+  unpackMatrix,
+  WEIGHT_FORMATS,
+  type WeightFormat,
+} from './quant/formats.ts';
+export { packWeight } from './quant/pack.ts';
+export {
   add,
   div,
   exp,

@@ -6,6 +6,7 @@ import * as mm from './ops/matmul.ts';
 import * as red from './ops/reduce.ts';
 import * as sh from './ops/shape.ts';
 import * as sm from './ops/softmax.ts';
+import type { PackedMatrix } from './quant/formats.ts';
 import { type Shape, sizeOf } from './shape.ts';
 
 /**
@@ -21,6 +22,11 @@ export class Tensor {
   /** The autograd node that produced this tensor; null for leaves. */
   node: GradNode | null = null;
   private _requiresGrad = false;
+  /**
+   * A frozen weight held in a compact format (bf16, or int8/int4 blocks: quant/formats.ts), its rows the tensor's
+   * first dim; then `data` is empty and the ops that take weights (linear, embedding) read this. See packWeight.
+   */
+  packed: PackedMatrix | null = null;
 
   constructor(data: TypedArray, shape: Shape) {
     if (data.length !== sizeOf(shape)) {
@@ -54,7 +60,7 @@ export class Tensor {
   }
 
   get size(): number {
-    return this.data.length;
+    return this.packed === null ? this.data.length : this.packed.rows * this.packed.cols;
   }
 
   get isLeaf(): boolean {

@@ -1,5 +1,6 @@
 import type { FloatArray } from '../dtype.ts';
 import type { MatmulSpec } from '../kernels/matmul.ts';
+import type { PackedMatrix } from '../quant/formats.ts';
 
 /**
  * A compute backend: the kernels that are worth handing to something faster than
@@ -11,6 +12,11 @@ export interface Backend {
   readonly deterministic: boolean;
   /** out = op(a) op(b) per batch, plus `bias` (length n) on every row when given. */
   matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec, bias?: FloatArray): void;
+  /**
+   * y [m, w.rows] = x [m, w.cols] · Wᵀ for a weight held in a compact format; returns false to leave it to the js
+   * kernel (exact: see quant/kernels.ts).
+   */
+  packedLinear?(x: Float32Array, m: number, w: PackedMatrix, y: Float32Array): boolean;
   /** y = op(x) for a unary op by name; returns false to leave it to the js kernel. */
   unary?(op: string, x: FloatArray, y: FloatArray): boolean;
   /** gx = g · op'(x); returns false to leave it to the js kernel. */

@@ -2,6 +2,7 @@ import { DTypeError, InvalidArgumentError, ShapeMismatchError } from '../../erro
 import { record } from '../autograd.ts';
 import { allocate } from '../dtype.ts';
 import { Tensor } from '../tensor.ts';
+import { packedEmbedding } from './packed.ts';
 
 /**
  * Row lookup: out[..., :] = weight[ids[...], :]. The gradient scatter-adds each
@@ -9,6 +10,7 @@ import { Tensor } from '../tensor.ts';
  */
 export function embedding(ids: Tensor, weight: Tensor): Tensor {
   if (ids.dtype !== 'int32') throw new DTypeError(`embedding ids must be int32, got ${ids.dtype}`);
+  if (weight.packed !== null) return packedEmbedding(ids, weight);
   if (weight.ndim !== 2) throw new ShapeMismatchError(`embedding weight must be 2-D, got [${weight.shape}]`);
   const [vocab, dim] = weight.shape;
   const out = allocate(weight.dtype, ids.size * dim);

@@ -4,6 +4,7 @@ import { getBackend } from '../backends/select.ts';
 import { allocate, assertFloat, type FloatArray } from '../dtype.ts';
 import { broadcastShapes, sizeOf } from '../shape.ts';
 import { Tensor } from '../tensor.ts';
+import { packedLinear } from './packed.ts';
 import { sumTo } from './reduce.ts';
 import { expand, reshape } from './shape.ts';
 
@@ -117,6 +118,7 @@ function matmul3(a: Tensor, b: Tensor): Tensor {
  * const y = linear(x, w, b)   // [B, T, in] → [B, T, out]
  */
 export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, weightInOut = false): Tensor {
+  if (weight.packed !== null) return packedLinear(x, weight, bias, weightInOut);
   checkFloat(x, weight);
   const [outF, inF] = weightInOut ? [weight.shape[1], weight.shape[0]] : weight.shape;
   if (weight.ndim !== 2 || x.shape[x.ndim - 1] !== inF) {

@@ -1,0 +1,23 @@
+import { InvalidArgumentError } from '../../errors.ts';
+import type { Tensor } from '../tensor.ts';
+import { packMatrix, type WeightFormat } from './formats.ts';
+
+/**
+ * Holds a 2-D float32 weight in `format` from now on, in place: its values are packed (its rows the first dim, as
+ * stored: nn.Linear's [out, in], or GPT-2's Conv1D [in, out], which `linear` is told), its float32 buffer is let go,
+ * and it is frozen (no gradient: a compact weight is not trained; adapters on top of it are). Every module and
+ * tied head that holds the tensor now computes with the compact weight.
+ * @param values the float32 values to pack (default: the tensor's own), e.g. a checkpoint's tensor read one at a time
+ * while the tensor's buffer was never written, so that the whole model never sits in float32
+ */
+export function packWeight(t: Tensor, format: WeightFormat, values: ArrayLike<number> = t.data): void {
+  if (t.ndim !== 2) throw new InvalidArgumentError(`only a matrix can be held in ${format}: this tensor is [${t.shape}]`);
+  if (t.dtype !== 'float32') throw new InvalidArgumentError(`only a float32 matrix can be held in ${format}, not ${t.dtype}`);
+  if (t.packed !== null) throw new InvalidArgumentError(`this [${t.shape}] weight is already held in ${t.packed.format}`);
+  const [rows, cols] = t.shape;
+  const packed = packMatrix(values, rows, cols, format);
+  if (t.requiresGrad) t.requiresGrad = false;
+  t.grad = null;
+  t.data = new Float32Array(0);
+  t.packed = packed;
+}
