@@ -124,7 +124,8 @@ export function packMatrix(src: ArrayLike<number>, rows: number, cols: number, f
   for (let r = 0; r < rows; r++) {
     for (let b = 0; b < blocks; b++) {
       const from = r * cols + b * QUANT_BLOCK;
-      scales[r * blocks + b] = quantizeBlock(format, src, from, Math.min(QUANT_BLOCK, cols - b * QUANT_BLOCK), data, (r * blocks + b) * blob);
+      const n = Math.min(QUANT_BLOCK, cols - b * QUANT_BLOCK);
+      scales[r * blocks + b] = quantizeBlock(format, src, from, n, data, (r * blocks + b) * blob);
     }
   }
   return { format, rows, cols, data, scales };
