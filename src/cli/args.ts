@@ -110,3 +110,15 @@ export function hostPort(raw: string, flag: string): { host: string; port: numbe
   if (!m || port > 65535) throw new UsageError(`--${flag} must be [HOST:]PORT with PORT in 0..65535 (0: any free port), got '${raw}'`);
   return { host: m[1] ?? '127.0.0.1', port };
 }
+
+/** The flags that pick the format a model's matrices are held in: `--dtype f32|bf16`, `--quantize int8|int4`. */
+export const weightFlagOptions = { dtype: { type: 'string' }, quantize: { type: 'string' } } as const;
+
+/** `--dtype` and `--quantize`, checked: loadModel's options. */
+export function weightFlags(flags: Flags): { dtype?: 'f32' | 'bf16'; quantize?: 'int8' | 'int4' } {
+  const dtype = stringFlag(flags, 'dtype');
+  const quantize = stringFlag(flags, 'quantize');
+  if (dtype !== undefined && dtype !== 'f32' && dtype !== 'bf16') throw new UsageError(`--dtype must be f32 or bf16, not '${dtype}'`);
+  if (quantize !== undefined && quantize !== 'int8' && quantize !== 'int4') throw new UsageError(`--quantize must be int8 or int4, not '${quantize}'`);
+  return { ...(dtype ? { dtype } : {}), ...(quantize ? { quantize } : {}) };
+}

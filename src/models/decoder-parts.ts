@@ -1,11 +1,12 @@
 import { type Embedding, Linear, type RMSNorm } from '../nn/index.ts';
-import { type Generator, randn, type Tensor } from '../tensor/index.ts';
+import { drawsNothing, type Generator, randn, type Tensor } from '../tensor/index.ts';
 import type { AttentionOptions } from './attention.ts';
 import { splitHeads } from './forward.ts';
 
 /** Parts the decoder families share: initialised projections, heads (with per-head norms), what a block's attention is given. */
 
 export function normalInit(module: Linear | Embedding, std: number, rng: Generator): void {
+  if (drawsNothing(rng)) return; // built to be loaded: its zeros stay untouched
   const w = randn(module.weight.shape, { generator: rng });
   for (let i = 0; i < w.size; i++) module.weight.data[i] = w.data[i] * std;
   if (module instanceof Linear && module.bias) module.bias.data.fill(0);

@@ -1,5 +1,5 @@
 import { Embedding, LayerNorm, Module, ModuleList } from '../nn/index.ts';
-import { Generator, linear, ZeroGenerator, randn, type Tensor, zeros } from '../tensor/index.ts';
+import { drawsNothing, Generator, linear, ZeroGenerator, randn, type Tensor, zeros } from '../tensor/index.ts';
 import type { GPT2Config } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
@@ -10,7 +10,7 @@ import type { Tokenizer } from './tokenizer.ts';
 
 function normal(shape: number[], std: number, rng: Generator): Tensor {
   const t = randn(shape, { generator: rng });
-  for (let i = 0; i < t.size; i++) t.data[i] *= std;
+  if (!drawsNothing(rng)) for (let i = 0; i < t.size; i++) t.data[i] *= std;
   return t;
 }
 

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint, writeShardIndex } from '../io/index.ts';
-import { noGrad, type Tensor } from '../tensor/index.ts';
+import { noGrad, packWeight, type QuantFormat, type Tensor, type WeightFormat } from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
 import { Bloom } from './bloom.ts';
 import { Falcon } from './falcon.ts';
@@ -65,14 +65,18 @@ function readJson(path: string, what: string): Record<string, unknown> {
  * Loads a Hugging Face model directory: config.json, model.safetensors or a sharded
  * index, and tokenizer.json when present. Key sets and shapes are checked; errors name
  * the key. With `part`, only that part is built and read (a worker's section, or the user's
- * ends): the rest of the checkpoint stays on disk.
+ * ends): the rest of the checkpoint stays on disk. With `dtype: 'bf16'` or `quantize`, its matrices are held in
+ * that compact format (see compactWeights), packed one tensor at a time as they are read, so the model never sits
+ * in float32 first; they are frozen.
  * @example
  * const model = await loadModel('models/tiny-gpt2')
  * const ends = await loadModel('models/big', { part: 'ends' })   // embedding, final norm, head
+ * const small = await loadModel('models/llama', { quantize: 'int4' })   // about 0.16 of the float32 bytes
  */
-export async function loadModel(dir: string, options: { part?: ModelPart } = {}): Promise<CausalLM> {
+export async function loadModel(dir: string, options: LoadOptions = {}): Promise<CausalLM> {
   const config = loadConfig(dir);
   const part = options.part;
+  const format = weightFormat(options);
   const model = createModel(config, { init: false, section: part }); // every weight comes from the checkpoint
   const own = model.hfStateDict();
   const expected = new Set(own.keys());
@@ -97,7 +101,9 @@ export async function loadModel(dir: string, options: { part?: ModelPart } = {})
           });
         }
         const t = ckpt.read(raw);
-        target.data.set(t.dtype === 'float32' ? t.data : t.to('float32').data);
+        const values = t.dtype === 'float32' ? t.data : t.to('float32').data;
+        if (format && compactWeight(key, target)) packWeight(target, format, values);
+        else target.data.set(values);
         seen.add(key);
       }
     });
@@ -113,6 +119,29 @@ export async function loadModel(dir: string, options: { part?: ModelPart } = {})
   }
   model.tokenizer = loadTokenizer(dir);
   return model;
+}
+
+/** How a model is loaded: its part, and the format its matrices are held in. */
+export interface LoadOptions {
+  part?: ModelPart;
+  /** bf16: matrices held as bfloat16 (half the float32 bytes), computed in float32. */
+  dtype?: 'f32' | 'bf16';
+  /** int8 or int4 blocks of 32 (llama.cpp's Q8_0 and Q4_0 values: 0.28 and 0.16 of the float32 bytes); wins over dtype. */
+  quantize?: QuantFormat;
+}
+
+/** The compact format LoadOptions ask for, or null for float32. */
+export function weightFormat(options: Pick<LoadOptions, 'dtype' | 'quantize'>): WeightFormat | null {
+  return options.quantize ?? (options.dtype === 'bf16' ? 'bf16' : null);
+}
+
+/**
+ * Whether a weight is held compact when a format is asked for: every matrix (projections, embeddings, the head), but
+ * not a mixture-of-experts router (`….gate.weight` of 'block_sparse_moe' or a MoE 'mlp'), whose top-k choice a rounding
+ * would flip, as llama.cpp keeps its ffn_gate_inp in float32. Norms and biases stay float32.
+ */
+export function compactWeight(name: string, t: Tensor): boolean {
+  return t.ndim === 2 && !/(block_sparse_moe|mlp)\.gate\.weight$/.test(name);
 }
 
 /** The config of a Hugging Face directory (config.json), without its weights. */

@@ -16,7 +16,10 @@ export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './gpt-neox.ts';
 export { Llama, rotaryTables } from './llama.ts';
 export { Mixtral, type MixtralConfig, mixtralConfig } from './mixtral.ts';
 export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './qwen3-moe.ts';
-export { createModel, loadChatTemplate, loadConfig, loadModel, loadTokenizer, modelLayers, partBytes, saveModel, saveModelStreamed, writeModelFiles } from './hf.ts';
+export {
+  compactWeight, createModel, loadChatTemplate, loadConfig, loadModel, type LoadOptions, loadTokenizer, modelLayers, partBytes, saveModel,
+  saveModelStreamed, weightFormat, writeModelFiles,
+} from './hf.ts';
 export { CheckpointWeights, defaultCacheDir, layersOfWeight, type WeightShape } from './checkpoint-weights.ts';
 export { defaultPositions, runLayers } from './forward.ts';
 export { type ModelPart, partLayers, type SectionParts, type SectionRange, sectionParts } from './model.ts';

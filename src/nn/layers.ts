@@ -1,4 +1,5 @@
 import {
+  drawsNothing,
   dropout,
   embedding,
   type Generator,
@@ -51,7 +52,7 @@ export class Embedding extends Module {
   ) {
     super();
     const w = randn([numEmbeddings, embeddingDim], { generator: options.rng });
-    if (options.std !== undefined) for (let i = 0; i < w.size; i++) w.data[i] *= options.std;
+    if (options.std !== undefined && !drawsNothing(options.rng)) for (let i = 0; i < w.size; i++) w.data[i] *= options.std;
     this.weight = this.addParameter('weight', w);
   }
 

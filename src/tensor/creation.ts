@@ -77,10 +77,20 @@ function generatorOf(options: RandomOptions): Generator {
   return options.generator ?? new Generator(options.seed ?? 0);
 }
 
+/**
+ * Whether `g` draws nothing (ZeroGenerator): then random tensors are zeros left as allocated, their pages untouched, so
+ * a model built to be loaded takes no memory for a weight before the checkpoint writes it, and none at all for one
+ * that is held compact (quant/pack.ts).
+ */
+export function drawsNothing(g: Generator | undefined): boolean {
+  return (g as { blank?: boolean } | undefined)?.blank === true;
+}
+
 /** Standard normal samples, the same on every machine for the same seed. */
 export function randn(shape: Shape, options: RandomOptions = {}): Tensor {
   const g = generatorOf(options);
   const data = allocate(options.dtype ?? 'float32', sizeOf(shape));
+  if (drawsNothing(g)) return new Tensor(data, shape);
   for (let i = 0; i < data.length; i++) data[i] = g.normal();
   return new Tensor(data, shape);
 }
@@ -91,6 +101,7 @@ export function rand(shape: Shape, options: RandomOptions & { low?: number; high
   const low = options.low ?? 0;
   const span = (options.high ?? 1) - low;
   const data = allocate(options.dtype ?? 'float32', sizeOf(shape));
+  if (drawsNothing(g)) return new Tensor(data, shape);
   for (let i = 0; i < data.length; i++) data[i] = low + span * g.uniform();
   return new Tensor(data, shape);
 }

@@ -94,6 +94,9 @@ function rotl(x: number, k: number): number {
  * random numbers when they will be overwritten at once (loading a checkpoint).
  */
 export class ZeroGenerator extends Generator {
+  /** Tensors "drawn" from it are left as allocated: zeros whose memory is untouched until a checkpoint fills it. */
+  readonly blank = true;
+
   override uniform(): number {
     return 0;
   }

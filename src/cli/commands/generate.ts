@@ -1,6 +1,8 @@
-import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
+import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer, weightFormat } from '../../models/index.ts';
 import { loadProgress } from '../load-progress.ts';
-import { type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags } from '../args.ts';
+import {
+  type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags, weightFlagOptions, weightFlags,
+} from '../args.ts';
 import { distribute, type FailoverEvent, type VerificationSummary } from '../../user/index.ts';
 import { joinSwarm } from '../swarm.ts';
 import { payFlagOptions, payForJob } from '../chain-flags.ts';
@@ -22,6 +24,7 @@ export const generateOptions = {
   'verify-rate': { type: 'string' },
   'listen': { type: 'string' },
   ...payFlagOptions,
+  ...weightFlagOptions,
 } as const;
 
 /** `tensorlink generate`: continues a prompt, streaming the text as tokens come. */
@@ -31,8 +34,12 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   const verify = verifyFlags(flags);
   const dir = requiredString(flags, 'model');
   const prompt = requiredString(flags, 'prompt');
+  const format = weightFlags(flags);
+  if (weightFormat(format) && where.kind !== 'local') {
+    throw new UsageError('--dtype bf16 and --quantize run in one process for now (--local 0): workers do not yet hold compact sections');
+  }
   // across workers the user reads only its ends from the checkpoint; sections stream from the files
-  const model = where.kind === 'local' ? await loadModel(dir) : null;
+  const model = where.kind === 'local' ? await loadModel(dir, format) : null;
   const config = model?.config ?? loadConfig(dir);
   const tok = model ? model.tokenizer : loadTokenizer(dir);
   if (!tok) throw new UsageError(`${dir} has no tokenizer.json; generate needs one to read the prompt`);
