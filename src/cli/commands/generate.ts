@@ -1,7 +1,8 @@
 import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer, weightFormat } from '../../models/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import {
-  type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags, weightFlagOptions, weightFlags,
+  type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags, weightFlagOptions,
+  weightFlags,
 } from '../args.ts';
 import { distribute, type FailoverEvent, type VerificationSummary } from '../../user/index.ts';
 import { joinSwarm } from '../swarm.ts';
