@@ -1,10 +1,23 @@
+import { InvalidArgumentError } from '../../errors.ts';
+
 /**
  * A minimal ONNX ModelProto encoder: just enough protobuf to describe the small
- * single-purpose graphs the ort backend runs (MatMul, Gemm, ...). Writing the
+ * single-purpose graphs the ort backend runs (MatMul, Gemm, MatMulNBits, ...). Writing the
  * bytes ourselves avoids a protobuf dependency for a handful of messages.
+ *
+ * The fields written (onnx.proto): ModelProto ir_version=1, producer_name=2, graph=7,
+ * opset_import=8 (OperatorSetIdProto domain=1, version=2); GraphProto node=1, name=2,
+ * initializer=5, input=11, output=12; NodeProto input=1, output=2, name=3, op_type=4,
+ * attribute=5, domain=7; TensorProto dims=1, data_type=2, name=8, raw_data=9 (little-endian).
  */
-
-type Field = Uint8Array;
+/**
+ * Encoded bytes as a list of pieces, joined once at the end: an initializer's megabytes are copied once, not again
+ * at every level of nesting.
+ */
+interface Field {
+  readonly parts: readonly Uint8Array[];
+  readonly length: number;
+}
 
 function varint(value: number | bigint): number[] {
   let v = BigInt(value);
@@ -19,12 +32,23 @@ function varint(value: number | bigint): number[] {
   return out;
 }
 
-function concat(parts: Field[]): Uint8Array {
+function concat(fields: Field[]): Field {
+  const parts: Uint8Array[] = [];
   let length = 0;
-  for (const p of parts) length += p.length;
-  const out = new Uint8Array(length);
+  for (const f of fields) {
+    for (const p of f.parts) parts.push(p);
+    length += f.length;
+  }
+  return { parts, length };
+}
+
+const piece = (bytes: Uint8Array): Field => ({ parts: [bytes], length: bytes.length });
+
+/** The pieces joined into one buffer. */
+function join(f: Field): Uint8Array {
+  const out = new Uint8Array(f.length);
   let offset = 0;
-  for (const p of parts) {
+  for (const p of f.parts) {
     out.set(p, offset);
     offset += p.length;
   }
@@ -32,19 +56,19 @@ function concat(parts: Field[]): Uint8Array {
 }
 
 function intField(field: number, value: number | bigint): Field {
-  return Uint8Array.from([...varint(field << 3), ...varint(value)]);
+  return piece(Uint8Array.from([...varint(field << 3), ...varint(value)]));
 }
 
-function bytesField(field: number, bytes: Uint8Array): Field {
-  return concat([Uint8Array.from([...varint((field << 3) | 2), ...varint(bytes.length)]), bytes]);
+function bytesField(field: number, bytes: Field): Field {
+  return concat([piece(Uint8Array.from([...varint((field << 3) | 2), ...varint(bytes.length)])), bytes]);
 }
 
 function stringField(field: number, value: string): Field {
-  return bytesField(field, new TextEncoder().encode(value));
+  return bytesField(field, piece(new TextEncoder().encode(value)));
 }
 
 /** ONNX TensorProto.DataType codes for the element types we use. */
-export const OnnxType = { float32: 1, int32: 6, int64: 7, float64: 11 } as const;
+export const OnnxType = { float32: 1, uint8: 2, int32: 6, int64: 7, float64: 11 } as const;
 
 /** A graph input or output: its name, element type and shape (a string is a symbolic dim). */
 export interface ValueInfo {
@@ -62,6 +86,21 @@ export interface NodeSpec {
   inputs: string[];
   outputs: string[];
   attributes?: Record<string, AttributeValue>;
+  /** The operator set the op comes from (default: ONNX's own, ''), e.g. 'com.microsoft'. */
+  domain?: string;
+}
+
+/** A constant tensor stored in the graph: uint8 bytes or float32 values, row-major in `dims`. */
+export interface Initializer {
+  name: string;
+  dims: readonly number[];
+  data: Uint8Array | Float32Array;
+}
+
+/** What a graph needs beyond its nodes: constants, and operator sets other than ONNX's (domain → version). */
+export interface ModelExtras {
+  initializers?: readonly Initializer[];
+  opsets?: Readonly<Record<string, number>>;
 }
 
 function valueInfo(v: ValueInfo): Field {
@@ -74,7 +113,7 @@ function floatField(field: number, value: number): Field {
   const bytes = new Uint8Array(5);
   bytes[0] = (field << 3) | 5;
   new DataView(bytes.buffer).setFloat32(1, value, true);
-  return bytes;
+  return piece(bytes);
 }
 
 function attribute(name: string, value: AttributeValue): Field {
@@ -98,6 +137,30 @@ function node(n: NodeSpec, index: number): Field {
     stringField(3, `n${index}`),
     stringField(4, n.op),
     ...attrs,
+    ...(n.domain ? [stringField(7, n.domain)] : []),
+  ]);
+}
+
+const LITTLE_ENDIAN = new Uint8Array(Uint16Array.of(1).buffer)[0] === 1;
+
+/** Little-endian bytes of float32 values (the values' own bytes where the platform is little-endian). */
+function float32Bytes(values: Float32Array): Uint8Array {
+  if (LITTLE_ENDIAN) return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+  const bytes = new Uint8Array(values.length * 4);
+  const view = new DataView(bytes.buffer);
+  for (let i = 0; i < values.length; i++) view.setFloat32(4 * i, values[i], true);
+  return bytes;
+}
+
+function tensor(t: Initializer): Field {
+  const count = t.dims.reduce((a, d) => a * d, 1);
+  if (count !== t.data.length) throw new InvalidArgumentError(`initializer '${t.name}': ${t.data.length} values do not fit [${t.dims}]`);
+  const isFloat = t.data instanceof Float32Array;
+  return concat([
+    ...t.dims.map((d) => intField(1, d)),
+    intField(2, isFloat ? OnnxType.float32 : OnnxType.uint8),
+    stringField(8, t.name),
+    bytesField(9, piece(isFloat ? float32Bytes(t.data as Float32Array) : (t.data as Uint8Array))),
   ]);
 }
 
@@ -107,13 +170,16 @@ export function encodeModel(
   inputs: ValueInfo[],
   outputs: ValueInfo[],
   opset = 17,
+  extras: ModelExtras = {},
 ): Uint8Array {
   const graph = concat([
     ...nodes.map((n, i) => bytesField(1, node(n, i))),
     stringField(2, 'tensorlink'),
+    ...(extras.initializers ?? []).map((t) => bytesField(5, tensor(t))),
     ...inputs.map((v) => bytesField(11, valueInfo(v))),
     ...outputs.map((v) => bytesField(12, valueInfo(v))),
   ]);
-  const opsetId = concat([stringField(1, ''), intField(2, opset)]);
-  return concat([intField(1, 8), stringField(2, 'tensorlink'), bytesField(7, graph), bytesField(8, opsetId)]);
+  const opsetId = (domain: string, version: number) => bytesField(8, concat([stringField(1, domain), intField(2, version)]));
+  const extraOpsets = Object.entries(extras.opsets ?? {}).map(([domain, version]) => opsetId(domain, version));
+  return join(concat([intField(1, 8), stringField(2, 'tensorlink'), bytesField(7, graph), opsetId('', opset), ...extraOpsets]));
 }
