@@ -1,6 +1,7 @@
 import { availableParallelism } from 'node:os';
 import type { FloatArray } from '../dtype.ts';
 import { addRowBias, type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
+import type { PackedMatrix, QuantFormat } from '../quant/formats.ts';
 import type { Backend } from './backend.ts';
 import {
   batchedMatmulGraph,
@@ -14,12 +15,14 @@ import {
   unaryBackwardGraph,
   unaryGraph,
 } from './ort-graphs.ts';
+import { bf16LinearChunked, matMulNBitsGraph } from './ort-packed.ts';
 import { loadOrtRuntime, type OrtRuntimeKind, type OrtSession } from './ort-runtime.ts';
 
 /**
  * Matrix products, transcendental elementwise ops, softmax and layer norm through onnxruntime's CPU kernels
  * (MLAS), called synchronously so that the engine stays eager. Each op is a tiny cached
  * graph; its inputs and outputs are our own buffers (see ort-runtime.ts for the ways in).
+ * Products with a compact weight: int8/int4 through MatMulNBits, one graph per weight (ort-packed.ts).
  */
 
 /** Below this many multiply-adds the native call costs more than the js kernel (measured: bench/run.ts). */
@@ -99,6 +102,22 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     }
     return mask;
   };
+  /**
+   * MatMulNBits sessions of each int8/int4 weight, by pool size. Each session holds its own prepacked copy of the
+   * weight, so the spinning policy is the weight's own (that of a one-row product, decoding), not each call's.
+   */
+  const packedSessions = new WeakMap<PackedMatrix, Map<number, OrtSession>>();
+  const packedSession = (w: PackedMatrix & { format: QuantFormat }, poolThreads: number) => {
+    let byPool = packedSessions.get(w);
+    if (byPool === undefined) packedSessions.set(w, (byPool = new Map()));
+    let s = byPool.get(poolThreads);
+    if (s === undefined) {
+      const spin = spinning === 'auto' ? poolThreads > 1 && w.rows * w.cols < SPIN_BELOW_MACS : spinning;
+      s = ort.session(matMulNBitsGraph(w), poolThreads, spin);
+      byPool.set(poolThreads, s);
+    }
+    return s;
+  };
   /** Threads for elementwise work on this many elements (small work stays on the calling thread). */
   const pool = (elements: number) => (elements < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads);
 
@@ -146,6 +165,28 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
         [{ name: 'c', data: out as Float32Array, dims: [batch, m, n] }],
       );
       if (bias) addRowBias(out, bias);
+    },
+    packedLinear(x: Float32Array, m: number, w: PackedMatrix, y: Float32Array): boolean {
+      const { rows: n, cols: k } = w;
+      const macs = m * n * k;
+      if (macs < minMacs) return false;
+      const poolThreads = macs < SINGLE_THREAD_BELOW_MACS ? 1 : threads;
+      if (w.format === 'bf16') {
+        // js widens each chunk between the native calls: a spinning pool would take its core.
+        const s = session('gemm:false:true:false', () => gemmGraph(false, true), spinning === true, poolThreads);
+        bf16LinearChunked(x, m, w, y, (b, rows, out) =>
+          s.run(
+            [
+              { name: 'a', data: x, dims: [m, k] },
+              { name: 'b', data: b, dims: [rows, k] },
+            ],
+            [{ name: 'c', data: out, dims: [m, rows] }],
+          ));
+        return true;
+      }
+      const s = packedSession(w as PackedMatrix & { format: QuantFormat }, poolThreads);
+      s.run([{ name: 'a', data: x, dims: [m, k] }], [{ name: 'y', data: y, dims: [m, n] }]);
+      return true;
     },
     unary(op: string, x: FloatArray, y: FloatArray): boolean {
       if (!(x instanceof Float32Array) || x.length < minElements || !ORT_UNARY.has(op)) return false;

@@ -1,0 +1,79 @@
+import { bitsOf, blobBytes, blocksPerRow, type PackedMatrix, QUANT_BLOCK, type QuantFormat } from '../quant/formats.ts';
+import { encodeModel, type Initializer, type NodeSpec, OnnxType } from './onnx-graph.ts';
+
+/**
+ * y [M, N] = a [M, K] · Wᵀ for an int8 or int4 matrix W [N, K] through onnxruntime's `com.microsoft` `MatMulNBits`,
+ * with the weights held in the graph as initializers: onnxruntime prepacks only constant initializers for its
+ * blockwise kernels (as graph inputs the same product is 7–15× slower, re-packed at every run).
+ */
+
+/**
+ * How MatMulNBits computes: 4 quantizes each block of 32 of A to int8 (one float scale) and multiplies in integers
+ * (MLAS's SQNBitGemm CompInt8), the fast path on CPUs with dot-product instructions; 0 would keep A in float32.
+ */
+export const ACCURACY_LEVEL = 4;
+
+/**
+ * Our layout is MatMulNBits' (quant/formats.ts): B [N, blocks, blob] unsigned, scales [N · blocks]. Its zero point
+ * is the operator's default 2^(bits − 1) (128, or 8), so no zero_points input (tested: test/tensor/ort-packed.test.ts).
+ */
+export function matMulNBitsGraph(p: PackedMatrix & { format: QuantFormat }, accuracyLevel: number = ACCURACY_LEVEL): Uint8Array {
+  const { rows: n, cols: k, format } = p;
+  const blocks = blocksPerRow(k);
+  const initializers: Initializer[] = [
+    { name: 'b', dims: [n, blocks, blobBytes(format)], data: p.data as Uint8Array },
+    { name: 'scales', dims: [n * blocks], data: p.scales },
+  ];
+  const node: NodeSpec = {
+    op: 'MatMulNBits',
+    domain: 'com.microsoft',
+    inputs: ['a', 'b', 'scales'],
+    outputs: ['y'],
+    attributes: { K: k, N: n, bits: bitsOf(format), block_size: QUANT_BLOCK, accuracy_level: accuracyLevel },
+  };
+  return encodeModel(
+    [node],
+    [{ name: 'a', type: OnnxType.float32, shape: ['m', k] }],
+    [{ name: 'y', type: OnnxType.float32, shape: ['m', n] }],
+    17,
+    { initializers, opsets: { 'com.microsoft': 1 } },
+  );
+}
+
+/** Weights of a bf16 matrix widened to float32 at a time (a scratch of 256 KiB, which stays in a core's L2 cache). */
+export const BF16_CHUNK_ELEMENTS = 64 * 1024;
+
+/**
+ * y [m, rows] = x [m, cols] · Wᵀ for a bf16 W through a dense float32 product, `chunk` rows at a time: each chunk of
+ * rows is widened into a float32 scratch (a bf16 value is the upper half of its float32, so this is exact) and
+ * `product(a, m, b, rows, out)` writes out [m, rows] = a · bᵀ. The float32 matrix never exists whole, so bf16 keeps
+ * its memory; the widening (one shift per weight in js) is the price of each call.
+ */
+export function bf16LinearChunked(
+  x: Float32Array,
+  m: number,
+  p: PackedMatrix,
+  y: Float32Array,
+  product: (b: Float32Array, rows: number, out: Float32Array) => void,
+  chunk = BF16_CHUNK_ELEMENTS,
+): void {
+  const { rows: n, cols: k } = p;
+  const bits = p.data as Uint16Array;
+  const per = Math.max(1, Math.min(n, Math.floor(chunk / k)));
+  const scratch = new Float32Array(per * k);
+  const wide = new Uint32Array(scratch.buffer);
+  const out = m === 1 ? null : new Float32Array(m * per);
+  for (let r0 = 0; r0 < n; r0 += per) {
+    const rows = Math.min(per, n - r0);
+    const base = r0 * k;
+    const count = rows * k;
+    for (let i = 0; i < count; i++) wide[i] = bits[base + i] << 16;
+    if (out === null) {
+      product(scratch.subarray(0, count), rows, y.subarray(r0, r0 + rows));
+      continue;
+    }
+    const o = out.subarray(0, m * rows); // [m, rows]
+    product(scratch.subarray(0, count), rows, o);
+    for (let i = 0; i < m; i++) y.set(o.subarray(i * rows, (i + 1) * rows), i * n + r0);
+  }
+}
