@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint, writeShardIndex } from '../io/index.ts';
-import { noGrad, packWeight, type QuantFormat, type Tensor, type WeightFormat } from '../tensor/index.ts';
+import { noGrad, packWeightRows, type QuantFormat, type Tensor, type WeightFormat } from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
 import { Bloom } from './bloom.ts';
 import { Falcon } from './falcon.ts';
@@ -100,10 +100,14 @@ export async function loadModel(dir: string, options: LoadOptions = {}): Promise
             details: { key: raw },
           });
         }
-        const t = ckpt.read(raw);
-        const values = t.dtype === 'float32' ? t.data : t.to('float32').data;
-        if (format && compactWeight(key, target)) packWeight(target, format, values);
-        else target.data.set(values);
+        if (format && compactWeight(key, target)) {
+          // a few rows at a time, through one buffer: not even this weight sits in float32 whole
+          const scratch = new Float32Array(PACK_ROWS * target.shape[1]);
+          packWeightRows(target, format, (start, count) => ckpt.readFloat32(raw, start, count, scratch), PACK_ROWS);
+        } else {
+          const t = ckpt.read(raw);
+          target.data.set(t.dtype === 'float32' ? t.data : t.to('float32').data);
+        }
         seen.add(key);
       }
     });
@@ -120,6 +124,9 @@ export async function loadModel(dir: string, options: LoadOptions = {}): Promise
   model.tokenizer = loadTokenizer(dir);
   return model;
 }
+
+/** Rows of a weight read and packed at a time when a model is loaded compact. */
+const PACK_ROWS = 256;
 
 /** How a model is loaded: its part, and the format its matrices are held in. */
 export interface LoadOptions {

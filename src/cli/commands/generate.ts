@@ -4,8 +4,7 @@ import {
   type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags, weightFlagOptions,
   weightFlags,
 } from '../args.ts';
-import { distribute, type FailoverEvent, type VerificationSummary } from '../../user/index.ts';
-import { joinSwarm } from '../swarm.ts';
+import type { FailoverEvent, VerificationSummary } from '../../user/index.ts';
 import { payFlagOptions, payForJob } from '../chain-flags.ts';
 import { failoverLine, type Output } from '../output.ts';
 
@@ -80,6 +79,8 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   if (where.kind === 'local') {
     tokens = (await generate(model!, promptIds, options)).tokens;
   } else {
+    // the network's code (libp2p, the chain client) loads only for a swarm: a local generation starts lighter
+    const [{ distribute }, { joinSwarm }] = await Promise.all([import('../../user/index.ts'), import('../swarm.ts')]);
     const access = await joinSwarm(where, flags);
     try {
       const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out), verify });

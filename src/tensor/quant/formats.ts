@@ -112,23 +112,43 @@ function quantizeBlock(format: QuantFormat, src: ArrayLike<number>, from: number
  */
 export function packMatrix(src: ArrayLike<number>, rows: number, cols: number, format: WeightFormat): PackedMatrix {
   if (src.length !== rows * cols) throw new InvalidArgumentError(`packMatrix: ${src.length} values do not fit [${rows}, ${cols}]`);
+  const p = emptyPacked(rows, cols, format);
+  packRows(p, 0, src);
+  return p;
+}
+
+/** A packed matrix of zeros, to be filled by packRows. */
+export function emptyPacked(rows: number, cols: number, format: WeightFormat): PackedMatrix {
+  if (format === 'bf16') return { format, rows, cols, data: new Uint16Array(rows * cols), scales: new Float32Array(0) };
+  const blocks = blocksPerRow(cols);
+  const data = new Uint8Array(rows * blocks * blobBytes(format)).fill(format === 'int8' ? 128 : 0x88);
+  return { format, rows, cols, data, scales: new Float32Array(rows * blocks) };
+}
+
+/** Packs `src` (whole rows of float32 values) into rows from `firstRow` of `p`: a matrix can be packed a few rows at a time. */
+export function packRows(p: PackedMatrix, firstRow: number, src: ArrayLike<number>): void {
+  const { cols, format } = p;
+  const rows = src.length / cols;
+  if (!Number.isInteger(rows) || firstRow + rows > p.rows) {
+    throw new InvalidArgumentError(`packRows: ${src.length} values from row ${firstRow} do not fit [${p.rows}, ${cols}]`);
+  }
   if (format === 'bf16') {
-    const data = new Uint16Array(rows * cols);
-    for (let i = 0; i < data.length; i++) data[i] = floatToBfloat16(src[i]);
-    return { format, rows, cols, data, scales: new Float32Array(0) };
+    const data = p.data as Uint16Array;
+    const at = firstRow * cols;
+    for (let i = 0; i < src.length; i++) data[at + i] = floatToBfloat16(src[i]);
+    return;
   }
   const blocks = blocksPerRow(cols);
   const blob = blobBytes(format);
-  const data = new Uint8Array(rows * blocks * blob);
-  const scales = new Float32Array(rows * blocks);
+  const data = p.data as Uint8Array;
   for (let r = 0; r < rows; r++) {
     for (let b = 0; b < blocks; b++) {
       const from = r * cols + b * QUANT_BLOCK;
       const n = Math.min(QUANT_BLOCK, cols - b * QUANT_BLOCK);
-      scales[r * blocks + b] = quantizeBlock(format, src, from, n, data, (r * blocks + b) * blob);
+      const block = (firstRow + r) * blocks + b;
+      p.scales[block] = quantizeBlock(format, src, from, n, data, block * blob);
     }
   }
-  return { format, rows, cols, data, scales };
 }
 
 /** A packed matrix of bf16 bits as they are (a bf16 checkpoint's tensor): no rounding. */

@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from '../../errors.ts';
 import type { Tensor } from '../tensor.ts';
-import { packMatrix, type WeightFormat } from './formats.ts';
+import type { PackedMatrix } from './formats.ts';
+import { emptyPacked, packMatrix, packRows, type WeightFormat } from './formats.ts';
 
 /**
  * Holds a 2-D float32 weight in `format` from now on, in place: its values are packed (its rows the first dim, as
@@ -11,11 +12,32 @@ import { packMatrix, type WeightFormat } from './formats.ts';
  * while the tensor's buffer was never written, so that the whole model never sits in float32
  */
 export function packWeight(t: Tensor, format: WeightFormat, values: ArrayLike<number> = t.data): void {
+  checkPackable(t, format);
+  hold(t, packMatrix(values, t.shape[0], t.shape[1], format));
+}
+
+/**
+ * packWeight from values read a few rows at a time (`read(start, count)`: elements [start, start + count) of the
+ * row-major matrix), so that not even one whole weight sits in float32: a checkpoint's embedding is often the largest.
+ */
+export function packWeightRows(t: Tensor, format: WeightFormat, read: (start: number, count: number) => ArrayLike<number>, rowsPerRead = 256): void {
+  checkPackable(t, format);
+  const [rows, cols] = t.shape;
+  const packed = emptyPacked(rows, cols, format);
+  for (let r = 0; r < rows; r += rowsPerRead) {
+    const n = Math.min(rowsPerRead, rows - r);
+    packRows(packed, r, read(r * cols, n * cols));
+  }
+  hold(t, packed);
+}
+
+function checkPackable(t: Tensor, format: WeightFormat): void {
   if (t.ndim !== 2) throw new InvalidArgumentError(`only a matrix can be held in ${format}: this tensor is [${t.shape}]`);
   if (t.dtype !== 'float32') throw new InvalidArgumentError(`only a float32 matrix can be held in ${format}, not ${t.dtype}`);
   if (t.packed !== null) throw new InvalidArgumentError(`this [${t.shape}] weight is already held in ${t.packed.format}`);
-  const [rows, cols] = t.shape;
-  const packed = packMatrix(values, rows, cols, format);
+}
+
+function hold(t: Tensor, packed: PackedMatrix): void {
   if (t.requiresGrad) t.requiresGrad = false;
   t.grad = null;
   t.data = new Float32Array(0);
