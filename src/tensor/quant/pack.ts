@@ -20,7 +20,9 @@ export function packWeight(t: Tensor, format: WeightFormat, values: ArrayLike<nu
  * packWeight from values read a few rows at a time (`read(start, count)`: elements [start, start + count) of the
  * row-major matrix), so that not even one whole weight sits in float32: a checkpoint's embedding is often the largest.
  */
-export function packWeightRows(t: Tensor, format: WeightFormat, read: (start: number, count: number) => ArrayLike<number>, rowsPerRead = 256): void {
+export function packWeightRows(
+  t: Tensor, format: WeightFormat, read: (start: number, count: number) => ArrayLike<number>, rowsPerRead = 256,
+): void {
   checkPackable(t, format);
   const [rows, cols] = t.shape;
   const packed = emptyPacked(rows, cols, format);
