@@ -94,6 +94,20 @@ describe('compact weights on the ort backend', { skip }, () => {
     }
   }
 
+  test('products above SINGLE_THREAD_BELOW_MACS run on a pool of 2 threads, within the same bound', () => {
+    const ort = createOrtBackend({ threads: 2 });
+    const [m, k, n] = [2, 1024, 1024];
+    const x = randn([m, k], { seed: 5 }).data as Float32Array;
+    for (const format of ['int8', 'int4', 'bf16'] as const) {
+      const p = packMatrix(randn([n, k], { seed: 6 }).data, n, k, format);
+      const ref = new Float32Array(m * n);
+      packedLinearJs(x, m, p, ref);
+      const y = new Float32Array(m * n);
+      assert.equal(ort.packedLinear!(x, m, p, y), true);
+      assert.ok(compare(x, m, unpackMatrix(p), n, k, y, ref, format).ratio <= 1, format);
+    }
+  });
+
   test('small products stay on the js kernel', () => {
     const ort = createOrtBackend({ threads: 1 });
     const p = packMatrix(randn([16, 64], { seed: 1 }).data, 16, 64, 'int4');
