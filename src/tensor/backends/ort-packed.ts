@@ -4,12 +4,16 @@ import { encodeModel, type Initializer, type NodeSpec, OnnxType } from './onnx-g
 /**
  * y [M, N] = a [M, K] · Wᵀ for an int8 or int4 matrix W [N, K] through onnxruntime's `com.microsoft` `MatMulNBits`,
  * with the weights held in the graph as initializers: onnxruntime prepacks only constant initializers for its
- * blockwise kernels (as graph inputs the same product is 7–15× slower, re-packed at every run).
+ * blockwise kernels (as graph inputs they would be packed again at every run). Each session holds its own prepacked
+ * copy beside our PackedMatrix (measured RSS per extra session of a 4096×4096 weight: 21 MB for int4's 10 MB, 31 MB for
+ * int8's 18 MB, allocator slack included).
  */
 
 /**
- * How MatMulNBits computes: 4 quantizes each block of 32 of A to int8 (one float scale) and multiplies in integers
- * (MLAS's SQNBitGemm CompInt8), the fast path on CPUs with dot-product instructions; 0 would keep A in float32.
+ * How MatMulNBits computes: 4 quantizes each block of 32 of A to int8 (scale amax / 127) and multiplies in integers
+ * (MLAS's CompInt8), the fast path on CPUs with dot-product instructions; 0 keeps A in float32. For 4096×4096, M = 1,
+ * one thread (AVX-512 VNNI): int4 0.26 ms at 4, 1.0 ms at 0; int8 0.74 ms at 4, 373 ms at 0 (no float kernel for
+ * 8 bits). The price of 4: the output moves by up to ~6e-3 of its largest value (test/tensor/ort-packed.test.ts).
  */
 export const ACCURACY_LEVEL = 4;
 

@@ -169,7 +169,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     packedLinear(x: Float32Array, m: number, w: PackedMatrix, y: Float32Array): boolean {
       const { rows: n, cols: k } = w;
       const macs = m * n * k;
-      if (macs < minMacs) return false;
+      if (macs === 0 || macs < minMacs) return false;
       const poolThreads = macs < SINGLE_THREAD_BELOW_MACS ? 1 : threads;
       if (w.format === 'bf16') {
         // js widens each chunk between the native calls: a spinning pool would take its core.
