@@ -1,0 +1,143 @@
+import { InvalidArgumentError } from '../errors.ts';
+import { GGUFMeta, type GGUFReader, type GGUFValue } from '../io/gguf.ts';
+
+/**
+ * Tokenizers between Hugging Face's tokenizer.json and GGUF's `tokenizer.ggml.*` metadata, for byte-level BPE (GPT-2's
+ * scheme, which llama.cpp calls `gpt2`): the one `tensorlink init-model` writes (256 byte tokens, no merges, then
+ * `<|endoftext|>`), GPT-2's, Llama 3's and Qwen2's. SentencePiece vocabularies (`tokenizer.ggml.model` = `llama`:
+ * Llama 2, Mistral, Gemma) are not converted yet.
+ *
+ * The rule for a leading BOS: our `Tokenizer.encode` adds no special token (HFTokenizer encodes with
+ * add_special_tokens false, and `generate` prepends nothing), so a GGUF we write says `tokenizer.ggml.add_bos_token`
+ * false, and llama.cpp, asked to add special tokens, adds none either: the same ids for the same text. Reading a GGUF
+ * whose add_bos_token is true (Llama 3's), `addBos` says so; the caller decides whether to prepend bos_token_id.
+ */
+
+/** llama.cpp's token types (llama_token_type). */
+export const TOKEN_TYPE = { normal: 1, unknown: 2, control: 3, userDefined: 4, unused: 5, byte: 6 } as const;
+
+/**
+ * The pre-tokenizers of llama.cpp (`tokenizer.ggml.pre`) that we map to tokenizer.json, each with its split regex
+ * (null: GPT-2's, inside the ByteLevel pre-tokenizer itself).
+ */
+const PRE_TOKENIZERS: Record<string, string | null> = {
+  'gpt-2': null,
+  'default': null,
+  'llama-bpe': String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+  'qwen2': String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+};
+
+type Json = Record<string, unknown>;
+
+/** The GGUF pre-tokenizer name of a tokenizer.json's pre_tokenizer, or null when it is none we know. */
+function preTokenizerName(pre: unknown): string | null {
+  const p = pre as Json | null;
+  if (p?.type === 'ByteLevel') return p.use_regex === false ? null : 'gpt-2';
+  if (p?.type !== 'Sequence' || !Array.isArray(p.pretokenizers) || p.pretokenizers.length !== 2) return null;
+  const [split, byteLevel] = p.pretokenizers as Json[];
+  const regex = (split?.pattern as Json | undefined)?.Regex;
+  if (split?.type !== 'Split' || byteLevel?.type !== 'ByteLevel' || byteLevel.use_regex !== false) return null;
+  return Object.keys(PRE_TOKENIZERS).find((k) => PRE_TOKENIZERS[k] !== null && PRE_TOKENIZERS[k] === regex) ?? null;
+}
+
+/**
+ * The `tokenizer.ggml.*` metadata of a byte-level BPE tokenizer.json, padded to `vocabSize` tokens with `[PAD<i>]`
+ * tokens of type unused (as llama.cpp's convert_hf_to_gguf.py pads), so that the token list is as long as the
+ * embedding. Throws for a tokenizer this cannot convert.
+ */
+export function tokenizerToGGUF(json: Json, vocabSize: number, ids: { bos?: number; eos?: number }): Record<string, GGUFValue> {
+  const model = json.model as { type?: string; vocab?: Record<string, number>; merges?: (string | [string, string])[] } | undefined;
+  if (model?.type !== 'BPE' || typeof model.vocab !== 'object' || model.vocab === null) {
+    throw new InvalidArgumentError(`only a BPE tokenizer.json can be written to GGUF, this one is ${model?.type ?? 'without a model'}`);
+  }
+  const pre = preTokenizerName(json.pre_tokenizer);
+  if (pre === null) {
+    throw new InvalidArgumentError(`the tokenizer's pre_tokenizer ${JSON.stringify(json.pre_tokenizer)} has no llama.cpp equivalent we know (byte-level GPT-2, Llama 3 or Qwen2)`);
+  }
+  const tokens: (string | undefined)[] = new Array(vocabSize);
+  const types: number[] = new Array(vocabSize).fill(TOKEN_TYPE.normal);
+  const put = (token: string, id: number, type: number) => {
+    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new InvalidArgumentError(`token '${token}' has id ${id}, outside the model's ${vocabSize} embeddings`);
+    tokens[id] = token;
+    types[id] = type;
+  };
+  for (const [token, id] of Object.entries(model.vocab)) put(token, id, TOKEN_TYPE.normal);
+  for (const a of (json.added_tokens as { id: number; content: string; special?: boolean }[] | undefined) ?? []) {
+    put(a.content, a.id, a.special ? TOKEN_TYPE.control : TOKEN_TYPE.userDefined);
+  }
+  for (let i = 0; i < vocabSize; i++) {
+    if (tokens[i] === undefined) {
+      tokens[i] = `[PAD${i}]`;
+      types[i] = TOKEN_TYPE.unused;
+    }
+  }
+  const merges = (model.merges ?? []).map((m) => (Array.isArray(m) ? m.join(' ') : m));
+  const out: Record<string, GGUFValue> = {
+    'tokenizer.ggml.model': GGUFMeta.str('gpt2'),
+    'tokenizer.ggml.pre': GGUFMeta.str(pre),
+    'tokenizer.ggml.tokens': GGUFMeta.array('string', tokens as string[]),
+    'tokenizer.ggml.token_type': GGUFMeta.array('int32', types),
+    // llama.cpp refuses a gpt2 vocabulary without this key, even when there are no merges
+    'tokenizer.ggml.merges': GGUFMeta.array('string', merges),
+  };
+  if (ids.bos !== undefined) out['tokenizer.ggml.bos_token_id'] = GGUFMeta.u32(ids.bos);
+  if (ids.eos !== undefined) out['tokenizer.ggml.eos_token_id'] = GGUFMeta.u32(ids.eos);
+  out['tokenizer.ggml.add_bos_token'] = GGUFMeta.bool(false);
+  out['tokenizer.ggml.add_eos_token'] = GGUFMeta.bool(false);
+  return out;
+}
+
+/** A GGUF file's tokenizer as a tokenizer.json (null when it has none), and whether llama.cpp would add a BOS. */
+export function tokenizerFromGGUF(reader: GGUFReader): { json: Json; addBos: boolean } | null {
+  const kind = reader.get('tokenizer.ggml.model');
+  if (kind === undefined || kind === 'none') return null;
+  if (kind !== 'gpt2') {
+    throw new InvalidArgumentError(`${reader.path}: its tokenizer is '${String(kind)}' (SentencePiece-style); only byte-level BPE ('gpt2') tokenizers are read from GGUF so far`);
+  }
+  const tokens = reader.get('tokenizer.ggml.tokens');
+  if (!Array.isArray(tokens) || tokens.some((t) => typeof t !== 'string')) throw new InvalidArgumentError(`${reader.path}: tokenizer.ggml.tokens is not a list of strings`);
+  const rawTypes = reader.get('tokenizer.ggml.token_type');
+  const types = Array.isArray(rawTypes) ? rawTypes.map(Number) : [];
+  const pre = String(reader.get('tokenizer.ggml.pre') ?? 'default');
+  if (!Object.hasOwn(PRE_TOKENIZERS, pre)) {
+    throw new InvalidArgumentError(`${reader.path}: pre-tokenizer '${pre}' is not supported (${Object.keys(PRE_TOKENIZERS).join(', ')})`);
+  }
+  const vocab: Record<string, number> = {};
+  const added: Json[] = [];
+  (tokens as string[]).forEach((token, id) => {
+    const type = types[id] ?? TOKEN_TYPE.normal;
+    if (type === TOKEN_TYPE.control || type === TOKEN_TYPE.userDefined) {
+      const special = type === TOKEN_TYPE.control;
+      added.push({ id, content: token, single_word: false, lstrip: false, rstrip: false, normalized: false, special });
+    }
+    if (!Object.hasOwn(vocab, token)) vocab[token] = id;
+  });
+  const merges = reader.get('tokenizer.ggml.merges');
+  const regex = PRE_TOKENIZERS[pre];
+  const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: regex === null };
+  const json: Json = {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: added,
+    normalizer: null,
+    pre_tokenizer: regex === null
+      ? byteLevel
+      : { type: 'Sequence', pretokenizers: [{ type: 'Split', pattern: { Regex: regex }, behavior: 'Isolated', invert: false }, byteLevel] },
+    post_processor: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: '',
+      end_of_word_suffix: '',
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: pre === 'llama-bpe', // as Llama 3's tokenizer.json
+      vocab,
+      merges: Array.isArray(merges) ? merges.map(String) : [],
+    },
+  };
+  return { json, addBos: reader.get('tokenizer.ggml.add_bos_token') === true };
+}
