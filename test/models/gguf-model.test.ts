@@ -25,7 +25,11 @@ function numpyPermute(w: Float32Array, rows: number, cols: number, heads: number
   const out = new Float32Array(w.length);
   let at = 0;
   // iterate the swapped array [heads, half, 2, cols] in C order, reading the source [heads, 2, half, cols]
-  for (let h = 0; h < heads; h++) for (let i = 0; i < half; i++) for (let s = 0; s < 2; s++) for (let c = 0; c < cols; c++) out[at++] = w[((h * 2 + s) * half + i) * cols + c];
+  for (let h = 0; h < heads; h++) {
+    for (let i = 0; i < half; i++) {
+      for (let s = 0; s < 2; s++) for (let c = 0; c < cols; c++) out[at++] = w[((h * 2 + s) * half + i) * cols + c];
+    }
+  }
   return out;
 }
 
@@ -175,13 +179,15 @@ describe('GGUF models', () => {
       const path = join(tmp(), 'llama3.gguf');
       await exportModel(model, path);
       const r = GGUFReader.open(path);
-      const factors = llama3RopeFactors(500000, 128, { factor: scaling.factor, low: 1, high: scaling.highFreqFactor, original: scaling.originalMaxPositions });
+      const params = { factor: scaling.factor, low: 1, high: scaling.highFreqFactor, original: scaling.originalMaxPositions };
+      const factors = llama3RopeFactors(500000, 128, params);
       assert.deepEqual(r.readFloat32('rope_freqs.weight'), factors);
       r.close();
       const back = importModel(path);
       const got = (back.config as LlamaConfig).ropeScaling!;
       assert.equal(got.factor, scaling.factor);
-      assert.deepEqual(llama3RopeFactors(500000, 128, { factor: got.factor, low: got.lowFreqFactor!, high: got.highFreqFactor!, original: got.originalMaxPositions! }), factors);
+      const { lowFreqFactor, highFreqFactor, originalMaxPositions } = got;
+      assert.deepEqual([lowFreqFactor, highFreqFactor, originalMaxPositions], [1, scaling.highFreqFactor, scaling.originalMaxPositions]);
       const [a, b] = noGrad(() => [model.forward(ids).data, back.forward(ids).data]);
       assert.deepEqual(b, a);
     }
@@ -216,11 +222,12 @@ describe('GGUF models', () => {
   test('what cannot be converted is a clear error', async () => {
     const model = small({});
     const state = model.hfStateDict();
-    const base = { tokenizer: null, weights: [...state].map(([name, t]) => ({ name, shape: [...t.shape] })), read: (n: string) => state.get(n)! };
+    const weights0 = [...state].map(([name, t]) => ({ name, shape: [...t.shape] }));
+    const base = { tokenizer: null, weights: weights0, read: (n: string) => state.get(n)! };
     const dir = tmp();
     await assert.rejects(hfToGGUF(join(dir, 'a.gguf'), { ...base, config: { ...configToHF(model.config), model_type: 'phi3' } }), { name: 'InvalidArgumentError' });
-    await assert.rejects(hfToGGUF(join(dir, 'b.gguf'), { ...base, config: configToHF(model.config), weights: [{ name: 'model.rotary.inv_freq', shape: [4] }] }),
-      { name: 'InvalidArgumentError', message: /no GGUF name/ });
+    const weights = [{ name: 'model.rotary.inv_freq', shape: [4] }];
+    await assert.rejects(hfToGGUF(join(dir, 'b.gguf'), { ...base, config: configToHF(model.config), weights }), { name: 'InvalidArgumentError', message: /no GGUF name/ });
     const wordLevel = { model: { type: 'WordLevel', vocab: {} } };
     await assert.rejects(hfToGGUF(join(dir, 'c.gguf'), { ...base, config: configToHF(model.config), tokenizer: wordLevel }), { name: 'InvalidArgumentError' });
   });
