@@ -1,15 +1,19 @@
 // GGUF read and write (src/io/gguf*.ts): write → read round trips for every write type, Q8_0 and Q4_0 against our
 // int8/int4 packing and llama.cpp's reference quantizers (brute force), Q4_K and Q6_K dequantization against brute
 // force on hand-made blocks in a file assembled by hand, metadata of every type, and the errors for broken files.
-// No npm package here ships a .gguf file (`find node_modules -name '*.gguf'` finds none), so every file is made here.
+// No npm package here ships a .gguf file (`find node_modules -name '*.gguf'` finds none); test/fixtures/llama-cpp-written.gguf
+// was written by llama.cpp's own ggml library (scripts/make_gguf_fixture.py: its gguf writer and quantizers, the JSON
+// beside it holding the source values and ggml's dequantize_row_* of them).
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { GGUFMeta, GGUFReader, type GGUFValue, GGUFWriter, writeGGUF } from '../../src/io/gguf.ts';
 import { bfloat16ToFloat, floatToBfloat16, floatToHalf, halfToFloat } from '../../src/tensor/dtype.ts';
 import { packMatrix, randn, unpackMatrix } from '../../src/tensor/index.ts';
+import { loadFixture } from '../helpers/fixtures.ts';
 
 const tmp = () => mkdtempSync(join(tmpdir(), 'tl-gguf-'));
 const f32 = Math.fround;
@@ -137,6 +141,35 @@ function randomBlocks(count: number, bytes: number, scaleAt: number[], seed: num
 }
 
 describe('GGUF', () => {
+  test('a file llama.cpp wrote: metadata, and tensors equal to ggml\'s own dequantization and to our Q8_0 / Q4_0 packing', () => {
+    interface Expected {
+      metadata: Record<string, unknown>;
+      tensors: Record<string, { type: string; shape: number[]; source: number[]; dequantized?: number[] }>;
+    }
+    const expected = loadFixture<Expected>('llama-cpp-written.json');
+    const r = GGUFReader.open(fileURLToPath(new URL('../fixtures/llama-cpp-written.gguf', import.meta.url)));
+    assert.equal(r.version, 3);
+    for (const [key, value] of Object.entries(expected.metadata)) assert.deepEqual(r.get(key), value, key);
+    assert.deepEqual(['llama.block_count', 'test.i32', 'test.f32', 'test.strings'].map((k) => r.metadata.get(k)!.type), ['uint32', 'int32', 'float32', 'array']);
+    assert.deepEqual(r.tensors().map((t) => t.name), Object.keys(expected.tensors));
+    for (const [name, e] of Object.entries(expected.tensors)) {
+      const info = r.info(name);
+      assert.deepEqual([info.type, info.shape], [e.type, e.shape], name);
+      const source = Float32Array.from(e.source);
+      const got = plain(r.readFloat32(name));
+      if (e.dequantized) assert.deepEqual(got, plain(Float32Array.from(e.dequantized)), name);
+      if (e.type === 'F32') assert.deepEqual(got, plain(source));
+      if (e.type === 'F16') assert.deepEqual(got, plain(Array.from(source, half)));
+      if (e.type === 'BF16') assert.deepEqual(got, plain(Array.from(source, (x) => bfloat16ToFloat(floatToBfloat16(x)))));
+      if (e.type === 'Q8_0' || e.type === 'Q4_0') {
+        const mine = packMatrix(source, e.shape[0], e.shape[1], e.type === 'Q8_0' ? 'int8' : 'int4');
+        const p = r.readPacked(name)!;
+        assert.deepEqual([p.data, p.scales], [mine.data, mine.scales], name);
+      }
+    }
+    r.close();
+  });
+
   test('metadata of every value type, arrays included, round-trips with its types', () => {
     const path = join(tmp(), 'meta.gguf');
     const metadata: Record<string, GGUFValue> = {
