@@ -5,7 +5,7 @@ import { GGUFMeta, type GGUFReader, type GGUFValue } from '../io/gguf.ts';
  * Tokenizers between Hugging Face's tokenizer.json and GGUF's `tokenizer.ggml.*` metadata, for byte-level BPE (GPT-2's
  * scheme, which llama.cpp calls `gpt2`): the one `tensorlink init-model` writes (256 byte tokens, no merges, then
  * `<|endoftext|>`), GPT-2's, Llama 3's and Qwen2's. SentencePiece vocabularies (`tokenizer.ggml.model` = `llama`:
- * Llama 2, Mistral, Gemma) are not converted yet.
+ * Llama 2, Mistral, TinyLlama) are read, not written.
  *
  * The rule for a leading BOS: our `Tokenizer.encode` adds no special token (HFTokenizer encodes with
  * add_special_tokens false, and `generate` prepends nothing), so a GGUF we write says `tokenizer.ggml.add_bos_token`
@@ -91,20 +91,18 @@ export function tokenizerToGGUF(json: Json, vocabSize: number, ids: { bos?: numb
 export function tokenizerFromGGUF(reader: GGUFReader): { json: Json; addBos: boolean } | null {
   const kind = reader.get('tokenizer.ggml.model');
   if (kind === undefined || kind === 'none') return null;
+  if (kind === 'llama') return { json: sentencePieceJson(reader), addBos: reader.get('tokenizer.ggml.add_bos_token') !== false };
   if (kind !== 'gpt2') {
-    throw new InvalidArgumentError(`${reader.path}: its tokenizer is '${String(kind)}' (SentencePiece-style); only byte-level BPE ('gpt2') tokenizers are read from GGUF so far`);
+    throw new InvalidArgumentError(`${reader.path}: its tokenizer is '${String(kind)}'; only byte-level BPE ('gpt2') and SentencePiece ('llama') tokenizers are read from GGUF`);
   }
-  const tokens = reader.get('tokenizer.ggml.tokens');
-  if (!Array.isArray(tokens) || tokens.some((t) => typeof t !== 'string')) throw new InvalidArgumentError(`${reader.path}: tokenizer.ggml.tokens is not a list of strings`);
-  const rawTypes = reader.get('tokenizer.ggml.token_type');
-  const types = Array.isArray(rawTypes) ? rawTypes.map(Number) : [];
+  const { tokens, types } = tokenList(reader);
   const pre = String(reader.get('tokenizer.ggml.pre') ?? 'default');
   if (!Object.hasOwn(PRE_TOKENIZERS, pre)) {
     throw new InvalidArgumentError(`${reader.path}: pre-tokenizer '${pre}' is not supported (${Object.keys(PRE_TOKENIZERS).join(', ')})`);
   }
   const vocab: Record<string, number> = {};
   const added: Json[] = [];
-  (tokens as string[]).forEach((token, id) => {
+  tokens.forEach((token, id) => {
     const type = types[id] ?? TOKEN_TYPE.normal;
     if (type === TOKEN_TYPE.control || type === TOKEN_TYPE.userDefined) {
       const special = type === TOKEN_TYPE.control;
@@ -140,4 +138,74 @@ export function tokenizerFromGGUF(reader: GGUFReader): { json: Json; addBos: boo
     },
   };
   return { json, addBos: reader.get('tokenizer.ggml.add_bos_token') === true };
+}
+
+/** The token list and types of a GGUF tokenizer, checked. */
+function tokenList(reader: GGUFReader): { tokens: string[]; types: number[] } {
+  const tokens = reader.get('tokenizer.ggml.tokens');
+  if (!Array.isArray(tokens) || tokens.some((t) => typeof t !== 'string')) throw new InvalidArgumentError(`${reader.path}: tokenizer.ggml.tokens is not a list of strings`);
+  const rawTypes = reader.get('tokenizer.ggml.token_type');
+  const types = Array.isArray(rawTypes) ? rawTypes.map(Number) : [];
+  return { tokens: tokens as string[], types };
+}
+
+/**
+ * A SentencePiece vocabulary (`tokenizer.ggml.model` = `llama`: Llama 2, Mistral, TinyLlama) as the tokenizer.json
+ * transformers' LlamaConverter makes (legacy form): spaces as ▁ (and one ▁ before the text when
+ * `tokenizer.ggml.add_space_prefix`, default true), BPE whose merges are every split of a piece into two pieces,
+ * ranked by the merged piece's score (llama.cpp merges the pair of highest score first), bytes as `<0xXX>` tokens.
+ */
+function sentencePieceJson(reader: GGUFReader): Json {
+  const { tokens, types } = tokenList(reader);
+  const rawScores = reader.get('tokenizer.ggml.scores');
+  const scores = Array.isArray(rawScores) ? rawScores.map(Number) : tokens.map((_, i) => -i);
+  const vocab: Record<string, number> = {};
+  const added: Json[] = [];
+  tokens.forEach((token, id) => {
+    if (!Object.hasOwn(vocab, token)) vocab[token] = id;
+    const type = types[id] ?? TOKEN_TYPE.normal;
+    if (type === TOKEN_TYPE.control || type === TOKEN_TYPE.userDefined || type === TOKEN_TYPE.unknown) {
+      const special = type !== TOKEN_TYPE.userDefined;
+      added.push({ id, content: token, single_word: false, lstrip: false, rstrip: false, normalized: false, special });
+    }
+  });
+  const candidates: { a: string; b: string; score: number; ia: number; ib: number }[] = [];
+  tokens.forEach((token, id) => {
+    const type = types[id] ?? TOKEN_TYPE.normal;
+    if (type !== TOKEN_TYPE.normal && type !== TOKEN_TYPE.userDefined) return;
+    const chars = [...token];
+    for (let k = 1; k < chars.length; k++) {
+      const a = chars.slice(0, k).join('');
+      const b = chars.slice(k).join('');
+      if (Object.hasOwn(vocab, a) && Object.hasOwn(vocab, b)) candidates.push({ a, b, score: scores[id], ia: vocab[a], ib: vocab[b] });
+    }
+  });
+  candidates.sort((x, y) => y.score - x.score || x.ia - y.ia || x.ib - y.ib);
+  const unknownId = types.indexOf(TOKEN_TYPE.unknown);
+  const prefix = reader.get('tokenizer.ggml.add_space_prefix') !== false;
+  const replace = { type: 'Replace', pattern: { String: ' ' }, content: '▁' };
+  const decoders: Json[] = [{ type: 'Replace', pattern: { String: '▁' }, content: ' ' }, { type: 'ByteFallback' }, { type: 'Fuse' }];
+  if (prefix) decoders.push({ type: 'Strip', content: ' ', start: 1, stop: 0 });
+  return {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: added,
+    normalizer: prefix ? { type: 'Sequence', normalizers: [{ type: 'Prepend', prepend: '▁' }, replace] } : replace,
+    pre_tokenizer: null,
+    post_processor: null,
+    decoder: { type: 'Sequence', decoders },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: unknownId >= 0 ? tokens[unknownId] : null,
+      continuing_subword_prefix: null,
+      end_of_word_suffix: null,
+      fuse_unk: true,
+      byte_fallback: true,
+      ignore_merges: false,
+      vocab,
+      merges: candidates.map((c) => [c.a, c.b]),
+    },
+  };
 }

@@ -6,7 +6,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { GGUFReader } from '../../src/io/gguf.ts';
+import { GGUFMeta, GGUFReader, writeGGUF } from '../../src/io/gguf.ts';
 import {
   ggufTensorName, GGUFModel, ggufToHF, hfTensorName, hfToGGUF, llama3RopeFactors, permuteRows, ropePermutation,
 } from '../../src/models/gguf-model.ts';
@@ -217,6 +217,45 @@ describe('GGUF models', () => {
     assert.equal(config.model_type, 'llama');
     assert.ok(tokenizer);
     assert.equal([...tensors].length, model.hfStateDict().size);
+  });
+
+  test('a SentencePiece vocabulary (tokenizer.ggml.model llama) tokenizes as llama.cpp does (its ids, from node-llama-cpp 3.21.1)', () => {
+    // a small vocabulary: <unk>, <s>, </s>, 256 byte tokens, then pieces of a corpus (every piece of 1 char, and the
+    // pieces of 2 to 5 that occur twice or more), scored by frequency
+    const corpus = 'the quick brown fox jumps over the lazy dog. Hello world, hello there! then they thought the other three were there';
+    const counts = new Map<string, number>();
+    for (const w of corpus.split(' ')) {
+      const cs = [...`▁${w}`];
+      for (let i = 0; i < cs.length; i++) {
+        for (let n = 1; n <= 5 && i + n <= cs.length; n++) {
+          const piece = cs.slice(i, i + n).join('');
+          counts.set(piece, (counts.get(piece) ?? 0) + 1);
+        }
+      }
+    }
+    const pieces = [...counts].filter(([s, c]) => [...s].length === 1 || c >= 2).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])).map(([s]) => s);
+    const bytes = Array.from({ length: 256 }, (_, b) => `<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`);
+    const tokens = ['<unk>', '<s>', '</s>', ...bytes, ...pieces];
+    const path = join(tmp(), 'spm.gguf');
+    writeGGUF(path, {
+      'tokenizer.ggml.model': GGUFMeta.str('llama'),
+      'tokenizer.ggml.tokens': GGUFMeta.array('string', tokens),
+      'tokenizer.ggml.scores': GGUFMeta.array('float32', [0, 0, 0, ...bytes.map(() => 0), ...pieces.map((p, i) => -i - [...p].length * 0.01)]),
+      'tokenizer.ggml.token_type': GGUFMeta.array('int32', [2, 3, 3, ...bytes.map(() => 6), ...pieces.map(() => 1)]),
+    }, []);
+    const r = GGUFReader.open(path);
+    const tok = tokenizerFromGGUF(r)!;
+    r.close();
+    assert.equal(tok.addBos, true);
+    const ours = new HFTokenizer(tok.json);
+    const llamaCpp: [string, number[]][] = [
+      ['Hello world', [259, 301, 285, 281, 267, 268, 271, 282]],
+      ['the other three thought', [270, 279, 276, 265, 273, 260, 265, 267, 277, 286, 261, 262]],
+      ['new\nline €', [259, 291, 260, 278, 13, 271, 302, 291, 260, 259, 229, 133, 175]], // bytes of \n and € as <0xXX>
+      ['hello</s>there', [259, 266, 289, 2, 270, 273]],
+    ];
+    for (const [text, expected] of llamaCpp) assert.deepEqual(ours.encode(text), expected, text);
+    assert.equal(ours.decode(ours.encode('new\nline €')), 'new\nline €');
   });
 
   test('what cannot be converted is a clear error', async () => {
