@@ -233,7 +233,8 @@ describe('GGUF models', () => {
         }
       }
     }
-    const pieces = [...counts].filter(([s, c]) => [...s].length === 1 || c >= 2).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])).map(([s]) => s);
+    const kept = [...counts].filter(([s, c]) => [...s].length === 1 || c >= 2);
+    const pieces = kept.sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])).map(([s]) => s);
     const bytes = Array.from({ length: 256 }, (_, b) => `<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`);
     const tokens = ['<unk>', '<s>', '</s>', ...bytes, ...pieces];
     const path = join(tmp(), 'spm.gguf');
