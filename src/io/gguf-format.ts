@@ -96,6 +96,8 @@ export function ggmlBytes(type: GGMLType, rowLength: number, count: number, wher
 }
 
 const f32 = Math.fround;
+/** A little-endian machine reads F32 data as it is in memory (no conversion). */
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 /** A float16 scale as float32, −0 as +0 (our packing's convention: a zero scale is +0). */
 const scaleOf = (bits: number) => halfToFloat(bits) || 0;
 
@@ -107,7 +109,8 @@ const scaleOf = (bits: number) => halfToFloat(bits) || 0;
 export function decodeBlocks(type: GGMLType, src: Uint8Array, count: number, out: Float32Array, at = 0): void {
   const dv = new DataView(src.buffer, src.byteOffset, src.byteLength);
   if (type === 'F32') {
-    for (let i = 0; i < count; i++) out[at + i] = dv.getFloat32(4 * i, true);
+    if (LITTLE_ENDIAN && src.byteOffset % 4 === 0) out.set(new Float32Array(src.buffer, src.byteOffset, count), at);
+    else for (let i = 0; i < count; i++) out[at + i] = dv.getFloat32(4 * i, true);
   } else if (type === 'F16') {
     for (let i = 0; i < count; i++) out[at + i] = halfToFloat(dv.getUint16(2 * i, true));
   } else if (type === 'BF16') {
