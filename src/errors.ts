@@ -36,6 +36,8 @@ export class BackendUnavailableError extends errorClass('BackendUnavailableError
 export class FileNotFoundError extends errorClass('FileNotFoundError') {}
 /** A safetensors file or index that does not follow the format. */
 export class SafetensorsFormatError extends errorClass('SafetensorsFormatError') {}
+/** A GGUF file that does not follow the format, or holds what the reader does not support (named in the message). */
+export class GGUFFormatError extends errorClass('GGUFFormatError') {}
 /** A state dict whose keys or shapes do not match a module. */
 export class StateDictError extends errorClass('StateDictError') {}
 /** A message from a peer that is malformed, oversized, unknown or not allowed. */

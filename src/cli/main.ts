@@ -20,6 +20,9 @@ commands:
              [--layers N --hidden N --heads N --kv-heads N --intermediate N --vocab N --max-positions N
              --sliding-window N] --out DIR [--seed S] [--force]
       a new random model in Hugging Face layout (config.json, model.safetensors, tokenizer.json)
+  convert --model DIR|FILE.gguf --out FILE.gguf|DIR [--type f32|f16|q8_0|q4_0] [--force]
+      a Hugging Face directory to a GGUF file llama.cpp runs (its tokenizer too), or a GGUF file (llama,
+      mistral, qwen2, qwen3) to a Hugging Face directory; every --model DIR also takes a .gguf file
   generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-k K --top-p P --seed S]
            [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]] [--strategy S --privacy ends|none]
            [--redundancy K --verify-rate P] [--contracts FILE [--rpc URL] --pay TLK] [--dtype f32|bf16 --quantize int8|int4]
@@ -119,6 +122,7 @@ interface Command {
 const COMMANDS: Record<string, { load: () => Promise<Command>; positionals?: boolean }> = {
   'demo': { load: () => import('./commands/demo.ts').then((m) => ({ options: m.demoOptions, run: m.demoCommand })) },
   'init-model': { load: () => import('./commands/init-model.ts').then((m) => ({ options: m.initModelOptions, run: m.initModel })) },
+  'convert': { load: () => import('./commands/convert.ts').then((m) => ({ options: m.convertOptions, run: m.convertCommand })) },
   'generate': { load: () => import('./commands/generate.ts').then((m) => ({ options: m.generateOptions, run: m.generateCommand })) },
   'train': { load: () => import('./commands/train.ts').then((m) => ({ options: m.trainOptions, run: m.trainCommand })) },
   'serve': { load: () => import('./commands/serve.ts').then((m) => ({ options: m.serveOptions, run: m.serveCommand })) },

@@ -1,4 +1,4 @@
-import { TensorLinkError } from '../errors.ts';
+import { GGUFFormatError } from '../errors.ts';
 import { bfloat16ToFloat, floatToBfloat16, floatToHalf, halfToFloat } from '../tensor/dtype.ts';
 import type { PackedMatrix } from '../tensor/index.ts';
 
@@ -17,13 +17,7 @@ import type { PackedMatrix } from '../tensor/index.ts';
  * u8 scales[12] (eight 6-bit scales and mins), u8 qs[128]; Q6_K (256) = u8 ql[128], u8 qh[64], i8 scales[16], f16 d.
  */
 
-/** A GGUF file that does not follow the format, or holds what this reader does not support (named in the message). */
-export class GGUFFormatError extends TensorLinkError {
-  constructor(message: string, options: { details?: Record<string, unknown>; cause?: unknown } = {}) {
-    super(message, options);
-    this.name = 'GGUFFormatError';
-  }
-}
+export { GGUFFormatError };
 
 export const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian u32
 export const GGUF_VERSION = 3;

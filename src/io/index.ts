@@ -13,3 +13,4 @@ export {
   writeShardIndex,
 } from './safetensors.ts';
 export type { SafeDType } from './safetensors-format.ts';
+export { GGUFMeta, GGUFReader, type GGUFValue, GGUFWriter, writeGGUF } from './gguf.ts';

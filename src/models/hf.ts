@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint, writeShardIndex } from '../io/index.ts';
-import { noGrad, packWeightRows, type QuantFormat, type Tensor, type WeightFormat } from '../tensor/index.ts';
+import { holdPacked, noGrad, packWeight, packWeightRows, type QuantFormat, type Tensor, type WeightFormat } from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
 import { Bloom } from './bloom.ts';
 import { Falcon } from './falcon.ts';
@@ -14,6 +14,7 @@ import { Mixtral } from './mixtral.ts';
 import { Qwen3Moe } from './qwen3-moe.ts';
 import { canonicalName, ignorableKey, layersOfWeight } from './checkpoint-weights.ts';
 import { type CausalLM, type ModelLayer, type ModelPart, partLayers } from './model.ts';
+import { GGUFModel } from './gguf-model.ts';
 import { HFTokenizer, type Tokenizer } from './tokenizer.ts';
 
 /**
@@ -74,6 +75,7 @@ function readJson(path: string, what: string): Record<string, unknown> {
  * const small = await loadModel('models/llama', { quantize: 'int4' })   // about 0.16 of the float32 bytes
  */
 export async function loadModel(dir: string, options: LoadOptions = {}): Promise<CausalLM> {
+  if (isGGUF(dir)) return loadGGUF(dir, options);
   const config = loadConfig(dir);
   const part = options.part;
   const format = weightFormat(options);
@@ -151,13 +153,80 @@ export function compactWeight(name: string, t: Tensor): boolean {
   return t.ndim === 2 && !/(block_sparse_moe|mlp)\.gate\.weight$/.test(name);
 }
 
-/** The config of a Hugging Face directory (config.json), without its weights. */
+/** Whether a model path is a GGUF file (llama.cpp's, Ollama's) rather than a Hugging Face directory. */
+export function isGGUF(path: string): boolean {
+  return path.toLowerCase().endsWith('.gguf');
+}
+
+/**
+ * loadModel for a GGUF file: its config, tokenizer and tensors under Hugging Face's names (gguf-model.ts). A Q8_0 or
+ * Q4_0 tensor loaded as int8 or int4 is taken as it is (the same values); anything else is read in float32 and packed.
+ */
+async function loadGGUF(path: string, options: LoadOptions): Promise<CausalLM> {
+  const file = GGUFModel.open(path);
+  try {
+    const config = configFromHF(file.config);
+    const part = options.part;
+    const format = weightFormat(options);
+    const model = createModel(config, { init: false, section: part });
+    const own = model.hfStateDict();
+    const seen = new Set<string>();
+    const unexpected: string[] = [];
+    noGrad(() => {
+      for (const w of file.weights()) {
+        const target = own.get(w.name);
+        if (target === undefined) {
+          if (!part || layersOfWeight(config, w.name).length === 0) unexpected.push(w.name);
+          continue;
+        }
+        if (w.shape.join() !== target.shape.join()) {
+          throw new StateDictError(`${path}: '${w.name}' is [${w.shape}], its config implies [${target.shape}]`, { details: { key: w.name } });
+        }
+        const packed = format && compactWeight(w.name, target) ? file.readPacked(w.name) : null;
+        if (packed && packed.format === format) holdPacked(target, packed);
+        else if (format && compactWeight(w.name, target)) packWeight(target, format, file.read(w.name).data);
+        else target.data.set(file.read(w.name).data);
+        seen.add(w.name);
+      }
+    });
+    const missing = [...own.keys()].filter((k) => !seen.has(k));
+    if (missing.length > 0 || unexpected.length > 0) {
+      throw new StateDictError(`${path} does not hold its model: missing [${missing.slice(0, 4).join(', ')}], unexpected [${unexpected.slice(0, 4).join(', ')}]`, {
+        details: { missing, unexpected },
+      });
+    }
+    const tok = file.tokenizer();
+    model.tokenizer = tok ? new HFTokenizer(tok.json) : null;
+    return model;
+  } finally {
+    file.close();
+  }
+}
+
+/** The config of a Hugging Face directory (config.json), or of a GGUF file, without its weights. */
 export function loadConfig(dir: string): ModelConfig {
+  if (isGGUF(dir)) return withGGUF(dir, (file) => configFromHF(file.config));
   return configFromHF(readJson(join(dir, 'config.json'), 'config.json'));
 }
 
-/** The tokenizer of a Hugging Face directory (tokenizer.json, with tokenizer_config.json if present), or null if it has none. */
+function withGGUF<T>(path: string, read: (file: GGUFModel) => T): T {
+  const file = GGUFModel.open(path);
+  try {
+    return read(file);
+  } finally {
+    file.close();
+  }
+}
+
+/**
+ * The tokenizer of a Hugging Face directory (tokenizer.json, with tokenizer_config.json if present), or of a GGUF file;
+ * null if it has none.
+ */
 export function loadTokenizer(dir: string): HFTokenizer | null {
+  if (isGGUF(dir)) return withGGUF(dir, (file) => {
+    const tok = file.tokenizer();
+    return tok ? new HFTokenizer(tok.json) : null;
+  });
   const tokPath = join(dir, 'tokenizer.json');
   if (!existsSync(tokPath)) return null;
   const tokConfigPath = join(dir, 'tokenizer_config.json');

@@ -17,7 +17,8 @@ export { Llama, rotaryTables } from './llama.ts';
 export { Mixtral, type MixtralConfig, mixtralConfig } from './mixtral.ts';
 export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './qwen3-moe.ts';
 export {
-  compactWeight, createModel, loadChatTemplate, loadConfig, loadModel, type LoadOptions, loadTokenizer, modelLayers, partBytes, saveModel,
+  compactWeight, createModel, isGGUF, loadChatTemplate, loadConfig, loadModel, type LoadOptions, loadTokenizer, modelLayers, partBytes,
+  saveModel,
   saveModelStreamed, weightFormat, writeModelFiles,
 } from './hf.ts';
 export { CheckpointWeights, defaultCacheDir, layersOfWeight, type WeightShape } from './checkpoint-weights.ts';
@@ -48,3 +49,4 @@ export {
   trainingSchedule,
 } from './trainer.ts';
 export { type BatchGenerator, evaluateExactMatch, type EvalResult } from './evaluate.ts';
+export { GGUFModel, type GGUFFileType, ggufToHF, hfToGGUF, type HFToGGUFOptions } from './gguf-model.ts';

@@ -22,7 +22,7 @@ export {
   WEIGHT_FORMATS,
   type WeightFormat,
 } from './quant/formats.ts';
-export { packWeight, packWeightRows } from './quant/pack.ts';
+export { holdPacked, packWeight, packWeightRows } from './quant/pack.ts';
 export {
   add,
   div,

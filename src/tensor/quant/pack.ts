@@ -33,6 +33,13 @@ export function packWeightRows(
   hold(t, packed);
 }
 
+/** Holds `t` as the packed matrix `p` as it is (GGUF's Q8_0/Q4_0 blocks are our int8/int4): its rows the tensor's first dim. */
+export function holdPacked(t: Tensor, p: PackedMatrix): void {
+  checkPackable(t, p.format);
+  if (p.rows !== t.shape[0] || p.cols !== t.shape[1]) throw new InvalidArgumentError(`a [${p.rows}, ${p.cols}] ${p.format} matrix cannot hold a [${t.shape}] weight`);
+  hold(t, p);
+}
+
 function checkPackable(t: Tensor, format: WeightFormat): void {
   if (t.ndim !== 2) throw new InvalidArgumentError(`only a matrix can be held in ${format}: this tensor is [${t.shape}]`);
   if (t.dtype !== 'float32') throw new InvalidArgumentError(`only a float32 matrix can be held in ${format}, not ${t.dtype}`);
