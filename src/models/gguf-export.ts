@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { GGUFMeta, type GGUFPlannedTensor, type GGUFTensorData, type GGUFValue, GGUFWriter, type GGUFWriteType } from '../io/gguf.ts';
 import { type PackedMatrix, Tensor } from '../tensor/index.ts';
-import { GGUF_ARCH, ggufTensorName, llama3RopeFactors, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
+import { GGUF_ARCH, ggufTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
 import { tokenizerToGGUF } from './gguf-tokenizer.ts';
 
 /** Writing the Llama-style families (llama, mistral, qwen2, qwen3) as GGUF files that llama.cpp loads: see gguf-names.ts. */
@@ -92,7 +92,10 @@ function ggufMetadata(
     }
   } else if (rope && type === 'llama3') {
     const original = field(rope, 'original_max_position_embeddings', field(config, 'max_position_embeddings'));
-    ropeFreqs = llama3RopeFactors(theta, headDim, { factor: field(rope, 'factor'), low: field(rope, 'low_freq_factor'), high: field(rope, 'high_freq_factor'), original });
+    const llama3 = { factor: field(rope, 'factor'), low: field(rope, 'low_freq_factor'), high: field(rope, 'high_freq_factor'), original };
+    ropeFreqs = llama3RopeFactors(theta, headDim, llama3);
+    // llama.cpp reads the factors alone; the parameters that made them travel too, for a reader that wants them back
+    m[LLAMA3_ROPE_KEY] = GGUFMeta.str(JSON.stringify(llama3));
   } else if (rope && type !== 'default') {
     throw new InvalidArgumentError(`rope scaling '${type}' cannot be written to GGUF (linear, yarn, llama3)`);
   }

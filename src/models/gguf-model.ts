@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { GGUFReader } from '../io/gguf.ts';
 import { type PackedMatrix, Tensor } from '../tensor/index.ts';
-import { ARCHS, f32, hfTensorName, llama3RopeFactors, type Llama3Rope, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
+import { ARCHS, f32, hfTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, type Llama3Rope, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
 import { tokenizerFromGGUF } from './gguf-tokenizer.ts';
 
 /** Reading GGUF files of the Llama-style families (llama, qwen2, qwen3) in Hugging Face's layout: see gguf-names.ts. */
@@ -43,6 +43,21 @@ function llama3FromFactors(factors: Float32Array, theta: number, headDim: number
   const found = candidates.find(within(0)) ?? candidates.find(within(1e-5));
   if (!found) throw new InvalidArgumentError(`${where}: rope_freqs.weight holds factors that no Llama 3 rope scaling gives`);
   return { rope_type: 'llama3', factor, low_freq_factor: found.low, high_freq_factor: found.high, original_max_position_embeddings: found.original };
+}
+
+/** The Llama 3 rope parameters our export wrote beside rope_freqs, when they give exactly its factors; else null. */
+function llama3Written(r: GGUFReader, factors: Float32Array, theta: number, headDim: number): Json | null {
+  const written = r.get(LLAMA3_ROPE_KEY);
+  if (typeof written !== 'string') return null;
+  let s: Llama3Rope;
+  try {
+    s = JSON.parse(written) as Llama3Rope;
+  } catch {
+    return null;
+  }
+  const mine = llama3RopeFactors(theta, headDim, s);
+  if (mine.length !== factors.length || mine.some((v, i) => v !== factors[i])) return null;
+  return { rope_type: 'llama3', factor: s.factor, low_freq_factor: s.low, high_freq_factor: s.high, original_max_position_embeddings: s.original };
 }
 
 /** A GGUF file of a Llama-style family, read lazily with Hugging Face's names and layout. Close it when done. */
@@ -193,7 +208,8 @@ function hfConfig(r: GGUFReader, arch: string): Json {
   }
   if (r.has('rope_freqs.weight')) {
     if (config.rope_scaling) throw new InvalidArgumentError(`${where}: rope_freqs.weight beside rope scaling '${String(scaling)}' is not supported`);
-    config.rope_scaling = llama3FromFactors(r.readFloat32('rope_freqs.weight'), theta, headDim, where);
+    const factors = r.readFloat32('rope_freqs.weight');
+    config.rope_scaling = llama3Written(r, factors, theta, headDim) ?? llama3FromFactors(factors, theta, headDim, where);
   }
   return config;
 }

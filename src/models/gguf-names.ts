@@ -114,6 +114,9 @@ export function permutedHeads(hfName: string, heads: number, kvHeads: number): n
 
 export const f32 = Math.fround;
 
+/** Metadata key under which our export keeps Llama 3's rope parameters beside rope_freqs (a JSON Llama3Rope). */
+export const LLAMA3_ROPE_KEY = 'tensorlink.rope_scaling.llama3';
+
 export interface Llama3Rope {
   factor: number;
   low: number;
