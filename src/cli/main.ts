@@ -28,7 +28,7 @@ commands:
            [--redundancy K --verify-rate P] [--contracts FILE [--rpc URL] --pay TLK] [--dtype f32|bf16 --quantize int8|int4]
       continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
       --local N on a local swarm of N workers, --bootstrap on an existing swarm; --dtype bf16 or --quantize
-      holds the model's matrices compact (bf16; int8 and int4 blocks of 32, llama.cpp's Q8_0 and Q4_0), in this process only
+      holds the model's matrices compact (bf16; int8 and int4 blocks of 32, llama.cpp's Q8_0 and Q4_0), the workers' too
   serve --model DIR [--name ID] [--port P (default 8000) --host H (default 127.0.0.1)]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]] [--strategy S --privacy ends|none]
       an OpenAI-compatible HTTP API over the model (GET /v1/models, POST /v1/completions and

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint, writeShardIndex } from '../io/index.ts';
-import { holdPacked, noGrad, packWeight, packWeightRows, type QuantFormat, type Tensor, type WeightFormat } from '../tensor/index.ts';
+import { holdPacked, noGrad, packedBytes, packWeight, packWeightRows, type QuantFormat, type Tensor, type WeightFormat } from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
 import { Bloom } from './bloom.ts';
 import { Falcon } from './falcon.ts';
@@ -201,6 +201,13 @@ async function loadGGUF(path: string, options: LoadOptions): Promise<CausalLM> {
   } finally {
     file.close();
   }
+}
+
+/** The bytes a model's weights take as it holds them: compact matrices at their packed size, the rest in float32. */
+export function heldBytes(model: CausalLM): number {
+  let bytes = 0;
+  for (const [, t] of model.hfStateDict()) bytes += t.packed ? packedBytes(t.packed) : 4 * t.size;
+  return bytes;
 }
 
 /** The config of a Hugging Face directory (config.json), or of a GGUF file, without its weights. */

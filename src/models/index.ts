@@ -17,7 +17,7 @@ export { Llama, rotaryTables } from './llama.ts';
 export { Mixtral, type MixtralConfig, mixtralConfig } from './mixtral.ts';
 export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './qwen3-moe.ts';
 export {
-  compactWeight, createModel, isGGUF, loadChatTemplate, loadConfig, loadModel, type LoadOptions, loadTokenizer, modelLayers, partBytes,
+  compactWeight, createModel, heldBytes, isGGUF, loadChatTemplate, loadConfig, loadModel, type LoadOptions, loadTokenizer, modelLayers, partBytes,
   saveModel,
   saveModelStreamed, weightFormat, writeModelFiles,
 } from './hf.ts';

@@ -129,6 +129,8 @@ export {
   INFERENCE_REQUESTS,
   LOAD_REQUESTS,
   type LoadRequest,
+  SECTION_FORMATS,
+  type SectionFormat,
   MAX_SYNC_EVERY,
   parseAssign,
   parseAudit,

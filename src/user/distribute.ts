@@ -9,7 +9,7 @@ import {
   type Device, type LayerCost, layerCosts, linkTable, measuredLinks, type Plan, plan, type PlanOptions, replan, type Replan,
   type StrategyName, type Swarm,
 } from '../plan/index.ts';
-import { configToHF } from '../models/index.ts';
+import { configToHF, weightFormat } from '../models/index.ts';
 import { DistributedJob, type JobStage, type Placement } from './job.ts';
 import { gatherLinks } from './links.ts';
 import { listPeers, listWorkers } from './peers.ts';
@@ -52,6 +52,13 @@ export interface DistributeOptions {
   verify?: VerifyOptions;
   /** The model's name on the validator's dashboard (default: the checkpoint directory's name, or none). */
   name?: string;
+  /**
+   * Hold the model's matrices compact, as loadModel does (bf16, or int8/int4 blocks), on the user's ends and on every
+   * worker (each packs its section once it has arrived). For a checkpoint directory, generation only, without
+   * re-execution by the validator, for now.
+   */
+  dtype?: 'f32' | 'bf16';
+  quantize?: 'int8' | 'int4';
 }
 
 /**
@@ -76,7 +83,15 @@ export async function distribute(
   options: DistributeOptions = {},
 ): Promise<DistributedJob> {
   const keepEnds = (options.privacy ?? 'ends') === 'ends';
-  const source = typeof model === 'string' ? await modelFromCheckpoint(model, { keepEnds, cacheDir: options.cacheDir }) : modelInMemory(model);
+  const format = weightFormat(options);
+  if (format) {
+    if (typeof model !== 'string') throw new InvalidArgumentError('a compact job (dtype bf16, quantize) loads from a checkpoint directory, not from a model in memory');
+    if (options.training) throw new InvalidArgumentError('a compact section is frozen: training it is not supported (adapters will be)');
+    if ((options.verify?.sampleRate ?? DEFAULT_SAMPLE_RATE) > 0 || (options.verify?.redundancy ?? 1) > 1) {
+      throw new InvalidArgumentError('the validator does not re-run compact sections yet: use verify { sampleRate: 0, redundancy: 1 } with dtype bf16 or quantize');
+    }
+  }
+  const source = typeof model === 'string' ? await modelFromCheckpoint(model, { keepEnds, cacheDir: options.cacheDir, format }) : modelInMemory(model);
   try {
     const name = options.name ?? (typeof model === 'string' ? basename(resolve(model)) : undefined);
     return await distributeSource(node, validator, source, { ...options, ...(name === undefined ? {} : { name }) });

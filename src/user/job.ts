@@ -231,6 +231,7 @@ export class DistributedJob implements DistributedModel {
   }
 
   trainer(options: DistributedTrainerOptions): Promise<JobTrainer> {
+    if (this.source.format) return Promise.reject(new InvalidArgumentError(`this job's sections are held in ${this.source.format}, which is frozen: it cannot train`));
     return this.training.start(options);
   }
 

@@ -122,7 +122,8 @@ export class JobPlacement implements Placement {
     const range: [number, number] = [s.where.start, s.where.end];
     const onProgress = this.options.onProgress ? (p: LoadProgress) => this.options.onProgress!(s, p) : undefined;
     const verifiers = this.options.verifier ? [this.options.verifier.validatorPeer] : [];
-    const options = { upstream: this.upstreamOf(section, s), assignment, onProgress, signal, verifiers };
+    const format = this.source.format ?? undefined;
+    const options = { upstream: this.upstreamOf(section, s), assignment, onProgress, signal, verifiers, ...(format ? { format } : {}) };
     let source = this.source.section(range);
     const copy = this.loadFrom;
     if (copy) source = tensorSource(new Map(source.weights.map((w) => [w.name, copy.get(w.name)!])));

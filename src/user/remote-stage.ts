@@ -5,7 +5,7 @@ import {
   dialProtocol, encodeControl, encodeTensor, errorFromWire, type Frame, fromWire, isWireError,
   parseLoadedAnswer, parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL,
   STAGE_REQUEST_TIMEOUT_MS, TRAIN_REQUEST_TIMEOUT_MS,
-  type StageAssignment, targetName, toWire, type Traffic, newTraffic, type WireActivationCodec, type WireTensor,
+  type SectionFormat, type StageAssignment, targetName, toWire, type Traffic, newTraffic, type WireActivationCodec, type WireTensor,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { hopIn, hopOut } from '../compress/index.ts';
@@ -72,6 +72,8 @@ export interface LoadOptions {
   verifiers?: string[];
   /** Called after each manifest and each chunk. */
   onProgress?: (progress: LoadProgress) => void;
+  /** The compact format the worker holds the section's matrices in once they arrive (absent: float32). */
+  format?: SectionFormat;
 }
 
 /** What a load moved: chunks sent of the distinct chunks listed, and bytes sent and found on the worker. */
@@ -217,6 +219,7 @@ export class RemoteStage {
       ...(options.upstream ? { upstream: options.upstream } : {}),
       ...(options.assignment ? { assignment: options.assignment } : {}),
       ...(options.verifiers?.length ? { verifiers: options.verifiers } : {}),
+      ...(options.format ? { format: options.format } : {}),
     };
     await this.call({ type: 'load', config, section, ...extra }, []);
     const weights = source.weights;

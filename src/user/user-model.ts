@@ -1,10 +1,11 @@
+import { InvalidArgumentError } from '../errors.ts';
 import {
-  type CausalLM, CheckpointWeights, loadModel, loadTokenizer, type ModelConfig, type ModelLayer, modelLayers, partBytes, type SectionRange,
-  type Tokenizer,
+  type CausalLM, CheckpointWeights, heldBytes, isGGUF, loadModel, loadTokenizer, type ModelConfig, type ModelLayer, modelLayers, partBytes,
+  type SectionRange, type Tokenizer,
 } from '../models/index.ts';
 import { CHUNK_BYTES } from '../p2p/index.ts';
 import { sectionWeights } from '../pipeline/index.ts';
-import type { Tensor } from '../tensor/index.ts';
+import type { Tensor, WeightFormat } from '../tensor/index.ts';
 import { checkpointSource, type SectionSource, tensorSource } from './section-source.ts';
 
 /**
@@ -28,6 +29,8 @@ export interface UserModel {
   section(range: SectionRange): SectionSource;
   /** The files the model came from, if it came from a directory (tokenizer and generation config are copied from there on save). */
   readonly dir: string | null;
+  /** The compact format the job's matrices are held in, by the user's ends and by every worker's section (null: float32). */
+  readonly format: WeightFormat | null;
   close(): void;
 }
 
@@ -49,6 +52,7 @@ export function modelInMemory(model: CausalLM): UserModel {
       return tensorSource(sections.get(key)!);
     },
     dir: null,
+    format: null,
     close: () => {},
   };
 }
@@ -58,11 +62,16 @@ export function modelInMemory(model: CausalLM): UserModel {
  * the tokenizer; sections stream from the checkpoint. The chunk hashes are cached in `cacheDir`
  * (default: defaultCacheDir(); null: none), so a second run sends its manifests without hashing.
  */
-export async function modelFromCheckpoint(dir: string, options: { keepEnds: boolean; cacheDir?: string | null }): Promise<UserModel> {
+export async function modelFromCheckpoint(
+  dir: string, options: { keepEnds: boolean; cacheDir?: string | null; format?: WeightFormat | null },
+): Promise<UserModel> {
+  if (isGGUF(dir)) throw new InvalidArgumentError(`${dir}: a GGUF file runs in one process for now; across workers, convert it to a directory first (tensorlink convert)`);
   const checkpoint = CheckpointWeights.open(dir, { chunkBytes: CHUNK_BYTES, cacheDir: options.cacheDir });
   try {
     const config = checkpoint.config;
-    const ends = options.keepEnds ? await loadModel(dir, { part: 'ends' }) : null;
+    const format = options.format ?? null;
+    const compact = format === null ? {} : format === 'bf16' ? { dtype: 'bf16' as const } : { quantize: format };
+    const ends = options.keepEnds ? await loadModel(dir, { part: 'ends', ...compact }) : null;
     const tokenizer = ends?.tokenizer ?? loadTokenizer(dir);
     return {
       config,
@@ -70,9 +79,10 @@ export async function modelFromCheckpoint(dir: string, options: { keepEnds: bool
       ends,
       whole: null,
       layers: modelLayers(config),
-      heldBytes: ends ? partBytes(config, 'ends') : 0,
+      heldBytes: ends ? (format ? heldBytes(ends) : partBytes(config, 'ends')) : 0,
       section: (range) => checkpointSource(checkpoint, range),
       dir,
+      format,
       close: () => checkpoint.close(),
     };
   } catch (err) {

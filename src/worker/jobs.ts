@@ -6,7 +6,7 @@ import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '..
 import type { CausalLM, KVCache } from '../models/index.ts';
 import { newTraffic, parseJobId, type PeerTarget, type StageAssignment, type Traffic, type WeightEntry } from '../p2p/index.ts';
 import type { GradientExchange, StageExecutor } from '../pipeline/index.ts';
-import type { Tensor } from '../tensor/index.ts';
+import type { Tensor, WeightFormat } from '../tensor/index.ts';
 import type { MemoryBudget } from './memory.ts';
 
 /** Jobs a worker holds at once; more would only queue work it cannot do. */
@@ -35,6 +35,8 @@ export interface Loading {
   range: [number, number];
   /** The sha256 of the config it was given (as JSON): its records name it. */
   configHash: string;
+  /** The compact format its matrices are held in once assembled (absent: float32). */
+  format?: WeightFormat;
 }
 
 /** A section being trained on this worker. */

@@ -163,6 +163,27 @@ describe('the accepted fixtures from their directories over 3 worker processes, 
     }
     assert.deepEqual(failures, []);
   });
+
+  // issue #30: compact sections, each worker packing its own once it has arrived, the user its ends
+  for (const [name, quantize] of [['llama3', 'int4'], ['qwen3', 'int8']] as const) {
+    test(`${name} at ${quantize} over the workers: the same logits and tokens as one process at ${quantize}, bit for bit (js)`, async () => {
+      const ref = readHFReference(name);
+      const local = await loadModel(ref.dir, { quantize });
+      const want = await generate(local, ref.prompt, { maxNewTokens: ref.greedy.length, temperature: 0, stopTokens: [] });
+      const dm = await swarm!.user.distribute(ref.dir, { strategy: 'parameter-balanced', cacheDir: null, verify: { sampleRate: 0 }, quantize });
+      try {
+        assert.ok(dm.source.heldBytes < partBytes(loadConfig(ref.dir), 'ends') / 3, `the user holds its ends at ${quantize}`);
+        const { tokens } = await dm.generate(ref.prompt, { maxNewTokens: ref.greedy.length, temperature: 0, stopTokens: [] });
+        assert.deepEqual(tokens, want.tokens);
+        const ids = tensor([...ref.prompt, ...tokens], [1, ref.prompt.length + tokens.length], 'int32');
+        assert.deepEqual((await dm.logits(ids)).data, local.forward(ids).data);
+        process.stderr.write(`${name.padEnd(20)} at ${quantize} over the workers: ${tokens.length} tokens and the logits equal one process at ${quantize}\n`);
+        await assert.rejects(() => dm.trainer({ optimizer: { lr: 1e-3 }, totalSteps: 1 }), /frozen: it cannot train/);
+      } finally {
+        await dm.close();
+      }
+    });
+  }
 });
 
 describe('what is not built is refused in one line', () => {

@@ -1,9 +1,9 @@
 import { InvalidMessageError, UnauthorizedError } from '../../errors.ts';
-import { configFromHF, createModel, partBytes, sectionParts } from '../../models/index.ts';
+import { compactWeight, configFromHF, createModel, partBytes, sectionParts } from '../../models/index.ts';
 import {
   CHUNK_BYTES, expectTensors, parseAssign, parseChunk, parseLoad, parseManifest, sha256, type StageAssignment, type WeightEntry,
 } from '../../p2p/index.ts';
-import type { Tensor } from '../../tensor/index.ts';
+import { packWeight, type Tensor } from '../../tensor/index.ts';
 import type { ChunkPlace, JobEntry, Loading } from '../jobs.ts';
 import { control, NONE, type StageHandler } from './types.ts';
 
@@ -37,7 +37,8 @@ export const loadHandlers: Record<string, StageHandler> = {
       const targets = model.hfStateDict();
       for (const v of request.verifiers) job.verifiers.add(v);
       job.loading = { model, targets, listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream,
-        range: request.section, configHash: sha256(new TextEncoder().encode(JSON.stringify(request.config))) };
+        range: request.section, configHash: sha256(new TextEncoder().encode(JSON.stringify(request.config))),
+        ...(request.format ? { format: request.format } : {}) };
       bindToStream();
       return control('loading', { weights: targets.size });
     },
@@ -112,6 +113,9 @@ export const loadHandlers: Record<string, StageHandler> = {
         throw new InvalidMessageError(`${loading.waiting.size} chunks of the section have not arrived (the first: ${first.slice(0, 12)}…)`);
       }
       job.loading = undefined;
+      // a compact section is packed as a whole once every weight is in (each the float32 it was sent as; frozen)
+      const format = loading.format;
+      if (format) for (const [name, t] of loading.targets) if (compactWeight(name, t)) packWeight(t, format);
       job.section = { model: loading.model, range: loading.range, configHash: loading.configHash, sessions: new Map() };
       // the previous stage of a chain may pass activations on for this job
       job.upstream = loading.upstream;

@@ -112,7 +112,13 @@ export interface LoadRequest {
   assignment: StageAssignment[];
   /** Peers (validators) the owner lets fetch what re-running this section's records needs. */
   verifiers: string[];
+  /** The compact format the section's matrices are held in once loaded (absent: float32). */
+  format?: SectionFormat;
 }
+
+/** The compact formats a section may be held in (the tensor layer's WeightFormat, named here for the wire). */
+export const SECTION_FORMATS = ['bf16', 'int8', 'int4'] as const;
+export type SectionFormat = (typeof SECTION_FORMATS)[number];
 
 export function parseLoad(m: Record<string, unknown>): LoadRequest {
   const range = m.section;
@@ -125,7 +131,13 @@ export function parseLoad(m: Record<string, unknown>): LoadRequest {
     upstream: m.upstream === undefined ? undefined : peerIdText(m.upstream, 'upstream'),
     assignment: m.assignment === undefined ? [] : parseAssignment(m.assignment),
     verifiers: m.verifiers === undefined ? [] : list(m.verifiers, 'verifiers', 16, peerIdText),
+    ...(m.format === undefined ? {} : { format: sectionFormat(m.format) }),
   };
+}
+
+function sectionFormat(v: unknown): SectionFormat {
+  if (typeof v !== 'string' || !(SECTION_FORMATS as readonly string[]).includes(v)) fail(`format must be one of ${SECTION_FORMATS.join(', ')}`);
+  return v as SectionFormat;
 }
 
 export function parseManifest(m: Record<string, unknown>): WeightEntry[] {
