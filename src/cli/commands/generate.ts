@@ -87,7 +87,8 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
     const [{ distribute }, { joinSwarm }] = await Promise.all([import('../../user/index.ts'), import('../swarm.ts')]);
     const access = await joinSwarm(where, flags);
     try {
-      const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress: loadProgress(out), verify, ...format });
+      const onProgress = loadProgress(out);
+      const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress, verify, ...format });
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
       try {
         await payForJob(flags, { jobId: dm.jobId, user: access.node.peerId.toString() }, out);
