@@ -5,7 +5,7 @@
  *
  * usage: npm run bench [-- --quick] [-- --json]
  *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,families,p2p,distributed,pipeline,verify,load,ledger,failover,
- *                     links,compression,serve]
+ *                     links,compression,serve,quant]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -23,6 +23,7 @@ import { benchLoad } from './load.ts';
 import { benchGpt2 } from './models.ts';
 import { benchP2p } from './p2p.ts';
 import { benchPipeline } from './pipeline.ts';
+import { benchQuant } from './quant.ts';
 import { benchServe } from './serve.ts';
 import { benchStack } from './stack.ts';
 import { benchVerify } from './verify.ts';
@@ -35,7 +36,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'quant'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -120,6 +121,11 @@ if (sections.includes('compression')) {
 if (sections.includes('serve')) {
   log('serve: the OpenAI-compatible API (streamed /v1/completions over loopback, 1, 8, 32 clients in flight), requests/s and time to first token, vs generate in process ...');
   rows.push(...(await benchServe(values.quick)));
+}
+
+if (sections.includes('quant')) {
+  log('quant: a ~100M Llama trained briefly on fortunes, ours at f32/int8/int4 vs llama.cpp at F32/Q8_0/Q4_0 on its GGUF exports: decode, peak RSS, perplexity, greedy tokens ...');
+  rows.push(...(await benchQuant(threads, values.quick)));
 }
 
 const report = {

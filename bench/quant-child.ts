@@ -1,0 +1,146 @@
+/**
+ * One variant of the quant section in its own process, so that its peak resident memory is its own:
+ *   node --import tsx bench/quant-child.ts JSON
+ * where JSON is a `ChildJob`. Loads the model (ours from a GGUF file at f32, int8 or int4 on the ort backend, or
+ * llama.cpp through node-llama-cpp), decodes greedily after the prompt with the KV cache, reads VmHWM, then (if
+ * asked) scores held-out windows. Writes one line of JSON (`ChildResult`) to stdout.
+ */
+import '../src/polyfills.ts';
+import { readFileSync } from 'node:fs';
+import { heldOutLoss } from '../src/data/index.ts';
+import { type CausalLM, KVCache, loadModel } from '../src/models/index.ts';
+import { createOrtBackend, noGrad, packedBytes, setBackend, tensor } from '../src/tensor/index.ts';
+
+export interface ChildJob {
+  engine: 'ours' | 'llama.cpp';
+  /** The GGUF file (ours loads it too: Q8_0 / Q4_0 blocks are held as int8 / int4 as they are). */
+  file: string;
+  threads: number;
+  prompt: number[];
+  /** Tokens to decode after the prompt (the first comes from the prompt's pass). */
+  tokens: number;
+  /** Held-out windows to score after the decode (none: no perplexity). */
+  heldOut?: { data: number[]; seqLen: number; windows: number };
+  /** node-llama-cpp's entry module (llama.cpp only). */
+  llamaModule?: string;
+}
+
+export interface ChildResult {
+  /** Greedy tokens after the prompt. */
+  tokens: number[];
+  /** Decode speed over the tokens after the first (one token a step, KV cache). */
+  tokensPerSecond: number;
+  /** Prompt pass and first token. */
+  promptSeconds: number;
+  /** VmHWM after the decode, in bytes. */
+  peakRss: number;
+  /** Resident memory after load, before the decode. */
+  loadedRss: number;
+  /** Bytes of the weights as held (ours only). */
+  weightBytes?: number;
+  heldOut?: { loss: number; perplexity: number; tokens: number };
+}
+
+function status(field: 'VmHWM' | 'VmRSS'): number {
+  const m = new RegExp(`^${field}:\\s+(\\d+) kB$`, 'm').exec(readFileSync('/proc/self/status', 'utf8'));
+  return m ? Number(m[1]) * 1024 : Number.NaN;
+}
+
+/** The bytes the weights take as held: compact matrices at their packed size, the rest in float32. */
+function heldBytes(model: CausalLM): number {
+  let bytes = 0;
+  for (const [, t] of model.hfStateDict()) bytes += t.packed ? packedBytes(t.packed) : 4 * t.size;
+  return bytes;
+}
+
+async function ours(job: ChildJob): Promise<ChildResult> {
+  setBackend(createOrtBackend({ threads: job.threads }));
+  const model = await loadModel(job.file);
+  const loadedRss = status('VmRSS');
+  const cache = new KVCache(model.config.layers);
+  const next = (ids: number[]) =>
+    noGrad(() => {
+      const logits = model.forward(tensor(Int32Array.from(ids), [1, ids.length], 'int32'), { cache });
+      const v = logits.shape[2];
+      const last = logits.data.subarray((ids.length - 1) * v, ids.length * v) as Float32Array;
+      let best = 0;
+      for (let i = 1; i < v; i++) if (last[i] > last[best]) best = i;
+      return best;
+    });
+  let t = performance.now();
+  const tokens = [next(job.prompt)];
+  const promptSeconds = (performance.now() - t) / 1000;
+  t = performance.now();
+  while (tokens.length < job.tokens) tokens.push(next([tokens[tokens.length - 1]]));
+  const decodeSeconds = (performance.now() - t) / 1000;
+  const result: ChildResult = {
+    tokens, tokensPerSecond: (job.tokens - 1) / decodeSeconds, promptSeconds, peakRss: status('VmHWM'), loadedRss, weightBytes: heldBytes(model),
+  };
+  if (job.heldOut) {
+    const { data, seqLen, windows } = job.heldOut;
+    result.heldOut = await heldOutLoss((ids) => model.forward(ids), Int32Array.from(data), { seqLen, batchSize: 4, windows });
+  }
+  return result;
+}
+
+type Scored = [number, { generateNext?: { probabilities?: boolean } }];
+
+interface LlamaSequence {
+  evaluate(tokens: number[], options: { temperature: number }): AsyncGenerator<number>;
+  controlledEvaluate(input: Scored[]):
+  Promise<({ next?: { probabilities?: Map<number, number> } } | undefined)[]>;
+  clearHistory(): Promise<void>;
+}
+
+async function llamaCpp(job: ChildJob): Promise<ChildResult> {
+  const { getLlama } = (await import(job.llamaModule!)) as {
+    getLlama(o: object): Promise<{
+      loadModel(o: object): Promise<{ createContext(o: object): Promise<{ getSequence(): LlamaSequence }> }>;
+    }>;
+  };
+  const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error', maxThreads: job.threads });
+  const model = await llama.loadModel({ modelPath: job.file, gpuLayers: 0 });
+  const seqLen = job.heldOut?.seqLen ?? 0;
+  const context = await model.createContext({
+    contextSize: Math.max(256, seqLen), batchSize: Math.max(256, seqLen), threads: { ideal: job.threads, min: job.threads },
+  });
+  const sequence = context.getSequence();
+  const loadedRss = status('VmRSS');
+  const tokens: number[] = [];
+  let t = performance.now();
+  let promptSeconds = 0;
+  for await (const token of sequence.evaluate(job.prompt, { temperature: 0 })) {
+    tokens.push(Number(token));
+    if (tokens.length === 1) {
+      promptSeconds = (performance.now() - t) / 1000;
+      t = performance.now();
+    }
+    if (tokens.length >= job.tokens) break;
+  }
+  const decodeSeconds = (performance.now() - t) / 1000;
+  const result: ChildResult = { tokens, tokensPerSecond: (job.tokens - 1) / decodeSeconds, promptSeconds, peakRss: status('VmHWM'), loadedRss };
+  if (job.heldOut) {
+    // each window from an empty cache, as ours: −log p(target) from llama.cpp's full next-token distribution
+    const { data, windows } = job.heldOut;
+    const available = Math.min(windows, Math.floor((data.length - 1) / seqLen));
+    let total = 0;
+    for (let w = 0; w < available; w++) {
+      await sequence.clearHistory();
+      const input = data.slice(w * seqLen, (w + 1) * seqLen);
+      const items = input.map((id): Scored => [id, { generateNext: { probabilities: true } }]);
+      const out = await sequence.controlledEvaluate(items);
+      for (let i = 0; i < seqLen; i++) {
+        const p = out[i]?.next?.probabilities?.get(data[w * seqLen + i + 1]) ?? 0;
+        total -= Math.log(Math.max(p, 1e-30));
+      }
+    }
+    const count = available * seqLen;
+    result.heldOut = { loss: total / count, perplexity: Math.exp(total / count), tokens: count };
+  }
+  return result;
+}
+
+const job = JSON.parse(process.argv[2]) as ChildJob;
+const result = job.engine === 'ours' ? await ours(job) : await llamaCpp(job);
+process.stdout.write(`${JSON.stringify(result)}\n`);
+process.exit(0);
