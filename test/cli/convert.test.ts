@@ -56,5 +56,15 @@ describe('tensorlink convert', () => {
       assert.match(r.stderr, message);
       assert.doesNotMatch(r.stderr, /\n\s+at /, 'no stack trace');
     }
+    // what compact weights do not do yet says so
+    for (const [args, message] of [
+      [['train', '--model', ref.dir, '--task', 'addition', '--steps', '1', '--quantize', 'int4'], /compact weights are frozen/],
+      [['generate', '--model', ref.dir, '--prompt', 'a', '--quantize', 'int3'], /--quantize must be int8 or int4/],
+      [['generate', '--model', ref.dir, '--prompt', 'a', '--dtype', 'bf16', '--local', '2', '--verify-rate', '0.1'], /does not re-run compact sections yet/],
+    ] as const) {
+      const r = cli(...args);
+      assert.equal(r.status, 2, r.stderr);
+      assert.match(r.stderr, message);
+    }
   });
 });

@@ -1,9 +1,11 @@
 import { basename, resolve } from 'node:path';
-import { generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
+import { generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer, weightFormat } from '../../models/index.ts';
 import { ChatFormat, serveApi, type ServedModel } from '../../serve/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 import { distribute, fetchOverview, type Overview } from '../../user/index.ts';
-import { type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags } from '../args.ts';
+import {
+  type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions, weightFlags,
+} from '../args.ts';
 import { loadProgress } from '../load-progress.ts';
 import type { Output } from '../output.ts';
 import { joinSwarm } from '../swarm.ts';
@@ -21,6 +23,7 @@ export const serveOptions = {
   'privacy': { type: 'string' },
   'redundancy': { type: 'string' },
   'verify-rate': { type: 'string' },
+  ...weightFlagOptions,
 } as const;
 
 /**
@@ -33,6 +36,14 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   const { strategy, privacy } = planFlags(flags, 'layer-aware');
   const verify = verifyFlags(flags);
   const dir = requiredString(flags, 'model');
+  const format = weightFlags(flags);
+  if (weightFormat(format) && where.kind !== 'local') {
+    if ((verify.sampleRate ?? 0) > 0 || verify.redundancy > 1) {
+      throw new UsageError('the validator does not re-run compact sections yet: --verify-rate and --redundancy go without --dtype bf16 and --quantize');
+    }
+    verify.sampleRate = 0;
+    out.info(`the workers hold their sections in ${weightFormat(format)}: the validator does not re-run compact sections yet, so nothing checks them`);
+  }
   const port = intFlag(flags, 'port', 8000, 0);
   if (port > 65535) throw new UsageError(`--port must be in 0..65535, got ${port}`);
   const host = stringFlag(flags, 'host') ?? '127.0.0.1';
@@ -45,13 +56,13 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   let leave = async () => {};
   let overview: (() => Promise<Overview>) | undefined;
   if (where.kind === 'local') {
-    const model = await loadModel(dir);
+    const model = await loadModel(dir, format);
     served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: (prompts, options) => generateBatch(model, prompts, options) };
   } else {
     const access = await joinSwarm(where, flags);
     try {
       const dm = await distribute(access.node, access.bootstrap, dir, {
-        strategy, privacy, onProgress: loadProgress(out), verify, name: id,
+        strategy, privacy, onProgress: loadProgress(out), verify, name: id, ...format,
       });
       const validator = multiaddr(access.bootstrap);
       overview = () => fetchOverview(access.node, validator);

@@ -7,7 +7,7 @@ import {
 import { MAX_SYNC_EVERY, type Traffic } from '../../p2p/index.ts';
 import {
   type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadConfig, loadModel, loadTokenizer, partBytes, saveModel,
-  type Tokenizer,
+  type Tokenizer, weightFormat,
 } from '../../models/index.ts';
 import { distribute, type FailoverEvent, RedundantStage, type VerificationSummary, type VerifyOptions } from '../../user/index.ts';
 import type { StrategyName } from '../../plan/index.ts';
@@ -15,7 +15,10 @@ import { Generator, noGrad, type Tensor } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import { joinSwarm } from '../swarm.ts';
 import { payFlagOptions, payForJob } from '../chain-flags.ts';
-import { type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags } from '../args.ts';
+import {
+  type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions,
+  weightFlags,
+} from '../args.ts';
 import { bar, failoverLine, type Output } from '../output.ts';
 import {
   localOptimizerState, openOptimizer, readOptimizer, readState, setLocalOptimizerState, STATE_FILE, type TrainerState, writeOptimizer,
@@ -51,6 +54,7 @@ export const trainOptions = {
   'sync-every': { type: 'string' },
   'compress-activations': { type: 'string' },
   ...payFlagOptions,
+  ...weightFlagOptions,
 } as const;
 
 /** How a source evaluates the model being trained: its logits, and a generator that continues prompts (locally, or across the workers). */
@@ -293,6 +297,10 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
     throw new UsageError(`--resume needs --out DIR holding a ${STATE_FILE} from an earlier run`);
   }
   const modelDir = resume ? outDir! : requiredString(flags, 'model');
+  const format = weightFormat(weightFlags(flags));
+  if (format) {
+    throw new UsageError(`--${flags.quantize ? 'quantize' : 'dtype'} ${format}: compact weights are frozen, so there is nothing to train in them yet (adapters over them will be)`);
+  }
   const model = where.kind === 'local' ? await loadModel(modelDir) : null;
   const config = model?.config ?? loadConfig(modelDir);
   const tokenizer = model ? model.tokenizer : loadTokenizer(modelDir);
