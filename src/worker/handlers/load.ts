@@ -1,5 +1,5 @@
 import { InvalidMessageError, UnauthorizedError } from '../../errors.ts';
-import { compactWeight, configFromHF, createModel, partBytes, sectionParts } from '../../models/index.ts';
+import { compactWeight, configFromHF, createModel, heldBytes, partBytes, sectionParts } from '../../models/index.ts';
 import {
   CHUNK_BYTES, expectTensors, parseAssign, parseChunk, parseLoad, parseManifest, sha256, type StageAssignment, type WeightEntry,
 } from '../../p2p/index.ts';
@@ -104,7 +104,7 @@ export const loadHandlers: Record<string, StageHandler> = {
     },
   },
   assemble: {
-    run: ({ job }) => {
+    run: ({ job }, { memory }) => {
       const loading = loadingOf(job);
       const unlisted = [...loading.targets.keys()].filter((n) => !loading.listed.has(n));
       if (unlisted.length > 0) throw new InvalidMessageError(`${unlisted.length} weights of the section were in no manifest (the first: '${unlisted[0]}')`);
@@ -115,7 +115,11 @@ export const loadHandlers: Record<string, StageHandler> = {
       job.loading = undefined;
       // a compact section is packed as a whole once every weight is in (each the float32 it was sent as; frozen)
       const format = loading.format;
-      if (format) for (const [name, t] of loading.targets) if (compactWeight(name, t)) packWeight(t, format);
+      if (format) {
+        for (const [name, t] of loading.targets) if (compactWeight(name, t)) packWeight(t, format);
+        // the budget counts what the section now holds (it arrived, and was reserved, in float32)
+        memory.hold(job.jobId, 'weights', heldBytes(loading.model), `section [${loading.range[0]}, ${loading.range[1]}) in ${format}`);
+      }
       job.section = { model: loading.model, range: loading.range, configHash: loading.configHash, sessions: new Map() };
       // the previous stage of a chain may pass activations on for this job
       job.upstream = loading.upstream;
