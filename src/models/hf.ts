@@ -2,7 +2,9 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint, writeShardIndex } from '../io/index.ts';
-import { holdPacked, noGrad, packedBytes, packWeight, packWeightRows, type QuantFormat, type Tensor, type WeightFormat } from '../tensor/index.ts';
+import {
+  holdPacked, noGrad, packedBytes, packWeight, packWeightRows, type QuantFormat, Tensor, unpackMatrix, type WeightFormat,
+} from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
 import { Bloom } from './bloom.ts';
 import { Falcon } from './falcon.ts';
@@ -262,7 +264,9 @@ export function loadChatTemplate(dir: string): string | null {
  */
 export async function saveModel(model: CausalLM, dir: string, options: { maxShardBytes?: number } = {}): Promise<string[]> {
   const files = writeModelFiles(dir, model.config, model.tokenizer);
-  return [...files, ...writeCheckpoint(dir, model.hfStateDict(), { metadata: { format: 'pt' }, maxShardBytes: options.maxShardBytes })];
+  // a compact weight is written as the float32 values it stands for (a checkpoint of the model as it computes)
+  const weights = new Map([...model.hfStateDict()].map(([k, t]) => [k, t.packed ? new Tensor(unpackMatrix(t.packed), t.shape) : t]));
+  return [...files, ...writeCheckpoint(dir, weights, { metadata: { format: 'pt' }, maxShardBytes: options.maxShardBytes })];
 }
 
 /**

@@ -36,6 +36,9 @@ export interface UserModel {
 
 /** A model the user already holds in memory. */
 export function modelInMemory(model: CausalLM): UserModel {
+  if ([...model.hfStateDict()].some(([, t]) => t.packed)) {
+    throw new InvalidArgumentError('a model held compact is distributed from its checkpoint directory: distribute(dir, { quantize | dtype })');
+  }
   // a section's names come from building it empty: once per range, not on every load, save or pull
   // (its hashes are not kept: the weights may have changed since)
   const sections = new Map<string, Map<string, Tensor>>();

@@ -8,6 +8,13 @@ function bytesOf(a: ArrayBufferView): Uint8Array {
 
 function addTensor(h: Hash, t: Tensor): void {
   h.update(`${t.dtype}[${t.shape.join(',')}]`);
+  if (t.packed) {
+    // a compact weight is its packed bytes and scales, as it is held (its float32 buffer is empty)
+    h.update(`${t.packed.format}:`);
+    h.update(bytesOf(t.packed.data));
+    h.update(bytesOf(t.packed.scales));
+    return;
+  }
   h.update(bytesOf(t.data as ArrayBufferView));
 }
 

@@ -8,7 +8,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { compactWeight, loadModel } from '../../src/models/index.ts';
+import { compactWeight, loadModel, saveModel } from '../../src/models/index.ts';
+import { modelInMemory } from '../../src/user/user-model.ts';
+import { hashTensors } from '../../src/verify/index.ts';
 import { formatBytes, packedBytes, setBackend, type WeightFormat } from '../../src/tensor/index.ts';
 import { hfFixtureNames, readHFReference } from '../helpers/hf-fixtures.ts';
 import { relErr } from '../helpers/weights.ts';
@@ -52,6 +54,25 @@ describe('the transformers fixtures held compact', () => {
       process.stderr.write(`${row.join('  ')}\n`);
     });
   }
+});
+
+describe('a model held compact, elsewhere in the project', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'tl-compact-save-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  test('saved, it is the float32 values it computes with; hashed, its packed bytes; distributed, from its directory only', async () => {
+    setBackend('js');
+    const ref = readHFReference('qwen2');
+    const int8 = await loadModel(ref.dir, { quantize: 'int8' });
+    await saveModel(int8, dir);
+    assert.deepEqual((await loadModel(dir)).forward(ref.inputIds).data, int8.forward(ref.inputIds).data);
+    const int4 = await loadModel(ref.dir, { quantize: 'int4' });
+    const name = 'model.layers.0.mlp.up_proj.weight';
+    const [a, b] = [int8.hfStateDict().get(name)!, int4.hfStateDict().get(name)!];
+    assert.notEqual(hashTensors([a]), hashTensors([b]), 'a record names the packed bytes, not the empty float32 buffer');
+    assert.equal(hashTensors([a]), hashTensors([(await loadModel(ref.dir, { quantize: 'int8' })).hfStateDict().get(name)!]));
+    assert.throws(() => modelInMemory(int8), /from its checkpoint directory/);
+  });
 });
 
 describe('generate --quantize int4: the whole process against the same generation at f32', () => {
