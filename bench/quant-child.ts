@@ -18,6 +18,8 @@ export interface ChildJob {
   /** Ours: hold the matrices as int8 / int4 (the file's Q8_0 / Q4_0 blocks as they are). */
   quantize?: 'int8' | 'int4';
   threads: number;
+  /** Ours: onnxruntime's spinning pool (absent: the backend's default, 'auto'). */
+  spinning?: boolean;
   prompt: number[];
   /** Tokens to decode after the prompt (the first comes from the prompt's pass). */
   tokens: number;
@@ -58,7 +60,7 @@ function heldBytes(model: CausalLM): number {
 }
 
 async function ours(job: ChildJob): Promise<ChildResult> {
-  setBackend(createOrtBackend({ threads: job.threads }));
+  setBackend(createOrtBackend({ threads: job.threads, ...(job.spinning !== undefined ? { spinning: job.spinning } : {}) }));
   const model = await loadModel(job.file, job.quantize ? { quantize: job.quantize } : {});
   const loadedRss = status('VmRSS');
   let tokens: number[] = [];

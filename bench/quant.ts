@@ -12,7 +12,8 @@ import type { ChildJob, ChildResult } from './quant-child.ts';
  * vocabulary, trained briefly on fortunes), exported to GGUF at F32, Q8_0 and Q4_0; ours loads each file (f32, and
  * Q8_0 / Q4_0 blocks held as int8 / int4 as they are, ort backend, MatMulNBits) and llama.cpp (node-llama-cpp)
  * runs the same file. Each variant runs in its own process: decode tokens/s (one token a step after the prompt,
- * KV cache), peak resident memory (VmHWM), held-out perplexity on fortunes, greedy tokens.
+ * KV cache), peak resident memory (VmHWM), held-out perplexity on fortunes, greedy tokens. Above 1 thread, ours at
+ * int8 / int4 also runs with onnxruntime's spinning pool off (the backend's 'auto' spins for products this small).
  *
  * llama.cpp comes from bench/llama-cpp (its own package, ~730 MB of prebuilt binaries, kept out of the root
  * install): `npm ci --prefix bench/llama-cpp`. Without it the llama.cpp rows are skipped with that message.
@@ -170,6 +171,7 @@ export async function benchQuant(threads: number[], quick = false): Promise<Row[
     const score = t === lastThreads;
     const base = { threads: t, prompt, tokens: DECODE, rounds: ROUNDS, ...(score ? { heldOut } : {}) };
     const oursAt: Partial<Record<Format, ChildResult>> = {};
+    const theirsAt: Partial<Record<Format, ChildResult>> = {};
     for (const f of FORMATS) {
       log(`  ours ${f.ours}, ${label} ...`);
       const o = await runChild({ ...base, engine: 'ours', file: p.files[f.ours], ...(f.ours === 'f32' ? {} : { quantize: f.ours }) });
@@ -178,6 +180,7 @@ export async function benchQuant(threads: number[], quick = false): Promise<Row[
       if (llamaAvailable) {
         log(`  llama.cpp ${f.gguf}, ${label} ...`);
         l = await runChild({ ...base, engine: 'llama.cpp', file: p.files[f.ours], llamaModule: LLAMA_MODULE });
+        theirsAt[f.ours] = l;
       }
       if (score) {
         ours[f.ours] = o;
@@ -199,6 +202,27 @@ export async function benchQuant(threads: number[], quick = false): Promise<Row[
         rows.push({
           section: 'quant', case: `decode ours ${f.ours}, ${model}, ${label} (llama.cpp not installed: ${LLAMA_INSTALL})`,
           value: o.tokensPerSecond, unit: 'tok/s', reference: 'llama.cpp (not installed)', referenceValue: Number.NaN, ratio: Number.NaN,
+        });
+      }
+    }
+    if (t > 1) {
+      // onnxruntime's 'auto' spinning pool spins for products this small; on a busy 2-core VM a spinning thread
+      // fights for the core, so the quantized formats also run with spinning off
+      for (const f of FORMATS.filter((x) => x.ours !== 'f32')) {
+        log(`  ours ${f.ours}, ${label}, spinning off ...`);
+        const o = await runChild({ ...base, heldOut: undefined, engine: 'ours', file: p.files[f.ours], quantize: f.ours as 'int8' | 'int4', spinning: false });
+        const l = theirsAt[f.ours];
+        const vs = l ? `; ${(o.tokensPerSecond / l.tokensPerSecond).toFixed(2)}× llama.cpp ${f.gguf} (${l.tokensPerSecond.toFixed(1)} tok/s)` : '';
+        const f32 = oursAt.f32!;
+        rows.push({
+          section: 'quant', case: `decode ours ${f.ours} with onnxruntime spinning off vs default spinning ('auto'), ${label}`
+            + ` (${(o.tokensPerSecond / f32.tokensPerSecond).toFixed(2)}× ours f32${vs})`,
+          value: o.tokensPerSecond, unit: 'tok/s', reference: `ours ${f.ours}, default`, referenceValue: oursAt[f.ours]!.tokensPerSecond,
+          ratio: o.tokensPerSecond / oursAt[f.ours]!.tokensPerSecond,
+          ...(f.ours === 'int4' && l
+            ? { target: `spinning off: ≥0.8× llama.cpp Q4_0: ${met(o.tokensPerSecond >= 0.8 * l.tokensPerSecond)}; `
+              + `≥3× f32: ${met(o.tokensPerSecond >= 3 * f32.tokensPerSecond)}` }
+            : {}),
         });
       }
     }
