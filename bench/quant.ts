@@ -162,7 +162,12 @@ export async function benchQuant(threads: number[], quick = false): Promise<Row[
     + `a few hundred steps would take ~${Math.round((300 * p.trainSeconds) / p.steps / 60)} min here)`;
   log(`  ${note}; GGUF: ${FORMATS.map((f) => `${f.gguf} ${mb(statSync(p.files[f.ours]).size).toFixed(0)} MB`).join(', ')}`);
 
-  const rows: Row[] = [];
+  const perStep = p.trainSeconds / p.steps;
+  const rows: Row[] = [{
+    section: 'quant', case: `training before the export: ${p.steps} steps of ${BATCH}×${SEQ} fortune tokens in ${p.trainSeconds.toFixed(0)} s (ort, 2 threads); `
+      + `the issue asks a few hundred (~${Math.round((300 * perStep) / 60)} min at this speed), so this model is barely trained`,
+    value: p.lastLoss, unit: 'nats (train loss)', reference: 'first step', referenceValue: p.firstLoss, ratio: p.lastLoss / p.firstLoss,
+  }];
   const lastThreads = threads[threads.length - 1];
   const ours: Partial<Record<Format, ChildResult>> = {};
   const theirs: Partial<Record<Format, ChildResult>> = {};
@@ -279,7 +284,7 @@ export async function benchQuant(threads: number[], quick = false): Promise<Row[
     const at = firstDifference(ours.f32!.tokens, theirs.f32.tokens, GREEDY);
     rows.push({
       section: 'quant', case: `greedy tokens, llama.cpp F32 vs ours f32, ${GREEDY} tokens after ${JSON.stringify(PROMPT)}: `
-        + `${at < 0 ? 'equal' : `first differs at index ${at}`}`,
+        + `${at < 0 ? 'equal' : `first differs at index ${at}`} (ours says ${JSON.stringify(tokenizer.decode(ours.f32!.tokens.slice(0, GREEDY)))})`,
       value: at < 0 ? GREEDY : at, unit: 'tokens equal', reference: 'ours f32', referenceValue: GREEDY, ratio: (at < 0 ? GREEDY : at) / GREEDY,
       target: `equal: ${met(at < 0)}`,
     });
