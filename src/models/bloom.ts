@@ -1,13 +1,14 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
-import { Generator, linear, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import { Generator, type Tensor } from '../tensor/index.ts';
 import { alibiAttention, alibiSlopes } from './alibi.ts';
 import { firstId, num } from './config-fields.ts';
 import { mergeHeads, runLayers } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import { normalInit, proj } from './decoder-parts.ts';
+import { decoderLayers, sectionSetup } from './decoder-layers.ts';
 
 /**
  * BLOOM as transformers' BloomForCausalLM: no position embeddings but ALiBi biases in every
@@ -230,9 +231,8 @@ export class Bloom extends Module implements CausalLM {
   ) {
     super();
     validateBloom(config);
-    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
-    this.section = options.section ?? [0, config.layers + 3];
-    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
+    this.section = section;
     this.transformer = this.addModule('transformer', new BloomModel(config, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
@@ -249,11 +249,10 @@ export class Bloom extends Module implements CausalLM {
     const blockParams = 4 * h + 4 * h * h + 4 * h + 2 * h * i + i + h;
     const headWeight = () => this.lm_head?.weight ?? m.word_embeddings!.weight;
     const headName = c.tieWordEmbeddings ? 'transformer.word_embeddings.weight' : 'lm_head.weight';
-    return [
-      {
+    return decoderLayers({
+      blocks: c.layers, hidden: h, vocab: c.vocabSize,
+      embedding: {
         name: 'transformer.word_embeddings',
-        kind: 'embedding',
-        blockIndex: -1,
         namedParameters: () => [
           ['transformer.word_embeddings.weight', m.word_embeddings!.weight],
           ...m.word_embeddings_layernorm!.namedParameters('transformer.word_embeddings_layernorm'),
@@ -261,31 +260,12 @@ export class Bloom extends Module implements CausalLM {
         forward: (ids) => m.word_embeddings_layernorm!.forward(m.word_embeddings!.forward(ids)),
         profile: () => layerProfile(c.vocabSize * h + 2 * h, 8 * h, h),
       },
-      ...Array.from({ length: c.layers }, (_, b): ModelLayer => ({
-        name: `transformer.h.${b}`,
-        kind: 'block',
-        blockIndex: b,
-        namedParameters: () => [...m.h.byIndex(b).namedParameters(`transformer.h.${b}`)],
-        forward: (x, ctx) => m.h.byIndex(b).forward(x, ctx, b),
-        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
-      })),
-      {
-        name: 'transformer.ln_f',
-        kind: 'norm',
-        blockIndex: -1,
-        namedParameters: () => [...m.ln_f!.namedParameters('transformer.ln_f')],
-        forward: (x) => m.ln_f!.forward(x),
-        profile: () => layerProfile(2 * h, 8 * h, h),
-      },
-      {
-        name: 'lm_head',
-        kind: 'head',
-        blockIndex: -1,
-        namedParameters: () => [[headName, headWeight()]],
-        forward: (x) => linear(x, headWeight()),
-        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
-      },
-    ];
+      blockPrefix: 'transformer.h',
+      block: (b) => m.h.byIndex(b),
+      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
+      norm: { name: 'transformer.ln_f', module: () => m.ln_f!, params: 2 * h },
+      head: { name: 'lm_head', weightName: headName, weight: headWeight },
+    });
   }
 
   forward(ids: Tensor, options: ForwardOptions = {}): Tensor {

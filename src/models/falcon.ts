@@ -1,14 +1,15 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
-import { Generator, linear, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import { Generator, type Tensor } from '../tensor/index.ts';
 import { geluErf } from '../tensor/ops/gelu-erf.ts';
 import { firstId, num } from './config-fields.ts';
 import { cachedAttention, mergeHeads, runLayers } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import { normalInit, proj } from './decoder-parts.ts';
+import { decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
  * Falcon as transformers' FalconForCausalLM, in its two rotary forms:
@@ -287,9 +288,8 @@ export class Falcon extends Module implements CausalLM {
   ) {
     super();
     validateFalcon(config);
-    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
-    this.section = options.section ?? [0, config.layers + 3];
-    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
+    this.section = section;
     this.transformer = this.addModule('transformer', new FalconModel(config, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
@@ -308,40 +308,15 @@ export class Falcon extends Module implements CausalLM {
     const blockParams = 2 * c.parallelNorms * h + h * qkv + h * h + 2 * h * i + (c.bias ? qkv + h + i + h : 0);
     const headWeight = () => this.lm_head?.weight ?? m.word_embeddings!.weight;
     const headName = c.tieWordEmbeddings ? 'transformer.word_embeddings.weight' : 'lm_head.weight';
-    return [
-      {
-        name: 'transformer.word_embeddings',
-        kind: 'embedding',
-        blockIndex: -1,
-        namedParameters: () => [['transformer.word_embeddings.weight', m.word_embeddings!.weight]],
-        forward: (ids) => m.word_embeddings!.forward(ids),
-        profile: () => layerProfile(c.vocabSize * h, 0, h),
-      },
-      ...Array.from({ length: c.layers }, (_, b): ModelLayer => ({
-        name: `transformer.h.${b}`,
-        kind: 'block',
-        blockIndex: b,
-        namedParameters: () => [...m.h.byIndex(b).namedParameters(`transformer.h.${b}`)],
-        forward: (x, ctx) => m.h.byIndex(b).forward(x, ctx, b),
-        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * c.kvHeads * hd),
-      })),
-      {
-        name: 'transformer.ln_f',
-        kind: 'norm',
-        blockIndex: -1,
-        namedParameters: () => [...m.ln_f!.namedParameters('transformer.ln_f')],
-        forward: (x) => m.ln_f!.forward(x),
-        profile: () => layerProfile(2 * h, 8 * h, h),
-      },
-      {
-        name: 'lm_head',
-        kind: 'head',
-        blockIndex: -1,
-        namedParameters: () => [[headName, headWeight()]],
-        forward: (x) => linear(x, headWeight()),
-        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
-      },
-    ];
+    return decoderLayers({
+      blocks: c.layers, hidden: h, vocab: c.vocabSize,
+      embedding: plainEmbedding('transformer.word_embeddings', () => m.word_embeddings!, c.vocabSize, h),
+      blockPrefix: 'transformer.h',
+      block: (b) => m.h.byIndex(b),
+      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * c.kvHeads * hd),
+      norm: { name: 'transformer.ln_f', module: () => m.ln_f!, params: 2 * h },
+      head: { name: 'lm_head', weightName: headName, weight: headWeight },
+    });
   }
 
   forward(ids: Tensor, options: ForwardOptions = {}): Tensor {

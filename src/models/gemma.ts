@@ -1,14 +1,15 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { Embedding, type Linear, Module, ModuleList } from '../nn/index.ts';
-import { Generator, linear, rmsNorm, type Tensor, ZeroGenerator, zeros } from '../tensor/index.ts';
+import { Generator, rmsNorm, type Tensor, zeros } from '../tensor/index.ts';
 import type { AttentionOptions } from './attention.ts';
 import type { LlamaLayerType } from './config.ts';
 import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
 import type { Tokenizer } from './tokenizer.ts';
+import { decoderLayers, sectionSetup } from './decoder-layers.ts';
 
 /**
  * Gemma 2 and Gemma 3 (text) as transformers' Gemma2ForCausalLM and Gemma3ForCausalLM. What
@@ -381,9 +382,8 @@ export class Gemma extends Module implements CausalLM {
     options: { seed?: number; init?: boolean; section?: ModelPart } = {},
   ) {
     super();
-    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
-    this.section = options.section ?? [0, config.layers + 3];
-    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
+    this.section = section;
     this.model = this.addModule('model', new GemmaModel(config, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
@@ -404,43 +404,21 @@ export class Gemma extends Module implements CausalLM {
     const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
     const embedScale = Math.fround(Math.sqrt(h)); // transformers' embed_scale, a float32 √hidden
     const cap = c.finalSoftcap;
-    return [
-      {
+    return decoderLayers({
+      blocks: c.layers, hidden: h, vocab: c.vocabSize,
+      embedding: {
         name: 'model.embed_tokens',
-        kind: 'embedding',
-        blockIndex: -1,
         namedParameters: () => [['model.embed_tokens.weight', m.embed_tokens!.weight]],
         forward: (ids) => m.embed_tokens!.forward(ids).mul(embedScale),
         profile: () => layerProfile(c.vocabSize * h, h, h),
       },
-      ...Array.from({ length: c.layers }, (_, i): ModelLayer => ({
-        name: `model.layers.${i}`,
-        kind: 'block',
-        blockIndex: i,
-        namedParameters: () => [...m.layers.byIndex(i).namedParameters(`model.layers.${i}`)],
-        forward: (x, ctx) => m.layers.byIndex(i).forward(x, ctx, i),
-        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim),
-      })),
-      {
-        name: 'model.norm',
-        kind: 'norm',
-        blockIndex: -1,
-        namedParameters: () => [['model.norm.weight', m.norm!.weight]],
-        forward: (x) => m.norm!.forward(x),
-        profile: () => layerProfile(h, 4 * h, h),
-      },
-      {
-        name: 'lm_head',
-        kind: 'head',
-        blockIndex: -1,
-        namedParameters: () => [[headName, headWeight()]],
-        forward: (x) => {
-          const logits = linear(x, headWeight()); // [B, T, V]
-          return cap === undefined ? logits : logits.div(cap).tanh().mul(cap);
-        },
-        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
-      },
-    ];
+      blockPrefix: 'model.layers',
+      block: (i) => m.layers.byIndex(i),
+      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim),
+      norm: { name: 'model.norm', module: () => m.norm!, params: h },
+      // the final logit soft-cap
+      head: { name: 'lm_head', weightName: headName, weight: headWeight, ...(cap === undefined ? {} : { after: (logits) => logits.div(cap).tanh().mul(cap) }) },
+    });
   }
 
   forward(ids: Tensor, options: ForwardOptions = {}): Tensor {

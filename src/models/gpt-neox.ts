@@ -1,14 +1,15 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
-import { Generator, linear, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import { Generator, type Tensor } from '../tensor/index.ts';
 import { geluErf } from '../tensor/ops/gelu-erf.ts';
 import { firstId, num } from './config-fields.ts';
 import { cachedAttention, mergeHeads, runLayers } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import { normalInit, proj } from './decoder-parts.ts';
+import { decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
  * GPT-NeoX (Pythia, GPT-NeoX-20B) as transformers' GPTNeoXForCausalLM: LayerNorm blocks whose
@@ -267,9 +268,8 @@ export class GPTNeoX extends Module implements CausalLM {
   ) {
     super();
     validateGPTNeoX(config);
-    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
-    this.section = options.section ?? [0, config.layers + 3];
-    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
+    this.section = section;
     this.gpt_neox = this.addModule('gpt_neox', new GPTNeoXModel(config, rng, parts));
     this.embed_out
       = !config.tieWordEmbeddings && parts.head ? this.addModule('embed_out', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
@@ -286,40 +286,15 @@ export class GPTNeoX extends Module implements CausalLM {
     const blockParams = 4 * h + 4 * h * h + (c.attentionBias ? 4 * h : 0) + 2 * h * i + i + h;
     const headWeight = () => this.embed_out?.weight ?? m.embed_in!.weight;
     const headName = c.tieWordEmbeddings ? 'gpt_neox.embed_in.weight' : 'embed_out.weight';
-    return [
-      {
-        name: 'gpt_neox.embed_in',
-        kind: 'embedding',
-        blockIndex: -1,
-        namedParameters: () => [['gpt_neox.embed_in.weight', m.embed_in!.weight]],
-        forward: (ids) => m.embed_in!.forward(ids),
-        profile: () => layerProfile(c.vocabSize * h, 0, h),
-      },
-      ...Array.from({ length: c.layers }, (_, b): ModelLayer => ({
-        name: `gpt_neox.layers.${b}`,
-        kind: 'block',
-        blockIndex: b,
-        namedParameters: () => [...m.layers.byIndex(b).namedParameters(`gpt_neox.layers.${b}`)],
-        forward: (x, ctx) => m.layers.byIndex(b).forward(x, ctx, b),
-        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
-      })),
-      {
-        name: 'gpt_neox.final_layer_norm',
-        kind: 'norm',
-        blockIndex: -1,
-        namedParameters: () => [...m.final_layer_norm!.namedParameters('gpt_neox.final_layer_norm')],
-        forward: (x) => m.final_layer_norm!.forward(x),
-        profile: () => layerProfile(2 * h, 8 * h, h),
-      },
-      {
-        name: 'embed_out',
-        kind: 'head',
-        blockIndex: -1,
-        namedParameters: () => [[headName, headWeight()]],
-        forward: (x) => linear(x, headWeight()),
-        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
-      },
-    ];
+    return decoderLayers({
+      blocks: c.layers, hidden: h, vocab: c.vocabSize,
+      embedding: plainEmbedding('gpt_neox.embed_in', () => m.embed_in!, c.vocabSize, h),
+      blockPrefix: 'gpt_neox.layers',
+      block: (b) => m.layers.byIndex(b),
+      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
+      norm: { name: 'gpt_neox.final_layer_norm', module: () => m.final_layer_norm!, params: 2 * h },
+      head: { name: 'embed_out', weightName: headName, weight: headWeight },
+    });
   }
 
   forward(ids: Tensor, options: ForwardOptions = {}): Tensor {

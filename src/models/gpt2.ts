@@ -1,10 +1,11 @@
 import { Embedding, LayerNorm, Module, ModuleList } from '../nn/index.ts';
-import { drawsNothing, Generator, linear, ZeroGenerator, randn, type Tensor, zeros } from '../tensor/index.ts';
+import { drawsNothing, Generator, linear, randn, type Tensor, zeros } from '../tensor/index.ts';
 import type { GPT2Config } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
 import type { Tokenizer } from './tokenizer.ts';
+import { decoderLayers, sectionSetup } from './decoder-layers.ts';
 
 /** GPT-2 as Hugging Face's GPT2LMHeadModel: same module names, same numbers. */
 
@@ -126,9 +127,8 @@ export class GPT2 extends Module implements CausalLM {
     options: { seed?: number; init?: boolean; section?: ModelPart } = {},
   ) {
     super();
-    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
-    this.section = options.section ?? [0, config.layers + 3];
-    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
+    this.section = section;
     this.transformer = this.addModule('transformer', new GPT2Transformer(config, rng, parts));
     this.lm_head = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', new LMHead(config, rng)) : null;
     this.wholeLayers = this.buildLayers();
@@ -145,11 +145,10 @@ export class GPT2 extends Module implements CausalLM {
     const blockParams = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * inner + inner) + (inner * h + h);
     const headWeight = () => this.lm_head?.weight ?? t.wte!.weight;
     const headName = c.tieWordEmbeddings ? 'transformer.wte.weight' : 'lm_head.weight';
-    return [
-      {
+    return decoderLayers({
+      blocks: c.layers, hidden: h, vocab: c.vocabSize,
+      embedding: {
         name: 'transformer.embeddings',
-        kind: 'embedding',
-        blockIndex: -1,
         namedParameters: () => [
           ['transformer.wte.weight', t.wte!.weight],
           ['transformer.wpe.weight', t.wpe!.weight],
@@ -157,31 +156,12 @@ export class GPT2 extends Module implements CausalLM {
         forward: (ids, ctx) => t.wte!.forward(ids).add(t.wpe!.forward(ctx.positions)),
         profile: () => layerProfile((c.vocabSize + c.maxPositions) * h, h, h),
       },
-      ...Array.from({ length: c.layers }, (_, i): ModelLayer => ({
-        name: `transformer.h.${i}`,
-        kind: 'block',
-        blockIndex: i,
-        namedParameters: () => [...t.h.byIndex(i).namedParameters(`transformer.h.${i}`)],
-        forward: (x, ctx) => t.h.byIndex(i).forward(x, ctx, i),
-        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
-      })),
-      {
-        name: 'transformer.ln_f',
-        kind: 'norm',
-        blockIndex: -1,
-        namedParameters: () => [...t.ln_f!.namedParameters('transformer.ln_f')],
-        forward: (x) => t.ln_f!.forward(x),
-        profile: () => layerProfile(2 * h, 8 * h, h),
-      },
-      {
-        name: 'lm_head',
-        kind: 'head',
-        blockIndex: -1,
-        namedParameters: () => [[headName, headWeight()]],
-        forward: (x) => linear(x, headWeight()),
-        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
-      },
-    ];
+      blockPrefix: 'transformer.h',
+      block: (i) => t.h.byIndex(i),
+      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
+      norm: { name: 'transformer.ln_f', module: () => t.ln_f!, params: 2 * h },
+      head: { name: 'lm_head', weightName: headName, weight: headWeight },
+    });
   }
 
   forward(ids: Tensor, options: ForwardOptions = {}): Tensor {

@@ -1,14 +1,15 @@
 import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
-import { Generator, linear, ZeroGenerator, type Tensor } from '../tensor/index.ts';
+import { Generator, type Tensor } from '../tensor/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
 import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
 import { blockWindow, rotaryDim } from './llama-config.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
 import { Phi3Attention, Phi3MLP } from './phi3.ts';
 import { applyRotary, cachedRotaryTables, type RopeSpec, rotaryTablesFor } from './rope.ts';
 import type { Tokenizer } from './tokenizer.ts';
+import { decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
  * Llama as Hugging Face's LlamaForCausalLM, and the families that differ from it in a part or
@@ -143,9 +144,8 @@ export class Llama extends Module implements CausalLM {
     options: { seed?: number; init?: boolean; section?: ModelPart } = {},
   ) {
     super();
-    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
-    this.section = options.section ?? [0, config.layers + 3];
-    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
+    this.section = section;
     this.model = this.addModule('model', new LlamaModel(config, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
@@ -165,40 +165,15 @@ export class Llama extends Module implements CausalLM {
         + (c.modelType === 'qwen3' ? 2 * c.headDim : 0) + (c.mlpBias ? 2 * c.intermediate + h : 0);
     const headWeight = () => this.lm_head?.weight ?? m.embed_tokens!.weight;
     const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
-    return [
-      {
-        name: 'model.embed_tokens',
-        kind: 'embedding',
-        blockIndex: -1,
-        namedParameters: () => [['model.embed_tokens.weight', m.embed_tokens!.weight]],
-        forward: (ids) => m.embed_tokens!.forward(ids),
-        profile: () => layerProfile(c.vocabSize * h, 0, h),
-      },
-      ...Array.from({ length: c.layers }, (_, i): ModelLayer => ({
-        name: `model.layers.${i}`,
-        kind: 'block',
-        blockIndex: i,
-        namedParameters: () => [...m.layers.byIndex(i).namedParameters(`model.layers.${i}`)],
-        forward: (x, ctx) => m.layers.byIndex(i).forward(x, ctx, i),
-        profile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim),
-      })),
-      {
-        name: 'model.norm',
-        kind: 'norm',
-        blockIndex: -1,
-        namedParameters: () => [['model.norm.weight', m.norm!.weight]],
-        forward: (x) => m.norm!.forward(x),
-        profile: () => layerProfile(h, 4 * h, h),
-      },
-      {
-        name: 'lm_head',
-        kind: 'head',
-        blockIndex: -1,
-        namedParameters: () => [[headName, headWeight()]],
-        forward: (x) => linear(x, headWeight()),
-        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
-      },
-    ];
+    return decoderLayers({
+      blocks: c.layers, hidden: h, vocab: c.vocabSize,
+      embedding: plainEmbedding('model.embed_tokens', () => m.embed_tokens!, c.vocabSize, h),
+      blockPrefix: 'model.layers',
+      block: (i) => m.layers.byIndex(i),
+      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim),
+      norm: { name: 'model.norm', module: () => m.norm!, params: h },
+      head: { name: 'lm_head', weightName: headName, weight: headWeight },
+    });
   }
 
   forward(ids: Tensor, options: ForwardOptions = {}): Tensor {

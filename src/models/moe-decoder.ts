@@ -1,16 +1,17 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
-import { Generator, linear, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import { Generator, type Tensor } from '../tensor/index.ts';
 import type { ModelConfig } from './config.ts';
 import { firstId, num } from './config-fields.ts';
 import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
 import { runLayers } from './forward.ts';
 import { LlamaAttention, type LlamaAttentionConfig } from './llama.ts';
 import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts, sectionParts } from './model.ts';
+  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
 import { GatedMLP, type MoeSpec, moeSizes, PROJ_NAMES, SparseMoe } from './moe.ts';
 import { cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
 import type { Tokenizer } from './tokenizer.ts';
+import { decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
  * The decoder the sparse MoE families share (Mixtral, Qwen3-MoE): Llama's blocks (RMSNorm,
@@ -210,9 +211,8 @@ export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends Mo
     options: { seed?: number; init?: boolean; section?: ModelPart } = {},
   ) {
     super();
-    const parts = sectionParts(config.layers, options.section, config.tieWordEmbeddings);
-    this.section = options.section ?? [0, config.layers + 3];
-    const rng = options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0);
+    const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
+    this.section = section;
     this.model = this.addModule('model', new MoeModel(config, family, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
@@ -240,40 +240,15 @@ export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends Mo
     const h = c.hidden;
     const headWeight = () => this.lm_head?.weight ?? m.embed_tokens!.weight;
     const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
-    return [
-      {
-        name: 'model.embed_tokens',
-        kind: 'embedding',
-        blockIndex: -1,
-        namedParameters: () => [['model.embed_tokens.weight', m.embed_tokens!.weight]],
-        forward: (ids) => m.embed_tokens!.forward(ids),
-        profile: () => layerProfile(c.vocabSize * h, 0, h),
-      },
-      ...Array.from({ length: c.layers }, (_, i): ModelLayer => ({
-        name: `model.layers.${i}`,
-        kind: 'block',
-        blockIndex: i,
-        namedParameters: () => [...m.layers.byIndex(i).namedParameters(`model.layers.${i}`)],
-        forward: (x, ctx) => m.layers.byIndex(i).forward(x, ctx, i),
-        profile: () => this.blockProfile(i),
-      })),
-      {
-        name: 'model.norm',
-        kind: 'norm',
-        blockIndex: -1,
-        namedParameters: () => [['model.norm.weight', m.norm!.weight]],
-        forward: (x) => m.norm!.forward(x),
-        profile: () => layerProfile(h, 4 * h, h),
-      },
-      {
-        name: 'lm_head',
-        kind: 'head',
-        blockIndex: -1,
-        namedParameters: () => [[headName, headWeight()]],
-        forward: (x) => linear(x, headWeight()),
-        profile: () => layerProfile(c.vocabSize * h, 2 * c.vocabSize * h, c.vocabSize),
-      },
-    ];
+    return decoderLayers({
+      blocks: c.layers, hidden: h, vocab: c.vocabSize,
+      embedding: plainEmbedding('model.embed_tokens', () => m.embed_tokens!, c.vocabSize, h),
+      blockPrefix: 'model.layers',
+      block: (i) => m.layers.byIndex(i),
+      blockProfile: (i) => this.blockProfile(i),
+      norm: { name: 'model.norm', module: () => m.norm!, params: h },
+      head: { name: 'lm_head', weightName: headName, weight: headWeight },
+    });
   }
 
   forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
