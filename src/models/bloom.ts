@@ -3,12 +3,11 @@ import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts
 import { Generator, type Tensor } from '../tensor/index.ts';
 import { alibiAttention, alibiSlopes } from './alibi.ts';
 import { firstId, num } from './config-fields.ts';
-import { mergeHeads, runLayers } from './forward.ts';
-import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
-import type { Tokenizer } from './tokenizer.ts';
+import { mergeHeads } from './forward.ts';
+import { type ForwardContext, layerProfile,
+  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
 import { normalInit, proj } from './decoder-parts.ts';
-import { decoderLayers, sectionSetup } from './decoder-layers.ts';
+import { DecoderLM, decoderLayers, sectionSetup } from './decoder-layers.ts';
 
 /**
  * BLOOM as transformers' BloomForCausalLM: no position embeddings but ALiBi biases in every
@@ -216,13 +215,9 @@ class BloomModel extends Module {
   }
 }
 
-export class Bloom extends Module implements CausalLM {
+export class Bloom extends DecoderLM {
   readonly transformer: BloomModel;
   readonly lm_head: Linear | null;
-  readonly layers: readonly ModelLayer[];
-  readonly wholeLayers: readonly ModelLayer[];
-  readonly section: ModelPart;
-  tokenizer: Tokenizer | null = null;
 
   /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
   constructor(
@@ -236,8 +231,7 @@ export class Bloom extends Module implements CausalLM {
     this.transformer = this.addModule('transformer', new BloomModel(config, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
-    this.wholeLayers = this.buildLayers();
-    this.layers = partLayers(this.wholeLayers, this.section);
+    this.setLayers(this.buildLayers());
   }
 
   private buildLayers(): ModelLayer[] {
@@ -266,13 +260,5 @@ export class Bloom extends Module implements CausalLM {
       norm: { name: 'transformer.ln_f', module: () => m.ln_f!, params: 2 * h },
       head: { name: 'lm_head', weightName: headName, weight: headWeight },
     });
-  }
-
-  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
-    return runLayers(this.layers, ids, options, this.config.maxPositions);
-  }
-
-  hfStateDict(): Map<string, Tensor> {
-    return new Map(this.namedParameters());
   }
 }

@@ -1,8 +1,12 @@
-import type { Embedding, Module } from '../nn/index.ts';
+import { type Embedding, Module } from '../nn/index.ts';
 import { Generator, linear, type Tensor, ZeroGenerator } from '../tensor/index.ts';
+import type { ModelConfig } from './config.ts';
+import { runLayers } from './forward.ts';
 import {
-  type ForwardContext, type LayerProfile, layerProfile, type ModelLayer, type ModelPart, type SectionParts, sectionParts,
+  type CausalLM, type ForwardContext, type ForwardOptions, type LayerProfile, layerProfile, type ModelLayer, type ModelPart, partLayers,
+  type SectionParts, sectionParts,
 } from './model.ts';
+import type { Tokenizer } from './tokenizer.ts';
 
 /**
  * Every family's layer list has one shape: an embedding, the blocks, a final norm and a head, as its model holds them
@@ -79,4 +83,31 @@ export function sectionSetup(
     section: options.section ?? [0, layers + 3],
     rng: options.init === false || options.section ? new ZeroGenerator() : new Generator(options.seed ?? 0),
   };
+}
+
+/**
+ * What every family's model is besides its modules: the layers it holds (of the whole list, its section's), a forward
+ * that folds them, and its state dict under the checkpoint's names. A family builds its modules, sets its section, and
+ * hands its layer list to setLayers.
+ */
+export abstract class DecoderLM extends Module implements CausalLM {
+  abstract readonly config: ModelConfig;
+  section: ModelPart = 'ends';
+  layers: readonly ModelLayer[] = [];
+  wholeLayers: readonly ModelLayer[] = [];
+  tokenizer: Tokenizer | null = null;
+
+  /** Every layer of the whole model, of which this object holds its section's. */
+  protected setLayers(whole: readonly ModelLayer[]): void {
+    this.wholeLayers = whole;
+    this.layers = partLayers(whole, this.section);
+  }
+
+  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
+    return runLayers(this.layers, ids, options, this.config.maxPositions);
+  }
+
+  hfStateDict(): Map<string, Tensor> {
+    return new Map(this.namedParameters());
+  }
 }

@@ -3,13 +3,12 @@ import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts
 import { Generator, type Tensor } from '../tensor/index.ts';
 import { geluErf } from '../tensor/ops/gelu-erf.ts';
 import { firstId, num } from './config-fields.ts';
-import { cachedAttention, mergeHeads, runLayers } from './forward.ts';
-import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
+import { cachedAttention, mergeHeads } from './forward.ts';
+import { type ForwardContext, layerProfile,
+  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
-import type { Tokenizer } from './tokenizer.ts';
 import { normalInit, proj } from './decoder-parts.ts';
-import { decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
+import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
  * Falcon as transformers' FalconForCausalLM, in its two rotary forms:
@@ -273,13 +272,9 @@ class FalconModel extends Module {
   }
 }
 
-export class Falcon extends Module implements CausalLM {
+export class Falcon extends DecoderLM {
   readonly transformer: FalconModel;
   readonly lm_head: Linear | null;
-  readonly layers: readonly ModelLayer[];
-  readonly wholeLayers: readonly ModelLayer[];
-  readonly section: ModelPart;
-  tokenizer: Tokenizer | null = null;
 
   /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
   constructor(
@@ -293,8 +288,7 @@ export class Falcon extends Module implements CausalLM {
     this.transformer = this.addModule('transformer', new FalconModel(config, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
-    this.wholeLayers = this.buildLayers();
-    this.layers = partLayers(this.wholeLayers, this.section);
+    this.setLayers(this.buildLayers());
   }
 
   private buildLayers(): ModelLayer[] {
@@ -317,13 +311,5 @@ export class Falcon extends Module implements CausalLM {
       norm: { name: 'transformer.ln_f', module: () => m.ln_f!, params: 2 * h },
       head: { name: 'lm_head', weightName: headName, weight: headWeight },
     });
-  }
-
-  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
-    return runLayers(this.layers, ids, options, this.config.maxPositions);
-  }
-
-  hfStateDict(): Map<string, Tensor> {
-    return new Map(this.namedParameters());
   }
 }

@@ -4,12 +4,11 @@ import { Generator, rmsNorm, type Tensor, zeros } from '../tensor/index.ts';
 import type { AttentionOptions } from './attention.ts';
 import type { LlamaLayerType } from './config.ts';
 import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
-import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
-import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
+import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
+import { type ForwardContext, layerProfile,
+  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
-import type { Tokenizer } from './tokenizer.ts';
-import { decoderLayers, sectionSetup } from './decoder-layers.ts';
+import { DecoderLM, decoderLayers, sectionSetup } from './decoder-layers.ts';
 
 /**
  * Gemma 2 and Gemma 3 (text) as transformers' Gemma2ForCausalLM and Gemma3ForCausalLM. What
@@ -368,13 +367,9 @@ class GemmaModel extends Module {
   }
 }
 
-export class Gemma extends Module implements CausalLM {
+export class Gemma extends DecoderLM {
   readonly model: GemmaModel;
   readonly lm_head: Linear | null;
-  readonly layers: readonly ModelLayer[];
-  readonly wholeLayers: readonly ModelLayer[];
-  readonly section: ModelPart;
-  tokenizer: Tokenizer | null = null;
 
   /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
   constructor(
@@ -387,8 +382,7 @@ export class Gemma extends Module implements CausalLM {
     this.model = this.addModule('model', new GemmaModel(config, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
-    this.wholeLayers = this.buildLayers();
-    this.layers = partLayers(this.wholeLayers, this.section);
+    this.setLayers(this.buildLayers());
   }
 
   private buildLayers(): ModelLayer[] {
@@ -419,13 +413,5 @@ export class Gemma extends Module implements CausalLM {
       // the final logit soft-cap
       head: { name: 'lm_head', weightName: headName, weight: headWeight, ...(cap === undefined ? {} : { after: (logits) => logits.div(cap).tanh().mul(cap) }) },
     });
-  }
-
-  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
-    return runLayers(this.layers, ids, options, this.config.maxPositions);
-  }
-
-  hfStateDict(): Map<string, Tensor> {
-    return new Map(this.namedParameters());
   }
 }

@@ -3,13 +3,12 @@ import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts
 import { Generator, type Tensor } from '../tensor/index.ts';
 import { geluErf } from '../tensor/ops/gelu-erf.ts';
 import { firstId, num } from './config-fields.ts';
-import { cachedAttention, mergeHeads, runLayers } from './forward.ts';
-import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
+import { cachedAttention, mergeHeads } from './forward.ts';
+import { type ForwardContext, layerProfile,
+  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
-import type { Tokenizer } from './tokenizer.ts';
 import { normalInit, proj } from './decoder-parts.ts';
-import { decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
+import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
  * GPT-NeoX (Pythia, GPT-NeoX-20B) as transformers' GPTNeoXForCausalLM: LayerNorm blocks whose
@@ -252,14 +251,10 @@ class GPTNeoXModel extends Module {
   }
 }
 
-export class GPTNeoX extends Module implements CausalLM {
+export class GPTNeoX extends DecoderLM {
   readonly gpt_neox: GPTNeoXModel;
   /** The untied head (transformers' lm_head at run time, `embed_out` in checkpoints), when this part holds it. */
   readonly embed_out: Linear | null;
-  readonly layers: readonly ModelLayer[];
-  readonly wholeLayers: readonly ModelLayer[];
-  readonly section: ModelPart;
-  tokenizer: Tokenizer | null = null;
 
   /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
   constructor(
@@ -273,8 +268,7 @@ export class GPTNeoX extends Module implements CausalLM {
     this.gpt_neox = this.addModule('gpt_neox', new GPTNeoXModel(config, rng, parts));
     this.embed_out
       = !config.tieWordEmbeddings && parts.head ? this.addModule('embed_out', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
-    this.wholeLayers = this.buildLayers();
-    this.layers = partLayers(this.wholeLayers, this.section);
+    this.setLayers(this.buildLayers());
   }
 
   private buildLayers(): ModelLayer[] {
@@ -295,13 +289,5 @@ export class GPTNeoX extends Module implements CausalLM {
       norm: { name: 'gpt_neox.final_layer_norm', module: () => m.final_layer_norm!, params: 2 * h },
       head: { name: 'embed_out', weightName: headName, weight: headWeight },
     });
-  }
-
-  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
-    return runLayers(this.layers, ids, options, this.config.maxPositions);
-  }
-
-  hfStateDict(): Map<string, Tensor> {
-    return new Map(this.namedParameters());
   }
 }

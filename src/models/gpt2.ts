@@ -1,11 +1,10 @@
 import { Embedding, LayerNorm, Module, ModuleList } from '../nn/index.ts';
 import { drawsNothing, Generator, linear, randn, type Tensor, zeros } from '../tensor/index.ts';
 import type { GPT2Config } from './config.ts';
-import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
-import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
-import type { Tokenizer } from './tokenizer.ts';
-import { decoderLayers, sectionSetup } from './decoder-layers.ts';
+import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
+import { type ForwardContext, layerProfile,
+  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
+import { DecoderLM, decoderLayers, sectionSetup } from './decoder-layers.ts';
 
 /** GPT-2 as Hugging Face's GPT2LMHeadModel: same module names, same numbers. */
 
@@ -109,14 +108,10 @@ class LMHead extends Module {
   }
 }
 
-export class GPT2 extends Module implements CausalLM {
+export class GPT2 extends DecoderLM {
   readonly transformer: GPT2Transformer;
   /** The untied head (null when the head is the token embedding, as in GPT-2, or not in this section). */
   readonly lm_head: LMHead | null;
-  readonly layers: readonly ModelLayer[];
-  readonly wholeLayers: readonly ModelLayer[];
-  readonly section: ModelPart;
-  tokenizer: Tokenizer | null = null;
 
   /**
    * @param options.section build only layers [start, end) (0 = embedding, 1..L blocks,
@@ -131,8 +126,7 @@ export class GPT2 extends Module implements CausalLM {
     this.section = section;
     this.transformer = this.addModule('transformer', new GPT2Transformer(config, rng, parts));
     this.lm_head = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', new LMHead(config, rng)) : null;
-    this.wholeLayers = this.buildLayers();
-    this.layers = partLayers(this.wholeLayers, this.section);
+    this.setLayers(this.buildLayers());
   }
 
   private buildLayers(): ModelLayer[] {
@@ -162,13 +156,5 @@ export class GPT2 extends Module implements CausalLM {
       norm: { name: 'transformer.ln_f', module: () => t.ln_f!, params: 2 * h },
       head: { name: 'lm_head', weightName: headName, weight: headWeight },
     });
-  }
-
-  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
-    return runLayers(this.layers, ids, options, this.config.maxPositions);
-  }
-
-  hfStateDict(): Map<string, Tensor> {
-    return new Map(this.namedParameters());
   }
 }

@@ -1,15 +1,14 @@
 import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
 import { Generator, type Tensor } from '../tensor/index.ts';
 import type { LlamaConfig } from './config.ts';
-import { cachedAttention, mergeHeads, runLayers, splitHeads } from './forward.ts';
+import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
 import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
 import { blockWindow, rotaryDim } from './llama-config.ts';
-import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
+import { type ForwardContext, layerProfile,
+  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
 import { Phi3Attention, Phi3MLP } from './phi3.ts';
 import { applyRotary, cachedRotaryTables, type RopeSpec, rotaryTablesFor } from './rope.ts';
-import type { Tokenizer } from './tokenizer.ts';
-import { decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
+import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
  * Llama as Hugging Face's LlamaForCausalLM, and the families that differ from it in a part or
@@ -130,13 +129,9 @@ class LlamaModel extends Module {
   }
 }
 
-export class Llama extends Module implements CausalLM {
+export class Llama extends DecoderLM {
   readonly model: LlamaModel;
   readonly lm_head: Linear | null;
-  readonly layers: readonly ModelLayer[];
-  readonly wholeLayers: readonly ModelLayer[];
-  readonly section: ModelPart;
-  tokenizer: Tokenizer | null = null;
 
   /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
   constructor(
@@ -149,8 +144,7 @@ export class Llama extends Module implements CausalLM {
     this.model = this.addModule('model', new LlamaModel(config, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
-    this.wholeLayers = this.buildLayers();
-    this.layers = partLayers(this.wholeLayers, this.section);
+    this.setLayers(this.buildLayers());
   }
 
   private buildLayers(): ModelLayer[] {
@@ -174,13 +168,5 @@ export class Llama extends Module implements CausalLM {
       norm: { name: 'model.norm', module: () => m.norm!, params: h },
       head: { name: 'lm_head', weightName: headName, weight: headWeight },
     });
-  }
-
-  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
-    return runLayers(this.layers, ids, options, this.config.maxPositions);
-  }
-
-  hfStateDict(): Map<string, Tensor> {
-    return new Map(this.namedParameters());
   }
 }

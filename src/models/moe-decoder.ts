@@ -4,14 +4,12 @@ import { Generator, type Tensor } from '../tensor/index.ts';
 import type { ModelConfig } from './config.ts';
 import { firstId, num } from './config-fields.ts';
 import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
-import { runLayers } from './forward.ts';
 import { LlamaAttention, type LlamaAttentionConfig } from './llama.ts';
-import { type CausalLM, type ForwardContext, type ForwardOptions, layerProfile,
-  type ModelLayer, type ModelPart, partLayers, type SectionParts } from './model.ts';
+import { type ForwardContext, layerProfile,
+  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
 import { GatedMLP, type MoeSpec, moeSizes, PROJ_NAMES, SparseMoe } from './moe.ts';
 import { cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
-import type { Tokenizer } from './tokenizer.ts';
-import { decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
+import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
  * The decoder the sparse MoE families share (Mixtral, Qwen3-MoE): Llama's blocks (RMSNorm,
@@ -196,13 +194,9 @@ class MoeModel extends Module {
 }
 
 /** A MoE family's causal LM (MixtralForCausalLM, Qwen3MoeForCausalLM): `model` and `lm_head`. */
-export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends Module implements CausalLM {
+export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends DecoderLM {
   readonly model: MoeModel;
   readonly lm_head: Linear | null;
-  readonly layers: readonly ModelLayer[];
-  readonly wholeLayers: readonly ModelLayer[];
-  readonly section: ModelPart;
-  tokenizer: Tokenizer | null = null;
 
   /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
   constructor(
@@ -216,8 +210,7 @@ export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends Mo
     this.model = this.addModule('model', new MoeModel(config, family, rng, parts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
-    this.wholeLayers = this.buildLayers();
-    this.layers = partLayers(this.wholeLayers, this.section);
+    this.setLayers(this.buildLayers());
   }
 
   /** A block's profile: every expert's parameters, the FLOPs of the experts a token runs (top-k). */
@@ -249,13 +242,5 @@ export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends Mo
       norm: { name: 'model.norm', module: () => m.norm!, params: h },
       head: { name: 'lm_head', weightName: headName, weight: headWeight },
     });
-  }
-
-  forward(ids: Tensor, options: ForwardOptions = {}): Tensor {
-    return runLayers(this.layers, ids, options, this.config.maxPositions);
-  }
-
-  hfStateDict(): Map<string, Tensor> {
-    return new Map(this.namedParameters());
   }
 }
