@@ -1,4 +1,5 @@
 import { GGUFFormatError } from '../errors.ts';
+import { READ_CHUNK_BYTES } from './read-file.ts';
 import { bfloat16ToFloat, floatToBfloat16, floatToHalf, halfToFloat } from '../tensor/dtype.ts';
 import type { PackedMatrix } from '../tensor/index.ts';
 
@@ -25,7 +26,7 @@ export const GGUF_DEFAULT_ALIGNMENT = 32;
 /** ggml's GGML_MAX_DIMS. */
 export const MAX_DIMS = 4;
 /** Bytes read or encoded per step: bounds the temporary memory of a load or a write. */
-export const CHUNK_BYTES = 16 * 1024 * 1024;
+export const CHUNK_BYTES = READ_CHUNK_BYTES;
 
 /** Metadata value types, by their ids in the file. */
 export const GGUF_VALUE_TYPES = [

@@ -1,6 +1,6 @@
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
-import { FileNotFoundError } from '../errors.ts';
+import { closeSync, fstatSync, readSync } from 'node:fs';
 import { type PackedMatrix, Tensor } from '../tensor/index.ts';
+import { openFile, readExactly as readFileExactly } from './read-file.ts';
 import {
   blocksToPacked,
   CHUNK_BYTES,
@@ -129,21 +129,8 @@ class HeaderCursor {
   }
 }
 
-function openFile(path: string): number {
-  try {
-    return openSync(path, 'r');
-  } catch (cause) {
-    throw new FileNotFoundError(`cannot open '${path}'`, { cause });
-  }
-}
-
 function readExactly(fd: number, target: Uint8Array, position: number, where: string): void {
-  let done = 0;
-  while (done < target.length) {
-    const n = readSync(fd, target, done, Math.min(CHUNK_BYTES, target.length - done), position + done);
-    if (n === 0) throw new GGUFFormatError(`${where}: file ends early`);
-    done += n;
-  }
+  readFileExactly(fd, target, position, where, (message) => new GGUFFormatError(message));
 }
 
 /**

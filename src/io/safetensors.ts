@@ -5,7 +5,6 @@ import {
   mkdirSync,
   openSync,
   readFileSync,
-  readSync,
   statSync,
   writeFileSync,
   writeSync,
@@ -14,6 +13,7 @@ import { dirname, join } from 'node:path';
 import { FileNotFoundError, SafetensorsFormatError } from '../errors.ts';
 import { bfloat16ToFloat, floatToBfloat16, floatToHalf, halfToFloat } from '../tensor/dtype.ts';
 import { Tensor } from '../tensor/index.ts';
+import { openFile, READ_CHUNK_BYTES, readExactly as readFileExactly } from './read-file.ts';
 import { sizeOf } from '../tensor/shape.ts';
 import {
   buildHeader,
@@ -31,24 +31,10 @@ import {
  * int32 (with a range check). Writing streams tensor by tensor.
  */
 
-/** Bytes read or converted per step: bounds the temporary memory of a load. */
-const CHUNK_BYTES = 16 * 1024 * 1024;
-
-function openFile(path: string): number {
-  try {
-    return openSync(path, 'r');
-  } catch (cause) {
-    throw new FileNotFoundError(`cannot open '${path}'`, { cause });
-  }
-}
+const CHUNK_BYTES = READ_CHUNK_BYTES;
 
 function readExactly(fd: number, target: Uint8Array, position: number, where: string): void {
-  let done = 0;
-  while (done < target.length) {
-    const n = readSync(fd, target, done, Math.min(CHUNK_BYTES, target.length - done), position + done);
-    if (n === 0) throw new SafetensorsFormatError(`${where}: file ends early`);
-    done += n;
-  }
+  readFileExactly(fd, target, position, where, (message) => new SafetensorsFormatError(message));
 }
 
 /** A safetensors file opened for lazy, tensor-by-tensor reading. Close it when done. */
