@@ -8,6 +8,7 @@ import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
 import { normalInit, proj } from './decoder-parts.ts';
 import { DecoderLM, decoderLayers, sectionSetup } from './decoder-layers.ts';
+import type { DecoderConfigBase } from './config.ts';
 
 /**
  * BLOOM as transformers' BloomForCausalLM: no position embeddings but ALiBi biases in every
@@ -16,27 +17,14 @@ import { DecoderLM, decoderLayers, sectionSetup } from './decoder-layers.ts';
  * then head 1, …); sequential pre-LayerNorm blocks whose residual is added inside the attention
  * and the MLP; a tanh-GELU MLP of 4 × hidden; the head tied to the embedding.
  */
-export interface BloomConfig {
+export interface BloomConfig extends DecoderConfigBase {
   arch: 'bloom';
-  vocabSize: number;
   /**
    * Longest sequence accepted (ALiBi itself has no limit; BLOOM has no such key, its models
    * were trained on 2048: `max_position_embeddings` here, written only when it differs).
    */
-  maxPositions: number;
-  hidden: number;
-  layers: number;
-  heads: number;
-  /** MLP width: 4 × hidden, always, in BLOOM. */
-  intermediate: number;
-  /** layer_norm_epsilon (1e-5). */
-  normEps: number;
-  initializerRange: number;
-  tieWordEmbeddings: boolean;
   /** apply_residual_connection_post_layernorm: the residual is the normed input (false). */
   residualPostNorm: boolean;
-  bosTokenId?: number;
-  eosTokenId?: number;
   padTokenId?: number;
 }
 

@@ -8,29 +8,31 @@ import { type MixtralConfig, mixtralFromHF, mixtralToHF, validateMixtral } from 
 import { type Qwen3MoeConfig, qwen3MoeFromHF, qwen3MoeToHF, validateQwen3Moe } from './qwen3-moe.ts';
 import type { RopeScaling } from './rope.ts';
 
-/** GPT-2 (Hugging Face `model_type: gpt2`). Defaults are GPT-2 small's. */
-export interface GPT2Config {
-  arch: 'gpt2';
-  /** Vocabulary size (50257). */
+/** What the config of every family holds, in our names (each family's config.json key says which field it is read from). */
+export interface DecoderConfigBase {
   vocabSize: number;
-  /** Longest sequence the learned positions cover (1024). */
+  /** Longest sequence the model's positions cover. */
   maxPositions: number;
-  /** Hidden size, n_embd (768). */
   hidden: number;
-  /** Blocks, n_layer (12). */
+  /** Blocks. */
   layers: number;
-  /** Attention heads, n_head (12). */
+  /** Attention (query) heads. */
   heads: number;
-  /** MLP width, n_inner (4 × hidden). */
+  /** The MLP's width. */
   intermediate: number;
-  /** LayerNorm epsilon (1e-5). */
+  /** The norms' epsilon. */
   normEps: number;
-  /** Std of the initial weights (0.02). */
+  /** Std of the initial weights. */
   initializerRange: number;
-  /** The LM head shares the token embedding (true for GPT-2). */
+  /** The LM head shares the token embedding. */
   tieWordEmbeddings: boolean;
   bosTokenId?: number;
   eosTokenId?: number;
+}
+
+/** GPT-2 (Hugging Face `model_type: gpt2`). Defaults are GPT-2 small's: vocabulary 50257, 1024 positions, 768 wide, 12 blocks and heads. */
+export interface GPT2Config extends DecoderConfigBase {
+  arch: 'gpt2';
 }
 
 /** A block's attention in the families with sliding windows (transformers' layer_types). */
@@ -40,25 +42,14 @@ export type LlamaLayerType = 'full_attention' | 'sliding_attention';
  * Llama (`model_type: llama`; Mistral, Qwen2, Qwen3 and Phi-3 configs reduce to it, see
  * llama-config.ts). Defaults are Llama-2-7B's shape.
  */
-export interface LlamaConfig {
+export interface LlamaConfig extends DecoderConfigBase {
   arch: 'llama';
-  vocabSize: number;
-  maxPositions: number;
-  hidden: number;
-  layers: number;
-  heads: number;
   /** Key/value heads for grouped-query attention (= heads for multi-head attention). */
   kvHeads: number;
   /** Per-head size (hidden / heads unless the config says otherwise). */
   headDim: number;
-  /** SwiGLU width. */
-  intermediate: number;
-  /** RMSNorm epsilon (1e-6). */
-  normEps: number;
   /** Rotary base (10000). */
   ropeTheta: number;
-  initializerRange: number;
-  tieWordEmbeddings: boolean;
   /** Bias on q, k, v projections (Qwen2) and on o (Llama's attention_bias sets both). */
   qkvBias: boolean;
   oBias: boolean;
@@ -77,8 +68,6 @@ export interface LlamaConfig {
   layerTypes?: LlamaLayerType[];
   /** Biases on the MLP's projections (Llama's mlp_bias). */
   mlpBias?: boolean;
-  bosTokenId?: number;
-  eosTokenId?: number;
 }
 
 export type ModelConfig

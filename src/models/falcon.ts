@@ -9,6 +9,7 @@ import { type ForwardContext, layerProfile,
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
 import { normalInit, proj } from './decoder-parts.ts';
 import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
+import type { DecoderConfigBase } from './config.ts';
 
 /**
  * Falcon as transformers' FalconForCausalLM, in its two rotary forms:
@@ -22,17 +23,10 @@ import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decode
  * Refused: ALiBi (Falcon-RW), sequential blocks (`parallel_attn: false`), multi-head attention
  * without the new architecture.
  */
-export interface FalconConfig {
+export interface FalconConfig extends DecoderConfigBase {
   arch: 'falcon';
-  vocabSize: number;
-  maxPositions: number;
-  hidden: number;
-  layers: number;
-  heads: number;
   /** Key/value heads: num_kv_heads under the new architecture, 1 under multi-query. */
   kvHeads: number;
-  /** MLP width (ffn_hidden_size, 4 × hidden). */
-  intermediate: number;
   /** new_decoder_architecture (grouped layout) or the multi-query layout. */
   newDecoderArchitecture: boolean;
   /** LayerNorms of a block: 2 (ln_attn, ln_mlp) or 1 (input_layernorm for both). */
@@ -42,12 +36,6 @@ export interface FalconConfig {
   ropeTheta: number;
   /** rope_scaling (linear, dynamic, yarn, llama3, see rope.ts); absent: the plain rotary. */
   ropeScaling?: RopeScaling;
-  /** layer_norm_epsilon (1e-5). */
-  normEps: number;
-  initializerRange: number;
-  tieWordEmbeddings: boolean;
-  bosTokenId?: number;
-  eosTokenId?: number;
 }
 
 /** Falcon-7B's shape (multi-query) unless overridden. */

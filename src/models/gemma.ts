@@ -2,7 +2,7 @@ import { InvalidArgumentError } from '../errors.ts';
 import { Embedding, type Linear, Module, ModuleList } from '../nn/index.ts';
 import { Generator, rmsNorm, type Tensor, zeros } from '../tensor/index.ts';
 import type { AttentionOptions } from './attention.ts';
-import type { LlamaLayerType } from './config.ts';
+import type { DecoderConfigBase, LlamaLayerType } from './config.ts';
 import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
 import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
 import { type ForwardContext, layerProfile,
@@ -21,28 +21,18 @@ import { DecoderLM, decoderLayers, sectionSetup } from './decoder-layers.ts';
 
 export type GemmaType = 'gemma2' | 'gemma3_text';
 
-export interface GemmaConfig {
+export interface GemmaConfig extends DecoderConfigBase {
   arch: 'gemma';
   modelType: GemmaType;
-  vocabSize: number;
-  maxPositions: number;
-  hidden: number;
-  layers: number;
-  heads: number;
   kvHeads: number;
   /** Per-head size (256 by default, not hidden / heads). */
   headDim: number;
-  /** GeGLU width. */
-  intermediate: number;
-  normEps: number;
   /** Rotary base of the global blocks (and of every block in Gemma 2). */
   ropeTheta: number;
   /** rope_scaling of the global blocks (of every block in Gemma 2). */
   ropeScaling?: RopeScaling;
   /** Gemma 3: the rotary base of the sliding blocks (rope_local_base_freq). */
   ropeLocalTheta?: number;
-  initializerRange: number;
-  tieWordEmbeddings: boolean;
   /** Biases on q, k, v and o. */
   attentionBias: boolean;
   /** Scores are scaled by queryPreAttnScalar^−½. */
@@ -55,8 +45,6 @@ export interface GemmaConfig {
   attnSoftcap?: number;
   /** Logits become cap · tanh(logits / cap) (final_logit_softcapping). */
   finalSoftcap?: number;
-  bosTokenId?: number;
-  eosTokenId?: number;
 }
 
 const ARCHITECTURES: Record<GemmaType, string> = { gemma2: 'Gemma2ForCausalLM', gemma3_text: 'Gemma3ForCausalLM' };

@@ -9,6 +9,7 @@ import { type ForwardContext, layerProfile,
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
 import { normalInit, proj } from './decoder-parts.ts';
 import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
+import type { DecoderConfigBase } from './config.ts';
 
 /**
  * GPT-NeoX (Pythia, GPT-NeoX-20B) as transformers' GPTNeoXForCausalLM: LayerNorm blocks whose
@@ -16,34 +17,20 @@ import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decode
  * query_key_value laid out head by head ([q, k, v] of head 0, then head 1, …), rotary on the
  * first `rotary_pct` of each head, and an untied head named `embed_out`.
  */
-export interface GPTNeoXConfig {
+export interface GPTNeoXConfig extends DecoderConfigBase {
   arch: 'gpt_neox';
-  vocabSize: number;
-  maxPositions: number;
-  hidden: number;
-  layers: number;
-  heads: number;
-  /** MLP width (4 × hidden in Pythia). */
-  intermediate: number;
   /** Share of each head's dims that rotate (rotary_pct, 0.25); the rotated dims are int(headDim × this). */
   rotaryPct: number;
   /** Rotary base (rotary_emb_base, 10000). */
   ropeTheta: number;
   /** rope_scaling (linear, dynamic, yarn, llama3, see rope.ts); absent: the plain rotary. */
   ropeScaling?: RopeScaling;
-  /** LayerNorm epsilon (layer_norm_eps, 1e-5). */
-  normEps: number;
-  initializerRange: number;
-  /** The head shares embed_in (false in every released GPT-NeoX). */
-  tieWordEmbeddings: boolean;
   /** x + attn(ln1(x)) + mlp(ln2(x)) (true), or the two residuals in turn (false). */
   parallelResidual: boolean;
   /** Bias on query_key_value and dense (attention_bias, true). */
   attentionBias: boolean;
   /** hidden_act: 'gelu' is the exact (erf) GELU, the others its tanh approximation. */
   hiddenAct: 'gelu' | 'gelu_new' | 'gelu_pytorch_tanh';
-  bosTokenId?: number;
-  eosTokenId?: number;
 }
 
 /** Pythia-160M's shape unless overridden. */

@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
 import { Generator, type Tensor } from '../tensor/index.ts';
-import type { ModelConfig } from './config.ts';
+import type { DecoderConfigBase, ModelConfig } from './config.ts';
 import { firstId, num } from './config-fields.ts';
 import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
 import { LlamaAttention, type LlamaAttentionConfig } from './llama.ts';
@@ -19,27 +19,17 @@ import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decode
  */
 
 /** The fields the MoE families' configs share. */
-export interface MoeDecoderConfig {
-  vocabSize: number;
-  maxPositions: number;
-  hidden: number;
-  layers: number;
-  heads: number;
+export interface MoeDecoderConfig extends Omit<DecoderConfigBase, 'intermediate'> {
   kvHeads: number;
   headDim: number;
-  normEps: number;
   ropeTheta: number;
   ropeScaling?: RopeScaling;
-  initializerRange: number;
-  tieWordEmbeddings: boolean;
   /** A window on every block's attention (absent: none). */
   slidingWindow?: number;
   /** Experts per sparse block (Mixtral's num_local_experts, Qwen3-MoE's num_experts). */
   experts: number;
   /** Experts each token runs (num_experts_per_tok). */
   topK: number;
-  bosTokenId?: number;
-  eosTokenId?: number;
 }
 
 type Json = Record<string, unknown>;
