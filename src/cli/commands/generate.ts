@@ -1,8 +1,8 @@
-import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer, weightFormat } from '../../models/index.ts';
+import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import {
-  type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags, weightFlagOptions,
-  weightFlags,
+  compactJobFlags, type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags,
+  weightFlagOptions,
 } from '../args.ts';
 import type { FailoverEvent, VerificationSummary } from '../../user/index.ts';
 import { payFlagOptions, payForJob } from '../chain-flags.ts';
@@ -34,14 +34,8 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   const verify = verifyFlags(flags);
   const dir = requiredString(flags, 'model');
   const prompt = requiredString(flags, 'prompt');
-  const format = weightFlags(flags);
-  if (weightFormat(format) && where.kind !== 'local' && ((verify.sampleRate ?? 0) > 0 || verify.redundancy > 1)) {
-    throw new UsageError('the validator does not re-run compact sections yet: --verify-rate and --redundancy go without --dtype bf16 and --quantize');
-  }
-  if (weightFormat(format) && where.kind !== 'local') {
-    verify.sampleRate = 0;
-    out.info(`the workers hold their sections in ${weightFormat(format)}: the validator does not re-run compact sections yet, so nothing checks them`);
-  }
+  const { format, unchecked } = compactJobFlags(flags, where.kind !== 'local', verify);
+  if (unchecked) out.info(unchecked);
   // across workers the user reads only its ends from the checkpoint; sections stream from the files
   const model = where.kind === 'local' ? await loadModel(dir, format) : null;
   const config = model?.config ?? loadConfig(dir);

@@ -1,10 +1,10 @@
 import { basename, resolve } from 'node:path';
-import { generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer, weightFormat } from '../../models/index.ts';
+import { generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { ChatFormat, serveApi, type ServedModel } from '../../serve/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 import { distribute, fetchOverview, type Overview } from '../../user/index.ts';
 import {
-  type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions, weightFlags,
+  compactJobFlags, type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions,
 } from '../args.ts';
 import { loadProgress } from '../load-progress.ts';
 import type { Output } from '../output.ts';
@@ -36,14 +36,8 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   const { strategy, privacy } = planFlags(flags, 'layer-aware');
   const verify = verifyFlags(flags);
   const dir = requiredString(flags, 'model');
-  const format = weightFlags(flags);
-  if (weightFormat(format) && where.kind !== 'local') {
-    if ((verify.sampleRate ?? 0) > 0 || verify.redundancy > 1) {
-      throw new UsageError('the validator does not re-run compact sections yet: --verify-rate and --redundancy go without --dtype bf16 and --quantize');
-    }
-    verify.sampleRate = 0;
-    out.info(`the workers hold their sections in ${weightFormat(format)}: the validator does not re-run compact sections yet, so nothing checks them`);
-  }
+  const { format, unchecked } = compactJobFlags(flags, where.kind !== 'local', verify);
+  if (unchecked) out.info(unchecked);
   const port = intFlag(flags, 'port', 8000, 0);
   if (port > 65535) throw new UsageError(`--port must be in 0..65535, got ${port}`);
   const host = stringFlag(flags, 'host') ?? '127.0.0.1';
