@@ -14,6 +14,8 @@ export {
   formatBytes,
   type PackedMatrix,
   packedBytes,
+  packedFromBytes,
+  packedToBytes,
   packMatrix,
   parseWeightFormat,
   QUANT_BLOCK,
@@ -22,7 +24,7 @@ export {
   WEIGHT_FORMATS,
   type WeightFormat,
 } from './quant/formats.ts';
-export { holdPacked, packWeight, packWeightRows } from './quant/pack.ts';
+export { holdPacked, packedTensor, packWeight, packWeightRows } from './quant/pack.ts';
 export {
   add,
   div,

@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { floatToHalf, halfToFloat } from '../../src/tensor/dtype.ts';
 import {
-  embedding, formatBytes, linear, packedBytes, packMatrix, packWeight, randn, setBackend, tensor, unpackMatrix,
+  embedding, formatBytes, linear, packedBytes, packedFromBytes, packedTensor, packedToBytes, packMatrix,
+  packWeight, randn, setBackend, tensor, unpackMatrix,
   type WeightFormat,
 } from '../../src/tensor/index.ts';
 
@@ -92,6 +93,29 @@ describe('compact weights', () => {
       const ids = tensor([5, 0, 23, 5], [2, 2], 'int32');
       assert.deepEqual(embedding(ids, packed).data, embedding(ids, dense).data);
       assert.throws(() => embedding(tensor([24], [1], 'int32'), packed), /outside the vocabulary of 24/);
+    });
+  }
+});
+
+describe('a packed matrix as bytes (how it travels and is addressed)', () => {
+  for (const format of ['bf16', 'int8', 'int4'] as WeightFormat[]) {
+    test(format, () => {
+      const w = randn([5, 70], { seed: 3 });
+      const p = packMatrix(w.data, 5, 70, format);
+      const bytes = packedToBytes(p);
+      assert.equal(bytes.byteLength, formatBytes(format, 5, 70));
+      // from an unaligned copy too (a chunk inside a larger frame)
+      const shifted = new Uint8Array(bytes.byteLength + 1);
+      shifted.set(bytes, 1);
+      for (const b of [bytes, shifted.subarray(1)]) {
+        const back = packedFromBytes(format, 5, 70, b);
+        assert.deepEqual(unpackMatrix(back), unpackMatrix(p));
+        const t = packedTensor(back);
+        assert.deepEqual(linear(tensor(Array.from({ length: 70 }, (_, i) => i / 70), [1, 70]), t).data,
+          linear(tensor(Array.from({ length: 70 }, (_, i) => i / 70), [1, 70]), tensor(unpackMatrix(p), [5, 70])).data);
+        assert.equal(t.requiresGrad, false);
+      }
+      assert.throws(() => packedFromBytes(format, 6, 70, bytes), /bytes, not/);
     });
   }
 });

@@ -197,3 +197,36 @@ export function unpackMatrix(p: PackedMatrix): Float32Array {
   }
   return out;
 }
+
+/**
+ * A packed matrix as one run of bytes, as it travels between peers and is content-addressed: its values, then (int8,
+ * int4) its scales, little-endian. Its length is formatBytes(format, rows, cols).
+ */
+export function packedToBytes(p: PackedMatrix): Uint8Array {
+  const data = new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength);
+  if (p.scales.length === 0) return data;
+  const out = new Uint8Array(data.byteLength + p.scales.byteLength);
+  out.set(data);
+  out.set(new Uint8Array(p.scales.buffer, p.scales.byteOffset, p.scales.byteLength), data.byteLength);
+  return out;
+}
+
+/**
+ * The packed matrix `bytes` hold (packedToBytes' layout), checked against its shape: views over `bytes` where they are
+ * aligned (a buffer filled chunk by chunk becomes the matrix without a copy), a copy otherwise.
+ */
+export function packedFromBytes(format: WeightFormat, rows: number, cols: number, bytes: Uint8Array): PackedMatrix {
+  const expected = formatBytes(format, rows, cols);
+  if (bytes.byteLength !== expected) {
+    throw new InvalidArgumentError(`a [${rows}, ${cols}] matrix in ${format} is ${expected} bytes, not ${bytes.byteLength}`);
+  }
+  const own = bytes.byteOffset % 4 === 0 ? bytes : bytes.slice();
+  if (format === 'bf16') return { format, rows, cols, data: new Uint16Array(own.buffer, own.byteOffset, rows * cols), scales: new Float32Array(0) };
+  const blocks = rows * blocksPerRow(cols);
+  const dataBytes = blocks * blobBytes(format);
+  return {
+    format, rows, cols,
+    data: new Uint8Array(own.buffer, own.byteOffset, dataBytes),
+    scales: new Float32Array(own.buffer, own.byteOffset + dataBytes, blocks),
+  };
+}

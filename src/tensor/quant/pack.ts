@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import type { Tensor } from '../tensor.ts';
+import { Tensor } from '../tensor.ts';
 import type { PackedMatrix } from './formats.ts';
 import { emptyPacked, packMatrix, packRows, type WeightFormat } from './formats.ts';
 
@@ -51,4 +51,11 @@ function hold(t: Tensor, packed: PackedMatrix): void {
   t.grad = null;
   t.data = new Float32Array(0);
   t.packed = packed;
+}
+
+/** A frozen [rows, cols] weight held as `p` (a weight that arrived packed): its float32 buffer is never written. */
+export function packedTensor(p: PackedMatrix): Tensor {
+  const t = new Tensor(new Float32Array(p.rows * p.cols), [p.rows, p.cols]);
+  hold(t, p);
+  return t;
 }
