@@ -4,10 +4,12 @@ import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { Checkpoint } from '../io/index.ts';
+import { emptyPacked, packedToBytes, packRows, type WeightFormat } from '../tensor/index.ts';
 import { bloomLayersOfWeight } from './bloom.ts';
 import { configFromHF, type ModelConfig } from './config.ts';
 import { falconLayersOfWeight } from './falcon.ts';
 import { gptNeoXLayersOfWeight } from './gpt-neox.ts';
+import { compactWeight, weightBytes } from './hf.ts';
 import type { ModelPart } from './model.ts';
 
 /**
@@ -15,6 +17,8 @@ import type { ModelPart } from './model.ts';
  * and shapes of any part of the model, each weight's float32 bytes cut into chunks and read
  * one chunk at a time, and the sha256 of every chunk, computed once and cached. The user
  * streams a worker's section from here; a worker indexes the checkpoints it holds with it.
+ * A compact job's matrices travel in their format instead (bf16, int8, int4: packedToBytes of
+ * the weight, packed from its float32 rows a few at a time), chunked and hashed the same way.
  */
 
 /** Checkpoint keys that are buffers (GPT-2's and GPT-NeoX's masks, rotary tables) or duplicates of tied weights, never parameters. */
@@ -90,6 +94,9 @@ export function defaultCacheDir(): string {
   return process.env.TENSORLINK_CACHE ?? join(homedir(), '.cache', 'tensorlink');
 }
 
+/** Float32 values read at a time when a matrix is packed to travel (4 MiB). */
+const PACK_ELEMENTS = 1 << 20;
+
 /** Yields to the event loop: long hashing must not starve the sends it overlaps with. */
 const yieldNow = () => new Promise<void>((r) => setImmediate(r));
 
@@ -97,6 +104,8 @@ export class CheckpointWeights {
   private cache: HashCache;
   private dirty = false;
   private scratch: Float32Array | null = null;
+  /** The packed bytes of the last weights packed (the one sending and the one hashed ahead of it). */
+  private packed = new Map<string, Uint8Array>();
 
   private constructor(
     readonly dir: string,
@@ -161,9 +170,14 @@ export class CheckpointWeights {
     return this.ckpt.info(this.key(name)).shape;
   }
 
-  /** Bytes of a weight as float32. */
-  byteLength(name: string): number {
-    return 4 * this.shape(name).reduce((a, b) => a * b, 1);
+  /** The format a weight travels in for a job held in `format`: its own for a matrix compactWeight takes, else float32 (null). */
+  travelFormat(name: string, format: WeightFormat | null): WeightFormat | null {
+    return format && compactWeight(name, this.shape(name)) ? format : null;
+  }
+
+  /** Bytes of a weight as it travels for a job held in `format` (null: float32). */
+  byteLength(name: string, format: WeightFormat | null = null): number {
+    return weightBytes(name, this.shape(name), format);
   }
 
   /**
@@ -186,21 +200,46 @@ export class CheckpointWeights {
     return out;
   }
 
-  /** Chunks of a weight's float32 bytes (an empty weight is one empty chunk). */
-  chunkCount(name: string): number {
-    return Math.max(1, Math.ceil(this.byteLength(name) / this.chunkBytes));
+  /** Chunks of a weight as it travels (an empty weight is one empty chunk). */
+  chunkCount(name: string, format: WeightFormat | null = null): number {
+    return Math.max(1, Math.ceil(this.byteLength(name, format) / this.chunkBytes));
   }
 
   /**
-   * Chunk `index` of a weight's float32 bytes (little-endian), read from its file now into a
-   * new array, or into `scratch` (for bytes used at once and not kept, as when hashing).
+   * Chunk `index` of a weight's bytes as it travels for a job held in `format`: float32 (little-endian) read from its
+   * file now into a new array, or into `scratch` (for bytes used at once and not kept, as when hashing); a compact
+   * matrix's packed bytes, a view of the packed weight.
    */
-  chunk(name: string, index: number, scratch?: Float32Array): Uint8Array {
+  chunk(name: string, index: number, scratch?: Float32Array, format: WeightFormat | null = null): Uint8Array {
+    const travel = this.travelFormat(name, format);
+    if (travel) {
+      const bytes = this.packedWeight(name, travel);
+      return bytes.subarray(index * this.chunkBytes, Math.min(bytes.byteLength, (index + 1) * this.chunkBytes));
+    }
     const per = this.chunkBytes / 4;
     const total = this.byteLength(name) / 4;
     const start = index * per;
     const data = this.ckpt.readFloat32(this.key(name), start, Math.max(0, Math.min(per, total - start)), scratch);
     return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  }
+
+  /** A matrix's packed bytes in `format`, packed from its float32 rows PACK_ROWS at a time (the last two are kept). */
+  private packedWeight(name: string, format: WeightFormat): Uint8Array {
+    const id = `${name}@${format}`;
+    const kept = this.packed.get(id);
+    if (kept) return kept;
+    const [rows, cols] = this.shape(name);
+    const p = emptyPacked(rows, cols, format);
+    const per = Math.max(1, Math.floor(PACK_ELEMENTS / Math.max(1, cols)));
+    const scratch = new Float32Array(per * cols);
+    for (let r = 0; r < rows; r += per) {
+      const n = Math.min(per, rows - r);
+      packRows(p, r, this.ckpt.readFloat32(this.key(name), r * cols, n * cols, scratch));
+    }
+    const bytes = packedToBytes(p);
+    if (this.packed.size >= 2) this.packed.delete(this.packed.keys().next().value!);
+    this.packed.set(id, bytes);
+    return bytes;
   }
 
   private stamp(name: string): { file: string } & FileStamp {
@@ -216,22 +255,26 @@ export class CheckpointWeights {
     return entry !== undefined && sameFile(entry, stamp) && entry.hashes[this.key(name)] !== undefined;
   }
 
-  /** The sha256 of each chunk of a weight: from the cache, or read and hashed now (yielding between chunks). */
-  async hashes(name: string): Promise<string[]> {
+  /**
+   * The sha256 of each chunk of a weight as it travels for a job held in `format` (null: float32): from the cache, or
+   * read and hashed now (yielding between chunks).
+   */
+  async hashes(name: string, format: WeightFormat | null = null): Promise<string[]> {
     const { file, ...stamp } = this.stamp(name);
     let entry = this.cache.files[file];
     if (!entry || !sameFile(entry, stamp)) {
       entry = { ...stamp, hashes: {} };
       this.cache.files[file] = entry;
     }
-    const key = this.key(name);
+    const travel = this.travelFormat(name, format);
+    const key = travel ? `${this.key(name)}@${travel}` : this.key(name);
     const known = entry.hashes[key];
     if (known) return known;
     const out: string[] = [];
     // one scratch buffer for every chunk hashed: hashing a large checkpoint leaves no garbage behind
     this.scratch ??= new Float32Array(this.chunkBytes / 4);
-    for (let i = 0; i < this.chunkCount(name); i++) {
-      out.push(createHash('sha256').update(this.chunk(name, i, this.scratch)).digest('hex'));
+    for (let i = 0; i < this.chunkCount(name, travel); i++) {
+      out.push(createHash('sha256').update(this.chunk(name, i, this.scratch, travel)).digest('hex'));
       await yieldNow();
     }
     entry.hashes[key] = out;

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint, writeShardIndex } from '../io/index.ts';
 import {
-  holdPacked, noGrad, packedBytes, packWeight, packWeightRows, type QuantFormat, Tensor, unpackMatrix, type WeightFormat,
+  formatBytes, holdPacked, noGrad, packedBytes, packWeight, packWeightRows, type QuantFormat, Tensor, unpackMatrix, type WeightFormat,
 } from '../tensor/index.ts';
 import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
 import { Bloom } from './bloom.ts';
@@ -104,7 +104,7 @@ export async function loadModel(dir: string, options: LoadOptions = {}): Promise
             details: { key: raw },
           });
         }
-        if (format && compactWeight(key, target)) {
+        if (format && compactWeight(key, target.shape)) {
           // a few rows at a time, through one buffer: not even this weight sits in float32 whole
           const scratch = new Float32Array(PACK_ROWS * target.shape[1]);
           packWeightRows(target, format, (start, count) => ckpt.readFloat32(raw, start, count, scratch), PACK_ROWS);
@@ -151,8 +151,25 @@ export function weightFormat(options: Pick<LoadOptions, 'dtype' | 'quantize'>): 
  * not a mixture-of-experts router (`….gate.weight` of 'block_sparse_moe' or a MoE 'mlp'), whose top-k choice a rounding
  * would flip, as llama.cpp keeps its ffn_gate_inp in float32. Norms and biases stay float32.
  */
-export function compactWeight(name: string, t: Tensor): boolean {
-  return t.ndim === 2 && !/(block_sparse_moe|mlp)\.gate\.weight$/.test(name);
+export function compactWeight(name: string, shape: readonly number[]): boolean {
+  return shape.length === 2 && !/(block_sparse_moe|mlp)\.gate\.weight$/.test(name);
+}
+
+/** The bytes a weight of this name and shape takes held in `format` (null: float32): a matrix compactWeight takes is packed. */
+export function weightBytes(name: string, shape: readonly number[], format: WeightFormat | null): number {
+  if (format && compactWeight(name, shape)) return formatBytes(format, shape[0], shape[1]);
+  return 4 * shape.reduce((a, b) => a * b, 1);
+}
+
+/**
+ * The bytes a part of the model holds in `format` (null: float32, as partBytes): the part is built empty (its float32
+ * buffers are never written, so they never become resident) and counted weight by weight.
+ */
+export function partHeldBytes(config: ModelConfig, part: ModelPart, format: WeightFormat | null): number {
+  if (!format) return partBytes(config, part);
+  let bytes = 0;
+  for (const [name, t] of createModel(config, { init: false, section: part }).hfStateDict()) bytes += weightBytes(name, t.shape, format);
+  return bytes;
 }
 
 /** Whether a model path is a GGUF file (llama.cpp's, Ollama's) rather than a Hugging Face directory. */
@@ -184,9 +201,9 @@ async function loadGGUF(path: string, options: LoadOptions): Promise<CausalLM> {
         if (w.shape.join() !== target.shape.join()) {
           throw new StateDictError(`${path}: '${w.name}' is [${w.shape}], its config implies [${target.shape}]`, { details: { key: w.name } });
         }
-        const packed = format && compactWeight(w.name, target) ? file.readPacked(w.name) : null;
+        const packed = format && compactWeight(w.name, target.shape) ? file.readPacked(w.name) : null;
         if (packed && packed.format === format) holdPacked(target, packed);
-        else if (format && compactWeight(w.name, target)) packWeight(target, format, file.read(w.name).data);
+        else if (format && compactWeight(w.name, target.shape)) packWeight(target, format, file.read(w.name).data);
         else target.data.set(file.read(w.name).data);
         seen.add(w.name);
       }

@@ -18,7 +18,7 @@ export { Mixtral, type MixtralConfig, mixtralConfig } from './mixtral.ts';
 export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './qwen3-moe.ts';
 export {
   compactWeight, createModel, heldBytes, isGGUF, loadChatTemplate, loadConfig, loadModel, type LoadOptions, loadTokenizer, modelLayers,
-  partBytes, saveModel, saveModelStreamed, weightFormat, writeModelFiles,
+  partBytes, partHeldBytes, saveModel, saveModelStreamed, weightBytes, weightFormat, writeModelFiles,
 } from './hf.ts';
 export { CheckpointWeights, defaultCacheDir, layersOfWeight, type WeightShape } from './checkpoint-weights.ts';
 export { defaultPositions, runLayers } from './forward.ts';

@@ -223,8 +223,7 @@ export class RemoteStage {
     };
     await this.call({ type: 'load', config, section, ...extra }, []);
     const weights = source.weights;
-    const size = (w: { shape: number[] }) => 4 * w.shape.reduce((a, b) => a * b, 1);
-    const progress: LoadProgress = { done: 0, sent: 0, total: weights.reduce((sum, w) => sum + size(w), 0), chunks: 0 };
+    const progress: LoadProgress = { done: 0, sent: 0, total: weights.reduce((sum, w) => sum + w.bytes, 0), chunks: 0 };
     const result: LoadResult = { chunksSent: 0, chunks: 0, bytesSent: 0, bytesReused: 0 };
     const distinct = new Set<string>();
     const hashesOf = (i: number) => {
@@ -239,7 +238,8 @@ export class RemoteStage {
       for (const sha of chunks) distinct.add(sha);
       result.chunks = distinct.size;
       // a worker reads and re-hashes the chunks it holds before it answers: a large weight takes a while
-      const answer = await this.call({ type: 'manifest', weights: [{ name: w.name, shape: w.shape, chunks }] }, [], TRAIN_REQUEST_TIMEOUT_MS);
+      const entry = { name: w.name, shape: w.shape, chunks, ...(w.format ? { format: w.format } : {}) };
+      const answer = await this.call({ type: 'manifest', weights: [entry] }, [], TRAIN_REQUEST_TIMEOUT_MS);
       const need = parseNeedAnswer(controlAnswer(answer, 'manifest'), new Set(chunks));
       let sentHere = 0;
       for (const sha of need) {
@@ -247,7 +247,9 @@ export class RemoteStage {
         if (options.signal?.aborted) throw new PeerUnreachableError(`the load of section [${section}) was stopped after ${result.chunksSent} chunks`);
         const bytes = source.chunk(w.name, chunks.indexOf(sha));
         const id = this.table.unanswered();
-        await this.send(id, { type: 'chunk', sha }, [{ requestId: id, dtype: 'float32', shape: [bytes.length / 4], bytes }], options.signal);
+        // a packed matrix's bytes are not float32 values (nor a multiple of 4 bytes at bf16)
+        const wire = w.format ? { dtype: 'uint8' as const, shape: [bytes.length] } : { dtype: 'float32' as const, shape: [bytes.length / 4] };
+        await this.send(id, { type: 'chunk', sha }, [{ requestId: id, ...wire, bytes }], options.signal);
         result.chunksSent++;
         progress.chunks++;
         sentHere += bytes.length;
@@ -255,7 +257,7 @@ export class RemoteStage {
         progress.done += bytes.length;
         options.onProgress?.({ ...progress });
       }
-      progress.done += size(w) - sentHere;
+      progress.done += w.bytes - sentHere;
       options.onProgress?.({ ...progress });
     }
     const loaded = parseLoadedAnswer(controlAnswer(await this.call({ type: 'assemble' }, []), 'assemble'));

@@ -1,19 +1,29 @@
 import type { CheckpointWeights, ModelPart } from '../models/index.ts';
 import { chunksOf } from '../p2p/index.ts';
-import type { Tensor } from '../tensor/index.ts';
+import type { Tensor, WeightFormat } from '../tensor/index.ts';
 
 /**
  * The weights of one section as the user streams them to a worker: names and shapes up
  * front, then each weight's chunk addresses (hashes) and the chunks the worker lacks, read
  * one at a time. From a model in memory, or straight from a checkpoint on disk, so that the
- * user never holds more of a section than the chunks in flight.
+ * user never holds more of a section than the chunks in flight (and, for a compact job, the
+ * packed bytes of two matrices).
  */
 export interface SectionSource {
-  readonly weights: readonly { name: string; shape: number[] }[];
-  /** The sha256 of each CHUNK_BYTES chunk of a weight's float32 bytes. */
+  /** Each weight's name and shape, the format it travels in (absent: float32) and its bytes as it travels. */
+  readonly weights: readonly SourceWeight[];
+  /** The sha256 of each CHUNK_BYTES chunk of a weight's bytes as it travels. */
   hashes(name: string): Promise<string[]>;
-  /** Chunk `index` of a weight's float32 bytes. */
+  /** Chunk `index` of a weight's bytes as it travels. */
   chunk(name: string, index: number): Uint8Array;
+}
+
+export interface SourceWeight {
+  name: string;
+  shape: number[];
+  /** A compact job's matrix travels packed (packedToBytes) in the job's format. */
+  format?: WeightFormat;
+  bytes: number;
 }
 
 /** A section from tensors in memory (shared, not copied). */
@@ -28,17 +38,23 @@ export function tensorSource(weights: Map<string, Tensor>): SectionSource {
     return c;
   };
   return {
-    weights: [...weights].map(([name, t]) => ({ name, shape: [...t.shape] })),
+    weights: [...weights].map(([name, t]) => ({ name, shape: [...t.shape], bytes: 4 * t.size })),
     hashes: async (name) => of(name).map((c) => c.sha),
     chunk: (name, index) => of(name)[index].bytes,
   };
 }
 
-/** A section read from a checkpoint directory chunk by chunk (hashes cached by CheckpointWeights). */
-export function checkpointSource(checkpoint: CheckpointWeights, part: ModelPart): SectionSource {
+/**
+ * A section read from a checkpoint directory chunk by chunk (hashes cached by CheckpointWeights); for a job held in
+ * `format`, its matrices travel packed in it.
+ */
+export function checkpointSource(checkpoint: CheckpointWeights, part: ModelPart, format: WeightFormat | null = null): SectionSource {
   return {
-    weights: checkpoint.partWeights(part),
-    hashes: (name) => checkpoint.hashes(name),
-    chunk: (name, index) => checkpoint.chunk(name, index),
+    weights: checkpoint.partWeights(part).map((w) => {
+      const travel = checkpoint.travelFormat(w.name, format);
+      return { ...w, ...(travel ? { format: travel } : {}), bytes: checkpoint.byteLength(w.name, format) };
+    }),
+    hashes: (name) => checkpoint.hashes(name, format),
+    chunk: (name, index) => checkpoint.chunk(name, index, undefined, format),
   };
 }

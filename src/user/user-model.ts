@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import {
   type CausalLM, CheckpointWeights, heldBytes, isGGUF, loadModel, loadTokenizer, type ModelConfig, type ModelLayer, modelLayers, partBytes,
-  type SectionRange, type Tokenizer,
+  partHeldBytes, type SectionRange, type Tokenizer,
 } from '../models/index.ts';
 import { CHUNK_BYTES } from '../p2p/index.ts';
 import { sectionWeights } from '../pipeline/index.ts';
@@ -81,9 +81,9 @@ export async function modelFromCheckpoint(
       tokenizer,
       ends,
       whole: null,
-      layers: modelLayers(config),
+      layers: format ? heldLayers(config, format) : modelLayers(config),
       heldBytes: ends ? (format ? heldBytes(ends) : partBytes(config, 'ends')) : 0,
-      section: (range) => checkpointSource(checkpoint, range),
+      section: (range) => checkpointSource(checkpoint, range, format),
       dir,
       format,
       close: () => checkpoint.close(),
@@ -92,4 +92,19 @@ export async function modelFromCheckpoint(
     checkpoint.close();
     throw err;
   }
+}
+
+/**
+ * The model's layers for planning a job held in `format`: each layer's bytes are what a worker holds of it (its
+ * matrices packed), not float32, so that the plan fits sections by the bytes they take.
+ */
+function heldLayers(config: ModelConfig, format: WeightFormat): readonly ModelLayer[] {
+  return modelLayers(config).map((layer, i) => {
+    const bytes = partHeldBytes(config, [i, i + 1], format);
+    const profile = { ...layer.profile(), bytes };
+    return {
+      name: layer.name, kind: layer.kind, blockIndex: layer.blockIndex,
+      namedParameters: () => layer.namedParameters(), forward: (x, ctx) => layer.forward(x, ctx), profile: () => profile,
+    };
+  });
 }

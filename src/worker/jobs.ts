@@ -12,9 +12,9 @@ import type { MemoryBudget } from './memory.ts';
 /** Jobs a worker holds at once; more would only queue work it cannot do. */
 export const MAX_JOBS_PER_WORKER = 64;
 
-/** Where an awaited chunk goes: a byte range of one of the section's weights. */
+/** Where an awaited chunk goes: a byte range of one of the section's weights (its float32 bytes, or its packed ones). */
 export interface ChunkPlace {
-  target: Tensor;
+  into: Uint8Array;
   offset: number;
   bytes: number;
 }
@@ -24,6 +24,8 @@ export interface Loading {
   model: CausalLM;
   /** The section's weights by name: chunks are written into them as they come. */
   targets: Map<string, Tensor>;
+  /** A compact section's matrices as their packed bytes arrive, by name (held packed at assemble). */
+  packed: Map<string, Uint8Array>;
   /** The weights a manifest has listed so far. */
   listed: Map<string, WeightEntry>;
   /** Chunks not yet arrived, by address, and the places each fills. */

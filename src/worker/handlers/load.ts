@@ -1,9 +1,9 @@
 import { InvalidMessageError, UnauthorizedError } from '../../errors.ts';
-import { compactWeight, configFromHF, createModel, heldBytes, partBytes, sectionParts } from '../../models/index.ts';
+import { compactWeight, configFromHF, createModel, heldBytes, partBytes, sectionParts, weightBytes } from '../../models/index.ts';
 import {
   CHUNK_BYTES, expectTensors, parseAssign, parseChunk, parseLoad, parseManifest, sha256, type StageAssignment, type WeightEntry,
 } from '../../p2p/index.ts';
-import { packWeight, type Tensor } from '../../tensor/index.ts';
+import { holdPacked, packedFromBytes, type Tensor } from '../../tensor/index.ts';
 import type { ChunkPlace, JobEntry, Loading } from '../jobs.ts';
 import { control, NONE, type StageHandler } from './types.ts';
 
@@ -12,6 +12,9 @@ import { control, NONE, type StageHandler } from './types.ts';
  * some of its weights as chunk addresses (the worker fills those it holds and asks for the
  * rest), each `chunk` is written into its weight as it arrives, and `assemble` checks that
  * nothing is missing. Only the job's owner loads; the job ends with the stream it loaded over.
+ * A compact job's matrices arrive packed in its format (bf16, int8, int4): the worker reserves
+ * and holds only their packed bytes, and its store keeps and reuses those chunks as it does
+ * float32 ones.
  */
 export const loadHandlers: Record<string, StageHandler> = {
   load: {
@@ -25,10 +28,18 @@ export const loadHandlers: Record<string, StageHandler> = {
       memory.release(job.jobId);
       // the range and the budget first: nothing is allocated for a section that is not in the model or does not fit
       sectionParts(config.layers, request.section, config.tieWordEmbeddings);
-      memory.hold(job.jobId, 'weights', partBytes(config, request.section), `section [${request.section[0]}, ${request.section[1]}) of ${config.arch}`);
+      const what = `section [${request.section[0]}, ${request.section[1]}) of ${config.arch}`;
+      const format = request.format ?? null;
+      if (!format) memory.hold(job.jobId, 'weights', partBytes(config, request.section), what);
       let model;
       try {
-        model = createModel(config, { section: request.section });
+        // a compact section is built empty (its float32 buffers are never written, so never resident) and its budget
+        // counts the bytes it will hold: its matrices packed
+        model = createModel(config, { section: request.section, ...(format ? { init: false } : {}) });
+        if (format) {
+          const bytes = [...model.hfStateDict()].reduce((sum, [name, t]) => sum + weightBytes(name, t.shape, format), 0);
+          memory.hold(job.jobId, 'weights', bytes, `${what} in ${format}`);
+        }
       } catch (err) {
         memory.release(job.jobId);
         throw err;
@@ -36,7 +47,8 @@ export const loadHandlers: Record<string, StageHandler> = {
       job.assignment = request.assignment;
       const targets = model.hfStateDict();
       for (const v of request.verifiers) job.verifiers.add(v);
-      job.loading = { model, targets, listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream,
+      job.loading = { model, targets, packed: new Map(), listed: new Map(), waiting: new Map(), received: 0, reused: 0,
+        upstream: request.upstream,
         range: request.section, configHash: sha256(new TextEncoder().encode(JSON.stringify(request.config))),
         ...(request.format ? { format: request.format } : {}) };
       bindToStream();
@@ -57,10 +69,10 @@ export const loadHandlers: Record<string, StageHandler> = {
       for (const e of entries) loading.listed.set(e.name, e);
       const need: string[] = [];
       for (const e of entries) {
-        const target = loading.targets.get(e.name)!;
-        const size = 4 * target.size;
+        const into = destination(loading, e.name);
+        const size = into.byteLength;
         for (const [i, sha] of e.chunks.entries()) {
-          const place = { target, offset: i * CHUNK_BYTES, bytes: Math.min(CHUNK_BYTES, size - i * CHUNK_BYTES) };
+          const place = { into, offset: i * CHUNK_BYTES, bytes: Math.min(CHUNK_BYTES, size - i * CHUNK_BYTES) };
           const waiting = loading.waiting.get(sha);
           if (waiting) {
             // one address is one content: it cannot fill places of different sizes
@@ -113,11 +125,13 @@ export const loadHandlers: Record<string, StageHandler> = {
         throw new InvalidMessageError(`${loading.waiting.size} chunks of the section have not arrived (the first: ${first.slice(0, 12)}…)`);
       }
       job.loading = undefined;
-      // a compact section is packed as a whole once every weight is in (each the float32 it was sent as; frozen)
+      // a compact section's matrices are held as the packed bytes that arrived (frozen; their float32 buffers let go)
       const format = loading.format;
       if (format) {
-        for (const [name, t] of loading.targets) if (compactWeight(name, t)) packWeight(t, format);
-        // the budget counts what the section now holds (it arrived, and was reserved, in float32)
+        for (const [name, bytes] of loading.packed) {
+          const t = loading.targets.get(name)!;
+          holdPacked(t, packedFromBytes(format, t.shape[0], t.shape[1], bytes));
+        }
         memory.hold(job.jobId, 'weights', heldBytes(loading.model), `section [${loading.range[0]}, ${loading.range[1]}) in ${format}`);
       }
       job.section = { model: loading.model, range: loading.range, configHash: loading.configHash, sessions: new Map() };
@@ -152,14 +166,32 @@ function checkEntry(loading: Loading, e: WeightEntry): void {
   if (t.shape.length !== e.shape.length || t.shape.some((d, i) => d !== e.shape[i])) {
     throw new InvalidMessageError(`'${e.name}' has shape [${t.shape}] in this section, the manifest says [${e.shape}]`);
   }
-  const chunks = Math.max(1, Math.ceil((4 * t.size) / CHUNK_BYTES));
+  // a compact job's matrices travel packed in its format, everything else in float32: the manifest must say which
+  const travel = loading.format && compactWeight(e.name, t.shape) ? loading.format : undefined;
+  if (e.format !== travel) {
+    throw new InvalidMessageError(`'${e.name}' travels ${travel ? `packed in ${travel}` : 'in float32'} for this section, the manifest says ${e.format ?? 'float32'}`);
+  }
+  const chunks = Math.max(1, Math.ceil(weightBytes(e.name, t.shape, travel ?? null) / CHUNK_BYTES));
   if (e.chunks.length !== chunks) throw new InvalidMessageError(`'${e.name}' is ${chunks} chunks of ${CHUNK_BYTES} bytes, the manifest lists ${e.chunks.length}`);
+}
+
+/** The bytes a weight's chunks are written into: its float32 buffer, or (a compact matrix) a buffer of its packed bytes. */
+function destination(loading: Loading, name: string): Uint8Array {
+  const t = loading.targets.get(name)!;
+  if (loading.format && compactWeight(name, t.shape)) {
+    let bytes = loading.packed.get(name);
+    if (!bytes) {
+      bytes = new Uint8Array(weightBytes(name, t.shape, loading.format));
+      loading.packed.set(name, bytes);
+    }
+    return bytes;
+  }
+  return new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
 }
 
 /** Writes a chunk's bytes into its place in a weight. */
 function fill(place: ChunkPlace, bytes: Uint8Array): void {
-  const data = place.target.data;
-  new Uint8Array(data.buffer, data.byteOffset + place.offset, place.bytes).set(bytes);
+  place.into.set(bytes, place.offset);
 }
 
 function checkUpstream(jobId: string, assignment: StageAssignment[], upstream: string | undefined): void {

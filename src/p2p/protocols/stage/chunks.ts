@@ -15,8 +15,10 @@ export function sha256(bytes: Uint8Array): string {
 export interface WeightEntry {
   name: string;
   shape: number[];
-  /** The sha256 of each chunk of its float32 bytes, in order. */
+  /** The sha256 of each chunk of its bytes as they travel (float32, or packed in `format`), in order. */
   chunks: string[];
+  /** A compact job's matrix travels packed in the job's format (the tensor layer's packedToBytes); absent: float32. */
+  format?: 'bf16' | 'int8' | 'int4';
 }
 
 /** The bytes of a tensor (anything with typed-array data) cut into chunks, with their addresses. */

@@ -100,7 +100,8 @@ export function parseWeightEntry(v: unknown, what = 'weight'): WeightEntry {
   if (!Array.isArray(e.chunks) || e.chunks.length > MAX_CHUNKS_PER_WEIGHT || !e.chunks.every((c) => typeof c === 'string' && HEX64.test(c))) {
     fail(`'${name}' needs the sha256 of each chunk`);
   }
-  return { name, shape: e.shape as number[], chunks: e.chunks as string[] };
+  const format = e.format === undefined ? {} : { format: sectionFormat(e.format) };
+  return { name, shape: e.shape as number[], chunks: e.chunks as string[], ...format };
 }
 
 export interface LoadRequest {
