@@ -36,6 +36,8 @@ export {
   newTraffic,
   newWorkCounters,
   parseAccount,
+  parseHeldSections,
+  type HeldSection,
   parseAddrs,
   parseAssignment,
   parseCapabilities,

@@ -24,6 +24,13 @@ export interface Capabilities {
   backend: string;
 }
 
+/** A section a worker holds for a job: its layers, the format its matrices are held in, and its weights' bytes. */
+export interface HeldSection {
+  layers: [number, number];
+  format: 'f32' | 'bf16' | 'int8' | 'int4';
+  bytes: number;
+}
+
 /** Round-trip time and bandwidth from one peer to another, as last measured. */
 export interface Proximity {
   rttMs: number;
@@ -51,6 +58,8 @@ export interface PeerRecord {
   checks?: { passed: number; failed: number };
   /** Flagged by a failed check: given no new work. */
   excluded?: boolean;
+  /** A worker's loaded sections, one per job it serves. */
+  sections?: HeldSection[];
   /** With a chain: its Ethereum account, and its stake, rewards earned and claimed (token units, decimal). */
   account?: string;
   stake?: string;
@@ -146,6 +155,8 @@ export const VOCABULARY_LIMITS = {
   stages: 1024,
   /** Layers of a model (blocks + ends): the largest open models have ~130. */
   layers: 100_000,
+  /** Sections one worker announces: the jobs it may hold at once (MAX_JOBS_PER_WORKER). */
+  sections: 64,
 } as const;
 
 export function tierOf(gflops: number): Tier {
@@ -212,8 +223,23 @@ export function parsePeerRecord(v: unknown, what = 'peer'): PeerRecord {
     ...(o.checks === undefined ? {} : { checks: parseChecks(o.checks, `${what}.checks`) }),
     ...(o.excluded === undefined ? {} : { excluded: o.excluded === true }),
     ...(o.account === undefined ? {} : { account: parseAccount(o.account, `${what}.account`) }),
+    ...(o.sections === undefined ? {} : { sections: parseHeldSections(o.sections) }),
     ...Object.fromEntries((['stake', 'earned', 'claimed'] as const).filter((k) => o[k] !== undefined).map((k) => [k, amount(o[k], `${what}.${k}`)])),
   };
+}
+
+/** The sections a worker announces (at most one per job it may hold). */
+export function parseHeldSections(v: unknown): HeldSection[] {
+  return list(v, 'sections', VOCABULARY_LIMITS.sections, (e, what) => {
+    const o = obj(e, what);
+    if (!Array.isArray(o.layers) || o.layers.length !== 2) fail(`${what}.layers must be [start, end]`);
+    const start = int(o.layers[0], `${what}.layers[0]`, 0, VOCABULARY_LIMITS.layers);
+    return {
+      layers: [start, int(o.layers[1], `${what}.layers[1]`, start + 1, VOCABULARY_LIMITS.layers)],
+      format: oneOf(o.format, `${what}.format`, ['f32', 'bf16', 'int8', 'int4'] as const),
+      bytes: finite(o.bytes, `${what}.bytes`, 0),
+    };
+  });
 }
 
 export function parsePeerTarget(v: unknown, what = 'peer'): PeerTarget {

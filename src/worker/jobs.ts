@@ -77,6 +77,8 @@ export interface Section {
   range: [number, number];
   /** The sha256 of the config it was built from (as JSON): its records name it. */
   configHash: string;
+  /** The format its matrices are held in, and the bytes its weights hold (what `status` shows of it). */
+  held: { format: WeightFormat | 'f32'; bytes: number };
   /** The hash of its weights for decoding records (a section that trains hashes through its records). */
   weightsHash?: string;
   /** Decoding records signed so far. */

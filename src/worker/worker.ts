@@ -108,8 +108,11 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const validator = multiaddr(options.bootstrap);
   const via = options.announceVia ?? 'both';
   const announce = async () => {
+    // each loaded section's layers, format and bytes (a job's id stays between its user and its workers)
+    const sections = [...jobs.values()].flatMap((j) => (j.section ? [{ layers: j.section.range, ...j.section.held }] : []));
     const record = {
       roles: ['worker'], capabilities: { ...capabilities, memoryFreeBytes: memory.free() }, addrs: node.getMultiaddrs().map(String), proximity,
+      ...(sections.length > 0 ? { sections } : {}),
       ...(options.chain ? { account: options.chain.address } : {}),
     };
     if (via !== 'direct') {

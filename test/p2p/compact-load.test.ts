@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { CheckpointWeights, configToHF, loadConfig, loadModel, partBytes, partHeldBytes } from '../../src/models/index.ts';
 import { CHUNK_BYTES, createNode } from '../../src/p2p/index.ts';
-import { checkpointSource, RemoteStage } from '../../src/user/index.ts';
+import { checkpointSource, listPeers, RemoteStage } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { startWorker } from '../../src/worker/index.ts';
 import { noGrad, setBackend, tensor, type WeightFormat } from '../../src/tensor/index.ts';
@@ -55,6 +55,16 @@ describe('compact sections on the wire', () => {
         assert.equal(reloaded.chunksSent, 0);
         assert.equal(reloaded.bytesReused, held);
         assert.deepEqual((await again.forward('s', x, positions, null)).data, want.data);
+        if (format === 'int4') {
+          // the worker announces what it holds: `status` shows the section's layers, format and bytes
+          let listed: unknown;
+          for (let i = 0; i < 40 && !listed; i++) {
+            const me = (await listPeers(user, validator.node.getMultiaddrs()[0])).find((p) => p.peerId === worker.node.peerId.toString());
+            listed = me?.sections?.find((s) => s.format === 'int4');
+            if (!listed) await new Promise((r) => setTimeout(r, 100));
+          }
+          assert.deepEqual(listed, { layers: range, format: 'int4', bytes: held });
+        }
         await again.close();
       }
       // a manifest that sends a matrix of an int4 job in float32 is refused, naming the weight

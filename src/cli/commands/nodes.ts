@@ -151,7 +151,8 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
       const standing = p.reputation === undefined
         ? ''
         : `  reputation ${p.reputation.toFixed(2)} (${p.checks?.passed ?? 0} checks passed, ${p.checks?.failed ?? 0} failed)${p.excluded ? ' EXCLUDED' : ''}${money}`;
-      return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}${standing}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago${near.join('')}`;
+      const held = (p.sections ?? []).map((s) => `\n    holds layers [${s.layers[0]}, ${s.layers[1]}) in ${s.format}, ${formatBytes(s.bytes)}`);
+      return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}${standing}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago${held.join('')}${near.join('')}`;
     });
     out.result({ peers }, lines.join('\n'));
   } finally {

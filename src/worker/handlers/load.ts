@@ -132,9 +132,11 @@ export const loadHandlers: Record<string, StageHandler> = {
           const t = loading.targets.get(name)!;
           holdPacked(t, packedFromBytes(format, t.shape[0], t.shape[1], bytes));
         }
-        memory.hold(job.jobId, 'weights', heldBytes(loading.model), `section [${loading.range[0]}, ${loading.range[1]}) in ${format}`);
       }
-      job.section = { model: loading.model, range: loading.range, configHash: loading.configHash, sessions: new Map() };
+      const bytes = heldBytes(loading.model);
+      if (format) memory.hold(job.jobId, 'weights', bytes, `section [${loading.range[0]}, ${loading.range[1]}) in ${format}`);
+      const held = { format: format ?? 'f32' as const, bytes };
+      job.section = { model: loading.model, range: loading.range, configHash: loading.configHash, held, sessions: new Map() };
       // the previous stage of a chain may pass activations on for this job
       job.upstream = loading.upstream;
       return control('loaded', { params: loading.model.numParameters(), received: loading.received, reused: loading.reused });

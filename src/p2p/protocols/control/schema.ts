@@ -2,6 +2,8 @@ import { InvalidMessageError } from '../../../errors.ts';
 import { finite, int, list, obj, str } from '../../schema.ts';
 import {
   type Capabilities,
+  type HeldSection,
+  parseHeldSections,
   type PeerRecord,
   type PeerTarget,
   parsePeerTarget,
@@ -45,6 +47,8 @@ export interface Announcement {
   proximity: Record<string, Proximity>;
   /** The peer's Ethereum account (with a chain): where its rewards go, whose stake lets it work. */
   account?: string;
+  /** A worker's loaded sections, one per job. */
+  sections?: HeldSection[];
 }
 
 export function parseAnnounce(v: unknown): Announcement {
@@ -55,6 +59,7 @@ export function parseAnnounce(v: unknown): Announcement {
     addrs: parseAddrs(m.addrs ?? []),
     proximity: parseProximity(m.proximity),
     ...(m.account === undefined ? {} : { account: parseAccount(m.account, 'announcement.account') }),
+    ...(m.sections === undefined ? {} : { sections: parseHeldSections(m.sections) }),
   };
 }
 
