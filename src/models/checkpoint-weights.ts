@@ -71,6 +71,44 @@ export interface WeightShape {
   shape: number[];
 }
 
+/**
+ * The weights of a model file that belong to a part of the model, in the file's order. Every layer of the part must
+ * have its weights: a part that finds none for one of its layers names it (`where`: the file, for the message).
+ */
+export function partWeightsOf(config: ModelConfig, weights: WeightShape[], part: ModelPart, where: string): WeightShape[] {
+  const out: WeightShape[] = [];
+  const covered = new Set<number>();
+  for (const w of weights) {
+    const layers = layersOfWeight(config, w.name).filter((l) => partHolds(config, part, l));
+    if (layers.length === 0) continue;
+    for (const l of layers) covered.add(l);
+    out.push(w);
+  }
+  const [start, end] = part === 'ends' ? [0, config.layers + 3] : part;
+  for (let l = start; l < end; l++) {
+    if (partHolds(config, part, l) && !covered.has(l)) throw new StateDictError(`${where} has no weights for layer ${l}`);
+  }
+  return out;
+}
+
+/**
+ * A model file seen weight by weight, as a section is streamed from it to a worker: a Hugging Face checkpoint
+ * directory (CheckpointWeights) or a GGUF file (GGUFWeights). A weight travels in float32, or packed in a compact
+ * job's format; its bytes are cut into chunks, each addressed by its sha256.
+ */
+export interface ModelWeights {
+  readonly config: ModelConfig;
+  partWeights(part: ModelPart): WeightShape[];
+  travelFormat(name: string, format: WeightFormat | null): WeightFormat | null;
+  /** Bytes of a weight as it travels for a job held in `format` (null: float32). */
+  byteLength(name: string, format?: WeightFormat | null): number;
+  /** The sha256 of each chunk of a weight as it travels. */
+  hashes(name: string, format?: WeightFormat | null): Promise<string[]>;
+  /** Chunk `index` of a weight as it travels (`scratch`: room for float32 bytes used at once and not kept). */
+  chunk(name: string, index: number, scratch?: Float32Array, format?: WeightFormat | null): Uint8Array;
+  close(): void;
+}
+
 /** A file's identity for the hash cache: a changed (or replaced) file is hashed again. */
 interface FileStamp {
   size: number;
@@ -98,9 +136,9 @@ export function defaultCacheDir(): string {
 const PACK_ELEMENTS = 1 << 20;
 
 /** Yields to the event loop: long hashing must not starve the sends it overlaps with. */
-const yieldNow = () => new Promise<void>((r) => setImmediate(r));
+export const yieldNow = () => new Promise<void>((r) => setImmediate(r));
 
-export class CheckpointWeights {
+export class CheckpointWeights implements ModelWeights {
   private cache: HashCache;
   private dirty = false;
   private scratch: Float32Array | null = null;
@@ -170,7 +208,6 @@ export class CheckpointWeights {
     return this.ckpt.info(this.key(name)).shape;
   }
 
-  /** The format a weight travels in for a job held in `format`: its own for a matrix compactWeight takes, else float32 (null). */
   travelFormat(name: string, format: WeightFormat | null): WeightFormat | null {
     return format && compactWeight(name, this.shape(name)) ? format : null;
   }
@@ -185,19 +222,7 @@ export class CheckpointWeights {
    * its weights: a part that finds none for one of its layers names it.
    */
   partWeights(part: ModelPart): WeightShape[] {
-    const out: WeightShape[] = [];
-    const covered = new Set<number>();
-    for (const name of this.keys.keys()) {
-      const layers = layersOfWeight(this.config, name).filter((l) => partHolds(this.config, part, l));
-      if (layers.length === 0) continue;
-      for (const l of layers) covered.add(l);
-      out.push({ name, shape: this.shape(name) });
-    }
-    const [start, end] = part === 'ends' ? [0, this.config.layers + 3] : part;
-    for (let l = start; l < end; l++) {
-      if (partHolds(this.config, part, l) && !covered.has(l)) throw new StateDictError(`the checkpoint in ${this.dir} has no weights for layer ${l}`);
-    }
-    return out;
+    return partWeightsOf(this.config, [...this.keys.keys()].map((name) => ({ name, shape: this.shape(name) })), part, `the checkpoint in ${this.dir}`);
   }
 
   /** Chunks of a weight as it travels (an empty weight is one empty chunk). */

@@ -20,7 +20,8 @@ export {
   compactWeight, createModel, heldBytes, isGGUF, loadChatTemplate, loadConfig, loadModel, type LoadOptions, loadTokenizer, modelLayers,
   partBytes, partHeldBytes, saveModel, saveModelStreamed, weightBytes, weightFormat, writeModelFiles,
 } from './hf.ts';
-export { CheckpointWeights, defaultCacheDir, layersOfWeight, type WeightShape } from './checkpoint-weights.ts';
+export { CheckpointWeights, defaultCacheDir, layersOfWeight, type ModelWeights, type WeightShape } from './checkpoint-weights.ts';
+export { GGUFWeights } from './gguf-weights.ts';
 export { defaultPositions, runLayers } from './forward.ts';
 export { type ModelPart, partLayers, type SectionParts, type SectionRange, sectionParts } from './model.ts';
 export {

@@ -1,4 +1,4 @@
-import type { CheckpointWeights, ModelPart } from '../models/index.ts';
+import type { ModelPart, ModelWeights } from '../models/index.ts';
 import { chunksOf } from '../p2p/index.ts';
 import type { Tensor, WeightFormat } from '../tensor/index.ts';
 
@@ -45,10 +45,10 @@ export function tensorSource(weights: Map<string, Tensor>): SectionSource {
 }
 
 /**
- * A section read from a checkpoint directory chunk by chunk (hashes cached by CheckpointWeights); for a job held in
- * `format`, its matrices travel packed in it.
+ * A section read from a checkpoint directory or a GGUF file chunk by chunk (a directory's hashes cached by
+ * CheckpointWeights); for a job held in `format`, its matrices travel packed in it.
  */
-export function checkpointSource(checkpoint: CheckpointWeights, part: ModelPart, format: WeightFormat | null = null): SectionSource {
+export function checkpointSource(checkpoint: ModelWeights, part: ModelPart, format: WeightFormat | null = null): SectionSource {
   return {
     weights: checkpoint.partWeights(part).map((w) => {
       const travel = checkpoint.travelFormat(w.name, format);

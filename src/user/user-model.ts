@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '../errors.ts';
 import {
-  type CausalLM, CheckpointWeights, heldBytes, isGGUF, loadModel, loadTokenizer, type ModelConfig, type ModelLayer, modelLayers, partBytes,
+  type CausalLM, CheckpointWeights, GGUFWeights, heldBytes, isGGUF, loadModel, loadTokenizer, type ModelConfig, type ModelLayer, modelLayers, type ModelWeights, partBytes,
   partHeldBytes, type SectionRange, type Tokenizer,
 } from '../models/index.ts';
 import { CHUNK_BYTES } from '../p2p/index.ts';
@@ -61,15 +61,16 @@ export function modelInMemory(model: CausalLM): UserModel {
 }
 
 /**
- * A model in a Hugging Face directory, of which the user loads only its ends (`keepEnds`) and
+ * A model in a Hugging Face directory or a GGUF file, of which the user loads only its ends (`keepEnds`) and
  * the tokenizer; sections stream from the checkpoint. The chunk hashes are cached in `cacheDir`
  * (default: defaultCacheDir(); null: none), so a second run sends its manifests without hashing.
  */
 export async function modelFromCheckpoint(
   dir: string, options: { keepEnds: boolean; cacheDir?: string | null; format?: WeightFormat | null },
 ): Promise<UserModel> {
-  if (isGGUF(dir)) throw new InvalidArgumentError(`${dir}: a GGUF file runs in one process for now; across workers, convert it to a directory first (tensorlink convert)`);
-  const checkpoint = CheckpointWeights.open(dir, { chunkBytes: CHUNK_BYTES, cacheDir: options.cacheDir });
+  const checkpoint: ModelWeights = isGGUF(dir)
+    ? GGUFWeights.open(dir, { chunkBytes: CHUNK_BYTES })
+    : CheckpointWeights.open(dir, { chunkBytes: CHUNK_BYTES, cacheDir: options.cacheDir });
   try {
     const config = checkpoint.config;
     const format = options.format ?? null;

@@ -5,13 +5,14 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { CheckpointWeights, configToHF, loadConfig, loadModel, partBytes, partHeldBytes } from '../../src/models/index.ts';
+import { CheckpointWeights, configToHF, generate, hfToGGUF, loadConfig, loadModel, partBytes, partHeldBytes } from '../../src/models/index.ts';
 import { CHUNK_BYTES, createNode } from '../../src/p2p/index.ts';
-import { checkpointSource, listPeers, RemoteStage } from '../../src/user/index.ts';
+import { checkpointSource, distribute, listPeers, RemoteStage } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { startWorker } from '../../src/worker/index.ts';
 import { noGrad, setBackend, tensor, type WeightFormat } from '../../src/tensor/index.ts';
 import { readHFReference } from '../helpers/hf-fixtures.ts';
+import { inProcessSwarm } from '../helpers/in-process-swarm.ts';
 
 describe('compact sections on the wire', () => {
   setBackend('js');
@@ -82,6 +83,42 @@ describe('compact sections on the wire', () => {
       await worker.stop();
       await validator.stop();
       rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test('a GGUF file across workers: its Q4_0 blocks travel as they are, and the tokens equal one process on the file', async () => {
+    const ref = readHFReference('llama3');
+    const dir = mkdtempSync(join(tmpdir(), 'tl-compact-gguf-'));
+    const swarm = await inProcessSwarm(2);
+    try {
+      const path = join(dir, 'llama3-q4_0.gguf');
+      const model = await loadModel(ref.dir);
+      const state = model.hfStateDict();
+      await hfToGGUF(path, {
+        config: configToHF(model.config), tokenizer: null, type: 'q4_0',
+        weights: [...state].map(([name, t]) => ({ name, shape: [...t.shape] })), read: (name) => state.get(name)!,
+      });
+      const options = { maxNewTokens: 12, temperature: 0, stopTokens: [] };
+      for (const quantize of ['int4', undefined] as const) {
+        const local = await loadModel(path, quantize ? { quantize } : {});
+        const want = await generate(local, ref.prompt, options);
+        let sent = 0;
+        const dm = await distribute(swarm.user, swarm.boot, path, {
+          strategy: 'parameter-balanced', cacheDir: null, verify: { sampleRate: 0 }, ...(quantize ? { quantize } : {}),
+          onProgress: (_stage, p) => (sent = Math.max(sent, p.total)),
+        });
+        try {
+          assert.equal(new Set(dm.assignment.map((a) => a.peerId)).size, 2);
+          const { tokens } = await dm.generate(ref.prompt, options);
+          assert.deepEqual(tokens, want.tokens, `${quantize ?? 'f32'}: the tokens of one process on the file`);
+          process.stderr.write(`GGUF Q4_0 over 2 workers at ${quantize ?? 'f32'}: ${tokens.length} tokens equal one process's\n`);
+        } finally {
+          await dm.close();
+        }
+      }
+    } finally {
+      await swarm.stop();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
