@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import {
-  type CausalLM, CheckpointWeights, GGUFWeights, heldBytes, isGGUF, loadModel, loadTokenizer, type ModelConfig, type ModelLayer, modelLayers, type ModelWeights, partBytes,
+  type CausalLM, CheckpointWeights, GGUFWeights, heldBytes, isGGUF, loadModel, loadTokenizer, type ModelConfig, type ModelLayer,
+  modelLayers, type ModelWeights, partBytes,
   partHeldBytes, type SectionRange, type Tokenizer,
 } from '../models/index.ts';
 import { CHUNK_BYTES } from '../p2p/index.ts';
