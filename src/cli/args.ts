@@ -122,21 +122,3 @@ export function weightFlags(flags: Flags): { dtype?: 'f32' | 'bf16'; quantize?: 
   if (quantize !== undefined && quantize !== 'int8' && quantize !== 'int4') throw new UsageError(`--quantize must be int8 or int4, not '${quantize}'`);
   return { ...(dtype ? { dtype } : {}), ...(quantize ? { quantize } : {}) };
 }
-
-/**
- * weightFlags for a command that may run across workers (generate, serve). The validator does not re-run compact
- * sections yet: across workers, a compact format refuses --verify-rate and --redundancy and turns sampling off, and
- * `unchecked` is the line that tells the user so (null when nothing is left unchecked).
- */
-export function compactJobFlags(
-  flags: Flags, acrossWorkers: boolean, verify: { redundancy: number; sampleRate?: number },
-): { format: ReturnType<typeof weightFlags>; unchecked: string | null } {
-  const format = weightFlags(flags);
-  const compact = format.quantize ?? (format.dtype === 'bf16' ? 'bf16' : undefined);
-  if (!compact || !acrossWorkers) return { format, unchecked: null };
-  if ((verify.sampleRate ?? 0) > 0 || verify.redundancy > 1) {
-    throw new UsageError('the validator does not re-run compact sections yet: --verify-rate and --redundancy go without --dtype bf16 and --quantize');
-  }
-  verify.sampleRate = 0;
-  return { format, unchecked: `the workers hold their sections in ${compact}: the validator does not re-run compact sections yet, so nothing checks them` };
-}

@@ -54,8 +54,9 @@ export interface DistributeOptions {
   name?: string;
   /**
    * Hold the model's matrices compact, as loadModel does (bf16, or int8/int4 blocks), on the user's ends and on every
-   * worker (each packs its section once it has arrived). For a checkpoint directory, generation only, without
-   * re-execution by the validator, for now.
+   * worker (each packs its section once it has arrived). For a checkpoint directory, generation only (frozen). Checked
+   * as any job: the validator re-runs sampled records with the compact weights the worker held (bit for bit on js,
+   * within the format's tolerance on ort: ortTolerance), and redundant copies are compared the same way.
    */
   dtype?: 'f32' | 'bf16';
   quantize?: 'int8' | 'int4';
@@ -87,9 +88,6 @@ export async function distribute(
   if (format) {
     if (typeof model !== 'string') throw new InvalidArgumentError('a compact job (dtype bf16, quantize) loads from a checkpoint directory, not from a model in memory');
     if (options.training) throw new InvalidArgumentError('a compact section is frozen: training it is not supported (adapters will be)');
-    if ((options.verify?.sampleRate ?? DEFAULT_SAMPLE_RATE) > 0 || (options.verify?.redundancy ?? 1) > 1) {
-      throw new InvalidArgumentError('the validator does not re-run compact sections yet: use verify { sampleRate: 0, redundancy: 1 } with dtype bf16 or quantize');
-    }
   }
   const source = typeof model === 'string' ? await modelFromCheckpoint(model, { keepEnds, cacheDir: options.cacheDir, format }) : modelInMemory(model);
   try {

@@ -65,6 +65,7 @@ export class JobSessions {
       sections: () => placement.sections,
       inbox,
       verifier,
+      format: placement.source.format ?? 'f32',
       exclude: (s) => placement.exclude(s),
       deadlineMs: (tokens) => deadlineMs(predictedSeconds(placement.plan, tokens, planTokens)),
       recover: (cause, attempt, progress) => recovery.recover(cause, attempt, { progress }),

@@ -1,7 +1,7 @@
 import { InvalidMessageError, PeerUnreachableError, StageFailedError, VerificationError } from '../errors.ts';
 import { publicKeyOf, type StageAssignment } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
-import { agree, auxHash, checkRecord, hashTensors, parseRecord, sessionStepHash, type WorkRecord } from '../verify/index.ts';
+import { agree, auxHash, checkRecord, type ComputeFormat, hashTensors, parseRecord, sessionStepHash, type WorkRecord } from '../verify/index.ts';
 import type { JobStage } from './job-stage.ts';
 import { MAX_FAILOVERS, type SessionProgress } from './failover.ts';
 import type { ResultInbox } from './result-inbox.ts';
@@ -22,6 +22,8 @@ export interface SessionContext {
   sections(): JobStage[][];
   inbox: ResultInbox | null;
   verifier: JobVerifier | null;
+  /** What the job's matrices are held in: copies computed on ort agree within that format's tolerance (ortTolerance). */
+  format: ComputeFormat;
   /** A worker caught: it leaves the job. */
   exclude(stage: JobStage): Promise<void>;
   /** The deadline of a step of `tokens` tokens through every section, in milliseconds. */
@@ -211,7 +213,9 @@ export class SessionSteps {
     if (results.length === 1) return results[0].output;
     verifier.summary.compared++;
     const same = (a: (typeof results)[number], b: (typeof results)[number]) =>
-      a.record.backend === 'js' && b.record.backend === 'js' ? a.record.output === b.record.output : agree('ort', a.output.data as Float32Array, b.output.data as Float32Array);
+      a.record.backend === 'js' && b.record.backend === 'js'
+        ? a.record.output === b.record.output
+        : agree('ort', a.output.data as Float32Array, b.output.data as Float32Array, this.ctx.format);
     if (results.every((r) => same(r, results[0]))) return results[0].output;
     const verdicts = await Promise.all(results.map((r) => verifier.audit(r.s.where, r.record, [...this.sent.get(r.s.where.peerId)!])));
     let accepted: (typeof results)[number] | null = null;

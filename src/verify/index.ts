@@ -1,4 +1,4 @@
-export { agree, type ComputeBackend, drift, ORT_TOLERANCE } from './compare.ts';
+export { agree, type ComputeBackend, type ComputeFormat, drift, formatOfWeights, ORT_TOLERANCE, ORT_TOLERANCES, ortTolerance } from './compare.ts';
 export { hashArrays, hashNamed, hashTensors } from './hash.ts';
 export {
   bytesSignatureValid, checkRecord, type Expectation, parseRecord, RECORD_KINDS, type RecordKind, recordBytes, recordId, type RecordSigner,

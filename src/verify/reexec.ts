@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import { InvalidArgumentError } from '../errors.ts';
 import { type CausalLM, configFromHF, createModel, KVCache, type ModelConfig, partBytes } from '../models/index.ts';
 import { StageExecutor } from '../pipeline/index.ts';
-import { noGrad, type Tensor, withBackend } from '../tensor/index.ts';
-import { agree } from './compare.ts';
+import { getBackend, holdPacked, noGrad, type Tensor, withBackend } from '../tensor/index.ts';
+import { agree, type ComputeFormat, formatOfWeights } from './compare.ts';
 import { recordFlops, sectionCost } from './flops.ts';
 import { hashNamed, hashTensors } from './hash.ts';
 import type { WorkRecord } from './record.ts';
@@ -20,6 +20,7 @@ export interface Bundle {
   config: Record<string, unknown>;
   range: [number, number];
   optimizer: { lr: number; weightDecay?: number };
+  /** By name; a compact weight as the worker held it (`packedTensor`: its packed bytes and scales). */
   weights: Map<string, Tensor>;
   input?: Tensor;
   grad?: Tensor;
@@ -59,9 +60,10 @@ const pass = (output?: string): Verdict => ({ ok: true, reason: 'reproduced', ou
 const fail = (reason: string, output?: string): Verdict => ({ ok: false, reason, output });
 
 /**
- * Re-runs a record (forward, backward, or the optimizer step) on the section rebuilt from
- * the bundle and compares: bit for bit for 'js' records, within ORT_TOLERANCE for 'ort'
- * (against the worker's own output, which must hash as its record says). A bundle that
+ * Re-runs a record (forward, backward, the optimizer step, or a decoding step) on the section
+ * rebuilt from the bundle and compares: bit for bit for 'js' records, within the tolerance of the
+ * weights' format for 'ort' (ortTolerance: float32, or the compact format the bundle's weights are
+ * held in), against the worker's own output, which must hash as its record says. A bundle that
  * does not hash as the record says fails: the worker kept or sent something else.
  */
 export function reexecute(record: WorkRecord, bundle: Bundle): Verdict {
@@ -82,8 +84,10 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
   const stated = flopsProblem(record, config, bundle);
   if (stated) return fail(stated);
   const model = createModel(config, { section: bundle.range });
-  model.loadStateDict(bundle.weights);
-  if (record.kind === 'decode') return reexecuteDecode(record, bundle, model, backend);
+  const unfit = loadWeights(model, bundle.weights);
+  if (unfit) return fail(unfit);
+  const format = formatOfWeights(bundle.weights.values());
+  if (record.kind === 'decode') return reexecuteDecode(record, bundle, model, backend, format);
   const captured: Map<string, Tensor>[] = [];
   // a step re-runs with the optimizer the worker's record names
   const optimizer = record.kind === 'step' ? { lr: record.lr ?? bundle.optimizer.lr, weightDecay: record.weightDecay } : bundle.optimizer;
@@ -96,7 +100,7 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
     const h = hashTensors([mine]);
     if (h === theirs) return null;
     if (backend === 'ort' && bundle.output && hashTensors([bundle.output]) === theirs) {
-      if (agree('ort', mine.data as Float32Array, bundle.output.data as Float32Array)) return null;
+      if (agree('ort', mine.data as Float32Array, bundle.output.data as Float32Array, format)) return null;
     }
     return fail(`its ${what} is not what the computation gives`, h);
   };
@@ -123,7 +127,7 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
     if (backend === 'ort' && theirs && gradsHash(executor, theirs) === record.grads) {
       const close = [...executor.named.keys()].every((n) => {
         const [a, b] = [mine.get(n), theirs.get(n)];
-        return (!a && !b) || (a !== undefined && b !== undefined && agree('ort', a.data as Float32Array, b.data as Float32Array));
+        return (!a && !b) || (a !== undefined && b !== undefined && agree('ort', a.data as Float32Array, b.data as Float32Array, format));
       });
       if (close) return pass(record.output);
     }
@@ -152,7 +156,27 @@ export function checkpointHash(model: CausalLM): string {
   return hashNamed([...model.hfStateDict()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
 
-function reexecuteDecode(record: WorkRecord, bundle: Bundle, model: CausalLM, backend: 'js' | 'ort'): Verdict {
+/**
+ * The bundle's weights into the rebuilt section: float32 ones copied, a compact one held as it came (packed, frozen),
+ * so that the section computes with the very bytes the worker held and hashes as they do. Why it cannot (a compact
+ * weight where the section has no matrix of its shape), or null.
+ */
+function loadWeights(model: CausalLM, weights: Map<string, Tensor>): string | null {
+  model.loadStateDict(weights);
+  const own = model.stateDict();
+  for (const [name, src] of weights) {
+    const target = own.get(name)!;
+    if (!src.packed || target.packed === src.packed) continue; // a tied weight is held once
+    try {
+      holdPacked(target, src.packed);
+    } catch (err) {
+      return `its weight '${name}' cannot be held in ${src.packed.format}: ${(err as Error).message}`;
+    }
+  }
+  return null;
+}
+
+function reexecuteDecode(record: WorkRecord, bundle: Bundle, model: CausalLM, backend: 'js' | 'ort', format: ComputeFormat): Verdict {
   if (checkpointHash(model) !== record.weights) return fail('the weights it kept are not the weights its record names');
   const history = bundle.history ?? [];
   if (history.length === 0) return fail('the bundle has no inputs');
@@ -165,13 +189,26 @@ function reexecuteDecode(record: WorkRecord, bundle: Bundle, model: CausalLM, ba
   if (record.aux !== undefined && auxHash(last.positions, last.keyMask) !== record.aux) {
     return fail('the positions it kept are not the ones its record names');
   }
-  const cache = new KVCache(model.config.layers);
-  let y: Tensor | null = null;
-  for (const h of history) y = noGrad(() => model.forward(h.input, { cache, positions: h.positions, keyMask: h.keyMask }));
-  const h = hashTensors([y!]);
+  const session = () => {
+    const cache = new KVCache(model.config.layers);
+    let y: Tensor | null = null;
+    for (const h of history) y = noGrad(() => model.forward(h.input, { cache, positions: h.positions, keyMask: h.keyMask }));
+    return y!;
+  };
+  const y = session();
+  const h = hashTensors([y]);
   if (h === record.output) return pass(h);
-  if (backend === 'ort' && bundle.output && hashTensors([bundle.output]) === record.output && agree('ort', y!.data as Float32Array, bundle.output.data as Float32Array)) {
-    return pass(record.output);
+  const theirs = bundle.output;
+  if (backend === 'ort' && theirs && hashTensors([theirs]) === record.output) {
+    // an int8/int4 section is compared on what it added to its input (when the input is hidden states of its size)
+    const base = last.input.dtype === 'float32' ? (last.input.data as Float32Array) : undefined;
+    const out = theirs.data as Float32Array;
+    if (agree('ort', y.data as Float32Array, out, format, base)) return pass(record.output);
+    // the other honest path: a CPU whose MatMulNBits has no int8 kernels computes in float32, as the exact js kernels do
+    if ((format === 'int8' || format === 'int4') && getBackend().name !== 'js') {
+      const exact = withBackend('js', session);
+      if (agree('ort', exact.data as Float32Array, out, 'f32')) return pass(record.output);
+    }
   }
   return fail('its output is not what the computation gives', h);
 }

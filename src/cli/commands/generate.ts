@@ -1,8 +1,8 @@
 import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import {
-  compactJobFlags, type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags,
-  weightFlagOptions,
+  type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags,
+  weightFlagOptions, weightFlags,
 } from '../args.ts';
 import type { FailoverEvent, VerificationSummary } from '../../user/index.ts';
 import { payFlagOptions, payForJob } from '../chain-flags.ts';
@@ -34,8 +34,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   const verify = verifyFlags(flags);
   const dir = requiredString(flags, 'model');
   const prompt = requiredString(flags, 'prompt');
-  const { format, unchecked } = compactJobFlags(flags, where.kind !== 'local', verify);
-  if (unchecked) out.info(unchecked);
+  const format = weightFlags(flags);
   // across workers the user reads only its ends from the checkpoint; sections stream from the files
   const model = where.kind === 'local' ? await loadModel(dir, format) : null;
   const config = model?.config ?? loadConfig(dir);

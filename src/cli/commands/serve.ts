@@ -4,7 +4,7 @@ import { ChatFormat, serveApi, type ServedModel } from '../../serve/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 import { distribute, fetchOverview, type Overview } from '../../user/index.ts';
 import {
-  compactJobFlags, type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions,
+  type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions, weightFlags,
 } from '../args.ts';
 import { loadProgress } from '../load-progress.ts';
 import type { Output } from '../output.ts';
@@ -36,8 +36,7 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   const { strategy, privacy } = planFlags(flags, 'layer-aware');
   const verify = verifyFlags(flags);
   const dir = requiredString(flags, 'model');
-  const { format, unchecked } = compactJobFlags(flags, where.kind !== 'local', verify);
-  if (unchecked) out.info(unchecked);
+  const format = weightFlags(flags);
   const port = intFlag(flags, 'port', 8000, 0);
   if (port > 65535) throw new UsageError(`--port must be in 0..65535, got ${port}`);
   const host = stringFlag(flags, 'host') ?? '127.0.0.1';

@@ -1,6 +1,6 @@
 import { InvalidMessageError } from '../../errors.ts';
 import { parseAudit } from '../../p2p/index.ts';
-import type { Tensor } from '../../tensor/index.ts';
+import { packedToBytes, type Tensor, type WeightFormat } from '../../tensor/index.ts';
 import type { KeptComputation, TrainingRecords } from '../records.ts';
 import type { WorkRecord } from '../../verify/index.ts';
 import type { JobEntry } from '../jobs.ts';
@@ -13,8 +13,19 @@ type Piece = { entry: PartEntry; tensor: Tensor };
 interface PartEntry {
   part: string;
   name?: string;
+  /** The tensor's shape (a compact weight's as a matrix: its bytes go as a 'uint8' vector). */
   shape: number[];
   step?: number;
+  /** A compact weight's format: it is sent as its packed bytes (packedToBytes), not as float32. */
+  format?: WeightFormat;
+}
+
+/** A piece's index entry: a compact weight says its format. */
+function entryOf(part: string, tensor: Tensor, name?: string, step?: number): PartEntry {
+  return {
+    part, ...(name ? { name } : {}), shape: [...tensor.shape], ...(step === undefined ? {} : { step }),
+    ...(tensor.packed ? { format: tensor.packed.format } : {}),
+  };
 }
 
 function keptOf(records: TrainingRecords, kind: 'forward' | 'backward' | 'step', step: number, micro: number): KeptComputation {
@@ -26,7 +37,7 @@ function pieces(records: TrainingRecords, kept: KeptComputation): Map<string, { 
   const out = new Map<string, { entry: PartEntry; tensor: Tensor }>();
   const add = (part: string, tensor: Tensor | undefined, name?: string, step?: number) => {
     if (!tensor) return;
-    out.set(`${part}:${name ?? ''}`, { entry: { part, ...(name ? { name } : {}), shape: [...tensor.shape], ...(step === undefined ? {} : { step }) }, tensor });
+    out.set(`${part}:${name ?? ''}`, { entry: entryOf(part, tensor, name, step), tensor });
   };
   const { record } = kept;
   if (record.kind === 'step') {
@@ -56,7 +67,7 @@ function decodeBundle(job: JobEntry, sessionId: string, step: number): { record:
   const upTo = session.history.findIndex((h) => h.record.step === step);
   if (upTo < 0) throw new InvalidMessageError(`session ${sessionId} has no decoding step at position ${step}`);
   const parts = new Map<string, { entry: PartEntry; tensor: Tensor }>();
-  const add = (part: string, tensor: Tensor, name: string) => parts.set(`${part}:${name}`, { entry: { part, name, shape: [...tensor.shape] }, tensor });
+  const add = (part: string, tensor: Tensor, name: string) => parts.set(`${part}:${name}`, { entry: entryOf(part, tensor, name), tensor });
   for (const [n, t] of section.model.hfStateDict()) add('weight', t, n);
   session.history.slice(0, upTo + 1).forEach((h, i) => {
     add('input', h.input, String(i));
@@ -70,8 +81,9 @@ function decodeBundle(job: JobEntry, sessionId: string, step: number): { record:
 
 /**
  * Audits of kept records, by the job's owner or a verifier it named (a validator): the
- * index lists what re-running a record needs; each part is then fetched as a tensor. What
- * is sent is what the worker holds: the verifier checks it against the signed record.
+ * index lists what re-running a record needs; each part is then fetched as a tensor (a
+ * compact weight as its packed bytes, a 'uint8' vector). What is sent is what the worker
+ * holds: the verifier checks it against the signed record.
  */
 export const auditHandlers: Record<string, StageHandler> = {
   'audit-index': {
@@ -94,6 +106,12 @@ export const auditHandlers: Record<string, StageHandler> = {
       const all = kind === 'decode' ? decodeBundle(job, session!, step).parts : pieces(trainingOf(job).records, keptOf(trainingOf(job).records, kind, step, micro));
       const piece = all.get(`${part}:${name ?? ''}`);
       if (!piece) throw new InvalidMessageError(`the record of ${kind} ${step}:${micro} has no part ${part}${name ? ` '${name}'` : ''}`);
+      const packed = piece.tensor.packed;
+      if (packed) {
+        // frozen (a compact section does not train): its bytes as they are held
+        const bytes = packedToBytes(packed);
+        return { kind: 'tensor', tensor: piece.tensor, part: { dtype: 'uint8', shape: [bytes.byteLength], bytes } };
+      }
       // a copy: live weights change at the next step, perhaps while this answer is still being sent
       return { kind: 'tensor', tensor: piece.tensor.detach().clone() };
     },

@@ -41,9 +41,9 @@ export interface StageRequest {
   bindToStream(): void;
 }
 
-/** A tensor answer goes as its hop frame (`part`: a training result, encoded once) or as float32. */
+/** A tensor answer goes as its frame (`part`: a training result's hop, encoded once; a compact weight's bytes) or as float32. */
 export type StageReply
-  = | { kind: 'tensor'; tensor: Tensor; record?: WorkRecord; part?: HopPart } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
+  = | { kind: 'tensor'; tensor: Tensor; record?: WorkRecord; part?: HopPart | Omit<WireTensor, 'requestId'> } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
 
 export interface StageHandler {
   /** Whether peers the owner delegated (the previous stage of a chain, a replica) may send it; otherwise the owner only. */
