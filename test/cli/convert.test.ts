@@ -60,11 +60,34 @@ describe('tensorlink convert', () => {
     for (const [args, message] of [
       [['train', '--model', ref.dir, '--task', 'addition', '--steps', '1', '--quantize', 'int4'], /compact weights are frozen/],
       [['generate', '--model', ref.dir, '--prompt', 'a', '--quantize', 'int3'], /--quantize must be int8 or int4/],
-      [['generate', '--model', ref.dir, '--prompt', 'a', '--dtype', 'bf16', '--local', '2', '--verify-rate', '0.1'], /does not re-run compact sections yet/],
     ] as const) {
       const r = cli(...args);
       assert.equal(r.status, 2, r.stderr);
       assert.match(r.stderr, message);
     }
+  });
+});
+
+describe('a compact job across worker processes, checked by the validator', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'tl-compact-verified-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  test('generate --quantize int4 --local 3 --verify-rate 1: the validator re-runs every sampled record of the compact sections, all honest', () => {
+    // an intermediate size of 171: rows that end in a padded block
+    const model = join(dir, 'model');
+    const init = cli('init-model', '--arch', 'llama', '--layers', '3', '--hidden', '64', '--heads', '4', '--kv-heads', '2', '--out', model, '--seed', '3');
+    assert.equal(init.status, 0, init.stderr);
+    const base = ['generate', '--model', model, '--prompt', '12+', '--max-new-tokens', '4', '--backend', 'js', '--json'];
+    const r = cli(...base, '--quantize', 'int4', '--local', '3', '--verify-rate', '1');
+    assert.equal(r.status, 0, r.stderr);
+    const { tokens, verification } = JSON.parse(r.stdout);
+    assert.equal(tokens.length, 4);
+    // every decoding step of every worker's section sampled and re-run (bit for bit on js), none unchecked
+    assert.ok(verification.checked >= 4, JSON.stringify(verification));
+    assert.deepEqual([verification.failed, verification.flagged, verification.unchecked], [0, [], 0]);
+    assert.doesNotMatch(r.stderr, /nothing checks them/);
+    process.stderr.write(`int4 across 3 workers, --verify-rate 1: ${verification.checked} records re-run by the validator, ${verification.failed} failed\n`);
+    // the same tokens as one process holding the model at int4
+    assert.deepEqual(JSON.parse(cli(...base, '--quantize', 'int4', '--local', '0').stdout).tokens, tokens);
   });
 });
