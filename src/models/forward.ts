@@ -1,7 +1,8 @@
 import { InvalidArgumentError } from '../errors.ts';
-import { cat, type Tensor, tensor } from '../tensor/index.ts';
+import { cat, isGradEnabled, type Tensor, tensor } from '../tensor/index.ts';
+import { attendTimeMajor } from '../tensor/ops/attention.ts';
 import { type AttentionOptions, causalAttention } from './attention.ts';
-import type { ForwardContext, ForwardOptions, LayerCache, ModelLayer } from './model.ts';
+import { type ForwardContext, type ForwardOptions, GrowingKV, type ModelLayer } from './model.ts';
 
 /** Positions 0..T−1 after `offset` for every row: int32 [B, T]. */
 export function defaultPositions(batch: number, length: number, offset: number): Tensor {
@@ -44,7 +45,9 @@ export function runLayers(layers: readonly ModelLayer[], ids: Tensor, options: F
  * Causal attention for one block with the cache: appends the new keys/values
  * ([B, kvHeads, T, D]) to the layer's cache entry and attends over all of them (within the
  * sliding window of `options`, if any: the cache keeps every key, the window masks the old ones).
- * Grouped-query attention repeats each key/value head for `groups` query heads.
+ * Grouped-query attention repeats each key/value head for `groups` query heads. The cache grows in
+ * place (GrowingKV) and, where no mask, window or soft-cap applies and no gradient is wanted,
+ * attendTimeMajor reads the keys where they lie: no step copies the whole cache.
  */
 export function cachedAttention(
   q: Tensor,
@@ -59,12 +62,22 @@ export function cachedAttention(
   let values = v;
   const cache = ctx.cache;
   if (cache) {
-    const entry: LayerCache | null = cache.layers[blockIndex];
-    if (entry) {
-      keys = cat([entry.k, k], 2);
-      values = cat([entry.v, v], 2);
+    const previous = cache.layers[blockIndex];
+    const entry = GrowingKV.append(previous, k, v);
+    cache.layers[blockIndex] = entry;
+    if (isGradEnabled() && (q.requiresGrad || k.requiresGrad || v.requiresGrad)) {
+      // gradients flow to the new keys and values (the cached ones are detached)
+      if (previous) {
+        keys = cat([previous.k, k], 2);
+        values = cat([previous.v, v], 2);
+      }
+    } else {
+      const window = options.window;
+      const plain = ctx.keyMask === null && options.softcap === undefined && (window === undefined || entry.length <= window);
+      if (plain && q.dtype === 'float32') return attendTimeMajor(q, entry.timeMajor, options.scale);
+      keys = entry.k;
+      values = entry.v;
     }
-    cache.layers[blockIndex] = { k: keys.detach(), v: values.detach() };
   }
   if (groups > 1) {
     keys = repeatKv(keys, groups);

@@ -1,13 +1,139 @@
 import { InvalidArgumentError } from '../errors.ts';
 import type { Module } from '../nn/index.ts';
-import type { Tensor } from '../tensor/index.ts';
+import { Tensor } from '../tensor/index.ts';
+import type { TimeMajorKV } from '../tensor/ops/attention.ts';
 import type { ModelConfig } from './config.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
 /** Keys and values of one attention layer for the tokens seen so far: [B, kvHeads, T, headDim]. */
 export interface LayerCache {
-  k: Tensor;
-  v: Tensor;
+  readonly k: Tensor;
+  readonly v: Tensor;
+}
+
+/** Positions a layer's cache grows by at least, when it must grow. */
+const KV_GROWTH_MIN = 32;
+
+/** The buffers behind one or more GrowingKV entries: keys and values [B, capacity, kvHeads, D], positions [0, filled) written. */
+interface KVStore {
+  readonly k: Float32Array;
+  readonly v: Float32Array;
+  readonly capacity: number;
+  filled: number;
+}
+
+/**
+ * A layer's cache that grows in place: keys and values time-major in buffers with room to grow (by half again when
+ * full, so a token's append costs its own keys, not the whole cache's), which attendTimeMajor reads where they lie.
+ * An entry is immutable: appending returns a new entry over the same buffers while nothing has been written past it,
+ * and copies into new buffers otherwise (two caches that share an entry each keep their own keys). `k` and `v`, as
+ * [B, kvHeads, T, D], are copied out when first asked for (the attention paths that need them: masks, soft-caps).
+ */
+export class GrowingKV implements LayerCache {
+  private kHeads: Tensor | null = null;
+  private vHeads: Tensor | null = null;
+
+  private constructor(
+    private readonly store: KVStore,
+    readonly batch: number,
+    readonly kvHeads: number,
+    readonly dim: number,
+    /** Positions held. */
+    readonly length: number,
+  ) {}
+
+  /** `entry` (a GrowingKV, any other LayerCache, or none) with k, v [B, kvHeads, t, D] appended. */
+  static append(entry: LayerCache | null, k: Tensor, v: Tensor): GrowingKV {
+    const [b, h, t, d] = k.shape;
+    if (k.ndim !== 4 || v.shape.join() !== k.shape.join() || k.dtype !== 'float32' || v.dtype !== 'float32') {
+      throw new InvalidArgumentError(`a cache appends float32 keys and values [batch, heads, time, head dim] alike, got [${k.shape}] and [${v.shape}]`);
+    }
+    if (entry === null) return new GrowingKV(newStore(b, h, d, t, 0), b, h, d, 0).write(k, v);
+    const base = entry instanceof GrowingKV ? entry : GrowingKV.copyOf(entry);
+    if (base.batch !== b || base.kvHeads !== h || base.dim !== d) {
+      throw new InvalidArgumentError(`keys [${k.shape}] do not fit a cache of [${base.batch}, ${base.kvHeads}, ${base.length}, ${base.dim}]`);
+    }
+    return base.write(k, v);
+  }
+
+  /** A GrowingKV holding what a plain entry holds. */
+  private static copyOf(entry: LayerCache): GrowingKV {
+    const [b, h, t, d] = entry.k.shape;
+    const store = newStore(b, h, d, t, 0);
+    toTimeMajor(entry.k.data as Float32Array, store.k, b, h, t, d, store.capacity, 0);
+    toTimeMajor(entry.v.data as Float32Array, store.v, b, h, t, d, store.capacity, 0);
+    store.filled = t;
+    return new GrowingKV(store, b, h, d, t);
+  }
+
+  /** This entry's positions and the new ones, in place when the store has room and nothing past this entry in it. */
+  private write(k: Tensor, v: Tensor): GrowingKV {
+    const t = k.shape[2];
+    const { batch: b, kvHeads: h, dim: d, length } = this;
+    let store = this.store;
+    if (store.filled !== length || store.capacity < length + t) {
+      store = newStore(b, h, d, length + t, Math.floor(store.capacity * 1.5));
+      const old = this.store;
+      const span = length * h * d;
+      for (let bi = 0; bi < b; bi++) {
+        store.k.set(old.k.subarray(bi * old.capacity * h * d, bi * old.capacity * h * d + span), bi * store.capacity * h * d);
+        store.v.set(old.v.subarray(bi * old.capacity * h * d, bi * old.capacity * h * d + span), bi * store.capacity * h * d);
+      }
+    }
+    toTimeMajor(k.data as Float32Array, store.k, b, h, t, d, store.capacity, length);
+    toTimeMajor(v.data as Float32Array, store.v, b, h, t, d, store.capacity, length);
+    store.filled = length + t;
+    return new GrowingKV(store, b, h, d, length + t);
+  }
+
+  /** The keys and values as attendTimeMajor reads them. */
+  get timeMajor(): TimeMajorKV {
+    const { k, v, capacity } = this.store;
+    return { k, v, capacity, length: this.length, kvHeads: this.kvHeads };
+  }
+
+  /** The keys, [B, kvHeads, T, D]. */
+  get k(): Tensor {
+    return (this.kHeads ??= this.headMajor(this.store.k));
+  }
+
+  /** The values, [B, kvHeads, T, D]. */
+  get v(): Tensor {
+    return (this.vHeads ??= this.headMajor(this.store.v));
+  }
+
+  private headMajor(src: Float32Array): Tensor {
+    const { batch: b, kvHeads: h, dim: d, length: t } = this;
+    const cap = this.store.capacity;
+    const out = new Float32Array(b * h * t * d);
+    for (let bi = 0; bi < b; bi++) {
+      for (let hi = 0; hi < h; hi++) {
+        for (let ti = 0; ti < t; ti++) {
+          const from = ((bi * cap + ti) * h + hi) * d;
+          out.set(src.subarray(from, from + d), ((bi * h + hi) * t + ti) * d);
+        }
+      }
+    }
+    return new Tensor(out, [b, h, t, d]);
+  }
+}
+
+/** Buffers for at least `needed` positions (and at least `wanted`), a multiple of KV_GROWTH_MIN. */
+function newStore(b: number, h: number, d: number, needed: number, wanted: number): KVStore {
+  const capacity = Math.ceil(Math.max(needed, wanted, 1) / KV_GROWTH_MIN) * KV_GROWTH_MIN;
+  return { k: new Float32Array(b * capacity * h * d), v: new Float32Array(b * capacity * h * d), capacity, filled: 0 };
+}
+
+/** Writes x [B, H, T, D] into the time-major dst [B, capacity, H, D] at positions [at, at + T). */
+function toTimeMajor(x: Float32Array, dst: Float32Array, b: number, h: number, t: number, d: number, capacity: number, at: number): void {
+  for (let bi = 0; bi < b; bi++) {
+    for (let hi = 0; hi < h; hi++) {
+      for (let ti = 0; ti < t; ti++) {
+        const from = ((bi * h + hi) * t + ti) * d;
+        dst.set(x.subarray(from, from + d), ((bi * capacity + at + ti) * h + hi) * d);
+      }
+    }
+  }
 }
 
 /**
@@ -23,7 +149,7 @@ export class KVCache {
 
   /** Tokens already cached (the same for every layer this cache holds; a section holds some). */
   get length(): number {
-    for (const entry of this.layers) if (entry) return entry.k.shape[2];
+    for (const entry of this.layers) if (entry) return entry instanceof GrowingKV ? entry.length : entry.k.shape[2];
     return 0;
   }
 }

@@ -1,5 +1,6 @@
 import type { FloatArray } from '../dtype.ts';
 import type { MatmulSpec } from '../kernels/matmul.ts';
+import type { TimeMajorAttentionSpec } from '../ops/attention.ts';
 import type { PackedMatrix } from '../quant/formats.ts';
 
 /**
@@ -31,4 +32,9 @@ export interface Backend {
    * false to leave it to the js kernel.
    */
   layerNorm?(x: FloatArray, w: FloatArray, b: FloatArray, eps: number, y: FloatArray, mean: Float32Array, rstd: Float32Array): boolean;
+  /**
+   * Causal attention of one sequence: y [H, Tq, D] for q [H, Tq, D] over time-major keys and values [Tk, kvHeads, D]
+   * (see attendTimeMajor); returns false to leave it to the js kernel.
+   */
+  attention?(q: Float32Array, k: Float32Array, v: Float32Array, y: Float32Array, spec: TimeMajorAttentionSpec): boolean;
 }

@@ -164,3 +164,22 @@ export function layerNormGraph(eps: number): Uint8Array {
     [mat('y', ['rows', 'n']), mat('mean', ['rows', 'one']), mat('rstd', ['rows', 'one'])],
   );
 }
+
+/**
+ * Causal attention of one sequence over time-major keys and values in one call: q [kvHeads, rows, D] (the query
+ * heads that share a key head, their Tq rows each, one after another), k and v [Tk, kvHeads, D], s a 1-element scale
+ * and mask an additive [rows, Tk]: y [kvHeads, rows, D] = softmax(s · q kᵀ + mask) v for each key head.
+ */
+export function timeMajorAttentionGraph(): Uint8Array {
+  const b = new Builder();
+  const scores = b.op('MatMul', ['q', b.op('Transpose', ['k'], { perm: [1, 2, 0] })]); // [kvHeads, rows, Tk]
+  const p = b.op('Softmax', [b.op('Add', [b.op('Mul', [scores, 's']), 'mask'])], { axis: -1 });
+  b.op('MatMul', [p, b.op('Transpose', ['v'], { perm: [1, 0, 2] })]); // [kvHeads, rows, D]
+  b.output('y');
+  return encodeModel(
+    b.nodes,
+    [mat('q', ['h', 'r', 'd']), mat('k', ['t', 'h', 'd']), mat('v', ['t', 'h', 'd']), { name: 's', type: OnnxType.float32, shape: [1] },
+      mat('mask', ['r', 't'])],
+    [mat('y', ['h', 'r', 'd'])],
+  );
+}

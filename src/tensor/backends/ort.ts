@@ -1,6 +1,7 @@
 import { availableParallelism } from 'node:os';
 import type { FloatArray } from '../dtype.ts';
 import { addRowBias, type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
+import type { TimeMajorAttentionSpec } from '../ops/attention.ts';
 import type { PackedMatrix, QuantFormat } from '../quant/formats.ts';
 import type { Backend } from './backend.ts';
 import {
@@ -8,6 +9,7 @@ import {
   gemmGraph,
   layerNormGraph,
   maskedSoftmaxGraph,
+  timeMajorAttentionGraph,
   ORT_UNARY,
   ORT_UNARY_BACKWARD,
   type OrtUnary,
@@ -97,6 +99,18 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     if (mask === undefined) {
       mask = new Float32Array(tq * tk);
       if (causal) for (let i = 0; i < tq; i++) mask.fill(Number.NEGATIVE_INFINITY, i * tk + i + tk - tq + 1, (i + 1) * tk);
+      if (masks.size > 64) masks.clear();
+      masks.set(key, mask);
+    }
+    return mask;
+  };
+  /** Additive masks of time-major attention: rows of `groups` heads × tq queries over tk keys, causal. */
+  const attentionMask = (groups: number, tq: number, tk: number) => {
+    const key = `attention:${groups}:${tq}:${tk}`;
+    let mask = masks.get(key);
+    if (mask === undefined) {
+      mask = new Float32Array(groups * tq * tk);
+      for (let r = 0; r < groups * tq; r++) mask.fill(Number.NEGATIVE_INFINITY, r * tk + (r % tq) + tk - tq + 1, (r + 1) * tk);
       if (masks.size > 64) masks.clear();
       masks.set(key, mask);
     }
@@ -224,6 +238,24 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
           { name: 'mean', data: mean, dims: [rows, 1] },
           { name: 'rstd', data: rstd, dims: [rows, 1] },
         ],
+      );
+      return true;
+    },
+    attention(q: Float32Array, k: Float32Array, v: Float32Array, y: Float32Array, spec: TimeMajorAttentionSpec): boolean {
+      const { heads, kvHeads, tq, tk, dim, scale } = spec;
+      const macs = 2 * heads * tq * tk * dim;
+      if (macs < minMacs) return false;
+      const rows = (heads / kvHeads) * tq;
+      const s = session('time-major-attention', timeMajorAttentionGraph, false, macs < SINGLE_THREAD_BELOW_MACS ? 1 : threads);
+      s.run(
+        [
+          { name: 'q', data: q, dims: [kvHeads, rows, dim] },
+          { name: 'k', data: k, dims: [tk, kvHeads, dim] },
+          { name: 'v', data: v, dims: [tk, kvHeads, dim] },
+          { name: 's', data: Float32Array.of(scale), dims: [1] },
+          { name: 'mask', data: attentionMask(heads / kvHeads, tq, tk), dims: [rows, tk] },
+        ],
+        [{ name: 'y', data: y, dims: [kvHeads, rows, dim] }],
       );
       return true;
     },

@@ -99,3 +99,104 @@ export function maskedSoftmax(scores: Tensor, scale: number, causal: boolean, ma
     return [new Tensor(gx, scores.shape)];
   });
 }
+
+/** The sizes of one sequence's attention over time-major keys and values (see attendTimeMajor). */
+export interface TimeMajorAttentionSpec {
+  /** Query heads; each run of heads / kvHeads consecutive query heads shares one key head. */
+  heads: number;
+  kvHeads: number;
+  tq: number;
+  tk: number;
+  dim: number;
+  scale: number;
+}
+
+/**
+ * Keys and values held time-major, as a KV cache that grows in place keeps them: `k` and `v` are [B, capacity,
+ * kvHeads, D], of which positions [0, length) are filled (the rest is room to grow).
+ */
+export interface TimeMajorKV {
+  k: Float32Array;
+  v: Float32Array;
+  capacity: number;
+  length: number;
+  kvHeads: number;
+}
+
+/**
+ * Causal attention of q [B, H, Tq, D] over keys and values held time-major (TimeMajorKV, Tk = its length ≥ Tq, the
+ * queries the last Tq positions), each key head shared by H / kvHeads consecutive query heads: [B, H, Tq, D]. It is
+ * scaledDotProductAttention(q, repeatKv(k), repeatKv(v), { causal: true, scale }) without the repeated, transposed
+ * and concatenated copies of the keys and values that path makes at every decoding step. On the js kernel it is
+ * bitwise that path: each score and each output is the same double-precision sum taken in the same order (a key a
+ * query may not see adds only zeros there, and is skipped here), and the softmax is maskedSoftmax's. Not
+ * differentiable: a cache's keys are detached, so callers take it without gradients.
+ */
+export function attendTimeMajor(q: Tensor, kv: TimeMajorKV, scale?: number): Tensor {
+  const [b, heads, tq, dim] = q.shape;
+  if (q.ndim !== 4 || q.dtype !== 'float32') throw new ShapeMismatchError(`attention expects float32 q [batch, heads, time, head dim], got ${q.dtype} [${q.shape}]`);
+  const tk = kv.length;
+  const kvHeads = kv.kvHeads;
+  if (heads % kvHeads !== 0 || tk < tq || kv.k.length !== b * kv.capacity * kvHeads * dim || kv.v.length !== kv.k.length) {
+    throw new ShapeMismatchError(`attention of q [${q.shape}] over ${tk} cached positions of ${kvHeads} key heads does not fit`);
+  }
+  const spec: TimeMajorAttentionSpec = { heads, kvHeads, tq, tk, dim, scale: scale ?? 1 / Math.sqrt(dim) };
+  const out = new Float32Array(q.size);
+  const backend = getBackend();
+  const rows = heads * tq * dim;
+  const seq = kv.capacity * kvHeads * dim;
+  for (let bi = 0; bi < b; bi++) {
+    const qb = (q.data as Float32Array).subarray(bi * rows, (bi + 1) * rows);
+    const kb = kv.k.subarray(bi * seq, bi * seq + tk * kvHeads * dim);
+    const vb = kv.v.subarray(bi * seq, bi * seq + tk * kvHeads * dim);
+    const yb = out.subarray(bi * rows, (bi + 1) * rows);
+    if (backend.attention?.(qb, kb, vb, yb, spec) !== true) attendTimeMajorJs(qb, kb, vb, yb, spec);
+  }
+  return new Tensor(out, q.shape);
+}
+
+/**
+ * The js kernel of attendTimeMajor for one sequence: q, y [H, Tq, D], k, v [Tk, kvHeads, D]. Scores and outputs are
+ * gemmNN's sums (double precision, in increasing order, rounded once to float32), the softmax maskedSoftmax's.
+ */
+export function attendTimeMajorJs(q: Float32Array, k: Float32Array, v: Float32Array, y: Float32Array, spec: TimeMajorAttentionSpec): void {
+  const { heads, kvHeads, tq, tk, dim, scale } = spec;
+  const groups = heads / kvHeads;
+  const step = kvHeads * dim;
+  const p = new Float32Array(tk);
+  const acc = new Float64Array(dim);
+  for (let h = 0; h < heads; h++) {
+    const kh = Math.floor(h / groups) * dim;
+    for (let i = 0; i < tq; i++) {
+      const row = (h * tq + i) * dim;
+      const last = i + tk - tq;
+      let mx = Number.NEGATIVE_INFINITY;
+      for (let j = 0; j <= last; j++) {
+        const ko = j * step + kh;
+        let s = 0;
+        for (let d = 0; d < dim; d++) s += q[row + d] * k[ko + d];
+        p[j] = s; // the score as the product's float32 output holds it
+        mx = Math.max(mx, p[j]);
+      }
+      if (mx === Number.NEGATIVE_INFINITY) {
+        y.fill(0, row, row + dim); // nothing to attend to: zeros
+        continue;
+      }
+      let total = 0;
+      for (let j = 0; j <= last; j++) {
+        const e = Math.exp(scale * (p[j] - mx));
+        p[j] = e;
+        total += e;
+      }
+      const inv = 1 / total;
+      for (let j = 0; j <= last; j++) p[j] *= inv;
+      acc.fill(0);
+      for (let j = 0; j <= last; j++) {
+        const pj = p[j];
+        const vo = j * step + kh;
+        for (let d = 0; d < dim; d++) acc[d] += pj * v[vo + d];
+      }
+      for (let d = 0; d < dim; d++) y[row + d] = acc[d];
+    }
+  }
+}
