@@ -31,6 +31,25 @@ export interface HeldSection {
   bytes: number;
 }
 
+/** The states of a hosted span: loading, serving, or about to go. */
+export const HOST_STATES = ['joining', 'online', 'leaving'] as const;
+export type HostState = (typeof HOST_STATES)[number];
+
+/**
+ * A span of a named model a worker hosts for anyone to use: the model's name and the hash of its weights manifest
+ * (two hosts' copies are the same model only if their bytes are), its number of blocks, the blocks held (indices
+ * from 0, inclusive), the format they are held in, its state, and the KV-cache tokens it can still admit.
+ */
+export interface HostedSpan {
+  name: string;
+  hash: string;
+  blocks: number;
+  layers: [number, number];
+  format: HeldSection['format'];
+  state: HostState;
+  freeTokens?: number;
+}
+
 /** Round-trip time and bandwidth from one peer to another, as last measured. */
 export interface Proximity {
   rttMs: number;
@@ -60,6 +79,8 @@ export interface PeerRecord {
   excluded?: boolean;
   /** A worker's loaded sections, one per job it serves. */
   sections?: HeldSection[];
+  /** The spans of named models it hosts for anyone. */
+  hosts?: HostedSpan[];
   /** With a chain: its Ethereum account, and its stake, rewards earned and claimed (token units, decimal). */
   account?: string;
   stake?: string;
@@ -224,6 +245,7 @@ export function parsePeerRecord(v: unknown, what = 'peer'): PeerRecord {
     ...(o.excluded === undefined ? {} : { excluded: o.excluded === true }),
     ...(o.account === undefined ? {} : { account: parseAccount(o.account, `${what}.account`) }),
     ...(o.sections === undefined ? {} : { sections: parseHeldSections(o.sections) }),
+    ...(o.hosts === undefined ? {} : { hosts: parseHostedSpans(o.hosts) }),
     ...Object.fromEntries((['stake', 'earned', 'claimed'] as const).filter((k) => o[k] !== undefined).map((k) => [k, amount(o[k], `${what}.${k}`)])),
   };
 }
@@ -238,6 +260,37 @@ export function parseHeldSections(v: unknown): HeldSection[] {
       layers: [start, int(o.layers[1], `${what}.layers[1]`, start + 1, VOCABULARY_LIMITS.layers)],
       format: oneOf(o.format, `${what}.format`, ['f32', 'bf16', 'int8', 'int4'] as const),
       bytes: finite(o.bytes, `${what}.bytes`, 0),
+    };
+  });
+}
+
+/** A model's name as hosts announce it and users ask for it: letters, digits and . _ - (at most 64). */
+export function parseModelName(v: unknown, what = 'model name'): string {
+  if (typeof v !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(v)) fail(`${what} must be 1–64 letters, digits, '.', '_' or '-'`);
+  return v;
+}
+
+/** The job id a host serves a span under, which a session's requests name: the model, its hash's start, the blocks. */
+export function hostedJobId(span: Pick<HostedSpan, 'name' | 'hash' | 'layers'>): string {
+  return `host_${span.name.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 32)}_${span.hash.slice(0, 12)}_${span.layers[0]}-${span.layers[1]}`;
+}
+
+/** The spans a worker announces it hosts. */
+export function parseHostedSpans(v: unknown): HostedSpan[] {
+  return list(v, 'hosts', VOCABULARY_LIMITS.sections, (e, what) => {
+    const o = obj(e, what);
+    const blocks = int(o.blocks, `${what}.blocks`, 1, VOCABULARY_LIMITS.layers);
+    if (!Array.isArray(o.layers) || o.layers.length !== 2) fail(`${what}.layers must be [first, last]`);
+    const first = int(o.layers[0], `${what}.layers[0]`, 0, blocks - 1);
+    if (typeof o.hash !== 'string' || !/^[0-9a-f]{64}$/.test(o.hash)) fail(`${what}.hash must be a sha256 in hex`);
+    return {
+      name: parseModelName(o.name, `${what}.name`),
+      hash: o.hash,
+      blocks,
+      layers: [first, int(o.layers[1], `${what}.layers[1]`, first, blocks - 1)],
+      format: oneOf(o.format, `${what}.format`, ['f32', 'bf16', 'int8', 'int4'] as const),
+      state: oneOf(o.state, `${what}.state`, HOST_STATES),
+      ...(o.freeTokens === undefined ? {} : { freeTokens: finite(o.freeTokens, `${what}.freeTokens`, 0) }),
     };
   });
 }

@@ -18,3 +18,4 @@ export {
   DEADLINE_FLOOR_MS, DEADLINE_SLACK, deadlineMs, type FailoverEvent, LIVENESS_TIMEOUT_MS, STEP_RETRIES,
 } from './failover.ts';
 export type { JobProgress, JobView, LedgerSummary, Overview, OverviewEvent } from '../p2p/index.ts';
+export { HostedModel, listModels, type RouteHop, routeOver } from './hosted.ts';

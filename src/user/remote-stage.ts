@@ -129,6 +129,12 @@ export class RemoteStage {
     return new RemoteStage(targetName(target), jobId, stream);
   }
 
+  /** A stage stream to a hosted span (`worker --host`): no job is opened, the worker's own hosted job is used. */
+  static async attach(node: Libp2p, target: PeerTarget | Multiaddr, jobId: string): Promise<RemoteStage> {
+    const stream = await dialProtocol(node, target, STAGE_PROTOCOL);
+    return new RemoteStage(targetName(target), jobId, stream);
+  }
+
   /** Whether its stage stream is still open (a worker that died or closed it is not). */
   get open(): boolean {
     return this.stream.status === 'open';

@@ -1,8 +1,9 @@
 import type { PeerId } from '@libp2p/interface';
 import {
-  createLogger, createNode, type Logger, MAX_GOSSIP_BYTES, type Overview, OVERVIEW_LIMITS, PEERS_TOPIC, parseAnnounce, parseAuditMessage,
-  parseJobProgress, type PeerRecord, serveControl, type TensorLinkNode,
+  createLogger, createNode, int, type Logger, MAX_GOSSIP_BYTES, type Overview, OVERVIEW_LIMITS, PEERS_TOPIC, parseAnnounce,
+  parseAuditMessage, parseJobProgress, type PeerRecord, serveControl, type TensorLinkNode,
 } from '../p2p/index.ts';
+import { modelIndex } from './hosted-models.ts';
 import { EventLog, JobBoard } from './overview.ts';
 import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
 import { audit } from './audit.ts';
@@ -103,6 +104,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       return { type: 'ack', ttlMs: PEER_TTL_MS };
     },
     'status': () => ({ type: 'status', peers: peers(), uptimeMs: Date.now() - started }),
+    // the models workers host, with their coverage and hosts, a page at a time
+    'models': (m) => ({ type: 'models', ...modelIndex(peers(), int(m.page ?? 0, 'models.page', 0, 1_000_000)) }),
     // a user's report of its job, for the dashboard: shown under the sender's peer id, never used to pay
     'job-progress': (m, from: PeerId) => {
       jobs.report(from.toString(), parseJobProgress(m));

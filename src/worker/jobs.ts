@@ -4,7 +4,7 @@ import type { TrainingRecords } from './records.ts';
 import type { PeerId } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../errors.ts';
 import type { CausalLM, KVCache } from '../models/index.ts';
-import { newTraffic, parseJobId, type PeerTarget, type StageAssignment, type Traffic, type WeightEntry } from '../p2p/index.ts';
+import { type HostedSpan, newTraffic, parseJobId, type PeerTarget, type StageAssignment, type Traffic, type WeightEntry } from '../p2p/index.ts';
 import type { GradientExchange, StageExecutor } from '../pipeline/index.ts';
 import type { Tensor, WeightFormat } from '../tensor/index.ts';
 import type { MemoryBudget } from './memory.ts';
@@ -91,6 +91,11 @@ export interface Section {
 
 export interface JobEntry {
   jobId: string;
+  /**
+   * A span of a named model this worker hosts for anyone (`worker --host`), owned by the worker itself: any peer may
+   * open sessions on it (each bound to the peer that opened it), nobody may load, train or close it.
+   */
+  hosted?: HostedSpan;
   /** The peer that opened the job: the only one that may drive or close it. */
   owner: string;
   /** Peers the owner allowed to send this job's gradients (its replicas, the other holder of a tied head). */
@@ -142,11 +147,24 @@ export class JobTable {
     return entry;
   }
 
+  /** A job for a span this worker hosts (see JobEntry.hosted): its own, served to anyone. */
+  host(jobId: string, self: string, span: HostedSpan): JobEntry {
+    if (this.jobs.has(jobId)) throw new InvalidArgumentError(`${span.name} blocks [${span.layers[0]}, ${span.layers[1]}] are hosted twice on this worker`);
+    const entry: JobEntry = {
+      jobId, hosted: span, owner: self, delegates: new Set(), verifiers: new Set(), assignment: [], openedAt: Date.now(),
+      traffic: newTraffic(),
+    };
+    this.jobs.set(jobId, entry);
+    return entry;
+  }
+
   /** The job, if `from` owns it (or, with `delegates`, was allowed by its owner); a typed error otherwise. */
   authorize(jobId: unknown, from: PeerId, options: { delegates?: boolean; verifiers?: boolean } = {}): JobEntry {
     const id = parseJobId(jobId);
     const entry = this.jobs.get(id);
     if (!entry) throw new InvalidMessageError(`no job ${id} on this worker`);
+    // a hosted span is anyone's to use (the stage server lets only session requests through, each on the sender's own sessions)
+    if (entry.hosted) return entry;
     const who = from.toString();
     const delegated = options.delegates === true && (entry.delegates.has(who) || entry.upstream === who);
     const verifier = options.verifiers === true && entry.verifiers.has(who);
@@ -162,7 +180,9 @@ export class JobTable {
   }
 
   close(jobId: unknown, from: PeerId): void {
-    this.remove(this.authorize(jobId, from).jobId);
+    const job = this.authorize(jobId, from);
+    if (job.hosted) throw new UnauthorizedError(`${job.jobId} is a hosted model: it ends with its host, not by a user`);
+    this.remove(job.jobId);
   }
 
   /** Forgets a job and all it held (its owner's stream ended). */

@@ -14,6 +14,7 @@ import { inferenceHandlers } from './handlers/infer.ts';
 import { loadHandlers } from './handlers/load.ts';
 import { trainingHandlers } from './handlers/train.ts';
 import type { StageContext, StageHandler } from './handlers/types.ts';
+import { hostedRequest } from './hosting.ts';
 import { countSent, type JobEntry, type JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
 import type { ModelIndex } from './model-index.ts';
@@ -157,7 +158,9 @@ function serveStream(
       // the job may have ended while the request's tensors were arriving: nothing may run on (or be counted for) what it held
       if (!jobs.holds(job)) throw new InvalidMessageError(`job ${job.jobId} ended before the request's tensors had all arrived`);
       const bindToStream = () => bound.add(job.jobId);
-      const request = { id: envelope.id, type: envelope.type, body: envelope.body, tensors: p.tensors, job, from, bindToStream };
+      // on a hosted span, only session requests, each on the sender's own sessions
+      const body = job.hosted ? hostedRequest(envelope.type, envelope.body, from.toString()) : envelope.body;
+      const request = { id: envelope.id, type: envelope.type, body, tensors: p.tensors, job, from, bindToStream };
       const reply = await handler.run(request, context);
       if (reply.kind === 'tensor') {
         // a result's record travels just before it, under the same id
@@ -173,7 +176,7 @@ function serveStream(
     } catch (err) {
       // in a chain the job's owner is waiting, not the previous stage: tell the owner
       const replyTo = envelope.type === 'forward' ? replyToOf(envelope.body) : null;
-      const owner = admitted instanceof Error ? null : admitted.job.owner;
+      const owner = admitted instanceof Error || admitted.job.hosted ? null : admitted.job.owner;
       if (replyTo && owner) {
         context.peers
           .to({ peerId: owner, addrs: [] }, RESULT_PROTOCOL)

@@ -1,3 +1,4 @@
+import type { WeightFormat } from '../tensor/index.ts';
 import type { NodeChain } from '../chain/index.ts';
 import { Claimer } from './claims.ts';
 import { join } from 'node:path';
@@ -10,6 +11,7 @@ import {
 import { measureCapabilities } from './capabilities.ts';
 import { ChunkStore } from './chunk-store.ts';
 import { type Fault, FaultInjector } from './fault.ts';
+import { type HostSpec, hostModel } from './hosting.ts';
 import { JobTable } from './jobs.ts';
 import { MemoryBudget } from './memory.ts';
 import { ModelIndex } from './model-index.ts';
@@ -41,6 +43,10 @@ export interface WorkerOptions {
   memoryBytes?: number;
   /** Hugging Face checkpoint directories this worker holds (`--models`): loads of their weights need no transfer. */
   modelsDir?: string;
+  /** Named models it hosts for anyone (`--host [NAME=]PATH[:FIRST-LAST]`), loaded from its disk at start. */
+  host?: HostSpec[];
+  /** The format hosted models are held in (`--dtype bf16`, `--quantize int8|int4`; default float32). */
+  hostFormat?: WeightFormat | null;
   /** Cheat on purpose (`--fault`): for testing the network's defences only. */
   fault?: Fault;
   /** How the worker tells the swarm about itself: a direct request to its validator, gossip, or both (default). */
@@ -107,12 +113,20 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const sweeper = setInterval(() => stages.sweep(), SESSION_IDLE_MS / 4);
   const validator = multiaddr(options.bootstrap);
   const via = options.announceVia ?? 'both';
+  let leaving = false;
   const announce = async () => {
     // each loaded section's layers, format and bytes (a job's id stays between its user and its workers)
-    const sections = [...jobs.values()].flatMap((j) => (j.section ? [{ layers: j.section.range, ...j.section.held }] : []));
+    const sections = [...jobs.values()].flatMap((j) => (j.section && !j.hosted ? [{ layers: j.section.range, ...j.section.held }] : []));
+    // each hosted span, with the KV-cache tokens its free memory still admits
+    const hosts = [...jobs.values()].flatMap((j) => {
+      if (!j.hosted || !j.section) return [];
+      const perToken = j.section.model.layers.reduce((n, l) => n + l.profile().kvBytesPerToken, 0);
+      return [{ ...j.hosted, ...(leaving ? { state: 'leaving' as const } : {}), freeTokens: Math.floor(memory.free() / Math.max(1, perToken)) }];
+    });
     const record = {
       roles: ['worker'], capabilities: { ...capabilities, memoryFreeBytes: memory.free() }, addrs: node.getMultiaddrs().map(String), proximity,
       ...(sections.length > 0 ? { sections } : {}),
+      ...(hosts.length > 0 ? { hosts } : {}),
       ...(options.chain ? { account: options.chain.address } : {}),
     };
     if (via !== 'direct') {
@@ -142,6 +156,9 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   await stake?.check();
   const claimer = options.chain ? new Claimer(node, validator, options.chain, log) : null;
   claimer?.start();
+  // the models it hosts are loaded (and hashed) before it offers them
+  const self = node.peerId.toString();
+  for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, { jobs, memory, self, log });
   await announce();
   let stopped = false;
   const timer = setInterval(() => {
@@ -161,6 +178,11 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     ...(options.chain ? { account: options.chain.address } : {}),
     stop: async () => {
       stopped = true;
+      // hosts say they are leaving, so that users route new sessions elsewhere at once
+      if ((options.host ?? []).length > 0) {
+        leaving = true;
+        await announce().catch(() => {});
+      }
       claimer?.stop();
       clearInterval(timer);
       clearInterval(probeTimer);

@@ -1,6 +1,6 @@
-import { parseFault, startWorker } from '../../worker/index.ts';
+import { parseFault, parseHostSpec, startWorker } from '../../worker/index.ts';
 import { createLogger } from '../../p2p/index.ts';
-import { type Flags, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
+import { type Flags, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError, weightFlags } from '../args.ts';
 import { chainFlagOptions, chainFromFlags } from '../chain-flags.ts';
 import type { Output } from '../output.ts';
 import { logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
@@ -11,6 +11,9 @@ export const workerOptions = {
   'memory': { type: 'string' },
   'data': { type: 'string' },
   'models': { type: 'string' },
+  'host': { type: 'string', multiple: true },
+  'dtype': { type: 'string' },
+  'quantize': { type: 'string' },
   'fault': { type: 'string' },
   'max-requests': { type: 'string' },
   'listen': { type: 'string' },
@@ -32,6 +35,14 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
+  let host;
+  try {
+    host = ((flags.host as string[] | undefined) ?? []).map(parseHostSpec);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const format = weightFlags(flags);
+  const hostFormat = format.quantize ?? (format.dtype === 'bf16' ? 'bf16' : null);
   const dataDir = stringFlag(flags, 'data');
   const chain = await chainFromFlags(flags, dataDir);
   const w = await startWorker({
@@ -40,6 +51,8 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
     chain,
     dataDir,
     modelsDir: stringFlag(flags, 'models'),
+    host,
+    hostFormat,
     listen: listen ? [listen] : undefined,
     memoryBytes: memory ? parseBytes(memory) : undefined,
     requestsPerSecond: optionalIntFlag(flags, 'max-requests', 1),
@@ -48,6 +61,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   const addrs = w.node.getMultiaddrs().map(String);
   ready(w.node.peerId.toString(), addrs, w.account);
   out.info(`worker ${w.node.peerId.toString()} (${w.capabilities.gflops} GFLOP/s, tier ${w.capabilities.tier}) joined ${bootstrap}`);
+  for (const h of host) out.info(`hosting ${h.name} (${h.blocks ? `blocks ${h.blocks[0]}-${h.blocks[1]}` : 'every block'}) in ${hostFormat ?? 'f32'}`);
   if (fault) out.info(`this worker CHEATS on purpose (--fault ${fault.kind}:${fault.rate}), to test the network's defences`);
   await runUntilSignal(w.stop, flags);
 }

@@ -1,9 +1,11 @@
 import { InvalidMessageError } from '../../../errors.ts';
-import { finite, int, list, obj, str } from '../../schema.ts';
+import { finite, int, list, obj, peerIdText, str } from '../../schema.ts';
 import {
   type Capabilities,
   type HeldSection,
+  type HostedSpan,
   parseHeldSections,
+  parseHostedSpans,
   type PeerRecord,
   type PeerTarget,
   parsePeerTarget,
@@ -49,6 +51,8 @@ export interface Announcement {
   account?: string;
   /** A worker's loaded sections, one per job. */
   sections?: HeldSection[];
+  /** The spans of named models it hosts for anyone. */
+  hosts?: HostedSpan[];
 }
 
 export function parseAnnounce(v: unknown): Announcement {
@@ -60,6 +64,7 @@ export function parseAnnounce(v: unknown): Announcement {
     proximity: parseProximity(m.proximity),
     ...(m.account === undefined ? {} : { account: parseAccount(m.account, 'announcement.account') }),
     ...(m.sections === undefined ? {} : { sections: parseHeldSections(m.sections) }),
+    ...(m.hosts === undefined ? {} : { hosts: parseHostedSpans(m.hosts) }),
   };
 }
 
@@ -129,4 +134,40 @@ export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {
     record: m.record,
     ...(m.sent === undefined ? {} : { sent: list(m.sent, 'sent', 15_000, (v, what) => str(v, what, 64)) }),
   };
+}
+
+/** One host of a model as the validator's model index lists it. */
+export interface ModelHost {
+  peerId: string;
+  layers: [number, number];
+  format: HostedSpan['format'];
+  state: HostedSpan['state'];
+  freeTokens?: number;
+}
+
+/** A hosted model in the index: its name and manifest hash, its blocks, whether every block has an online host, its hosts. */
+export interface HostedModelEntry {
+  name: string;
+  hash: string;
+  layers: number;
+  complete: boolean;
+  hosts: ModelHost[];
+}
+
+/** The validator's answer to `models`: one page of the index, and the next page's number when there is one. */
+export function parseModelsAnswer(m: Record<string, unknown>): { models: HostedModelEntry[]; next?: number } {
+  if (m.type !== 'models') throw new InvalidMessageError(`expected a models answer, got '${String(m.type)}'`);
+  const models = list(m.models, 'models', 1000, (v, what) => {
+    const o = obj(v, what);
+    const layers = int(o.layers, `${what}.layers`, 1, 100_000);
+    // the hosts are announced spans of this model: the same parser, with the model's own fields
+    const hosts = list(o.hosts, `${what}.hosts`, 100_000, (h, where) => {
+      const e = obj(h, where);
+      const [span] = parseHostedSpans([{ ...e, name: o.name, hash: o.hash, blocks: layers }]);
+      return { peerId: peerIdText(e.peerId, `${where}.peerId`), layers: span.layers, format: span.format, state: span.state,
+        ...(span.freeTokens === undefined ? {} : { freeTokens: span.freeTokens }) };
+    });
+    return { name: String(o.name), hash: String(o.hash), layers, complete: o.complete === true, hosts };
+  });
+  return { models, ...(m.next === undefined ? {} : { next: int(m.next, 'models.next', 1) }) };
 }

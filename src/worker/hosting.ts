@@ -1,0 +1,110 @@
+import { basename, extname, resolve } from 'node:path';
+import { createHash } from 'node:crypto';
+import { InvalidArgumentError, UnauthorizedError } from '../errors.ts';
+import {
+  CheckpointWeights, configToHF, defaultCacheDir, GGUFWeights, heldBytes, isGGUF, loadModel, type ModelWeights,
+} from '../models/index.ts';
+import { CHUNK_BYTES, type HostedSpan, hostedJobId, type Logger, parseSessionId } from '../p2p/index.ts';
+import type { WeightFormat } from '../tensor/index.ts';
+import type { JobTable } from './jobs.ts';
+import type { MemoryBudget } from './memory.ts';
+
+/** What `worker --host [NAME=]PATH[:FIRST-LAST]` asks for: a model's name, its files, and the blocks to host (null: all). */
+export interface HostSpec {
+  name: string;
+  path: string;
+  blocks: [number, number] | null;
+}
+
+/** Parses a `--host` value: `[NAME=]DIR|FILE.gguf[:FIRST-LAST]` (blocks from 0, inclusive; NAME defaults to the file's name). */
+export function parseHostSpec(value: string): HostSpec {
+  const named = /^([A-Za-z0-9._-]{1,64})=(.+)$/.exec(value);
+  let path = named ? named[2] : value;
+  let blocks: [number, number] | null = null;
+  const range = /^(.*):(\d+)-(\d+)$/.exec(path);
+  if (range) {
+    path = range[1];
+    blocks = [Number(range[2]), Number(range[3])];
+    if (blocks[0] > blocks[1]) throw new InvalidArgumentError(`--host ${value}: blocks ${blocks[0]}-${blocks[1]} run backwards`);
+  }
+  const name = named ? named[1] : basename(resolve(path), extname(path) === '.gguf' ? '.gguf' : '');
+  if (!/^[A-Za-z0-9._-]{1,64}$/.test(name)) throw new InvalidArgumentError(`--host ${value}: '${name}' cannot name a model; say NAME=${path}`);
+  return { name, path, blocks };
+}
+
+/** The files of a model seen weight by weight: a checkpoint directory or a GGUF file. */
+export function openModelWeights(path: string, cacheDir: string | null = defaultCacheDir()): ModelWeights {
+  if (isGGUF(path)) return GGUFWeights.open(path, { chunkBytes: CHUNK_BYTES });
+  return CheckpointWeights.open(path, { chunkBytes: CHUNK_BYTES, cacheDir });
+}
+
+/**
+ * The identity of a model's weights: the sha256 of its manifest (every weight's name, shape and chunk addresses at
+ * float32, in name order). Two copies with the same bytes have the same hash wherever they are and whatever part of
+ * them a host holds; a directory's hashes are cached, so a host started again does not read its files twice.
+ */
+export async function modelHash(weights: ModelWeights): Promise<string> {
+  const all = weights.partWeights([0, weights.config.layers + 3]).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const h = createHash('sha256');
+  for (const w of all) h.update(`${w.name}[${w.shape.join(',')}]:${(await weights.hashes(w.name)).join(',')}\n`);
+  return h.digest('hex');
+}
+
+/**
+ * Loads the blocks a host spec names from its files, in `format` (null: float32), into the worker's memory budget,
+ * and registers them as a hosted span any peer may open sessions on. Returns the span as the worker announces it.
+ */
+export async function hostModel(
+  spec: HostSpec,
+  format: WeightFormat | null,
+  ctx: { jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; cacheDir?: string | null },
+): Promise<HostedSpan> {
+  const weights = openModelWeights(spec.path, ctx.cacheDir);
+  let hash: string;
+  let blocks: number;
+  try {
+    hash = await modelHash(weights);
+    blocks = weights.config.layers;
+  } finally {
+    if (weights instanceof CheckpointWeights) weights.saveCache();
+    weights.close();
+  }
+  const [first, last] = spec.blocks ?? [0, blocks - 1];
+  if (last >= blocks) throw new InvalidArgumentError(`--host ${spec.path}: the model has blocks 0-${blocks - 1}, not ${first}-${last}`);
+  const span: HostedSpan = { name: spec.name, hash, blocks, layers: [first, last], format: format ?? 'f32', state: 'joining' };
+  const jobId = hostedJobId(span);
+  const job = ctx.jobs.host(jobId, ctx.self, span);
+  try {
+    // our layers: 0 the embedding, 1..L the blocks, L + 1 the final norm, L + 2 the head
+    const range: [number, number] = [first + 1, last + 2];
+    const compact = format === null ? {} : format === 'bf16' ? { dtype: 'bf16' as const } : { quantize: format };
+    const model = await loadModel(spec.path, { part: range, ...compact });
+    const bytes = heldBytes(model);
+    ctx.memory.hold(jobId, 'weights', bytes, `${spec.name} blocks ${first}-${last} in ${span.format}`);
+    // its records name the config as a user states it (Hugging Face form), as a job's do
+    const configHash = createHash('sha256').update(JSON.stringify(configToHF(model.config))).digest('hex');
+    job.section = { model, range, configHash, held: { format: span.format, bytes }, sessions: new Map() };
+    span.state = 'online';
+    ctx.log.info('hosting', { model: spec.name, hash: hash.slice(0, 12), blocks: [first, last], format: span.format, bytes });
+    return span;
+  } catch (err) {
+    ctx.jobs.remove(jobId);
+    throw err;
+  }
+}
+
+/** Requests a hosted span takes, from anyone: a session's steps, how far it has come, and closing it. */
+export const HOSTED_REQUESTS = new Set(['forward', 'session-status', 'close']);
+
+/**
+ * The session a request on a hosted span means: the sender's own (its peer id is part of the key), so no other peer
+ * can step it, read its cache or close it. A chained forward is refused: a hosted span answers each step to its sender.
+ */
+export function hostedRequest(type: string, body: Record<string, unknown>, from: string): Record<string, unknown> {
+  if (!HOSTED_REQUESTS.has(type)) throw new UnauthorizedError(`a hosted model takes only session requests (${[...HOSTED_REQUESTS].join(', ')}), not '${type}'`);
+  if ((Array.isArray(body.route) && body.route.length > 0) || body.replyTo !== undefined) {
+    throw new InvalidArgumentError('a hosted model answers each step to its sender: send it without a route');
+  }
+  const sessionId = parseSessionId(body.sessionId);
+  return { ...body, sessionId: `${createHash('sha256').update(from).digest('hex').slice(0, 24)}/${sessionId}` };
+}

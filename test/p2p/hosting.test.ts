@@ -1,0 +1,89 @@
+// Issue #31 (first part): workers host spans of named models from their own disks, the validator indexes them, and
+// users who hold only a model's ends generate from it by name, sharing the hosts' one loaded copy.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { generate, heldBytes, loadModel } from '../../src/models/index.ts';
+import { createNode, hostedJobId } from '../../src/p2p/index.ts';
+import { HostedModel, listModels, RemoteStage } from '../../src/user/index.ts';
+import { startValidator } from '../../src/validator/index.ts';
+import { parseHostSpec, startWorker } from '../../src/worker/index.ts';
+import { randn, setBackend, tensor } from '../../src/tensor/index.ts';
+import { readHFReference } from '../helpers/hf-fixtures.ts';
+
+describe('hosted models', () => {
+  setBackend('js');
+
+  test('parseHostSpec: [NAME=]PATH[:FIRST-LAST]', () => {
+    assert.deepEqual(parseHostSpec('models/llama3'), { name: 'llama3', path: 'models/llama3', blocks: null });
+    assert.deepEqual(parseHostSpec('tiny=/x/y.gguf:2-5'), { name: 'tiny', path: '/x/y.gguf', blocks: [2, 5] });
+    assert.deepEqual(parseHostSpec('/m/q4.gguf:0-0'), { name: 'q4', path: '/m/q4.gguf', blocks: [0, 0] });
+    assert.throws(() => parseHostSpec('m=/x:5-2'), /run backwards/);
+  });
+
+  test('two hosts cover a model; two users generate from it at once by name, holding only its ends, as one process does', async () => {
+    const ref = readHFReference('llama3');
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const hosts = [
+      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:0-0`)] }),
+      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:1-1`)] }),
+    ];
+    const users = [await createNode(), await createNode()];
+    try {
+      // the index: one model, both blocks online
+      const { models } = await listModels(users[0], validator.node.getMultiaddrs()[0]);
+      assert.equal(models.length, 1);
+      const [m] = models;
+      assert.equal(m.name, 'llama3');
+      assert.match(m.hash, /^[0-9a-f]{64}$/);
+      assert.equal(m.layers, 2);
+      assert.equal(m.complete, true);
+      assert.deepEqual(m.hosts.map((h) => [h.layers, h.format, h.state]).sort(), [[[0, 0], 'f32', 'online'], [[1, 1], 'f32', 'online']]);
+
+      const local = await loadModel(ref.dir);
+      const options = { maxNewTokens: 16, temperature: 0, stopTokens: [] };
+      const want = await generate(local, ref.prompt, options);
+      const other = ref.prompt.slice(0, 3);
+      const wantOther = await generate(local, other, options);
+      const opened = await Promise.all(users.map((u) => HostedModel.open(u, validator.node.getMultiaddrs()[0], 'llama3', { ends: ref.dir })));
+      try {
+        // the user holds its ends only
+        assert.ok(heldBytes(opened[0].ends) < heldBytes(local));
+        const [a, b] = await Promise.all([opened[0].generate(ref.prompt, options), opened[1].generate(other, options)]);
+        assert.deepEqual(a.tokens, want.tokens);
+        assert.deepEqual(b.tokens, wantOther.tokens);
+        // each host holds one copy of its span whatever the sessions: its budget shows the weights once
+        for (const h of hosts) {
+          const jobs = h.memory.report().jobs.filter((j) => j.jobId.startsWith('host_'));
+          assert.equal(jobs.length, 1);
+        }
+        process.stderr.write(`hosted llama3 over 2 hosts: 2 users' ${a.tokens.length} + ${b.tokens.length} tokens equal one process's\n`);
+      } finally {
+        await Promise.all(opened.map((o) => o.close()));
+      }
+
+      // isolation: another peer's requests reach only its own sessions; loading or closing a hosted model is refused
+      const span = m.hosts.find((h) => h.layers[0] === 0)!;
+      const jobId = hostedJobId({ name: m.name, hash: m.hash, layers: span.layers });
+      const target = hosts.find((h) => h.node.peerId.toString() === span.peerId)!.node.getMultiaddrs()[0];
+      const mine = await RemoteStage.attach(users[0], target, jobId);
+      const theirs = await RemoteStage.attach(users[1], target, jobId);
+      try {
+        const x = randn([1, 2, local.config.hidden], { seed: 1 });
+        const positions = tensor([0, 1], [1, 2], 'int32');
+        await mine.forward('s1', x, positions, null);
+        const status = (who: RemoteStage) => who.call({ type: 'session-status', sessionId: 's1' }, []);
+        assert.equal(((await status(mine)) as { message: { position: number } }).message.position, 2);
+        assert.equal(((await status(theirs)) as { message: { position: number } }).message.position, 0, 'another peer sees no session s1 of mine');
+        await assert.rejects(theirs.call({ type: 'load', config: {}, section: [1, 2] }, []), { name: 'UnauthorizedError', message: /only session requests/ });
+      } finally {
+        await mine.close();
+        await theirs.close();
+      }
+    } finally {
+      await Promise.all(users.map((u) => u.stop()));
+      await Promise.all(hosts.map((h) => h.stop()));
+      await validator.stop();
+    }
+  });
+});
