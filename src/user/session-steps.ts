@@ -212,10 +212,12 @@ export class SessionSteps {
     if (results.length === 0) throw new VerificationError(`no copy of layers ${copies[0].where.start}–${copies[0].where.end - 1} came with a valid record`);
     if (results.length === 1) return results[0].output;
     verifier.summary.compared++;
+    // int8/int4 copies are compared on what they added to the hidden states they were sent (see ORT_TOLERANCES)
+    const base = x.dtype === 'float32' ? (x.data as Float32Array) : undefined;
     const same = (a: (typeof results)[number], b: (typeof results)[number]) =>
       a.record.backend === 'js' && b.record.backend === 'js'
         ? a.record.output === b.record.output
-        : agree('ort', a.output.data as Float32Array, b.output.data as Float32Array, this.ctx.format);
+        : agree('ort', a.output.data as Float32Array, b.output.data as Float32Array, this.ctx.format, base);
     if (results.every((r) => same(r, results[0]))) return results[0].output;
     const verdicts = await Promise.all(results.map((r) => verifier.audit(r.s.where, r.record, [...this.sent.get(r.s.where.peerId)!])));
     let accepted: (typeof results)[number] | null = null;

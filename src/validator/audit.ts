@@ -2,34 +2,16 @@ import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError } from '../errors.ts';
 import {
   dialProtocol, encodeControl, errorFromWire, type Frame, fromWire, isWireError, type PeerTarget, publicKeyOf, receiveFrames, RequestTable,
-  sendMessage, sha256, STAGE_PROTOCOL, TRAIN_REQUEST_TIMEOUT_MS, type WireTensor,
+  sendMessage, sha256, STAGE_PROTOCOL, TRAIN_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
-import { formatBytes, packedFromBytes, packedTensor, type Tensor, WEIGHT_FORMATS, type WeightFormat } from '../tensor/index.ts';
+import type { Tensor } from '../tensor/index.ts';
 import {
-  type Bundle, maxBundleBytes, parseRecord, recordId, reexecute, type Reputation, signatureValid, type Verdict, type WorkRecord,
+  type Bundle, compactWeightOf, maxBundleBytes, parseRecord, recordId, reexecute, type Reputation, signatureValid, type Verdict,
+  type WorkRecord,
 } from '../verify/index.ts';
 
 /** Parts a worker may list for one record: a section's weights and moments, or a session's steps. */
 const MAX_AUDIT_PARTS = 20_000;
-
-/**
- * A compact weight as the worker sent it (a 'uint8' frame of packedToBytes, the index naming its format and its shape
- * as a matrix), checked before it is held: a frozen weight in that format, or why not (null: the part is not compact).
- */
-function compactPart(entry: { format?: unknown; shape?: unknown }, frame: WireTensor): Tensor | string | null {
-  if (entry.format === undefined) return null;
-  if (typeof entry.format !== 'string' || !(WEIGHT_FORMATS as readonly string[]).includes(entry.format)) return `it named an unknown weight format '${String(entry.format)}'`;
-  const format = entry.format as WeightFormat;
-  const shape = entry.shape;
-  if (!Array.isArray(shape) || shape.length !== 2 || !shape.every((d) => Number.isSafeInteger(d) && d > 0)) return `it named a ${format} weight of shape [${String(shape)}], not a matrix`;
-  const [rows, cols] = shape as [number, number];
-  const expected = formatBytes(format, rows, cols);
-  if (frame.dtype !== 'uint8' || frame.bytes.byteLength !== expected) {
-    return `it sent a [${rows}, ${cols}] ${format} weight as ${frame.bytes.byteLength} ${frame.dtype} bytes, not the ${expected} bytes of that shape`;
-  }
-  // a copy of exactly these bytes: aligned (the matrix is views over it), and no longer tied to the receive buffer
-  return packedTensor(packedFromBytes(format, rows, cols, new Uint8Array(frame.bytes)));
-}
 
 /** What a user asks a validator to check: one record a worker signed for its job, and what the job is. */
 export interface AuditRequest {
@@ -138,7 +120,7 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
       if (bytes > limit) return finish({ ok: false, reason: `its bundle passed ${limit} bytes, more than a section of layers [${record.stage}) needs` }, true);
       const name = typeof p.name === 'string' ? p.name : '';
       // a compact weight (only a weight may be one) travels as its packed bytes
-      const compact = p.part === 'weight' ? compactPart(p, frame.tensor) : null;
+      const compact = p.part === 'weight' && p.format !== undefined ? compactWeightOf(p.format, p.shape, frame.tensor.dtype, frame.tensor.bytes) : null;
       if (typeof compact === 'string') return finish({ ok: false, reason: `${compact} ('${name}')` }, true);
       const t: Tensor = compact ?? fromWire(frame.tensor);
       if (p.part === 'weight') bundle.weights.set(name, t);

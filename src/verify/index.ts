@@ -4,7 +4,7 @@ export {
   bytesSignatureValid, checkRecord, type Expectation, parseRecord, RECORD_KINDS, type RecordKind, recordBytes, recordId, type RecordSigner,
   signatureValid, signBytes, signRecord, type WorkFields, type WorkRecord,
 } from './record.ts';
-export { auxHash, type Bundle, checkpointHash, maxBundleBytes, reexecute, sessionStepHash, type Verdict } from './reexec.ts';
+export { auxHash, type Bundle, checkpointHash, compactWeightOf, maxBundleBytes, reexecute, sessionStepHash, type Verdict } from './reexec.ts';
 export { type Standing, Reputation } from './reputation.ts';
 export { AuditSampler, expectedStepsToCatch, stepCatchProbability, stepsToCatch } from './sampling.ts';
 export { gradsHash, optimizerHash, weightsHash } from './state.ts';

@@ -2,7 +2,9 @@ import { createHash } from 'node:crypto';
 import { InvalidArgumentError } from '../errors.ts';
 import { type CausalLM, configFromHF, createModel, KVCache, type ModelConfig, partBytes } from '../models/index.ts';
 import { StageExecutor } from '../pipeline/index.ts';
-import { getBackend, holdPacked, noGrad, type Tensor, withBackend } from '../tensor/index.ts';
+import {
+  formatBytes, getBackend, holdPacked, noGrad, packedFromBytes, packedTensor, type Tensor, WEIGHT_FORMATS, type WeightFormat, withBackend,
+} from '../tensor/index.ts';
 import { agree, type ComputeFormat, formatOfWeights } from './compare.ts';
 import { recordFlops, sectionCost } from './flops.ts';
 import { hashNamed, hashTensors } from './hash.ts';
@@ -33,6 +35,26 @@ export interface Bundle {
   history?: { input: Tensor; positions: Tensor; keyMask: Tensor | null }[];
   /** The hashes of those steps as the user sent them (`sessionStepHash`): the worker cannot swap its session's past. */
   sent?: string[];
+}
+
+/**
+ * A compact weight as a worker hands it over for an audit (the bytes of packedToBytes in a 'uint8' frame; its index entry
+ * names the format and the weight's shape as a matrix), checked before it is held: a frozen weight in that format that
+ * hashes as the worker's, or why not (a bad peer's frame is refused with a reason; nothing is held).
+ * @example
+ * compactWeightOf('int4', [64, 171], 'uint8', bytes) // a Tensor whose `packed` is the int4 matrix
+ */
+export function compactWeightOf(format: unknown, shape: unknown, dtype: string, bytes: Uint8Array): Tensor | string {
+  if (typeof format !== 'string' || !(WEIGHT_FORMATS as readonly string[]).includes(format)) return `it named an unknown weight format '${String(format)}'`;
+  const f = format as WeightFormat;
+  if (!Array.isArray(shape) || shape.length !== 2 || !shape.every((d) => Number.isSafeInteger(d) && d > 0)) return `it named a ${f} weight of shape [${String(shape)}], not a matrix`;
+  const [rows, cols] = shape as [number, number];
+  const expected = formatBytes(f, rows, cols);
+  if (dtype !== 'uint8' || bytes.byteLength !== expected) {
+    return `it sent a [${rows}, ${cols}] ${f} weight as ${bytes.byteLength} ${dtype} bytes, not the ${expected} bytes of that shape`;
+  }
+  // a copy of exactly these bytes: aligned (the matrix is views over it), and no longer tied to the receive buffer
+  return packedTensor(packedFromBytes(f, rows, cols, new Uint8Array(bytes)));
 }
 
 /** One decoding step as its record names it: the hash of its input and of its positions (and key mask), together. */

@@ -10,8 +10,8 @@ import {
   randn, setBackend, type Tensor, tensor, type WeightFormat, withBackend,
 } from '../../src/tensor/index.ts';
 import {
-  agree, auxHash, type Bundle, checkpointHash, drift, formatOfWeights, hashTensors, ORT_TOLERANCE, ortTolerance, reexecute, sessionStepHash,
-  signRecord, type WorkRecord,
+  agree, auxHash, type Bundle, checkpointHash, compactWeightOf, drift, formatOfWeights, hashTensors, ORT_TOLERANCE, ortTolerance, reexecute,
+  sessionStepHash, signRecord, type WorkRecord,
 } from '../../src/verify/index.ts';
 
 const FORMATS: readonly WeightFormat[] = ['bf16', 'int8', 'int4'];
@@ -123,6 +123,27 @@ describe('compact sections: the agreement rules', () => {
     assert.ok(!agree('js', a, Float32Array.of(101, 100.00001), 'int4', base), 'js: bit for bit, whatever the format');
     assert.equal(formatOfWeights([tensor([1], [1])]), 'f32');
     assert.equal(formatOfWeights([...compactSection('int4').hfStateDict().values()]), 'int4');
+  });
+});
+
+describe('compact sections: a weight as it travels to the validator', () => {
+  test('its bytes become the packed weight; bytes of another size, dtype or shape are refused with a reason', () => {
+    for (const format of FORMATS) {
+      const t = [...compactSection(format).hfStateDict().values()].find((w) => w.packed)!;
+      const bytes = packedToBytes(t.packed!);
+      const held = compactWeightOf(format, [...t.shape], 'uint8', bytes);
+      assert.ok(typeof held !== 'string' && held.packed, format);
+      assert.deepEqual(packedToBytes(held.packed), bytes);
+      assert.equal(hashTensors([held]), hashTensors([t]), 'it hashes as the worker\'s weight');
+      for (const [f, shape, dtype, b, why] of [
+        [format, t.shape, 'uint8', bytes.subarray(0, bytes.byteLength - 1), /bytes, not the/],
+        [format, t.shape, 'uint8', new Uint8Array(bytes.byteLength + 4), /bytes, not the/],
+        [format, t.shape, 'float32', bytes, /float32 bytes/],
+        ['int3', t.shape, 'uint8', bytes, /unknown weight format/],
+        [format, [t.shape[0] * t.shape[1]], 'uint8', bytes, /not a matrix/],
+        [format, [-1, 4], 'uint8', bytes, /not a matrix/],
+      ] as const) assert.match(String(compactWeightOf(f, [...shape], dtype, b)), why, format);
+    }
   });
 });
 
