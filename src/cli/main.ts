@@ -29,6 +29,9 @@ commands:
       continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
       --local N on a local swarm of N workers, --bootstrap on an existing swarm; --dtype bf16 or --quantize
       holds the model's matrices compact (bf16; int8 and int4 blocks of 32, llama.cpp's Q8_0 and Q4_0), the workers' too
+  generate --model NAME --bootstrap MULTIADDR --ends DIR --prompt TEXT [...]
+      from a model the swarm hosts (a --model that is no path here is a hosted model's name): this
+      process holds only its ends (embedding, final norm, head, tokenizer), read from DIR
   serve --model DIR [--name ID] [--port P (default 8000) --host H (default 127.0.0.1)]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]] [--strategy S --privacy ends|none]
       an OpenAI-compatible HTTP API over the model (GET /v1/models, POST /v1/completions and
@@ -64,15 +67,20 @@ commands:
       keeps the ledger under DIR, its blocks co-signed (M signatures each, default 1) by the validator
       set: this one, those of --peers (which it dials) and those of --validators (which dial it)
   worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--models DIR] [--listen MULTIADDR] [--log-level L]
+         [--host [NAME=]DIR|FILE.gguf[:FIRST-LAST]]... [--dtype bf16 | --quantize int8|int4]
          [--fault noise|skip|stale|scale-grad|zero|replay|free-ride|slow[:RATE]] [--contracts FILE [--rpc URL]]
          [--max-requests N]
       lends this machine's compute: measures it, announces it and keeps announcing while alive;
+      --host serves blocks FIRST-LAST (from 0; default all) of a model on its disk to anyone, under
+      NAME (default: the folder's or file's name), held in --dtype/--quantize;
       --max-requests: stage requests one peer may send per second before it is refused (default 5000);
       --fault makes it cheat (or, slow, stall 120 s) on a share RATE of its computations, only to
       test the network's defences
   status --bootstrap MULTIADDR
       the swarm as its validator sees it: peers, roles, capabilities, tiers, reputation (checks passed
-      and failed, excluded), last seen
+      and failed, excluded), the sections each worker holds (layers, format, bytes), last seen
+  models --bootstrap MULTIADDR [--page N]
+      the models workers host (worker --host), each with its hash, blocks, coverage and hosts
   swarm [--workers N] [--memory SIZE] [--contracts FILE [--rpc URL] | --no-chain] [--dashboard [HOST:]PORT | --no-dashboard]
       a local swarm: a validator and N workers on 127.0.0.1, each its own process, and a local
       chain (anvil) with the contracts deployed and the workers staked, until Ctrl-C; --contracts
@@ -129,6 +137,7 @@ const COMMANDS: Record<string, { load: () => Promise<Command>; positionals?: boo
   'validator': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.validatorOptions, run: m.validatorCommand })) },
   'worker': { load: () => import('./commands/worker.ts').then((m) => ({ options: m.workerOptions, run: m.workerCommand })) },
   'status': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.statusOptions, run: m.statusCommand })) },
+  'models': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.modelsOptions, run: m.modelsCommand })) },
   'swarm': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.swarmOptions, run: m.swarmCommand })) },
   'chain': { load: () => import('./commands/chain.ts').then((m) => ({ options: m.chainOptions, run: m.chainCommand })) },
   'ledger': { load: () => import('./commands/ledger.ts').then((m) => ({ options: m.ledgerOptions, run: m.ledgerCommand })), positionals: true },

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
+import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
 import {
   type CausalLM, defaultPositions, type ForwardOptions, generateWith, type GenerateOptions, loadModel, type StepModel,
@@ -88,8 +89,9 @@ export class HostedModel {
    * ends: a loaded model holding them, or a checkpoint directory or GGUF file to load them from.
    */
   static async open(
-    node: Libp2p, validator: DialTarget, name: string, options: { ends: CausalLM | string; hash?: string },
+    node: Libp2p, validatorAddr: string | DialTarget, name: string, options: { ends: CausalLM | string; hash?: string },
   ): Promise<HostedModel> {
+    const validator = typeof validatorAddr === 'string' ? multiaddr(validatorAddr) : validatorAddr;
     const entry = await findModel(node, validator, name, options.hash);
     const ends = typeof options.ends === 'string' ? await loadModel(options.ends, { part: 'ends' }) : options.ends;
     if (ends.config.layers !== entry.layers) {

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import {
@@ -23,6 +24,7 @@ export const generateOptions = {
   'redundancy': { type: 'string' },
   'verify-rate': { type: 'string' },
   'listen': { type: 'string' },
+  'ends': { type: 'string' },
   ...payFlagOptions,
   ...weightFlagOptions,
 } as const;
@@ -34,6 +36,8 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   const verify = verifyFlags(flags);
   const dir = requiredString(flags, 'model');
   const prompt = requiredString(flags, 'prompt');
+  // a --model that is no path here names a model the swarm hosts
+  if (!existsSync(dir)) return (await import('./generate-hosted.ts')).generateHosted(dir, prompt, where, flags, out);
   const format = weightFlags(flags);
   // across workers the user reads only its ends from the checkpoint; sections stream from the files
   const model = where.kind === 'local' ? await loadModel(dir, format) : null;

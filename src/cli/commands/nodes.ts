@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { type DashboardServer, serveDashboard } from '../../serve/index.ts';
 import { createLogger, createNode, publicKeyOf } from '../../p2p/index.ts';
-import { listPeers } from '../../user/index.ts';
+import { listModels, listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
 import { localSwarm } from '../local-swarm.ts';
 import { DEFAULT_DASHBOARD } from '../swarm.ts';
@@ -24,6 +24,7 @@ export const validatorOptions = {
   'parent-pid': { type: 'string' },
 } as const;
 export const statusOptions = { bootstrap: { type: 'string' } } as const;
+export const modelsOptions = { bootstrap: { type: 'string' }, page: { type: 'string' } } as const;
 export const swarmOptions = {
   'workers': { type: 'string' }, 'memory': { type: 'string' }, 'no-chain': { type: 'boolean' }, ...chainFlagOptions,
   'dashboard': { type: 'string' }, 'no-dashboard': { type: 'boolean' },
@@ -155,6 +156,24 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
       return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}${standing}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago${held.join('')}${near.join('')}`;
     });
     out.result({ peers }, lines.join('\n'));
+  } finally {
+    await node.stop();
+  }
+}
+
+/** `tensorlink models`: the models the swarm hosts, each with its coverage and hosts, a page at a time. */
+export async function modelsCommand(flags: Flags, out: Output): Promise<void> {
+  const bootstrap = parseAddr(requiredString(flags, 'bootstrap'), 'bootstrap');
+  const page = intFlag(flags, 'page', 0, 0);
+  const node = await createNode();
+  try {
+    const answer = await listModels(node, bootstrap, page);
+    const lines = answer.models.map((m) => {
+      const hosts = m.hosts.map((h) => `\n    blocks ${h.layers[0]}-${h.layers[1]} on …${h.peerId.slice(-8)}  ${h.format}, ${h.state}${h.freeTokens === undefined ? '' : `, ${h.freeTokens} free KV tokens`}`);
+      return `${m.name}  ${m.hash.slice(0, 12)}…  ${m.layers} blocks, ${m.complete ? 'every block served' : 'NOT every block served'}${hosts.join('')}`;
+    });
+    if (answer.next !== undefined) lines.push(`more: --page ${answer.next}`);
+    out.result(answer, lines.length > 0 ? lines.join('\n') : 'no hosted models');
   } finally {
     await node.stop();
   }
