@@ -1,7 +1,12 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
-import { byteLevelTokenizerJson, createModel, generate, gpt2Config, HFTokenizer, LocalTrainer } from '../../src/models/index.ts';
+import {
+  byteLevelTokenizerJson, createModel, generate, gpt2Config, HFTokenizer, llamaConfig, loadModel, LocalTrainer, saveModel,
+} from '../../src/models/index.ts';
 import { createNode, parseStatusAnswer, request } from '../../src/p2p/index.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';
 import { distribute } from '../../src/user/index.ts';
@@ -158,6 +163,27 @@ describe('proof of learning in generation: decoding steps are signed, chained an
       await dm.close();
     } finally {
       await net.stop();
+    }
+  });
+
+  // issue #30: the validator re-runs a compact job's steps with the packed weights each worker sends
+  test('a compact job (int4, from its directory), every decoding step sampled: the validator re-runs them on the packed weights, a noisy worker is caught and the tokens are one process\'s at int4', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tl-compact-audit-'));
+    const llama = llamaConfig({ vocabSize: 257, hidden: 64, layers: 4, heads: 4, kvHeads: 2, intermediate: 96, maxPositions: 32 });
+    await saveModel(createModel(llama, { seed: 5 }), dir);
+    const want = (await generate(await loadModel(dir, { quantize: 'int4' }), prompt, { maxNewTokens: 8 })).tokens;
+    const net = await swarm(2, 'noise', 1);
+    try {
+      const dm = await distribute(net.user, net.boot, dir, { strategy: 'parameter-balanced', quantize: 'int4', cacheDir: null, verify: { sampleRate: 1 } });
+      assert.ok(dm.assignment.some((a) => a.peerId === net.cheater));
+      assert.deepEqual((await dm.generate(prompt, { maxNewTokens: 8 })).tokens, want);
+      assert.deepEqual(dm.verification!.flagged, [net.cheater]);
+      assert.ok(dm.verification!.checked > 0 && dm.verification!.unchecked === 0);
+      assert.ok(!dm.assignment.some((a) => a.peerId === net.cheater));
+      await dm.close();
+    } finally {
+      await net.stop();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
