@@ -30,10 +30,11 @@ import { drift, ORT_TOLERANCE, ORT_TOLERANCES } from '../src/verify/compare.ts';
  * The section's input is either the embedding of token ids (the first worker's section: a small residual stream, the
  * blocks' own results dominate) or unit normal hidden states (a deeper section's larger residual stream).
  *
- * With --contribution, every drift is that of what the section adds to its input (output − input): the residual stream
- * it passes on unchanged no longer dilutes the drift of its blocks' own work.
+ * For int8 and int4 every drift is that of what the section adds to its input (output − input), as `agree` compares
+ * them: the residual stream it passes on unchanged would dilute the drift of its blocks' own work (--outputs: compare
+ * the outputs, for every format).
  *
- * Run: node --import tsx bench/compact-drift.ts [--contribution] [--only NAME] [--json]
+ * Run: node --import tsx bench/compact-drift.ts [--outputs] [--only NAME] [--json]
  */
 
 const FORMATS: readonly WeightFormat[] = ['bf16', 'int8', 'int4'];
@@ -115,9 +116,12 @@ interface Row {
   skipped: number;
 }
 
-/** The metric: relative L2 drift of the outputs, or (CONTRIBUTION) of what the section adds to its input (output − input). */
+/**
+ * The metric `agree` applies: for int8/int4 the relative L2 drift of what the section adds to its input (output − input),
+ * for bf16 that of the outputs (--outputs: the outputs for every format).
+ */
 let inputs: Float32Array[] = [];
-const CONTRIBUTION = argv.includes('--contribution');
+let CONTRIBUTION = false;
 const less = (y: Float32Array, i: number) => (CONTRIBUTION ? y.map((v, j) => v - inputs[i][j]) : y);
 const maxDrift = (a: Float32Array[], b: Float32Array[]) => Math.max(...a.map((x, i) => drift(less(x, i), less(b[i], i))));
 const minDrift = (a: Float32Array[], b: Float32Array[]) => Math.min(...a.map((x, i) => drift(less(x, i), less(b[i], i))));
@@ -133,6 +137,7 @@ interface Backends {
 
 function measure(c: Case, format: WeightFormat, b: Backends): Row {
   const { ort1, ort2 } = b;
+  CONTRIBUTION = format !== 'bf16' && !argv.includes('--outputs');
   const model = compactSection(c.config, format, 1);
   const steps = stepsOf(c, 100);
   inputs = steps.map((st) => st.input.data as Float32Array);
@@ -175,8 +180,15 @@ function main(): void {
   const hybrid: Backend = { ...jsBackend, name: 'ort', deterministic: false, packedLinear: (x, m, w, y) => ort1.packedLinear!(x, m, w, y) };
   const runtime = loadOrtRuntime();
   const acc0 = new WeakMap<PackedMatrix, OrtSession>();
+  // ort's own kernels, each product with a compact weight on its own (no fused graph: they would take the int8 path)
   const floatPath: Backend = {
-    ...ort1,
+    name: 'ort',
+    deterministic: false,
+    matmul: (...args) => ort1.matmul(...args),
+    unary: (...args) => ort1.unary!(...args),
+    unaryBackward: (...args) => ort1.unaryBackward!(...args),
+    softmax: (...args) => ort1.softmax!(...args),
+    layerNorm: (...args) => ort1.layerNorm!(...args),
     packedLinear: (x, m, w, y) => {
       if (w.format === 'bf16' || m * w.rows * w.cols < 32 * 1024) return ort1.packedLinear!(x, m, w, y);
       let s = acc0.get(w);
@@ -186,7 +198,8 @@ function main(): void {
     },
   };
   const rows: Row[] = [];
-  console.log('compact sections on ort: drift (relative L2) of each decoding step\'s output; honest: max over steps, cheats: min over steps');
+  console.log('compact sections on ort: drift (relative L2) of each decoding step\'s output (int8/int4: of output − input unless --outputs); '
+    + 'honest: max over steps, cheats: min over steps');
   const head = ['case'.padEnd(16), 'format', '1 vs 2 thr'.padStart(10), 'float ops'.padStart(10), 'float path'.padStart(10), 'ort vs js'.padStart(10), ...NOISES.map((n) => `noise ${n}`.padStart(11)),
     'one byte'.padStart(9), 'coarser'.padStart(9), 'skip blk'.padStart(9)];
   console.log(head.join(' '));
