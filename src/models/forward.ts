@@ -95,14 +95,14 @@ export function repeatKv(x: Tensor, groups: number): Tensor {
     .reshape([b, h * groups, t, d]);
 }
 
-/** [B, T, H·D] → [B, H, T, D] */
+/** [B, T, H·D] → [B, H, T, D] (one token, as when decoding: the same order of values, so no copy) */
 export function splitHeads(x: Tensor, heads: number): Tensor {
   const [b, t, hd] = x.shape;
-  return x.reshape([b, t, heads, hd / heads]).transpose(1, 2);
+  return t === 1 ? x.reshape([b, heads, 1, hd / heads]) : x.reshape([b, t, heads, hd / heads]).transpose(1, 2);
 }
 
 /** [B, H, T, D] → [B, T, H·D] */
 export function mergeHeads(x: Tensor): Tensor {
   const [b, h, t, d] = x.shape;
-  return x.transpose(1, 2).reshape([b, t, h * d]);
+  return (t === 1 ? x : x.transpose(1, 2)).reshape([b, t, h * d]);
 }

@@ -1,5 +1,5 @@
 import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
-import { Generator, type Tensor } from '../tensor/index.ts';
+import { gatedMlp, Generator, linears, type Tensor } from '../tensor/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
 import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
@@ -32,6 +32,16 @@ export function llamaRope(c: LlamaConfig): RopeSpec {
   return spec;
 }
 
+/** A Linear whose forward is Linear's (not replaced on the instance), which the fused products may stand for. */
+function plainLinear(l: Linear): boolean {
+  return Object.getPrototypeOf(l) === Linear.prototype && !Object.hasOwn(l, 'forward');
+}
+
+/** Each layer's output for the same input: in one native call on ort (the layers' own forwards otherwise). */
+function projections(x: Tensor, layers: Linear[]): Tensor[] {
+  return layers.every(plainLinear) ? linears(x, layers) : layers.map((l) => l.forward(x));
+}
+
 /** What Llama's attention reads of a config (the MoE families build it from theirs). */
 export type LlamaAttentionConfig = Pick<LlamaConfig, 'hidden' | 'heads' | 'kvHeads' | 'headDim' | 'qkvBias' | 'oBias' | 'normEps' | 'initializerRange' | 'modelType'>;
 
@@ -60,9 +70,10 @@ export class LlamaAttention extends Module {
 
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number, at: BlockAttention): Tensor {
     const c = this.c;
-    const q = applyRotary(headsOf(this.q_proj.forward(x), c.heads, this.q_norm), at.rope); // [B, nh, T, hd]
-    const k = applyRotary(headsOf(this.k_proj.forward(x), c.kvHeads, this.k_norm), at.rope); // [B, nkv, T, hd]
-    const v = splitHeads(this.v_proj.forward(x), c.kvHeads); // [B, nkv, T, hd]
+    const [qx, kx, vx] = projections(x, [this.q_proj, this.k_proj, this.v_proj]); // [B, T, nh·hd], [B, T, nkv·hd] ×2
+    const q = applyRotary(headsOf(qx, c.heads, this.q_norm), at.rope); // [B, nh, T, hd]
+    const k = applyRotary(headsOf(kx, c.kvHeads, this.k_norm), at.rope); // [B, nkv, T, hd]
+    const v = splitHeads(vx, c.kvHeads); // [B, nkv, T, hd]
     const y = cachedAttention(q, k, v, ctx, blockIndex, c.heads / c.kvHeads, at.options); // [B, nh, T, hd]
     return this.o_proj.forward(mergeHeads(y)); // [B, T, H]
   }
@@ -81,7 +92,9 @@ class LlamaMLP extends Module {
   }
 
   forward(x: Tensor): Tensor {
-    return this.down_proj.forward(this.gate_proj.forward(x).silu().mul(this.up_proj.forward(x)));
+    const { gate_proj: gate, up_proj: up, down_proj: down } = this;
+    if (plainLinear(gate) && plainLinear(up) && plainLinear(down)) return gatedMlp(x, gate, up, down); // one native call on ort
+    return down.forward(gate.forward(x).silu().mul(up.forward(x)));
   }
 }
 

@@ -47,6 +47,7 @@ export {
 } from './ops/elementwise.ts';
 export { embedding } from './ops/embedding.ts';
 export { type CrossEntropyOptions, crossEntropy } from './ops/loss.ts';
+export { gatedMlp, type LinearParams, linears } from './ops/fused.ts';
 export { linear, matmul } from './ops/matmul.ts';
 export { layerNorm, rmsNorm } from './ops/norm.ts';
 export { argmax, max, mean, sum } from './ops/reduce.ts';

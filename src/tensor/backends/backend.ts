@@ -3,6 +3,14 @@ import type { MatmulSpec } from '../kernels/matmul.ts';
 import type { TimeMajorAttentionSpec } from '../ops/attention.ts';
 import type { PackedMatrix } from '../quant/formats.ts';
 
+/** A weight [rows, cols] of a fused product (y = x · Wᵀ): float32 `values`, or a compact matrix. */
+export interface LinearWeight {
+  rows: number;
+  cols: number;
+  values: Float32Array | null;
+  packed: PackedMatrix | null;
+}
+
 /**
  * A compute backend: the kernels that are worth handing to something faster than
  * plain TypeScript. Everything else runs on the js kernels for every backend.
@@ -37,4 +45,11 @@ export interface Backend {
    * (see attendTimeMajor); returns false to leave it to the js kernel.
    */
   attention?(q: Float32Array, k: Float32Array, v: Float32Array, y: Float32Array, spec: TimeMajorAttentionSpec): boolean;
+  /**
+   * ys[i] [m, ws[i].rows] = x [m, cols] · ws[i]ᵀ for weights that share their input (a block's q, k, v) in one call;
+   * returns false to leave them to `linear`.
+   */
+  linears?(x: Float32Array, m: number, ws: readonly LinearWeight[], ys: readonly Float32Array[]): boolean;
+  /** y [m, down.rows] = (silu(x · gateᵀ) ⊙ (x · upᵀ)) · downᵀ in one call; returns false to leave it to the ops. */
+  gatedMlp?(x: Float32Array, m: number, gate: LinearWeight, up: LinearWeight, down: LinearWeight, y: Float32Array): boolean;
 }

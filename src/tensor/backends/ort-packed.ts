@@ -81,3 +81,73 @@ export function bf16LinearChunked(
     for (let i = 0; i < m; i++) y.set(o.subarray(i * rows, (i + 1) * rows), i * n + r0);
   }
 }
+
+/** A weight [rows, cols] of a fused product (y = x · Wᵀ): int8/int4 blocks, or float32 values fed at each run. */
+export type FusedWeight = (PackedMatrix & { format: QuantFormat }) | { format: 'f32'; rows: number; cols: number };
+
+/**
+ * The nodes of y = a · Wᵀ for one weight of a fused graph: MatMulNBits over initializers `${name}.b`/`${name}.scales`
+ * for a compact weight, a Gemm over the graph input `name` for a float32 one.
+ */
+function productNode(w: FusedWeight, name: string, a: string, y: string, initializers: Initializer[]): NodeSpec {
+  if (w.format === 'f32') {
+    return { op: 'Gemm', inputs: [a, name], outputs: [y], attributes: { transB: 1 } };
+  }
+  const blocks = blocksPerRow(w.cols);
+  initializers.push(
+    { name: `${name}.b`, dims: [w.rows, blocks, blobBytes(w.format)], data: w.data as Uint8Array },
+    { name: `${name}.scales`, dims: [w.rows * blocks], data: w.scales },
+  );
+  return {
+    op: 'MatMulNBits',
+    domain: 'com.microsoft',
+    inputs: [a, `${name}.b`, `${name}.scales`],
+    outputs: [y],
+    attributes: { K: w.cols, N: w.rows, bits: bitsOf(w.format), block_size: QUANT_BLOCK, accuracy_level: ACCURACY_LEVEL },
+  };
+}
+
+/** A fused graph: input a [M, K], the float32 weights as inputs, outputs [M, n] each. */
+function fusedModel(
+  nodes: NodeSpec[],
+  k: number,
+  weightInputs: { name: string; w: FusedWeight }[],
+  outputs: { name: string; n: number }[],
+  initializers: Initializer[],
+): Uint8Array {
+  return encodeModel(
+    nodes,
+    [
+      { name: 'a', type: OnnxType.float32, shape: ['m', k] },
+      ...weightInputs.map(({ name, w }) => ({ name, type: OnnxType.float32, shape: [w.rows, w.cols] })),
+    ],
+    outputs.map(({ name, n }) => ({ name, type: OnnxType.float32, shape: ['m', n] })),
+    17,
+    { initializers, opsets: { 'com.microsoft': 1 } },
+  );
+}
+
+/**
+ * y_i [M, N_i] = a [M, K] · W_iᵀ for weights that share their input (a block's q, k and v projections), in one run:
+ * float32 weights are the inputs `w0`, `w1`, … (those that are), compact ones initializers as in matMulNBitsGraph.
+ */
+export function fusedLinearsGraph(ws: readonly FusedWeight[]): Uint8Array {
+  const initializers: Initializer[] = [];
+  const nodes = ws.map((w, i) => productNode(w, `w${i}`, 'a', `y${i}`, initializers));
+  return fusedModel(nodes, ws[0].cols, ws.flatMap((w, i) => (w.format === 'f32' ? [{ name: `w${i}`, w }] : [])),
+    ws.map((w, i) => ({ name: `y${i}`, n: w.rows })), initializers);
+}
+
+/** y [M, N] = (silu(a · gateᵀ) ⊙ (a · upᵀ)) · downᵀ, a SwiGLU MLP in one run (weights as in fusedLinearsGraph: w0 gate, w1 up, w2 down). */
+export function fusedGatedMlpGraph(gate: FusedWeight, up: FusedWeight, down: FusedWeight): Uint8Array {
+  const initializers: Initializer[] = [];
+  const nodes = [productNode(gate, 'w0', 'a', 'g', initializers), productNode(up, 'w1', 'a', 'u', initializers)];
+  nodes.push(
+    { op: 'Sigmoid', inputs: ['g'], outputs: ['gs'] },
+    { op: 'Mul', inputs: ['g', 'gs'], outputs: ['silu'] },
+    { op: 'Mul', inputs: ['silu', 'u'], outputs: ['h'] },
+    productNode(down, 'w2', 'h', 'y', initializers),
+  );
+  const weights = [gate, up, down].flatMap((w, i) => (w.format === 'f32' ? [{ name: `w${i}`, w }] : []));
+  return fusedModel(nodes, gate.cols, weights, [{ name: 'y', n: down.rows }], initializers);
+}

@@ -3,7 +3,7 @@ import type { FloatArray } from '../dtype.ts';
 import { addRowBias, type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
 import type { TimeMajorAttentionSpec } from '../ops/attention.ts';
 import type { PackedMatrix, QuantFormat } from '../quant/formats.ts';
-import type { Backend } from './backend.ts';
+import type { Backend, LinearWeight } from './backend.ts';
 import {
   batchedMatmulGraph,
   gemmGraph,
@@ -17,7 +17,7 @@ import {
   unaryBackwardGraph,
   unaryGraph,
 } from './ort-graphs.ts';
-import { bf16LinearChunked, matMulNBitsGraph } from './ort-packed.ts';
+import { bf16LinearChunked, type FusedWeight, fusedGatedMlpGraph, fusedLinearsGraph, matMulNBitsGraph } from './ort-packed.ts';
 import { loadOrtRuntime, type OrtRuntimeKind, type OrtSession } from './ort-runtime.ts';
 
 /**
@@ -133,6 +133,43 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     }
     return s;
   };
+  /**
+   * Sessions of fused products (fusedLinearsGraph, fusedGatedMlpGraph): by their first compact weight (a session holds
+   * prepacked copies of its compact weights, so it lives as long as they do), or by shapes when all are float32.
+   */
+  const fusedSessions = new WeakMap<PackedMatrix, Map<string, OrtSession>>();
+  const fusedIds = new WeakMap<PackedMatrix, number>();
+  let nextFusedId = 0;
+  const fusedSession = (kind: string, ws: readonly FusedWeight[], build: () => Uint8Array, poolThreads: number) => {
+    const key = `${kind}:${poolThreads}:${ws.map((w) => {
+      if (w.format === 'f32') return `f32 ${w.rows}x${w.cols}`;
+      let id = fusedIds.get(w);
+      if (id === undefined) fusedIds.set(w, (id = nextFusedId++));
+      return `#${id}`;
+    }).join(',')}`;
+    const first = ws.find((w): w is PackedMatrix & { format: QuantFormat } => w.format !== 'f32');
+    if (first === undefined) return session(key, build, false, poolThreads);
+    let byKey = fusedSessions.get(first);
+    if (byKey === undefined) fusedSessions.set(first, (byKey = new Map()));
+    let s = byKey.get(key);
+    if (s === undefined) byKey.set(key, (s = ort.session(build(), poolThreads, spinning === true)));
+    return s;
+  };
+  /** The weights as fused graphs take them, or null where one is held in bf16 (its own chunked path). */
+  const fusedWeights = (ws: readonly LinearWeight[]): FusedWeight[] | null => {
+    const out: FusedWeight[] = [];
+    for (const w of ws) {
+      if (w.packed !== null) {
+        if (w.packed.format === 'bf16') return null;
+        out.push(w.packed as PackedMatrix & { format: QuantFormat });
+      } else if (w.values !== null) out.push({ format: 'f32', rows: w.rows, cols: w.cols });
+      else return null;
+    }
+    return out;
+  };
+  /** The float32 weights among `ws` as run inputs named as fused graphs name them. */
+  const weightFeeds = (ws: readonly LinearWeight[]) =>
+    ws.flatMap((w, i) => (w.packed === null && w.values !== null ? [{ name: `w${i}`, data: w.values, dims: [w.rows, w.cols] }] : []));
   /** Threads for elementwise work on this many elements (small work stays on the calling thread). */
   const pool = (elements: number) => (elements < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads);
 
@@ -239,6 +276,24 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
           { name: 'rstd', data: rstd, dims: [rows, 1] },
         ],
       );
+      return true;
+    },
+    linears(x: Float32Array, m: number, ws: readonly LinearWeight[], ys: readonly Float32Array[]): boolean {
+      const fused = fusedWeights(ws);
+      const k = ws[0]?.cols ?? 0;
+      const macs = m * k * ws.reduce((n, w) => n + w.rows, 0);
+      if (fused === null || macs === 0 || macs < minMacs) return false;
+      const s = fusedSession('linears', fused, () => fusedLinearsGraph(fused), macs < SINGLE_THREAD_BELOW_MACS ? 1 : threads);
+      s.run([{ name: 'a', data: x, dims: [m, k] }, ...weightFeeds(ws)], ys.map((y, i) => ({ name: `y${i}`, data: y, dims: [m, ws[i].rows] })));
+      return true;
+    },
+    gatedMlp(x: Float32Array, m: number, gate: LinearWeight, up: LinearWeight, down: LinearWeight, y: Float32Array): boolean {
+      const ws = [gate, up, down];
+      const fused = fusedWeights(ws);
+      const macs = m * gate.cols * gate.rows * 3;
+      if (fused === null || macs < minMacs) return false;
+      const s = fusedSession('gated-mlp', fused, () => fusedGatedMlpGraph(fused[0], fused[1], fused[2]), macs < SINGLE_THREAD_BELOW_MACS ? 1 : threads);
+      s.run([{ name: 'a', data: x, dims: [m, gate.cols] }, ...weightFeeds(ws)], [{ name: 'y', data: y, dims: [m, down.rows] }]);
       return true;
     },
     attention(q: Float32Array, k: Float32Array, v: Float32Array, y: Float32Array, spec: TimeMajorAttentionSpec): boolean {

@@ -173,7 +173,10 @@ function binaryKernel(op: BinaryOp, a: Tensor, b: Tensor, shape: number[]): Type
   const bd = b.data;
   const n = out.length;
   if (sameShape(a.shape, b.shape)) {
-    for (let i = 0; i < n; i++) out[i] = f(ad[i], bd[i]);
+    // add and mul written out (the residual stream and gated MLPs): a call per element costs more than the sum
+    if (op === 'add') for (let i = 0; i < n; i++) out[i] = ad[i] + bd[i];
+    else if (op === 'mul') for (let i = 0; i < n; i++) out[i] = ad[i] * bd[i];
+    else for (let i = 0; i < n; i++) out[i] = f(ad[i], bd[i]);
   } else if (bd.length === 1) {
     const y = bd[0];
     if (ad.length === n) for (let i = 0; i < n; i++) out[i] = f(ad[i], y);
