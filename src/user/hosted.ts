@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
@@ -7,6 +6,7 @@ import {
 } from '../models/index.ts';
 import { type DialTarget, type HostedModelEntry, hostedJobId, type PeerRecord, parseModelsAnswer, request } from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
+import { HostedSession, type SessionRouter } from './hosted-session.ts';
 import { listPeers } from './peers.ts';
 import { RemoteStage } from './remote-stage.ts';
 
@@ -26,42 +26,41 @@ export interface RouteHop {
 const SHORT_OF_CACHE_PENALTY = 4;
 
 /**
- * The route over a model's online hosts that covers every block, in order, with the fewest predicted costs: each hop
- * costs one (a round trip) plus its blocks over the host's speed, and a host with fewer free KV-cache tokens than
- * `tokens` costs SHORT_OF_CACHE_PENALTY more. A shortest path over block boundaries (Dijkstra); null when no route
- * covers every block. `avoid`: hosts not to use (one that failed).
+ * The route over a model's online hosts that covers blocks [from, to) (default: every block), in order, with the
+ * least predicted cost: each hop costs one (a round trip) plus its blocks over the host's speed, and a host with fewer
+ * free KV-cache tokens than `tokens` costs SHORT_OF_CACHE_PENALTY more. A shortest path over block boundaries (the
+ * boundaries only move forward, so one pass in order is Dijkstra on this DAG); a host's span must lie within the
+ * range. Null when no route covers it. `avoid`: hosts not to use (ones that failed).
  */
 export function routeOver(
-  model: HostedModelEntry, peers: readonly PeerRecord[], tokens = 0, avoid: ReadonlySet<string> = new Set(),
+  model: HostedModelEntry, peers: readonly PeerRecord[], options: { tokens?: number; avoid?: ReadonlySet<string>; from?: number; to?: number } = {},
 ): RouteHop[] | null {
+  const { tokens = 0, avoid = new Set<string>(), from = 0, to = model.layers } = options;
   const byId = new Map(peers.map((p) => [p.peerId, p]));
   const edges: { from: number; to: number; cost: number; hop: RouteHop }[] = [];
   for (const h of model.hosts) {
     const peer = byId.get(h.peerId);
-    if (h.state !== 'online' || !peer || avoid.has(h.peerId)) continue;
+    if (h.state !== 'online' || !peer || avoid.has(h.peerId) || h.layers[0] < from || h.layers[1] >= to) continue;
     const blocks = h.layers[1] - h.layers[0] + 1;
     const speed = Math.max(1, peer.capabilities?.gflops ?? 1);
     const short = h.freeTokens !== undefined && h.freeTokens < tokens ? SHORT_OF_CACHE_PENALTY : 0;
     const hop = { peerId: h.peerId, addrs: peer.addrs, layers: h.layers };
     edges.push({ from: h.layers[0], to: h.layers[1] + 1, cost: 1 + blocks / speed + short, hop });
   }
-  const best = new Array<number>(model.layers + 1).fill(Number.POSITIVE_INFINITY);
-  const via = new Array<{ at: number; hop: RouteHop } | null>(model.layers + 1).fill(null);
-  best[0] = 0;
-  // boundaries only move forward: one pass in order is Dijkstra on this DAG
-  for (let at = 0; at < model.layers; at++) {
-    if (!Number.isFinite(best[at])) continue;
-    for (const e of edges) {
-      if (e.from !== at || e.to > model.layers) continue;
-      if (best[at] + e.cost < best[e.to]) {
-        best[e.to] = best[at] + e.cost;
-        via[e.to] = { at, hop: e.hop };
-      }
+  edges.sort((a, b) => a.from - b.from);
+  const best = new Map<number, number>([[from, 0]]);
+  const via = new Map<number, { at: number; hop: RouteHop }>();
+  for (const e of edges) {
+    const here = best.get(e.from);
+    if (here === undefined) continue;
+    if (here + e.cost < (best.get(e.to) ?? Number.POSITIVE_INFINITY)) {
+      best.set(e.to, here + e.cost);
+      via.set(e.to, { at: e.from, hop: e.hop });
     }
   }
-  if (!Number.isFinite(best[model.layers])) return null;
+  if (!best.has(to)) return null;
   const route: RouteHop[] = [];
-  for (let at = model.layers; at > 0; at = via[at]!.at) route.unshift(via[at]!.hop);
+  for (let at = to; at > from; at = via.get(at)!.at) route.unshift(via.get(at)!.hop);
   return route;
 }
 
@@ -107,22 +106,39 @@ export class HostedModel {
   }
 
   async generateBatch(prompts: number[][], options: GenerateOptions = {}): Promise<number[][]> {
-    const peers = await listPeers(this.node, this.validator);
-    const entry = await findModel(this.node, this.validator, this.entry.name, this.entry.hash);
     const tokens = Math.max(...prompts.map((p) => p.length)) + (options.maxNewTokens ?? 32);
-    const route = routeOver(entry, peers, tokens);
-    if (!route) throw new PlanInfeasibleError(`no online hosts cover every block of '${entry.name}' now`);
-    const sessionId = randomUUID();
-    const hops = await Promise.all(route.map(async (hop) => ({ hop, stage: await this.stageFor(hop, entry) })));
+    const route = await this.route({ tokens });
+    if (!route) throw new PlanInfeasibleError(`no online hosts cover every block of '${this.entry.name}' now`);
+    const session = await HostedSession.open(this.router(tokens), route);
+    this.onSession?.(session);
     try {
-      return await generateWith(this.stepModel(sessionId, hops.map((h) => h.stage)), prompts, options);
+      return await generateWith(this.stepModel(session), prompts, options);
     } finally {
-      await Promise.all(hops.map(({ stage }) => stage.closeSession(sessionId).catch(() => {})));
+      this.failovers.push(...session.failovers);
+      await session.close();
     }
   }
 
+  /** Called with each session as it opens (its route, its failovers): for progress and tests. */
+  onSession?: (session: HostedSession) => void;
+  /** Host failures its sessions recovered from. */
+  readonly failovers: HostedSession['failovers'] = [];
+
+  /** A route over blocks [from, to) from a fresh look at the index and the peers. */
+  private async route(options: { tokens?: number; avoid?: ReadonlySet<string>; from?: number; to?: number }): Promise<RouteHop[] | null> {
+    const [peers, entry] = await Promise.all([listPeers(this.node, this.validator), findModel(this.node, this.validator, this.entry.name, this.entry.hash)]);
+    return routeOver(entry, peers, options);
+  }
+
+  private router(tokens: number): SessionRouter {
+    return {
+      stageFor: (hop) => this.stageFor(hop),
+      reroute: (from, to, avoid) => this.route({ tokens, from, to, avoid }),
+    };
+  }
+
   /** A step of a session: the user's embedding, each host's blocks in turn (each answers its sender), the user's head. */
-  private stepModel(sessionId: string, stages: RemoteStage[]): StepModel {
+  private stepModel(session: HostedSession): StepModel {
     const layers = this.ends.layers;
     const [embed, norm, head] = [layers[0], layers[layers.length - 2], layers[layers.length - 1]];
     let past = 0;
@@ -134,15 +150,15 @@ export class HostedModel {
         const positions = options.positions ?? defaultPositions(b, t, past);
         const keyMask = options.keyMask ?? null;
         const ctx = { positions, keyMask, cache: null };
-        let x = noGrad(() => embed.forward(ids, ctx));
-        for (const stage of stages) x = await stage.forward(sessionId, x, positions, keyMask);
+        const x = await session.step(noGrad(() => embed.forward(ids, ctx)), positions, keyMask);
         past += t;
         return noGrad(() => head.forward(norm.forward(x, ctx), ctx));
       },
     };
   }
 
-  private async stageFor(hop: RouteHop, entry: HostedModelEntry): Promise<RemoteStage> {
+  private async stageFor(hop: RouteHop): Promise<RemoteStage> {
+    const entry = this.entry;
     const jobId = hostedJobId({ name: entry.name, hash: entry.hash, layers: hop.layers });
     const key = `${hop.peerId}/${jobId}`;
     const open = this.stages.get(key);

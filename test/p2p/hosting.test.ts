@@ -86,4 +86,47 @@ describe('hosted models', () => {
       await validator.stop();
     }
   });
+
+  test('a host lost mid-session: its blocks move to another host, their steps are replayed there, and the tokens do not change', async () => {
+    const ref = readHFReference('llama3');
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const hosts = [
+      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:0-0`)] }),
+      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:1-1`)] }),
+      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:1-1`)] }),
+    ];
+    const user = await createNode();
+    try {
+      const local = await loadModel(ref.dir);
+      const options = { maxNewTokens: 16, temperature: 0, stopTokens: [] };
+      const want = await generate(local, ref.prompt, options);
+      const model = await HostedModel.open(user, validator.node.getMultiaddrs()[0], 'llama3', { ends: ref.dir });
+      let route: string[] = [];
+      model.onSession = (session) => (route = session.route.map((h) => h.peerId));
+      let killed: string | null = null;
+      let produced = 0;
+      const { tokens } = await model.generate(ref.prompt, {
+        ...options,
+        onToken: () => {
+          // after 5 tokens the host of block 1 goes away without a word (its node stops: every connection drops)
+          if (++produced !== 5) return;
+          const victim = hosts.find((h) => h.node.peerId.toString() === route[1])!;
+          killed = route[1];
+          void victim.node.stop();
+        },
+      });
+      assert.ok(killed, 'a host was lost');
+      assert.deepEqual(tokens, want.tokens, 'the same tokens as without the failure');
+      assert.equal(model.failovers.length, 1);
+      assert.equal(model.failovers[0].peerId, killed);
+      assert.deepEqual(model.failovers[0].layers, [1, 1]);
+      process.stderr.write(`hosted llama3: block 1's host lost after 5 tokens, ${model.failovers[0].replayed} steps replayed on another; ${tokens.length} tokens equal one process's\n`);
+      await model.close();
+    } finally {
+      await user.stop();
+      await Promise.all(hosts.map((h) => h.stop().catch(() => {})));
+      await validator.stop();
+    }
+  });
 });

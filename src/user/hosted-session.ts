@@ -1,0 +1,104 @@
+import { randomUUID } from 'node:crypto';
+import { PeerUnreachableError, PlanInfeasibleError } from '../errors.ts';
+import type { Tensor } from '../tensor/index.ts';
+import type { RemoteStage } from './remote-stage.ts';
+import type { RouteHop } from './hosted.ts';
+
+/** One step a span was sent: its input hidden states, positions and key mask (replayed on a host that takes it over). */
+interface SentStep {
+  x: Tensor;
+  positions: Tensor;
+  keyMask: Tensor | null;
+}
+
+/** A hop of a session's route: the host, its stage stream, and every step sent to it so far. */
+interface LiveHop {
+  hop: RouteHop;
+  stage: RemoteStage;
+  sent: SentStep[];
+}
+
+/** What a session needs from its model: a stage stream to a host's span, and a fresh route over some blocks. */
+export interface SessionRouter {
+  stageFor(hop: RouteHop): Promise<RemoteStage>;
+  /** A route over blocks [from, to) that avoids `avoid` (null: none now), from a fresh look at the index and the peers. */
+  reroute(from: number, to: number, avoid: ReadonlySet<string>): Promise<RouteHop[] | null>;
+}
+
+/** How many times one step may re-route before the session gives up (each try avoids every host that failed before). */
+const MAX_REROUTES = 4;
+
+/**
+ * One session on a hosted model, driven step by step by its user: each step goes through the route's hosts in turn.
+ * A host that fails (its stream closed, it died) is replaced: its blocks are routed again over other hosts, every
+ * step it had been sent is replayed there to rebuild their KV caches, and the step goes on, so the session's tokens
+ * are those it would have given without the failure (bit for bit on js). Only the broken span is replayed.
+ */
+export class HostedSession {
+  readonly id = randomUUID();
+  private readonly failed = new Set<string>();
+  /** Host failures it recovered from: the host, its blocks, and the steps replayed. */
+  readonly failovers: { peerId: string; layers: [number, number]; replayed: number }[] = [];
+
+  private constructor(private readonly router: SessionRouter, private hops: LiveHop[]) {}
+
+  static async open(router: SessionRouter, route: RouteHop[]): Promise<HostedSession> {
+    const hops = await Promise.all(route.map(async (hop) => ({ hop, stage: await router.stageFor(hop), sent: [] })));
+    return new HostedSession(router, hops);
+  }
+
+  /** The hosts it runs on now, in order. */
+  get route(): RouteHop[] {
+    return this.hops.map((h) => h.hop);
+  }
+
+  /** One step through every hop: the hidden states the last block gives. */
+  async step(x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
+    for (let i = 0; i < this.hops.length; i++) {
+      const step = { x, positions, keyMask };
+      for (let tries = 0; ; tries++) {
+        const hop = this.hops[i];
+        try {
+          x = await hop.stage.forward(this.id, step.x, positions, keyMask);
+          hop.sent.push(step);
+          break;
+        } catch (err) {
+          if (!(err instanceof PeerUnreachableError) || tries >= MAX_REROUTES) throw err;
+          i = await this.replace(i);
+          // the replacement hops start at index i: this step goes on from there with the same input
+        }
+      }
+    }
+    return x;
+  }
+
+  /**
+   * Replaces hop `i` (its host failed) by a route over its blocks on other hosts, replays the steps it had been sent
+   * through them, and returns the index of the first new hop.
+   */
+  private async replace(i: number): Promise<number> {
+    const broken = this.hops[i];
+    this.failed.add(broken.hop.peerId);
+    broken.stage.abort();
+    const [first, last] = broken.hop.layers;
+    const route = await this.router.reroute(first, last + 1, this.failed);
+    if (!route) throw new PlanInfeasibleError(`blocks ${first}-${last} lost their host …${broken.hop.peerId.slice(-8)} and no other online host covers them`);
+    const fresh: LiveHop[] = await Promise.all(route.map(async (hop) => ({ hop, stage: await this.router.stageFor(hop), sent: [] })));
+    // the KV caches of the new hosts are rebuilt from what the lost one had been sent, step by step
+    for (const s of broken.sent) {
+      let y = s.x;
+      for (const h of fresh) {
+        h.sent.push({ x: y, positions: s.positions, keyMask: s.keyMask });
+        y = await h.stage.forward(this.id, y, s.positions, s.keyMask);
+      }
+    }
+    this.failovers.push({ peerId: broken.hop.peerId, layers: broken.hop.layers, replayed: broken.sent.length });
+    this.hops.splice(i, 1, ...fresh);
+    return i;
+  }
+
+  /** Frees the session's KV caches on its hosts. */
+  async close(): Promise<void> {
+    await Promise.all(this.hops.map((h) => h.stage.closeSession(this.id).catch(() => {})));
+  }
+}
