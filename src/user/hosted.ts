@@ -22,6 +22,14 @@ export interface RouteHop {
   layers: [number, number];
 }
 
+/** What a route is for: the tokens a session will hold, hosts to avoid, and the blocks [from, to) to cover (default: all). */
+export interface RouteOptions {
+  tokens?: number;
+  avoid?: ReadonlySet<string>;
+  from?: number;
+  to?: number;
+}
+
 /** A host short of KV cache for a session of this many tokens costs this much more (in hops) on a route. */
 const SHORT_OF_CACHE_PENALTY = 4;
 
@@ -33,7 +41,7 @@ const SHORT_OF_CACHE_PENALTY = 4;
  * range. Null when no route covers it. `avoid`: hosts not to use (ones that failed).
  */
 export function routeOver(
-  model: HostedModelEntry, peers: readonly PeerRecord[], options: { tokens?: number; avoid?: ReadonlySet<string>; from?: number; to?: number } = {},
+  model: HostedModelEntry, peers: readonly PeerRecord[], options: RouteOptions = {},
 ): RouteHop[] | null {
   const { tokens = 0, avoid = new Set<string>(), from = 0, to = model.layers } = options;
   const byId = new Map(peers.map((p) => [p.peerId, p]));
@@ -125,8 +133,9 @@ export class HostedModel {
   readonly failovers: HostedSession['failovers'] = [];
 
   /** A route over blocks [from, to) from a fresh look at the index and the peers. */
-  private async route(options: { tokens?: number; avoid?: ReadonlySet<string>; from?: number; to?: number }): Promise<RouteHop[] | null> {
-    const [peers, entry] = await Promise.all([listPeers(this.node, this.validator), findModel(this.node, this.validator, this.entry.name, this.entry.hash)]);
+  private async route(options: RouteOptions): Promise<RouteHop[] | null> {
+    const { node, validator } = this;
+    const [peers, entry] = await Promise.all([listPeers(node, validator), findModel(node, validator, this.entry.name, this.entry.hash)]);
     return routeOver(entry, peers, options);
   }
 

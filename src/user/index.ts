@@ -18,4 +18,5 @@ export {
   DEADLINE_FLOOR_MS, DEADLINE_SLACK, deadlineMs, type FailoverEvent, LIVENESS_TIMEOUT_MS, STEP_RETRIES,
 } from './failover.ts';
 export type { JobProgress, JobView, LedgerSummary, Overview, OverviewEvent } from '../p2p/index.ts';
-export { HostedModel, listModels, type RouteHop, routeOver } from './hosted.ts';
+export { HostedModel, listModels, type RouteHop, type RouteOptions, routeOver } from './hosted.ts';
+export { HostedSession } from './hosted-session.ts';
