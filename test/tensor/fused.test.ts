@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { gemmNN, gemmNT, transposed } from '../../src/tensor/kernels/matmul.ts';
 import {
   createOrtBackend, gatedMlp, Generator, linear, linears, noGrad, ortAvailable, packWeight, randn, type Tensor, withBackend,
 } from '../../src/tensor/index.ts';
@@ -24,6 +25,18 @@ function relative(a: Tensor, b: Tensor): number {
 }
 
 describe('fused products (linears, gatedMlp)', () => {
+  test('gemmNT (A · Bᵀ in place, for a few rows) equals gemmNN over the transposed B, bit for bit', () => {
+    for (const [m, k, n] of [[1, 64, 40], [3, 7, 5], [8, 33, 17]]) {
+      const a = randn([m, k], { generator: rng }).data as Float32Array;
+      const b = randn([n, k], { generator: rng }).data as Float32Array;
+      const nt = new Float32Array(m * n);
+      const nn = new Float32Array(m * n);
+      gemmNT(a, 0, b, 0, nt, 0, m, k, n);
+      gemmNN(a, 0, transposed(b, 0, n, k), 0, nn, 0, m, k, n);
+      assert.deepEqual(nt, nn, `${m}x${k}x${n}`);
+    }
+  });
+
   test('on js they are the ops they stand for, bit for bit', () => {
     withBackend('js', () => {
       const x = randn([2, 3, 64], { generator: rng });

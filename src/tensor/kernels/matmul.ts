@@ -97,6 +97,36 @@ export function transposed(src: FloatArray, off: number, rows: number, cols: num
   return out;
 }
 
+/** Rows of A up to which A @ Bᵀ reads B's rows in place (gemmNT) instead of transposing B first. */
+const NT_MAX_ROWS = 8;
+
+/**
+ * C = A @ Bᵀ for row-major A [m, k] and B [n, k], each output the dot product of two rows accumulated in double
+ * precision over k in increasing order and rounded once: gemmNN's sums exactly, without the transposed copy of B
+ * that costs more than the product when A has a row or two (decoding: y = x · Wᵀ reads every weight once).
+ */
+export function gemmNT(
+  A: FloatArray,
+  aOff: number,
+  B: FloatArray,
+  bOff: number,
+  C: FloatArray,
+  cOff: number,
+  m: number,
+  k: number,
+  n: number,
+): void {
+  for (let j = 0; j < n; j++) {
+    const bRow = bOff + j * k;
+    for (let i = 0; i < m; i++) {
+      const aRow = aOff + i * k;
+      let acc = 0;
+      for (let p = 0; p < k; p++) acc += A[aRow + p] * B[bRow + p];
+      C[cOff + i * n + j] = acc;
+    }
+  }
+}
+
 /** Batched matrix product in pure TypeScript (bitwise reproducible). */
 export function matmulJs(A: FloatArray, B: FloatArray, C: FloatArray, s: MatmulSpec): void {
   const { m, k, n } = s;
@@ -104,6 +134,10 @@ export function matmulJs(A: FloatArray, B: FloatArray, C: FloatArray, s: MatmulS
   for (let p = 0; p < s.batch; p++) {
     const aOff = s.batchedA ? p * m * k : 0;
     const bOff = s.batchedB ? p * k * n : 0;
+    if (s.transB && !s.transA && m <= NT_MAX_ROWS) {
+      gemmNT(A, aOff, B, bOff, C, p * m * n, m, k, n);
+      continue;
+    }
     const a = s.transA ? transposed(A, aOff, k, m) : A;
     let b: FloatArray = B;
     if (s.transB) {
