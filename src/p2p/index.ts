@@ -191,3 +191,4 @@ export {
   parseJobProgress,
   parseOverview,
 } from './protocols/control/overview.ts';
+export { PAGE_BYTES, PAGE_ITEMS, pageOf } from './paging.ts';

@@ -10,7 +10,14 @@ import { type DialTarget, type Overview, parseOverview, parseStatusAnswer, type 
  * const workers = (await listPeers(node, multiaddr(bootstrap))).filter((p) => p.roles.includes('worker'))
  */
 export async function listPeers(node: Libp2p, validator: DialTarget, timeoutMs?: number): Promise<PeerRecord[]> {
-  return parseStatusAnswer(await request(node, validator, { type: 'status' }, timeoutMs)).peers;
+  const peers: PeerRecord[] = [];
+  // the registry comes a page at a time
+  for (let page: number | undefined = 0; page !== undefined;) {
+    const answer: ReturnType<typeof parseStatusAnswer> = parseStatusAnswer(await request(node, validator, { type: 'status', page }, timeoutMs));
+    peers.push(...answer.peers);
+    page = answer.next;
+  }
+  return peers;
 }
 
 /** The live workers a validator knows that have announced their capabilities. */

@@ -1,13 +1,10 @@
-import type { HostedModelEntry, PeerRecord } from '../p2p/index.ts';
-
-/** Models one page of the model index lists. */
-export const MODELS_PAGE_SIZE = 100;
+import { type HostedModelEntry, pageOf, type PeerRecord } from '../p2p/index.ts';
 
 /**
- * The model index: every (name, hash) the live workers host, in name order, with its hosts and its coverage,
- * `MODELS_PAGE_SIZE` to a page from `page` (0 first); `next` is the following page when there is one.
+ * The model index: every (name, hash) the live workers host, in name order, with its hosts and its coverage, a page
+ * from `cursor` (0 first; see pageOf); `next` is the following page's cursor when there is one.
  */
-export function modelIndex(peers: readonly PeerRecord[], page = 0): { models: HostedModelEntry[]; next?: number } {
+export function modelIndex(peers: readonly PeerRecord[], cursor = 0): { models: HostedModelEntry[]; next?: number } {
   const byModel = new Map<string, HostedModelEntry>();
   for (const p of peers) {
     if (p.excluded) continue;
@@ -24,8 +21,8 @@ export function modelIndex(peers: readonly PeerRecord[], page = 0): { models: Ho
   }
   const all = [...byModel.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.hash < b.hash ? -1 : 1));
   for (const m of all) m.complete = covered(m);
-  const models = all.slice(page * MODELS_PAGE_SIZE, (page + 1) * MODELS_PAGE_SIZE);
-  return (page + 1) * MODELS_PAGE_SIZE < all.length ? { models, next: page + 1 } : { models };
+  const { items, next } = pageOf(all, cursor);
+  return next === undefined ? { models: items } : { models: items, next };
 }
 
 /** Whether every block of a model has an online host. */

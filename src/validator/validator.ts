@@ -1,6 +1,6 @@
 import type { PeerId } from '@libp2p/interface';
 import {
-  createLogger, createNode, int, type Logger, MAX_GOSSIP_BYTES, type Overview, OVERVIEW_LIMITS, PEERS_TOPIC, parseAnnounce,
+  createLogger, createNode, int, type Logger, pageOf, MAX_GOSSIP_BYTES, type Overview, OVERVIEW_LIMITS, PEERS_TOPIC, parseAnnounce,
   parseAuditMessage, parseJobProgress, type PeerRecord, serveControl, type TensorLinkNode,
 } from '../p2p/index.ts';
 import { modelIndex } from './hosted-models.ts';
@@ -20,6 +20,8 @@ export interface Validator {
   node: TensorLinkNode;
   /** The live peers, the validator first, each worker with its reputation. */
   peers(): PeerRecord[];
+  /** What the peers announced (their records as they sent them). */
+  registry: Registry;
   /** Its checks of workers' records so far. */
   reputation: Reputation;
   /** Its Merkle ledger of accepted records. */
@@ -103,9 +105,13 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       if (a.account && settler && !settler.knows(a.account)) await settler.refresh(a.account);
       return { type: 'ack', ttlMs: PEER_TTL_MS };
     },
-    'status': () => ({ type: 'status', peers: peers(), uptimeMs: Date.now() - started }),
+    // the registry a page at a time (`page`: the `next` of the previous answer; 0 first)
+    'status': (m) => {
+      const { items, next } = pageOf(peers(), int(m.page ?? 0, 'status.page', 0, 10_000_000));
+      return { type: 'status', peers: items, uptimeMs: Date.now() - started, ...(next === undefined ? {} : { next }) };
+    },
     // the models workers host, with their coverage and hosts, a page at a time
-    'models': (m) => ({ type: 'models', ...modelIndex(peers(), int(m.page ?? 0, 'models.page', 0, 1_000_000)) }),
+    'models': (m) => ({ type: 'models', ...modelIndex(peers(), int(m.page ?? 0, 'models.page', 0, 10_000_000)) }),
     // a user's report of its job, for the dashboard: shown under the sender's peer id, never used to pay
     'job-progress': (m, from: PeerId) => {
       jobs.report(from.toString(), parseJobProgress(m));
@@ -142,6 +148,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   return {
     node,
     peers,
+    registry,
     reputation,
     ledger,
     settler,

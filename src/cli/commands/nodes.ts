@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { type DashboardServer, serveDashboard } from '../../serve/index.ts';
-import { createLogger, createNode, publicKeyOf } from '../../p2p/index.ts';
+import { createLogger, createNode, parseStatusAnswer, publicKeyOf, request } from '../../p2p/index.ts';
 import { listModels, listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
 import { localSwarm } from '../local-swarm.ts';
@@ -23,7 +23,7 @@ export const validatorOptions = {
   'log-level': { type: 'string' },
   'parent-pid': { type: 'string' },
 } as const;
-export const statusOptions = { bootstrap: { type: 'string' } } as const;
+export const statusOptions = { bootstrap: { type: 'string' }, page: { type: 'string' } } as const;
 export const modelsOptions = { bootstrap: { type: 'string' }, page: { type: 'string' } } as const;
 export const swarmOptions = {
   'workers': { type: 'string' }, 'memory': { type: 'string' }, 'no-chain': { type: 'boolean' }, ...chainFlagOptions,
@@ -137,7 +137,9 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
   const bootstrap = parseAddr(requiredString(flags, 'bootstrap'), 'bootstrap');
   const node = await createNode();
   try {
-    const peers = await listPeers(node, bootstrap, 10_000);
+    // every page, or (--page N: the `next` of an earlier answer) that one
+    const one = flags.page === undefined ? null : parseStatusAnswer(await request(node, bootstrap, { type: 'status', page: intFlag(flags, 'page', 0, 0) }, 10_000));
+    const peers = one ? one.peers : await listPeers(node, bootstrap, 10_000);
     const now = Date.now();
     const lines = peers.map((p) => {
       const c = p.capabilities;
@@ -155,7 +157,8 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
       const held = (p.sections ?? []).map((s) => `\n    holds layers [${s.layers[0]}, ${s.layers[1]}) in ${s.format}, ${formatBytes(s.bytes)}`);
       return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}${standing}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago${held.join('')}${near.join('')}`;
     });
-    out.result({ peers }, lines.join('\n'));
+    if (one?.next !== undefined) lines.push(`more: --page ${one.next}`);
+    out.result({ peers, ...(one?.next === undefined ? {} : { next: one.next }) }, lines.join('\n'));
   } finally {
     await node.stop();
   }
@@ -164,10 +167,19 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
 /** `tensorlink models`: the models the swarm hosts, each with its coverage and hosts, a page at a time. */
 export async function modelsCommand(flags: Flags, out: Output): Promise<void> {
   const bootstrap = parseAddr(requiredString(flags, 'bootstrap'), 'bootstrap');
-  const page = intFlag(flags, 'page', 0, 0);
   const node = await createNode();
   try {
-    const answer = await listModels(node, bootstrap, page);
+    // every page, or (--page N: the `next` of an earlier answer) that one
+    let answer: Awaited<ReturnType<typeof listModels>>;
+    if (flags.page !== undefined) answer = await listModels(node, bootstrap, intFlag(flags, 'page', 0, 0));
+    else {
+      answer = { models: [] };
+      for (let page: number | undefined = 0; page !== undefined;) {
+        const one: Awaited<ReturnType<typeof listModels>> = await listModels(node, bootstrap, page);
+        answer.models.push(...one.models);
+        page = one.next;
+      }
+    }
     const lines = answer.models.map((m) => {
       const hosts = m.hosts.map((h) => `\n    blocks ${h.layers[0]}-${h.layers[1]} on …${h.peerId.slice(-8)}  ${h.format}, ${h.state}${h.freeTokens === undefined ? '' : `, ${h.freeTokens} free KV tokens`}`);
       return `${m.name}  ${m.hash.slice(0, 12)}…  ${m.layers} blocks, ${m.complete ? 'every block served' : 'NOT every block served'}${hosts.join('')}`;

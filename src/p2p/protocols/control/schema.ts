@@ -68,10 +68,15 @@ export function parseAnnounce(v: unknown): Announcement {
   };
 }
 
-export function parseStatusAnswer(m: Record<string, unknown>): { peers: PeerRecord[]; uptimeMs: number } {
+/** One page of the validator's registry (`next`: the cursor of the following page, when there is one). */
+export function parseStatusAnswer(m: Record<string, unknown>): { peers: PeerRecord[]; uptimeMs: number; next?: number } {
   if (m.type !== 'status') throw new InvalidMessageError(`expected a status answer, got '${String(m.type)}'`);
   if (!Array.isArray(m.peers) || m.peers.length > VOCABULARY_LIMITS.stages * 16) throw new InvalidMessageError('status.peers must be a list of peer records');
-  return { peers: m.peers.map((p, i) => parsePeerRecord(p, `status.peers[${i}]`)), uptimeMs: finite(m.uptimeMs ?? 0, 'status.uptimeMs') };
+  return {
+    peers: m.peers.map((p, i) => parsePeerRecord(p, `status.peers[${i}]`)),
+    uptimeMs: finite(m.uptimeMs ?? 0, 'status.uptimeMs'),
+    ...(m.next === undefined ? {} : { next: int(m.next, 'status.next', 1) }),
+  };
 }
 
 export function parseJobRequest(m: Record<string, unknown>): { jobId: string } {

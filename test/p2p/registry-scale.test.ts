@@ -1,0 +1,68 @@
+// Issue #31: the registry at 1,000 hosts. A validator takes 1,000 workers' announcements (in-process announcers: the
+// registry's own entry point, as its announce handler calls it), each hosting a span of one of three models; a real
+// user node reads the whole registry and the model index a page at a time over libp2p, and routes a session over the
+// 1,000 hosts in under 50 ms.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { createNode, parseAnnounce, PAGE_ITEMS } from '../../src/p2p/index.ts';
+import { listModels, listPeers, routeOver } from '../../src/user/index.ts';
+import { startValidator } from '../../src/validator/index.ts';
+
+const HOSTS = 1000;
+const BLOCKS = 80;
+
+describe('the registry at 1,000 hosts', () => {
+  test('status and the model index come in pages; routing over 1,000 hosts takes under 50 ms', async () => {
+    const validator = await startValidator();
+    const user = await createNode();
+    try {
+      const hash = (i: number) => i.toString(16).padStart(64, '0');
+      for (let i = 0; i < HOSTS; i++) {
+        // every worker hosts a span of model-0, every other one a span of model-1 too; spans of 1 to 8 blocks at every
+        // offset, so a route has many choices
+        const width = 1 + (i % 8);
+        const first = (i * 7) % (BLOCKS - width + 1);
+        const proximity = Object.fromEntries(Array.from({ length: 4 }, (_, k) => [`12D3KooWpeer${String((i + k + 1) % HOSTS).padStart(6, '0')}`, { rttMs: 1 + k, mbps: 100, measuredAt: 1 }]));
+        validator.registry.record(`12D3KooWpeer${String(i).padStart(6, '0')}`, parseAnnounce({
+          roles: ['worker'],
+          capabilities: { memoryBytes: 2 ** 34, gflops: 10 + (i % 50), tier: 'C', cores: 8, backend: 'ort' },
+          addrs: [`/ip4/10.0.${i >> 8}.${i & 255}/tcp/4001`],
+          proximity,
+          hosts: [0, 1].filter((m) => m === 0 || i % 2 === 1).map((m) => ({
+            name: `model-${m}`, hash: hash(m + 1), blocks: BLOCKS, layers: [first, first + width - 1], format: 'int4', state: 'online', freeTokens: 4096,
+          })),
+        }));
+      }
+      const boot = validator.node.getMultiaddrs()[0];
+      let started = performance.now();
+      const peers = await listPeers(user, boot);
+      const statusMs = performance.now() - started;
+      assert.equal(peers.length, HOSTS + 1, 'every worker and the validator');
+      assert.equal(new Set(peers.map((p) => p.peerId)).size, HOSTS + 1, 'no peer twice across pages');
+      const first = await listModels(user, boot);
+      assert.equal(first.next, undefined, 'two models fit one page');
+      assert.equal(first.models.length, 2);
+      assert.deepEqual(first.models.map((m) => m.hosts.length), [HOSTS, HOSTS / 2]);
+      assert.ok(first.models.every((m) => m.complete), 'every block of every model is served');
+      // a route over every block of the model all 1,000 workers host, timed
+      const model = first.models[0];
+      started = performance.now();
+      const route = routeOver(model, peers, { tokens: 2048 });
+      const routeMs = performance.now() - started;
+      assert.ok(route);
+      // the route covers every block once, in order
+      let next = 0;
+      for (const hop of route) {
+        assert.equal(hop.layers[0], next);
+        next = hop.layers[1] + 1;
+      }
+      assert.equal(next, BLOCKS);
+      process.stderr.write(`1,000 hosts: status in ${Math.ceil(peers.length / PAGE_ITEMS)}+ pages took ${statusMs.toFixed(0)} ms; `
+        + `a route of ${route.length} hops over ${model.hosts.length} hosts of ${model.name} took ${routeMs.toFixed(2)} ms\n`);
+      assert.ok(routeMs < 50, `routing took ${routeMs} ms`);
+    } finally {
+      await user.stop();
+      await validator.stop();
+    }
+  });
+});
