@@ -39,6 +39,8 @@ commands:
       local swarm of N workers, --bootstrap on an existing swarm; requests decode in batches of up
       to 8 rows, in the order they came; prints {"event":"ready","url",...,"model"} when it listens;
       the dashboard is at / (the swarm's, with this server's figures) and Prometheus metrics at /metrics
+  serve --model NAME --bootstrap MULTIADDR --ends DIR [...]
+      the API over a model the swarm hosts: this process holds its ends for all its clients
   train --model DIR (--data FILE|fortunes | --task addition|addition-padded|reverse) --steps N [--batch B --lr X --seq-len T
         --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]]

@@ -2,12 +2,13 @@
 // init-model (one its first blocks, one the rest, at int4), `models --json` lists it complete, and `generate --model NAME
 // --bootstrap --ends DIR` gives the tokens `generate --model DIR --quantize int4` gives in one process.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
 import { type Running, startNode, waitFor } from '../helpers/processes.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
@@ -16,6 +17,26 @@ function cli(...args: string[]) {
   const r = spawnSync(process.execPath, [BIN, ...args, '--backend', 'js'], { encoding: 'utf8', timeout: 120_000 });
   assert.equal(r.status, 0, `tensorlink ${args.join(' ')} failed:\n${r.stderr}`);
   return JSON.parse(r.stdout) as Record<string, unknown>;
+}
+
+/** `tensorlink serve ARGS` as its own process, once it prints its ready line. */
+function startServe(args: string[], timeoutMs = 60_000): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--backend', 'js', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => reject(new Error(`serve did not start: ${err}`)), timeoutMs);
+    child.stderr!.on('data', (d) => (err += d));
+    child.stdout!.on('data', (d) => {
+      out += d;
+      const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
+      if (line) {
+        clearTimeout(timer);
+        resolve({ child, url: (JSON.parse(line) as { url: string }).url });
+      }
+    });
+    child.once('exit', (code) => reject(new Error(`serve exited (${code}): ${err}`)));
+  });
 }
 
 describe('hosting through the CLI', () => {
@@ -55,5 +76,30 @@ describe('hosting through the CLI', () => {
     assert.deepEqual(hosted.tokens, local.tokens);
     assert.equal(hosted.text, local.text);
     process.stderr.write(`hosted tiny at int4 over 2 host processes: the same ${(hosted.tokens as number[]).length} tokens as one process at int4\n`);
+
+    // serve on the hosted model: one process holds the ends for all its clients; 8 streamed chats at once, each with
+    // the text its prompt gets alone
+    const server = await startServe(['--model', 'tiny', '--bootstrap', boot, '--ends', model, '--quantize', 'int4']);
+    nodes.push({ child: server.child, peerId: '', addrs: [] });
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none' });
+    const prompts = ['The quick brown fox', 'Hello, world', 'Once upon a time', 'In the beginning', 'To be or not', 'A B C', 'zzz', 'Lorem'];
+    const messages = (p: string) => [{ role: 'user' as const, content: p }];
+    const alone: string[] = [];
+    for (const p of prompts.slice(0, 2)) {
+      alone.push((await client.chat.completions.create({ model: 'tiny', messages: messages(p), max_tokens: 8, temperature: 0 })).choices[0].message.content ?? '');
+    }
+    const together = await Promise.all(prompts.map(async (p) => {
+      const stream = await client.chat.completions.create({ model: 'tiny', messages: messages(p), max_tokens: 8, temperature: 0, stream: true });
+      let text = '';
+      let finish: string | null = null;
+      for await (const chunk of stream) {
+        text += chunk.choices[0]?.delta?.content ?? '';
+        finish = chunk.choices[0]?.finish_reason ?? finish;
+      }
+      return { text, finish };
+    }));
+    assert.ok(together.every((t) => t.finish !== null), 'every stream ends');
+    assert.deepEqual(together.slice(0, 2).map((t) => t.text), alone, 'a chat streamed beside 7 others has the text it gets alone');
+    process.stderr.write(`serve --model tiny (hosted): 8 streamed chats at once, each ended, the first two as alone\n`);
   });
 });

@@ -1,8 +1,9 @@
+import { existsSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
 import { generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { ChatFormat, serveApi, type ServedModel } from '../../serve/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
-import { distribute, fetchOverview, type Overview } from '../../user/index.ts';
+import { distribute, fetchOverview, HostedModel, type Overview } from '../../user/index.ts';
 import {
   type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions, weightFlags,
 } from '../args.ts';
@@ -23,6 +24,7 @@ export const serveOptions = {
   'privacy': { type: 'string' },
   'redundancy': { type: 'string' },
   'verify-rate': { type: 'string' },
+  'ends': { type: 'string' },
   ...weightFlagOptions,
 } as const;
 
@@ -40,15 +42,39 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   const port = intFlag(flags, 'port', 8000, 0);
   if (port > 65535) throw new UsageError(`--port must be in 0..65535, got ${port}`);
   const host = stringFlag(flags, 'host') ?? '127.0.0.1';
-  const id = stringFlag(flags, 'name') ?? basename(resolve(dir));
-  const config = loadConfig(dir);
-  const tokenizer = loadTokenizer(dir);
-  if (!tokenizer) throw new UsageError(`${dir} has no tokenizer.json; serve needs one to read prompts`);
-  const chat = new ChatFormat(loadChatTemplate(dir));
+  // a --model that is no path here names a model the swarm hosts: this process holds its ends for all its clients
+  const hosted = !existsSync(dir);
+  const files = hosted ? stringFlag(flags, 'ends') : dir;
+  if (!files) throw new UsageError(`serving the hosted model '${dir}' needs its ends: --ends DIR (a checkpoint or GGUF file of it)`);
+  if (hosted && where.kind !== 'remote') throw new UsageError(`'${dir}' is no file here: a hosted model is served with --bootstrap ADDR`);
+  const id = stringFlag(flags, 'name') ?? (hosted ? dir : basename(resolve(dir)));
+  const config = loadConfig(files);
+  const tokenizer = loadTokenizer(files);
+  if (!tokenizer) throw new UsageError(`${files} has no tokenizer.json; serve needs one to read prompts`);
+  const chat = new ChatFormat(loadChatTemplate(files));
   let served: ServedModel;
   let leave = async () => {};
   let overview: (() => Promise<Overview>) | undefined;
-  if (where.kind === 'local') {
+  if (hosted && where.kind === 'remote') {
+    const access = await joinSwarm(where, flags);
+    try {
+      const ends = await loadModel(files, { part: 'ends', ...format });
+      const model = await HostedModel.open(access.node, access.bootstrap, dir, { ends });
+      out.info(`${dir} (${model.entry.hash.slice(0, 12)}…): ${model.entry.layers} blocks on ${new Set(model.entry.hosts.map((h) => h.peerId)).size} hosts`);
+      const validator = multiaddr(access.bootstrap);
+      overview = () => fetchOverview(access.node, validator);
+      // the clients' requests are batched here (the scheduler) into one session over the hosts per batch
+      const run: ServedModel['run'] = async (prompts, options) => ({ tokens: await model.generateBatch(prompts, options) });
+      served = { id, tokenizer, maxPositions: config.maxPositions, chat, run };
+      leave = async () => {
+        await model.close().catch(() => {});
+        await access.close();
+      };
+    } catch (err) {
+      await access.close();
+      throw err;
+    }
+  } else if (where.kind === 'local') {
     const model = await loadModel(dir, format);
     served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: (prompts, options) => generateBatch(model, prompts, options) };
   } else {
