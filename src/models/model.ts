@@ -130,7 +130,8 @@ function toTimeMajor(x: Float32Array, dst: Float32Array, b: number, h: number, t
     for (let hi = 0; hi < h; hi++) {
       for (let ti = 0; ti < t; ti++) {
         const from = ((bi * h + hi) * t + ti) * d;
-        dst.set(x.subarray(from, from + d), ((bi * capacity + at + ti) * h + hi) * d);
+        const to = ((bi * capacity + at + ti) * h + hi) * d;
+        for (let i = 0; i < d; i++) dst[to + i] = x[from + i];
       }
     }
   }

@@ -168,18 +168,16 @@ export function layerNormGraph(eps: number): Uint8Array {
 /**
  * Causal attention of one sequence over time-major keys and values in one call: q [kvHeads, rows, D] (the query
  * heads that share a key head, their Tq rows each, one after another), k and v [Tk, kvHeads, D], s a 1-element scale
- * and mask an additive [rows, Tk]: y [kvHeads, rows, D] = softmax(s · q kᵀ + mask) v for each key head.
+ * and mask an additive [rows, Tk]: y [kvHeads, rows, D] = softmax(s · q kᵀ + mask) v for each key head. Without
+ * `masked` there is no mask (one query, the last position, sees every key).
  */
-export function timeMajorAttentionGraph(): Uint8Array {
+export function timeMajorAttentionGraph(masked = true): Uint8Array {
   const b = new Builder();
-  const scores = b.op('MatMul', ['q', b.op('Transpose', ['k'], { perm: [1, 2, 0] })]); // [kvHeads, rows, Tk]
-  const p = b.op('Softmax', [b.op('Add', [b.op('Mul', [scores, 's']), 'mask'])], { axis: -1 });
+  const scores = b.op('Mul', [b.op('MatMul', ['q', b.op('Transpose', ['k'], { perm: [1, 2, 0] })]), 's']); // [kvHeads, rows, Tk]
+  const p = b.op('Softmax', [masked ? b.op('Add', [scores, 'mask']) : scores], { axis: -1 });
   b.op('MatMul', [p, b.op('Transpose', ['v'], { perm: [1, 0, 2] })]); // [kvHeads, rows, D]
   b.output('y');
-  return encodeModel(
-    b.nodes,
-    [mat('q', ['h', 'r', 'd']), mat('k', ['t', 'h', 'd']), mat('v', ['t', 'h', 'd']), { name: 's', type: OnnxType.float32, shape: [1] },
-      mat('mask', ['r', 't'])],
-    [mat('y', ['h', 'r', 'd'])],
-  );
+  const inputs = [mat('q', ['h', 'r', 'd']), mat('k', ['t', 'h', 'd']), mat('v', ['t', 'h', 'd']), { name: 's', type: OnnxType.float32, shape: [1] }];
+  if (masked) inputs.push(mat('mask', ['r', 't']));
+  return encodeModel(b.nodes, inputs, [mat('y', ['h', 'r', 'd'])]);
 }

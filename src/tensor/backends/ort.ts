@@ -301,17 +301,17 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
       const macs = 2 * heads * tq * tk * dim;
       if (macs < minMacs) return false;
       const rows = (heads / kvHeads) * tq;
-      const s = session('time-major-attention', timeMajorAttentionGraph, false, macs < SINGLE_THREAD_BELOW_MACS ? 1 : threads);
-      s.run(
-        [
-          { name: 'q', data: q, dims: [kvHeads, rows, dim] },
-          { name: 'k', data: k, dims: [tk, kvHeads, dim] },
-          { name: 'v', data: v, dims: [tk, kvHeads, dim] },
-          { name: 's', data: Float32Array.of(scale), dims: [1] },
-          { name: 'mask', data: attentionMask(heads / kvHeads, tq, tk), dims: [rows, tk] },
-        ],
-        [{ name: 'y', data: y, dims: [kvHeads, rows, dim] }],
-      );
+      // one query (decoding) sees every key: no mask
+      const masked = tq > 1;
+      const s = session(`time-major-attention:${masked}`, () => timeMajorAttentionGraph(masked), false, macs < SINGLE_THREAD_BELOW_MACS ? 1 : threads);
+      const inputs = [
+        { name: 'q', data: q, dims: [kvHeads, rows, dim] },
+        { name: 'k', data: k, dims: [tk, kvHeads, dim] },
+        { name: 'v', data: v, dims: [tk, kvHeads, dim] },
+        { name: 's', data: Float32Array.of(scale), dims: [1] },
+      ];
+      if (masked) inputs.push({ name: 'mask', data: attentionMask(heads / kvHeads, tq, tk), dims: [rows, tk] });
+      s.run(inputs, [{ name: 'y', data: y, dims: [kvHeads, rows, dim] }]);
       return true;
     },
     unaryBackward(op: string, x: FloatArray, g: FloatArray, gx: FloatArray): boolean {
