@@ -5,6 +5,7 @@ import {
   CheckpointWeights, configToHF, defaultCacheDir, GGUFWeights, heldBytes, isGGUF, loadModel, type ModelWeights,
 } from '../models/index.ts';
 import { CHUNK_BYTES, type HostedSpan, hostedJobId, type Logger, parseSessionId } from '../p2p/index.ts';
+import { type ManifestEntry, manifestHash } from '../p2p/protocols/ends/schema.ts';
 import type { WeightFormat } from '../tensor/index.ts';
 import type { JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
@@ -38,16 +39,21 @@ export function openModelWeights(path: string, cacheDir: string | null = default
   return CheckpointWeights.open(path, { chunkBytes: CHUNK_BYTES, cacheDir });
 }
 
+/** Every weight of a model with its shape and chunk hashes at float32 (the manifest its hash is of), in name order. */
+export async function modelManifest(weights: ModelWeights): Promise<ManifestEntry[]> {
+  const all = weights.partWeights([0, weights.config.layers + 3]).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const out: ManifestEntry[] = [];
+  for (const w of all) out.push({ name: w.name, shape: w.shape, hashes: await weights.hashes(w.name) });
+  return out;
+}
+
 /**
  * The identity of a model's weights: the sha256 of its manifest (every weight's name, shape and chunk addresses at
- * float32, in name order). Two copies with the same bytes have the same hash wherever they are and whatever part of
- * them a host holds; a directory's hashes are cached, so a host started again does not read its files twice.
+ * float32, in name order; see manifestHash). Two copies with the same bytes have the same hash wherever they are and
+ * whatever part of them a host holds; a directory's hashes are cached, so a host started again does not read its files twice.
  */
 export async function modelHash(weights: ModelWeights): Promise<string> {
-  const all = weights.partWeights([0, weights.config.layers + 3]).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  const h = createHash('sha256');
-  for (const w of all) h.update(`${w.name}[${w.shape.join(',')}]:${(await weights.hashes(w.name)).join(',')}\n`);
-  return h.digest('hex');
+  return manifestHash(await modelManifest(weights));
 }
 
 /**

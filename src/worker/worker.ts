@@ -11,6 +11,7 @@ import {
 import { measureCapabilities } from './capabilities.ts';
 import { ChunkStore } from './chunk-store.ts';
 import { type Fault, FaultInjector } from './fault.ts';
+import { endsHandlers } from './ends-server.ts';
 import { type HostSpec, hostModel } from './hosting.ts';
 import { JobTable } from './jobs.ts';
 import { MemoryBudget } from './memory.ts';
@@ -97,6 +98,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       type: 'stats', work: stages.work(), bytesSent: traffic.sent, bytesReceived: traffic.received, jobs: jobs.size, sessions: stages.sessions(), memory: memory.report(),
     }),
     'proximity': () => ({ type: 'proximity', proximity }),
+    ...endsHandlers(options.host ?? [], jobs), // a host's models' ends, config and tokenizer, for users without a checkpoint
     // Jobs: whoever opens one owns it; only the owner may drive or close it.
     'open-job': (m, from) => ({ type: 'job-opened', jobId: jobs.open(parseJobRequest(m).jobId, from).jobId }),
     'job-status': (m, from) => {
