@@ -3,11 +3,13 @@
  * heads, SwiGLU 2048, byte vocabulary: 100.9M parameters; seeded, untrained), optionally holds its matrices in int8 /
  * int4, and decodes greedily with a KV cache:
  *   node --import tsx bench/decode-profile.ts [--format f32|int8|int4] [--backend ort|js] [--threads 1]
- *     [--prompt 45] [--tokens 48] [--rounds 3] [--split] [--json]
+ *     [--prompt 45] [--tokens 48] [--rounds 3] [--split [--modules]] [--profile FILE] [--json]
  * It prints the decode speed (tokens after the first, best round). With --split it times one more round with every
- * backend kernel and every module of the model wrapped (exclusive times: a module's own work without its children's),
- * so the table says what a step spends on the products with the weights, attention, norms, the cache and the rest.
- * For a per-function view run it under `node --cpu-prof` and summarise with:
+ * backend kernel and each layer of the model wrapped (exclusive times: a call's own work without its children's;
+ * with --modules each module too, which turns the one-token block step off), so the table says what a step spends
+ * on the products with the weights, attention, and the rest (norms, rotary, the cache, js between the native calls).
+ * --profile FILE records the last round with V8's sampling profiler and prints its self time by function; a saved
+ * .cpuprofile (from `node --cpu-prof` too) is summarised with:
  *   node --import tsx bench/decode-profile.ts --summarise FILE.cpuprofile
  */
 import '../src/polyfills.ts';
@@ -79,10 +81,13 @@ function timedBackend(inner: Backend, split: Split): Backend {
   return b;
 }
 
-/** Wraps every module's forward but Linear's (labelled by its class) and the model's layers. */
-function timeModules(model: CausalLM, split: Split): void {
-  for (const [, m] of model.namedModules()) {
-    // a Linear is left alone: a forward set on it would turn the fused products off (llama.ts plainLinear)
+/**
+ * Wraps the model's layers and, with `modules`, every module's forward but Linear's (labelled by its class). A forward
+ * set on a module turns off what stands for it (the fused products for a Linear, the one-token step of a block for
+ * its norms: llama.ts, decode-step.ts), so with `modules` the split is the generic block's.
+ */
+function timeModules(model: CausalLM, split: Split, modules: boolean): void {
+  for (const [, m] of modules ? model.namedModules() : []) {
     if (m === model || m.constructor.name === 'Linear' || typeof (m as { forward?: unknown }).forward !== 'function') continue;
     const label = `module: ${m.constructor.name}`;
     const forward = (m as unknown as { forward: (...args: unknown[]) => unknown }).forward.bind(m);
@@ -193,6 +198,7 @@ function main(): void {
       tokens: { type: 'string', default: '48' },
       rounds: { type: 'string', default: '3' },
       split: { type: 'boolean', default: false },
+      modules: { type: 'boolean', default: false },
       json: { type: 'boolean', default: false },
       summarise: { type: 'string' },
       profile: { type: 'string' },
@@ -223,7 +229,7 @@ function main(): void {
   if (values.split) {
     const split = new Split();
     setBackend(timedBackend(inner, split));
-    timeModules(model, split);
+    timeModules(model, split, values.modules === true);
     let stepStart = 0;
     let steps = 0;
     let stepMs = 0;

@@ -3,6 +3,7 @@ import { gatedMlp, Generator, linears, type Tensor } from '../tensor/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
 import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
+import { canDecodeStep, type DecodeBlock, decodeStep } from './decode-step.ts';
 import { blockWindow, rotaryDim } from './llama-config.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
@@ -122,6 +123,12 @@ export class LlamaDecoderLayer extends Module {
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
     const rope = cachedRotaryTables(ctx.positions, this.rope, this.ropeKey);
     const window = blockWindow(this.c, blockIndex);
+    if (this.self_attn instanceof LlamaAttention && this.mlp instanceof LlamaMLP) {
+      // one token with the cache on a backend with fused products: the same arithmetic on plain buffers (decode-step.ts)
+      const shape = { heads: this.c.heads, kvHeads: this.c.kvHeads, headDim: this.c.headDim, window };
+      const block = this as DecodeBlock;
+      if (canDecodeStep(block, x, ctx, blockIndex, shape, rope)) return decodeStep(block, x, ctx, blockIndex, shape, rope);
+    }
     const at: BlockAttention = { rope, options: window === undefined ? {} : { window } };
     x = x.add(this.self_attn.forward(this.input_layernorm.forward(x), ctx, blockIndex, at));
     return x.add(this.mlp.forward(this.post_attention_layernorm.forward(x)));

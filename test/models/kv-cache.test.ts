@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { repeatKv } from '../../src/models/forward.ts';
 import { createModel, GrowingKV, KVCache, llamaConfig } from '../../src/models/index.ts';
-import { createOrtBackend, Generator, noGrad, ortAvailable, randn, scaledDotProductAttention, setBackend, tensor, withBackend } from '../../src/tensor/index.ts';
+import {
+  createOrtBackend, Generator, noGrad, ortAvailable, packWeight, randn, scaledDotProductAttention, setBackend, tensor, withBackend,
+} from '../../src/tensor/index.ts';
 import { attendTimeMajor } from '../../src/tensor/ops/attention.ts';
 
 /** The old decode path: concatenated keys, each key head repeated for its query heads, then attention. */
@@ -82,6 +84,40 @@ describe('KV cache that grows in place', () => {
     for (let t = 4; t < seq.length; t++) {
       const step = noGrad(() => model.forward(tensor([seq[t]], [1, 1], 'int32'), { cache: plain }));
       assert.deepEqual(step.data, full.data.subarray(t * 40, (t + 1) * 40), `position ${t}`);
+    }
+  });
+
+  test('the one-token step of a Llama block (decode-step.ts) is the generic block\'s arithmetic on ort (f32, int4), bit for bit', { skip: !ortAvailable() }, () => {
+    const config = llamaConfig({ vocabSize: 64, hidden: 128, layers: 2, heads: 4, kvHeads: 2, intermediate: 192, maxPositions: 64 });
+    for (const format of [null, 'int4'] as const) {
+      const model = createModel(config, { seed: 9 });
+      for (const p of model.parameters()) p.requiresGrad = false;
+      if (format) for (const [name, t] of model.hfStateDict()) if (t.ndim === 2 && !name.includes('norm')) packWeight(t, format);
+      const ids = [3, 17, 42, 5, 9, 60, 1];
+      withBackend(createOrtBackend({ threads: 1, minMacs: 0 }), () => {
+        // the step runs without gradients; with them on (and none wanted) the generic block runs the same kernels
+        const run = (step: boolean) => {
+          const cache = new KVCache(config.layers);
+          const go = () => model.forward(tensor(ids.slice(0, 3), [1, 3], 'int32'), { cache });
+          if (step) noGrad(go);
+          else go();
+          const out: Float32Array[] = [];
+          for (const id of ids.slice(3)) {
+            const f = () => model.forward(tensor([id], [1, 1], 'int32'), { cache }).data as Float32Array;
+            out.push(step ? noGrad(f) : f());
+          }
+          return out;
+        };
+        const fast = run(true);
+        const generic = run(false);
+        fast.forEach((row, i) => assert.deepEqual(row, generic[i], `${format ?? 'f32'} step ${i}`));
+        // and both are the whole sequence's logits within float tolerance
+        const full = noGrad(() => model.forward(tensor(ids, [1, ids.length], 'int32'))).data;
+        fast.forEach((row, i) => {
+          const at = (3 + i) * config.vocabSize;
+          for (let j = 0; j < row.length; j++) assert.ok(Math.abs(row[j] - full[at + j]) < 2e-2, `${format ?? 'f32'} step ${i} logit ${j}`);
+        });
+      });
     }
   });
 });
