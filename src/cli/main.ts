@@ -29,9 +29,10 @@ commands:
       continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
       --local N on a local swarm of N workers, --bootstrap on an existing swarm; --dtype bf16 or --quantize
       holds the model's matrices compact (bf16; int8 and int4 blocks of 32, llama.cpp's Q8_0 and Q4_0), the workers' too
-  generate --model NAME --bootstrap MULTIADDR --ends DIR --prompt TEXT [...]
+  generate --model NAME --bootstrap MULTIADDR [--ends DIR] --prompt TEXT [...]
       from a model the swarm hosts (a --model that is no path here is a hosted model's name): this
-      process holds only its ends (embedding, final norm, head, tokenizer), read from DIR
+      process holds only its ends (embedding, final norm, head, tokenizer), read from DIR, or without
+      --ends pulled from a host once (as pull-ends does) into the cache (~/.cache/tensorlink/ends/HASH)
   serve --model DIR [--name ID] [--port P (default 8000) --host H (default 127.0.0.1)]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]] [--strategy S --privacy ends|none]
       an OpenAI-compatible HTTP API over the model (GET /v1/models, POST /v1/completions and
@@ -39,8 +40,9 @@ commands:
       local swarm of N workers, --bootstrap on an existing swarm; requests decode in batches of up
       to 8 rows, in the order they came; prints {"event":"ready","url",...,"model"} when it listens;
       the dashboard is at / (the swarm's, with this server's figures) and Prometheus metrics at /metrics
-  serve --model NAME --bootstrap MULTIADDR --ends DIR [...]
-      the API over a model the swarm hosts: this process holds its ends for all its clients
+  serve --model NAME --bootstrap MULTIADDR [--ends DIR] [...]
+      the API over a model the swarm hosts: this process holds its ends for all its clients (without
+      --ends, pulled from a host once into the cache, as generate does)
   train --model DIR (--data FILE|fortunes | --task addition|addition-padded|reverse) --steps N [--batch B --lr X --seq-len T
         --micro-batches M --eval-every N --eval-size N --seed S --out DIR --resume --stop-at N]
         [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]]
@@ -83,6 +85,9 @@ commands:
       and failed, excluded), the sections each worker holds (layers, format, bytes), last seen
   models --bootstrap MULTIADDR [--page N]
       the models workers host (worker --host), each with its hash, blocks, coverage and hosts
+  pull-ends NAME --bootstrap MULTIADDR --out DIR [--hash H]
+      a hosted model's ends (embedding, final norm, head), config and tokenizer from one of its hosts
+      into DIR (a new directory), checked against the model's manifest hash chunk by chunk
   swarm [--workers N] [--memory SIZE] [--contracts FILE [--rpc URL] | --no-chain] [--dashboard [HOST:]PORT | --no-dashboard]
       a local swarm: a validator and N workers on 127.0.0.1, each its own process, and a local
       chain (anvil) with the contracts deployed and the workers staked, until Ctrl-C; --contracts
@@ -140,6 +145,9 @@ const COMMANDS: Record<string, { load: () => Promise<Command>; positionals?: boo
   'worker': { load: () => import('./commands/worker.ts').then((m) => ({ options: m.workerOptions, run: m.workerCommand })) },
   'status': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.statusOptions, run: m.statusCommand })) },
   'models': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.modelsOptions, run: m.modelsCommand })) },
+  'pull-ends': {
+    load: () => import('./commands/pull-ends.ts').then((m) => ({ options: m.pullEndsOptions, run: m.pullEndsCommand })), positionals: true,
+  },
   'swarm': { load: () => import('./commands/nodes.ts').then((m) => ({ options: m.swarmOptions, run: m.swarmCommand })) },
   'chain': { load: () => import('./commands/chain.ts').then((m) => ({ options: m.chainOptions, run: m.chainCommand })) },
   'ledger': { load: () => import('./commands/ledger.ts').then((m) => ({ options: m.ledgerOptions, run: m.ledgerCommand })), positionals: true },

@@ -20,4 +20,4 @@ export {
 export type { JobProgress, JobView, LedgerSummary, Overview, OverviewEvent } from '../p2p/index.ts';
 export { HostedModel, listModels, type RouteHop, type RouteOptions, routeOver } from './hosted.ts';
 export { HostedSession } from './hosted-session.ts';
-export { pullEnds, type PulledEnds, type PullEndsOptions } from './pull-ends.ts';
+export { cachedEnds, findHosted, pullEnds, type PulledEnds, type PullEndsOptions } from './pull-ends.ts';

@@ -69,7 +69,8 @@ export async function pullEnds(
   throw failures.find((e) => e instanceof VerificationError) ?? failures[failures.length - 1];
 }
 
-async function findHosted(node: Libp2p, validator: DialTarget, name: string, hash?: string): Promise<HostedModelEntry> {
+/** The one copy of `name` the index lists (`hash`: a prefix of its hash, when several are hosted under the name). */
+export async function findHosted(node: Libp2p, validator: DialTarget, name: string, hash?: string): Promise<HostedModelEntry> {
   const found: HostedModelEntry[] = [];
   for (let page: number | undefined = 0; page !== undefined;) {
     const answer: { models: HostedModelEntry[]; next?: number } = await listModels(node, validator, page);
@@ -81,6 +82,19 @@ async function findHosted(node: Libp2p, validator: DialTarget, name: string, has
     throw new InvalidArgumentError(`'${name}' is hosted in ${found.length} different copies (hashes ${found.map((m) => m.hash.slice(0, 12)).join(', ')}): name one by its hash`);
   }
   return found[0];
+}
+
+/**
+ * The ends of a hosted model in `cacheDir`/ends/HASH: pulled (pullEnds) the first time, then read from there (what
+ * pullEnds wrote was checked as it came, and appears whole or not at all). Returns the directory and the model's hash.
+ */
+export async function cachedEnds(
+  node: Libp2p, validator: DialTarget, name: string, cacheDir: string, options: PullEndsOptions = {},
+): Promise<{ dir: string; hash: string; pulled: PulledEnds | null }> {
+  const { hash } = await findHosted(node, validator, name, options.hash);
+  const dir = join(cacheDir, 'ends', hash);
+  if (existsSync(join(dir, 'config.json')) && existsSync(join(dir, 'model.safetensors'))) return { dir, hash, pulled: null };
+  return { dir, hash, pulled: await pullEnds(node, validator, name, dir, { ...options, hash }) };
 }
 
 /** Bytes of a weight at float32. */

@@ -1,26 +1,54 @@
-import { loadModel } from '../../models/index.ts';
+import { multiaddr } from '@multiformats/multiaddr';
+import { type CausalLM, defaultCacheDir, loadModel } from '../../models/index.ts';
+import type { cachedEnds as CachedEnds } from '../../user/index.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, type Placement, stringFlag, UsageError, weightFlags } from '../args.ts';
 import type { Output } from '../output.ts';
+import type { Libp2p } from '@libp2p/interface';
 
 /**
- * `generate --model NAME --bootstrap ADDR --ends DIR`: generation from a model the swarm hosts (`worker --host`), by
- * name. The user holds only its ends, read from DIR (a checkpoint directory or GGUF file of the same model: only its
- * embedding, final norm and head are loaded), with the tokenizer; the blocks run on hosts that cover them.
+ * The ends of the hosted model `name` in the format the user asks (--dtype, --quantize), as its hosts hold the blocks
+ * in theirs: from --ends DIR (a checkpoint directory or GGUF file of the same model: only its embedding, final norm
+ * and head are loaded), or without it pulled from a host once into the cache (defaultCacheDir()/ends/HASH), checked
+ * against the model's hash as `pull-ends` does, and read from there after.
+ */
+export async function loadEnds(
+  access: { node: Libp2p; bootstrap: string }, name: string, flags: Flags, out: Output, cachedEnds: typeof CachedEnds,
+): Promise<CausalLM> {
+  let dir = stringFlag(flags, 'ends');
+  if (!dir) {
+    const cached = await cachedEnds(access.node, multiaddr(access.bootstrap), name, defaultCacheDir(), {
+      onProgress: (done, total) => out.progress(`pulling the ends of '${name}': ${(done / 2 ** 20).toFixed(1)} of ${(total / 2 ** 20).toFixed(1)} MiB`),
+    });
+    if (cached.pulled) out.info(`pulled the ends of '${name}' (${cached.hash.slice(0, 12)}…) from …${cached.pulled.host.slice(-8)} into ${cached.dir}`);
+    dir = cached.dir;
+  }
+  return loadModel(dir, { part: 'ends', ...weightFlags(flags) });
+}
+
+/**
+ * `generate --model NAME --bootstrap ADDR [--ends DIR]`: generation from a model the swarm hosts (`worker --host`), by
+ * name. The user holds only its ends (see loadEnds), with the tokenizer; the blocks run on hosts that cover them.
  */
 export async function generateHosted(name: string, prompt: string, where: Placement, flags: Flags, out: Output): Promise<void> {
   if (where.kind !== 'remote') throw new UsageError(`'${name}' is no file here: a hosted model is used with --bootstrap ADDR`);
-  const endsDir = stringFlag(flags, 'ends');
-  if (!endsDir) throw new UsageError(`generating from the hosted model '${name}' needs its ends: --ends DIR (a checkpoint or GGUF file of it)`);
-  // the ends in the format the user asks (--dtype, --quantize), as its hosts hold the blocks in theirs
-  const ends = await loadModel(endsDir, { part: 'ends', ...weightFlags(flags) });
-  const tok = ends.tokenizer;
-  if (!tok) throw new UsageError(`${endsDir} has no tokenizer; generate needs one to read the prompt`);
-  const promptIds = tok.encode(prompt);
-  if (promptIds.length === 0) throw new UsageError('the prompt encodes to no tokens');
-  const maxNewTokens = Math.min(intFlag(flags, 'max-new-tokens', 32, 0), ends.config.maxPositions - promptIds.length);
-  if (maxNewTokens < 0) throw new UsageError(`the prompt has ${promptIds.length} tokens, more than the model's ${ends.config.maxPositions} positions`);
-  const [{ HostedModel }, { joinSwarm }] = await Promise.all([import('../../user/index.ts'), import('../swarm.ts')]);
+  const [{ HostedModel, cachedEnds }, { joinSwarm }] = await Promise.all([import('../../user/index.ts'), import('../swarm.ts')]);
   const access = await joinSwarm(where, flags);
+  let ends: CausalLM;
+  let tok: NonNullable<CausalLM['tokenizer']>;
+  let promptIds: number[];
+  let maxNewTokens: number;
+  try {
+    ends = await loadEnds(access, name, flags, out, cachedEnds);
+    if (!ends.tokenizer) throw new UsageError(`the ends of '${name}' come with no tokenizer; generate needs one to read the prompt`);
+    tok = ends.tokenizer;
+    promptIds = tok.encode(prompt);
+    if (promptIds.length === 0) throw new UsageError('the prompt encodes to no tokens');
+    maxNewTokens = Math.min(intFlag(flags, 'max-new-tokens', 32, 0), ends.config.maxPositions - promptIds.length);
+    if (maxNewTokens < 0) throw new UsageError(`the prompt has ${promptIds.length} tokens, more than the model's ${ends.config.maxPositions} positions`);
+  } catch (err) {
+    await access.close();
+    throw err;
+  }
   const started = performance.now();
   try {
     const model = await HostedModel.open(access.node, access.bootstrap, name, { ends });

@@ -1,15 +1,15 @@
 import { existsSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
-import { generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
+import { defaultCacheDir, generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { ChatFormat, serveApi, type ServedModel } from '../../serve/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
-import { distribute, fetchOverview, HostedModel, type Overview } from '../../user/index.ts';
+import { cachedEnds, distribute, fetchOverview, HostedModel, type Overview } from '../../user/index.ts';
 import {
   type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions, weightFlags,
 } from '../args.ts';
 import { loadProgress } from '../load-progress.ts';
 import type { Output } from '../output.ts';
-import { joinSwarm } from '../swarm.ts';
+import { joinSwarm, type SwarmAccess } from '../swarm.ts';
 import { runUntilSignal } from './node-process.ts';
 
 export const serveOptions = {
@@ -44,19 +44,37 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   const host = stringFlag(flags, 'host') ?? '127.0.0.1';
   // a --model that is no path here names a model the swarm hosts: this process holds its ends for all its clients
   const hosted = !existsSync(dir);
-  const files = hosted ? stringFlag(flags, 'ends') : dir;
-  if (!files) throw new UsageError(`serving the hosted model '${dir}' needs its ends: --ends DIR (a checkpoint or GGUF file of it)`);
   if (hosted && where.kind !== 'remote') throw new UsageError(`'${dir}' is no file here: a hosted model is served with --bootstrap ADDR`);
+  let files = hosted ? stringFlag(flags, 'ends') : dir;
+  // a hosted model without --ends: its ends are pulled from a host once, into the cache (as pull-ends does)
+  let early: SwarmAccess | null = null;
+  if (hosted && !files && where.kind === 'remote') {
+    early = await joinSwarm(where, flags);
+    try {
+      const cached = await cachedEnds(early.node, multiaddr(early.bootstrap), dir, defaultCacheDir(), {
+        onProgress: (done, total) => out.progress(`pulling the ends of '${dir}': ${(done / 2 ** 20).toFixed(1)} of ${(total / 2 ** 20).toFixed(1)} MiB`),
+      });
+      if (cached.pulled) out.info(`pulled the ends of '${dir}' (${cached.hash.slice(0, 12)}…) from …${cached.pulled.host.slice(-8)} into ${cached.dir}`);
+      files = cached.dir;
+    } catch (err) {
+      await early.close();
+      throw err;
+    }
+  }
+  if (!files) throw new UsageError(`serving the hosted model '${dir}' needs its ends: --ends DIR (a checkpoint or GGUF file of it)`);
   const id = stringFlag(flags, 'name') ?? (hosted ? dir : basename(resolve(dir)));
   const config = loadConfig(files);
   const tokenizer = loadTokenizer(files);
-  if (!tokenizer) throw new UsageError(`${files} has no tokenizer.json; serve needs one to read prompts`);
+  if (!tokenizer) {
+    await early?.close();
+    throw new UsageError(`${files} has no tokenizer.json; serve needs one to read prompts`);
+  }
   const chat = new ChatFormat(loadChatTemplate(files));
   let served: ServedModel;
   let leave = async () => {};
   let overview: (() => Promise<Overview>) | undefined;
   if (hosted && where.kind === 'remote') {
-    const access = await joinSwarm(where, flags);
+    const access = early ?? await joinSwarm(where, flags);
     try {
       const ends = await loadModel(files, { part: 'ends', ...format });
       const model = await HostedModel.open(access.node, access.bootstrap, dir, { ends });
