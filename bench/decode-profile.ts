@@ -223,7 +223,10 @@ function main(): void {
   }
   const tokensPerSecond = (tokens - 1) / best;
   const threads = Number(values.threads);
-  const result = { format, backend: inner.name, threads, tokensPerSecond, msPerToken: 1000 / tokensPerSecond, buildSeconds, tokens: out };
+  const hwm = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
+  const peakRss = hwm ? Number(hwm[1]) * 1024 : Number.NaN;
+  const msPerToken = 1000 / tokensPerSecond;
+  const result = { format, backend: inner.name, threads, tokensPerSecond, msPerToken, buildSeconds, peakRss, tokens: out };
   if (values.json) console.log(JSON.stringify(result));
   else console.log(`${format} ${inner.name} ${values.threads} thread(s): ${tokensPerSecond.toFixed(1)} tok/s (${(1000 / tokensPerSecond).toFixed(2)} ms/token), greedy ${out.slice(0, 12).join(' ')}`);
   if (values.split) {
