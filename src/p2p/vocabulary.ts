@@ -48,6 +48,8 @@ export interface HostedSpan {
   format: HeldSection['format'];
   state: HostState;
   freeTokens?: number;
+  /** Sessions open on the span now (the users' generations it serves). */
+  sessions?: number;
 }
 
 /** Round-trip time and bandwidth from one peer to another, as last measured. */
@@ -291,6 +293,7 @@ export function parseHostedSpans(v: unknown): HostedSpan[] {
       format: oneOf(o.format, `${what}.format`, ['f32', 'bf16', 'int8', 'int4'] as const),
       state: oneOf(o.state, `${what}.state`, HOST_STATES),
       ...(o.freeTokens === undefined ? {} : { freeTokens: finite(o.freeTokens, `${what}.freeTokens`, 0) }),
+      ...(o.sessions === undefined ? {} : { sessions: int(o.sessions, `${what}.sessions`, 0, 1_000_000) }),
     };
   });
 }

@@ -16,7 +16,8 @@ export function modelIndex(peers: readonly PeerRecord[], cursor = 0): { models: 
         byModel.set(key, entry);
       }
       const free = h.freeTokens === undefined ? {} : { freeTokens: h.freeTokens };
-      entry.hosts.push({ peerId: p.peerId, layers: h.layers, format: h.format, state: h.state, ...free });
+      const sessions = h.sessions === undefined ? {} : { sessions: h.sessions };
+      entry.hosts.push({ peerId: p.peerId, layers: h.layers, format: h.format, state: h.state, ...free, ...sessions });
     }
   }
   const all = [...byModel.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.hash < b.hash ? -1 : 1));

@@ -141,6 +141,9 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     return {
       validator: node.peerId.toString(), uptimeMs: Date.now() - started, peers: peers(), jobs: jobs.list(), events: events.list(),
       ledger: { ...show, blocks: show.blocks.slice(-OVERVIEW_LIMITS.blocks) },
+      // the hosted models: the index's first models, each with its first hosts (its coverage is over all of them)
+      models: modelIndex(peers()).models.slice(0, OVERVIEW_LIMITS.models)
+        .map((m) => ({ ...m, hosts: m.hosts.slice(0, OVERVIEW_LIMITS.hostsPerModel) })),
     };
   };
   await ledger.start();

@@ -123,7 +123,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     const hosts = [...jobs.values()].flatMap((j) => {
       if (!j.hosted || !j.section) return [];
       const perToken = j.section.model.layers.reduce((n, l) => n + l.profile().kvBytesPerToken, 0);
-      return [{ ...j.hosted, ...(leaving ? { state: 'leaving' as const } : {}), freeTokens: Math.floor(memory.free() / Math.max(1, perToken)) }];
+      const state = leaving ? { state: 'leaving' as const } : {};
+      return [{ ...j.hosted, ...state, freeTokens: Math.floor(memory.free() / Math.max(1, perToken)), sessions: j.section.sessions.size }];
     });
     const record = {
       roles: ['worker'], capabilities: { ...capabilities, memoryFreeBytes: memory.free() }, addrs: node.getMultiaddrs().map(String), proximity,

@@ -2,7 +2,7 @@ import 'uplot/dist/uPlot.min.css';
 import './style.css';
 import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
-import { Events, Jobs, Ledger, Links, Peers, Serving } from './panels.tsx';
+import { Events, Jobs, Ledger, Links, Models, Peers, Serving } from './panels.tsx';
 import { ago, short } from './format.ts';
 import type { DashboardState } from './types.ts';
 
@@ -42,6 +42,7 @@ function App() {
       <div class="grid">
         {state.serving && <Serving s={state.serving} />}
         {o && <Jobs jobs={o.jobs} />}
+        {o?.models && o.models.length > 0 && <Models models={o.models} />}
         {o && <Peers overview={o} now={state.at} />}
         {o && <Links overview={o} />}
         {o && <Events overview={o} now={state.at} />}

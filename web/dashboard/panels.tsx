@@ -1,4 +1,4 @@
-import type { JobView, Overview, OverviewEvent, PeerRecord, ServingStats } from './types.ts';
+import type { HostedModelEntry, JobView, Overview, OverviewEvent, PeerRecord, ServingStats } from './types.ts';
 import { Chart } from './chart.tsx';
 import { ago, bytes, fixed, flops, short, tlk } from './format.ts';
 
@@ -195,6 +195,58 @@ export function Serving({ s }: { s: ServingStats }) {
         <div><dt>first token</dt><dd>{s.firstToken.count ? `${((s.firstToken.seconds / s.firstToken.count) * 1000).toFixed(0)} ms` : '—'}</dd></div>
         <div><dt>tokens in · out</dt><dd>{s.promptTokens} · {s.completionTokens}</dd></div>
       </dl>
+    </section>
+  );
+}
+
+/** Blocks of a hosted model that some online host serves. */
+function served(m: HostedModelEntry): number {
+  const held = new Array<boolean>(m.layers).fill(false);
+  for (const h of m.hosts) {
+    if (h.state !== 'online') continue;
+    for (let b = h.layers[0]; b <= h.layers[1] && b < m.layers; b++) held[b] = true;
+  }
+  return held.filter(Boolean).length;
+}
+
+/** The models workers host (`worker --host`): coverage of their blocks, and each host's blocks, format, state and sessions. */
+export function Models({ models }: { models: HostedModelEntry[] }) {
+  return (
+    <section class="panel wide">
+      <h2>Hosted models <span class="count">{models.length}</span></h2>
+      {models.length === 0 ? <p class="empty">No worker hosts a model: run <code>tensorlink worker --host NAME=DIR --bootstrap …</code>.</p> : null}
+      {models.map((m) => {
+        const sessions = m.hosts.reduce((n, h) => n + (h.sessions ?? 0), 0);
+        const blocks = served(m);
+        return (
+          <article class="model" data-model={m.name} data-hash={m.hash} key={`${m.name}/${m.hash}`}>
+            <header>
+              <strong>{m.name}</strong> <span class="mono dim" title={m.hash}>{m.hash.slice(0, 12)}…</span>
+              <span class={`state ${m.complete ? 'running' : 'closed'}`} data-field="complete">{m.complete ? 'complete' : 'incomplete'}</span>
+            </header>
+            <dl class="figures">
+              <div><dt>blocks served</dt><dd data-field="coverage"><Meter value={blocks} max={m.layers} text={`${blocks} / ${m.layers}`} tone={m.complete ? 'good' : 'bad'} /></dd></div>
+              <div><dt>hosts</dt><dd data-field="hosts">{new Set(m.hosts.map((h) => h.peerId)).size}</dd></div>
+              <div><dt>sessions</dt><dd data-field="sessions">{sessions}</dd></div>
+            </dl>
+            <table data-testid="model-hosts">
+              <thead><tr><th>host</th><th>blocks</th><th>format</th><th>state</th><th>sessions</th><th>free KV tokens</th></tr></thead>
+              <tbody>
+                {m.hosts.map((h) => (
+                  <tr data-host={h.peerId}>
+                    <td class="mono" title={h.peerId}>{short(h.peerId)}</td>
+                    <td>{h.layers[0]}–{h.layers[1]}</td>
+                    <td>{h.format}</td>
+                    <td><span class={`state ${h.state === 'online' ? 'running' : 'closed'}`}>{h.state}</span></td>
+                    <td class="num" data-field="host-sessions">{h.sessions ?? ''}</td>
+                    <td class="num">{h.freeTokens === undefined ? '' : h.freeTokens.toLocaleString()}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </article>
+        );
+      })}
     </section>
   );
 }

@@ -1,12 +1,13 @@
 import { fail, finite, int, list, obj, oneOf, optional, peerIdText, str } from '../../schema.ts';
 import { type PeerRecord, parseJobId, parsePeerRecord, VOCABULARY_LIMITS } from '../../vocabulary.ts';
+import { type HostedModelEntry, parseModelsAnswer } from './schema.ts';
 
 /**
  * What the dashboard shows, as the validator keeps it: users report their jobs' progress
  * (`job-progress`), and anyone may ask for the whole picture (`overview`).
  *
  *   job-progress  {jobId, kind, state, model?, stages, step, loss?, tokens, tokensPerSecond, stageSeconds} → ack
- *   overview      {}  → overview {validator, uptimeMs, peers, jobs, events, ledger}
+ *   overview      {}  → overview {validator, uptimeMs, peers, jobs, events, ledger, models}
  *
  * A report is untrusted input from a user: it is parsed, bounded (OVERVIEW_LIMITS) and shown
  * under its sender's peer id; it is never used to pay anyone.
@@ -31,6 +32,10 @@ export const OVERVIEW_LIMITS = {
   blocks: 12,
   /** Characters of a model's name in a report. */
   name: 128,
+  /** Hosted models on show (the first of the index, in name order): `tensorlink models` pages through them all. */
+  models: 32,
+  /** Hosts listed per hosted model on show: its coverage is computed over all of them by the validator. */
+  hostsPerModel: 16,
 } as const;
 
 /** A job as its user reports it after each step (training) or call (generation). */
@@ -95,6 +100,8 @@ export interface Overview {
   jobs: JobView[];
   events: OverviewEvent[];
   ledger: LedgerSummary;
+  /** The hosted models (the first OVERVIEW_LIMITS.models of the index): coverage, hosts, their formats, states and sessions. */
+  models?: HostedModelEntry[];
 }
 
 const EVENT_KINDS: readonly OverviewEventKind[] = ['joined', 'left', 'check-passed', 'check-failed', 'slashed'];
@@ -173,5 +180,17 @@ export function parseOverview(m: Record<string, unknown>): Overview {
       }),
       work,
     },
+    // an older validator sends no models
+    ...(m.models === undefined ? {} : { models: parseOverviewModels(m.models) }),
   };
+}
+
+/** The hosted models of an overview: the index's own parser, within the overview's bounds. */
+function parseOverviewModels(v: unknown): HostedModelEntry[] {
+  const models = list(v, 'overview.models', OVERVIEW_LIMITS.models, (e, w) => {
+    const o = obj(e, w);
+    list(o.hosts, `${w}.hosts`, OVERVIEW_LIMITS.hostsPerModel, (h) => h);
+    return o;
+  });
+  return parseModelsAnswer({ type: 'models', models }).models;
 }

@@ -148,6 +148,7 @@ export interface ModelHost {
   format: HostedSpan['format'];
   state: HostedSpan['state'];
   freeTokens?: number;
+  sessions?: number;
 }
 
 /** A hosted model in the index: its name and manifest hash, its blocks, whether every block has an online host, its hosts. */
@@ -170,6 +171,7 @@ export function parseModelsAnswer(m: Record<string, unknown>): { models: HostedM
       const e = obj(h, where);
       const [span] = parseHostedSpans([{ ...e, name: o.name, hash: o.hash, blocks: layers }]);
       return { peerId: peerIdText(e.peerId, `${where}.peerId`), layers: span.layers, format: span.format, state: span.state,
+        ...(span.sessions === undefined ? {} : { sessions: span.sessions }),
         ...(span.freeTokens === undefined ? {} : { freeTokens: span.freeTokens }) };
     });
     return { name: String(o.name), hash: String(o.hash), layers, complete: o.complete === true, hosts };
