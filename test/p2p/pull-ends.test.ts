@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import type { Libp2p } from '@libp2p/interface';
-import { byteLevelTokenizerJson, generate, loadModel } from '../../src/models/index.ts';
+import { byteLevelTokenizerJson, configToHF, generate, hfToGGUF, loadModel } from '../../src/models/index.ts';
 import { createNode, type Handler, type HostedSpan, request, serveControl } from '../../src/p2p/index.ts';
 import { HostedModel, pullEnds } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
@@ -102,6 +102,42 @@ describe('pull-ends', () => {
     } finally {
       await user.stop();
       await Promise.all(hosts.map((h) => h.stop()));
+      await validator.stop();
+    }
+  });
+
+  test('a GGUF host: its ends (dequantized to float32) and its tokenizer as tokenizer.json, as one process on the file', async () => {
+    const gguf = join(root, 'llama3-q8_0.gguf');
+    const original = await loadModel(model);
+    const state = original.hfStateDict();
+    await hfToGGUF(gguf, {
+      config: configToHF(original.config), tokenizer: byteLevelTokenizerJson() as Record<string, unknown>, type: 'q8_0',
+      weights: [...state].map(([name, t]) => ({ name, shape: [...t.shape] })), read: (name) => state.get(name)!,
+    });
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const host = await startWorker({ bootstrap: boot, host: [parseHostSpec(`q8=${gguf}`)] });
+    const user = await createNode();
+    try {
+      const out = join(root, 'pulled-gguf');
+      const pulled = await pullEnds(user, validator.node.getMultiaddrs()[0], 'q8', out);
+      assert.ok(existsSync(join(out, 'tokenizer.json')), 'the GGUF\'s tokenizer as tokenizer.json');
+      const a = (await loadModel(out, { part: 'ends' })).hfStateDict();
+      const b = (await loadModel(gguf, { part: 'ends' })).hfStateDict();
+      assert.deepEqual([...a.keys()].sort(), [...b.keys()].sort());
+      for (const [k, t] of b) assert.deepEqual(Buffer.from(a.get(k)!.data.buffer), Buffer.from(t.data.buffer), k);
+      const options = { maxNewTokens: 8, temperature: 0, stopTokens: [] };
+      const want = await generate(await loadModel(gguf), ref.prompt, options);
+      const hosted = await HostedModel.open(user, validator.node.getMultiaddrs()[0], 'q8', { ends: out });
+      try {
+        assert.deepEqual((await hosted.generate(ref.prompt, options)).tokens, want.tokens);
+      } finally {
+        await hosted.close();
+      }
+      process.stderr.write(`pull-ends from a GGUF host (Q8_0): ${pulled.bytes} bytes of ends, bit for bit the file's, generation as one process\n`);
+    } finally {
+      await user.stop();
+      await host.stop();
       await validator.stop();
     }
   });
