@@ -71,12 +71,14 @@ commands:
       keeps the ledger under DIR, its blocks co-signed (M signatures each, default 1) by the validator
       set: this one, those of --peers (which it dials) and those of --validators (which dial it)
   worker --bootstrap MULTIADDR [--memory 4GiB] [--data DIR] [--models DIR] [--listen MULTIADDR] [--log-level L]
-         [--host [NAME=]DIR|FILE.gguf[:FIRST-LAST]]... [--dtype bf16 | --quantize int8|int4]
+         [--host [NAME=]DIR|FILE.gguf[:FIRST-LAST]]... [--host-auto] [--dtype bf16 | --quantize int8|int4]
          [--fault noise|skip|stale|scale-grad|zero|replay|free-ride|slow[:RATE]] [--contracts FILE [--rpc URL]]
          [--max-requests N]
       lends this machine's compute: measures it, announces it and keeps announcing while alive;
       --host serves blocks FIRST-LAST (from 0; default all) of a model on its disk to anyone, under
-      NAME (default: the folder's or file's name), held in --dtype/--quantize;
+      NAME (default: the folder's or file's name), held in --dtype/--quantize; --host-auto chooses
+      among the checkpoints under --models the blocks the swarm serves least, as many as fit
+      --memory, and moves when the swarm's weakest block would gain a third;
       --max-requests: stage requests one peer may send per second before it is refused (default 5000);
       --fault makes it cheat (or, slow, stall 120 s) on a share RATE of its computations, only to
       test the network's defences

@@ -50,6 +50,8 @@ export interface HostedSpan {
   freeTokens?: number;
   /** Sessions open on the span now (the users' generations it serves). */
   sessions?: number;
+  /** What the host adds to each of its blocks' throughput (its measured speed): placement weighs blocks by it. */
+  throughput?: number;
 }
 
 /** Round-trip time and bandwidth from one peer to another, as last measured. */
@@ -294,6 +296,7 @@ export function parseHostedSpans(v: unknown): HostedSpan[] {
       state: oneOf(o.state, `${what}.state`, HOST_STATES),
       ...(o.freeTokens === undefined ? {} : { freeTokens: finite(o.freeTokens, `${what}.freeTokens`, 0) }),
       ...(o.sessions === undefined ? {} : { sessions: int(o.sessions, `${what}.sessions`, 0, 1_000_000) }),
+      ...(o.throughput === undefined ? {} : { throughput: finite(o.throughput, `${what}.throughput`, 0, 1e12) }),
     };
   });
 }

@@ -15,7 +15,9 @@ export function modelIndex(peers: readonly PeerRecord[], cursor = 0): { models: 
         entry = { name: h.name, hash: h.hash, layers: h.blocks, complete: false, hosts: [] };
         byModel.set(key, entry);
       }
-      const free = h.freeTokens === undefined ? {} : { freeTokens: h.freeTokens };
+      const free = {
+        ...(h.freeTokens === undefined ? {} : { freeTokens: h.freeTokens }), ...(h.throughput === undefined ? {} : { throughput: h.throughput }),
+      };
       const sessions = h.sessions === undefined ? {} : { sessions: h.sessions };
       entry.hosts.push({ peerId: p.peerId, layers: h.layers, format: h.format, state: h.state, ...free, ...sessions });
     }

@@ -63,7 +63,7 @@ export async function modelHash(weights: ModelWeights): Promise<string> {
 export async function hostModel(
   spec: HostSpec,
   format: WeightFormat | null,
-  ctx: { jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; cacheDir?: string | null },
+  ctx: { jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; cacheDir?: string | null; throughput?: number },
 ): Promise<HostedSpan> {
   const weights = openModelWeights(spec.path, ctx.cacheDir);
   let hash: string;
@@ -77,7 +77,10 @@ export async function hostModel(
   }
   const [first, last] = spec.blocks ?? [0, blocks - 1];
   if (last >= blocks) throw new InvalidArgumentError(`--host ${spec.path}: the model has blocks 0-${blocks - 1}, not ${first}-${last}`);
-  const span: HostedSpan = { name: spec.name, hash, blocks, layers: [first, last], format: format ?? 'f32', state: 'joining' };
+  const span: HostedSpan = {
+    name: spec.name, hash, blocks, layers: [first, last], format: format ?? 'f32', state: 'joining',
+    ...(ctx.throughput === undefined ? {} : { throughput: ctx.throughput }),
+  };
   const jobId = hostedJobId(span);
   const job = ctx.jobs.host(jobId, ctx.self, span);
   try {
@@ -91,12 +94,21 @@ export async function hostModel(
     const configHash = createHash('sha256').update(JSON.stringify(configToHF(model.config))).digest('hex');
     job.section = { model, range, configHash, held: { format: span.format, bytes }, sessions: new Map() };
     span.state = 'online';
+    hostedFiles.set(span, spec.path);
     ctx.log.info('hosting', { model: spec.name, hash: hash.slice(0, 12), blocks: [first, last], format: span.format, bytes });
     return span;
   } catch (err) {
     ctx.jobs.remove(jobId);
     throw err;
   }
+}
+
+/** The files each hosted span was loaded from (a job's `hosted` record → its spec's path): what the ends server reads. */
+const hostedFiles = new WeakMap<HostedSpan, string>();
+
+/** The checkpoint directory or GGUF file a span hosted here (by hostModel) was loaded from. */
+export function hostedPath(span: HostedSpan): string | undefined {
+  return hostedFiles.get(span);
 }
 
 /** Requests a hosted span takes, from anyone: a session's steps, how far it has come, and closing it. */

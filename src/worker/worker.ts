@@ -11,6 +11,7 @@ import {
 import { measureCapabilities } from './capabilities.ts';
 import { ChunkStore } from './chunk-store.ts';
 import { type Fault, FaultInjector } from './fault.ts';
+import { AutoHost, type AutoHostOptions } from './auto-host.ts';
 import { endsHandlers } from './ends-server.ts';
 import { type HostSpec, hostModel } from './hosting.ts';
 import { JobTable } from './jobs.ts';
@@ -46,6 +47,11 @@ export interface WorkerOptions {
   modelsDir?: string;
   /** Named models it hosts for anyone (`--host [NAME=]PATH[:FIRST-LAST]`), loaded from its disk at start. */
   host?: HostSpec[];
+  /**
+   * `--host-auto`: it chooses what to host among the checkpoints under `modelsDir`, and moves where the swarm needs it
+   * (see AutoHost); `blocks`, the wait and the check period may be set (tests).
+   */
+  hostAuto?: Omit<AutoHostOptions, 'models' | 'format'>;
   /** The format hosted models are held in (`--dtype bf16`, `--quantize int8|int4`; default float32). */
   hostFormat?: WeightFormat | null;
   /** Cheat on purpose (`--fault`): for testing the network's defences only. */
@@ -98,7 +104,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       type: 'stats', work: stages.work(), bytesSent: traffic.sent, bytesReceived: traffic.received, jobs: jobs.size, sessions: stages.sessions(), memory: memory.report(),
     }),
     'proximity': () => ({ type: 'proximity', proximity }),
-    ...endsHandlers(options.host ?? [], jobs), // a host's models' ends, config and tokenizer, for users without a checkpoint
+    ...endsHandlers(jobs), // a host's models' ends, config and tokenizer, for users without a checkpoint
     // Jobs: whoever opens one owns it; only the owner may drive or close it.
     'open-job': (m, from) => ({ type: 'job-opened', jobId: jobs.open(parseJobRequest(m).jobId, from).jobId }),
     'job-status': (m, from) => {
@@ -161,8 +167,15 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   claimer?.start();
   // the models it hosts are loaded (and hashed) before it offers them
   const self = node.peerId.toString();
-  for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, { jobs, memory, self, log });
+  const throughput = capabilities.gflops;
+  for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, { jobs, memory, self, log, throughput });
   await announce();
+  const autoHost = options.hostAuto
+    ? new AutoHost({ ...options.hostAuto, models: models?.models ?? [], format: options.hostFormat ?? null }, {
+        jobs, memory, self, log, throughput, validator, announce, ask: (target, message) => request(node, target, message),
+      })
+    : null;
+  await autoHost?.start();
   let stopped = false;
   const timer = setInterval(() => {
     if (stopped) return;
@@ -181,8 +194,9 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     ...(options.chain ? { account: options.chain.address } : {}),
     stop: async () => {
       stopped = true;
+      autoHost?.stop();
       // hosts say they are leaving, so that users route new sessions elsewhere at once
-      if ((options.host ?? []).length > 0) {
+      if ((options.host ?? []).length > 0 || autoHost) {
         leaving = true;
         await announce().catch(() => {});
       }

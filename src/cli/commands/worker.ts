@@ -12,6 +12,7 @@ export const workerOptions = {
   'data': { type: 'string' },
   'models': { type: 'string' },
   'host': { type: 'string', multiple: true },
+  'host-auto': { type: 'boolean' },
   'dtype': { type: 'string' },
   'quantize': { type: 'string' },
   'fault': { type: 'string' },
@@ -43,6 +44,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   }
   const format = weightFlags(flags);
   const hostFormat = format.quantize ?? (format.dtype === 'bf16' ? 'bf16' : null);
+  if (flags['host-auto'] === true && !stringFlag(flags, 'models')) throw new UsageError('--host-auto chooses among the checkpoints under --models DIR: give one');
   const dataDir = stringFlag(flags, 'data');
   const chain = await chainFromFlags(flags, dataDir);
   const w = await startWorker({
@@ -53,6 +55,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
     modelsDir: stringFlag(flags, 'models'),
     host,
     hostFormat,
+    ...(flags['host-auto'] === true ? { hostAuto: {} } : {}),
     listen: listen ? [listen] : undefined,
     memoryBytes: memory ? parseBytes(memory) : undefined,
     requestsPerSecond: optionalIntFlag(flags, 'max-requests', 1),

@@ -149,6 +149,7 @@ export interface ModelHost {
   state: HostedSpan['state'];
   freeTokens?: number;
   sessions?: number;
+  throughput?: number;
 }
 
 /** A hosted model in the index: its name and manifest hash, its blocks, whether every block has an online host, its hosts. */
@@ -172,7 +173,8 @@ export function parseModelsAnswer(m: Record<string, unknown>): { models: HostedM
       const [span] = parseHostedSpans([{ ...e, name: o.name, hash: o.hash, blocks: layers }]);
       return { peerId: peerIdText(e.peerId, `${where}.peerId`), layers: span.layers, format: span.format, state: span.state,
         ...(span.sessions === undefined ? {} : { sessions: span.sessions }),
-        ...(span.freeTokens === undefined ? {} : { freeTokens: span.freeTokens }) };
+        ...(span.freeTokens === undefined ? {} : { freeTokens: span.freeTokens }),
+        ...(span.throughput === undefined ? {} : { throughput: span.throughput }) };
     });
     return { name: String(o.name), hash: String(o.hash), layers, complete: o.complete === true, hosts };
   });
