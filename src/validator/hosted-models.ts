@@ -16,7 +16,8 @@ export function modelIndex(peers: readonly PeerRecord[], cursor = 0): { models: 
         byModel.set(key, entry);
       }
       const free = {
-        ...(h.freeTokens === undefined ? {} : { freeTokens: h.freeTokens }), ...(h.throughput === undefined ? {} : { throughput: h.throughput }),
+        ...(h.freeTokens === undefined ? {} : { freeTokens: h.freeTokens }),
+        ...(h.throughput === undefined ? {} : { throughput: h.throughput }),
       };
       const sessions = h.sessions === undefined ? {} : { sessions: h.sessions };
       entry.hosts.push({ peerId: p.peerId, layers: h.layers, format: h.format, state: h.state, ...free, ...sessions });

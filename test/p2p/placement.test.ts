@@ -3,7 +3,9 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { bestStart, blockThroughputs, moveTo, type PlacedSpan } from '../../src/worker/placement.ts';
 
-const span = (peerId: string, start: number, length: number, throughput = 1): PlacedSpan => ({ peerId, start, end: start + length, throughput });
+const span = (peerId: string, start: number, length: number, throughput = 1): PlacedSpan => (
+  { peerId, start, end: start + length, throughput }
+);
 
 describe('block placement', () => {
   test('a new host takes the weakest window', () => {
