@@ -3,10 +3,10 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { InvalidArgumentError, StateDictError, UnauthorizedError } from '../errors.ts';
 import { GGUFModel, isGGUF, type ModelWeights } from '../models/index.ts';
-import { CHUNK_BYTES, type Handler, pageOf, parseModelName } from '../p2p/index.ts';
+import { CHUNK_BYTES, type Handler, type HostedSpan, pageOf, parseModelName } from '../p2p/index.ts';
 import { ENDS_FILES, ENDS_PIECE_BYTES, MANIFEST_PAGE_BYTES, MANIFEST_PAGE_ITEMS } from '../p2p/protocols/ends/constants.ts';
 import type { EndsFile, ManifestEntry } from '../p2p/protocols/ends/schema.ts';
-import { type HostSpec, modelManifest, openModelWeights } from './hosting.ts';
+import { hostedPath, modelManifest, openModelWeights } from './hosting.ts';
 import type { JobTable } from './jobs.ts';
 
 /** A hosted model's files stay open this long after the last piece read from them (then they are closed, unref'd). */
@@ -49,23 +49,27 @@ function endsFiles(path: string): Map<EndsFile['name'], Uint8Array> {
  * 'ends-manifest' {model, hash?, page?} → a page of the manifest (every weight's name, shape and chunk hashes, from
  * which the user recomputes the announced hash), the ends' names and the files beside them; 'ends-chunk' {model, hash,
  * weight, index, offset} → up to ENDS_PIECE_BYTES of an end's float32 chunk; 'ends-file' {model, hash, file, offset} →
- * a piece of config.json or the tokenizer's files. Only models this worker hosts (online), and of them only the ends.
- * Blocks are never sent: they stay with their hosts.
+ * a piece of config.json or the tokenizer's files. Only models this worker hosts (online, `--host` or `--host-auto`),
+ * and of them only the ends. Blocks are never sent: they stay with their hosts. `pathOf`: the files a hosted span was
+ * loaded from (hostedPath; tests give their own).
  */
-export function endsHandlers(specs: readonly HostSpec[], jobs: JobTable): Record<string, Handler> {
+export function endsHandlers(jobs: JobTable, pathOf: (span: HostedSpan) => string | undefined = hostedPath): Record<string, Handler> {
   const served = new Map<string, Promise<Served>>();
 
-  /** The spec and hash of a model hosted here by this name (and hash, when named). */
-  const hostedAs = (body: Record<string, unknown>): { spec: HostSpec; hash: string } => {
+  /** The files and hash of a model hosted here by this name (and hash, when named). */
+  const hostedAs = (body: Record<string, unknown>): { spec: { name: string; path: string }; hash: string } => {
     const name = parseModelName(body.model, 'model');
     const hash = body.hash === undefined ? undefined : String(body.hash);
-    const span = [...jobs.values()].find((j) => j.hosted?.name === name && j.hosted.state === 'online' && (hash === undefined || j.hosted.hash === hash))?.hosted;
-    const spec = specs.find((s) => s.name === name);
-    if (!span || !spec) throw new UnauthorizedError(`this worker hosts no model '${name}'${hash ? ` with hash ${hash.slice(0, 12)}…` : ''}; ask one of its hosts`);
-    return { spec, hash: span.hash };
+    for (const j of jobs.values()) {
+      const span = j.hosted;
+      if (!span || span.name !== name || span.state !== 'online' || (hash !== undefined && span.hash !== hash)) continue;
+      const path = pathOf(span);
+      if (path !== undefined) return { spec: { name, path }, hash: span.hash };
+    }
+    throw new UnauthorizedError(`this worker hosts no model '${name}'${hash ? ` with hash ${hash.slice(0, 12)}…` : ''}; ask one of its hosts`);
   };
 
-  const open = (spec: HostSpec, hash: string): Promise<Served> => {
+  const open = (spec: { path: string }, hash: string): Promise<Served> => {
     const key = `${spec.path}\u0000${hash}`;
     let entry = served.get(key);
     if (!entry) {
@@ -87,7 +91,7 @@ export function endsHandlers(specs: readonly HostSpec[], jobs: JobTable): Record
   };
 
   /** The model's weights, open (again, if they were closed while idle) until IDLE_CLOSE_MS after this read. */
-  const weightsOf = (s: Served, spec: HostSpec): ModelWeights => {
+  const weightsOf = (s: Served, spec: { path: string }): ModelWeights => {
     s.weights ??= openModelWeights(spec.path);
     if (s.idle) clearTimeout(s.idle);
     s.idle = setTimeout(() => {

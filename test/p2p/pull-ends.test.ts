@@ -27,7 +27,7 @@ async function lyingHost(
   const span: HostedSpan = { name, hash: await modelHash(weights), blocks: weights.config.layers, layers: [0, weights.config.layers - 1], format: 'f32', state: 'online' };
   weights.close();
   const jobs = { values: () => [{ hosted: span }][Symbol.iterator]() } as unknown as JobTable;
-  const honest = endsHandlers([parseHostSpec(`${name}=${dir}`)], jobs);
+  const honest = endsHandlers(jobs, () => dir);
   const node = await createNode({ listen: ['/ip4/127.0.0.1/tcp/0'] });
   const handlers: Record<string, Handler> = {};
   for (const [type, handler] of Object.entries(honest)) handlers[type] = async (m, from) => tamper(type, await handler(m, from));
