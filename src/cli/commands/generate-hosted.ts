@@ -73,7 +73,9 @@ export async function generateHosted(name: string, prompt: string, where: Placem
       });
       const text = tok.decode(tokens);
       const seconds = (performance.now() - started) / 1000;
-      if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds, model: { name, hash: model.entry.hash } }, '');
+      for (const f of model.failovers) out.info(`blocks ${f.layers[0]}-${f.layers[1]} lost their host …${f.peerId.slice(-6)}: moved to others, ${f.replayed} steps replayed`);
+      const failovers = model.failovers.length > 0 ? { failovers: model.failovers } : {};
+      if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds, model: { name, hash: model.entry.hash }, ...failovers }, '');
       else {
         process.stdout.write(`${text.slice(printed.length)}\n`);
         out.info(`${tokens.length} tokens in ${seconds.toFixed(2)} s`);
