@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { Libp2p } from '@libp2p/interface';
-import { InvalidArgumentError, PlanInfeasibleError, VerificationError } from '../errors.ts';
+import { InvalidArgumentError, PlanInfeasibleError, RateLimitedError, VerificationError } from '../errors.ts';
 import { type DialTarget, type HostedModelEntry, type PeerTarget, request } from '../p2p/index.ts';
 import { MANIFEST_TIMEOUT_MS, PIECE_TIMEOUT_MS } from '../p2p/protocols/ends/constants.ts';
 import {
@@ -10,6 +10,10 @@ import {
 } from '../p2p/protocols/ends/schema.ts';
 import { listModels } from './hosted.ts';
 import { listPeers } from './peers.ts';
+
+/** How long a puller waits when a host says it asks too fast (its control protocol's per-peer rate), and how often. */
+const RATE_LIMITED_WAIT_MS = 250;
+const RATE_LIMITED_TRIES = 40;
 
 /** What pullEnds wrote, and from whom. */
 export interface PulledEnds {
@@ -107,8 +111,17 @@ async function pullFrom(
   node: Libp2p, host: PeerTarget, entry: HostedModelEntry, dir: string, onProgress?: (done: number, total: number) => void,
 ): Promise<number> {
   const who = `host …${host.peerId.slice(-8)}`;
-  const ask = async (message: Record<string, unknown>, timeoutMs: number) =>
-    request(node, host, { ...message, model: entry.name, hash: entry.hash }, timeoutMs);
+  const ask = async (message: Record<string, unknown>, timeoutMs: number) => {
+    // a host answers a peer's requests up to its control rate: one over it waits and asks again
+    for (let tries = 0; ; tries++) {
+      try {
+        return await request(node, host, { ...message, model: entry.name, hash: entry.hash }, timeoutMs);
+      } catch (err) {
+        if (!(err instanceof RateLimitedError) || tries >= RATE_LIMITED_TRIES) throw err;
+        await new Promise((r) => setTimeout(r, RATE_LIMITED_WAIT_MS));
+      }
+    }
+  };
   // the manifest, a page at a time: it must hash to the hash the index announces
   let first: EndsManifestPage | null = null;
   const weights: ManifestEntry[] = [];
