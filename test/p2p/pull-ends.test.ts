@@ -142,7 +142,7 @@ describe('pull-ends', () => {
     }
   });
 
-  test('a host whose chunk or manifest is not the announced model is refused, naming it', async () => {
+  test('a host whose chunk or manifest is not the announced model is refused, naming it; the next host is asked', async () => {
     const cases: [string, (type: string, answer: Record<string, unknown>) => Record<string, unknown>, RegExp][] = [
       ['a wrong chunk', (type, answer) => {
         if (type !== 'ends-chunk') return answer;
@@ -170,6 +170,21 @@ describe('pull-ends', () => {
         await liar.stop();
         await validator.stop();
       }
+    }
+    // beside an honest host, a liar only costs a try: the ends come from the honest one
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const liar = await lyingHost(boot, 'llama3', model, cases[0][1]);
+    const honest = await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${model}`)] });
+    const user = await createNode();
+    try {
+      const pulled = await pullEnds(user, validator.node.getMultiaddrs()[0], 'llama3', join(root, 'beside-a-liar'));
+      assert.equal(pulled.host, honest.node.peerId.toString());
+    } finally {
+      await user.stop();
+      await honest.stop();
+      await liar.stop();
+      await validator.stop();
     }
   });
 });
