@@ -40,11 +40,35 @@ export class HostedSession {
   /** Host failures it recovered from: the host, its blocks, and the steps replayed. */
   readonly failovers: { peerId: string; layers: [number, number]; replayed: number }[] = [];
 
-  private constructor(private readonly router: SessionRouter, private hops: LiveHop[]) {}
+  private constructor(private readonly router: SessionRouter) {}
 
   static async open(router: SessionRouter, route: RouteHop[]): Promise<HostedSession> {
-    const hops = await Promise.all(route.map(async (hop) => ({ hop, stage: await router.stageFor(hop), sent: [] })));
-    return new HostedSession(router, hops);
+    const session = new HostedSession(router);
+    session.hops = await session.connect(route);
+    return session;
+  }
+
+  private hops: LiveHop[] = [];
+
+  /**
+   * Stage streams to a route's hosts; a host that cannot be reached is avoided and its blocks routed again (a host
+   * that died since the index last heard of it).
+   */
+  private async connect(route: RouteHop[], tries = 0): Promise<LiveHop[]> {
+    const out: LiveHop[] = [];
+    for (const hop of route) {
+      try {
+        out.push({ hop, stage: await this.router.stageFor(hop), sent: [] });
+      } catch (err) {
+        if (!(err instanceof PeerUnreachableError) || tries >= MAX_REROUTES) throw err;
+        this.failed.add(hop.peerId);
+        const [first, last] = hop.layers;
+        const around = await this.router.reroute(first, last + 1, this.failed);
+        if (!around) throw new PlanInfeasibleError(`blocks ${first}-${last}: their host …${hop.peerId.slice(-8)} cannot be reached and no other online host covers them`);
+        out.push(...await this.connect(around, tries + 1));
+      }
+    }
+    return out;
   }
 
   /** The hosts it runs on now, in order. */
@@ -83,7 +107,7 @@ export class HostedSession {
     const [first, last] = broken.hop.layers;
     const route = await this.router.reroute(first, last + 1, this.failed);
     if (!route) throw new PlanInfeasibleError(`blocks ${first}-${last} lost their host …${broken.hop.peerId.slice(-8)} and no other online host covers them`);
-    const fresh: LiveHop[] = await Promise.all(route.map(async (hop) => ({ hop, stage: await this.router.stageFor(hop), sent: [] })));
+    const fresh = await this.connect(route);
     // the KV caches of the new hosts are rebuilt from what the lost one had been sent, step by step
     for (const s of broken.sent) {
       let y = s.x;

@@ -1,0 +1,123 @@
+// Issue #31's sharing and failover acceptance, every node its own process: four workers each host a block of two
+// models (one copy of each whatever the sessions), three user processes generate from both at once holding only the
+// ends, each with one process's tokens; and a host SIGKILLed in the middle of a session: the session goes on over
+// other hosts with the same tokens.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { multiaddr } from '@multiformats/multiaddr';
+import { createNode, parseStatsAnswer, request } from '../../src/p2p/index.ts';
+import { type Running, startNode, waitFor } from '../helpers/processes.ts';
+
+const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+
+function cli(...args: string[]) {
+  const r = spawnSync(process.execPath, [BIN, ...args, '--backend', 'js'], { encoding: 'utf8', timeout: 120_000 });
+  assert.equal(r.status, 0, `tensorlink ${args.join(' ')} failed:\n${r.stderr}`);
+  return JSON.parse(r.stdout) as { tokens: number[]; text: string; models?: { name: string; complete: boolean }[] };
+}
+
+/** `tensorlink ARGS` as its own process, resolving to its JSON result. */
+function cliAsync(...args: string[]): Promise<{ tokens: number[]; text: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args, '--backend', 'js'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    child.once('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`tensorlink ${args.join(' ')} exited ${code}: ${err}`))));
+  });
+}
+
+/** Resident memory of a process (VmRSS), in bytes. */
+function rss(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) * 1024 : 0;
+}
+
+describe('hosted models shared by users in their own processes', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'tl-host-share-'));
+  const nodes: Running[] = [];
+  after(() => {
+    for (const n of nodes) if (n.child.exitCode === null) n.child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('4 hosts, 2 models, 3 users at once; then a host SIGKILLed mid-session', { timeout: 240_000 }, async () => {
+    const models = ['alpha', 'beta'].map((name, i) => {
+      const out = join(dir, name);
+      cli('init-model', '--arch', 'llama', '--layers', '4', '--hidden', '128', '--heads', '4', '--kv-heads', '2', '--max-positions', '512',
+        '--out', out, '--seed', String(11 + i), '--json');
+      return { name, dir: out };
+    });
+    const validator = await startNode(['validator', '--listen', '/ip4/127.0.0.1/tcp/0', '--backend', 'js']);
+    nodes.push(validator);
+    const boot = validator.addrs[0];
+    const hosts: Running[] = [];
+    for (let b = 0; b < 4; b++) {
+      hosts.push(await startNode(['worker', '--bootstrap', boot, '--backend', 'js', ...models.flatMap((m) => ['--host', `${m.name}=${m.dir}:${b}-${b}`])]));
+    }
+    nodes.push(...hosts);
+    await waitFor('both models complete', async () => {
+      const index = cli('models', '--bootstrap', boot, '--json');
+      return index.models!.length === 2 && index.models!.every((m) => m.complete);
+    }, 15_000);
+    const before = hosts.map((h) => rss(h.child.pid!));
+
+    // three users at once, from both models; each holds only the ends, each gets one process's tokens
+    const prompt = (p: string) => ['--prompt', p, '--max-new-tokens', '24', '--json'];
+    const asks = [[models[0], 'The swarm'], [models[1], 'Hello'], [models[0], 'Once upon']] as const;
+    const results = await Promise.all(asks.map(([m, p]) => cliAsync('generate', '--model', m.name, '--bootstrap', boot, '--ends', m.dir, ...prompt(p))));
+    for (const [i, [m, p]] of asks.entries()) {
+      assert.deepEqual(results[i].tokens, cli('generate', '--model', m.dir, ...prompt(p)).tokens, `user ${i} (${m.name})`);
+    }
+    // each host holds one copy of each span it hosts, whatever the sessions: two hosted jobs, their weights once
+    const user = await createNode();
+    try {
+      for (const h of hosts) {
+        const raw = await request(user, multiaddr(h.addrs[0]), { type: 'stats' });
+        const stats = parseStatsAnswer(raw);
+        const jobs = (raw.memory as { jobs: { jobId: string }[] }).jobs;
+        const hosted = jobs.filter((j) => j.jobId.startsWith('host_'));
+        assert.equal(hosted.length, 2, 'one hosted job per model');
+        assert.equal(stats.sessions, 0, 'the sessions were closed');
+      }
+    } finally {
+      await user.stop();
+    }
+    const grown = hosts.map((h, i) => rss(h.child.pid!) - before[i]);
+    process.stderr.write(`3 users over 4 host processes and 2 models: tokens equal one process's; host RSS growth ${grown.map((g) => `${(g / 2 ** 20).toFixed(1)}`).join(', ')} MiB\n`);
+
+    // failover: a fifth host serves alpha's blocks 2-3 as one span, so a session's route takes it (one hop, not two);
+    // it is SIGKILLed once the session has produced text, and the session goes on over the hosts of blocks 2 and 3
+    const spare = await startNode(['worker', '--bootstrap', boot, '--backend', 'js', '--host', `alpha=${models[0].dir}:2-3`]);
+    nodes.push(spare);
+    await waitFor('the spare in the index', async () => {
+      const index = cli('models', '--bootstrap', boot, '--json') as unknown as { models: { name: string; hosts: unknown[] }[] };
+      return index.models.find((m) => m.name === 'alpha')!.hosts.length === 5;
+    }, 15_000);
+    const long = ['--prompt', 'A long story', '--max-new-tokens', '300'];
+    const want = cli('generate', '--model', models[0].dir, ...long, '--json');
+    // the spare is killed a second after the session's route is known (300 tokens take several seconds here)
+    const child = spawn(process.execPath, [BIN, 'generate', '--model', 'alpha', '--bootstrap', boot, '--ends', models[0].dir, ...long, '--backend', 'js'],
+      { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    let timer: NodeJS.Timeout | null = null;
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => {
+      err += d;
+      if (!timer && /blocks on/.test(err)) timer = setTimeout(() => spare.child.kill('SIGKILL'), 1000);
+    });
+    const code = await new Promise<number | null>((r) => child.once('exit', r));
+    assert.equal(code, 0, err);
+    assert.equal(spare.child.signalCode, 'SIGKILL', 'the spare was killed');
+    assert.match(err, /blocks 2-3 lost their host …\w+: moved to others, \d+ steps replayed/, 'the session lost its host mid-way and went on');
+    assert.equal(out.replace(/\n$/, ''), want.text, 'the same text as without the failure');
+    process.stderr.write(`a host SIGKILLed mid-session: ${err.match(/blocks 2-3 lost[^\n]*/)![0]}; the text equals one process's\n`);
+  });
+});
