@@ -5,7 +5,7 @@
  *
  * usage: npm run bench [-- --quick] [-- --json]
  *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,families,p2p,distributed,pipeline,verify,load,ledger,failover,
- *                     links,compression,serve,quant]
+ *                     links,compression,serve,quant,hosted]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -21,6 +21,7 @@ import { benchLedger } from './ledger.ts';
 import { benchLinks } from './links.ts';
 import { benchLoad } from './load.ts';
 import { benchGpt2 } from './models.ts';
+import { benchHosted } from './hosted.ts';
 import { benchP2p } from './p2p.ts';
 import { benchPipeline } from './pipeline.ts';
 import { benchQuant } from './quant.ts';
@@ -36,7 +37,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'quant'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'quant', 'hosted'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -126,6 +127,10 @@ if (sections.includes('serve')) {
 if (sections.includes('quant')) {
   log('quant: a ~100M Llama trained briefly on fortunes, ours at f32/int8/int4 vs llama.cpp at F32/Q8_0/Q4_0 on its GGUF exports: decode, peak RSS, perplexity, greedy tokens ...');
   rows.push(...(await benchQuant(threads, values.quick)));
+}
+if (sections.includes('hosted')) {
+  log('hosted: a model two hosts serve, used by 1, 4 and 8 users at once (a session each, or batched at a gateway) ...');
+  rows.push(...(await benchHosted()));
 }
 
 const report = {
