@@ -61,7 +61,15 @@ export function cachedAttention(
   let keys = k;
   let values = v;
   const cache = ctx.cache;
-  if (cache) {
+  if (cache && (k.dtype !== 'float32' || v.dtype !== 'float32')) {
+    // a model run in float64 (gradient checks): the cache as plain tensors, concatenated
+    const previous = cache.layers[blockIndex];
+    if (previous) {
+      keys = cat([previous.k, k], 2);
+      values = cat([previous.v, v], 2);
+    }
+    cache.layers[blockIndex] = { k: keys.detach(), v: values.detach() };
+  } else if (cache) {
     const previous = cache.layers[blockIndex];
     const entry = GrowingKV.append(previous, k, v);
     cache.layers[blockIndex] = entry;
