@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { PeerUnreachableError, PlanInfeasibleError } from '../errors.ts';
+import { PeerUnreachableError, PlanInfeasibleError, VerificationError } from '../errors.ts';
+import { auxHash, hashTensors, sessionStepHash } from '../verify/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import type { RemoteStage } from './remote-stage.ts';
 import type { RouteHop } from './hosted.ts';
@@ -23,6 +24,11 @@ export interface SessionRouter {
   stageFor(hop: RouteHop): Promise<RemoteStage>;
   /** A route over blocks [from, to) that avoids `avoid` (null: none now), from a fresh look at the index and the peers. */
   reroute(from: number, to: number, avoid: ReadonlySet<string>): Promise<RouteHop[] | null>;
+  /**
+   * Each step a host signed, as it came: the host, its record (unchecked: the caller samples and audits it), and the
+   * hashes of every step its session on that host was sent so far (what the validator checks its kept inputs against).
+   */
+  onRecord?(hop: RouteHop, record: unknown, sent: () => string[]): void;
 }
 
 /** How many times one step may re-route before the session gives up (each try avoids every host that failed before). */
@@ -83,8 +89,17 @@ export class HostedSession {
       for (let tries = 0; ; tries++) {
         const hop = this.hops[i];
         try {
-          x = await hop.stage.forward(this.id, step.x, positions, keyMask);
+          const done = await hop.stage.forwardRecorded(this.id, step.x, positions, keyMask);
+          // the record must be of this step and its answer: a host that signs one thing and sends another is a cheat
+          const record = done.record as { input?: unknown; output?: unknown } | null;
+          if (!record || record.input !== done.input || !('output' in done.expect) || record.output !== done.expect.output) {
+            throw new VerificationError(`host …${hop.hop.peerId.slice(-8)} answered a step with a record that is not of it`);
+          }
+          x = done.output;
           hop.sent.push(step);
+          const sent = hop.sent;
+          const hashes = () => sent.map((s) => sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
+          this.router.onRecord?.(hop.hop, done.record, hashes);
           break;
         } catch (err) {
           if (!(err instanceof PeerUnreachableError) || tries >= MAX_REROUTES) throw err;

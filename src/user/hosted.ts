@@ -1,18 +1,27 @@
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
-import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
+import { InvalidArgumentError, PlanInfeasibleError, VerificationError } from '../errors.ts';
 import {
-  type CausalLM, defaultPositions, type ForwardOptions, generateWith, type GenerateOptions, loadModel, type StepModel,
+  type CausalLM, configToHF, defaultPositions, type ForwardOptions, generateWith, type GenerateOptions, loadModel, type StepModel,
 } from '../models/index.ts';
-import { type DialTarget, type HostedModelEntry, hostedJobId, type PeerRecord, parseModelsAnswer, request } from '../p2p/index.ts';
+import {
+  type DialTarget, type HostedModelEntry, hostedJobId, type PeerRecord, parseModelsAnswer, request, TRAIN_REQUEST_TIMEOUT_MS,
+} from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { HostedSession, type SessionRouter } from './hosted-session.ts';
 import { listPeers } from './peers.ts';
+import { DEFAULT_SAMPLE_RATE } from './verifier.ts';
 import { RemoteStage } from './remote-stage.ts';
 
 /** One page of the validator's index of hosted models (`tensorlink models`). */
 export async function listModels(node: Libp2p, validator: DialTarget, page = 0): Promise<{ models: HostedModelEntry[]; next?: number }> {
   return parseModelsAnswer(await request(node, validator, { type: 'models', page }));
+}
+
+/** How a hosted model's steps are checked: the share of the steps hosts sign that the validator re-runs. */
+export interface HostedVerify {
+  /** Default DEFAULT_SAMPLE_RATE (0.05); 0: none. */
+  sampleRate?: number;
 }
 
 /** One hop of a route over hosts: who serves which blocks (from 0, inclusive). */
@@ -96,7 +105,10 @@ export class HostedModel {
    * ends: a loaded model holding them, or a checkpoint directory or GGUF file to load them from.
    */
   static async open(
-    node: Libp2p, validatorAddr: string | DialTarget, name: string, options: { ends: CausalLM | string; hash?: string },
+    node: Libp2p,
+    validatorAddr: string | DialTarget,
+    name: string,
+    options: { ends: CausalLM | string; hash?: string; verify?: HostedVerify },
   ): Promise<HostedModel> {
     const validator = typeof validatorAddr === 'string' ? multiaddr(validatorAddr) : validatorAddr;
     const entry = await findModel(node, validator, name, options.hash);
@@ -104,8 +116,17 @@ export class HostedModel {
     if (ends.config.layers !== entry.layers) {
       throw new InvalidArgumentError(`the ends are of a model with ${ends.config.layers} blocks; '${name}' has ${entry.layers}`);
     }
-    return new HostedModel(node, validator, entry, ends);
+    const model = new HostedModel(node, validator, entry, ends);
+    model.sampleRate = options.verify?.sampleRate ?? DEFAULT_SAMPLE_RATE;
+    return model;
   }
+
+  /** The share of hosts' signed steps the validator re-runs (HostedVerify). */
+  private sampleRate = DEFAULT_SAMPLE_RATE;
+  /** Hosts caught cheating: never routed over again by this model. */
+  readonly excluded = new Set<string>();
+  /** What checking the hosts did: records re-run, failed, and the hosts caught. */
+  readonly verification = { checked: 0, failed: 0, unchecked: 0, flagged: [] as string[] };
 
   /** Generates from `prompt` over a fresh route (see GenerateOptions); the session is closed on every host after. */
   async generate(prompt: number[], options: GenerateOptions = {}): Promise<{ tokens: number[] }> {
@@ -113,17 +134,62 @@ export class HostedModel {
     return { tokens };
   }
 
+  /**
+   * Generates a batch of prompts in one session. A share of the steps hosts sign (the sample rate) is re-run by the
+   * validator before the session closes; a host caught is excluded and the batch generated again without it (once).
+   */
   async generateBatch(prompts: number[][], options: GenerateOptions = {}): Promise<number[][]> {
+    for (let attempt = 0; ; attempt++) {
+      const caught = this.verification.flagged.length;
+      const out = await this.generateOnce(prompts, options);
+      if (this.verification.flagged.length === caught) return out;
+      if (attempt >= 1) throw new VerificationError(`hosts of '${this.entry.name}' were caught cheating twice in a row: ${this.verification.flagged.join(', ')}`);
+    }
+  }
+
+  private async generateOnce(prompts: number[][], options: GenerateOptions): Promise<number[][]> {
     const tokens = Math.max(...prompts.map((p) => p.length)) + (options.maxNewTokens ?? 32);
     const route = await this.route({ tokens });
-    if (!route) throw new PlanInfeasibleError(`no online hosts cover every block of '${this.entry.name}' now`);
-    const session = await HostedSession.open(this.router(tokens), route);
+    if (!route) throw new PlanInfeasibleError(`no online hosts cover every block of '${this.entry.name}' now (hosts caught cheating are left out)`);
+    const audits: Promise<void>[] = [];
+    const session = await HostedSession.open(this.router(tokens, audits), route);
     this.onSession?.(session);
     try {
-      return await generateWith(this.stepModel(session), prompts, options);
+      const out = await generateWith(this.stepModel(session), prompts, options);
+      // the sampled steps are re-run while the hosts still keep the session
+      await Promise.all(audits);
+      return out;
     } finally {
       this.failovers.push(...session.failovers);
+      await Promise.all(audits).catch(() => {});
       await session.close();
+    }
+  }
+
+  /** Asks the validator to re-run one step a host signed; a failed check excludes the host. */
+  private async audit(hop: RouteHop, record: unknown, sent: string[]): Promise<void> {
+    const { entry } = this;
+    const jobId = hostedJobId({ name: entry.name, hash: entry.hash, layers: hop.layers });
+    const message = {
+      type: 'audit', jobId, worker: { peerId: hop.peerId, addrs: hop.addrs }, config: configToHF(this.ends.config), optimizer: { lr: 0 }, record, sent,
+    };
+    let answer: Record<string, unknown>;
+    try {
+      answer = await request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS);
+    } catch {
+      this.verification.unchecked++;
+      return;
+    }
+    if (answer.inconclusive === true || answer.unavailable === true) {
+      this.verification.unchecked++;
+      return;
+    }
+    this.verification.checked++;
+    if (answer.ok === true) return;
+    this.verification.failed++;
+    if (!this.excluded.has(hop.peerId)) {
+      this.excluded.add(hop.peerId);
+      this.verification.flagged.push(hop.peerId);
     }
   }
 
@@ -136,13 +202,16 @@ export class HostedModel {
   private async route(options: RouteOptions): Promise<RouteHop[] | null> {
     const { node, validator } = this;
     const [peers, entry] = await Promise.all([listPeers(node, validator), findModel(node, validator, this.entry.name, this.entry.hash)]);
-    return routeOver(entry, peers, options);
+    return routeOver(entry, peers, { ...options, avoid: new Set([...(options.avoid ?? []), ...this.excluded]) });
   }
 
-  private router(tokens: number): SessionRouter {
+  private router(tokens: number, audits: Promise<void>[]): SessionRouter {
     return {
       stageFor: (hop) => this.stageFor(hop),
       reroute: (from, to, avoid) => this.route({ tokens, from, to, avoid }),
+      onRecord: (hop, record, sent) => {
+        if (this.sampleRate > 0 && Math.random() < this.sampleRate) audits.push(this.audit(hop, record, sent()));
+      },
     };
   }
 

@@ -46,7 +46,7 @@ export class AutoHost {
   constructor(
     private readonly options: AutoHostOptions,
     private readonly ctx: {
-      jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; throughput: number;
+      jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; throughput: number; verifiers: string[];
       validator: DialTarget; ask: (target: DialTarget, message: Record<string, unknown>) => Promise<Record<string, unknown>>;
       announce: () => Promise<void>;
     },

@@ -63,7 +63,11 @@ export async function modelHash(weights: ModelWeights): Promise<string> {
 export async function hostModel(
   spec: HostSpec,
   format: WeightFormat | null,
-  ctx: { jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; cacheDir?: string | null; throughput?: number },
+  ctx: {
+    jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; cacheDir?: string | null; throughput?: number;
+    /** Validators that may fetch what re-running a session's steps needs (its bootstrap validator). */
+    verifiers?: string[];
+  },
 ): Promise<HostedSpan> {
   const weights = openModelWeights(spec.path, ctx.cacheDir);
   let hash: string;
@@ -83,6 +87,7 @@ export async function hostModel(
   };
   const jobId = hostedJobId(span);
   const job = ctx.jobs.host(jobId, ctx.self, span);
+  for (const v of ctx.verifiers ?? []) job.verifiers.add(v);
   try {
     // our layers: 0 the embedding, 1..L the blocks, L + 1 the final norm, L + 2 the head
     const range: [number, number] = [first + 1, last + 2];
@@ -113,12 +118,17 @@ export function hostedPath(span: HostedSpan): string | undefined {
 
 /** Requests a hosted span takes, from anyone: a session's steps, how far it has come, and closing it. */
 export const HOSTED_REQUESTS = new Set(['forward', 'session-status', 'close']);
+/** Requests a hosted span takes from its validators only: what re-running a session's step needs, named as its record names it. */
+export const HOSTED_AUDITS = new Set(['audit-index', 'audit-part']);
 
 /**
  * The session a request on a hosted span means: the sender's own (its peer id is part of the key), so no other peer
  * can step it, read its cache or close it. A chained forward is refused: a hosted span answers each step to its sender.
  */
-export function hostedRequest(type: string, body: Record<string, unknown>, from: string): Record<string, unknown> {
+export function hostedRequest(
+  type: string, body: Record<string, unknown>, from: string, verifiers: ReadonlySet<string>,
+): Record<string, unknown> {
+  if (HOSTED_AUDITS.has(type) && verifiers.has(from)) return body;
   if (!HOSTED_REQUESTS.has(type)) throw new UnauthorizedError(`a hosted model takes only session requests (${[...HOSTED_REQUESTS].join(', ')}), not '${type}'`);
   if ((Array.isArray(body.route) && body.route.length > 0) || body.replyTo !== undefined) {
     throw new InvalidArgumentError('a hosted model answers each step to its sender: send it without a route');

@@ -159,7 +159,7 @@ function serveStream(
       if (!jobs.holds(job)) throw new InvalidMessageError(`job ${job.jobId} ended before the request's tensors had all arrived`);
       const bindToStream = () => bound.add(job.jobId);
       // on a hosted span, only session requests, each on the sender's own sessions
-      const body = job.hosted ? hostedRequest(envelope.type, envelope.body, from.toString()) : envelope.body;
+      const body = job.hosted ? hostedRequest(envelope.type, envelope.body, from.toString(), job.verifiers) : envelope.body;
       const request = { id: envelope.id, type: envelope.type, body, tensors: p.tensors, job, from, bindToStream };
       const reply = await handler.run(request, context);
       if (reply.kind === 'tensor') {

@@ -168,11 +168,14 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   // the models it hosts are loaded (and hashed) before it offers them
   const self = node.peerId.toString();
   const throughput = capabilities.gflops;
-  for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, { jobs, memory, self, log, throughput });
+  // its validator re-runs sampled steps of hosted sessions, as it does jobs'
+  const validatorId = validator.getComponents().find((c) => c.code === 421)?.value; // its /p2p/ id
+  const verifiers = validatorId ? [validatorId] : [];
+  for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, { jobs, memory, self, log, throughput, verifiers });
   await announce();
   const autoHost = options.hostAuto
     ? new AutoHost({ ...options.hostAuto, models: models?.models ?? [], format: options.hostFormat ?? null }, {
-        jobs, memory, self, log, throughput, validator, announce, ask: (target, message) => request(node, target, message),
+        jobs, memory, self, log, throughput, verifiers, validator, announce, ask: (target, message) => request(node, target, message),
       })
     : null;
   await autoHost?.start();

@@ -6,7 +6,7 @@ import { generate, heldBytes, loadModel } from '../../src/models/index.ts';
 import { createNode, hostedJobId } from '../../src/p2p/index.ts';
 import { HostedModel, listModels, RemoteStage } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
-import { parseHostSpec, startWorker } from '../../src/worker/index.ts';
+import { parseFault, parseHostSpec, startWorker } from '../../src/worker/index.ts';
 import { randn, setBackend, tensor } from '../../src/tensor/index.ts';
 import { readHFReference } from '../helpers/hf-fixtures.ts';
 
@@ -122,6 +122,41 @@ describe('hosted models', () => {
       assert.equal(model.failovers[0].peerId, killed);
       assert.deepEqual(model.failovers[0].layers, [1, 1]);
       process.stderr.write(`hosted llama3: block 1's host lost after 5 tokens, ${model.failovers[0].replayed} steps replayed on another; ${tokens.length} tokens equal one process's\n`);
+      await model.close();
+    } finally {
+      await user.stop();
+      await Promise.all(hosts.map((h) => h.stop().catch(() => {})));
+      await validator.stop();
+    }
+  });
+
+  test('a cheating host is caught by the validator re-running its steps, and left out; an honest one takes its blocks', async () => {
+    const ref = readHFReference('llama3');
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const hosts = [
+      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:0-0`)] }),
+      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:1-1`)], fault: parseFault('noise:1') }),
+    ];
+    const user = await createNode();
+    try {
+      const local = await loadModel(ref.dir);
+      const options = { maxNewTokens: 8, temperature: 0, stopTokens: [] };
+      const want = await generate(local, ref.prompt, options);
+      const model = await HostedModel.open(user, validator.node.getMultiaddrs()[0], 'llama3', { ends: ref.dir, verify: { sampleRate: 1 } });
+      const cheater = hosts[1].node.peerId.toString();
+      // the only host of block 1 cheats: caught, left out, and then nothing covers block 1
+      await assert.rejects(model.generate(ref.prompt, options), { name: 'PlanInfeasibleError', message: /hosts caught cheating are left out/ });
+      assert.deepEqual(model.verification.flagged, [cheater]);
+      assert.ok(model.verification.failed >= 1);
+      assert.equal(validator.reputation.standing(cheater).excluded, true, 'the validator flagged it');
+      // an honest host of block 1 joins: the tokens are one process's, and every step re-run passes
+      hosts.push(await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:1-1`)] }));
+      const failedBefore = model.verification.failed;
+      const { tokens } = await model.generate(ref.prompt, options);
+      assert.deepEqual(tokens, want.tokens);
+      assert.equal(model.verification.failed, failedBefore, 'the honest hosts pass');
+      process.stderr.write(`hosted llama3: a noisy host caught (${model.verification.failed} failed re-runs) and left out; with an honest one, ${model.verification.checked} steps re-run, the tokens one process's\n`);
       await model.close();
     } finally {
       await user.stop();
