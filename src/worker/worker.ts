@@ -171,7 +171,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   // its validator re-runs sampled steps of hosted sessions, as it does jobs'
   const validatorId = validator.getComponents().find((c) => c.code === 421)?.value; // its /p2p/ id
   const verifiers = validatorId ? [validatorId] : [];
-  for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, { jobs, memory, self, log, throughput, verifiers });
+  const hostCtx = { jobs, memory, self, log, throughput, verifiers };
+  for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, hostCtx);
   await announce();
   const autoHost = options.hostAuto
     ? new AutoHost({ ...options.hostAuto, models: models?.models ?? [], format: options.hostFormat ?? null }, {
