@@ -39,7 +39,18 @@ export function canDecodeStep(
   block: DecodeBlock, x: Tensor, ctx: ForwardContext, blockIndex: number, shape: DecodeShape, rope: { cos: Tensor },
 ): boolean {
   const b = getBackend();
-  if (!b.linears || !b.gatedMlp || !b.attention || isGradEnabled() || ctx.cache === null || ctx.keyMask !== null) return false;
+  if (!b.linears || !b.gatedMlp || !b.attention) return false;
+  return decodeStepFits(block, x, ctx, blockIndex, shape, rope);
+}
+
+/**
+ * Whether the step's arithmetic is this block's for x [1, 1, hidden], whatever the backend: no gradients, a cache, no
+ * mask, one float32 token, a plain Llama block, the cache within its window (what a batched step, decode-batch.ts, asks).
+ */
+export function decodeStepFits(
+  block: DecodeBlock, x: Tensor, ctx: ForwardContext, blockIndex: number, shape: DecodeShape, rope: { cos: Tensor },
+): boolean {
+  if (isGradEnabled() || ctx.cache === null || ctx.keyMask !== null) return false;
   if (x.ndim !== 3 || x.shape[0] !== 1 || x.shape[1] !== 1 || x.dtype !== 'float32' || rope.cos.shape[2] !== shape.headDim) return false;
   const { self_attn: a, mlp } = block;
   const projections = [a.q_proj, a.k_proj, a.v_proj, a.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj];
@@ -51,7 +62,7 @@ export function canDecodeStep(
 }
 
 /** y = rmsNorm(x, w, eps) over one row, as ops/norm.ts computes it. */
-function rmsNormRow(x: Float32Array, norm: RMSNorm): Float32Array {
+export function rmsNormRow(x: Float32Array, norm: RMSNorm): Float32Array {
   const n = x.length;
   const w = norm.weight.data;
   let ss = 0;
@@ -63,7 +74,7 @@ function rmsNormRow(x: Float32Array, norm: RMSNorm): Float32Array {
 }
 
 /** Rotates every head of x [heads · D] in place, as rotaryEmbedding does for one position (cos, sin [D]). */
-function rotate(x: Float32Array, heads: number, d: number, cos: ArrayLike<number>, sin: ArrayLike<number>): void {
+export function rotate(x: Float32Array, heads: number, d: number, cos: ArrayLike<number>, sin: ArrayLike<number>): void {
   const half = d / 2;
   for (let h = 0; h < heads; h++) {
     const row = h * d;
@@ -77,7 +88,7 @@ function rotate(x: Float32Array, heads: number, d: number, cos: ArrayLike<number
 }
 
 /** x + y as a new row (the residual stream). */
-function addRows(x: Float32Array, y: Float32Array): Float32Array {
+export function addRows(x: Float32Array, y: Float32Array): Float32Array {
   const out = new Float32Array(x.length);
   for (let i = 0; i < x.length; i++) out[i] = x[i] + y[i];
   return out;

@@ -3,7 +3,7 @@ import { gatedMlp, Generator, linears, type Tensor } from '../tensor/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
 import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
-import { canDecodeStep, type DecodeBlock, decodeStep } from './decode-step.ts';
+import { canDecodeStep, type DecodeBlock, type DecodeShape, decodeStep, decodeStepFits } from './decode-step.ts';
 import { blockWindow, rotaryDim } from './llama-config.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
@@ -99,6 +99,13 @@ class LlamaMLP extends Module {
   }
 }
 
+/** One row's decoding step of a Llama block, as LlamaDecoderLayer.decodePlan gives it. */
+export interface DecodePlan {
+  block: DecodeBlock;
+  shape: DecodeShape;
+  rope: { cos: Tensor; sin: Tensor };
+}
+
 export class LlamaDecoderLayer extends Module {
   readonly input_layernorm: RMSNorm;
   readonly self_attn: LlamaAttention | Phi3Attention;
@@ -118,6 +125,19 @@ export class LlamaDecoderLayer extends Module {
     this.mlp = this.addModule('mlp', phi3 ? new Phi3MLP(c, rng) : new LlamaMLP(c, rng));
     this.rope = llamaRope(c);
     this.ropeKey = JSON.stringify(this.rope);
+  }
+
+  /**
+   * What a batched decoding step (decode-batch.ts) needs to run this block for one row x [1, 1, hidden] with its own
+   * context: the block, its shape and the row's rotary tables; null where this block's forward must run instead.
+   */
+  decodePlan(x: Tensor, ctx: ForwardContext, blockIndex: number): DecodePlan | null {
+    if (!(this.self_attn instanceof LlamaAttention) || !(this.mlp instanceof LlamaMLP)) return null;
+    if (Object.getPrototypeOf(this) !== LlamaDecoderLayer.prototype || Object.hasOwn(this, 'forward')) return null;
+    const rope = cachedRotaryTables(ctx.positions, this.rope, this.ropeKey);
+    const shape = { heads: this.c.heads, kvHeads: this.c.kvHeads, headDim: this.c.headDim, window: blockWindow(this.c, blockIndex) };
+    const block = this as DecodeBlock;
+    return decodeStepFits(block, x, ctx, blockIndex, shape, rope) ? { block, shape, rope } : null;
   }
 
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
