@@ -22,7 +22,7 @@ export interface DecodeRow {
 
 /** Each row's output [1, 1, hidden] after the model's layers: what `model.forward(row.x, row)` gives, one row at a time. */
 export function decodeRows(model: CausalLM, rows: readonly DecodeRow[]): Tensor[] {
-  if (!batchable(model, rows)) return rows.map((r) => model.forward(r.x, { cache: r.cache, positions: r.positions }));
+  if (!canDecodeRows(model, rows)) return rows.map((r) => model.forward(r.x, { cache: r.cache, positions: r.positions }));
   const ctxs: ForwardContext[] = rows.map((r) => ({ positions: r.positions, keyMask: null, cache: r.cache }));
   let xs = rows.map((r) => r.x);
   for (const layer of model.layers) {
@@ -39,7 +39,7 @@ export function decodeRows(model: CausalLM, rows: readonly DecodeRow[]): Tensor[
  * Whether the rows may be stacked: a Llama model or section, one token each (ids [1, 1] or hidden states [1, 1, hidden]),
  * positions given and in range, distinct caches.
  */
-function batchable(model: CausalLM, rows: readonly DecodeRow[]): boolean {
+export function canDecodeRows(model: CausalLM, rows: readonly DecodeRow[]): boolean {
   if (rows.length < 2 || !(model instanceof Llama) || new Set(rows.map((r) => r.cache)).size !== rows.length) return false;
   const ids = model.layers[0]?.kind === 'embedding';
   const { hidden, maxPositions } = model.config;

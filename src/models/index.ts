@@ -14,6 +14,7 @@ export { Falcon, type FalconConfig, falconConfig } from './falcon.ts';
 export { Gemma, type GemmaConfig, gemmaConfig } from './gemma.ts';
 export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './gpt-neox.ts';
 export { Llama, rotaryTables } from './llama.ts';
+export { canDecodeRows, decodeRows, type DecodeRow } from './decode-batch.ts';
 export { Mixtral, type MixtralConfig, mixtralConfig } from './mixtral.ts';
 export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './qwen3-moe.ts';
 export {

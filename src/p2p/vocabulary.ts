@@ -125,6 +125,8 @@ export interface StageAssignment extends StageSpan, PeerTarget {
 export interface WorkCounters {
   /** Forwards of inference sessions (prefill and decoding steps). */
   forwards: number;
+  /** Of those, the decoding steps run in a batch with other sessions' steps (continuous batching across users, decode-batch.ts). */
+  batchedRows: number;
   trainForwards: number;
   trainBackwards: number;
   optimizerSteps: number;
@@ -327,6 +329,7 @@ export function parseWorkCounters(v: unknown): WorkCounters {
   const n = (k: keyof WorkCounters) => finite(o[k], `work.${k}`);
   return {
     forwards: n('forwards'),
+    batchedRows: o.batchedRows === undefined ? 0 : n('batchedRows'), // absent from workers before it
     trainForwards: n('trainForwards'),
     trainBackwards: n('trainBackwards'),
     optimizerSteps: n('optimizerSteps'),
@@ -338,7 +341,8 @@ export function parseWorkCounters(v: unknown): WorkCounters {
 
 export function newWorkCounters(): WorkCounters {
   return {
-    forwards: 0, trainForwards: 0, trainBackwards: 0, optimizerSteps: 0, trainTokens: 0, weightBytesReceived: 0, weightBytesReused: 0,
+    forwards: 0, batchedRows: 0, trainForwards: 0, trainBackwards: 0, optimizerSteps: 0, trainTokens: 0, weightBytesReceived: 0,
+    weightBytesReused: 0,
   };
 }
 

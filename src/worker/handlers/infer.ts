@@ -2,12 +2,13 @@ import { InvalidArgumentError } from '../../errors.ts';
 import { KVCache, type ModelLayer } from '../../models/index.ts';
 import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
-  STAGE_PROTOCOL, toWire,
+  STAGE_PROTOCOL, toWire, type WorkCounters,
 } from '../../p2p/index.ts';
 import { hopIn, hopOut } from '../../compress/index.ts';
 import { getBackend, noGrad } from '../../tensor/index.ts';
 import { auxHash, checkpointHash, hashTensors, recordFlops, sectionCost, signRecord } from '../../verify/index.ts';
-import { countSent } from '../jobs.ts';
+import { DecodeBatcher } from '../decode-batcher.ts';
+import { countSent, type Section } from '../jobs.ts';
 import { control, NONE, sectionOf, type StageHandler } from './types.ts';
 
 /**
@@ -50,11 +51,16 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       memory.add(job.jobId, 'kv-cache', growth, `the KV cache of session ${request.sessionId} (${cache.length + steps} positions)`);
       session.kvBytes += growth;
       let out;
-      const position = cache.length;
+      let position = cache.length;
       session.busy = true;
       try {
         if (fault) await fault.delay();
-        out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
+        // a hosted span's one-token steps run batched with its other sessions' steps waiting at the same time
+        if (job.hosted && steps === 1 && input.shape[0] === 1 && !keyMask && !request.codec) {
+          ({ out, position } = await batcherOf(section, work).step(input, cache, positions));
+        } else {
+          out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
+        }
         if (fault) out = fault.output('decode', out, input);
       } catch (err) {
         // a forward that failed grew nothing
@@ -119,6 +125,15 @@ export const inferenceHandlers: Record<string, StageHandler> = {
     },
   },
 };
+
+const batchers = new WeakMap<Section, DecodeBatcher>();
+
+/** The section's batcher of decoding steps (decode-batcher.ts). */
+function batcherOf(section: Section, work: WorkCounters): DecodeBatcher {
+  let b = batchers.get(section);
+  if (!b) batchers.set(section, (b = new DecodeBatcher(section.model, work)));
+  return b;
+}
 
 /** Bytes of KV cache one token of a session takes in these layers. */
 function kvBytesPerToken(layers: readonly ModelLayer[]): number {
