@@ -3,7 +3,13 @@ import { PeerUnreachableError, PlanInfeasibleError, VerificationError } from '..
 import { auxHash, hashTensors, sessionStepHash } from '../verify/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import type { RemoteStage } from './remote-stage.ts';
-import type { RouteHop } from './hosted.ts';
+
+/** One hop of a route over hosts: who serves which blocks (from 0, inclusive). */
+export interface RouteHop {
+  peerId: string;
+  addrs: string[];
+  layers: [number, number];
+}
 
 /** One step a span was sent: its input hidden states, positions and key mask (replayed on a host that takes it over). */
 interface SentStep {

@@ -8,7 +8,9 @@ import {
   type DialTarget, type HostedModelEntry, hostedJobId, type PeerRecord, parseModelsAnswer, request, TRAIN_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
-import { HostedSession, type SessionRouter } from './hosted-session.ts';
+import { HostedSession, type RouteHop, type SessionRouter } from './hosted-session.ts';
+
+export type { RouteHop } from './hosted-session.ts';
 import { listPeers } from './peers.ts';
 import { DEFAULT_SAMPLE_RATE } from './verifier.ts';
 import { RemoteStage } from './remote-stage.ts';
@@ -22,13 +24,6 @@ export async function listModels(node: Libp2p, validator: DialTarget, page = 0):
 export interface HostedVerify {
   /** Default DEFAULT_SAMPLE_RATE (0.05); 0: none. */
   sampleRate?: number;
-}
-
-/** One hop of a route over hosts: who serves which blocks (from 0, inclusive). */
-export interface RouteHop {
-  peerId: string;
-  addrs: string[];
-  layers: [number, number];
 }
 
 /** What a route is for: the tokens a session will hold, hosts to avoid, and the blocks [from, to) to cover (default: all). */
