@@ -2,14 +2,14 @@
 // init-model (one its first blocks, one the rest, at int4), `models --json` lists it complete, and `generate --model NAME
 // --bootstrap --ends DIR` gives the tokens `generate --model DIR --quantize int4` gives in one process.
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-import { type Running, startNode, waitFor } from '../helpers/processes.ts';
+import { type Running, startNode, startServe, waitFor } from '../helpers/processes.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 
@@ -17,26 +17,6 @@ function cli(...args: string[]) {
   const r = spawnSync(process.execPath, [BIN, ...args, '--backend', 'js'], { encoding: 'utf8', timeout: 120_000 });
   assert.equal(r.status, 0, `tensorlink ${args.join(' ')} failed:\n${r.stderr}`);
   return JSON.parse(r.stdout) as Record<string, unknown>;
-}
-
-/** `tensorlink serve ARGS` as its own process, once it prints its ready line. */
-function startServe(args: string[], timeoutMs = 60_000): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--backend', 'js', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => reject(new Error(`serve did not start: ${err}`)), timeoutMs);
-    child.stderr!.on('data', (d) => (err += d));
-    child.stdout!.on('data', (d) => {
-      out += d;
-      const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
-      if (line) {
-        clearTimeout(timer);
-        resolve({ child, url: (JSON.parse(line) as { url: string }).url });
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`serve exited (${code}): ${err}`)));
-  });
 }
 
 describe('hosting through the CLI', () => {

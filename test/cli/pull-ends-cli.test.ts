@@ -2,13 +2,13 @@
 // from a `worker --host` process; `generate --model NAME --bootstrap` without --ends pulls them once into the cache and
 // gives the tokens one process gives on the model's own directory.
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { type Running, startNode, waitFor } from '../helpers/processes.ts';
+import { type Running, startNode, startServe, waitFor } from '../helpers/processes.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 
@@ -20,26 +20,6 @@ function cli(env: NodeJS.ProcessEnv, ...args: string[]) {
   const r = run(env, ...args);
   assert.equal(r.status, 0, `tensorlink ${args.join(' ')} failed:\n${r.stderr}`);
   return { result: JSON.parse(r.stdout) as Record<string, unknown>, stderr: r.stderr };
-}
-
-/** `tensorlink serve ARGS` as its own process, once it prints its ready line. */
-function startServe(env: NodeJS.ProcessEnv, args: string[], timeoutMs = 60_000): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--backend', 'js', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => reject(new Error(`serve did not start: ${err}`)), timeoutMs);
-    child.stderr!.on('data', (d) => (err += d));
-    child.stdout!.on('data', (d) => {
-      out += d;
-      const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
-      if (line) {
-        clearTimeout(timer);
-        resolve({ child, url: (JSON.parse(line) as { url: string }).url });
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`serve exited (${code}): ${err}`)));
-  });
 }
 
 describe('pull-ends through the CLI', () => {
@@ -91,7 +71,7 @@ describe('pull-ends through the CLI', () => {
     assert.deepEqual(again.result.tokens, local.tokens);
     assert.doesNotMatch(again.stderr, /pulled the ends/);
     // serve --model NAME --bootstrap without --ends: the cached ends, the same completion
-    const server = await startServe(env, ['--model', 'tiny', '--bootstrap', boot]);
+    const server = await startServe(['--model', 'tiny', '--bootstrap', boot], { env });
     nodes.push({ child: server.child, peerId: '', addrs: [] });
     const answer = await fetch(`${server.url}/v1/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' },

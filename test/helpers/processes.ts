@@ -1,5 +1,8 @@
-import { type ChildProcess, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { launchNode } from '../../src/cli/local-swarm.ts';
+
+const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 
 export interface Running {
   child: ChildProcess;
@@ -42,4 +45,30 @@ export async function swarmGone(pid: number): Promise<string[]> {
   const deadline = Date.now() + 10_000;
   while (swarmChildren(pid).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
   return swarmChildren(pid);
+}
+
+/**
+ * `tensorlink serve ARGS` (on any free port, js backend) as its own process, once it prints its ready line.
+ * @param env the process's environment (default: this one's)
+ */
+export function startServe(
+  args: string[], options: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<{ child: ChildProcess; url: string }> {
+  const argv = [BIN, 'serve', '--port', '0', '--backend', 'js', ...args];
+  const child = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: options.env ?? process.env });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => reject(new Error(`serve did not start: ${err}`)), options.timeoutMs ?? 120_000);
+    child.stderr!.on('data', (d) => (err += d));
+    child.stdout!.on('data', (d) => {
+      out += d;
+      const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
+      if (line) {
+        clearTimeout(timer);
+        resolve({ child, url: (JSON.parse(line) as { url: string }).url });
+      }
+    });
+    child.once('exit', (code) => reject(new Error(`serve exited (${code}): ${err}`)));
+  });
 }

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { createNode, parseStatsAnswer, request } from '../../src/p2p/index.ts';
+import { startServe } from '../helpers/processes.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 const PROMPTS = ['The quick brown fox', 'Hello, world', 'Once upon a time', 'In the beginning', 'To be or not', 'A B C', 'zzz', 'Lorem ipsum'];
@@ -14,26 +15,6 @@ const PROMPTS = ['The quick brown fox', 'Hello, world', 'Once upon a time', 'In 
 function cli(...args: string[]): { code: number | null; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', timeout: 120_000 });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
-
-/** `tensorlink serve ARGS` as its own process, once it prints its ready line. */
-function serve(args: string[], timeoutMs = 120_000): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--backend', 'js', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => reject(new Error(`serve did not start: ${err}`)), timeoutMs);
-    child.stderr!.on('data', (d) => (err += d));
-    child.stdout!.on('data', (d) => {
-      out += d;
-      const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
-      if (line) {
-        clearTimeout(timer);
-        resolve({ child, url: (JSON.parse(line) as { url: string }).url });
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`serve exited (${code}): ${err}`)));
-  });
 }
 
 /** What `tensorlink generate` prints for a greedy continuation. */
@@ -74,7 +55,7 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
 
   test('a local model: completions and chat, streamed and not, greedy as generate; errors in OpenAI\'s shape; 8 streams at once', async () => {
     const model = join(dir, 'tiny');
-    const { child, url } = await serve(['--model', model]);
+    const { child, url } = await startServe(['--model', model]);
     running.push(child);
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
 
@@ -162,7 +143,7 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
 
   test('a model split across a local swarm answers as the same model in one process', async () => {
     const model = join(dir, 'tiny');
-    const { child, url } = await serve(['--model', model, '--local', '2']);
+    const { child, url } = await startServe(['--model', model, '--local', '2']);
     running.push(child);
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
     const expected = generated(model, PROMPTS[2], 10);
