@@ -34,13 +34,17 @@ export interface RouteOptions {
   to?: number;
 }
 
+/** Open sessions on a host that double its blocks' predicted time. */
+const SESSIONS_PER_SLOWDOWN = 8;
+
 /** A host short of KV cache for a session of this many tokens costs this much more (in hops) on a route. */
 const SHORT_OF_CACHE_PENALTY = 4;
 
 /**
  * The route over a model's online hosts that covers blocks [from, to) (default: every block), in order, with the
- * least predicted cost: each hop costs one (a round trip) plus its blocks over the host's speed, and a host with fewer
- * free KV-cache tokens than `tokens` costs SHORT_OF_CACHE_PENALTY more. A shortest path over block boundaries (the
+ * least predicted cost: each hop costs one (a round trip) plus its blocks over the host's speed, slowed by its open
+ * sessions (SESSIONS_PER_SLOWDOWN), and a host with fewer free KV-cache tokens than `tokens` costs
+ * SHORT_OF_CACHE_PENALTY more. A shortest path over block boundaries (the
  * boundaries only move forward, so one pass in order is Dijkstra on this DAG); a host's span must lie within the
  * range. Null when no route covers it. `avoid`: hosts not to use (ones that failed).
  */
@@ -57,7 +61,9 @@ export function routeOver(
     const speed = Math.max(1, peer.capabilities?.gflops ?? 1);
     const short = h.freeTokens !== undefined && h.freeTokens < tokens ? SHORT_OF_CACHE_PENALTY : 0;
     const hop = { peerId: h.peerId, addrs: peer.addrs, layers: h.layers };
-    edges.push({ from: h.layers[0], to: h.layers[1] + 1, cost: 1 + blocks / speed + short, hop });
+    // a host's open sessions share its compute: its blocks take longer the more it serves
+    const load = 1 + (h.sessions ?? 0) / SESSIONS_PER_SLOWDOWN;
+    edges.push({ from: h.layers[0], to: h.layers[1] + 1, cost: 1 + (blocks / speed) * load + short, hop });
   }
   edges.sort((a, b) => a.from - b.from);
   const best = new Map<number, number>([[from, 0]]);
