@@ -10,7 +10,10 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { multiaddr } from '@multiformats/multiaddr';
+import { generate, loadModel } from '../../src/models/index.ts';
 import { createNode, parseStatsAnswer, request } from '../../src/p2p/index.ts';
+import { setBackend } from '../../src/tensor/index.ts';
+import { listModels } from '../../src/user/index.ts';
 import { type Running, startNode, waitFor } from '../helpers/processes.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
@@ -40,9 +43,12 @@ function rss(pid: number): number {
 }
 
 describe('hosted models shared by users in their own processes', () => {
+  setBackend('js');
   const dir = mkdtempSync(join(tmpdir(), 'tl-host-share-'));
   const nodes: Running[] = [];
-  after(() => {
+  const stops: (() => Promise<void> | void)[] = [];
+  after(async () => {
+    for (const stop of stops) await Promise.resolve(stop()).catch(() => {});
     for (const n of nodes) if (n.child.exitCode === null) n.child.kill('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
   });
@@ -62,10 +68,20 @@ describe('hosted models shared by users in their own processes', () => {
       hosts.push(await startNode(['worker', '--bootstrap', boot, '--backend', 'js', ...models.flatMap((m) => ['--host', `${m.name}=${m.dir}:${b}-${b}`])]));
     }
     nodes.push(...hosts);
+    // the index and the reference tokens are read in this process (each CLI process costs a second of CPU to start)
+    const user = await createNode();
+    stops.push(() => user.stop());
+    const index = async () => (await listModels(user, multiaddr(boot))).models;
     await waitFor('both models complete', async () => {
-      const index = cli('models', '--bootstrap', boot, '--json');
-      return index.models!.length === 2 && index.models!.every((m) => m.complete);
+      const models = await index();
+      return models.length === 2 && models.every((m) => m.complete);
     }, 15_000);
+    /** One process's greedy tokens for a prompt, as `generate --model DIR` gives them. */
+    const local = async (dir: string, prompt: string, maxNewTokens: number) => {
+      const model = await loadModel(dir);
+      const { tokens } = await generate(model, model.tokenizer!.encode(prompt), { maxNewTokens, temperature: 0 });
+      return { tokens, text: model.tokenizer!.decode(tokens) };
+    };
     const before = hosts.map((h) => rss(h.child.pid!));
 
     // three users at once, from both models; each holds only the ends, each gets one process's tokens
@@ -73,11 +89,10 @@ describe('hosted models shared by users in their own processes', () => {
     const asks = [[models[0], 'The swarm'], [models[1], 'Hello'], [models[0], 'Once upon']] as const;
     const results = await Promise.all(asks.map(([m, p]) => cliAsync('generate', '--model', m.name, '--bootstrap', boot, '--ends', m.dir, ...prompt(p))));
     for (const [i, [m, p]] of asks.entries()) {
-      assert.deepEqual(results[i].tokens, cli('generate', '--model', m.dir, ...prompt(p)).tokens, `user ${i} (${m.name})`);
+      assert.deepEqual(results[i].tokens, (await local(m.dir, p, 24)).tokens, `user ${i} (${m.name})`);
     }
     // each host holds one copy of each span it hosts, whatever the sessions: two hosted jobs, their weights once
-    const user = await createNode();
-    try {
+    {
       for (const h of hosts) {
         const raw = await request(user, multiaddr(h.addrs[0]), { type: 'stats' });
         const stats = parseStatsAnswer(raw);
@@ -86,8 +101,6 @@ describe('hosted models shared by users in their own processes', () => {
         assert.equal(hosted.length, 2, 'one hosted job per model');
         assert.equal(stats.sessions, 0, 'the sessions were closed');
       }
-    } finally {
-      await user.stop();
     }
     const grown = hosts.map((h, i) => rss(h.child.pid!) - before[i]);
     process.stderr.write(`3 users over 4 host processes and 2 models: tokens equal one process's; host RSS growth ${grown.map((g) => `${(g / 2 ** 20).toFixed(1)}`).join(', ')} MiB\n`);
@@ -96,12 +109,9 @@ describe('hosted models shared by users in their own processes', () => {
     // it is SIGKILLed once the session has produced text, and the session goes on over the hosts of blocks 2 and 3
     const spare = await startNode(['worker', '--bootstrap', boot, '--backend', 'js', '--host', `alpha=${models[0].dir}:2-3`]);
     nodes.push(spare);
-    await waitFor('the spare in the index', async () => {
-      const index = cli('models', '--bootstrap', boot, '--json') as unknown as { models: { name: string; hosts: unknown[] }[] };
-      return index.models.find((m) => m.name === 'alpha')!.hosts.length === 5;
-    }, 15_000);
-    const long = ['--prompt', 'A long story', '--max-new-tokens', '300'];
-    const want = cli('generate', '--model', models[0].dir, ...long, '--json');
+    await waitFor('the spare in the index', async () => (await index()).find((m) => m.name === 'alpha')!.hosts.length === 5, 15_000);
+    const long = ['--prompt', 'A long story', '--max-new-tokens', '200'];
+    const want = await local(models[0].dir, 'A long story', 200);
     // the spare is killed a second after the session's route is known (300 tokens take several seconds here)
     const child = spawn(process.execPath, [BIN, 'generate', '--model', 'alpha', '--bootstrap', boot, '--ends', models[0].dir, ...long, '--backend', 'js'],
       { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -111,7 +121,7 @@ describe('hosted models shared by users in their own processes', () => {
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => {
       err += d;
-      if (!timer && /blocks on/.test(err)) timer = setTimeout(() => spare.child.kill('SIGKILL'), 1000);
+      if (!timer && /blocks on/.test(err)) timer = setTimeout(() => spare.child.kill('SIGKILL'), 700);
     });
     const code = await new Promise<number | null>((r) => child.once('exit', r));
     assert.equal(code, 0, err);
