@@ -21,7 +21,11 @@ const MOE = new Set(['mixtral', 'qwen3_moe']);
 /**
  * Bounds on the dense fixtures, over what was measured (bf16 ≤ 1.2e-2, int8 ≤ 3.0e-2, int4 ≤ 4.3e-1): their weights
  * have the spread 1/√fan_in, on 64 dims, so even bf16's rounding moves the largest logit by 1%. (The issue hoped for
- * int8 within 2%: six of the thirteen dense fixtures are above it, with llama.cpp's own Q8_0 values.)
+ * int8 within 2%: six of the thirteen dense fixtures are above it, with llama.cpp's own Q8_0 values; by ‖Δ‖/‖logits‖,
+ * printed beside it, llama 2.1% and phi3 2.0%.) Q8_0 of one class of matrix alone (embedding, head, attention, MLP)
+ * gives 0.3–1.9% each, so the error is 8-bit rounding spread over every matrix, not one weak tensor: keeping the
+ * embedding and head in float32 leaves llama at 2.45%, and the block scale of least squared error (valid Q8_0 bytes,
+ * 13% less weight error, about 30× the packing time) at 2.6%; both together, 2.0%. Neither is llama.cpp's Q8_0.
  */
 const BOUND: Record<WeightFormat, number> = { bf16: 0.015, int8: 0.035, int4: 0.5 };
 
@@ -46,8 +50,9 @@ describe('the transformers fixtures held compact', () => {
           held += packedBytes(t.packed);
           assert.equal(packedBytes(t.packed), formatBytes(format, t.shape[0], t.shape[1]));
         }
-        const err = relErr(model.forward(ref.inputIds).data, dense);
-        row.push(`${format} ${err.toExponential(2)} (${(held / floatBytes).toFixed(3)} of the bytes)`);
+        const logits = model.forward(ref.inputIds).data;
+        const err = relErr(logits, dense);
+        row.push(`${format} ${err.toExponential(2)} (L2 ${relL2(logits, dense).toExponential(2)}, ${(held / floatBytes).toFixed(3)} of the bytes)`);
         // a MoE's router picks other experts when its input moves: its error is reported, not bounded
         if (!MOE.has(name)) assert.ok(err < BOUND[format], `${name} at ${format}: logits ${err}`);
       }
@@ -55,6 +60,17 @@ describe('the transformers fixtures held compact', () => {
     });
   }
 });
+
+/** ‖a − b‖ / ‖b‖: the logits' error over all of them, beside relErr's largest one. */
+function relL2(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let d2 = 0;
+  let b2 = 0;
+  for (let i = 0; i < a.length; i++) {
+    d2 += (a[i] - b[i]) ** 2;
+    b2 += b[i] ** 2;
+  }
+  return Math.sqrt(d2 / Math.max(b2, 1e-30));
+}
 
 describe('a model held compact, elsewhere in the project', () => {
   const dir = mkdtempSync(join(tmpdir(), 'tl-compact-save-'));
