@@ -6,5 +6,5 @@ export {
   inclusionProof, makeBlock, recordLeaf, signHeader, type SignerSet, validSigners,
 } from './block.ts';
 export { EMPTY_ROOT, leafHash, type MerkleProof, MerkleTree, nodeHash, rootFromProof, verifyProof } from './merkle.ts';
-export { type EpochRecord, type JobEscrow, type PaidWork, paidWork, type Release } from './paid-work.ts';
+export { type EpochRecord, escrowJobOf, type JobEscrow, type PaidWork, paidWork, type Release } from './paid-work.ts';
 export { type EpochRewards, epochRewards, type ValidatorEpoch, type WorkerEpoch } from './rewards.ts';

@@ -84,6 +84,17 @@ export function paidWork(
   return { releases, work: new Map([...work].map(([peer, f]) => [peer, Number(f)])) };
 }
 
+/** A hosted span's job id (`host_NAME_HASH12_FIRST-LAST`, p2p's hostedJobId): the model's part of it is the escrow's job. */
+const HOSTED_SPAN_JOB = /^(host_[A-Za-z0-9_-]{0,32}_[0-9a-f]{12})_[0-9]+-[0-9]+$/;
+
+/**
+ * The job whose escrow pays a record of `job`: a hosted span's records are paid from the user's escrow for the whole
+ * model (p2p's hostedModelJob: one deposit pays every host of every span it routes over); any other job's, its own.
+ */
+export function escrowJobOf(job: string): string {
+  return HOSTED_SPAN_JOB.exec(job)?.[1] ?? job;
+}
+
 /** Code-unit order: the same on every validator, whatever its locale. */
 function compare(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;

@@ -41,6 +41,7 @@ export {
   HOST_STATES,
   type HostedSpan,
   hostedJobId,
+  hostedModelJob,
   type HostState,
   parseHostedSpans,
   parseModelName,

@@ -276,9 +276,17 @@ export function parseModelName(v: unknown, what = 'model name'): string {
   return v;
 }
 
+/**
+ * The id a hosted model's use is paid under: a user's escrow for the model is bound to this id and the user (see
+ * escrowJobOf in the ledger, which maps each span's records to it).
+ */
+export function hostedModelJob(model: Pick<HostedSpan, 'name' | 'hash'>): string {
+  return `host_${model.name.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 32)}_${model.hash.slice(0, 12)}`;
+}
+
 /** The job id a host serves a span under, which a session's requests name: the model, its hash's start, the blocks. */
 export function hostedJobId(span: Pick<HostedSpan, 'name' | 'hash' | 'layers'>): string {
-  return `host_${span.name.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 32)}_${span.hash.slice(0, 12)}_${span.layers[0]}-${span.layers[1]}`;
+  return `${hostedModelJob(span)}_${span.layers[0]}-${span.layers[1]}`;
 }
 
 /** The spans a worker announces it hosts. */

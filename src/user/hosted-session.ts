@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { PeerUnreachableError, PlanInfeasibleError, VerificationError } from '../errors.ts';
-import { auxHash, hashTensors, sessionStepHash } from '../verify/index.ts';
+import { publicKeyOf } from '../p2p/index.ts';
+import { auxHash, hashTensors, parseRecord, sessionStepHash, signatureValid, type WorkRecord } from '../verify/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import type { RemoteStage } from './remote-stage.ts';
 
@@ -31,10 +32,11 @@ export interface SessionRouter {
   /** A route over blocks [from, to) that avoids `avoid` (null: none now), from a fresh look at the index and the peers. */
   reroute(from: number, to: number, avoid: ReadonlySet<string>): Promise<RouteHop[] | null>;
   /**
-   * Each step a host signed, as it came: the host, its record (unchecked: the caller samples and audits it), and the
+   * Each step a host signed, as it came: the host, its record (signed by the host, of this step: the caller samples
+   * and audits what it computed), and the
    * hashes of every step its session on that host was sent so far (what the validator checks its kept inputs against).
    */
-  onRecord?(hop: RouteHop, record: unknown, sent: () => string[]): void;
+  onRecord?(hop: RouteHop, record: WorkRecord, sent: () => string[]): void;
 }
 
 /** How many times one step may re-route before the session gives up (each try avoids every host that failed before). */
@@ -97,7 +99,7 @@ export class HostedSession {
         try {
           const done = await hop.stage.forwardRecorded(this.id, step.x, positions, keyMask);
           // the record must be of this step and its answer: a host that signs one thing and sends another is a cheat
-          const record = done.record as { input?: unknown; output?: unknown } | null;
+          const record = recordOf(done.record, hop.hop.peerId);
           if (!record || record.input !== done.input || !('output' in done.expect) || record.output !== done.expect.output) {
             throw new VerificationError(`host …${hop.hop.peerId.slice(-8)} answered a step with a record that is not of it`);
           }
@@ -105,7 +107,7 @@ export class HostedSession {
           hop.sent.push(step);
           const sent = hop.sent;
           const hashes = () => sent.map((s) => sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
-          this.router.onRecord?.(hop.hop, done.record, hashes);
+          this.router.onRecord?.(hop.hop, record, hashes);
           break;
         } catch (err) {
           if (!(err instanceof PeerUnreachableError) || tries >= MAX_REROUTES) throw err;
@@ -145,5 +147,15 @@ export class HostedSession {
   /** Frees the session's KV caches on its hosts. */
   async close(): Promise<void> {
     await Promise.all(this.hops.map((h) => h.stage.closeSession(this.id).catch(() => {})));
+  }
+}
+
+/** A host's record of a step: well formed and signed by that host; null otherwise. */
+function recordOf(raw: unknown, host: string): WorkRecord | null {
+  try {
+    const record = parseRecord(raw);
+    return record.peer === host && signatureValid(record, publicKeyOf(host)) ? record : null;
+  } catch {
+    return null;
   }
 }

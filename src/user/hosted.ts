@@ -8,6 +8,8 @@ import {
   type DialTarget, type HostedModelEntry, hostedJobId, type PeerRecord, parseModelsAnswer, request, TRAIN_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
+import { agree, type ComputeFormat, ortTolerance, type WorkRecord } from '../verify/index.ts';
+import { LedgerSubmitter } from './ledger-submitter.ts';
 import { HostedSession, type RouteHop, type SessionRouter } from './hosted-session.ts';
 
 export type { RouteHop } from './hosted-session.ts';
@@ -20,10 +22,16 @@ export async function listModels(node: Libp2p, validator: DialTarget, page = 0):
   return parseModelsAnswer(await request(node, validator, { type: 'models', page }));
 }
 
-/** How a hosted model's steps are checked: the share of the steps hosts sign that the validator re-runs. */
+/** How a hosted model's steps are checked. */
 export interface HostedVerify {
-  /** Default DEFAULT_SAMPLE_RATE (0.05); 0: none. */
+  /** The share of the steps hosts sign that the validator re-runs. Default DEFAULT_SAMPLE_RATE (0.05); 0: none. */
   sampleRate?: number;
+  /**
+   * Security level k (DCI's "pay more for more subgraphs"): every step runs on k routes over different hosts and their
+   * results are compared before the user takes one (bit for bit on js); when they differ the validator re-runs every
+   * host's step and the routes with a host caught are dropped. Default 1.
+   */
+  redundancy?: number;
 }
 
 /** What a route is for: the tokens a session will hold, hosts to avoid, and the blocks [from, to) to cover (default: all). */
@@ -109,7 +117,16 @@ export class HostedModel {
     node: Libp2p,
     validatorAddr: string | DialTarget,
     name: string,
-    options: { ends: CausalLM | string; hash?: string; verify?: HostedVerify },
+    options: {
+      ends: CausalLM | string;
+      hash?: string;
+      verify?: HostedVerify;
+      /**
+       * Hand every step the hosts signed, once its session's sampled re-runs passed, to the validator's ledger with this
+       * user's acceptance: with a chain, the user's escrow for the model (hostedModelJob) pays them by their FLOPs.
+       */
+      ledger?: boolean;
+    },
   ): Promise<HostedModel> {
     const validator = typeof validatorAddr === 'string' ? multiaddr(validatorAddr) : validatorAddr;
     const entry = await findModel(node, validator, name, options.hash);
@@ -119,15 +136,30 @@ export class HostedModel {
     }
     const model = new HostedModel(node, validator, entry, ends);
     model.sampleRate = options.verify?.sampleRate ?? DEFAULT_SAMPLE_RATE;
+    const k = options.verify?.redundancy ?? 1;
+    if (!Number.isInteger(k) || k < 1) throw new InvalidArgumentError(`the security level (redundancy) must be an integer ≥ 1, got ${k}`);
+    model.redundancy = k;
+    if (options.ledger) model.ledger = new LedgerSubmitter(node, validator);
     return model;
   }
 
   /** The share of hosts' signed steps the validator re-runs (HostedVerify). */
   private sampleRate = DEFAULT_SAMPLE_RATE;
+  /** Routes each step runs on (HostedVerify.redundancy). */
+  private redundancy = 1;
+  /** Where accepted steps go (the `ledger` option); null: they are not recorded. */
+  private ledger: LedgerSubmitter | null = null;
   /** Hosts caught cheating: never routed over again by this model. */
   readonly excluded = new Set<string>();
-  /** What checking the hosts did: records re-run, failed, and the hosts caught. */
-  readonly verification = { checked: 0, failed: 0, unchecked: 0, flagged: [] as string[] };
+  /**
+   * What checking the hosts did: records re-run, failed, left unchecked (the validator unreachable), steps whose
+   * routes were compared (redundancy), the hosts caught.
+   */
+  readonly verification = { checked: 0, failed: 0, unchecked: 0, compared: 0, flagged: [] as string[] };
+  /** Hosts of the routes the step under way dropped (redundancy): their results were never taken. */
+  private readonly dropped = new Set<string>();
+  /** Steps handed to the ledger (the `ledger` option) and their FLOPs: what the user's escrow pays for. */
+  readonly recorded = { records: 0, flops: 0 };
 
   /** Generates from `prompt` over a fresh route (see GenerateOptions); the session is closed on every host after. */
   async generate(prompt: number[], options: GenerateOptions = {}): Promise<{ tokens: number[] }> {
@@ -142,33 +174,113 @@ export class HostedModel {
   async generateBatch(prompts: number[][], options: GenerateOptions = {}): Promise<number[][]> {
     for (let attempt = 0; ; attempt++) {
       const caught = this.verification.flagged.length;
+      this.dropped.clear();
       const out = await this.generateOnce(prompts, options);
-      if (this.verification.flagged.length === caught) return out;
+      // hosts caught on a redundant route that was dropped: none of their results were taken
+      if (this.verification.flagged.slice(caught).every((peer) => this.dropped.has(peer))) return out;
       if (attempt >= 1) throw new VerificationError(`hosts of '${this.entry.name}' were caught cheating twice in a row: ${this.verification.flagged.join(', ')}`);
     }
   }
 
   private async generateOnce(prompts: number[][], options: GenerateOptions): Promise<number[][]> {
     const tokens = Math.max(...prompts.map((p) => p.length)) + (options.maxNewTokens ?? 32);
-    const route = await this.route({ tokens });
-    if (!route) throw new PlanInfeasibleError(`no online hosts cover every block of '${this.entry.name}' now (hosts caught cheating are left out)`);
-    const audits: Promise<void>[] = [];
-    const session = await HostedSession.open(this.router(tokens, audits), route);
-    this.onSession?.(session);
+    const routes = await this.routes(tokens);
+    const audits: Promise<unknown>[] = [];
+    const signed: SignedStep[] = [];
+    const lanes: Lane[] = [];
+    const opened: Lane[] = [];
     try {
-      const out = await generateWith(this.stepModel(session), prompts, options);
+      for (const route of routes) {
+        const lane: Lane = { session: null!, last: [] };
+        lane.session = await HostedSession.open(this.router(tokens, audits, signed, lane, lanes), route);
+        lanes.push(lane);
+        opened.push(lane);
+        this.onSession?.(lane.session);
+      }
+      const out = await generateWith(this.stepModel(lanes), prompts, options);
       // the sampled steps are re-run while the hosts still keep the session
       await Promise.all(audits);
+      this.accept(signed);
       return out;
     } finally {
-      this.failovers.push(...session.failovers);
+      for (const lane of opened) this.failovers.push(...lane.session.failovers);
       await Promise.all(audits).catch(() => {});
-      await session.close();
+      await Promise.all(opened.map((lane) => lane.session.close()));
     }
   }
 
-  /** Asks the validator to re-run one step a host signed; a failed check excludes the host. */
-  private async audit(hop: RouteHop, record: unknown, sent: string[]): Promise<void> {
+  /** `redundancy` routes over different hosts (the first as routeOver gives it; each next one avoids the ones before). */
+  private async routes(tokens: number): Promise<RouteHop[][]> {
+    const routes: RouteHop[][] = [];
+    const used = new Set<string>();
+    while (routes.length < this.redundancy) {
+      const route = await this.route({ tokens, avoid: used });
+      if (!route) {
+        if (routes.length === 0) throw new PlanInfeasibleError(`no online hosts cover every block of '${this.entry.name}' now (hosts caught cheating are left out)`);
+        throw new PlanInfeasibleError(
+          `security level ${this.redundancy} needs ${this.redundancy} routes over different hosts of '${this.entry.name}'; its hosts give ${routes.length} now`,
+        );
+      }
+      routes.push(route);
+      for (const hop of route) used.add(hop.peerId);
+    }
+    return routes;
+  }
+
+  /** Hands the steps of a finished session to the ledger: those of hosts not caught, each signed for its span's job. */
+  private accept(signed: SignedStep[]): void {
+    if (!this.ledger) return;
+    const ok = signed.filter((s) =>
+      !this.excluded.has(s.hop.peerId) && s.record.job === hostedJobId({ ...this.entry, layers: s.hop.layers }));
+    this.ledger.submit(ok.map((s) => s.record));
+    this.recorded.records += ok.length;
+    this.recorded.flops += ok.reduce((n, s) => n + (s.record.flops ?? 0), 0);
+  }
+
+  /**
+   * One step on every lane (route). With one lane, its result. With more, their results must agree (bit for bit on js,
+   * within the hosts' format's tolerance on what the blocks added on ort); when they do not, the validator re-runs
+   * every host's part of this step, the lanes with a host caught are closed, and the first lane all of whose hosts
+   * passed goes on.
+   */
+  private async stepLanes(lanes: Lane[], x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
+    if (lanes.length === 1) return lanes[0].session.step(x, positions, keyMask);
+    for (const lane of lanes) lane.last = [];
+    const outs = await Promise.all(lanes.map((lane) => lane.session.step(x, positions, keyMask)));
+    this.verification.compared++;
+    const js = lanes.every((lane) => lane.last.every((s) => s.record.backend === 'js'));
+    const format = coarsest(lanes.flatMap((lane) => lane.session.route.map((hop) => this.formatOf(hop))));
+    const data = (t: Tensor) => t.data as Float32Array;
+    if (outs.every((o) => agree(js ? 'js' : 'ort', data(o), data(outs[0]), format, data(x)))) return outs[0];
+    const verdicts = await Promise.all(lanes.map(async (lane) => {
+      const checks = await Promise.all(lane.last.map((s) => this.audit(s.hop, s.record, s.sent())));
+      return checks.every((ok) => ok === true);
+    }));
+    const keep = lanes.findIndex((_, i) => verdicts[i]);
+    if (keep < 0) throw new VerificationError(`the ${lanes.length} routes of '${this.entry.name}' disagree and none could be reproduced by the validator`);
+    const out = outs[keep];
+    for (let i = lanes.length - 1; i >= 0; i--) {
+      if (verdicts[i]) continue;
+      for (const hop of lanes[i].session.route) this.dropped.add(hop.peerId);
+      void lanes[i].session.close();
+      lanes.splice(i, 1);
+    }
+    return out;
+  }
+
+  /** The format a route's host holds its blocks in, as it announced. */
+  private formatOf(hop: RouteHop): ComputeFormat {
+    const host = this.entry.hosts.find((h) => h.peerId === hop.peerId && h.layers[0] === hop.layers[0] && h.layers[1] === hop.layers[1]);
+    return (host?.format ?? 'f32') as ComputeFormat;
+  }
+
+  /** Waits for the steps handed to the ledger to be in a block; the first submission that failed (null: none). */
+  async drain(): Promise<Error | null> {
+    return this.ledger ? this.ledger.drain() : null;
+  }
+
+  /** Asks the validator to re-run one step a host signed; a failed check excludes the host. Null: left unchecked. */
+  private async audit(hop: RouteHop, record: WorkRecord, sent: string[]): Promise<boolean | null> {
     const { entry } = this;
     const jobId = hostedJobId({ name: entry.name, hash: entry.hash, layers: hop.layers });
     const message = {
@@ -179,19 +291,20 @@ export class HostedModel {
       answer = await request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS);
     } catch {
       this.verification.unchecked++;
-      return;
+      return null;
     }
     if (answer.inconclusive === true || answer.unavailable === true) {
       this.verification.unchecked++;
-      return;
+      return null;
     }
     this.verification.checked++;
-    if (answer.ok === true) return;
+    if (answer.ok === true) return true;
     this.verification.failed++;
     if (!this.excluded.has(hop.peerId)) {
       this.excluded.add(hop.peerId);
       this.verification.flagged.push(hop.peerId);
     }
+    return false;
   }
 
   /** Called with each session as it opens (its route, its failovers): for progress and tests. */
@@ -206,18 +319,28 @@ export class HostedModel {
     return routeOver(entry, peers, { ...options, avoid: new Set([...(options.avoid ?? []), ...this.excluded]) });
   }
 
-  private router(tokens: number, audits: Promise<void>[]): SessionRouter {
+  /**
+   * What a lane's session routes by: failed spans go to other hosts (preferring ones no other lane uses); each step a
+   * host signed is kept for the ledger and for comparing lanes, and sampled for a re-run.
+   */
+  private router(tokens: number, audits: Promise<unknown>[], signed: SignedStep[], lane: Lane, lanes: Lane[]): SessionRouter {
     return {
       stageFor: (hop) => this.stageFor(hop),
-      reroute: (from, to, avoid) => this.route({ tokens, from, to, avoid }),
+      reroute: async (from, to, avoid) => {
+        const others = lanes.filter((l) => l !== lane).flatMap((l) => l.session.route.map((hop) => hop.peerId));
+        return (others.length > 0 ? await this.route({ tokens, from, to, avoid: new Set([...avoid, ...others]) }) : null)
+          ?? this.route({ tokens, from, to, avoid });
+      },
       onRecord: (hop, record, sent) => {
+        if (this.ledger) signed.push({ hop, record });
+        if (this.redundancy > 1) lane.last.push({ hop, record, sent });
         if (this.sampleRate > 0 && Math.random() < this.sampleRate) audits.push(this.audit(hop, record, sent()));
       },
     };
   }
 
   /** A step of a session: the user's embedding, each host's blocks in turn (each answers its sender), the user's head. */
-  private stepModel(session: HostedSession): StepModel {
+  private stepModel(lanes: Lane[]): StepModel {
     const layers = this.ends.layers;
     const [embed, norm, head] = [layers[0], layers[layers.length - 2], layers[layers.length - 1]];
     let past = 0;
@@ -229,7 +352,7 @@ export class HostedModel {
         const positions = options.positions ?? defaultPositions(b, t, past);
         const keyMask = options.keyMask ?? null;
         const ctx = { positions, keyMask, cache: null };
-        const x = await session.step(noGrad(() => embed.forward(ids, ctx)), positions, keyMask);
+        const x = await this.stepLanes(lanes, noGrad(() => embed.forward(ids, ctx)), positions, keyMask);
         past += t;
         return noGrad(() => head.forward(norm.forward(x, ctx), ctx));
       },
@@ -247,10 +370,29 @@ export class HostedModel {
     return stage;
   }
 
+  /** Closes its streams to the hosts, once the steps handed to the ledger are in (see drain). */
   async close(): Promise<void> {
+    await this.drain();
     await Promise.all([...this.stages.values()].map((s) => s.close()));
     this.stages.clear();
   }
+}
+
+/** A step a host signed, kept until its session's checks are done. */
+interface SignedStep {
+  hop: RouteHop;
+  record: WorkRecord;
+}
+
+/** One of a session's redundant routes: its session, and what its hosts signed for the step under way. */
+interface Lane {
+  session: HostedSession;
+  last: (SignedStep & { sent: () => string[] })[];
+}
+
+/** The format whose results may drift the most (the tolerance redundant routes are compared with). */
+function coarsest(formats: ComputeFormat[]): ComputeFormat {
+  return formats.reduce((a, b) => (ortTolerance(b) > ortTolerance(a) ? b : a), 'f32' as ComputeFormat);
 }
 
 async function findModel(node: Libp2p, validator: DialTarget, name: string, hash?: string): Promise<HostedModelEntry> {

@@ -1,7 +1,7 @@
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, PeerUnreachableError, VerificationError } from '../errors.ts';
-import { acceptRecord } from '../ledger/index.ts';
-import { type DialTarget, type PeerTarget, request, signerOf, TRAIN_REQUEST_TIMEOUT_MS } from '../p2p/index.ts';
+import { type DialTarget, type PeerTarget, request, TRAIN_REQUEST_TIMEOUT_MS } from '../p2p/index.ts';
+import { LedgerSubmitter } from './ledger-submitter.ts';
 import { AuditSampler, type WorkRecord } from '../verify/index.ts';
 
 /** How a job checks its workers. */
@@ -56,9 +56,6 @@ export interface VerificationSummary {
   unchecked: number;
 }
 
-/** Records one ledger submission carries: about 800 bytes each, well inside a control message. */
-export const LEDGER_BATCH = 256;
-
 export interface AuditVerdict {
   ok: boolean;
   reason: string;
@@ -78,12 +75,8 @@ export class JobVerifier {
   readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0, unchecked: 0 };
   /** Records returned since the last checks, handed to the ledger once those are done. */
   private observed: { worker: PeerTarget; record: WorkRecord }[] = [];
-  /** The ledger submissions under way, in order. */
-  private submitting: Promise<void> = Promise.resolve();
-  /** Records waiting for the submission under way to be answered. */
-  private unsent: WorkRecord[] = [];
-  private sending = false;
-  private submitError: Error | null = null;
+  /** Where accepted records go: the validator's ledger. */
+  private readonly ledger: LedgerSubmitter;
   /** Workers this job no longer trusts: flagged by the validator, or that did not hand over what they signed. */
   readonly excluded = new Set<string>();
   private readonly newcomer: { rate: number; checks: number } | undefined;
@@ -104,6 +97,9 @@ export class JobVerifier {
     this.redundancy = k;
     this.sampler = new AuditSampler(options.sampleRate ?? DEFAULT_SAMPLE_RATE, options.seed);
     this.newcomer = options.newcomer;
+    this.ledger = new LedgerSubmitter(node, validator, (n) => {
+      this.summary.recorded += n;
+    });
   }
 
   /** Whether workers must keep the state each step started from (anything may be re-run). */
@@ -171,43 +167,14 @@ export class JobVerifier {
     return failed;
   }
 
-  /**
-   * Hands checked records to the validator's ledger without holding the job up. The validator
-   * answers a submission once its records are in a block (a round, BLOCK_INTERVAL_MS), so
-   * records that come meanwhile wait and go together in the next one: one submission in flight,
-   * however fast the steps come. A validator that refuses or cannot be reached is reported by
-   * `drain`; the job goes on. Each record goes with this user's acceptance (its signature over
-   * the record's id): a job's escrow is bound to this node's peer id, and pays only the records
-   * it accepted.
-   */
+  /** Hands checked records to the validator's ledger (LedgerSubmitter), each with this user's acceptance. */
   private record(records: WorkRecord[]): void {
-    if (records.length === 0) return;
-    this.unsent = this.unsent.concat(records);
-    if (this.sending) return;
-    this.sending = true;
-    this.submitting = (async () => {
-      while (this.unsent.length > 0) {
-        const all = this.unsent;
-        this.unsent = [];
-        await Promise.all(Array.from({ length: Math.ceil(all.length / LEDGER_BATCH) }, async (_, i) => {
-          try {
-            const user = signerOf(this.node);
-            const batch = all.slice(i * LEDGER_BATCH, (i + 1) * LEDGER_BATCH).map((r) => acceptRecord(r, user));
-            await request(this.node, this.validator, { type: 'ledger-submit', records: batch }, TRAIN_REQUEST_TIMEOUT_MS);
-            this.summary.recorded += batch.length;
-          } catch (err) {
-            this.submitError ??= err as Error;
-          }
-        }));
-      }
-      this.sending = false;
-    })();
+    this.ledger.submit(records);
   }
 
   /** Waits for the ledger submissions under way; the first that failed, as an error (null: all were taken). */
   async drain(): Promise<Error | null> {
-    await this.submitting;
-    return this.submitError;
+    return this.ledger.drain();
   }
 
   /**

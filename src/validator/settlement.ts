@@ -4,7 +4,7 @@ import type { PeerId } from '@libp2p/interface';
 import type { Address, Hex } from 'viem';
 import { escrowKey, type EscrowHeld, MIN_STAKE, type NodeChain, PRICE_PER_FLOP, RewardTree, SLASH_BPS } from '../chain/index.ts';
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
-import { type EpochRecord, epochRewards, paidWork } from '../ledger/index.ts';
+import { type EpochRecord, epochRewards, escrowJobOf, paidWork } from '../ledger/index.ts';
 import { type Handler, type Logger, obj, parseAccount, request, str, type TensorLinkNode } from '../p2p/index.ts';
 import { parseRecord, recordId, type Reputation, type WorkRecord } from '../verify/index.ts';
 import type { LedgerService } from './ledger-service.ts';
@@ -213,11 +213,12 @@ export class Settler {
     const signed = new Map<string, number>();
     for (let h = input.from; h < input.to; h++) {
       const block = this.ledger.store.at(h)!;
-      for (const r of block.records) records.push({ peer: r.peer, job: r.job, user: r.by?.user, flops: r.flops ?? 0 });
+      for (const r of block.records) records.push({ peer: r.peer, job: escrowJobOf(r.job), user: r.by?.user, flops: r.flops ?? 0 });
       for (const s of block.signatures) signed.set(s.validator, (signed.get(s.validator) ?? 0) + 1);
     }
-    // each job's escrow as bound to the user who accepted its records: only that user's records are paid from it,
-    // and none of a worker's work for a job it runs or paid for itself (see paidWork)
+    // each job's escrow as bound to the user who accepted its records (a hosted span's records: the user's escrow for
+    // the model): only that user's records are paid from it, and none of a worker's work for a job it runs or paid for
+    // itself (see paidWork)
     const escrows = new Map<string, EscrowHeld>();
     const pairs = new Map(records.flatMap((r) => (r.user === undefined ? [] : [[`${r.job}\n${r.user}`, { job: r.job, user: r.user }] as const])));
     await Promise.all([...pairs].map(async ([k, { job, user }]) => escrows.set(k, await this.chain.escrowOf(job, user))));

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { type EpochRecord, epochRewards, type JobEscrow, paidWork } from '../../src/ledger/index.ts';
+import { type EpochRecord, epochRewards, escrowJobOf, type JobEscrow, paidWork } from '../../src/ledger/index.ts';
+import { hostedJobId, hostedModelJob } from '../../src/p2p/index.ts';
 import { Generator } from '../../src/tensor/index.ts';
 
 const PRICE = 1_000_000n;
@@ -33,6 +34,15 @@ describe('ledger: which work an epoch pays', () => {
     assert.deepEqual(paid.releases, [{ job: 'job', user: 'user', amount: 5000n * PRICE }]);
     assert.deepEqual(paid.work, new Map([['honest', 4000], ['other', 1000]]));
     assert.deepEqual(paidWork(honest, escrowOf, accountOf, PRICE), paid, 'the fake records change nothing');
+  });
+
+  test('a hosted span\'s records are paid from the user\'s escrow for the whole model; any other job\'s from its own', () => {
+    const model = { name: 'llama-3.2', hash: 'ab'.repeat(32) };
+    assert.equal(hostedModelJob(model), 'host_llama-3_2_abababababab');
+    for (const layers of [[0, 0], [3, 11]] as [number, number][]) {
+      assert.equal(escrowJobOf(hostedJobId({ ...model, layers })), hostedModelJob(model));
+    }
+    for (const job of ['job', 'host_x', 'host_llama_abababababab', 'job_ababababab12_0-1x']) assert.equal(escrowJobOf(job), job);
   });
 
   test('an escrow that holds less than its work is due pays each of its records the share it covers', () => {

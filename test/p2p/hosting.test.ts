@@ -6,9 +6,36 @@ import { generate, heldBytes, loadModel } from '../../src/models/index.ts';
 import { createNode, hostedJobId } from '../../src/p2p/index.ts';
 import { HostedModel, listModels, RemoteStage } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
-import { parseFault, parseHostSpec, startWorker } from '../../src/worker/index.ts';
+import { parseFault, parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
 import { randn, setBackend, tensor } from '../../src/tensor/index.ts';
 import { readHFReference } from '../helpers/hf-fixtures.ts';
+
+/** A validator, hosts of the llama3 fixture (one per `spans` entry: 'FIRST-LAST', with a fault or not) and `users` user nodes. */
+async function hostedSwarm(spans: (string | [string, string])[], users = 1) {
+  const ref = readHFReference('llama3');
+  const validator = await startValidator();
+  const boot = validator.node.getMultiaddrs()[0].toString();
+  const host = (span: string, fault?: string) => startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:${span}`)], fault: fault ? parseFault(fault) : undefined });
+  const hosts: Worker[] = [];
+  for (const s of spans) {
+    hosts.push(await (typeof s === 'string' ? host(s) : host(...s)));
+    // libp2p refuses a sixth inbound connection from one address within a second: these all come from 127.0.0.1
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  const nodes = await Promise.all(Array.from({ length: users }, () => createNode()));
+  const local = await loadModel(ref.dir);
+  return {
+    ref, validator, boot, hosts, users: nodes, local, host,
+    open: (user: (typeof nodes)[number], options: Omit<Parameters<typeof HostedModel.open>[3], 'ends'> = {}) =>
+      HostedModel.open(user, validator.node.getMultiaddrs()[0], 'llama3', { ends: ref.dir, ...options }),
+    peerOf: (i: number) => hosts[i].node.peerId.toString(),
+    async stop() {
+      await Promise.all(nodes.map((u) => u.stop()));
+      await Promise.all(hosts.map((h) => h.stop().catch(() => {})));
+      await validator.stop();
+    },
+  };
+}
 
 describe('hosted models', () => {
   setBackend('js');
@@ -21,14 +48,8 @@ describe('hosted models', () => {
   });
 
   test('two hosts cover a model; two users generate from it at once by name, holding only its ends, as one process does', async () => {
-    const ref = readHFReference('llama3');
-    const validator = await startValidator();
-    const boot = validator.node.getMultiaddrs()[0].toString();
-    const hosts = [
-      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:0-0`)] }),
-      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:1-1`)] }),
-    ];
-    const users = [await createNode(), await createNode()];
+    const swarm = await hostedSwarm(['0-0', '1-1'], 2);
+    const { ref, validator, hosts, users, local } = swarm;
     try {
       // the index: one model, both blocks online
       const { models } = await listModels(users[0], validator.node.getMultiaddrs()[0]);
@@ -40,12 +61,11 @@ describe('hosted models', () => {
       assert.equal(m.complete, true);
       assert.deepEqual(m.hosts.map((h) => [h.layers, h.format, h.state]).sort(), [[[0, 0], 'f32', 'online'], [[1, 1], 'f32', 'online']]);
 
-      const local = await loadModel(ref.dir);
       const options = { maxNewTokens: 16, temperature: 0, stopTokens: [] };
       const want = await generate(local, ref.prompt, options);
       const other = ref.prompt.slice(0, 3);
       const wantOther = await generate(local, other, options);
-      const opened = await Promise.all(users.map((u) => HostedModel.open(u, validator.node.getMultiaddrs()[0], 'llama3', { ends: ref.dir })));
+      const opened = await Promise.all(users.map((u) => swarm.open(u)));
       try {
         // the user holds its ends only
         assert.ok(heldBytes(opened[0].ends) < heldBytes(local));
@@ -81,27 +101,17 @@ describe('hosted models', () => {
         await theirs.close();
       }
     } finally {
-      await Promise.all(users.map((u) => u.stop()));
-      await Promise.all(hosts.map((h) => h.stop()));
-      await validator.stop();
+      await swarm.stop();
     }
   });
 
   test('a host lost mid-session: its blocks move to another host, their steps are replayed there, and the tokens do not change', async () => {
-    const ref = readHFReference('llama3');
-    const validator = await startValidator();
-    const boot = validator.node.getMultiaddrs()[0].toString();
-    const hosts = [
-      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:0-0`)] }),
-      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:1-1`)] }),
-      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:1-1`)] }),
-    ];
-    const user = await createNode();
+    const swarm = await hostedSwarm(['0-0', '1-1', '1-1']);
+    const { ref, hosts, local } = swarm;
     try {
-      const local = await loadModel(ref.dir);
       const options = { maxNewTokens: 16, temperature: 0, stopTokens: [] };
       const want = await generate(local, ref.prompt, options);
-      const model = await HostedModel.open(user, validator.node.getMultiaddrs()[0], 'llama3', { ends: ref.dir });
+      const model = await swarm.open(swarm.users[0]);
       let route: string[] = [];
       model.onSession = (session) => (route = session.route.map((h) => h.peerId));
       let killed: string | null = null;
@@ -124,26 +134,17 @@ describe('hosted models', () => {
       process.stderr.write(`hosted llama3: block 1's host lost after 5 tokens, ${model.failovers[0].replayed} steps replayed on another; ${tokens.length} tokens equal one process's\n`);
       await model.close();
     } finally {
-      await user.stop();
-      await Promise.all(hosts.map((h) => h.stop().catch(() => {})));
-      await validator.stop();
+      await swarm.stop();
     }
   });
 
   test('a cheating host is caught by the validator re-running its steps, and left out; an honest one takes its blocks', async () => {
-    const ref = readHFReference('llama3');
-    const validator = await startValidator();
-    const boot = validator.node.getMultiaddrs()[0].toString();
-    const hosts = [
-      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:0-0`)] }),
-      await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:1-1`)], fault: parseFault('noise:1') }),
-    ];
-    const user = await createNode();
+    const swarm = await hostedSwarm(['0-0', ['1-1', 'noise:1']]);
+    const { ref, validator, hosts, local } = swarm;
     try {
-      const local = await loadModel(ref.dir);
       const options = { maxNewTokens: 8, temperature: 0, stopTokens: [] };
       const want = await generate(local, ref.prompt, options);
-      const model = await HostedModel.open(user, validator.node.getMultiaddrs()[0], 'llama3', { ends: ref.dir, verify: { sampleRate: 1 } });
+      const model = await swarm.open(swarm.users[0], { verify: { sampleRate: 1 } });
       const cheater = hosts[1].node.peerId.toString();
       // the only host of block 1 cheats: caught, left out, and then nothing covers block 1
       await assert.rejects(model.generate(ref.prompt, options), { name: 'PlanInfeasibleError', message: /hosts caught cheating are left out/ });
@@ -151,7 +152,7 @@ describe('hosted models', () => {
       assert.ok(model.verification.failed >= 1);
       assert.equal(validator.reputation.standing(cheater).excluded, true, 'the validator flagged it');
       // an honest host of block 1 joins: the tokens are one process's, and every step re-run passes
-      hosts.push(await startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:1-1`)] }));
+      hosts.push(await swarm.host('1-1'));
       const failedBefore = model.verification.failed;
       const { tokens } = await model.generate(ref.prompt, options);
       assert.deepEqual(tokens, want.tokens);
@@ -159,9 +160,39 @@ describe('hosted models', () => {
       process.stderr.write(`hosted llama3: a noisy host caught (${model.verification.failed} failed re-runs) and left out; with an honest one, ${model.verification.checked} steps re-run, the tokens one process's\n`);
       await model.close();
     } finally {
-      await user.stop();
-      await Promise.all(hosts.map((h) => h.stop().catch(() => {})));
-      await validator.stop();
+      await swarm.stop();
+    }
+  });
+
+  test('security level 2: every step runs on two routes over different hosts; a cheating route is caught when they differ and dropped, the tokens one process\'s', async () => {
+    const swarm = await hostedSwarm(['0-0', '1-1', '0-0', ['1-1', 'noise:1']]);
+    const { ref, local } = swarm;
+    try {
+      const options = { maxNewTokens: 8, temperature: 0, stopTokens: [] };
+      const want = await generate(local, ref.prompt, options);
+      // no sampled re-runs: only the comparison of the two routes catches the cheater
+      const model = await swarm.open(swarm.users[0], { verify: { sampleRate: 0, redundancy: 2 } });
+      const routes: string[][] = [];
+      model.onSession = (session) => routes.push(session.route.map((h) => h.peerId));
+      const { tokens } = await model.generate(ref.prompt, options);
+      assert.deepEqual(tokens, want.tokens);
+      assert.equal(routes.length, 2);
+      assert.equal(new Set(routes.flat()).size, 4, 'the two routes share no host');
+      const cheater = swarm.peerOf(3);
+      assert.deepEqual(model.verification.flagged, [cheater]);
+      assert.equal(model.verification.compared, 1, 'the routes disagreed at the first step; the cheating one was dropped there');
+      assert.equal(swarm.validator.reputation.standing(cheater).excluded, true);
+      // the cheater is left out: a second request at level 2 finds only one route
+      await assert.rejects(model.generate(ref.prompt, options), { name: 'PlanInfeasibleError', message: /security level 2 needs 2 routes over different hosts/ });
+      // two honest routes agree at every step
+      swarm.hosts.push(await swarm.host('1-1'));
+      const again = await model.generate(ref.prompt, options);
+      assert.deepEqual(again.tokens, want.tokens);
+      assert.equal(model.verification.compared, 1 + options.maxNewTokens, 'every step compared');
+      process.stderr.write(`hosted llama3 at security level 2: a noisy route caught at its first step (${model.verification.checked} re-runs), tokens one process's\n`);
+      await model.close();
+    } finally {
+      await swarm.stop();
     }
   });
 });
