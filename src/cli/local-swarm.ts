@@ -125,6 +125,8 @@ export async function localSwarm(options: {
   handleSignals?: boolean;
   /** `--fault KIND[:RATE]` for the worker at each index (a cheater, to show the network's defences); undefined: honest. */
   faults?: (string | undefined)[];
+  /** More arguments for the worker at each index (`--host NAME=DIR:FIRST-LAST`: what it hosts). */
+  workerArgs?: (string[] | undefined)[];
   /** The compute backend of every node (default: each node's own default). */
   backend?: 'js' | 'ort';
   /**
@@ -198,7 +200,7 @@ export async function localSwarm(options: {
         launch('worker', [
           '--bootstrap', bootstrap, '--data', workerDirs[i], ...onChain,
           ...(options.memory ? ['--memory', options.memory] : []), ...(options.models ? ['--models', options.models] : []), ...extra,
-          ...(options.faults?.[i] ? ['--fault', options.faults[i]!] : []),
+          ...(options.faults?.[i] ? ['--fault', options.faults[i]!] : []), ...(options.workerArgs?.[i] ?? []),
         ], timeoutMs),
       ),
     );

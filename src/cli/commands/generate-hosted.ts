@@ -1,7 +1,9 @@
 import { multiaddr } from '@multiformats/multiaddr';
 import { type CausalLM, defaultCacheDir, loadModel } from '../../models/index.ts';
-import type { cachedEnds as CachedEnds } from '../../user/index.ts';
-import { type Flags, intFlag, numberFlag, optionalIntFlag, type Placement, stringFlag, UsageError, weightFlags } from '../args.ts';
+import { hostedModelJob } from '../../p2p/vocabulary.ts';
+import type { cachedEnds as CachedEnds, HostedModel as HostedModelClass } from '../../user/index.ts';
+import { type Flags, intFlag, numberFlag, optionalIntFlag, type Placement, stringFlag, UsageError, verifyFlags, weightFlags } from '../args.ts';
+import { payForJob } from '../chain-flags.ts';
 import type { Output } from '../output.ts';
 import type { Libp2p } from '@libp2p/interface';
 
@@ -23,6 +25,27 @@ export async function loadEnds(
     dir = cached.dir;
   }
   return loadModel(dir, { part: 'ends', ...weightFlags(flags) });
+}
+
+/**
+ * Opens the hosted model `name` for a command's user: checked at `--redundancy K` routes and `--verify-rate`; with
+ * `--contracts`, `--pay` tokens go into the user's escrow for the model (hostedModelJob) and every step the hosts
+ * sign goes to the ledger with the user's acceptance, so the validators pay the hosts from it by their FLOPs.
+ */
+export async function openHosted(
+  Hosted: typeof HostedModelClass, access: { node: Libp2p; bootstrap: string }, name: string, ends: CausalLM, flags: Flags, out: Output,
+): Promise<HostedModelClass> {
+  const { redundancy, sampleRate } = verifyFlags(flags);
+  const paid = stringFlag(flags, 'contracts') !== undefined;
+  const model = await Hosted.open(access.node, access.bootstrap, name, { ends, verify: { redundancy, sampleRate }, ledger: paid });
+  try {
+    out.info(`${name} (${model.entry.hash.slice(0, 12)}…): ${model.entry.layers} blocks on ${new Set(model.entry.hosts.map((h) => h.peerId)).size} hosts`);
+    if (paid) await payForJob(flags, { jobId: hostedModelJob(model.entry), user: access.node.peerId.toString() }, out);
+  } catch (err) {
+    await model.close();
+    throw err;
+  }
+  return model;
 }
 
 /**
@@ -51,8 +74,7 @@ export async function generateHosted(name: string, prompt: string, where: Placem
   }
   const started = performance.now();
   try {
-    const model = await HostedModel.open(access.node, access.bootstrap, name, { ends });
-    out.info(`${name} (${model.entry.hash.slice(0, 12)}…): ${model.entry.layers} blocks on ${new Set(model.entry.hosts.map((h) => h.peerId)).size} hosts`);
+    const model = await openHosted(HostedModel, access, name, ends, flags, out);
     let printed = '';
     const produced: number[] = [];
     try {
@@ -75,7 +97,12 @@ export async function generateHosted(name: string, prompt: string, where: Placem
       const seconds = (performance.now() - started) / 1000;
       for (const f of model.failovers) out.info(`blocks ${f.layers[0]}-${f.layers[1]} lost their host …${f.peerId.slice(-6)}: moved to others, ${f.replayed} steps replayed`);
       const failovers = model.failovers.length > 0 ? { failovers: model.failovers } : {};
-      if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds, model: { name, hash: model.entry.hash }, ...failovers }, '');
+      const ledgerError = await model.drain();
+      if (ledgerError) out.info(`warning: the validator's ledger did not take every step: ${ledgerError.message}`);
+      const escrow = { job: hostedModelJob(model.entry), user: access.node.peerId.toString() };
+      const paid = model.recorded.records > 0 ? { recorded: { ...model.recorded, escrow } } : {};
+      if (model.recorded.records > 0) out.info(`${model.recorded.records} steps of the hosts (${model.recorded.flops} FLOPs) handed to the ledger, paid from your escrow`);
+      if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds, model: { name, hash: model.entry.hash }, ...failovers, ...paid }, '');
       else {
         process.stdout.write(`${text.slice(printed.length)}\n`);
         out.info(`${tokens.length} tokens in ${seconds.toFixed(2)} s`);

@@ -7,9 +7,11 @@ import { cachedEnds, distribute, fetchOverview, HostedModel, type Overview } fro
 import {
   type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions, weightFlags,
 } from '../args.ts';
+import { payFlagOptions, payForJob } from '../chain-flags.ts';
 import { loadProgress } from '../load-progress.ts';
 import type { Output } from '../output.ts';
 import { joinSwarm, type SwarmAccess } from '../swarm.ts';
+import { openHosted } from './generate-hosted.ts';
 import { runUntilSignal } from './node-process.ts';
 
 export const serveOptions = {
@@ -26,6 +28,7 @@ export const serveOptions = {
   'verify-rate': { type: 'string' },
   'ends': { type: 'string' },
   ...weightFlagOptions,
+  ...payFlagOptions,
 } as const;
 
 /**
@@ -77,8 +80,7 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
     const access = early ?? await joinSwarm(where, flags);
     try {
       const ends = await loadModel(files, { part: 'ends', ...format });
-      const model = await HostedModel.open(access.node, access.bootstrap, dir, { ends });
-      out.info(`${dir} (${model.entry.hash.slice(0, 12)}…): ${model.entry.layers} blocks on ${new Set(model.entry.hosts.map((h) => h.peerId)).size} hosts`);
+      const model = await openHosted(HostedModel, access, dir, ends, flags, out);
       const validator = multiaddr(access.bootstrap);
       overview = () => fetchOverview(access.node, validator);
       // the clients' requests are batched here (the scheduler) into one session over the hosts per batch
@@ -101,6 +103,7 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
       const dm = await distribute(access.node, access.bootstrap, dir, {
         strategy, privacy, onProgress: loadProgress(out), verify, name: id, ...format,
       });
+      await payForJob(flags, { jobId: dm.jobId, user: access.node.peerId.toString() }, out);
       const validator = multiaddr(access.bootstrap);
       overview = () => fetchOverview(access.node, validator);
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
