@@ -106,7 +106,7 @@ export {
   PROBE_TIMEOUT_MS,
   TRAFFIC_WEIGHT,
 } from './protocols/probe/constants.ts';
-export { probe, serveProbes } from './protocols/probe/probe.ts';
+export { probe, roundTrip, serveProbes } from './protocols/probe/probe.ts';
 export {
   MAX_RESULT_STREAMS,
   RESULT_PROTOCOL,

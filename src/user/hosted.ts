@@ -5,14 +5,16 @@ import {
   type CausalLM, configToHF, defaultPositions, type ForwardOptions, generateWith, type GenerateOptions, loadModel, type StepModel,
 } from '../models/index.ts';
 import {
-  type DialTarget, type HostedModelEntry, hostedJobId, type PeerRecord, parseModelsAnswer, request, TRAIN_REQUEST_TIMEOUT_MS,
+  type DialTarget, type HostedModelEntry, hostedJobId, parseModelsAnswer, request, TRAIN_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
-import { agree, type ComputeFormat, ortTolerance, type WorkRecord } from '../verify/index.ts';
+import { agree, type ComputeFormat, ortTolerance, sectionCost, type WorkRecord } from '../verify/index.ts';
+import { hostRoundTrips, routeOver, type RouteOptions } from './hosted-routing.ts';
 import { LedgerSubmitter } from './ledger-submitter.ts';
 import { HostedSession, type RouteHop, type SessionRouter } from './hosted-session.ts';
 
 export type { RouteHop } from './hosted-session.ts';
+export { routeOver, type RouteOptions } from './hosted-routing.ts';
 import { listPeers } from './peers.ts';
 import { DEFAULT_SAMPLE_RATE } from './verifier.ts';
 import { RemoteStage } from './remote-stage.ts';
@@ -32,62 +34,6 @@ export interface HostedVerify {
    * host's step and the routes with a host caught are dropped. Default 1.
    */
   redundancy?: number;
-}
-
-/** What a route is for: the tokens a session will hold, hosts to avoid, and the blocks [from, to) to cover (default: all). */
-export interface RouteOptions {
-  tokens?: number;
-  avoid?: ReadonlySet<string>;
-  from?: number;
-  to?: number;
-}
-
-/** Open sessions on a host that double its blocks' predicted time. */
-const SESSIONS_PER_SLOWDOWN = 8;
-
-/** A host short of KV cache for a session of this many tokens costs this much more (in hops) on a route. */
-const SHORT_OF_CACHE_PENALTY = 4;
-
-/**
- * The route over a model's online hosts that covers blocks [from, to) (default: every block), in order, with the
- * least predicted cost: each hop costs one (a round trip) plus its blocks over the host's speed, slowed by its open
- * sessions (SESSIONS_PER_SLOWDOWN), and a host with fewer free KV-cache tokens than `tokens` costs
- * SHORT_OF_CACHE_PENALTY more. A shortest path over block boundaries (the
- * boundaries only move forward, so one pass in order is Dijkstra on this DAG); a host's span must lie within the
- * range. Null when no route covers it. `avoid`: hosts not to use (ones that failed).
- */
-export function routeOver(
-  model: HostedModelEntry, peers: readonly PeerRecord[], options: RouteOptions = {},
-): RouteHop[] | null {
-  const { tokens = 0, avoid = new Set<string>(), from = 0, to = model.layers } = options;
-  const byId = new Map(peers.map((p) => [p.peerId, p]));
-  const edges: { from: number; to: number; cost: number; hop: RouteHop }[] = [];
-  for (const h of model.hosts) {
-    const peer = byId.get(h.peerId);
-    if (h.state !== 'online' || !peer || avoid.has(h.peerId) || h.layers[0] < from || h.layers[1] >= to) continue;
-    const blocks = h.layers[1] - h.layers[0] + 1;
-    const speed = Math.max(1, peer.capabilities?.gflops ?? 1);
-    const short = h.freeTokens !== undefined && h.freeTokens < tokens ? SHORT_OF_CACHE_PENALTY : 0;
-    const hop = { peerId: h.peerId, addrs: peer.addrs, layers: h.layers };
-    // a host's open sessions share its compute: its blocks take longer the more it serves
-    const load = 1 + (h.sessions ?? 0) / SESSIONS_PER_SLOWDOWN;
-    edges.push({ from: h.layers[0], to: h.layers[1] + 1, cost: 1 + (blocks / speed) * load + short, hop });
-  }
-  edges.sort((a, b) => a.from - b.from);
-  const best = new Map<number, number>([[from, 0]]);
-  const via = new Map<number, { at: number; hop: RouteHop }>();
-  for (const e of edges) {
-    const here = best.get(e.from);
-    if (here === undefined) continue;
-    if (here + e.cost < (best.get(e.to) ?? Number.POSITIVE_INFINITY)) {
-      best.set(e.to, here + e.cost);
-      via.set(e.to, { at: e.from, hop: e.hop });
-    }
-  }
-  if (!best.has(to)) return null;
-  const route: RouteHop[] = [];
-  for (let at = to; at > from; at = via.get(at)!.at) route.unshift(via.get(at)!.hop);
-  return route;
 }
 
 /**
@@ -312,12 +258,22 @@ export class HostedModel {
   /** Host failures its sessions recovered from. */
   readonly failovers: HostedSession['failovers'] = [];
 
-  /** A route over blocks [from, to) from a fresh look at the index and the peers. */
+  /**
+   * A route over blocks [from, to) from a fresh look at the index and the peers, by the round trips this node measures
+   * to the model's hosts (hostRoundTrips) and its blocks' FLOPs.
+   */
   private async route(options: RouteOptions): Promise<RouteHop[] | null> {
     const { node, validator } = this;
     const [peers, entry] = await Promise.all([listPeers(node, validator), findModel(node, validator, this.entry.name, this.entry.hash)]);
-    return routeOver(entry, peers, { ...options, avoid: new Set([...(options.avoid ?? []), ...this.excluded]) });
+    const avoid = new Set([...(options.avoid ?? []), ...this.excluded]);
+    const online = new Set(entry.hosts.filter((h) => h.state === 'online' && !avoid.has(h.peerId)).map((h) => h.peerId));
+    const rttMs = await hostRoundTrips(node, peers.filter((p) => online.has(p.peerId)));
+    this.blockFlops ??= sectionCost(this.ends.config, [1, 2]).flopsPerToken;
+    return routeOver(entry, peers, { ...options, avoid, rttMs, blockFlops: this.blockFlops });
   }
+
+  /** One block's FLOPs per token (every block of the families hosted alike). */
+  private blockFlops: number | undefined;
 
   /**
    * What a lane's session routes by: failed spans go to other hosts (preferring ones no other lane uses); each step a

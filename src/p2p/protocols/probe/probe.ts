@@ -20,6 +20,65 @@ export async function serveProbes(node: Libp2p): Promise<void> {
   );
 }
 
+/** A probe stream: `ask` sends a frame list and waits for its answer (each within `left()`); `close` ends it. */
+async function openProbe(node: Libp2p, target: DialTarget, timeoutMs: number | undefined) {
+  const deadline = performance.now() + (timeoutMs ?? Number.POSITIVE_INFINITY);
+  const left = () => Math.max(0, Math.ceil(Math.min(PROBE_TIMEOUT_MS, deadline - performance.now())));
+  const stream = await dialProtocol(node, target, PROBE_PROTOCOL, AbortSignal.timeout(left()));
+  let answer: (m: unknown) => void = () => {};
+  receiveFrames(stream, (frame) => answer(frame.kind === 'control' ? frame.message : null));
+  const reply = () => {
+    const p = new Promise<void>((resolve, reject) => {
+      const wait = left();
+      const timer = setTimeout(() => reject(new PeerUnreachableError(`no probe answer within ${Math.round(wait)} ms`)), wait);
+      answer = (m) => {
+        clearTimeout(timer);
+        try {
+          parseProbeAnswer(m);
+          resolve();
+        } catch (err) {
+          reject(err as Error);
+        }
+      };
+    });
+    p.catch(() => {}); // awaited below; a timeout while the send is still under way must not go unhandled
+    return p;
+  };
+  return {
+    left,
+    async ask(frames: Uint8Array[]): Promise<void> {
+      const back = reply();
+      await sendMessage(stream, frames, { signal: AbortSignal.timeout(left()) });
+      await back;
+    },
+    close: () => stream.close().catch(() => {}),
+  };
+}
+
+/** The best of PROBE_PINGS round trips of a small message on an open probe stream, in ms. */
+async function pings(p: Awaited<ReturnType<typeof openProbe>>): Promise<number> {
+  let rttMs = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < PROBE_PINGS; i++) {
+    const t = performance.now();
+    await p.ask([encodeControl({ probe: i })]);
+    rttMs = Math.min(rttMs, performance.now() - t);
+  }
+  return Math.round(rttMs * 1000) / 1000;
+}
+
+/**
+ * The round trip of a small message to a peer (the best of PROBE_PINGS on one stream), in ms: a probe without its
+ * bandwidth transfer. Past `timeoutMs`, PeerUnreachableError.
+ */
+export async function roundTrip(node: Libp2p, target: DialTarget, options: { timeoutMs?: number } = {}): Promise<number> {
+  const p = await openProbe(node, target, options.timeoutMs);
+  try {
+    return await pings(p);
+  } finally {
+    await p.close();
+  }
+}
+
 /**
  * Measures, on one open stream, the round trip of a small message (the best of PROBE_PINGS)
  * and the bandwidth of one PROBE_BYTES transfer to a peer. `timeoutMs` bounds the whole probe
@@ -28,49 +87,14 @@ export async function serveProbes(node: Libp2p): Promise<void> {
  * const { rttMs, mbps } = await probe(node, { peerId, addrs }, { timeoutMs: 3000 })
  */
 export async function probe(node: Libp2p, target: DialTarget, options: { timeoutMs?: number } = {}): Promise<Proximity> {
-  const deadline = performance.now() + (options.timeoutMs ?? Number.POSITIVE_INFINITY);
-  const left = () => Math.max(0, Math.min(PROBE_TIMEOUT_MS, deadline - performance.now()));
-  const stream = await dialProtocol(node, target, PROBE_PROTOCOL, AbortSignal.timeout(left()));
+  const p = await openProbe(node, target, options.timeoutMs);
   try {
-    let answer: (m: unknown) => void = () => {};
-    receiveFrames(stream, (frame) => answer(frame.kind === 'control' ? frame.message : null));
-    const reply = () => {
-      const p = new Promise<void>((resolve, reject) => {
-        const wait = left();
-        const timer = setTimeout(() => reject(new PeerUnreachableError(`no probe answer within ${Math.round(wait)} ms`)), wait);
-        answer = (m) => {
-          clearTimeout(timer);
-          try {
-            parseProbeAnswer(m);
-            resolve();
-          } catch (err) {
-            reject(err as Error);
-          }
-        };
-      });
-      p.catch(() => {}); // awaited below; a timeout while the send is still under way must not go unhandled
-      return p;
-    };
-    let rttMs = Number.POSITIVE_INFINITY;
-    for (let i = 0; i < PROBE_PINGS; i++) {
-      const t = performance.now();
-      const back = reply();
-      await sendMessage(stream, [encodeControl({ probe: i })]);
-      await back;
-      rttMs = Math.min(rttMs, performance.now() - t);
-    }
+    const rttMs = await pings(p);
     const t0 = performance.now();
-    const done = reply();
-    const payload = encodeTensor({ requestId: 0, dtype: 'float32', shape: [PROBE_BYTES / 4], bytes: new Uint8Array(PROBE_BYTES) });
-    await sendMessage(stream, payload, { signal: AbortSignal.timeout(left()) });
-    await done;
+    await p.ask(encodeTensor({ requestId: 0, dtype: 'float32', shape: [PROBE_BYTES / 4], bytes: new Uint8Array(PROBE_BYTES) }));
     const seconds = (performance.now() - t0) / 1000;
-    return {
-      rttMs: Math.round(rttMs * 1000) / 1000,
-      mbps: Math.round(((PROBE_BYTES * 8) / 1e6 / seconds) * 10) / 10,
-      measuredAt: Date.now(),
-    };
+    return { rttMs, mbps: Math.round(((PROBE_BYTES * 8) / 1e6 / seconds) * 10) / 10, measuredAt: Date.now() };
   } finally {
-    await stream.close().catch(() => {});
+    await p.close();
   }
 }

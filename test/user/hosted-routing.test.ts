@@ -1,0 +1,74 @@
+// Issue #31: a session's route is the one of least predicted latency: the round trips this user measures to each
+// host, each host's blocks over its speed and its load, and a penalty for a host short of KV cache.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { createNode, type HostedModelEntry, type PeerRecord, serveProbes } from '../../src/p2p/index.ts';
+import { DEFAULT_RTT_MS, hostRoundTrips, routeOver } from '../../src/user/hosted-routing.ts';
+
+const peer = (peerId: string, gflops = 100): PeerRecord => ({
+  peerId, roles: ['worker'], addrs: [], proximity: {}, lastSeen: 0,
+  capabilities: { memoryBytes: 2 ** 34, gflops, tier: 'C', cores: 8, backend: 'ort' },
+});
+const model = (hosts: [string, number, number, { sessions?: number; freeTokens?: number }?][]): HostedModelEntry => ({
+  name: 'm', hash: '0'.repeat(64), layers: 8, complete: true,
+  hosts: hosts.map(([peerId, a, b, extra]) => ({ peerId, layers: [a, b] as [number, number], format: 'f32' as const, state: 'online' as const, ...extra })),
+});
+const ids = (route: { peerId: string }[] | null) => route?.map((h) => h.peerId);
+
+describe('routing a session over hosts', () => {
+  // 1 GFLOP a block at 100 GFLOP/s: 10 ms a block
+  const blockFlops = 1e9;
+
+  test('the measured round trips decide between hosts of the same blocks', () => {
+    const m = model([['near', 0, 7], ['far', 0, 7]]);
+    const peers = [peer('near'), peer('far')];
+    assert.deepEqual(ids(routeOver(m, peers, { blockFlops, rttMs: new Map([['near', 2], ['far', 120]]) })), ['near']);
+    assert.deepEqual(ids(routeOver(m, peers, { blockFlops, rttMs: new Map([['near', 300], ['far', 120]]) })), ['far']);
+    // not measured: the default round trip (so a host measured nearer than it wins)
+    assert.deepEqual(ids(routeOver(m, peers, { blockFlops, rttMs: new Map([['far', DEFAULT_RTT_MS - 1]]) })), ['far']);
+  });
+
+  test('two near hops beat one far hop; one hop beats two when the links are alike', () => {
+    const m = model([['a', 0, 3], ['b', 4, 7], ['whole', 0, 7]]);
+    const peers = [peer('a'), peer('b'), peer('whole')];
+    assert.deepEqual(ids(routeOver(m, peers, { blockFlops, rttMs: new Map([['a', 5], ['b', 5], ['whole', 100]]) })), ['a', 'b']);
+    assert.deepEqual(ids(routeOver(m, peers, { blockFlops, rttMs: new Map([['a', 30], ['b', 30], ['whole', 30]]) })), ['whole']);
+  });
+
+  test('a slow or loaded host loses to a fast idle one; one short of KV cache is avoided while another has room', () => {
+    const rttMs = new Map([['slow', 10], ['fast', 10]]);
+    // 8 blocks: 80 ms at 100 GFLOP/s, 800 ms at 10
+    assert.deepEqual(ids(routeOver(model([['slow', 0, 7], ['fast', 0, 7]]), [peer('slow', 10), peer('fast', 100)], { blockFlops, rttMs })), ['fast']);
+    const loaded = model([['slow', 0, 7], ['fast', 0, 7, { sessions: 160 }]]);
+    assert.deepEqual(ids(routeOver(loaded, [peer('slow', 50), peer('fast', 100)], { blockFlops, rttMs })), ['slow'], '21× the time of an idle host');
+    const full = model([['slow', 0, 7], ['fast', 0, 7, { freeTokens: 100 }]]);
+    const peers = [peer('slow', 80), peer('fast', 100)];
+    assert.deepEqual(ids(routeOver(full, peers, { blockFlops, rttMs, tokens: 512 })), ['slow']);
+    assert.deepEqual(ids(routeOver(full, peers, { blockFlops, rttMs, tokens: 64 })), ['fast']);
+  });
+
+  test('a range, hosts to avoid, and no route', () => {
+    const m = model([['a', 0, 3], ['b', 4, 7], ['c', 4, 7]]);
+    const peers = [peer('a'), peer('b'), peer('c')];
+    const rttMs = new Map([['b', 1], ['c', 2]]);
+    assert.deepEqual(ids(routeOver(m, peers, { blockFlops, rttMs, from: 4 })), ['b']);
+    assert.deepEqual(ids(routeOver(m, peers, { blockFlops, rttMs, from: 4, avoid: new Set(['b']) })), ['c']);
+    assert.equal(routeOver(m, peers, { blockFlops, rttMs, avoid: new Set(['a']) }), null);
+  });
+
+  test('round trips measured on real sockets: a listening peer answers, one that is gone is left out', async () => {
+    const [user, host, gone] = await Promise.all([createNode(), createNode(), createNode()]);
+    try {
+      // a worker answers probes (worker.ts): these two stand for hosts
+      await Promise.all([serveProbes(host), serveProbes(gone)]);
+      const record = (n: typeof host) => ({ ...peer(n.peerId.toString()), addrs: n.getMultiaddrs().map(String) });
+      const hosts = [record(host), record(gone)];
+      await gone.stop();
+      const rtt = await hostRoundTrips(user, hosts, 2_000);
+      assert.ok((rtt.get(host.peerId.toString()) ?? -1) >= 0 && rtt.get(host.peerId.toString())! < 100, `loopback round trip ${rtt.get(host.peerId.toString())} ms`);
+      assert.equal(rtt.has(gone.peerId.toString()), false);
+    } finally {
+      await Promise.all([user.stop(), host.stop()]);
+    }
+  });
+});
