@@ -17,6 +17,7 @@ import { Qwen3Moe } from './qwen3-moe.ts';
 import { canonicalName, ignorableKey, layersOfWeight } from './checkpoint-weights.ts';
 import { type CausalLM, type ModelLayer, type ModelPart, partLayers } from './model.ts';
 import { GGUFModel } from './gguf-model.ts';
+import { loadAdapter } from './adapter.ts';
 import { HFTokenizer, type Tokenizer } from './tokenizer.ts';
 
 /**
@@ -77,7 +78,11 @@ function readJson(path: string, what: string): Record<string, unknown> {
  * const small = await loadModel('models/llama', { quantize: 'int4' })   // about 0.16 of the float32 bytes
  */
 export async function loadModel(dir: string, options: LoadOptions = {}): Promise<CausalLM> {
-  if (isGGUF(dir)) return loadGGUF(dir, options);
+  if (isGGUF(dir)) {
+    const model = await loadGGUF(dir, options);
+    if (options.adapter) loadAdapter(model, options.adapter, { part: options.part !== undefined });
+    return model;
+  }
   const config = loadConfig(dir);
   const part = options.part;
   const format = weightFormat(options);
@@ -126,6 +131,7 @@ export async function loadModel(dir: string, options: LoadOptions = {}): Promise
     ckpt.close();
   }
   model.tokenizer = loadTokenizer(dir);
+  if (options.adapter) loadAdapter(model, options.adapter, { part: part !== undefined });
   return model;
 }
 
@@ -139,6 +145,8 @@ export interface LoadOptions {
   dtype?: 'f32' | 'bf16';
   /** int8 or int4 blocks of 32 (llama.cpp's Q8_0 and Q4_0 values: 0.28 and 0.16 of the float32 bytes); wins over dtype. */
   quantize?: QuantFormat;
+  /** A PEFT LoRA adapter folder put on the model (the base frozen; only the adapter trains): see adapter.ts. */
+  adapter?: string;
 }
 
 /** The compact format LoadOptions ask for, or null for float32. */

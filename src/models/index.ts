@@ -53,3 +53,7 @@ export {
 } from './trainer.ts';
 export { type BatchGenerator, evaluateExactMatch, type EvalResult } from './evaluate.ts';
 export { GGUFModel, type GGUFFileType, ggufToHF, hfToGGUF, type HFToGGUFOptions } from './gguf-model.ts';
+export {
+  adaptModel, ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterState, DEFAULT_LORA_TARGETS, loadAdapter, type LoraConfig, loraScale, mergeAdapter,
+  parseLoraSpec, readAdapterConfig, saveAdapter,
+} from './adapter.ts';

@@ -102,7 +102,7 @@ export class LocalTrainer {
     readonly model: CausalLM,
     private readonly options: LocalTrainerOptions,
   ) {
-    this.optimizer = trainingOptimizer(model.parameters(), options);
+    this.optimizer = trainingOptimizer(model.trainableParameters(), options);
     this.baseLr = options.lr;
     this.lambda = trainingSchedule(options);
     this.optimizer.lr = this.baseLr * this.lambda(0);

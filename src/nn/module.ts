@@ -26,6 +26,11 @@ export class Module {
     return module;
   }
 
+  /** Takes a sub-module away (LoRA factors merged into their layer). */
+  protected removeModule(name: string): void {
+    this.ownModules.delete(name);
+  }
+
   private checkName(name: string): void {
     if (name === '' || name.includes('.')) throw new InvalidArgumentError(`invalid parameter name '${name}'`);
     if (this.ownParameters.has(name) || this.ownModules.has(name)) {
@@ -56,6 +61,11 @@ export class Module {
 
   parameters(): Tensor[] {
     return [...this.namedParameters()].map(([, p]) => p);
+  }
+
+  /** The parameters that are trained: those that require grad (a frozen base's are left out, its adapters' are not). */
+  trainableParameters(): Tensor[] {
+    return this.parameters().filter((p) => p.requiresGrad);
   }
 
   numParameters(): number {
