@@ -23,12 +23,15 @@ commands:
   convert --model DIR|FILE.gguf --out FILE.gguf|DIR [--type f32|f16|q8_0|q4_0] [--force]
       a Hugging Face directory to a GGUF file llama.cpp runs (its tokenizer too), or a GGUF file (llama,
       mistral, qwen2, qwen3) to a Hugging Face directory; every --model DIR also takes a .gguf file
+  merge --model DIR --adapter DIR --out DIR [--force]
+      the model with a PEFT LoRA adapter folded into its weights, in the Hub's layout
   generate --model DIR --prompt TEXT [--max-new-tokens N --temperature T --top-k K --top-p P --seed S]
            [--local N | --bootstrap MULTIADDR [--listen MULTIADDR]] [--strategy S --privacy ends|none]
            [--redundancy K --verify-rate P] [--contracts FILE [--rpc URL] --pay TLK] [--dtype f32|bf16 --quantize int8|int4]
       continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
       --local N on a local swarm of N workers, --bootstrap on an existing swarm; --dtype bf16 or --quantize
       holds the model's matrices compact (bf16; int8 and int4 blocks of 32, llama.cpp's Q8_0 and Q4_0), the workers' too
+      --adapter DIR: through a PEFT LoRA adapter (in this process)
   generate --model NAME --bootstrap MULTIADDR [--ends DIR] --prompt TEXT [...]
       from a model the swarm hosts (a --model that is no path here is a hosted model's name): this
       process holds only its ends (embedding, final norm, head, tokenizer), read from DIR, or without
@@ -49,6 +52,9 @@ commands:
         [--schedule gpipe|1f1b --replicas R --strategy S --privacy ends|none] [--redundancy K --verify-rate P --snapshot-every N]
         [--compress-grads dct-topk[:k=N,chunk=N,bits=N] --sync-every N] [--compress-activations fp16|int8]
         [--contracts FILE [--rpc URL] --pay TLK]   (pays TLK, default 10, into the job's escrow from ~/.tensorlink/user)
+        [--adapter lora[:r=8,alpha=16,targets=q_proj,v_proj,...]|DIR [--quantize int4 --dtype bf16]]
+      --adapter trains a LoRA adapter over the frozen model (compact with --quantize/--dtype: QLoRA) in
+      this process; its checkpoint in --out is the adapter in PEFT's layout;
       trains with progress, periodic evaluation and checkpoints (--resume continues one); across
       workers the model is split into stages, micro-batches flow through a GPipe or 1F1B schedule;
       every worker result comes with a signed record: --redundancy K runs each section on K workers
@@ -140,6 +146,7 @@ const COMMANDS: Record<string, { load: () => Promise<Command>; positionals?: boo
   'demo': { load: () => import('./commands/demo.ts').then((m) => ({ options: m.demoOptions, run: m.demoCommand })) },
   'init-model': { load: () => import('./commands/init-model.ts').then((m) => ({ options: m.initModelOptions, run: m.initModel })) },
   'convert': { load: () => import('./commands/convert.ts').then((m) => ({ options: m.convertOptions, run: m.convertCommand })) },
+  'merge': { load: () => import('./commands/merge.ts').then((m) => ({ options: m.mergeOptions, run: m.mergeCommand })) },
   'generate': { load: () => import('./commands/generate.ts').then((m) => ({ options: m.generateOptions, run: m.generateCommand })) },
   'train': { load: () => import('./commands/train.ts').then((m) => ({ options: m.trainOptions, run: m.trainCommand })) },
   'serve': { load: () => import('./commands/serve.ts').then((m) => ({ options: m.serveOptions, run: m.serveCommand })) },

@@ -19,6 +19,12 @@ export interface RouteOptions {
 
 /** A round trip to a host not measured (a user → host hop on a continent's internet). */
 export const DEFAULT_RTT_MS = 50;
+/**
+ * What a hop costs beyond its round trip and its blocks (an estimate, not a measurement): the host's turn at the
+ * request (its queue, the stream's framing) and the user's at the answer. It makes fewer hops win between hosts
+ * whose round trips are alike (on one machine, pings of a millisecond or less that load makes jitter).
+ */
+export const HOP_OVERHEAD_MS = 5;
 /** A block's FLOPs per token when the caller does not say (a 7B Llama's block: about 0.4 GFLOP). */
 export const DEFAULT_BLOCK_FLOPS = 4e8;
 /** Open sessions on a host that double its blocks' predicted time. */
@@ -31,7 +37,7 @@ const DEFAULT_GFLOPS = 10;
 /**
  * The route over a model's online hosts that covers blocks [from, to) (default: every block), in order, with the
  * least predicted latency per step, as Petals' clients choose: each hop costs its measured round trip from the user
- * (steps go user → host → user, host by host) plus its blocks' compute time (blocks × blockFlops over the host's
+ * (steps go user → host → user, host by host) and HOP_OVERHEAD_MS, plus its blocks' compute time (blocks × blockFlops over the host's
  * announced speed, slowed by its open sessions, SESSIONS_PER_SLOWDOWN of them doubling it), and a host with fewer free
  * KV-cache tokens than `tokens` costs SHORT_OF_CACHE_HOPS default round trips more. A shortest path over block
  * boundaries (the boundaries only move forward, so one pass in order is Dijkstra on this DAG); a host's span must lie
@@ -50,7 +56,7 @@ export function routeOver(model: HostedModelEntry, peers: readonly PeerRecord[],
     // a host's open sessions share its compute: its blocks take longer the more it serves
     const load = 1 + (h.sessions ?? 0) / SESSIONS_PER_SLOWDOWN;
     const short = h.freeTokens !== undefined && h.freeTokens < tokens ? SHORT_OF_CACHE_HOPS * DEFAULT_RTT_MS : 0;
-    const cost = (rttMs?.get(h.peerId) ?? DEFAULT_RTT_MS) + computeMs * load + short;
+    const cost = (rttMs?.get(h.peerId) ?? DEFAULT_RTT_MS) + HOP_OVERHEAD_MS + computeMs * load + short;
     edges.push({ from: h.layers[0], to: h.layers[1] + 1, cost, hop: { peerId: h.peerId, addrs: peer.addrs, layers: h.layers } });
   }
   edges.sort((a, b) => a.from - b.from);

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import {
-  type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, UsageError, verifyFlags,
+  type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags,
   weightFlagOptions, weightFlags,
 } from '../args.ts';
 import type { FailoverEvent, VerificationSummary } from '../../user/index.ts';
@@ -25,6 +25,7 @@ export const generateOptions = {
   'verify-rate': { type: 'string' },
   'listen': { type: 'string' },
   'ends': { type: 'string' },
+  'adapter': { type: 'string' },
   ...payFlagOptions,
   ...weightFlagOptions,
 } as const;
@@ -39,8 +40,10 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   // a --model that is no path here names a model the swarm hosts
   if (!existsSync(dir)) return (await import('./generate-hosted.ts')).generateHosted(dir, prompt, where, flags, out);
   const format = weightFlags(flags);
+  const adapter = stringFlag(flags, 'adapter');
+  if (adapter !== undefined && where.kind !== 'local') throw new UsageError('--adapter: generation through an adapter runs in this process for now (--local 0)');
   // across workers the user reads only its ends from the checkpoint; sections stream from the files
-  const model = where.kind === 'local' ? await loadModel(dir, format) : null;
+  const model = where.kind === 'local' ? await loadModel(dir, { ...format, adapter }) : null;
   const config = model?.config ?? loadConfig(dir);
   const tok = model ? model.tokenizer : loadTokenizer(dir);
   if (!tok) throw new UsageError(`${dir} has no tokenizer.json; generate needs one to read the prompt`);

@@ -6,7 +6,8 @@ import {
 } from '../../data/index.ts';
 import { MAX_SYNC_EVERY, type Traffic } from '../../p2p/index.ts';
 import {
-  type BatchGenerator, type CausalLM, evaluateExactMatch, LocalTrainer, loadConfig, loadModel, loadTokenizer, partBytes, saveModel,
+  adaptModel, adapterState, type BatchGenerator, type CausalLM, evaluateExactMatch, heldBytes, loadAdapter, LocalTrainer, loadConfig,
+  loadModel, loadTokenizer, type LoraConfig, parseLoraSpec, partBytes, saveAdapter, saveModel,
   type Tokenizer, weightFormat,
 } from '../../models/index.ts';
 import { distribute, type FailoverEvent, RedundantStage, type VerificationSummary, type VerifyOptions } from '../../user/index.ts';
@@ -53,6 +54,7 @@ export const trainOptions = {
   'compress-grads': { type: 'string' },
   'sync-every': { type: 'string' },
   'compress-activations': { type: 'string' },
+  'adapter': { type: 'string' },
   ...payFlagOptions,
   ...weightFlagOptions,
 } as const;
@@ -141,6 +143,33 @@ interface RunSettings {
   lr: number;
   microBatches: number;
   resumeFrom: string | null;
+  /** The LoRA adapter trained over the frozen model (its checkpoint is the adapter alone, in PEFT's layout). */
+  adapter?: LoraConfig | null;
+}
+
+/**
+ * The adapter `--adapter` asks for on the model (the base frozen): a PEFT adapter folder to go on training, or
+ * `lora[:r=8,alpha=16,targets=…]` for a new one drawn from `seed`; on --resume, the one the checkpoint holds. Says
+ * what trains and what it holds.
+ */
+function adapterOf(model: CausalLM, flag: string, resumeFrom: string | null, seed: number, out: Output): LoraConfig {
+  let config: LoraConfig;
+  if (resumeFrom) config = loadAdapter(model, resumeFrom);
+  else if (existsSync(flag)) config = loadAdapter(model, flag);
+  else {
+    try {
+      config = parseLoraSpec(flag);
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+    adaptModel(model, config, { seed });
+  }
+  const trainable = model.trainableParameters().reduce((n, p) => n + p.size, 0);
+  const base = heldBytes(model) - 4 * trainable;
+  // an adapter's weights, gradients and two AdamW moments: 16 bytes a parameter; full training: 16 bytes a base parameter
+  out.info(`LoRA r ${config.r}, alpha ${config.alpha} on ${adapterState(model).size / 2} layers: ${trainable} parameters train `
+    + `(${(16 * trainable / 2 ** 20).toFixed(2)} MiB with gradients and moments) over a frozen base of ${(base / 2 ** 20).toFixed(2)} MiB`);
+  return config;
 }
 
 function localRunner(s: RunSettings, out: Output): Runner {
@@ -156,7 +185,8 @@ function localRunner(s: RunSettings, out: Output): Runner {
     step: async (batch) => trainer.step(batch),
     evaluate: () => s.source.evaluate({ logits: async (ids) => noGrad(() => model.eval().forward(ids)), generator: model }),
     checkpoint: async (dir, state) => {
-      await saveModel(model, dir);
+      if (s.adapter) saveAdapter(model, s.adapter, dir, s.dir);
+      else await saveModel(model, dir);
       writeOptimizer(dir, localOptimizerState(trainer));
       writeState(dir, state);
     },
@@ -296,12 +326,18 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   if (resume && (outDir === undefined || !existsSync(join(outDir, STATE_FILE)))) {
     throw new UsageError(`--resume needs --out DIR holding a ${STATE_FILE} from an earlier run`);
   }
-  const modelDir = resume ? outDir! : requiredString(flags, 'model');
+  const adapterFlag = stringFlag(flags, 'adapter');
+  // an adapter run's checkpoint is the adapter alone: it resumes over the same --model
+  const modelDir = resume && !adapterFlag ? outDir! : requiredString(flags, 'model');
   const format = weightFormat(weightFlags(flags));
-  if (format) {
-    throw new UsageError(`--${flags.quantize ? 'quantize' : 'dtype'} ${format}: compact weights are frozen, so there is nothing to train in them yet (adapters over them will be)`);
+  if (format && !adapterFlag) {
+    throw new UsageError(`--${flags.quantize ? 'quantize' : 'dtype'} ${format}: compact weights are frozen, so there is nothing to train in them; train an adapter over them (--adapter lora)`);
   }
-  const model = where.kind === 'local' ? await loadModel(modelDir) : null;
+  if (adapterFlag && where.kind !== 'local') {
+    throw new UsageError('--adapter: adapters train in this process for now (--local 0); across workers they are not built yet');
+  }
+  const model = where.kind === 'local' ? await loadModel(modelDir, weightFlags(flags)) : null;
+  const adapter = model && adapterFlag ? adapterOf(model, adapterFlag, resume ? outDir! : null, intFlag(flags, 'seed', 0, 0), out) : null;
   const config = model?.config ?? loadConfig(modelDir);
   const tokenizer = model ? model.tokenizer : loadTokenizer(modelDir);
   if (!tokenizer) throw new UsageError(`${modelDir} has no tokenizer.json; training needs one to encode the data`);
@@ -331,7 +367,8 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const where_ = where.kind === 'local' ? 'this process' : where.kind === 'swarm' ? `a local swarm of ${where.workers} workers` : where.bootstrap;
   const parameters = partBytes(config, [0, config.layers + 3]) / 4;
   out.info(`training ${config.arch} (${parameters} parameters) on ${source.name}, ${steps} steps, batch ${batchSize}, on ${where_}`);
-  const settings: RunSettings = { dir: modelDir, model, tokenizer, source, steps, lr, microBatches, resumeFrom: resume ? outDir! : null };
+  const resumeFrom = resume ? outDir! : null;
+  const settings: RunSettings = { dir: modelDir, model, tokenizer, source, steps, lr, microBatches, resumeFrom, adapter };
   const runner = where.kind === 'local' ? localRunner(settings, out) : await distributedRunner(settings, flags, pipeline!, out);
   const evals: ({ step: number } & Evaluation)[] = [];
   const started = performance.now();
