@@ -144,4 +144,25 @@ describe('compact weights on the ort backend', { skip }, () => {
       assert.ok(ratio <= 1, `${ratio} of the bound`);
     });
   }
+
+  for (const format of ['int4', 'bf16'] as const) {
+    test(`${format}: the input gradient through a packed weight on ort (the weight unpacked, a dense gemm) equals js's exact kernel to float rounding`, () => {
+      const weight = tensor(Float32Array.from(randn([96, 160], { seed: 5 }).data), [96, 160]);
+      packWeight(weight, format);
+      const grad = (backend: Parameters<typeof withBackend>[0]) => withBackend(backend, () => {
+        const x = randn([2, 5, 160], { seed: 6 });
+        x.requiresGrad = true;
+        linear(x, weight, null).mul(randn([2, 5, 96], { seed: 7 })).sum().backward();
+        return x.grad!.data as Float32Array;
+      });
+      const [js, ort] = [grad('js'), grad(createOrtBackend({ threads: 1 }))];
+      let diff = 0;
+      let scale = 0;
+      for (let i = 0; i < js.length; i++) {
+        diff = Math.max(diff, Math.abs(js[i] - ort[i]));
+        scale = Math.max(scale, Math.abs(js[i]));
+      }
+      assert.ok(diff / scale < 1e-5, `relative ${diff / scale}`);
+    });
+  }
 });

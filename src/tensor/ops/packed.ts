@@ -1,5 +1,5 @@
 import { InvalidArgumentError, ShapeMismatchError } from '../../errors.ts';
-import { record } from '../autograd.ts';
+import { noGrad, record } from '../autograd.ts';
 import { getBackend } from '../backends/select.ts';
 import {
   packedInOutInputGradJs,
@@ -8,6 +8,8 @@ import {
   packedLinearJs,
   packedRowsJs,
 } from '../quant/kernels.ts';
+import { unpackMatrix } from '../quant/formats.ts';
+import { matmul } from './matmul.ts';
 import { Tensor } from '../tensor.ts';
 
 /**
@@ -37,9 +39,17 @@ export function packedLinear(x: Tensor, weight: Tensor, bias: Tensor | null | un
   return record(out, 'linear', inputs, (g) => {
     let dx: Tensor | null = null;
     if (x.requiresGrad) {
-      const d = new Float32Array(rows * inF);
-      (weightInOut ? packedInOutInputGradJs : packedLinearInputGradJs)(g.data as Float32Array, rows, p, d);
-      dx = new Tensor(d, x.shape);
+      if (getBackend().packedLinear) {
+        // a backend with its own products (onnxruntime): the weight unpacked for this product only, then its dense gemm
+        // (as QLoRA dequantizes a block's weights for its backward); js keeps its exact kernel
+        const w = new Tensor(unpackMatrix(p), [p.rows, p.cols]);
+        const g2 = new Tensor(g.data as Float32Array, [rows, outF]);
+        dx = noGrad(() => matmul(g2, weightInOut ? w.transpose(0, 1) : w)).reshape(x.shape);
+      } else {
+        const d = new Float32Array(rows * inF);
+        (weightInOut ? packedInOutInputGradJs : packedLinearInputGradJs)(g.data as Float32Array, rows, p, d);
+        dx = new Tensor(d, x.shape);
+      }
     }
     let db: Tensor | null = null;
     if (bias?.requiresGrad) {
