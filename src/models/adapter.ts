@@ -133,26 +133,33 @@ function linearsByPath(model: Adaptable): Map<string, Linear> {
 }
 
 /**
- * Puts new LoRA factors (PEFT's initialisation: A uniform, B zero, drawn from `seed`) on every Linear `config`
+ * Puts new LoRA factors (PEFT's initialisation: A uniform, B zero; each layer's drawn from `seed` and its path) on every Linear `config`
  * targets and freezes every other parameter of the model, base weights and ends alike. Returns the adapted modules'
  * paths. A config that targets nothing in this model (or this part of it) is an error for a whole model only.
  */
 export function adaptModel(
   model: Adaptable, config: LoraConfig, options: { seed?: number; part?: boolean } = {},
 ): string[] {
-  const rng = new Generator(options.seed ?? 0);
   const adapted: string[] = [];
   for (const p of model.parameters()) p.requiresGrad = false;
   const scale = loraScale(config);
   for (const [path, layer] of linearsByPath(model)) {
     if (!targeted(path, config.targets)) continue;
-    layer.adapt(newLora(layer.inFeatures, layer.outFeatures, config.r, scale, rng));
+    // each layer's factors are drawn from the seed and its path alone: a section of the model draws what the whole does
+    layer.adapt(newLora(layer.inFeatures, layer.outFeatures, config.r, scale, new Generator(layerSeed(options.seed ?? 0, path))));
     adapted.push(path);
   }
   if (adapted.length === 0 && !options.part) {
     throw new InvalidArgumentError(`the adapter's targets (${String(config.targets)}) name no linear layer of this model`);
   }
   return adapted;
+}
+
+/** A 32-bit seed for the factors of the layer at `path` (FNV-1a over the path, mixed with the adapter's seed). */
+function layerSeed(seed: number, path: string): number {
+  let h = (0x811c9dc5 ^ seed) >>> 0;
+  for (let i = 0; i < path.length; i++) h = Math.imul(h ^ path.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
 }
 
 /** The adapter's weights under PEFT's file keys (`base_model.model.<module>.lora_A.weight`, `.lora_B.weight`). */

@@ -9,7 +9,7 @@ import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { readSafetensors } from '../../src/io/index.ts';
 import {
-  adapterState, ADAPTER_CONFIG, loadAdapter, loadModel, mergeAdapter, parseLoraSpec, readAdapterConfig, saveAdapter,
+  adaptModel, adapterState, ADAPTER_CONFIG, loadAdapter, loadModel, mergeAdapter, parseLoraSpec, readAdapterConfig, saveAdapter,
 } from '../../src/models/index.ts';
 import { crossEntropy, setBackend, tensor, type Tensor } from '../../src/tensor/index.ts';
 import { relErr } from '../helpers/weights.ts';
@@ -80,6 +80,20 @@ describe('LoRA adapters equal PEFT', () => {
       assert.ok(relErr(merged.forward(ids).data, logits.data) < 1e-5);
     });
   }
+
+  test('new factors: B zero (the model computes what its base does), A drawn from the seed and the layer\'s path alone', async () => {
+    setBackend('js');
+    const [plain, a, b] = await Promise.all([0, 1, 2].map(() => loadModel(join(HF, 'llama3'))));
+    const ids = readSafetensors(join(PEFT, 'llama3-lora', 'reference.safetensors')).get('input_ids')!;
+    adaptModel(a, { r: 4, alpha: 8, targets: ['q_proj', 'v_proj'] }, { seed: 7 });
+    // b adapts fewer layers: the ones both adapt draw the same factors (what a section of the model needs)
+    adaptModel(b, { r: 4, alpha: 8, targets: 'model\\.layers\\.1\\.self_attn\\.v_proj' }, { seed: 7 });
+    assert.deepEqual(a.forward(ids).data, plain.forward(ids).data);
+    const [sa, sb] = [adapterState(a), adapterState(b)];
+    assert.deepEqual([...sb.keys()], ['base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight', 'base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight']);
+    for (const [key, t] of sb) assert.deepEqual(t.data, sa.get(key)!.data, key);
+    assert.ok(sa.get('base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight')!.data.some((v) => v !== 0));
+  });
 
   test('--adapter specs, and adapters that do not fit are clear errors', async () => {
     assert.deepEqual(parseLoraSpec('lora'), { r: 8, alpha: 16, targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] });
