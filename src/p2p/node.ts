@@ -23,6 +23,8 @@ export interface NodeOptions {
 
 /** TensorLink's own DHT: peers of the public libp2p DHT are not ours to query. */
 export const DHT_PROTOCOL = '/tensorlink/kad/1.0.0';
+/** Inbound connections a node takes from one address per second (libp2p's default: 5). */
+export const INBOUND_CONNECTIONS_PER_SECOND = 64;
 
 export type TensorLinkNode = Libp2p<{
   identify: ReturnType<ReturnType<typeof identify>>;
@@ -44,6 +46,9 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
     // a peer busy with a long computation (a large section on the js backend, a loaded machine) answers no ping until
     // it is done: libp2p's default 5 s would abort its connections, and with them every job on them
     connectionMonitor: { pingInterval: PING_INTERVAL_MS, pingTimeout: { minTimeout: PING_TIMEOUT_MS, maxTimeout: PING_TIMEOUT_MS } },
+    // many peers share one address (a gateway's users, a swarm on one machine, a home behind one NAT): libp2p's default
+    // of 5 inbound connections a second from one address refuses the sixth user of a host; a burst per second stays bounded
+    connectionManager: { inboundConnectionThreshold: INBOUND_CONNECTIONS_PER_SECOND },
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     services: {

@@ -11,13 +11,16 @@ export interface RouteOptions {
   /** The blocks [from, to) to cover (default: every block). */
   from?: number;
   to?: number;
-  /** Measured round trips from the user to hosts, in ms (hostRoundTrips); a host not measured counts DEFAULT_RTT_MS. */
+  /**
+   * Measured round trips from the user to hosts, in ms (hostRoundTrips); a host not measured counts the median of the
+   * measured ones (its peers' links are the best guess of its own), or DEFAULT_RTT_MS when none is.
+   */
   rttMs?: ReadonlyMap<string, number>;
   /** FLOPs of one block for one token (default DEFAULT_BLOCK_FLOPS): a host's blocks take this over its speed. */
   blockFlops?: number;
 }
 
-/** A round trip to a host not measured (a user → host hop on a continent's internet). */
+/** A round trip to a host when none of a route's hosts was measured (a user → host hop on a continent's internet). */
 export const DEFAULT_RTT_MS = 50;
 /**
  * What a hop costs beyond its round trip and its blocks (an estimate, not a measurement): the host's turn at the
@@ -46,6 +49,7 @@ const DEFAULT_GFLOPS = 10;
 export function routeOver(model: HostedModelEntry, peers: readonly PeerRecord[], options: RouteOptions = {}): RouteHop[] | null {
   const { tokens = 0, avoid = new Set<string>(), from = 0, to = model.layers, rttMs, blockFlops = DEFAULT_BLOCK_FLOPS } = options;
   const byId = new Map(peers.map((p) => [p.peerId, p]));
+  const unmeasured = median([...(rttMs?.values() ?? [])]) ?? DEFAULT_RTT_MS;
   const edges: { from: number; to: number; cost: number; hop: RouteHop }[] = [];
   for (const h of model.hosts) {
     const peer = byId.get(h.peerId);
@@ -56,7 +60,7 @@ export function routeOver(model: HostedModelEntry, peers: readonly PeerRecord[],
     // a host's open sessions share its compute: its blocks take longer the more it serves
     const load = 1 + (h.sessions ?? 0) / SESSIONS_PER_SLOWDOWN;
     const short = h.freeTokens !== undefined && h.freeTokens < tokens ? SHORT_OF_CACHE_HOPS * DEFAULT_RTT_MS : 0;
-    const cost = (rttMs?.get(h.peerId) ?? DEFAULT_RTT_MS) + HOP_OVERHEAD_MS + computeMs * load + short;
+    const cost = (rttMs?.get(h.peerId) ?? unmeasured) + HOP_OVERHEAD_MS + computeMs * load + short;
     edges.push({ from: h.layers[0], to: h.layers[1] + 1, cost, hop: { peerId: h.peerId, addrs: peer.addrs, layers: h.layers } });
   }
   edges.sort((a, b) => a.from - b.from);
@@ -74,6 +78,13 @@ export function routeOver(model: HostedModelEntry, peers: readonly PeerRecord[],
   const route: RouteHop[] = [];
   for (let at = to; at > from; at = via.get(at)!.at) route.unshift(via.get(at)!.hop);
   return route;
+}
+
+function median(values: number[]): number | undefined {
+  if (values.length === 0) return undefined;
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
 /** A user's round trip to a host is measured again after this long. */

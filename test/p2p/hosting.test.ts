@@ -17,11 +17,7 @@ async function hostedSwarm(spans: (string | [string, string])[], users = 1) {
   const boot = validator.node.getMultiaddrs()[0].toString();
   const host = (span: string, fault?: string) => startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:${span}`)], fault: fault ? parseFault(fault) : undefined });
   const hosts: Worker[] = [];
-  for (const s of spans) {
-    hosts.push(await (typeof s === 'string' ? host(s) : host(...s)));
-    // libp2p refuses a sixth inbound connection from one address within a second: these all come from 127.0.0.1
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
+  for (const s of spans) hosts.push(await (typeof s === 'string' ? host(s) : host(...s)));
   const nodes = await Promise.all(Array.from({ length: users }, () => createNode()));
   const local = await loadModel(ref.dir);
   return {

@@ -201,7 +201,8 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
       } catch {
         // the client's own abort
       }
-      assert.ok(open >= workers.length, `a session on each worker while it streams (${open})`);
+      // (the plan may hold every layer on one worker: the user's measured links make fewer hops the faster plan)
+      assert.ok(open >= 1, `a session on the plan's workers while it streams (${open})`);
       const deadline = Date.now() + 10_000;
       while ((await sessions()) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
       assert.equal(await sessions(), 0, 'no session left on the workers');

@@ -24,8 +24,12 @@ describe('routing a session over hosts', () => {
     const peers = [peer('near'), peer('far')];
     assert.deepEqual(ids(routeOver(m, peers, { blockFlops, rttMs: new Map([['near', 2], ['far', 120]]) })), ['near']);
     assert.deepEqual(ids(routeOver(m, peers, { blockFlops, rttMs: new Map([['near', 300], ['far', 120]]) })), ['far']);
-    // not measured: the default round trip (so a host measured nearer than it wins)
-    assert.deepEqual(ids(routeOver(m, peers, { blockFlops, rttMs: new Map([['far', DEFAULT_RTT_MS - 1]]) })), ['far']);
+    // none measured: the default round trip; some measured: those not measured count their median
+    assert.deepEqual(ids(routeOver(m, peers, { blockFlops })), ['near'], 'alike: the first listed');
+    const three = model([['a', 0, 3], ['b', 4, 7], ['whole', 0, 7]]);
+    const rtt = new Map([['a', 1], ['b', 1]]);
+    assert.deepEqual(ids(routeOver(three, [peer('a'), peer('b'), peer('whole')], { blockFlops, rttMs: rtt })), ['whole'], 'an unmeasured host counts 1 ms, not 50');
+    assert.ok(DEFAULT_RTT_MS > 2 + 5);
   });
 
   test('two near hops beat one far hop; one hop beats two when the links are alike', () => {
