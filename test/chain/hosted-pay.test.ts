@@ -84,7 +84,7 @@ describe('a hosted model, paid on a chain', () => {
     for (const w of swarm.workers) {
       const reward = BigInt(rewards[w.account!] ?? '0');
       assert.ok(reward > 0n, `host ${w.peerId} was paid`);
-      await waitFor(`${w.peerId} to claim`, async () => (await chain.user.balanceOf(w.account as Address)) === LOCAL_GRANT - MIN_STAKE + reward, 30_000);
+      await waitFor(`${w.peerId} to claim`, async () => (await chain.user.balanceOf(w.account as Address)) === LOCAL_GRANT - MIN_STAKE + reward, 90_000);
     }
     process.stderr.write(`hosted model paid: ${recorded.records} steps, ${recorded.flops} FLOPs, ${due} token units released from the user's escrow; host rewards ${swarm.workers.map((w) => rewards[w.account!]).join(', ')}\n`);
   });
