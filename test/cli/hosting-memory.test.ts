@@ -4,7 +4,7 @@
 // its buffers, caches and heap; the bound leaves room for a collector that runs late on a loaded machine).
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -13,17 +13,10 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { generate, loadModel, partBytes } from '../../src/models/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
-import { HostedModel } from '../../src/user/index.ts';
-import { type Running, startNode, waitFor } from '../helpers/processes.ts';
-import { listModels } from '../../src/user/index.ts';
+import { HostedModel, listModels } from '../../src/user/index.ts';
+import { rss, type Running, startNode, waitFor } from '../helpers/processes.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
-
-/** Resident memory of a process (VmRSS), in bytes. */
-function rss(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) * 1024 : 0;
-}
 
 describe('a host\'s resident memory', () => {
   setBackend('js');

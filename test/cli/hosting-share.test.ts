@@ -4,7 +4,7 @@
 // other hosts with the same tokens.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -14,7 +14,7 @@ import { generate, loadModel } from '../../src/models/index.ts';
 import { createNode, parseStatsAnswer, request } from '../../src/p2p/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
 import { listModels } from '../../src/user/index.ts';
-import { type Running, startNode, waitFor } from '../helpers/processes.ts';
+import { rss, type Running, startNode, waitFor } from '../helpers/processes.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 
@@ -34,12 +34,6 @@ function cliAsync(...args: string[]): Promise<{ tokens: number[]; text: string }
     child.stderr.on('data', (d) => (err += d));
     child.once('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`tensorlink ${args.join(' ')} exited ${code}: ${err}`))));
   });
-}
-
-/** Resident memory of a process (VmRSS), in bytes. */
-function rss(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) * 1024 : 0;
 }
 
 describe('hosted models shared by users in their own processes', () => {

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { launchNode } from '../../src/cli/local-swarm.ts';
 
@@ -71,4 +72,10 @@ export function startServe(
     });
     child.once('exit', (code) => reject(new Error(`serve exited (${code}): ${err}`)));
   });
+}
+
+/** Resident memory of a process (VmRSS), in bytes. */
+export function rss(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) * 1024 : 0;
 }
