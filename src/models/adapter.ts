@@ -111,7 +111,7 @@ export function readAdapterConfig(dir: string): LoraConfig {
 }
 
 /** Whether PEFT would adapt the module at `path`: a list matches the path or its end after a '.'; a string is a regex over the path. */
-function targeted(path: string, targets: string[] | string): boolean {
+export function targeted(path: string, targets: string[] | string): boolean {
   if (typeof targets === 'string') return new RegExp(`^(?:${targets})$`).test(path);
   return targets.some((t) => path === t || path.endsWith(`.${t}`));
 }
@@ -155,6 +155,19 @@ export function adaptModel(
   return adapted;
 }
 
+/**
+ * The parameters an adapter puts on a layer, from its weights' names and shapes alone (nothing is built): r × (in + out)
+ * for each matrix it targets. What a plan counts for a layer of a LoRA job.
+ */
+export function adapterParameters(named: Iterable<readonly [string, { shape: readonly number[] }]>, config: LoraConfig): number {
+  let n = 0;
+  for (const [name, t] of named) {
+    if (t.shape.length !== 2 || !name.endsWith('.weight') || !targeted(name.slice(0, -'.weight'.length), config.targets)) continue;
+    n += config.r * (t.shape[0] + t.shape[1]);
+  }
+  return n;
+}
+
 /** A 32-bit seed for the factors of the layer at `path` (FNV-1a over the path, mixed with the adapter's seed). */
 function layerSeed(seed: number, path: string): number {
   let h = (0x811c9dc5 ^ seed) >>> 0;
@@ -164,13 +177,41 @@ function layerSeed(seed: number, path: string): number {
 
 /** The adapter's weights under PEFT's file keys (`base_model.model.<module>.lora_A.weight`, `.lora_B.weight`). */
 export function adapterState(model: Adaptable): Map<string, Tensor> {
+  return new Map([...adapterWeights(model)].map(([name, t]) => [`${PEFT_PREFIX}${name}`, t]));
+}
+
+/**
+ * The adapter's weights under the model's own names (`<module>.lora_A.weight`: PEFT's key without its prefix, and the
+ * name a section's parameters have): what travels to a worker beside the base, and what it trains.
+ */
+export function adapterWeights(model: Adaptable): Map<string, Tensor> {
   const out = new Map<string, Tensor>();
   for (const [path, layer] of linearsByPath(model)) {
     if (!layer.lora) continue;
-    out.set(`${PEFT_PREFIX}${path}.lora_A.weight`, layer.lora.A.weight);
-    out.set(`${PEFT_PREFIX}${path}.lora_B.weight`, layer.lora.B.weight);
+    out.set(`${path}.lora_A.weight`, layer.lora.A.weight);
+    out.set(`${path}.lora_B.weight`, layer.lora.B.weight);
   }
   return out;
+}
+
+/** Whether a weight's name is an adapter factor's (adapterWeights). */
+export function isAdapterWeight(name: string): boolean {
+  return /\.lora_[AB]\.weight$/.test(name);
+}
+
+/** A model's weights with its adapter's: the base under its checkpoint names, the factors under adapterWeights' names. */
+export function weightsWithAdapter(model: Adaptable): Map<string, Tensor> {
+  return new Map([...model.hfStateDict(), ...adapterWeights(model)]);
+}
+
+/** An adapter weight's name (adapterWeights) as PEFT's file keys it. */
+export function peftKey(name: string): string {
+  return `${PEFT_PREFIX}${name}`;
+}
+
+/** PEFT's file key of an adapter weight as the model names it (the inverse of peftKey). */
+export function adapterName(key: string): string {
+  return key.startsWith(PEFT_PREFIX) ? key.slice(PEFT_PREFIX.length) : key;
 }
 
 /**
@@ -210,7 +251,11 @@ export function loadAdapter(model: Adaptable, dir: string, options: { part?: boo
  * adapter_model.safetensors (float32, PEFT's keys). `base`: what base_model_name_or_path names.
  */
 export function saveAdapter(model: Adaptable, config: LoraConfig, dir: string, base = ''): void {
-  const state = adapterState(model);
+  writeAdapter(adapterState(model), config, dir, base);
+}
+
+/** Writes an adapter's weights (under PEFT's keys) and config in PEFT's layout: what saveAdapter writes of a model. */
+export function writeAdapter(state: Map<string, Tensor>, config: LoraConfig, dir: string, base = ''): void {
   if (state.size === 0) throw new InvalidArgumentError('the model has no adapter to save');
   mkdirSync(dir, { recursive: true });
   const peft = {

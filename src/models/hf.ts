@@ -160,7 +160,8 @@ export function weightFormat(options: Pick<LoadOptions, 'dtype' | 'quantize'>): 
  * would flip, as llama.cpp keeps its ffn_gate_inp in float32. Norms and biases stay float32.
  */
 export function compactWeight(name: string, shape: readonly number[]): boolean {
-  return shape.length === 2 && !/(block_sparse_moe|mlp)\.gate\.weight$/.test(name);
+  // a router's gate stays float32, and so do an adapter's factors (they train)
+  return shape.length === 2 && !/(block_sparse_moe|mlp)\.gate\.weight$|\.lora_[AB]\.weight$/.test(name);
 }
 
 /** The bytes a weight of this name and shape takes held in `format` (null: float32): a matrix compactWeight takes is packed. */

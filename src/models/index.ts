@@ -54,6 +54,6 @@ export {
 export { type BatchGenerator, evaluateExactMatch, type EvalResult } from './evaluate.ts';
 export { GGUFModel, type GGUFFileType, ggufToHF, hfToGGUF, type HFToGGUFOptions } from './gguf-model.ts';
 export {
-  adaptModel, ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterState, DEFAULT_LORA_TARGETS, loadAdapter, type LoraConfig, loraScale, mergeAdapter,
-  parseLoraSpec, readAdapterConfig, saveAdapter,
+  type Adaptable, adaptModel, ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterName, adapterParameters, adapterState, adapterWeights,
+  DEFAULT_LORA_TARGETS, isAdapterWeight, loadAdapter, type LoraConfig, loraScale, mergeAdapter, parseLoraSpec, peftKey, readAdapterConfig, saveAdapter, weightsWithAdapter, writeAdapter,
 } from './adapter.ts';

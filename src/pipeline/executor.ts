@@ -92,8 +92,13 @@ interface Saved {
  */
 export class StageExecutor {
   readonly optimizer: AdamW;
-  /** Parameters under their checkpoint names; a tensor shared by two layers (a tied head) once. */
+  /**
+   * The parameters it trains, under their checkpoint names; a tensor shared by two layers (a tied head) once. A frozen
+   * base (an adapter's, or a compact section) is not among them: its gradients, moments and copies are never made.
+   */
   readonly named: Map<string, Tensor>;
+  /** The parameters it holds frozen (those that do not require grad: a base under an adapter), by checkpoint name. */
+  readonly frozen: Map<string, Tensor>;
   private readonly saved = new Map<number, Saved>();
 
   constructor(
@@ -102,7 +107,9 @@ export class StageExecutor {
     private readonly options: ExecutorOptions,
   ) {
     if (layers.length === 0) throw new InvalidArgumentError('a stage needs at least one layer');
-    this.named = layerParameters(layers, options.tied?.role === 'user' ? options.tied.ties.params : undefined);
+    const all = layerParameters(layers, options.tied?.role === 'user' ? options.tied.ties.params : undefined);
+    this.named = new Map([...all].filter(([, p]) => p.requiresGrad));
+    this.frozen = new Map([...all].filter(([, p]) => !p.requiresGrad));
     this.optimizer = trainingOptimizer([...this.named.values()], options);
   }
 
@@ -138,13 +145,14 @@ export class StageExecutor {
       throw new InvalidArgumentError(`the gradient [${grad.shape}] does not match the output [${output.shape}] of micro-batch ${micro}`);
     }
     const tied = this.options.tied;
-    if (this.options.onContribution) this.contribute(micro, () => output.backward(grad, { releaseActivations: true }));
-    else if (tied?.role === 'user') tied.ties.holdBack(micro, () => output.backward(grad, { releaseActivations: true }));
-    else {
-      const run = () => output.backward(grad, { releaseActivations: true });
-      if (tied) tied.ties.combine(micro, run);
-      else run();
-    }
+    // a frozen section under nothing that trains (the user's embedding in an adapter job) recorded no graph: nothing flows back
+    const run = () => {
+      if (output.requiresGrad) output.backward(grad, { releaseActivations: true });
+    };
+    if (this.options.onContribution) this.contribute(micro, run);
+    else if (tied?.role === 'user') tied.ties.holdBack(micro, run);
+    else if (tied) tied.ties.combine(micro, run);
+    else run();
     if (s.input.dtype === 'int32') return null;
     return s.input.grad ?? zeros(s.input.shape);
   }

@@ -10,6 +10,7 @@ import {
   type StrategyName, type Swarm,
 } from '../plan/index.ts';
 import { configToHF, weightFormat } from '../models/index.ts';
+import { type AdapterOption, blockFactorBytes, jobAdapter, withAdapter } from './job-adapter.ts';
 import { DistributedJob, type JobStage, type Placement } from './job.ts';
 import { gatherLinks } from './links.ts';
 import { listPeers, listWorkers } from './peers.ts';
@@ -60,6 +61,13 @@ export interface DistributeOptions {
    */
   dtype?: 'f32' | 'bf16';
   quantize?: 'int8' | 'int4';
+  /**
+   * A LoRA adapter over the frozen model (compact too: QLoRA): new factors from a config (`{ r, alpha, targets, seed }`,
+   * each layer's drawn as one process draws it) or a PEFT adapter folder. Every worker holds its section's factors
+   * beside the base and trains only them; the user's ends are frozen (and adapted where targeted). From a checkpoint
+   * directory. `saveAdapter(dir)` writes the trained adapter in PEFT's layout.
+   */
+  adapter?: AdapterOption;
 }
 
 /**
@@ -87,9 +95,20 @@ export async function distribute(
   const format = weightFormat(options);
   if (format) {
     if (typeof model !== 'string') throw new InvalidArgumentError('a compact job (dtype bf16, quantize) loads from a checkpoint directory, not from a model in memory');
-    if (options.training) throw new InvalidArgumentError('a compact section is frozen: training it is not supported (adapters will be)');
+    if (options.training && !options.adapter) {
+      throw new InvalidArgumentError('a compact section is frozen: there is nothing to train in it; train an adapter over it (adapter: { r, alpha, targets })');
+    }
   }
-  const source = typeof model === 'string' ? await modelFromCheckpoint(model, { keepEnds, cacheDir: options.cacheDir, format }) : modelInMemory(model);
+  if (options.adapter && typeof model !== 'string') throw new InvalidArgumentError('a job with an adapter loads from a checkpoint directory, not from a model in memory');
+  const adapter = options.adapter === undefined ? null : jobAdapter(options.adapter);
+  const loaded = typeof model === 'string' ? await modelFromCheckpoint(model, { keepEnds, cacheDir: options.cacheDir, format }) : modelInMemory(model);
+  let source: UserModel;
+  try {
+    source = adapter ? withAdapter(loaded, adapter) : loaded;
+  } catch (err) {
+    loaded.close();
+    throw err;
+  }
   try {
     const name = options.name ?? (typeof model === 'string' ? basename(resolve(model)) : undefined);
     return await distributeSource(node, validator, source, { ...options, ...(name === undefined ? {} : { name }) });
@@ -121,6 +140,7 @@ async function distributeSource(
       jobId: job!.jobId,
       config: configToHF(source.config),
       optimizer: job!.optimizerSettings ?? { lr: 0 },
+      ...(source.adapter ? { adapter: source.adapter.wire } : {}),
     }));
     const inbox = (options.routing ?? 'chain') === 'chain' ? await inboxFor(node) : null;
     const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;
@@ -178,7 +198,12 @@ async function survey(
   const verifying = (options.verify?.sampleRate ?? DEFAULT_SAMPLE_RATE) > 0 || (options.verify?.redundancy ?? 1) > 1;
   const factor = options.training ? (verifying ? 8 : 4) : 1;
   const all = layerCosts(source.layers);
-  const costs = all.slice(first, last).map((c) => ({ ...c, bytes: factor * c.bytes }));
+  // an adapter job trains only the factors: the frozen base is held once, the factors with their gradients and moments
+  const perBlock = source.adapter ? blockFactorBytes(source.config, source.adapter.config) : 0;
+  const costs = all.slice(first, last).map((c, i) => {
+    if (!source.adapter) return { ...c, bytes: factor * c.bytes };
+    return { ...c, bytes: c.bytes + (source.layers[first + i].kind === 'block' ? (factor - 1) * perBlock : 0) };
+  });
   const devices: Device[] = groups.map((group) => group.map((w) => {
     const { memoryBytes, memoryFreeBytes, gflops } = w.capabilities!;
     return { id: w.peerId, memoryBytes: memoryFreeBytes ?? memoryBytes, gflops };

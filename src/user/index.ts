@@ -1,5 +1,6 @@
 /** The user's room: `distribute` and the distributed job, remote stages, the result inbox, the validator's peer list. */
 export { distribute, type DistributeOptions } from './distribute.ts';
+export { type AdapterOption, type JobAdapter, jobAdapter } from './job-adapter.ts';
 export {
   DistributedJob, type DistributedModel, type DistributedTrainerOptions, type JobStage, LOAD_CONCURRENCY, LOST_AVOID_MS,
   type ReplanEvent, REPLAN_CHECK_MS, SNAPSHOT_INTERVAL_MS, SNAPSHOT_MAX_BYTES,

@@ -177,9 +177,9 @@ export class JobTraining {
     await this.ctx.verifier?.drain();
   }
 
-  /** The user's end parameters, in layerParameters order. */
+  /** The user's end parameters it trains (a frozen base under an adapter is left out), in layerParameters order. */
   private endParameters(): Tensor[] {
-    return [...layerParameters(ownEndLayers(this.ctx.placement.source)).values()];
+    return [...layerParameters(ownEndLayers(this.ctx.placement.source)).values()].filter((p) => p.requiresGrad);
   }
 
   /** Closes every section and places the job again (from `weights`, a copy, when given): the pipeline is rebuilt after. */
@@ -192,7 +192,7 @@ export class JobTraining {
   private failover(o: DistributedTrainerOptions, verifier: JobVerifier, start: Float32Array[]): TrainingFailover {
     const { placement, recovery, replanner } = this.ctx;
     // the copy: every section's weights and their two moments
-    const weights = placement.sections.flatMap(([s]) => placement.weightsOf(s));
+    const weights = placement.sections.flatMap(([s]) => placement.trainedOf(s));
     const bytes = 3 * 4 * weights.reduce((sum, w) => sum + w.shape.reduce((a, b) => a * b, 1), 0);
     const fits = bytes <= SNAPSHOT_MAX_BYTES;
     return {
@@ -258,7 +258,7 @@ export class JobTraining {
     const weights = new Map<string, Tensor>();
     // each section from its own worker at once (one stream each), weight by weight
     await Promise.all(placement.sections.map(async ([s]) => {
-      for (const w of placement.weightsOf(s)) weights.set(w.name, await s.remote.weight(w.name));
+      for (const w of placement.trainedOf(s)) weights.set(w.name, await s.remote.weight(w.name));
     }));
     const optimizer = new Map<string, { moments: Tensor; step: number }>();
     const states = await Promise.all(this.handles().map((h) => h.optimizerState()));
@@ -361,7 +361,7 @@ export class JobTraining {
     await this.settle();
     const { placement } = this.ctx;
     const shapes = new Map<string, number[]>();
-    for (const [s] of placement.sections) for (const w of placement.weightsOf(s)) shapes.set(w.name, w.shape);
+    for (const [s] of placement.sections) for (const w of placement.trainedOf(s)) shapes.set(w.name, w.shape);
     return this.readAcross(async () => {
       const out: OptimizerEntry[] = [];
       const seen = new Set<string>();

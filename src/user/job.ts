@@ -1,6 +1,10 @@
+import { join } from 'node:path';
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError } from '../errors.ts';
-import { type CausalLM, type GenerateOptions, layerParameters, saveModelStreamed } from '../models/index.ts';
+import {
+  ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterWeights, type CausalLM, type GenerateOptions, layerParameters, peftKey, saveModelStreamed,
+  writeAdapter,
+} from '../models/index.ts';
 import { addTraffic, type DialTarget, newTraffic, type PeerTarget, type Traffic } from '../p2p/index.ts';
 import type { Plan } from '../plan/index.ts';
 import type { Tensor } from '../tensor/index.ts';
@@ -231,7 +235,9 @@ export class DistributedJob implements DistributedModel {
   }
 
   trainer(options: DistributedTrainerOptions): Promise<JobTrainer> {
-    if (this.source.format) return Promise.reject(new InvalidArgumentError(`this job's sections are held in ${this.source.format}, which is frozen: it cannot train`));
+    if (this.source.format && !this.source.adapter) {
+      return Promise.reject(new InvalidArgumentError(`this job's sections are held in ${this.source.format}, which is frozen: it cannot train (an adapter over it can: distribute(…, { adapter }))`));
+    }
     return this.training.start(options);
   }
 
@@ -298,6 +304,7 @@ export class DistributedJob implements DistributedModel {
    * on the way is replaced before its weights are fetched (see `weight`): the files are the job's.
    */
   async save(dir: string, options: { maxShardBytes?: number } = {}): Promise<string[]> {
+    if (this.source.adapter) return this.saveAdapter(dir);
     await this.settle();
     const from = new Map<string, () => Promise<Tensor>>();
     const planned: { name: string; shape: number[] }[] = [];
@@ -310,6 +317,24 @@ export class DistributedJob implements DistributedModel {
     if (this.keepEnds) for (const [name, t] of layerParameters(ownEndLayers(this.source))) add(name, t.shape, async () => t);
     for (const { name, shape } of this.workerWeights()) add(name, shape, () => this.weight(name));
     return saveModelStreamed(dir, this.source.config, this.source.tokenizer, planned, (name) => from.get(name)!(), options);
+  }
+
+  /**
+   * Writes the job's LoRA adapter as it is now in PEFT's layout (adapter_config.json, adapter_model.safetensors under
+   * PEFT's keys): the factors on the user's ends and each section's from its first holder. What `save` writes for a
+   * job with an adapter (the frozen base is the checkpoint it came from).
+   */
+  async saveAdapter(dir: string): Promise<string[]> {
+    const adapter = this.source.adapter;
+    if (!adapter) throw new InvalidArgumentError('this job has no adapter: save(dir) writes its model');
+    await this.settle();
+    const state = new Map<string, Tensor>();
+    if (this.keepEnds && this.source.ends) for (const [name, t] of adapterWeights(this.source.ends)) state.set(peftKey(name), t);
+    for (const [s] of this.placement.sections) {
+      for (const { name } of this.placement.trainedOf(s)) state.set(peftKey(name), await this.weight(name));
+    }
+    writeAdapter(state, adapter.config, dir, this.source.dir ?? '');
+    return [join(dir, ADAPTER_CONFIG), join(dir, ADAPTER_WEIGHTS)];
   }
 
   async close(): Promise<void> {

@@ -1,13 +1,13 @@
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, VerificationError } from '../errors.ts';
-import { configToHF } from '../models/index.ts';
+import { configToHF, isAdapterWeight } from '../models/index.ts';
 import type { PeerTarget, StageAssignment } from '../p2p/index.ts';
 import type { Plan } from '../plan/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import type { JobStage, Placement } from './job-stage.ts';
 import { type LoadProgress, type LoadResult, RemoteStage } from './remote-stage.ts';
 import type { ResultInbox } from './result-inbox.ts';
-import { tensorSource } from './section-source.ts';
+import { overlaySource } from './section-source.ts';
 import type { UserModel } from './user-model.ts';
 import type { JobVerifier } from './verifier.ts';
 
@@ -80,6 +80,12 @@ export class JobPlacement implements Placement {
     return this.source.section([stage.where.start, stage.where.end]).weights;
   }
 
+  /** The weights a section trains (an adapter job's: its factors; the base is frozen), names and shapes. */
+  trainedOf(stage: JobStage): readonly { name: string; shape: number[] }[] {
+    const all = this.weightsOf(stage);
+    return this.source.adapter ? all.filter((w) => isAdapterWeight(w.name)) : all;
+  }
+
   /** The first copy of the section that holds weight `name` now; a typed error for a name no section holds. */
   holderOf(name: string): JobStage {
     if (this.holders?.of !== this.sections) {
@@ -123,10 +129,14 @@ export class JobPlacement implements Placement {
     const onProgress = this.options.onProgress ? (p: LoadProgress) => this.options.onProgress!(s, p) : undefined;
     const verifiers = this.options.verifier ? [this.options.verifier.validatorPeer] : [];
     const format = this.source.format ?? undefined;
-    const options = { upstream: this.upstreamOf(section, s), assignment, onProgress, signal, verifiers, ...(format ? { format } : {}) };
+    const adapter = this.source.adapter?.wire;
+    const options = {
+      upstream: this.upstreamOf(section, s), assignment, onProgress, signal, verifiers,
+      ...(format ? { format } : {}), ...(adapter ? { adapter } : {}),
+    };
     let source = this.source.section(range);
-    const copy = this.loadFrom;
-    if (copy) source = tensorSource(new Map(source.weights.map((w) => [w.name, copy.get(w.name)!])));
+    // a copy of a training job's state holds what it trains (an adapter job's: the factors; the frozen base comes from the source)
+    if (this.loadFrom) source = overlaySource(source, this.loadFrom);
     return s.remote.load(configToHF(this.source.config), range, source, options);
   }
 

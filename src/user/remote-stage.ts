@@ -5,7 +5,8 @@ import {
   dialProtocol, encodeControl, encodeTensor, errorFromWire, type Frame, fromWire, isWireError,
   parseLoadedAnswer, parseNeedAnswer, type PeerTarget, receiveFrames, RequestTable, request, sendMessage, STAGE_PROTOCOL,
   STAGE_REQUEST_TIMEOUT_MS, TRAIN_REQUEST_TIMEOUT_MS,
-  type SectionFormat, type StageAssignment, targetName, toWire, type Traffic, newTraffic, type WireActivationCodec, type WireTensor,
+  type SectionFormat, type StageAssignment, targetName, toWire, type Traffic, newTraffic, type WireActivationCodec, type WireAdapter,
+  type WireTensor,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { hopIn, hopOut } from '../compress/index.ts';
@@ -74,6 +75,8 @@ export interface LoadOptions {
   onProgress?: (progress: LoadProgress) => void;
   /** The compact format the worker holds the section's matrices in once they arrive (absent: float32). */
   format?: SectionFormat;
+  /** A LoRA adapter on the section (its factors are among the source's weights): the base frozen on the worker. */
+  adapter?: WireAdapter;
 }
 
 /** What a load moved: chunks sent of the distinct chunks listed, and bytes sent and found on the worker. */
@@ -226,6 +229,7 @@ export class RemoteStage {
       ...(options.assignment ? { assignment: options.assignment } : {}),
       ...(options.verifiers?.length ? { verifiers: options.verifiers } : {}),
       ...(options.format ? { format: options.format } : {}),
+      ...(options.adapter ? { adapter: options.adapter } : {}),
     };
     await this.call({ type: 'load', config, section, ...extra }, []);
     const weights = source.weights;

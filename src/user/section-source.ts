@@ -58,3 +58,22 @@ export function checkpointSource(checkpoint: ModelWeights, part: ModelPart, form
     chunk: (name, index) => checkpoint.chunk(name, index, undefined, format),
   };
 }
+
+/** Two sources of one section's weights as one: `extra`'s weights (an adapter's factors) beside `base`'s. */
+export function joinSources(base: SectionSource, extra: SectionSource): SectionSource {
+  const own = new Set(extra.weights.map((w) => w.name));
+  return {
+    weights: [...base.weights, ...extra.weights],
+    hashes: (name) => (own.has(name) ? extra.hashes(name) : base.hashes(name)),
+    chunk: (name, index) => (own.has(name) ? extra.chunk(name, index) : base.chunk(name, index)),
+  };
+}
+
+/** A section's source with the weights `copy` holds (a copy of a training job's state) taken from it instead. */
+export function overlaySource(source: SectionSource, copy: ReadonlyMap<string, Tensor>): SectionSource {
+  const taken = new Map(source.weights.filter((w) => copy.has(w.name)).map((w) => [w.name, copy.get(w.name)!]));
+  if (taken.size === source.weights.length) return tensorSource(taken);
+  const rest = source.weights.filter((w) => !copy.has(w.name));
+  const kept: SectionSource = { weights: rest, hashes: (n) => source.hashes(n), chunk: (n, i) => source.chunk(n, i) };
+  return joinSources(kept, tensorSource(taken));
+}

@@ -7,6 +7,7 @@ import {
 import { CHUNK_BYTES } from '../p2p/index.ts';
 import { sectionWeights } from '../pipeline/index.ts';
 import type { Tensor, WeightFormat } from '../tensor/index.ts';
+import type { JobAdapter } from './job-adapter.ts';
 import { checkpointSource, type SectionSource, tensorSource } from './section-source.ts';
 
 /**
@@ -32,6 +33,8 @@ export interface UserModel {
   readonly dir: string | null;
   /** The compact format the job's matrices are held in, by the user's ends and by every worker's section (null: float32). */
   readonly format: WeightFormat | null;
+  /** The job's LoRA adapter (withAdapter): on the user's ends and every section, the base frozen; null: none. */
+  readonly adapter?: JobAdapter | null;
   close(): void;
 }
 

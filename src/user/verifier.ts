@@ -1,6 +1,6 @@
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, PeerUnreachableError, VerificationError } from '../errors.ts';
-import { type DialTarget, type PeerTarget, request, TRAIN_REQUEST_TIMEOUT_MS } from '../p2p/index.ts';
+import { type DialTarget, type PeerTarget, request, TRAIN_REQUEST_TIMEOUT_MS, type WireAdapter } from '../p2p/index.ts';
 import { LedgerSubmitter } from './ledger-submitter.ts';
 import { AuditSampler, type WorkRecord } from '../verify/index.ts';
 
@@ -90,7 +90,9 @@ export class JobVerifier {
     readonly validatorPeer: string,
     options: VerifyOptions,
     /** What an audit request names: the job, the model's config and the optimizer's settings. */
-    private readonly context: () => { jobId: string; config: Record<string, unknown>; optimizer: { lr: number; weightDecay?: number } },
+    private readonly context: () => {
+      jobId: string; config: Record<string, unknown>; optimizer: { lr: number; weightDecay?: number }; adapter?: WireAdapter;
+    },
   ) {
     const k = options.redundancy ?? 1;
     if (!Number.isInteger(k) || k < 1) throw new InvalidArgumentError(`redundancy must be an integer ≥ 1, got ${k}`);
@@ -119,8 +121,11 @@ export class JobVerifier {
 
   /** Asks the validator to re-run one record of `worker`; a failed check flags the worker. */
   async audit(worker: PeerTarget, record: WorkRecord, sent?: string[]): Promise<AuditVerdict> {
-    const { jobId, config, optimizer } = this.context();
-    const message = { type: 'audit', jobId, worker: { peerId: worker.peerId, addrs: worker.addrs }, config, optimizer, record, ...(sent ? { sent } : {}) };
+    const { jobId, config, optimizer, adapter } = this.context();
+    const message = {
+      type: 'audit', jobId, worker: { peerId: worker.peerId, addrs: worker.addrs }, config, optimizer, record,
+      ...(sent ? { sent } : {}), ...(adapter ? { adapter } : {}),
+    };
     const answer = await request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS);
     const reason = typeof answer.reason === 'string' ? answer.reason : '';
     if (answer.inconclusive === true) throw new VerificationError(`the validator could not re-run a record of ${worker.peerId}: ${reason}`);

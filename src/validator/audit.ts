@@ -1,8 +1,8 @@
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError } from '../errors.ts';
 import {
-  dialProtocol, encodeControl, errorFromWire, type Frame, fromWire, isWireError, type PeerTarget, publicKeyOf, receiveFrames, RequestTable,
-  sendMessage, sha256, STAGE_PROTOCOL, TRAIN_REQUEST_TIMEOUT_MS,
+  dialProtocol, encodeControl, errorFromWire, type Frame, fromWire, isWireError, jobConfigHash, type PeerTarget, publicKeyOf, receiveFrames,
+  RequestTable, sendMessage, STAGE_PROTOCOL, TRAIN_REQUEST_TIMEOUT_MS, type WireAdapter,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import {
@@ -23,6 +23,8 @@ export interface AuditRequest {
   record: WorkRecord;
   /** For a decoding step: the hashes of the inputs its session was sent, in order, up to it. */
   sent?: string[];
+  /** The job's LoRA adapter (rank, alpha, targets): the section is rebuilt with it. */
+  adapter?: WireAdapter;
 }
 
 export interface AuditVerdict extends Verdict {
@@ -67,8 +69,8 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
   }
   // what the user says about the job must be what the worker signed: a user cannot frame a worker with another config
   if (record.job !== req.jobId) throw new InvalidArgumentError(`the record is of job ${record.job}, not ${req.jobId}`);
-  if (record.config !== undefined && sha256(new TextEncoder().encode(JSON.stringify(req.config))) !== record.config) {
-    throw new InvalidArgumentError('the config sent with the audit is not the one the worker was given');
+  if (record.config !== undefined && jobConfigHash(req.config, req.adapter) !== record.config) {
+    throw new InvalidArgumentError('the config (and adapter) sent with the audit is not the one the worker was given');
   }
   // only a re-execution that ran moves the worker's score: a worker out of reach, a record it no longer keeps
   // (which an honest user never asks for) or a re-execution that could not run is no evidence either way
@@ -99,7 +101,10 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
     if (!Array.isArray(index.parts) || index.parts.length > MAX_AUDIT_PARTS) {
       return finish({ ok: false, reason: `it listed more than ${MAX_AUDIT_PARTS} parts to fetch` }, true);
     }
-    const bundle: Bundle = { config: req.config, range: record.stage, optimizer: req.optimizer, weights: new Map() };
+    const bundle: Bundle = {
+      config: req.config, range: record.stage, optimizer: req.optimizer, weights: new Map(),
+      ...(req.adapter ? { adapter: req.adapter } : {}),
+    };
     if (req.sent) bundle.sent = req.sent;
     const history: { input?: Tensor; positions?: Tensor; keyMask: Tensor | null }[] = [];
     const at = (name: string) => {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError } from '../errors.ts';
-import { type CausalLM, configFromHF, createModel, KVCache, type ModelConfig, partBytes } from '../models/index.ts';
+import { adaptModel, type CausalLM, configFromHF, createModel, KVCache, type LoraConfig, type ModelConfig, partBytes, weightsWithAdapter } from '../models/index.ts';
 import { StageExecutor } from '../pipeline/index.ts';
 import {
   formatBytes, getBackend, holdPacked, noGrad, packedFromBytes, packedTensor, type Tensor, WEIGHT_FORMATS, type WeightFormat, withBackend,
@@ -35,6 +35,8 @@ export interface Bundle {
   history?: { input: Tensor; positions: Tensor; keyMask: Tensor | null }[];
   /** The hashes of those steps as the user sent them (`sessionStepHash`): the worker cannot swap its session's past. */
   sent?: string[];
+  /** The job's LoRA adapter: the section is rebuilt with its factors (their values among `weights`), the base frozen. */
+  adapter?: LoraConfig;
 }
 
 /**
@@ -106,6 +108,7 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
   const stated = flopsProblem(record, config, bundle);
   if (stated) return fail(stated);
   const model = createModel(config, { section: bundle.range });
+  if (bundle.adapter) adaptModel(model, bundle.adapter, { part: true });
   const unfit = loadWeights(model, bundle.weights);
   if (unfit) return fail(unfit);
   const format = formatOfWeights(bundle.weights.values());
@@ -173,9 +176,9 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
   return fail(`records of kind '${record.kind}' cannot be re-executed`);
 }
 
-/** The sha256 of a model's weights in checkpoint-name order, as decoding records name them. */
+/** The sha256 of a model's weights (and its adapter's) in checkpoint-name order, as decoding records name them. */
 export function checkpointHash(model: CausalLM): string {
-  return hashNamed([...model.hfStateDict()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  return hashNamed([...weightsWithAdapter(model)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
 
 /**

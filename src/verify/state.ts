@@ -1,10 +1,24 @@
 import type { StageExecutor } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
+import { createHash } from 'node:crypto';
 import { hashArrays, hashNamed } from './hash.ts';
 
-/** The sha256 of a section's weights, in its executor's order (the order re-execution rebuilds). */
+/** The hash of each executor's frozen weights (they never change: hashed once). */
+const frozenHashes = new WeakMap<StageExecutor, string>();
+
+/**
+ * The sha256 of a section's weights, in its executor's order (the order re-execution rebuilds): those it trains, and a
+ * frozen base (under an adapter) besides, hashed once.
+ */
 export function weightsHash(executor: StageExecutor): string {
-  return hashNamed(executor.named);
+  const trained = hashNamed(executor.named);
+  if (executor.frozen.size === 0) return trained;
+  let frozen = frozenHashes.get(executor);
+  if (frozen === undefined) {
+    frozen = hashNamed(executor.frozen);
+    frozenHashes.set(executor, frozen);
+  }
+  return createHash('sha256').update(`trained:${trained};frozen:${frozen}`).digest('hex');
 }
 
 /** The sha256 of AdamW's state of a section: each parameter's two moments and step count (none before its first step). */

@@ -100,6 +100,11 @@ export class TrainingRecords {
     return c;
   }
 
+  /** The frozen weights every record computes with beside the trained ones (a base under an adapter; never copied). */
+  get frozen(): ReadonlyMap<string, Tensor> {
+    return this.executor.frozen;
+  }
+
   /** The weights a record of `step` computed with: the current ones, or those its step started from. */
   weightsAt(step: number): Map<string, Tensor> {
     if (step === this.step) return this.executor.named;

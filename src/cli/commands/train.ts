@@ -7,10 +7,12 @@ import {
 import { MAX_SYNC_EVERY, type Traffic } from '../../p2p/index.ts';
 import {
   adaptModel, adapterState, type BatchGenerator, type CausalLM, evaluateExactMatch, heldBytes, loadAdapter, LocalTrainer, loadConfig,
-  loadModel, loadTokenizer, type LoraConfig, parseLoraSpec, partBytes, saveAdapter, saveModel,
+  loadModel, loadTokenizer, type LoraConfig, parseLoraSpec, partBytes, readAdapterConfig, saveAdapter, saveModel,
   type Tokenizer, weightFormat,
 } from '../../models/index.ts';
-import { distribute, type FailoverEvent, RedundantStage, type VerificationSummary, type VerifyOptions } from '../../user/index.ts';
+import {
+  type AdapterOption, distribute, type FailoverEvent, RedundantStage, type VerificationSummary, type VerifyOptions,
+} from '../../user/index.ts';
 import type { StrategyName } from '../../plan/index.ts';
 import { Generator, noGrad, type Tensor } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
@@ -145,6 +147,25 @@ interface RunSettings {
   resumeFrom: string | null;
   /** The LoRA adapter trained over the frozen model (its checkpoint is the adapter alone, in PEFT's layout). */
   adapter?: LoraConfig | null;
+  /** Across workers: the adapter the job puts on every section (a PEFT folder, or a config and seed for new factors). */
+  remoteAdapter?: AdapterOption;
+}
+
+/** `--adapter` across workers: the folder to go on from (the checkpoint on --resume), or a new adapter's config and seed. */
+function remoteAdapterOf(flag: string, resumeFrom: string | null, seed: number, out: Output): AdapterOption {
+  const from = resumeFrom ?? (existsSync(flag) ? flag : null);
+  let option: AdapterOption;
+  if (from) option = from;
+  else {
+    try {
+      option = { ...parseLoraSpec(flag), seed };
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+  }
+  const c = typeof option === 'string' ? readAdapterConfig(option) : option;
+  out.info(`LoRA r ${c.r}, alpha ${c.alpha} on ${String(c.targets)}${from ? ` from ${from}` : ''}: each worker trains its section's factors over the frozen base`);
+  return option;
 }
 
 /**
@@ -239,7 +260,9 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
   };
   try {
     const onProgress = loadProgress(out);
-    dm = await distribute(access.node, access.bootstrap, s.dir, { strategy, privacy, replicas, training: true, onProgress, verify });
+    const adapter = s.remoteAdapter ? { adapter: s.remoteAdapter, ...weightFlags(flags) } : {};
+    const jobOptions = { strategy, privacy, replicas, training: true, onProgress, verify, ...adapter };
+    dm = await distribute(access.node, access.bootstrap, s.dir, jobOptions);
     await payForJob(flags, { jobId: dm.jobId, user: access.node.peerId.toString() }, out);
     if ((verify.redundancy ?? 1) > 1) out.info(`  every section runs on ${verify.redundancy} workers; their results are compared bit for bit before one is used`);
     for (const a of dm.assignment) {
@@ -333,11 +356,9 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   if (format && !adapterFlag) {
     throw new UsageError(`--${flags.quantize ? 'quantize' : 'dtype'} ${format}: compact weights are frozen, so there is nothing to train in them; train an adapter over them (--adapter lora)`);
   }
-  if (adapterFlag && where.kind !== 'local') {
-    throw new UsageError('--adapter: adapters train in this process for now (--local 0); across workers they are not built yet');
-  }
   const model = where.kind === 'local' ? await loadModel(modelDir, weightFlags(flags)) : null;
   const adapter = model && adapterFlag ? adapterOf(model, adapterFlag, resume ? outDir! : null, intFlag(flags, 'seed', 0, 0), out) : null;
+  const remoteAdapter = !model && adapterFlag ? remoteAdapterOf(adapterFlag, resume ? outDir! : null, intFlag(flags, 'seed', 0, 0), out) : undefined;
   const config = model?.config ?? loadConfig(modelDir);
   const tokenizer = model ? model.tokenizer : loadTokenizer(modelDir);
   if (!tokenizer) throw new UsageError(`${modelDir} has no tokenizer.json; training needs one to encode the data`);
@@ -368,7 +389,9 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const parameters = partBytes(config, [0, config.layers + 3]) / 4;
   out.info(`training ${config.arch} (${parameters} parameters) on ${source.name}, ${steps} steps, batch ${batchSize}, on ${where_}`);
   const resumeFrom = resume ? outDir! : null;
-  const settings: RunSettings = { dir: modelDir, model, tokenizer, source, steps, lr, microBatches, resumeFrom, adapter };
+  const settings: RunSettings = {
+    dir: modelDir, model, tokenizer, source, steps, lr, microBatches, resumeFrom, adapter, ...(remoteAdapter ? { remoteAdapter } : {}),
+  };
   const runner = where.kind === 'local' ? localRunner(settings, out) : await distributedRunner(settings, flags, pipeline!, out);
   const evals: ({ step: number } & Evaluation)[] = [];
   const started = performance.now();

@@ -1,5 +1,6 @@
 import { InvalidMessageError } from '../../errors.ts';
 import { parseAudit } from '../../p2p/index.ts';
+import { weightsWithAdapter } from '../../models/index.ts';
 import { packedToBytes, type Tensor, type WeightFormat } from '../../tensor/index.ts';
 import type { KeptComputation, TrainingRecords } from '../records.ts';
 import type { WorkRecord } from '../../verify/index.ts';
@@ -44,11 +45,13 @@ function pieces(records: TrainingRecords, kept: KeptComputation): Map<string, { 
     const snap = records.snapshot;
     if (!snap || snap.step !== record.step) throw new InvalidMessageError(`the state step ${record.step} started from is no longer kept`);
     for (const [n, t] of snap.weights) add('weight', t, n);
+    for (const [n, t] of records.frozen) add('weight', t, n);
     for (const [n, t] of snap.grads) add('grads', t, n);
     for (const [n, m] of snap.moments) add('moments', m.moments, n, m.step);
     return out;
   }
   for (const [n, t] of records.weightsAt(record.step)) add('weight', t, n);
+  for (const [n, t] of records.frozen) add('weight', t, n);
   add('input', kept.input);
   add('grad', kept.grad);
   add('output', kept.output);
@@ -68,7 +71,7 @@ function decodeBundle(job: JobEntry, sessionId: string, step: number): { record:
   if (upTo < 0) throw new InvalidMessageError(`session ${sessionId} has no decoding step at position ${step}`);
   const parts = new Map<string, { entry: PartEntry; tensor: Tensor }>();
   const add = (part: string, tensor: Tensor, name: string) => parts.set(`${part}:${name}`, { entry: entryOf(part, tensor, name), tensor });
-  for (const [n, t] of section.model.hfStateDict()) add('weight', t, n);
+  for (const [n, t] of weightsWithAdapter(section.model)) add('weight', t, n);
   session.history.slice(0, upTo + 1).forEach((h, i) => {
     add('input', h.input, String(i));
     add('positions', h.positions, String(i));

@@ -1,7 +1,9 @@
 import { InvalidMessageError, UnauthorizedError } from '../../errors.ts';
-import { compactWeight, configFromHF, createModel, heldBytes, partBytes, sectionParts, weightBytes } from '../../models/index.ts';
 import {
-  CHUNK_BYTES, expectTensors, parseAssign, parseChunk, parseLoad, parseManifest, sha256, type StageAssignment, type WeightEntry,
+  adaptModel, adapterWeights, compactWeight, configFromHF, createModel, heldBytes, partBytes, sectionParts, weightBytes, weightsWithAdapter,
+} from '../../models/index.ts';
+import {
+  CHUNK_BYTES, expectTensors, jobConfigHash, parseAssign, parseChunk, parseLoad, parseManifest, type StageAssignment, type WeightEntry,
 } from '../../p2p/index.ts';
 import { holdPacked, packedFromBytes, type Tensor } from '../../tensor/index.ts';
 import type { ChunkPlace, JobEntry, Loading } from '../jobs.ts';
@@ -40,16 +42,22 @@ export const loadHandlers: Record<string, StageHandler> = {
           const bytes = [...model.hfStateDict()].reduce((sum, [name, t]) => sum + weightBytes(name, t.shape, format), 0);
           memory.hold(job.jobId, 'weights', bytes, `${what} in ${format}`);
         }
+        if (request.adapter) {
+          // the base frozen, LoRA factors on the layers the adapter targets (their values arrive with the base's weights)
+          adaptModel(model, request.adapter, { part: true });
+          const bytes = [...adapterWeights(model).values()].reduce((sum, t) => sum + 4 * t.size, 0);
+          memory.add(job.jobId, 'weights', bytes, `the adapter on ${what}`);
+        }
       } catch (err) {
         memory.release(job.jobId);
         throw err;
       }
       job.assignment = request.assignment;
-      const targets = model.hfStateDict();
+      const targets = weightsWithAdapter(model);
       for (const v of request.verifiers) job.verifiers.add(v);
       job.loading = { model, targets, packed: new Map(), listed: new Map(), waiting: new Map(), received: 0, reused: 0,
         upstream: request.upstream,
-        range: request.section, configHash: sha256(new TextEncoder().encode(JSON.stringify(request.config))),
+        range: request.section, configHash: jobConfigHash(request.config, request.adapter),
         ...(request.format ? { format: request.format } : {}) };
       bindToStream();
       return control('loading', { weights: targets.size });
@@ -133,7 +141,8 @@ export const loadHandlers: Record<string, StageHandler> = {
           holdPacked(t, packedFromBytes(format, t.shape[0], t.shape[1], bytes));
         }
       }
-      const bytes = heldBytes(loading.model);
+      const adapter = [...adapterWeights(loading.model).values()].reduce((sum, t) => sum + 4 * t.size, 0);
+      const bytes = heldBytes(loading.model) + adapter;
       if (format) memory.hold(job.jobId, 'weights', bytes, `section [${loading.range[0]}, ${loading.range[1]}) in ${format}`);
       const held = { format: format ?? 'f32' as const, bytes };
       job.section = { model: loading.model, range: loading.range, configHash: loading.configHash, held, sessions: new Map() };

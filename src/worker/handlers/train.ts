@@ -3,7 +3,7 @@ import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_TENSORS_PER_REQUEST, parseGrads, parseName, parseNames, parsePass,
   parseReduce, parseSetMoments, parseStep, parseTrainCompute, parseTrainSetup, sendMessage, STAGE_PROTOCOL, type TrainCompute, toWire,
 } from '../../p2p/index.ts';
-import type { CausalLM } from '../../models/index.ts';
+import { type CausalLM, weightsWithAdapter } from '../../models/index.ts';
 import { GradientExchange, type GradientPayload, type ReduceGroup, StageExecutor } from '../../pipeline/index.ts';
 import { getBackend, type Tensor } from '../../tensor/index.ts';
 import { gradsHash, hashTensors, sectionCost, type WorkRecord } from '../../verify/index.ts';
@@ -105,7 +105,8 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const codec = request.compressGrads ? new DctTopkCodec(request.compressGrads as DctTopkOptions) : null;
       // gradients and AdamW's two moments, each the size of the weights, counted before they exist; with
       // verification on, the state each step starts from (weights, moments, gradients) is kept until the next
-      const bytes = 4 * section.model.numParameters();
+      // of the weights it trains only: a frozen base (under an adapter) has neither
+      const bytes = 4 * section.model.trainableParameters().reduce((n, p) => n + p.size, 0);
       const snapshot = request.keepState ? 4 * bytes : 0;
       // local steps keep the weights they started from (the anchor of the next average), and an average
       // holds the weights' change and the sum of all holders' changes besides
@@ -266,7 +267,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
     run: ({ body, job }) => {
       // any loaded section's weight (the executor trains these same tensors in place)
       const name = parseName(body.name);
-      const p = sectionOf(job).model.hfStateDict().get(name);
+      const p = weightsWithAdapter(sectionOf(job).model).get(name);
       if (!p) throw new InvalidMessageError(`'${name}' is not a weight of this section`);
       return { kind: 'tensor', tensor: p };
     },

@@ -1,5 +1,6 @@
 import { InvalidMessageError } from '../../../errors.ts';
 import { finite, int, list, obj, peerIdText, str } from '../../schema.ts';
+import { parseAdapter, type WireAdapter } from '../stage/schema.ts';
 import {
   type Capabilities,
   type HeldSection,
@@ -124,6 +125,8 @@ export interface AuditMessage {
   optimizer: { lr: number; weightDecay?: number };
   record: unknown;
   sent?: string[];
+  /** The job's LoRA adapter, as its load named it (the worker's records name the config with it). */
+  adapter?: WireAdapter;
 }
 
 export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {
@@ -138,6 +141,7 @@ export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {
     },
     record: m.record,
     ...(m.sent === undefined ? {} : { sent: list(m.sent, 'sent', 15_000, (v, what) => str(v, what, 64)) }),
+    ...(m.adapter === undefined ? {} : { adapter: parseAdapter(m.adapter) }),
   };
 }
 

@@ -2,7 +2,7 @@ import { InvalidMessageError } from '../../../errors.ts';
 import type { WireTensor } from '../../frames.ts';
 import { fail, finite, int, list, obj, peerIdText, str, strings } from '../../schema.ts';
 import { parseAssignment, parseJobId, type StageAssignment } from '../../vocabulary.ts';
-import { HEX64, type WeightEntry } from './chunks.ts';
+import { HEX64, sha256, type WeightEntry } from './chunks.ts';
 import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_ROUTE, MAX_TENSORS_PER_REQUEST } from './constants.ts';
 
 /**
@@ -10,9 +10,11 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  * followed by the n tensor frames it announces (their requestId = id); answers carry the id.
  *
  * Loading (owner only):
- *   load       {config, section: [start, end], upstream?, assignment?} → loading {weights}: the
- *              worker has reserved the section's memory and built it empty. `assignment` lists the
+ *   load       {config, section: [start, end], upstream?, assignment?, format?, adapter?} → loading {weights}:
+ *              the worker has reserved the section's memory and built it empty. `assignment` lists the
  *              job's sections (peer ids and addresses): the only peers this worker will dial for the job.
+ *              `adapter` {r, alpha, targets, rslora}: LoRA factors on the section (they arrive with its
+ *              weights, as `<module>.lora_A.weight`, float32); the base is frozen and only they train.
  *   manifest   {weights: [{name, shape, chunks}]}  → need {chunks}: some of the section's weights,
  *              each as the sha256 of its float32 chunks; the worker fills what it holds (its chunk
  *              store, the checkpoints of its --models) and names the chunks it lacks.
@@ -115,6 +117,39 @@ export interface LoadRequest {
   verifiers: string[];
   /** The compact format the section's matrices are held in once loaded (absent: float32). */
   format?: SectionFormat;
+  /** A LoRA adapter on the section: the base frozen, the factors (sent with the base's weights) the only trained weights. */
+  adapter?: WireAdapter;
+}
+
+/**
+ * A LoRA adapter as a load names it: rank, alpha, rsLoRA's scale, and the module names it adapts (names only: a
+ * peer's regular expression is not compiled).
+ */
+export interface WireAdapter {
+  r: number;
+  alpha: number;
+  targets: string[];
+  rslora: boolean;
+}
+
+/**
+ * The sha256 a job's records name for its config (the config as JSON; with its adapter, when it has one, so that an
+ * audit re-runs what the worker was given).
+ */
+export function jobConfigHash(config: Record<string, unknown>, adapter?: WireAdapter): string {
+  return sha256(new TextEncoder().encode(JSON.stringify(adapter ? { ...config, lora_adapter: adapter } : config)));
+}
+
+export function parseAdapter(v: unknown): WireAdapter {
+  const m = obj(v, 'adapter');
+  const targets = strings(m.targets, 'adapter.targets', 64, MAX_NAME_LENGTH);
+  if (targets.length === 0 || !targets.every((t) => /^[\w.]+$/.test(t))) fail('adapter.targets must be module names (letters, digits, _ and .)');
+  return {
+    r: int(m.r, 'adapter.r', 1, 4096),
+    alpha: finite(m.alpha, 'adapter.alpha', Number.MIN_VALUE, 1e6),
+    targets,
+    rslora: m.rslora === true,
+  };
 }
 
 /** The compact formats a section may be held in (the tensor layer's WeightFormat, named here for the wire). */
@@ -133,6 +168,7 @@ export function parseLoad(m: Record<string, unknown>): LoadRequest {
     assignment: m.assignment === undefined ? [] : parseAssignment(m.assignment),
     verifiers: m.verifiers === undefined ? [] : list(m.verifiers, 'verifiers', 16, peerIdText),
     ...(m.format === undefined ? {} : { format: sectionFormat(m.format) }),
+    ...(m.adapter === undefined ? {} : { adapter: parseAdapter(m.adapter) }),
   };
 }
 

@@ -1,0 +1,100 @@
+// Issue #32: LoRA adapters trained across workers. Each worker holds its section's factors beside the frozen base and
+// trains only them; the job's losses and adapter are one process's (bit for bit on js), with 1F1B, over a 4-bit base,
+// with replicas, and with every record re-run by the validator.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { additionTask, taskBatch } from '../../src/data/index.ts';
+import {
+  adaptModel, adapterState, byteLevelTokenizerJson, createModel, HFTokenizer, llamaConfig, loadModel, LocalTrainer, type LoraConfig,
+  saveModel,
+} from '../../src/models/index.ts';
+import { readSafetensors } from '../../src/io/index.ts';
+import { distribute } from '../../src/user/index.ts';
+import { Generator, setBackend } from '../../src/tensor/index.ts';
+import { inProcessSwarm } from '../helpers/in-process-swarm.ts';
+
+const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
+const STEPS = 6;
+const LR = 1e-2;
+const LORA: LoraConfig = { r: 4, alpha: 8, targets: ['q_proj', 'v_proj', 'o_proj', 'down_proj'] };
+const SEED = 11;
+
+/** One process: the model loaded from its folder (compact when asked), the adapter put on it, trained for STEPS steps. */
+async function trainLocally(dir: string, quantize?: 'int4') {
+  const model = await loadModel(dir, quantize ? { quantize } : {});
+  adaptModel(model, LORA, { seed: SEED });
+  const trainer = new LocalTrainer(model, { lr: LR, totalSteps: STEPS, warmupSteps: 2, microBatches: 4 });
+  const task = additionTask({ seed: 2 });
+  const rng = new Generator(7);
+  const losses: number[] = [];
+  for (let s = 0; s < STEPS; s++) losses.push(trainer.step(taskBatch(task, tok, rng, 8, 256)).loss);
+  return { losses, adapter: new Map([...adapterState(model)].map(([k, t]) => [k, t.data as Float32Array])) };
+}
+
+describe('LoRA across workers (js backend)', () => {
+  setBackend('js');
+  let dir: string;
+  let net: Awaited<ReturnType<typeof inProcessSwarm>>;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'tl-lora-train-'));
+    const config = llamaConfig({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, kvHeads: 2, intermediate: 64, maxPositions: 32 });
+    const model = createModel(config, { seed: 5 });
+    model.tokenizer = tok;
+    await saveModel(model, dir);
+    net = await inProcessSwarm(4);
+  });
+  after(async () => {
+    await net?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  for (const quantize of [undefined, 'int4'] as const) {
+    test(`3 workers, 1F1B${quantize ? ', a 4-bit base' : ''}, every record re-run: one process's losses and adapter, bit for bit`, async () => {
+      const ref = await trainLocally(dir, quantize);
+      const dm = await distribute(net.user, net.boot, dir, {
+        strategy: 'parameter-balanced', training: true, adapter: { ...LORA, seed: SEED }, verify: { sampleRate: 1 }, ...(quantize ? { quantize } : {}),
+      });
+      const out = mkdtempSync(join(tmpdir(), 'tl-lora-out-'));
+      try {
+        assert.equal(new Set(dm.assignment.map((a) => a.peerId)).size, 3);
+        const trainer = await dm.trainer({ optimizer: { lr: LR }, totalSteps: STEPS, warmupSteps: 2, microBatches: 4, schedule: '1f1b' });
+        const task = additionTask({ seed: 2 });
+        const rng = new Generator(7);
+        for (let s = 0; s < STEPS; s++) assert.equal((await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss, ref.losses[s], `step ${s + 1}`);
+        // a worker holds its base once and trains only the factors: gradients and moments are the factors' size
+        const held = net.workers.map((w) => w.memory.report().jobs.find((j) => j.jobId === dm.jobId)).filter((j) => j !== undefined);
+        const factors = [...ref.adapter.values()].reduce((n, a) => n + 4 * a.length, 0);
+        assert.equal(held.reduce((n, j) => n + j.gradients, 0), factors);
+        for (const j of held) assert.equal(j.optimizer, 2 * j.gradients);
+        await dm.saveAdapter(out);
+        const saved = readSafetensors(join(out, 'adapter_model.safetensors'));
+        assert.deepEqual([...saved.keys()].sort(), [...ref.adapter.keys()].sort());
+        for (const [k, t] of saved) assert.deepEqual(t.data, ref.adapter.get(k), k);
+        const summary = await dm.settle();
+        assert.ok(summary && summary.checked > 0 && summary.failed === 0 && summary.flagged.length === 0, JSON.stringify(summary));
+      } finally {
+        await dm.close();
+        rmSync(out, { recursive: true, force: true });
+      }
+    });
+  }
+
+  test('2 stages × 2 replicas: one process\'s losses within 1e-5', async () => {
+    const ref = await trainLocally(dir);
+    const dm = await distribute(net.user, net.boot, dir, { strategy: 'parameter-balanced', training: true, replicas: 2, adapter: { ...LORA, seed: SEED } });
+    try {
+      const trainer = await dm.trainer({ optimizer: { lr: LR }, totalSteps: STEPS, warmupSteps: 2, microBatches: 4, replicas: 2 });
+      const task = additionTask({ seed: 2 });
+      const rng = new Generator(7);
+      for (let s = 0; s < STEPS; s++) {
+        const loss = (await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss;
+        assert.ok(Math.abs(loss - ref.losses[s]) < 1e-5, `step ${s + 1}: ${loss} vs ${ref.losses[s]}`);
+      }
+    } finally {
+      await dm.close();
+    }
+  });
+});
