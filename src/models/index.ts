@@ -55,5 +55,6 @@ export { type BatchGenerator, evaluateExactMatch, type EvalResult } from './eval
 export { GGUFModel, type GGUFFileType, ggufToHF, hfToGGUF, type HFToGGUFOptions } from './gguf-model.ts';
 export {
   type Adaptable, adaptModel, ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterName, adapterParameters, adapterState, adapterWeights,
-  DEFAULT_LORA_TARGETS, isAdapterWeight, loadAdapter, type LoraConfig, loraScale, mergeAdapter, parseLoraSpec, peftKey, readAdapterConfig, saveAdapter, weightsWithAdapter, writeAdapter,
+  DEFAULT_LORA_TARGETS, isAdapterWeight, loadAdapter, type LoraConfig, loraScale, mergeAdapter, parseLoraSpec, peftKey, readAdapterConfig,
+  saveAdapter, weightsWithAdapter, writeAdapter,
 } from './adapter.ts';

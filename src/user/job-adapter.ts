@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import {
-  adaptModel, type Adaptable, adapterParameters, adapterWeights, createModel, type LayerProfile, loadAdapter, type LoraConfig, type ModelConfig,
-  type ModelLayer, readAdapterConfig, type SectionRange,
+  adaptModel, type Adaptable, adapterParameters, adapterWeights, createModel, type LayerProfile, loadAdapter, type LoraConfig,
+  type ModelConfig, type ModelLayer, readAdapterConfig, type SectionRange,
 } from '../models/index.ts';
 import type { WireAdapter } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
