@@ -53,8 +53,9 @@ commands:
         [--compress-grads dct-topk[:k=N,chunk=N,bits=N] --sync-every N] [--compress-activations fp16|int8]
         [--contracts FILE [--rpc URL] --pay TLK]   (pays TLK, default 10, into the job's escrow from ~/.tensorlink/user)
         [--adapter lora[:r=8,alpha=16,targets=q_proj,v_proj,...]|DIR [--quantize int4 --dtype bf16]]
-      --adapter trains a LoRA adapter over the frozen model (compact with --quantize/--dtype: QLoRA) in
-      this process; its checkpoint in --out is the adapter in PEFT's layout;
+      --adapter trains a LoRA adapter over the frozen model (compact with --quantize/--dtype: QLoRA), in
+      this process or across workers (each holds its section's factors; only they train); its
+      checkpoint in --out is the adapter in PEFT's layout;
       trains with progress, periodic evaluation and checkpoints (--resume continues one); across
       workers the model is split into stages, micro-batches flow through a GPipe or 1F1B schedule;
       every worker result comes with a signed record: --redundancy K runs each section on K workers
