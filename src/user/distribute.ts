@@ -11,6 +11,8 @@ import {
 } from '../plan/index.ts';
 import { configToHF, weightFormat } from '../models/index.ts';
 import { type AdapterOption, blockFactorBytes, jobAdapter, withAdapter } from './job-adapter.ts';
+import { placeOnHosts } from './hosted-base.ts';
+import { findHosted } from './pull-ends.ts';
 import { DistributedJob, type JobStage, type Placement } from './job.ts';
 import { gatherLinks } from './links.ts';
 import { listPeers, listWorkers } from './peers.ts';
@@ -68,6 +70,13 @@ export interface DistributeOptions {
    * directory. `saveAdapter(dir)` writes the trained adapter in PEFT's layout.
    */
   adapter?: AdapterOption;
+  /**
+   * Train the adapter over a model that hosts serve for everyone (`worker --host NAME=…`, in the same format as
+   * `dtype`/`quantize` here), by its name (`NAME@HASHPREFIX` when several copies are hosted), instead of loading private
+   * copies: the job's sections share the hosts' blocks with every other job and session on them, and only the adapter's
+   * factors are sent. The model given (a checkpoint directory) must be the hosted one: the user runs its ends.
+   */
+  hosted?: string;
 }
 
 /**
@@ -100,7 +109,13 @@ export async function distribute(
     }
   }
   if (options.adapter && typeof model !== 'string') throw new InvalidArgumentError('a job with an adapter loads from a checkpoint directory, not from a model in memory');
+  if (options.hosted !== undefined) checkHostedJob(options);
   const adapter = options.adapter === undefined ? null : jobAdapter(options.adapter);
+  if (adapter && options.hosted !== undefined) {
+    const [name, hash] = options.hosted.split('@', 2);
+    const target = typeof validator === 'string' ? multiaddr(validator) : validator;
+    adapter.base = (await findHosted(node, target, name, hash)).hash;
+  }
   const loaded = typeof model === 'string' ? await modelFromCheckpoint(model, { keepEnds, cacheDir: options.cacheDir, format }) : modelInMemory(model);
   let source: UserModel;
   try {
@@ -118,6 +133,15 @@ export async function distribute(
   }
 }
 
+/** What a job over hosted blocks cannot be: it trains an adapter, with the user holding the ends, one copy of each section. */
+function checkHostedJob(options: DistributeOptions): void {
+  if (!options.adapter) throw new InvalidArgumentError('a job over a hosted model trains an adapter on it (its blocks are frozen and shared): give adapter; to run the model, open a HostedModel');
+  if ((options.privacy ?? 'ends') !== 'ends') throw new InvalidArgumentError('a job over a hosted model keeps its ends (privacy \'ends\'): the hosts hold only blocks');
+  if ((options.replicas ?? 1) > 1 || (options.verify?.redundancy ?? 1) > 1) {
+    throw new InvalidArgumentError('a job over a hosted model runs one copy of each section (no replicas or redundancy yet)');
+  }
+}
+
 async function distributeSource(
   node: Libp2p,
   validatorAddr: string | DialTarget,
@@ -131,7 +155,10 @@ async function distributeSource(
     throw new InvalidArgumentError('redundancy with privacy \'none\' on a model whose head is tied to its embedding is not supported yet: keep the ends (privacy \'ends\')');
   }
   const keepEnds = (options.privacy ?? 'ends') === 'ends';
-  const first = await place(node, validator, source, options);
+  const hosted = options.hosted;
+  const placeJob = (avoid?: ReadonlySet<string>) =>
+    (hosted === undefined ? place(node, validator, source, options, avoid) : placeOnHosts(node, validator, source, hosted, avoid));
+  const first = await placeJob();
   let job: DistributedJob | null = null;
   try {
     const self = (await listPeers(node, validator)).find((p) => p.roles.includes('validator'));
@@ -146,8 +173,14 @@ async function distributeSource(
     const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;
     job = new DistributedJob(node, first.jobId, source, first.plan, first.sections, inbox, {
       keepEnds, onProgress, verifier, validator, tokens: options.tokens, name: options.name,
-      relocate: (avoid) => place(node, validator, source, options, new Set([...verifier.excluded, ...(avoid ?? [])])),
-      propose: (current, avoid) => proposeReplan(node, validator, source, options, current, new Set([...verifier.excluded, ...avoid])),
+      relocate: (avoid) => placeJob(new Set([...verifier.excluded, ...(avoid ?? [])])),
+      // a job over hosts takes the route they offer: it moves when one fails, not for a better plan
+      ...(hosted === undefined
+        ? {
+            propose: (current: Plan, avoid: ReadonlySet<string>) =>
+              proposeReplan(node, validator, source, options, current, new Set([...verifier.excluded, ...avoid])),
+          }
+        : {}),
     });
     await job.load();
     return job;

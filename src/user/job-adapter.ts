@@ -22,6 +22,8 @@ export interface JobAdapter {
   dir: string | null;
   seed: number;
   wire: WireAdapter;
+  /** The hash of a hosted model whose blocks the job's sections share (only the factors are loaded); absent: private copies. */
+  base?: string;
 }
 
 export function jobAdapter(option: AdapterOption): JobAdapter {
@@ -49,8 +51,11 @@ export function putAdapter(model: Adaptable, adapter: JobAdapter): void {
  * The user's model with the job's adapter: its ends carry it (and are frozen otherwise), each section's source lists
  * its factors (float32, `<module>.lora_A.weight`) beside the base's weights, and a plan counts each layer's factors.
  * The factors of a section are drawn (or read) once per range, on a section built empty (its base never resident).
+ * Over a hosted base (`adapter.base`), a section's source is its factors alone: the hosts hold the base.
  */
 export function withAdapter(source: UserModel, adapter: JobAdapter): UserModel {
+  // over a hosted base (adapter.base), a section is its factors alone
+  const shared = adapter.base !== undefined;
   if (source.ends) putAdapter(source.ends, adapter);
   const perBlock = blockFactorBytes(source.config, adapter.config);
   const factors = new Map<string, Map<string, Tensor>>();
@@ -68,7 +73,7 @@ export function withAdapter(source: UserModel, adapter: JobAdapter): UserModel {
   return {
     ...source,
     layers: source.layers.map((layer) => withFactors(layer, perBlock)),
-    section: (range) => joinSources(source.section(range), tensorSource(factorsOf(range))),
+    section: (range) => (shared ? tensorSource(factorsOf(range)) : joinSources(source.section(range), tensorSource(factorsOf(range)))),
     adapter,
     close: () => source.close(),
   };

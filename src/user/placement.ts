@@ -130,9 +130,10 @@ export class JobPlacement implements Placement {
     const verifiers = this.options.verifier ? [this.options.verifier.validatorPeer] : [];
     const format = this.source.format ?? undefined;
     const adapter = this.source.adapter?.wire;
+    const base = this.source.adapter?.base;
     const options = {
       upstream: this.upstreamOf(section, s), assignment, onProgress, signal, verifiers,
-      ...(format ? { format } : {}), ...(adapter ? { adapter } : {}),
+      ...(format ? { format } : {}), ...(adapter ? { adapter } : {}), ...(base ? { base } : {}),
     };
     let source = this.source.section(range);
     // a copy of a training job's state holds what it trains (an adapter job's: the factors; the frozen base comes from the source)

@@ -77,6 +77,8 @@ export interface LoadOptions {
   format?: SectionFormat;
   /** A LoRA adapter on the section (its factors are among the source's weights): the base frozen on the worker. */
   adapter?: WireAdapter;
+  /** The hash of a model the worker hosts: the section shares its blocks, and the source holds only the adapter's factors. */
+  base?: string;
 }
 
 /** What a load moved: chunks sent of the distinct chunks listed, and bytes sent and found on the worker. */
@@ -230,6 +232,7 @@ export class RemoteStage {
       ...(options.verifiers?.length ? { verifiers: options.verifiers } : {}),
       ...(options.format ? { format: options.format } : {}),
       ...(options.adapter ? { adapter: options.adapter } : {}),
+      ...(options.base ? { base: options.base } : {}),
     };
     await this.call({ type: 'load', config, section, ...extra }, []);
     const weights = source.weights;

@@ -39,6 +39,8 @@ export interface Loading {
   configHash: string;
   /** The compact format its matrices are held in once assembled (absent: float32). */
   format?: WeightFormat;
+  /** The hosted span whose weights the section shares (a job's adapter over a hosted model): only the factors arrive. */
+  shared?: HostedSpan;
 }
 
 /** A section being trained on this worker. */
@@ -156,6 +158,11 @@ export class JobTable {
     };
     this.jobs.set(jobId, entry);
     return entry;
+  }
+
+  /** The spans of models this worker hosts (their entries). */
+  hostedSpans(): JobEntry[] {
+    return [...this.jobs.values()].filter((j) => j.hosted !== undefined);
   }
 
   /** The job, if `from` owns it (or, with `delegates`, was allowed by its owner); a typed error otherwise. */

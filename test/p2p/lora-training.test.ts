@@ -12,8 +12,11 @@ import {
   saveModel,
 } from '../../src/models/index.ts';
 import { readSafetensors } from '../../src/io/index.ts';
-import { distribute } from '../../src/user/index.ts';
+import { createNode } from '../../src/p2p/index.ts';
+import { distribute, JobTrainer } from '../../src/user/index.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';
+import { startValidator } from '../../src/validator/index.ts';
+import { parseHostSpec, startWorker } from '../../src/worker/index.ts';
 import { inProcessSwarm } from '../helpers/in-process-swarm.ts';
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
@@ -23,9 +26,9 @@ const LORA: LoraConfig = { r: 4, alpha: 8, targets: ['q_proj', 'v_proj', 'o_proj
 const SEED = 11;
 
 /** One process: the model loaded from its folder (compact when asked), the adapter put on it, trained for STEPS steps. */
-async function trainLocally(dir: string, quantize?: 'int4') {
+async function trainLocally(dir: string, quantize?: 'int4', seed = SEED) {
   const model = await loadModel(dir, quantize ? { quantize } : {});
-  adaptModel(model, LORA, { seed: SEED });
+  adaptModel(model, LORA, { seed });
   const trainer = new LocalTrainer(model, { lr: LR, totalSteps: STEPS, warmupSteps: 2, microBatches: 4 });
   const task = additionTask({ seed: 2 });
   const rng = new Generator(7);
@@ -81,6 +84,62 @@ describe('LoRA across workers (js backend)', () => {
       }
     });
   }
+
+  test('two users train two adapters at once over one hosted int4 base: each its job alone; each host holds one base and two adapters', async () => {
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    // two hosts of the model's blocks (0-1 and 2), held in int4 for everyone
+    const host = (span: string) => startWorker({ bootstrap: boot, host: [parseHostSpec(`tiny=${dir}:${span}`)], hostFormat: 'int4' });
+    const hosts = await Promise.all(['0-1', '2-2'].map(host));
+    const users = await Promise.all([createNode(), createNode()]);
+    const seeds = [SEED, SEED + 1];
+    const refs = await Promise.all(seeds.map((seed) => trainLocally(dir, 'int4', seed)));
+    const jobs: Awaited<ReturnType<typeof distribute>>[] = [];
+    try {
+      for (const [i, user] of users.entries()) {
+        jobs.push(await distribute(user, boot, dir, { training: true, hosted: 'tiny', quantize: 'int4', adapter: { ...LORA, seed: seeds[i] }, verify: { sampleRate: 0.2 } }));
+      }
+      const hostIds = new Set(hosts.map((h) => h.node.peerId.toString()));
+      for (const job of jobs) assert.ok(job.assignment.length === 2 && job.assignment.every((a) => hostIds.has(a.peerId)), JSON.stringify(job.assignment));
+      const trainers: JobTrainer[] = await Promise.all(jobs.map((job) => job.trainer({ optimizer: { lr: LR }, totalSteps: STEPS, warmupSteps: 2, microBatches: 4, schedule: '1f1b' })));
+      // the two jobs' steps at once, each user its own data
+      const losses = await Promise.all(trainers.map(async (trainer) => {
+        const task = additionTask({ seed: 2 });
+        const rng = new Generator(7);
+        const out: number[] = [];
+        for (let s = 0; s < STEPS; s++) out.push((await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss);
+        return out;
+      }));
+      assert.deepEqual(losses[0], refs[0].losses);
+      assert.deepEqual(losses[1], refs[1].losses);
+      assert.notDeepEqual(losses[0], losses[1]);
+      const factorBytes = refs.map((r) => [...r.adapter.values()].reduce((n, a) => n + 4 * a.length, 0));
+      const held = jobs.map(() => 0);
+      for (const host of hosts) {
+        const report = host.memory.report();
+        const base = report.jobs.filter((j) => j.jobId.startsWith('host_'));
+        assert.equal(base.length, 1, 'one copy of the base');
+        for (const [i, job] of jobs.entries()) {
+          // a job holds its factors (and their gradients and moments), not the base
+          const a = report.jobs.find((j) => j.jobId === job.jobId)!;
+          assert.equal(a.gradients, a.weights);
+          held[i] += a.weights;
+        }
+        process.stderr.write(`host …${host.node.peerId.toString().slice(-6)}: the base ${base[0].weights} bytes (int4) once; the two jobs' factors `
+          + `${jobs.map((job) => report.jobs.find((j) => j.jobId === job.jobId)!.weights).join(' and ')} bytes\n`);
+      }
+      assert.deepEqual(held, factorBytes, 'each job holds exactly its factors over the hosts');
+      for (const job of jobs) {
+        const summary = await job.settle();
+        assert.ok(summary && summary.failed === 0 && summary.flagged.length === 0, JSON.stringify(summary));
+      }
+    } finally {
+      await Promise.all(jobs.map((job) => job.close()));
+      await Promise.all(users.map((u) => u.stop()));
+      await Promise.all(hosts.map((h) => h.stop()));
+      await validator.stop();
+    }
+  });
 
   test('2 stages × 2 replicas: one process\'s losses within 1e-5', async () => {
     const ref = await trainLocally(dir);

@@ -1,13 +1,16 @@
 import { InvalidMessageError, UnauthorizedError } from '../../errors.ts';
 import {
-  adaptModel, adapterWeights, compactWeight, configFromHF, createModel, heldBytes, partBytes, sectionParts, weightBytes, weightsWithAdapter,
+  adaptModel, adapterWeights, type CausalLM, compactWeight, configFromHF, createModel, heldBytes, type ModelConfig, partBytes, sectionParts,
+  weightBytes, weightsWithAdapter,
 } from '../../models/index.ts';
 import {
-  CHUNK_BYTES, expectTensors, jobConfigHash, parseAssign, parseChunk, parseLoad, parseManifest, type StageAssignment, type WeightEntry,
+  CHUNK_BYTES, expectTensors, jobConfigHash, type LoadRequest, parseAssign, parseChunk, parseLoad, parseManifest, type StageAssignment,
+  type WeightEntry,
 } from '../../p2p/index.ts';
 import { holdPacked, packedFromBytes, type Tensor } from '../../tensor/index.ts';
 import type { ChunkPlace, JobEntry, Loading } from '../jobs.ts';
-import { control, NONE, type StageHandler } from './types.ts';
+import { sectionOverHosted } from './hosted-base.ts';
+import { control, NONE, type StageContext, type StageHandler } from './types.ts';
 
 /**
  * Loading a section: `load` reserves its memory and builds it empty, each `manifest` lists
@@ -20,7 +23,7 @@ import { control, NONE, type StageHandler } from './types.ts';
  */
 export const loadHandlers: Record<string, StageHandler> = {
   load: {
-    run: ({ body, job, bindToStream }, { memory }) => {
+    run: ({ body, job, bindToStream }, { memory, jobs }) => {
       const request = parseLoad(body);
       const config = configFromHF(request.config);
       checkUpstream(job.jobId, request.assignment, request.upstream);
@@ -31,6 +34,7 @@ export const loadHandlers: Record<string, StageHandler> = {
       // the range and the budget first: nothing is allocated for a section that is not in the model or does not fit
       sectionParts(config.layers, request.section, config.tieWordEmbeddings);
       const what = `section [${request.section[0]}, ${request.section[1]}) of ${config.arch}`;
+      if (request.base) return loadOverHosted(request, config, what, { job, bindToStream, memory, jobs });
       const format = request.format ?? null;
       if (!format) memory.hold(job.jobId, 'weights', partBytes(config, request.section), what);
       let model;
@@ -52,15 +56,7 @@ export const loadHandlers: Record<string, StageHandler> = {
         memory.release(job.jobId);
         throw err;
       }
-      job.assignment = request.assignment;
-      const targets = weightsWithAdapter(model);
-      for (const v of request.verifiers) job.verifiers.add(v);
-      job.loading = { model, targets, packed: new Map(), listed: new Map(), waiting: new Map(), received: 0, reused: 0,
-        upstream: request.upstream,
-        range: request.section, configHash: jobConfigHash(request.config, request.adapter),
-        ...(request.format ? { format: request.format } : {}) };
-      bindToStream();
-      return control('loading', { weights: targets.size });
+      return startLoading(job, request, model, weightsWithAdapter(model), bindToStream, request.format ? { format: request.format } : {});
     },
   },
   manifest: {
@@ -142,9 +138,10 @@ export const loadHandlers: Record<string, StageHandler> = {
         }
       }
       const adapter = [...adapterWeights(loading.model).values()].reduce((sum, t) => sum + 4 * t.size, 0);
-      const bytes = heldBytes(loading.model) + adapter;
+      // over a hosted base, the job holds its factors alone (the base is the host's, counted once under its span)
+      const bytes = (loading.shared ? 0 : heldBytes(loading.model)) + adapter;
       if (format) memory.hold(job.jobId, 'weights', bytes, `section [${loading.range[0]}, ${loading.range[1]}) in ${format}`);
-      const held = { format: format ?? 'f32' as const, bytes };
+      const held = { format: loading.shared?.format ?? format ?? 'f32' as const, bytes };
       job.section = { model: loading.model, range: loading.range, configHash: loading.configHash, held, sessions: new Map() };
       // the previous stage of a chain may pass activations on for this job
       job.upstream = loading.upstream;
@@ -163,6 +160,35 @@ export const loadHandlers: Record<string, StageHandler> = {
     },
   },
 };
+
+/** The job starts loading `model`: the weights in `targets` are what its manifests must list and its chunks fill. */
+function startLoading(
+  job: JobEntry, request: LoadRequest, model: CausalLM, targets: Map<string, Tensor>, bindToStream: () => void, extra: Partial<Loading>,
+) {
+  job.assignment = request.assignment;
+  for (const v of request.verifiers) job.verifiers.add(v);
+  job.loading = {
+    model, targets, packed: new Map(), listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream,
+    range: request.section, configHash: jobConfigHash(request.config, request.adapter), ...extra,
+  };
+  bindToStream();
+  return control('loading', { weights: targets.size });
+}
+
+/**
+ * A load over blocks this worker hosts (`base`): the section shares the hosted weights and holds only the job's
+ * adapter, whose factors are all its manifests list; its budget counts the factors alone.
+ */
+function loadOverHosted(
+  request: LoadRequest, config: ModelConfig, what: string,
+  ctx: { job: JobEntry; bindToStream: () => void; memory: StageContext['memory']; jobs: StageContext['jobs'] },
+) {
+  const { model, span } = sectionOverHosted(ctx.jobs, request, config);
+  const factors = adapterWeights(model);
+  const bytes = [...factors.values()].reduce((sum, t) => sum + 4 * t.size, 0);
+  ctx.memory.hold(ctx.job.jobId, 'weights', bytes, `the adapter on ${what} over hosted ${span.name}`);
+  return startLoading(ctx.job, request, model, factors, ctx.bindToStream, { shared: span });
+}
 
 function loadingOf(job: JobEntry): Loading {
   if (!job.loading) throw new InvalidMessageError(`job ${job.jobId} is not loading a section`);

@@ -15,6 +15,8 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  *              job's sections (peer ids and addresses): the only peers this worker will dial for the job.
  *              `adapter` {r, alpha, targets, rslora}: LoRA factors on the section (they arrive with its
  *              weights, as `<module>.lora_A.weight`, float32); the base is frozen and only they train.
+ *              `base` (a hosted model's hash, with `adapter`): the section shares the blocks the worker
+ *              hosts (one copy for every job) and only the factors arrive.
  *   manifest   {weights: [{name, shape, chunks}]}  → need {chunks}: some of the section's weights,
  *              each as the sha256 of its float32 chunks; the worker fills what it holds (its chunk
  *              store, the checkpoints of its --models) and names the chunks it lacks.
@@ -119,6 +121,11 @@ export interface LoadRequest {
   format?: SectionFormat;
   /** A LoRA adapter on the section: the base frozen, the factors (sent with the base's weights) the only trained weights. */
   adapter?: WireAdapter;
+  /**
+   * The section's base is a model this worker hosts (its manifest hash): the section shares the hosted weights (one
+   * copy for every job over them) and only the adapter's factors are sent.
+   */
+  base?: string;
 }
 
 /**
@@ -169,7 +176,13 @@ export function parseLoad(m: Record<string, unknown>): LoadRequest {
     verifiers: m.verifiers === undefined ? [] : list(m.verifiers, 'verifiers', 16, peerIdText),
     ...(m.format === undefined ? {} : { format: sectionFormat(m.format) }),
     ...(m.adapter === undefined ? {} : { adapter: parseAdapter(m.adapter) }),
+    ...(m.base === undefined ? {} : { base: hex64(m.base, 'base') }),
   };
+}
+
+function hex64(v: unknown, what: string): string {
+  if (typeof v !== 'string' || !HEX64.test(v)) fail(`${what} must be a sha256 (64 hex digits)`);
+  return v;
 }
 
 function sectionFormat(v: unknown): SectionFormat {
