@@ -100,7 +100,9 @@ describe('LoRA across workers (js backend)', () => {
         jobs.push(await distribute(user, boot, dir, { training: true, hosted: 'tiny', quantize: 'int4', adapter: { ...LORA, seed: seeds[i] }, verify: { sampleRate: 0.2 } }));
       }
       const hostIds = new Set(hosts.map((h) => h.node.peerId.toString()));
-      for (const job of jobs) assert.ok(job.assignment.length === 2 && job.assignment.every((a) => hostIds.has(a.peerId)), JSON.stringify(job.assignment));
+      for (const job of jobs) {
+        assert.ok(job.assignment.length === 2 && job.assignment.every((a) => hostIds.has(a.peerId)), JSON.stringify(job.assignment));
+      }
       const trainers: JobTrainer[] = await Promise.all(jobs.map((job) => job.trainer({ optimizer: { lr: LR }, totalSteps: STEPS, warmupSteps: 2, microBatches: 4, schedule: '1f1b' })));
       // the two jobs' steps at once, each user its own data
       const losses = await Promise.all(trainers.map(async (trainer) => {
