@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { readSafetensors, writeSafetensors } from '../io/index.ts';
-import { Linear, type Module, newLora } from '../nn/index.ts';
+import { Linear, LORA_PARAM_PREFIX, type Module, newLora } from '../nn/index.ts';
 import { Generator, noGrad, type Tensor } from '../tensor/index.ts';
 
 /**
@@ -28,7 +28,7 @@ export const DEFAULT_LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'ga
 export const ADAPTER_CONFIG = 'adapter_config.json';
 export const ADAPTER_WEIGHTS = 'adapter_model.safetensors';
 /** What PEFT puts before a module's path in its file's keys. */
-const PEFT_PREFIX = 'base_model.model.';
+const PEFT_PREFIX = LORA_PARAM_PREFIX;
 
 /** The scale an adapter's product is multiplied by. */
 export function loraScale(c: LoraConfig): number {
@@ -175,43 +175,28 @@ function layerSeed(seed: number, path: string): number {
   return h;
 }
 
-/** The adapter's weights under PEFT's file keys (`base_model.model.<module>.lora_A.weight`, `.lora_B.weight`). */
-export function adapterState(model: Adaptable): Map<string, Tensor> {
-  return new Map([...adapterWeights(model)].map(([name, t]) => [`${PEFT_PREFIX}${name}`, t]));
-}
-
 /**
- * The adapter's weights under the model's own names (`<module>.lora_A.weight`: PEFT's key without its prefix, and the
- * name a section's parameters have): what travels to a worker beside the base, and what it trains.
+ * The adapter's weights under PEFT's file keys (`base_model.model.<module>.lora_A.weight`, `.lora_B.weight`): the names
+ * the model's namedParameters() gives them, what travels to a worker beside the base, and what it trains.
  */
-export function adapterWeights(model: Adaptable): Map<string, Tensor> {
+export function adapterState(model: Adaptable): Map<string, Tensor> {
   const out = new Map<string, Tensor>();
   for (const [path, layer] of linearsByPath(model)) {
     if (!layer.lora) continue;
-    out.set(`${path}.lora_A.weight`, layer.lora.A.weight);
-    out.set(`${path}.lora_B.weight`, layer.lora.B.weight);
+    out.set(`${PEFT_PREFIX}${path}.lora_A.weight`, layer.lora.A.weight);
+    out.set(`${PEFT_PREFIX}${path}.lora_B.weight`, layer.lora.B.weight);
   }
   return out;
 }
 
-/** Whether a weight's name is an adapter factor's (adapterWeights). */
+/** Whether a weight's name is an adapter factor's (adapterState). */
 export function isAdapterWeight(name: string): boolean {
   return /\.lora_[AB]\.weight$/.test(name);
 }
 
-/** A model's weights with its adapter's: the base under its checkpoint names, the factors under adapterWeights' names. */
+/** A model's weights with its adapter's: the base under its checkpoint names, the factors under adapterState' names. */
 export function weightsWithAdapter(model: Adaptable): Map<string, Tensor> {
-  return new Map([...model.hfStateDict(), ...adapterWeights(model)]);
-}
-
-/** An adapter weight's name (adapterWeights) as PEFT's file keys it. */
-export function peftKey(name: string): string {
-  return `${PEFT_PREFIX}${name}`;
-}
-
-/** PEFT's file key of an adapter weight as the model names it (the inverse of peftKey). */
-export function adapterName(key: string): string {
-  return key.startsWith(PEFT_PREFIX) ? key.slice(PEFT_PREFIX.length) : key;
+  return new Map([...model.hfStateDict(), ...adapterState(model)]);
 }
 
 /**

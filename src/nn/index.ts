@@ -1,4 +1,4 @@
-export { Dropout, Embedding, type InitOptions, LayerNorm, Linear, type Lora, newLora, RMSNorm } from './layers.ts';
+export { Dropout, Embedding, type InitOptions, LayerNorm, Linear, type Lora, LORA_PARAM_PREFIX, newLora, RMSNorm } from './layers.ts';
 export { Module, ModuleList } from './module.ts';
 export { AdamW, type AdamWOptions } from './optim/adamw.ts';
 export { clipGradNorm, clipScale, gradNormSquared, scaleGrads } from './optim/clip.ts';

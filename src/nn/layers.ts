@@ -72,6 +72,9 @@ export class Linear extends Module {
 }
 
 /** LoRA factors of one layer: A [r, in] (down), B [out, r] (up), and the scale alpha / r (alpha / √r with rsLoRA). */
+/** What PEFT puts before a module's path in its file's keys, and so before a LoRA factor's name here. */
+export const LORA_PARAM_PREFIX = 'base_model.model.';
+
 export interface Lora {
   A: Linear;
   B: Linear;
@@ -86,6 +89,9 @@ export function newLora(inFeatures: number, outFeatures: number, r: number, scal
   const A = new Linear(inFeatures, r, { rng, bias: false });
   const B = new Linear(r, outFeatures, { rng, bias: false });
   B.weight.data.fill(0);
+  // named as PEFT's files key them: base_model.model.<module>.lora_A.weight
+  A.paramPrefix = LORA_PARAM_PREFIX;
+  B.paramPrefix = LORA_PARAM_PREFIX;
   return { A, B, scale };
 }
 

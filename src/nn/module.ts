@@ -8,6 +8,11 @@ import { noGrad, type Tensor } from '../tensor/index.ts';
  */
 export class Module {
   training = true;
+  /**
+   * What the names of this module's own parameters start with, before their path: '' but for LoRA factors, which
+   * are named as PEFT's files key them (`base_model.model.<module>.lora_A.weight`).
+   */
+  paramPrefix = '';
   private readonly ownParameters = new Map<string, Tensor>();
   private readonly ownModules = new Map<string, Module>();
 
@@ -54,7 +59,7 @@ export class Module {
       for (const [name, p] of m.ownParameters) {
         if (!includeShared && seen.has(p)) continue;
         seen.add(p);
-        yield [path ? `${path}.${name}` : name, p];
+        yield [`${m.paramPrefix}${path ? `${path}.${name}` : name}`, p];
       }
     }
   }

@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '../errors.ts';
 import {
-  adaptModel, type Adaptable, adapterParameters, adapterWeights, createModel, type LayerProfile, loadAdapter, type LoraConfig,
+  adaptModel, type Adaptable, adapterParameters, adapterState, createModel, type LayerProfile, loadAdapter, type LoraConfig,
   type ModelConfig, type ModelLayer, readAdapterConfig, type SectionRange,
 } from '../models/index.ts';
 import type { WireAdapter } from '../p2p/index.ts';
@@ -65,7 +65,7 @@ export function withAdapter(source: UserModel, adapter: JobAdapter): UserModel {
     if (!f) {
       const part = createModel(source.config, { section: range as [number, number], init: false });
       putAdapter(part, adapter);
-      f = adapterWeights(part);
+      f = adapterState(part);
       factors.set(key, f);
     }
     return f;

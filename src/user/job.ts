@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError } from '../errors.ts';
 import {
-  ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterWeights, type CausalLM, type GenerateOptions, layerParameters, peftKey, saveModelStreamed,
+  ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterState, type CausalLM, type GenerateOptions, layerParameters, saveModelStreamed,
   writeAdapter,
 } from '../models/index.ts';
 import { addTraffic, type DialTarget, newTraffic, type PeerTarget, type Traffic } from '../p2p/index.ts';
@@ -329,9 +329,9 @@ export class DistributedJob implements DistributedModel {
     if (!adapter) throw new InvalidArgumentError('this job has no adapter: save(dir) writes its model');
     await this.settle();
     const state = new Map<string, Tensor>();
-    if (this.keepEnds && this.source.ends) for (const [name, t] of adapterWeights(this.source.ends)) state.set(peftKey(name), t);
+    if (this.keepEnds && this.source.ends) for (const [name, t] of adapterState(this.source.ends)) state.set(name, t);
     for (const [s] of this.placement.sections) {
-      for (const { name } of this.placement.trainedOf(s)) state.set(peftKey(name), await this.weight(name));
+      for (const { name } of this.placement.trainedOf(s)) state.set(name, await this.weight(name));
     }
     writeAdapter(state, adapter.config, dir, this.source.dir ?? '');
     return [join(dir, ADAPTER_CONFIG), join(dir, ADAPTER_WEIGHTS)];

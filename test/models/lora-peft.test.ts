@@ -40,6 +40,10 @@ describe('LoRA adapters equal PEFT', () => {
       const trainable = model.trainableParameters();
       assert.equal(trainable.length, meta.adapter_keys.length);
       assert.ok(trainable.every((p) => [...state.values()].includes(p)));
+      // namedParameters() lists them under the same keys, the base under its own names
+      const named = new Map(model.namedParameters());
+      for (const [key, p] of state) assert.equal(named.get(key), p, key);
+      assert.equal([...named.keys()].filter((k) => k.startsWith('base_model.model.')).length, state.size);
 
       const ids = ref.get('input_ids')!;
       const logits = model.forward(ids);

@@ -1,6 +1,6 @@
 import { InvalidMessageError, UnauthorizedError } from '../../errors.ts';
 import {
-  adaptModel, adapterWeights, type CausalLM, compactWeight, configFromHF, createModel, heldBytes, type ModelConfig, partBytes, sectionParts,
+  adaptModel, adapterState, type CausalLM, compactWeight, configFromHF, createModel, heldBytes, type ModelConfig, partBytes, sectionParts,
   weightBytes, weightsWithAdapter,
 } from '../../models/index.ts';
 import {
@@ -49,7 +49,7 @@ export const loadHandlers: Record<string, StageHandler> = {
         if (request.adapter) {
           // the base frozen, LoRA factors on the layers the adapter targets (their values arrive with the base's weights)
           adaptModel(model, request.adapter, { part: true });
-          const bytes = [...adapterWeights(model).values()].reduce((sum, t) => sum + 4 * t.size, 0);
+          const bytes = [...adapterState(model).values()].reduce((sum, t) => sum + 4 * t.size, 0);
           memory.add(job.jobId, 'weights', bytes, `the adapter on ${what}`);
         }
       } catch (err) {
@@ -137,7 +137,7 @@ export const loadHandlers: Record<string, StageHandler> = {
           holdPacked(t, packedFromBytes(format, t.shape[0], t.shape[1], bytes));
         }
       }
-      const adapter = [...adapterWeights(loading.model).values()].reduce((sum, t) => sum + 4 * t.size, 0);
+      const adapter = [...adapterState(loading.model).values()].reduce((sum, t) => sum + 4 * t.size, 0);
       // over a hosted base, the job holds its factors alone (the base is the host's, counted once under its span)
       const bytes = (loading.shared ? 0 : heldBytes(loading.model)) + adapter;
       if (format) memory.hold(job.jobId, 'weights', bytes, `section [${loading.range[0]}, ${loading.range[1]}) in ${format}`);
@@ -184,7 +184,7 @@ function loadOverHosted(
   ctx: { job: JobEntry; bindToStream: () => void; memory: StageContext['memory']; jobs: StageContext['jobs'] },
 ) {
   const { model, span } = sectionOverHosted(ctx.jobs, request, config);
-  const factors = adapterWeights(model);
+  const factors = adapterState(model);
   const bytes = [...factors.values()].reduce((sum, t) => sum + 4 * t.size, 0);
   ctx.memory.hold(ctx.job.jobId, 'weights', bytes, `the adapter on ${what} over hosted ${span.name}`);
   return startLoading(ctx.job, request, model, factors, ctx.bindToStream, { shared: span });
