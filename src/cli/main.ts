@@ -31,7 +31,7 @@ commands:
       continues the prompt, streaming tokens as they come; --local 0 (default) in this process,
       --local N on a local swarm of N workers, --bootstrap on an existing swarm; --dtype bf16 or --quantize
       holds the model's matrices compact (bf16; int8 and int4 blocks of 32, llama.cpp's Q8_0 and Q4_0), the workers' too
-      --adapter DIR: through a PEFT LoRA adapter (in this process)
+      --adapter DIR: through a PEFT LoRA adapter (in this process, or on every worker of the job)
   generate --model NAME --bootstrap MULTIADDR [--ends DIR] --prompt TEXT [...]
       from a model the swarm hosts (a --model that is no path here is a hosted model's name): this
       process holds only its ends (embedding, final norm, head, tokenizer), read from DIR, or without
@@ -42,7 +42,9 @@ commands:
       /v1/chat/completions, streamed or not); --local 0 (default) in this process, --local N on a
       local swarm of N workers, --bootstrap on an existing swarm; requests decode in batches of up
       to 8 rows, in the order they came; prints {"event":"ready","url",...,"model"} when it listens;
-      the dashboard is at / (the swarm's, with this server's figures) and Prometheus metrics at /metrics
+      the dashboard is at / (the swarm's, with this server's figures) and Prometheus metrics at /metrics;
+      --adapter NAME=DIR (repeatable, in this process): a request whose model is 'ID:NAME' runs through
+      that PEFT adapter (one base in memory; a batch runs one adapter)
   serve --model NAME --bootstrap MULTIADDR [--ends DIR] [...]
       the API over a model the swarm hosts: this process holds its ends for all its clients (without
       --ends, pulled from a host once into the cache, as generate does)

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { readSafetensors, writeSafetensors } from '../io/index.ts';
-import { Linear, LORA_PARAM_PREFIX, type Module, newLora } from '../nn/index.ts';
+import { Linear, type Lora, LORA_PARAM_PREFIX, type Module, newLora } from '../nn/index.ts';
 import { Generator, noGrad, type Tensor } from '../tensor/index.ts';
 
 /**
@@ -273,4 +273,47 @@ export function mergeAdapter(model: Module): number {
     }
   });
   return merged;
+}
+
+/**
+ * Several PEFT adapters over one model, one in use at a time (`serve --adapter NAME=DIR`): each is loaded once and its
+ * factors kept; `use(name)` puts that adapter's factors on their layers (and takes the one before off), `use(null)`
+ * leaves the base alone. The base is held once, frozen; switching moves no weights.
+ */
+export class AdapterSet {
+  private readonly adapters = new Map<string, Map<Linear, Lora>>();
+  private active: string | null = null;
+
+  constructor(private readonly model: Adaptable) {}
+
+  get names(): string[] {
+    return [...this.adapters.keys()];
+  }
+
+  /** Loads the PEFT adapter in `dir` under `name` (its factors are kept aside until it is used). */
+  add(name: string, dir: string): LoraConfig {
+    if (this.adapters.has(name)) throw new InvalidArgumentError(`two adapters are named '${name}'`);
+    this.use(null);
+    const config = loadAdapter(this.model, dir);
+    const factors = new Map<Linear, Lora>();
+    for (const [, m] of this.model.namedModules()) {
+      if (m instanceof Linear && m.lora) {
+        factors.set(m, m.lora);
+        m.unadapt();
+      }
+    }
+    this.adapters.set(name, factors);
+    return config;
+  }
+
+  /** Puts adapter `name` on the model (null: none). */
+  use(name: string | null): void {
+    if (name === this.active) return;
+    if (name !== null && !this.adapters.has(name)) throw new InvalidArgumentError(`no adapter is named '${name}' (${this.names.join(', ') || 'none loaded'})`);
+    if (this.active !== null) for (const layer of this.adapters.get(this.active)!.keys()) layer.unadapt();
+    this.active = null;
+    if (name === null) return;
+    for (const [layer, lora] of this.adapters.get(name)!) layer.adapt(lora);
+    this.active = name;
+  }
 }

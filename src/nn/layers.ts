@@ -71,10 +71,10 @@ export class Linear extends Module {
   }
 }
 
-/** LoRA factors of one layer: A [r, in] (down), B [out, r] (up), and the scale alpha / r (alpha / √r with rsLoRA). */
 /** What PEFT puts before a module's path in its file's keys, and so before a LoRA factor's name here. */
 export const LORA_PARAM_PREFIX = 'base_model.model.';
 
+/** LoRA factors of one layer: A [r, in] (down), B [out, r] (up), and the scale alpha / r (alpha / √r with rsLoRA). */
 export interface Lora {
   A: Linear;
   B: Linear;

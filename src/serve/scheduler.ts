@@ -1,12 +1,17 @@
 import { RateLimitedError } from '../errors.ts';
 import type { GenerateOptions, RowOptions } from '../models/index.ts';
 
-/** Runs one batch of prompts (a local model's generateBatch, or a distributed model's). */
-export type BatchRunner = (prompts: number[][], options: GenerateOptions) => Promise<{ tokens: number[][] }>;
+/**
+ * Runs one batch of prompts (a local model's generateBatch, or a distributed model's), through the adapter its rows
+ * asked for (null: the base model; every row of a batch asks for the same).
+ */
+export type BatchRunner = (prompts: number[][], options: GenerateOptions, adapter: string | null) => Promise<{ tokens: number[][] }>;
 
 /** One sequence a request asks for: its prompt, its settings, and where its tokens go. */
 export interface Row {
   prompt: number[];
+  /** The adapter it runs through (`model` 'ID:NAME' of its request); null or absent: the base model. */
+  adapter?: string | null;
   options: RowOptions;
   onToken(token: number): void;
 }
@@ -110,8 +115,11 @@ export class Scheduler {
   private next(): Waiting[] {
     const batch: Waiting[] = [this.queue.shift()!];
     let rows = batch[0].rows.length;
+    const adapter = batch[0].rows[0]?.adapter ?? null;
     while (this.queue.length > 0) {
       const candidate = this.queue[0];
+      // a batch runs through one adapter: a request for another waits for the next batch (still in order)
+      if ((candidate.rows[0]?.adapter ?? null) !== adapter) break;
       const all = [...batch.flatMap((w) => w.rows), ...candidate.rows];
       const need = this.need(all);
       if (rows + candidate.rows.length > this.limits.rows || need.prompt + need.completion > this.maxPositions) break;
@@ -138,7 +146,7 @@ export class Scheduler {
           await this.run(rows.map((r) => r.prompt), {
             rows: rows.map((r) => r.options),
             onToken: (token, i) => rows[i].onToken(token),
-          });
+          }, rows[0]?.adapter ?? null);
           for (const w of batch) w.resolve();
         } catch (err) {
           for (const w of batch) w.reject(err);

@@ -20,6 +20,8 @@ export interface ServedModel {
   maxPositions: number;
   chat: ChatFormat;
   run: BatchRunner;
+  /** Adapters a request may pick by its `model` field, 'ID:NAME' (`serve --adapter NAME=DIR`); each is listed by GET /v1/models. */
+  adapters?: readonly string[];
 }
 
 export interface ServeOptions {
@@ -95,11 +97,17 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
   });
   app.setNotFoundHandler((req, reply) => send(reply, new ApiError(404, `no route ${req.method} ${req.url}`, 'invalid_request_error', 'not_found')));
 
-  const modelCard = () => ({ id: model.id, object: 'model', created, owned_by: 'tensorlink' });
-  app.get('/v1/models', async () => ({ object: 'list', data: [modelCard()] }));
+  // the model, and the model through each of its adapters ('ID:NAME')
+  const ids = [model.id, ...(model.adapters ?? []).map((a) => `${model.id}:${a}`)];
+  const adapterOf = (id: string): string | null => {
+    if (!ids.includes(id)) throw unknownModel(id, ids.join(', '));
+    return id === model.id ? null : id.slice(model.id.length + 1);
+  };
+  const modelCard = (id: string) => ({ id, object: 'model', created, owned_by: 'tensorlink' });
+  app.get('/v1/models', async () => ({ object: 'list', data: ids.map(modelCard) }));
   app.get('/v1/models/:id', async (req: FastifyRequest<{ Params: { id: string } }>, reply) => {
-    if (req.params.id !== model.id) return send(reply, unknownModel(req.params.id, model.id));
-    return modelCard();
+    if (!ids.includes(req.params.id)) return send(reply, unknownModel(req.params.id, ids.join(', ')));
+    return modelCard(req.params.id);
   });
   app.post('/v1/completions', (req, reply) => respond(req, reply, 'text'));
   app.post('/v1/chat/completions', (req, reply) => respond(req, reply, 'chat'));
@@ -108,9 +116,10 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     let parsed: CompletionRequest | ChatRequest;
     let prompts: string[];
     let stops: string[];
+    let adapter: string | null;
     try {
       parsed = kind === 'text' ? parseCompletion(req.body) : parseChat(req.body);
-      if (parsed.model !== model.id) throw unknownModel(parsed.model, model.id);
+      adapter = adapterOf(parsed.model);
       prompts = 'prompts' in parsed ? parsed.prompts : [model.chat.render(parsed.messages)];
       stops = [...parsed.stop, ...(kind === 'chat' ? model.chat.stops : [])];
     } catch (err) {
@@ -129,7 +138,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     let emit: (c: Choice, text: string) => void = () => {};
     let work: { rows: Row[]; choices: Choice[]; promptTokens: number };
     try {
-      work = plan(request, prompts, stops, () => gone, (c, text) => emit(c, text));
+      work = plan(request, prompts, stops, () => gone, (c, text) => emit(c, text), adapter);
     } catch (err) {
       return send(reply, err);
     }
@@ -154,12 +163,12 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
           ? { index: c.index, message: { role: 'assistant', content: c.text.text(), refusal: null }, logprobs: null, finish_reason: finish }
           : { index: c.index, text: echoed(c) + c.text.text(), logprobs: null, finish_reason: finish };
       });
-      return { id, object: kind === 'chat' ? 'chat.completion' : 'text_completion', created: stamp, model: model.id, choices: out, usage: totals() };
+      return { id, object: kind === 'chat' ? 'chat.completion' : 'text_completion', created: stamp, model: request.model, choices: out, usage: totals() };
     }
 
     // streamed: server-sent events in OpenAI's chunk format, then [DONE]
     const chunk = (choice: Record<string, unknown>[], extra: Record<string, unknown> = {}) => ({
-      id, object: kind === 'chat' ? 'chat.completion.chunk' : 'text_completion', created: stamp, model: model.id, choices: choice, ...extra,
+      id, object: kind === 'chat' ? 'chat.completion.chunk' : 'text_completion', created: stamp, model: request.model, choices: choice, ...extra,
     });
     const event = (data: unknown) => {
       if (!gone) reply.raw.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`);
@@ -219,6 +228,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
    */
   function plan(
     request: Sampling, prompts: string[], stops: string[], gone: () => boolean, emit: (c: Choice, text: string) => void,
+    adapter: string | null,
   ): { rows: Row[]; choices: Choice[]; promptTokens: number } {
     const tok = model.tokenizer;
     const eos = tok.eosTokenId;
@@ -237,6 +247,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
         choices.push(c);
         rows.push({
           prompt: ids,
+          adapter,
           options: {
             maxNewTokens: wanted,
             temperature: request.temperature,

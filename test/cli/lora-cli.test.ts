@@ -9,6 +9,9 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { readSafetensors } from '../../src/io/index.ts';
+import { adaptModel, adapterState, loadModel, saveAdapter } from '../../src/models/index.ts';
+import { Generator, randn } from '../../src/tensor/index.ts';
+import { startServe } from '../helpers/processes.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 /** Every command on js (bit for bit), but where '--backend' is among the arguments already. */
@@ -24,7 +27,7 @@ describe('LoRA through the CLI', () => {
   const dir = mkdtempSync(join(tmpdir(), 'tl-lora-cli-'));
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  test('train --adapter lora --quantize int4 over a pre-trained model lowers its held-out loss; generate --adapter equals the merged model', () => {
+  test('train --adapter lora --quantize int4 over a pre-trained model lowers its held-out loss; generate --adapter equals the merged model and across workers; serve --adapter', async () => {
     const [base, pre, adapter, merged] = ['base', 'pre', 'adapter', 'merged'].map((n) => join(dir, n));
     cli('init-model', '--arch', 'llama', '--layers', '2', '--hidden', '64', '--heads', '4', '--kv-heads', '2', '--max-positions', '64', '--out', base, '--seed', '4');
     const data = ['--data', 'fortunes', '--batch', '8', '--seq-len', '32', '--eval-size', '64', '--seed', '1'];
@@ -46,6 +49,39 @@ describe('LoRA through the CLI', () => {
     const adapted = cli('generate', '--model', pre, '--adapter', adapter, ...prompt).tokens;
     cli('merge', '--model', pre, '--adapter', adapter, '--out', merged);
     assert.deepEqual(cli('generate', '--model', merged, ...prompt).tokens, adapted);
+    // across two worker processes, each holding its section's factors beside the base
+    assert.deepEqual(cli('generate', '--model', pre, '--adapter', adapter, ...prompt, '--local', '2').tokens, adapted);
+
+    // serve: one base, two adapters, picked by the request's model ('pre:tuned'); requests for each at once
+    const other = join(dir, 'other');
+    const model = await loadModel(pre);
+    const config = { r: 2, alpha: 4, targets: ['q_proj', 'v_proj'] };
+    adaptModel(model, config, { seed: 9 });
+    const rng = new Generator(3);
+    for (const [key, t] of adapterState(model)) if (key.includes('lora_B')) t.data.set(randn(t.shape, { generator: rng }).data);
+    saveAdapter(model, config, other, pre);
+    const texts = [cli('generate', '--model', pre, ...prompt).text, cli('generate', '--model', pre, '--adapter', adapter, ...prompt).text,
+      cli('generate', '--model', pre, '--adapter', other, ...prompt).text] as string[];
+    assert.notEqual(texts[2], texts[0], 'the other adapter changes the text');
+    const { child, url } = await startServe(['--model', pre, '--adapter', `tuned=${adapter}`, '--adapter', `other=${other}`]);
+    try {
+      const models = await (await fetch(`${url}/v1/models`)).json() as { data: { id: string }[] };
+      assert.deepEqual(models.data.map((m) => m.id), ['pre', 'pre:tuned', 'pre:other']);
+      const ask = async (id: string) => {
+        const r = await fetch(`${url}/v1/completions`, {
+          method: 'POST', headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: id, prompt: 'A fortune:', max_tokens: 12, temperature: 0 }),
+        });
+        return await r.json() as { model: string; choices: { text: string }[] };
+      };
+      const answers = await Promise.all(['pre', 'pre:tuned', 'pre:other', 'pre:tuned'].map(ask));
+      assert.deepEqual(answers.map((a) => a.model), ['pre', 'pre:tuned', 'pre:other', 'pre:tuned']);
+      assert.deepEqual(answers.map((a) => a.choices[0].text), [...texts, texts[1]]);
+      assert.equal((await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'pre:nope', prompt: 'x' }) })).status, 404);
+    } finally {
+      child.kill('SIGKILL');
+    }
 
     // compact weights alone have nothing to train
     assert.match(run('train', '--model', pre, ...data, '--steps', '1', '--quantize', 'int4').stderr, /nothing to train in them; train an adapter over them \(--adapter lora\)/);

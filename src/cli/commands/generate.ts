@@ -41,7 +41,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   if (!existsSync(dir)) return (await import('./generate-hosted.ts')).generateHosted(dir, prompt, where, flags, out);
   const format = weightFlags(flags);
   const adapter = stringFlag(flags, 'adapter');
-  if (adapter !== undefined && where.kind !== 'local') throw new UsageError('--adapter: generation through an adapter runs in this process for now (--local 0)');
+  if (adapter !== undefined && !existsSync(adapter)) throw new UsageError(`--adapter ${adapter}: no such PEFT adapter folder`);
   // across workers the user reads only its ends from the checkpoint; sections stream from the files
   const model = where.kind === 'local' ? await loadModel(dir, { ...format, adapter }) : null;
   const config = model?.config ?? loadConfig(dir);
@@ -88,7 +88,9 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
     const access = await joinSwarm(where, flags);
     try {
       const onProgress = loadProgress(out);
-      const dm = await distribute(access.node, access.bootstrap, dir, { strategy, privacy, onProgress, verify, ...format });
+      // through an adapter: every worker holds its section's factors beside the base
+      const jobOptions = { strategy, privacy, onProgress, verify, ...format, ...(adapter ? { adapter } : {}) };
+      const dm = await distribute(access.node, access.bootstrap, dir, jobOptions);
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
       try {
         await payForJob(flags, { jobId: dm.jobId, user: access.node.peerId.toString() }, out);

@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
-import { defaultCacheDir, generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
+import { AdapterSet, defaultCacheDir, generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import { ChatFormat, serveApi, type ServedModel } from '../../serve/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 import { cachedEnds, distribute, fetchOverview, HostedModel, type Overview } from '../../user/index.ts';
@@ -27,9 +27,20 @@ export const serveOptions = {
   'redundancy': { type: 'string' },
   'verify-rate': { type: 'string' },
   'ends': { type: 'string' },
+  'adapter': { type: 'string', multiple: true },
   ...weightFlagOptions,
   ...payFlagOptions,
 } as const;
+
+/** `--adapter NAME=DIR` (repeatable): each PEFT adapter folder under the name a request's `model` ('ID:NAME') picks it by. */
+function adapterFlags(flags: Flags): [string, string][] {
+  return ((flags.adapter as string[] | undefined) ?? []).map((spec) => {
+    const m = /^([A-Za-z0-9._-]{1,64})=(.+)$/.exec(spec);
+    if (!m) throw new UsageError(`--adapter ${spec}: say NAME=DIR (NAME of letters, digits, '.', '_' or '-')`);
+    if (!existsSync(m[2])) throw new UsageError(`--adapter ${spec}: no such PEFT adapter folder '${m[2]}'`);
+    return [m[1], m[2]];
+  });
+}
 
 /**
  * `tensorlink serve`: the OpenAI-compatible HTTP API over a model, in this process (`--local 0`,
@@ -45,6 +56,8 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   const port = intFlag(flags, 'port', 8000, 0);
   if (port > 65535) throw new UsageError(`--port must be in 0..65535, got ${port}`);
   const host = stringFlag(flags, 'host') ?? '127.0.0.1';
+  const adapterSpecs = adapterFlags(flags);
+  if (adapterSpecs.length > 0 && where.kind !== 'local') throw new UsageError('--adapter NAME=DIR: adapters are served in this process for now (--local 0)');
   // a --model that is no path here names a model the swarm hosts: this process holds its ends for all its clients
   const hosted = !existsSync(dir);
   if (hosted && where.kind !== 'remote') throw new UsageError(`'${dir}' is no file here: a hosted model is served with --bootstrap ADDR`);
@@ -96,7 +109,17 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
     }
   } else if (where.kind === 'local') {
     const model = await loadModel(dir, format);
-    served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: (prompts, options) => generateBatch(model, prompts, options) };
+    // the base held once; each adapter's factors beside it, put on for the batches that ask for it
+    const adapters = new AdapterSet(model);
+    for (const [name, path] of adapterSpecs) {
+      const c = adapters.add(name, path);
+      out.info(`adapter '${name}' (LoRA r ${c.r}, alpha ${c.alpha}) from ${path}: requests for model '${id}:${name}' run through it`);
+    }
+    const run: ServedModel['run'] = (prompts, options, adapter) => {
+      adapters.use(adapter);
+      return generateBatch(model, prompts, options);
+    };
+    served = { id, tokenizer, maxPositions: config.maxPositions, chat, run, adapters: adapters.names };
   } else {
     const access = await joinSwarm(where, flags);
     try {
