@@ -5,7 +5,7 @@
  *
  * usage: npm run bench [-- --quick] [-- --json]
  *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,families,p2p,distributed,pipeline,verify,load,ledger,failover,
- *                     links,compression,serve,quant,hosted]
+ *                     links,compression,serve,quant,hosted,lora]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -22,6 +22,7 @@ import { benchLinks } from './links.ts';
 import { benchLoad } from './load.ts';
 import { benchGpt2 } from './models.ts';
 import { benchHosted } from './hosted.ts';
+import { benchLora } from './lora.ts';
 import { benchP2p } from './p2p.ts';
 import { benchPipeline } from './pipeline.ts';
 import { benchQuant } from './quant.ts';
@@ -37,7 +38,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'quant', 'hosted'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'quant', 'hosted', 'lora'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -131,6 +132,10 @@ if (sections.includes('quant')) {
 if (sections.includes('hosted')) {
   log('hosted: a model two hosts serve, used by 1, 4 and 8 users at once (a session each, or batched at a gateway) ...');
   rows.push(...(await benchHosted()));
+}
+if (sections.includes('lora')) {
+  log('lora: a worker\'s accounted memory for a LoRA job (float32 and int4 base) against full training of its section ...');
+  rows.push(...(await benchLora()));
 }
 
 const report = {
