@@ -158,4 +158,30 @@ describe('LoRA across workers (js backend)', () => {
       await dm.close();
     }
   });
+
+  test('a worker lost during LoRA training: the job is rebuilt from its copy of the factors on a spare, the losses one process\'s', async (t) => {
+    const ref = await trainLocally(dir);
+    const own = await inProcessSwarm(4);
+    const dm = await distribute(own.user, own.boot, dir, { strategy: 'parameter-balanced', training: true, adapter: { ...LORA, seed: SEED }, verify: { sampleRate: 0 } });
+    try {
+      const trainer = await dm.trainer({ optimizer: { lr: LR }, totalSteps: STEPS, warmupSteps: 2, microBatches: 4, schedule: '1f1b', snapshotEvery: 2 });
+      const task = additionTask({ seed: 2 });
+      const rng = new Generator(7);
+      const losses: number[] = [];
+      for (let s = 0; s < STEPS; s++) {
+        if (s === 3) {
+          // the worker of the last section leaves between steps: the next step finds it gone
+          const victim = dm.assignment[dm.assignment.length - 1].peerId;
+          await own.workers.find((w) => w.node.peerId.toString() === victim)!.stop();
+        }
+        losses.push((await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss);
+      }
+      assert.deepEqual(losses, ref.losses);
+      assert.ok(dm.failovers.length >= 1, 'the job failed over');
+      for (const e of dm.failovers) t.diagnostic(`failover: layers ${e.layers[0]}–${e.layers[1] - 1} ${e.action}, ${e.replayed} steps replayed`);
+    } finally {
+      await dm.close();
+      await own.stop().catch(() => {});
+    }
+  });
 });
