@@ -6,7 +6,9 @@ import {
 import type { WireAdapter } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { joinSources, tensorSource } from './section-source.ts';
-import type { UserModel } from './user-model.ts';
+import type { JobAdapter, UserModel } from './user-model.ts';
+
+export type { JobAdapter } from './user-model.ts';
 
 /**
  * A LoRA adapter trained (or run) across workers: what `distribute(…, { adapter })` takes. New factors from a config
@@ -14,17 +16,6 @@ import type { UserModel } from './user-model.ts';
  * process draws), or a PEFT adapter folder to go on from.
  */
 export type AdapterOption = (LoraConfig & { seed?: number }) | string;
-
-/** A job's adapter as the user holds it: its config, where its first factors come from, and how a load names it. */
-export interface JobAdapter {
-  config: LoraConfig & { targets: string[] };
-  /** The PEFT folder the factors are read from; null: new factors drawn from `seed`. */
-  dir: string | null;
-  seed: number;
-  wire: WireAdapter;
-  /** The hash of a hosted model whose blocks the job's sections share (only the factors are loaded); absent: private copies. */
-  base?: string;
-}
 
 export function jobAdapter(option: AdapterOption): JobAdapter {
   const config = typeof option === 'string' ? readAdapterConfig(option) : option;

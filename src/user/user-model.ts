@@ -1,13 +1,11 @@
 import { InvalidArgumentError } from '../errors.ts';
 import {
   type CausalLM, CheckpointWeights, GGUFWeights, heldBytes, isGGUF, loadModel, loadTokenizer, type ModelConfig, type ModelLayer,
-  modelLayers, type ModelWeights, partBytes,
-  partHeldBytes, type SectionRange, type Tokenizer,
+  type LoraConfig, modelLayers, type ModelWeights, partBytes, partHeldBytes, type SectionRange, type Tokenizer,
 } from '../models/index.ts';
-import { CHUNK_BYTES } from '../p2p/index.ts';
+import { CHUNK_BYTES, type WireAdapter } from '../p2p/index.ts';
 import { sectionWeights } from '../pipeline/index.ts';
 import type { Tensor, WeightFormat } from '../tensor/index.ts';
-import type { JobAdapter } from './job-adapter.ts';
 import { checkpointSource, type SectionSource, tensorSource } from './section-source.ts';
 
 /**
@@ -112,4 +110,15 @@ function heldLayers(config: ModelConfig, format: WeightFormat): readonly ModelLa
       namedParameters: () => layer.namedParameters(), forward: (x, ctx) => layer.forward(x, ctx), profile: () => profile,
     };
   });
+}
+
+/** A job's adapter as the user holds it: its config, where its first factors come from, and how a load names it. */
+export interface JobAdapter {
+  config: LoraConfig & { targets: string[] };
+  /** The PEFT folder the factors are read from; null: new factors drawn from `seed`. */
+  dir: string | null;
+  seed: number;
+  wire: WireAdapter;
+  /** The hash of a hosted model whose blocks the job's sections share (only the factors are loaded); absent: private copies. */
+  base?: string;
 }
