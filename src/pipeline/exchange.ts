@@ -1,5 +1,5 @@
 import { InvalidArgumentError, TimeoutError } from '../errors.ts';
-import { type Tensor, tensor } from '../tensor/index.ts';
+import { type Tensor, tensor, zeros } from '../tensor/index.ts';
 import type { StageExecutor } from './executor.ts';
 
 /** Parameters that several stages hold (replicas of a stage, or a head tied to the embedding on another worker). */
@@ -11,6 +11,12 @@ export interface ReduceGroup {
   peers: string[];
   /** This holder's position in `peers`. */
   index: number;
+  /**
+   * The micro-batches each holder ran (replicas, in `peers` order): the reduction then adds every micro-batch's
+   * contribution in the batch's order, as one process accumulates them, so replicas step bit for bit as one process.
+   * The holders must keep their contributions (StageExecutor's keepMicros). Absent: each holder's sum, in `peers` order.
+   */
+  micros?: number[][];
 }
 
 /**
@@ -123,7 +129,46 @@ export class GradientExchange {
     send: (peer: string, grads: GradientPayload) => Promise<void>,
     timeoutMs = REDUCE_TIMEOUT_MS,
   ): Promise<void> {
-    executor.setGrads(group.names, await this.sum(group, executor.grads(group.names), send, timeoutMs));
+    if (group.micros) executor.setGrads(group.names, await this.ordered(executor, group, group.micros, send, timeoutMs));
+    else executor.setGrads(group.names, await this.sum(group, executor.grads(group.names), send, timeoutMs));
+  }
+
+  /**
+   * The ordered reduction (`micros`): this holder sends each micro-batch's contribution (its micro-batches in order,
+   * each parameter of the group in turn; zeros where a micro-batch reached none), waits for the others' and adds all
+   * of them in the batch's order: the first micro-batch's as it is, then each next one, as one process accumulates.
+   */
+  private async ordered(
+    executor: StageExecutor,
+    group: ReduceGroup,
+    micros: number[][],
+    send: (peer: string, grads: GradientPayload) => Promise<void>,
+    timeoutMs: number,
+  ): Promise<Tensor[]> {
+    if (this.codec) throw new InvalidArgumentError('an ordered reduction adds exact gradients: it does not go with compressed ones');
+    const shapes = group.names.map((n) => executor.named.get(n)?.shape ?? []);
+    const mine = micros[group.index];
+    const own = mine.flatMap((k) => group.names.map((n, j) => executor.contributionOf(k, n) ?? zeros(shapes[j])));
+    const got = await this.gather(group, own, send, timeoutMs);
+    const where = new Map<number, { holder: number; at: number }>();
+    micros.forEach((list, holder) => list.forEach((k, at) => where.set(k, { holder, at })));
+    const order = [...where.keys()].sort((a, b) => a - b);
+    return group.names.map((name, j) => {
+      let acc: Float32Array | null = null;
+      for (const k of order) {
+        const { holder, at } = where.get(k)!;
+        const t = (got.get(holder) as Tensor[] | undefined)?.[at * group.names.length + j];
+        if (!t || t instanceof Uint8Array || t.size !== shapes[j].reduce((a, b) => a * b, 1)) {
+          throw new InvalidArgumentError(`holder ${holder} sent no gradient of '${name}' for micro-batch ${k} of ${group.key}`);
+        }
+        if (!acc) acc = new Float32Array(t.data);
+        else {
+          const d = t.data;
+          for (let e = 0; e < acc.length; e++) acc[e] += d[e];
+        }
+      }
+      return tensor(acc ?? new Float32Array(shapes[j].reduce((a, b) => a * b, 1)), shapes[j]);
+    });
   }
 
   /**
@@ -189,22 +234,7 @@ export class GradientExchange {
     timeoutMs: number,
   ): Promise<Tensor[]> {
     const { payload, own } = this.encode(group.names, tensors);
-    const others = group.peers.length - 1;
-    const size = payload.reduce((sum: number, p: Tensor | Uint8Array) => sum + (p instanceof Uint8Array ? p.byteLength : 4 * p.size), 0);
-    try {
-      await Promise.all(group.peers.map((peer, i) => (i === group.index
-        ? undefined
-        : send(peer, payload).then(() => {
-            this.sentBytes += size;
-          }))));
-      await this.arrival(group.key, others, timeoutMs);
-    } catch (err) {
-      this.inbox.delete(group.key); // a failed reduction holds no slot: the step is retried under a new key
-      throw err;
-    }
-    const got = this.inbox.get(group.key) ?? new Map<number, GradientPayload>();
-    this.inbox.delete(group.key);
-    got.set(group.index, own);
+    const got = await this.gather(group, payload, send, timeoutMs, own);
     const at = (i: number, j: number, name: string) => {
       const p = got.get(i);
       return p && this.dense(p, j, name, own[j].shape);
@@ -221,5 +251,35 @@ export class GradientExchange {
       }
       return tensor(acc, first.shape);
     });
+  }
+
+  /**
+   * Sends `payload` to every other holder of the group, waits for theirs, and returns every holder's by its index
+   * (this holder's own as `own`, what every holder adds of it; default the payload).
+   */
+  private async gather(
+    group: ReduceGroup,
+    payload: GradientPayload,
+    send: (peer: string, grads: GradientPayload) => Promise<void>,
+    timeoutMs: number,
+    own: GradientPayload = payload,
+  ): Promise<Map<number, GradientPayload>> {
+    const others = group.peers.length - 1;
+    const size = payload.reduce((sum: number, p: Tensor | Uint8Array) => sum + (p instanceof Uint8Array ? p.byteLength : 4 * p.size), 0);
+    try {
+      await Promise.all(group.peers.map((peer, i) => (i === group.index
+        ? undefined
+        : send(peer, payload).then(() => {
+            this.sentBytes += size;
+          }))));
+      await this.arrival(group.key, others, timeoutMs);
+    } catch (err) {
+      this.inbox.delete(group.key); // a failed reduction holds no slot: the step is retried under a new key
+      throw err;
+    }
+    const got = this.inbox.get(group.key) ?? new Map<number, GradientPayload>();
+    this.inbox.delete(group.key);
+    got.set(group.index, own);
+    return got;
   }
 }

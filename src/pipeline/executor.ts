@@ -22,6 +22,11 @@ export interface ExecutorOptions {
    * first: a worker hashes it into the backward's record (and fault injection may alter it).
    */
   onContribution?: (micro: number, contribution: Map<string, Tensor>) => void;
+  /**
+   * Keep each micro-batch's contribution to the gradients until the step (a copy: the trained size per micro-batch),
+   * for an ordered reduction among replicas (ReduceGroup.micros) that adds them in the batch's order.
+   */
+  keepMicros?: boolean;
 }
 
 /**
@@ -100,6 +105,8 @@ export class StageExecutor {
   /** The parameters it holds frozen (those that do not require grad: a base under an adapter), by checkpoint name. */
   readonly frozen: Map<string, Tensor>;
   private readonly saved = new Map<number, Saved>();
+  /** Each micro-batch's contribution to the gradients this step (keepMicros). */
+  private readonly micros = new Map<number, Map<string, Tensor>>();
 
   constructor(
     readonly layers: readonly ModelLayer[],
@@ -149,7 +156,7 @@ export class StageExecutor {
     const run = () => {
       if (output.requiresGrad) output.backward(grad, { releaseActivations: true });
     };
-    if (this.options.onContribution) this.contribute(micro, run);
+    if (this.options.onContribution || (this.options.keepMicros && !tied)) this.contribute(micro, run);
     else if (tied?.role === 'user') tied.ties.holdBack(micro, run);
     else if (tied) tied.ties.combine(micro, run);
     else run();
@@ -164,7 +171,9 @@ export class StageExecutor {
     backward();
     const contribution = new Map<string, Tensor>();
     for (const [n, p] of this.named) if (p.grad) contribution.set(n, p.grad);
-    this.options.onContribution!(micro, contribution);
+    this.options.onContribution?.(micro, contribution);
+    // a copy: the first contribution becomes the gradient, which the next ones are added into
+    if (this.options.keepMicros) this.micros.set(micro, new Map([...contribution].map(([n, t]) => [n, t.clone()])));
     for (const [n, p] of this.named) {
       const c = contribution.get(n);
       const acc = before.get(n) ?? null;
@@ -181,6 +190,11 @@ export class StageExecutor {
         p.grad = acc;
       }
     }
+  }
+
+  /** Micro-batch `micro`'s contribution to parameter `name`'s gradient this step (keepMicros); undefined if none reached it. */
+  contributionOf(micro: number, name: string): Tensor | undefined {
+    return this.micros.get(micro)?.get(name);
   }
 
   /** ‖g‖² of each named parameter (the user adds them, in the model's order, into the global norm). */
@@ -220,6 +234,7 @@ export class StageExecutor {
     this.optimizer.lr = lr;
     this.optimizer.step();
     this.optimizer.releaseGrads();
+    this.micros.clear();
   }
 
   /** How many AdamW steps a parameter has taken (null before the first). */
@@ -245,6 +260,7 @@ export class StageExecutor {
   /** Drops what a failed step left behind (saved activations, gradients). */
   reset(): void {
     this.saved.clear();
+    this.micros.clear();
     this.options.tied?.ties.clear();
     for (const p of this.named.values()) p.grad = null;
   }

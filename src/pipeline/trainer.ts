@@ -31,6 +31,13 @@ export interface PipelineTrainerOptions {
    * replicas' gradients are summed every step, exactly as one process.
    */
   syncEvery?: number;
+  /**
+   * Replicas reduce every micro-batch's contribution in the batch's order (the holders keep them: keepMicros), so that
+   * their steps are one process's bit for bit; each holder then sends its micro-batches' gradients rather than their
+   * sum (microBatches / replicas times the bytes: for small trained parts, as adapters). Default false: each replica's
+   * sum, added in replica order (within float rounding of one process).
+   */
+  orderedReplicas?: boolean;
 }
 
 export interface PipelineStepResult extends StepResult {
@@ -138,6 +145,13 @@ export class PipelineTrainer {
     return this.options.lr * this.lambda(this.stepCount);
   }
 
+  /** The micro-batches a replica runs in a step of `m`: k with k mod replicas = its place among its stage's replicas. */
+  private microsOf(h: StageHandle, m: number): number[] {
+    const stage = this.stages.find((st) => st.replicas.includes(h))!;
+    const j = stage.replicas.indexOf(h);
+    return Array.from({ length: m }, (_, k) => k).filter((k) => k % stage.replicas.length === j);
+  }
+
   /** The actions of replica `j` of stage `s` for this step. */
   private actions(s: number, j: number): Action[] {
     const stage = this.stages[s];
@@ -236,8 +250,11 @@ export class PipelineTrainer {
       this.groups
         .map((g, gi) => ({ g, gi }))
         .filter(({ g }) => g.holders.length > 1 && !(local && g.replicas))
-        .flatMap(({ g, gi }) => g.holders.map((h, index) =>
-          guard(h, h.reduce({ key: `${this.stepCount}:${gi}`, names: g.names, peers: g.holders.map((x) => x.address), index })))),
+        .flatMap(({ g, gi }) => {
+          const micros = this.options.orderedReplicas && g.replicas ? { micros: g.holders.map((h) => this.microsOf(h, m)) } : {};
+          return g.holders.map((h, index) =>
+            guard(h, h.reduce({ key: `${this.stepCount}:${gi}`, names: g.names, peers: g.holders.map((x) => x.address), index, ...micros })));
+        }),
     );
     const clip = this.options.clipNorm ?? 1;
     const { gradNorm, scaleOf } = local ? await this.localNorms(guard, clip) : await this.globalNorm(guard, clip);

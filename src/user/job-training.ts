@@ -58,6 +58,12 @@ export interface DistributedTrainerOptions {
    * every step, the same as one process.
    */
   syncEvery?: number;
+  /**
+   * Replicas add every micro-batch's gradient in the batch's order (each worker sends its micro-batches' gradients,
+   * not their sum), so that their steps are one process's bit for bit. Default: on for a job with an adapter (its
+   * factors are small), off otherwise (each replica's sum is sent: within float rounding of one process).
+   */
+  orderedReplicas?: boolean;
 }
 
 /**
@@ -287,7 +293,10 @@ export class JobTraining {
     // local steps average replicas: with none, the job's steps are those of one process
     const sync = (o.syncEvery ?? 1) > 1 && replicas > 1 ? { syncEvery: o.syncEvery } : {};
     const keepState = verifier.keepsState;
-    await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState, peers, ...compressGrads, ...sync })));
+    // replicas of an adapter's factors reduce micro-batch by micro-batch, in order: one process's steps, bit for bit
+    const ordered = replicas > 1 && !o.compressGrads && !sync.syncEvery && (o.orderedReplicas ?? placement.source.adapter != null);
+    const keepMicros = ordered ? { keepMicros: true } : {};
+    await Promise.all(handles.flat().map((h) => h.setup({ ...executor, keepState, peers, ...compressGrads, ...sync, ...keepMicros })));
     for (const h of handles.flat()) {
       if (!o.relay) h.direct = h.peerId;
       h.codec = o.compressActivations ?? null;
@@ -312,6 +321,7 @@ export class JobTraining {
       microBatches: o.microBatches ?? replicas,
       schedule: o.schedule,
       ...sync,
+      ...(ordered ? { orderedReplicas: true } : {}),
     });
     return this.pipeline;
   }

@@ -138,6 +138,7 @@ export class RemoteTrainStage implements StageHandle {
     peers: string[];
     compressGrads?: { k: number; chunk: number; bits: number };
     syncEvery?: number;
+    keepMicros?: boolean;
   }): Promise<void> {
     this.names = parseTrainReady(controlAnswer(await this.call({ type: 'train-setup', ...options }), 'train-setup'));
   }

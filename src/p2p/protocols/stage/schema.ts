@@ -311,6 +311,8 @@ export interface TrainSetupRequest {
    * (`sync`); the worker keeps the weights they start from. 1: gradients reduce every step.
    */
   syncEvery: number;
+  /** Each micro-batch's contribution to the gradients is kept until the step: an ordered reduction (`micros`) adds them in order. */
+  keepMicros: boolean;
 }
 
 /** The most local steps between averages a job may ask for. */
@@ -325,6 +327,7 @@ export function parseTrainSetup(m: Record<string, unknown>): TrainSetupRequest {
     peers: m.peers === undefined ? [] : list(m.peers, 'peers', 256, peerIdText),
     compressGrads: m.compressGrads === undefined ? null : parseCompressGrads(obj(m.compressGrads, 'compressGrads')),
     syncEvery: m.syncEvery === undefined ? 1 : int(m.syncEvery, 'syncEvery', 1, MAX_SYNC_EVERY),
+    keepMicros: m.keepMicros === true,
   };
 }
 
@@ -338,11 +341,24 @@ export interface ReduceRequest {
   /** The holders' peer ids, in the order their gradients are added. */
   peers: string[];
   index: number;
+  /**
+   * The micro-batches each holder ran (replicas): every holder sends each micro-batch's contribution and adds them
+   * all in the batch's order, as one process accumulates them (bit for bit). Absent: each holder's sum, added in
+   * the order of `peers`.
+   */
+  micros?: number[][];
 }
 
 export function parseReduce(m: Record<string, unknown>): ReduceRequest {
   const peers = list(m.peers, 'peers', 256, peerIdText);
-  return { key: str(m.key, 'key', MAX_KEY_LENGTH), names: parseNames(m.names), peers, index: int(m.index, 'index', 0, peers.length - 1) };
+  const out: ReduceRequest = { key: str(m.key, 'key', MAX_KEY_LENGTH), names: parseNames(m.names), peers, index: int(m.index, 'index', 0, peers.length - 1) };
+  if (m.micros !== undefined) {
+    const micros = list(m.micros, 'micros', 256, (v, what) => list(v, what, 4096, (k, w) => int(k, w, 0, 1_000_000)));
+    const all = micros.flat();
+    if (micros.length !== peers.length || new Set(all).size !== all.length) fail('micros: one list of distinct micro-batches per holder');
+    out.micros = micros;
+  }
+  return out;
 }
 
 export function parseGrads(m: Record<string, unknown>): { key: string; index: number } {
