@@ -33,7 +33,7 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  *              whose chained step is late finds the stage holding it up)
  *   close      {sessionId}                      → closed
  * Training (owner; `grads` also from the job's other holders):
- *   train-setup {lr, weightDecay?, recompute?, peers} → train-ready {names}
+ *   train-setup {lr, weightDecay?, recompute?, peers, keepMicros?} → train-ready {names}
  *   train-forward {micro} + input → output      train-backward {micro} + gradient → input gradient | no-input-gradient
  *              Either may take `from: {peer, key}` instead of the tensor (that neighbour passed it here
  *              under key) and `to: {peer, key}`: the result goes to that worker of the job as a train-pass
@@ -42,7 +42,9 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  *              its float32 scale's 4 bytes and its values); a hop's tensor says by its dtype how it
  *              was encoded (token ids are never encoded).
  *   train-pass {key} + tensor → nothing  (from the job's other workers: a tensor ahead of its request)
- *   grad-squares {names} → {values}             reduce {key, names, peers, index} → reduced
+ *   grad-squares {names} → {values}             reduce {key, names, peers, index, micros?} → reduced
+ *              (with `micros`, each holder's micro-batches: every micro-batch's gradients are exchanged
+ *              and added in the batch's order, as one process accumulates them)
  *   grads {key, index} + gradients → nothing    step {scale, lr} → stepped
  *   weight {name} → tensor                      moment-steps {names} → {steps}
  *   moments {name} → [2, ...shape]              set-moments {name, step} + moments → moments-set
