@@ -3,6 +3,7 @@ import { gossipsub } from '@libp2p/gossipsub';
 import { identify } from '@libp2p/identify';
 import { kadDHT, passthroughMapper } from '@libp2p/kad-dht';
 import type { Libp2p, PrivateKey } from '@libp2p/interface';
+import type { Multiaddr } from '@multiformats/multiaddr';
 import { noise } from '@libp2p/noise';
 import { ping } from '@libp2p/ping';
 import { tcp } from '@libp2p/tcp';
@@ -19,6 +20,11 @@ export interface NodeOptions {
   dataDir?: string;
   /** Listen addresses (default: a free TCP port on 127.0.0.1). */
   listen?: string[];
+  /**
+   * Addresses to announce besides those of its own interfaces (`--announce`): what it cannot see itself, such as its
+   * router's public address with a forwarded port. Announced at once, as its interfaces' are.
+   */
+  announce?: string[];
 }
 
 /** TensorLink's own DHT: peers of the public libp2p DHT are not ours to query. */
@@ -41,7 +47,7 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
   const privateKey: PrivateKey = options.dataDir ? await loadOrCreateIdentity(options.dataDir) : await generateKeyPair('Ed25519');
   const node = await createLibp2p({
     privateKey,
-    addresses: { listen: options.listen ?? ['/ip4/127.0.0.1/tcp/0'] },
+    addresses: { listen: options.listen ?? ['/ip4/127.0.0.1/tcp/0'], appendAnnounce: options.announce ?? [] },
     transports: [tcp()],
     // a peer busy with a long computation (a large section on the js backend, a loaded machine) answers no ping until
     // it is done: libp2p's default 5 s would abort its connections, and with them every job on them
@@ -62,7 +68,31 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
     },
   });
   identities.set(node, privateKey);
+  announceOwnAddresses(node);
   return node as unknown as TensorLinkNode;
+}
+
+/** What a node's addresses are confirmed for: as long as it runs (they are facts about its own interfaces). */
+const OWN_ADDRESS_TTL_MS = 100 * 365 * 24 * 3600 * 1000;
+
+/**
+ * Announces the node's own interfaces' public-range addresses at once. libp2p 3 holds a listener's public addresses
+ * back until AutoNAT has verified them, and nothing verifies them in a swarm without AutoNAT peers (a validator on a
+ * public address listed only 127.0.0.1); private ones it announces at once. An address of one of its own interfaces,
+ * public or not, is a fact about its machine, not a guess: each is confirmed as a transport address when it listens.
+ */
+function announceOwnAddresses(node: Libp2p): void {
+  const manager = (node as unknown as { components?: { addressManager?: OwnAddresses } }).components?.addressManager;
+  if (!manager?.getAddressesWithMetadata || !manager.confirmObservedAddr) return;
+  for (const a of manager.getAddressesWithMetadata()) {
+    if (a.type === 'transport' && !a.verified) manager.confirmObservedAddr(a.multiaddr, { type: 'transport', ttl: OWN_ADDRESS_TTL_MS });
+  }
+}
+
+/** The part of libp2p's address manager this module uses. */
+interface OwnAddresses {
+  getAddressesWithMetadata(): { multiaddr: Multiaddr; verified: boolean; type: string }[];
+  confirmObservedAddr(addr: Multiaddr, options: { type: 'transport'; ttl: number }): void;
 }
 
 const identities = new WeakMap<object, PrivateKey>();

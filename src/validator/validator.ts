@@ -36,6 +36,8 @@ export interface Validator {
 export interface ValidatorOptions {
   dataDir?: string;
   listen?: string[];
+  /** Addresses it announces besides its interfaces' (`--announce`: its router's public address and forwarded port). */
+  announce?: string[];
   log?: Logger;
   /** Other validators' addresses: blocks are co-signed with them, and a validator behind catches up from them. */
   peers?: string[];

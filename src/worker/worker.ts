@@ -42,6 +42,8 @@ export interface WorkerOptions {
   bootstrap: string;
   dataDir?: string;
   listen?: string[];
+  /** Addresses it announces besides its interfaces' (`--announce`: its router's public address and forwarded port). */
+  announce?: string[];
   memoryBytes?: number;
   /** Hugging Face checkpoint directories this worker holds (`--models`): loads of their weights need no transfer. */
   modelsDir?: string;

@@ -176,13 +176,21 @@ function clash(subnet: string): string | undefined {
   return r && `dev ${r.dev}`;
 }
 
-/** Checks an explicit subnet ("10.78.5"): three octets of a private /24 that the root namespace does not route yet. */
-function checkSubnet(subnet: string): void {
+/**
+ * Checks an explicit subnet ("10.78.5"): three octets of a private /24 that the root namespace does not route yet, or
+ * (`publicRange`) of 11.0.0.0/8, a public range for tests of public addresses (isolated: the mesh routes it nowhere).
+ */
+function checkSubnet(subnet: string, publicRange = false): void {
   const octets = subnet.split('.').map(Number);
   if (octets.length !== 3 || octets.some((o) => !Number.isInteger(o) || o < 0 || o > 255) || !/^[\d.]+$/.test(subnet)) {
     throw new InvalidArgumentError(`subnet must be three octets of a /24 such as '10.78.5', got '${subnet}'`, { details: { subnet } });
   }
   const net = toInt([...octets, 0]);
+  if (publicRange) {
+    if (octets[0] !== 11) throw new InvalidArgumentError(`a public test subnet is in 11.0.0.0/8, got '${subnet}'`, { details: { subnet } });
+    if (clash(subnet) !== undefined) throw new NetnsUnavailableError(`${subnet}.0/24 is routed in the root namespace already (${clash(subnet)})`);
+    return;
+  }
   if (!PRIVATE.some((p) => overlaps(toInt(p.net), p.len, net, 24))) {
     throw new InvalidArgumentError(`subnet ${subnet}.0/24 is not a private range (10/8, 172.16/12, 192.168/16)`, { details: { subnet } });
   }
@@ -226,11 +234,11 @@ let meshes = 0;
  * mesh.shape(0, 1, 10); // host 0 <-> host 1 at 10 Mbit/s, every other pair at memory speed
  * spawn(mesh.hosts[0].exec[0], [...mesh.hosts[0].exec.slice(1), process.execPath, 'server.js']);
  */
-export function hostMesh(n: number, options: { subnet?: string } = {}): Mesh {
+export function hostMesh(n: number, options: { subnet?: string; publicRange?: boolean } = {}): Mesh {
   if (!Number.isInteger(n) || n < 1 || n > MAX_HOSTS) {
     throw new InvalidArgumentError(`hostMesh needs 1 to ${MAX_HOSTS} hosts, got ${n}`, { details: { n } });
   }
-  if (options.subnet !== undefined) checkSubnet(options.subnet);
+  if (options.subnet !== undefined) checkSubnet(options.subnet, options.publicRange);
   const pid = process.pid;
   const k = meshes++; // several meshes may live in one process at once
   const sw = `tl-sw-${pid}-${k}`;

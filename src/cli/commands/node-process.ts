@@ -11,6 +11,16 @@ export function parseAddr(raw: string, flag: string) {
   }
 }
 
+/** `--announce ADDR` (repeatable): addresses a node announces besides its interfaces' (each a multiaddr without /p2p). */
+export function announceFlags(flags: Flags): string[] {
+  const all = (flags.announce as string[] | undefined) ?? [];
+  for (const a of all) {
+    const ma = parseAddr(a, 'announce');
+    if (ma.getComponents().some((c) => c.name === 'p2p')) throw new UsageError(`--announce '${a}': give the address without /p2p/… (the node adds its own id)`);
+  }
+  return all;
+}
+
 /**
  * Runs until SIGINT/SIGTERM — or, with `--parent-pid` (set by a local swarm), until that
  * process is gone, so a swarm killed with SIGKILL leaves no node behind — then stops the node.

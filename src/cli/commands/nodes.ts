@@ -8,12 +8,13 @@ import { DEFAULT_DASHBOARD } from '../swarm.ts';
 import { type Flags, hostPort, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { chainFlagOptions, chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
-import { logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
+import { announceFlags, logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
 import { LOCAL_GRANT } from '../local-chain.ts';
 import { loadOrCreateAccount } from '../../chain/index.ts';
 
 export const validatorOptions = {
   'listen': { type: 'string' },
+  'announce': { type: 'string', multiple: true },
   'peers': { type: 'string' },
   'validators': { type: 'string' },
   'threshold': { type: 'string' },
@@ -99,7 +100,7 @@ export async function validatorCommand(flags: Flags, out: Output): Promise<void>
   const at = stringFlag(flags, 'dashboard');
   const where = at === undefined ? null : hostPort(at, 'dashboard');
   const v = await startValidator({
-    dataDir, listen: listen ? [listen] : undefined, log: createLogger({ level, peer: 'validator' }), peers, validators, threshold, chain,
+    dataDir, listen: listen ? [listen] : undefined, announce: announceFlags(flags), log: createLogger({ level, peer: 'validator' }), peers, validators, threshold, chain,
   });
   let dashboard: DashboardServer | null = null;
   if (where) {

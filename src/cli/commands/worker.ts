@@ -3,7 +3,7 @@ import { createLogger } from '../../p2p/index.ts';
 import { type Flags, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError, weightFlags } from '../args.ts';
 import { chainFlagOptions, chainFromFlags } from '../chain-flags.ts';
 import type { Output } from '../output.ts';
-import { logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
+import { announceFlags, logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
 
 /** A module of its own: a worker's process loads neither the validator, the dashboard's server nor the chain client it does not use. */
 export const workerOptions = {
@@ -18,6 +18,7 @@ export const workerOptions = {
   'fault': { type: 'string' },
   'max-requests': { type: 'string' },
   'listen': { type: 'string' },
+  'announce': { type: 'string', multiple: true },
   ...chainFlagOptions,
   'log-level': { type: 'string' },
   'parent-pid': { type: 'string' },
@@ -57,6 +58,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
     hostFormat,
     ...(flags['host-auto'] === true ? { hostAuto: {} } : {}),
     listen: listen ? [listen] : undefined,
+    announce: announceFlags(flags),
     memoryBytes: memory ? parseBytes(memory) : undefined,
     requestsPerSecond: optionalIntFlag(flags, 'max-requests', 1),
     log: createLogger({ level: logLevel(flags), peer: 'worker' }),
