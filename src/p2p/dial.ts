@@ -24,7 +24,8 @@ export function dialAddrs(target: PeerTarget): Multiaddr[] {
     } catch {
       continue;
     }
-    const named = ma.getComponents().find((c) => c.code === P2P)?.value;
+    // the last /p2p/ names the peer (a relayed address names its relay first: /p2p/RELAY/p2p-circuit/p2p/PEER)
+    const named = ma.getComponents().findLast((c) => c.code === P2P)?.value;
     if (named !== undefined && named !== target.peerId) continue;
     out.push(named === undefined ? ma.encapsulate(`/p2p/${target.peerId}`) : ma);
   }

@@ -1,9 +1,11 @@
 import '../polyfills.ts';
+import { networkInterfaces } from 'node:os';
 import { gossipsub } from '@libp2p/gossipsub';
 import { identify } from '@libp2p/identify';
 import { kadDHT, passthroughMapper } from '@libp2p/kad-dht';
-import type { Libp2p, PrivateKey } from '@libp2p/interface';
-import type { Multiaddr } from '@multiformats/multiaddr';
+import { circuitRelayServer, circuitRelayTransport } from '@libp2p/circuit-relay-v2';
+import type { Libp2p, PeerId, PrivateKey } from '@libp2p/interface';
+import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
 import { noise } from '@libp2p/noise';
 import { ping } from '@libp2p/ping';
 import { tcp } from '@libp2p/tcp';
@@ -25,6 +27,17 @@ export interface NodeOptions {
    * router's public address with a forwarded port. Announced at once, as its interfaces' are.
    */
   announce?: string[];
+  /**
+   * Serve circuit relay v2 (a validator): peers behind NAT reserve a slot and are reached through it. Reservations and
+   * relayed connections carry no data or time limit, for the peers `gate` lets in; everyone else is refused.
+   */
+  relay?: RelayGate;
+}
+
+/** Who a relay serves: the peers that may reserve a slot on it, and the peers that may be relayed to a peer holding one. */
+export interface RelayGate {
+  mayReserve(peer: string): Promise<boolean> | boolean;
+  mayConnect(from: string, to: string): Promise<boolean> | boolean;
 }
 
 /** TensorLink's own DHT: peers of the public libp2p DHT are not ours to query. */
@@ -48,7 +61,9 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
   const node = await createLibp2p({
     privateKey,
     addresses: { listen: options.listen ?? ['/ip4/127.0.0.1/tcp/0'], appendAnnounce: options.announce ?? [] },
-    transports: [tcp()],
+    // circuit relay: any node dials a peer behind NAT through its relay; a peer behind NAT listens on its relay's /p2p-circuit
+    transports: [tcp(), circuitRelayTransport()],
+    ...(options.relay ? { connectionGater: relayGater(options.relay) } : {}),
     // a peer busy with a long computation (a large section on the js backend, a loaded machine) answers no ping until
     // it is done: libp2p's default 5 s would abort its connections, and with them every job on them
     connectionMonitor: { pingInterval: PING_INTERVAL_MS, pingTimeout: { minTimeout: PING_TIMEOUT_MS, maxTimeout: PING_TIMEOUT_MS } },
@@ -65,11 +80,27 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
       dht: kadDHT({ protocol: DHT_PROTOCOL, clientMode: false, peerInfoMapper: passthroughMapper }),
       // A worker alone with its validator still publishes (the validator may not be in its mesh yet).
       pubsub: gossipsub({ allowPublishToZeroTopicPeers: true, emitSelf: false }),
+      // the peers it knows get relayed without limits (libp2p's defaults, 128 KiB and 2 minutes a connection, would cut
+      // a job's traffic): the gate refuses the others
+      ...(options.relay ? { relay: circuitRelayServer({ reservations: UNLIMITED_RESERVATIONS }) } : {}),
     },
   });
   identities.set(node, privateKey);
   announceOwnAddresses(node);
   return node as unknown as TensorLinkNode;
+}
+
+/** Peers behind NAT a relay (a validator) holds slots for at once. */
+export const MAX_RELAY_RESERVATIONS = 1024;
+/** A relay's slots: no data or time limit on the connections relayed to them (the gate decides who gets one). */
+const UNLIMITED_RESERVATIONS = { applyDefaultLimit: false, maxReservations: MAX_RELAY_RESERVATIONS };
+
+/** libp2p's connection gater for a relay: reservations and relayed connections as `gate` allows them. */
+function relayGater(gate: RelayGate) {
+  return {
+    denyInboundRelayReservation: async (peer: PeerId) => !(await gate.mayReserve(peer.toString())),
+    denyOutboundRelayedConnection: async (from: PeerId, to: PeerId) => !(await gate.mayConnect(from.toString(), to.toString())),
+  };
 }
 
 /** What a node's addresses are confirmed for: as long as it runs (they are facts about its own interfaces). */
@@ -118,4 +149,45 @@ export function publicKeyOf(peer: string): Uint8Array {
   }
   if (!key || key.type !== 'Ed25519') throw new InvalidMessageError(`${peer} has no Ed25519 key in its id`);
   return key.raw;
+}
+
+/** IPv4 ranges that are not on the internet (libp2p's private ranges, loopback and link-local): [first octets, prefix length]. */
+const NOT_PUBLIC: [number[], number][] = [
+  [[0], 8], [[10], 8], [[100, 64], 10], [[127], 8], [[169, 254], 16], [[172, 16], 12], [[192, 0, 2], 24], [[192, 168], 16],
+  [[198, 18], 15], [[198, 51, 100], 24], [[203, 0, 113], 24],
+];
+
+/** Whether an IPv4 address is on the internet (none of NOT_PUBLIC). */
+export function isPublicIPv4(ip: string): boolean {
+  const o = ip.split('.').map(Number);
+  if (o.length !== 4 || o.some((x) => !Number.isInteger(x) || x < 0 || x > 255)) return false;
+  const n = ((o[0] << 24) | (o[1] << 16) | (o[2] << 8) | o[3]) >>> 0;
+  return !NOT_PUBLIC.some(([net, len]) => {
+    const base = ((net[0] << 24) | ((net[1] ?? 0) << 16) | ((net[2] ?? 0) << 8)) >>> 0;
+    const mask = (~0 << (32 - len)) >>> 0;
+    return ((n & mask) >>> 0) === ((base & mask) >>> 0);
+  });
+}
+
+/**
+ * The relay slot a node behind NAT listens on: `<bootstrap>/p2p-circuit` when the validator it joins is at a public
+ * IPv4 address and none of this machine's interfaces has one (it sits behind a router: nobody outside can dial it);
+ * null otherwise (a swarm on one machine or a LAN, a machine with a public address, or one that said --announce).
+ */
+export function relayListen(bootstrap: string, interfaces: string[] = ownIPv4()): string | null {
+  const host = /^\/ip4\/([\d.]+)\/tcp\/\d+\/p2p\/\w+$/.exec(bootstrap)?.[1];
+  if (!host || !isPublicIPv4(host) || interfaces.some(isPublicIPv4)) return null;
+  return `${bootstrap}/p2p-circuit`;
+}
+
+/** This machine's IPv4 addresses. */
+function ownIPv4(): string[] {
+  return Object.values(networkInterfaces()).flatMap((list) => (list ?? []).filter((i) => i.family === 'IPv4').map((i) => i.address));
+}
+
+/** Starts listening on one more address once the node runs (a relay slot, taken when the relay knows it). */
+export async function listenAlso(node: Libp2p, addr: string): Promise<void> {
+  type Transports = { listen(addrs: Multiaddr[]): Promise<void> };
+  const manager = (node as unknown as { components: { transportManager: Transports } }).components.transportManager;
+  await manager.listen([multiaddr(addr)]);
 }

@@ -36,6 +36,12 @@ export class Registry {
     return this.accounts.get(peer);
   }
 
+  /** Whether a peer announced itself within PEER_TTL_MS. */
+  knows(peer: string): boolean {
+    const r = this.records.get(peer);
+    return r !== undefined && Date.now() - r.lastSeen <= PEER_TTL_MS;
+  }
+
   /** The live peers, sorted by peer id (the silent ones are dropped first). */
   live(): PeerRecord[] {
     const now = Date.now();

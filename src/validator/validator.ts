@@ -1,8 +1,9 @@
 import type { PeerId } from '@libp2p/interface';
 import {
   createLogger, createNode, int, type Logger, pageOf, MAX_GOSSIP_BYTES, type Overview, OVERVIEW_LIMITS, PEERS_TOPIC, parseAnnounce,
-  parseAuditMessage, parseJobProgress, type PeerRecord, serveControl, type TensorLinkNode,
+  parseAuditMessage, parseJobProgress, type Handler, type PeerRecord, serveControl, type TensorLinkNode,
 } from '../p2p/index.ts';
+import { ValidatorRelayGate } from './relay-gate.ts';
 import { modelIndex } from './hosted-models.ts';
 import { EventLog, JobBoard } from './overview.ts';
 import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
@@ -54,7 +55,10 @@ export interface ValidatorOptions {
  * by their announcements), answering `status` with the swarm's state.
  */
 export async function startValidator(options: ValidatorOptions = {}): Promise<Validator> {
-  const node = await createNode(options);
+  // the validator is its swarm's relay: workers behind NAT reserve a slot on it, the peers it knows reach them through it
+  const gate = new ValidatorRelayGate((peer) => registry.knows(peer));
+  const node = await createNode({ ...options, relay: gate });
+  gate.node = node;
   const log = options.log ?? createLogger({ level: 'silent' });
   const events = new EventLog();
   const jobs = new JobBoard();
@@ -97,7 +101,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   const settler = options.chain
     ? new Settler(node, ledger, reputation, (peer) => registry.accountOf(peer), options.chain, options.dataDir, log)
     : null;
-  await serveControl(node, {
+  await serveControl(node, heardBy(gate, {
     ...ledger.handlers(),
     ...(settler?.handlers() ?? {}),
     'announce': async (m, from: PeerId) => {
@@ -137,7 +141,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       }
       return { type: 'audit-result', ...verdict };
     },
-  });
+  }));
   const overview = (): Overview => {
     const show = ledger.summary();
     return {
@@ -164,4 +168,12 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       await node.stop();
     },
   };
+}
+
+/** The control handlers, each first telling the relay's gate that its sender asked the validator something. */
+function heardBy(gate: ValidatorRelayGate, handlers: Record<string, Handler>): Record<string, Handler> {
+  return Object.fromEntries(Object.entries(handlers).map(([type, handle]) => [type, (m: Record<string, unknown>, from: PeerId) => {
+    gate.heard(from.toString());
+    return handle(m, from);
+  }]));
 }

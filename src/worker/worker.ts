@@ -6,6 +6,7 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { defaultCacheDir } from '../models/index.ts';
 import {
   type Capabilities, createLogger, createNode, type Logger, PEERS_TOPIC, parseJobRequest, parseStatusAnswer, probe, type Proximity,
+  listenAlso, relayListen,
   request, serveControl, serveProbes, signerOf, SESSION_IDLE_MS, type TensorLinkNode, traffic,
 } from '../p2p/index.ts';
 import { measureCapabilities } from './capabilities.ts';
@@ -44,6 +45,8 @@ export interface WorkerOptions {
   listen?: string[];
   /** Addresses it announces besides its interfaces' (`--announce`: its router's public address and forwarded port). */
   announce?: string[];
+  /** false: never take a slot on the validator's relay (by default it does when it is behind NAT: see relayListen). */
+  relay?: boolean;
   memoryBytes?: number;
   /** Hugging Face checkpoint directories this worker holds (`--models`): loads of their weights need no transfer. */
   modelsDir?: string;
@@ -82,7 +85,10 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const models = options.modelsDir
     ? await ModelIndex.build(options.modelsDir, options.dataDir ? join(options.dataDir, 'index') : defaultCacheDir(), log)
     : null;
-  const node = await createNode(options);
+  // behind a NAT (no public interface address, a validator on a public one): a slot on the validator's relay, which the
+  // worker announces as its /p2p-circuit address, so that users and other workers reach it with nothing opened on its router
+  const circuit = options.relay === false || (options.announce?.length ?? 0) > 0 ? null : relayListen(options.bootstrap);
+  const node = await createNode({ dataDir: options.dataDir, listen: options.listen, announce: options.announce });
   const proximity: Record<string, Proximity> = {};
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);
@@ -176,6 +182,12 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const hostCtx = { jobs, memory, self, log, throughput, verifiers };
   for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, hostCtx);
   await announce();
+  // the slot is taken once the validator knows it as a worker (its relay serves only peers it knows); then announced again
+  if (circuit) {
+    await listenAlso(node, circuit);
+    log.info('relayed', { via: circuit });
+    await announce();
+  }
   const autoHost = options.hostAuto
     ? new AutoHost({ ...options.hostAuto, models: models?.models ?? [], format: options.hostFormat ?? null }, {
         jobs, memory, self, log, throughput, verifiers, validator, announce, ask: (target, message) => request(node, target, message),
