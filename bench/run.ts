@@ -5,7 +5,7 @@
  *
  * usage: npm run bench [-- --quick] [-- --json]
  *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,families,p2p,distributed,pipeline,verify,load,ledger,failover,
- *                     links,compression,serve,quant,hosted,lora]
+ *                     links,compression,serve,quant,hosted,lora,nat]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -23,6 +23,7 @@ import { benchLoad } from './load.ts';
 import { benchGpt2 } from './models.ts';
 import { benchHosted } from './hosted.ts';
 import { benchLora } from './lora.ts';
+import { benchNat } from './nat.ts';
 import { benchP2p } from './p2p.ts';
 import { benchPipeline } from './pipeline.ts';
 import { benchQuant } from './quant.ts';
@@ -38,7 +39,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'quant', 'hosted', 'lora'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'quant', 'hosted', 'lora', 'nat'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -132,6 +133,10 @@ if (sections.includes('quant')) {
 if (sections.includes('hosted')) {
   log('hosted: a model two hosts serve, used by 1, 4 and 8 users at once (a session each, or batched at a gateway) ...');
   rows.push(...(await benchHosted()));
+}
+if (sections.includes('nat')) {
+  log('nat: a worker behind an nftables NAT reached through the validator\'s relay, against one on a public address ...');
+  rows.push(...(await benchNat()));
 }
 if (sections.includes('lora')) {
   log('lora: a worker\'s accounted memory for a LoRA job (float32 and int4 base) against full training of its section ...');

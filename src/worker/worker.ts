@@ -195,9 +195,23 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     : null;
   await autoHost?.start();
   let stopped = false;
+  // a relay that restarts drops the slot (and the relayed address with it): taken again once the validator answers
+  let reserving = false;
+  const keepSlot = async () => {
+    if (!circuit || reserving || node.getMultiaddrs().some((a) => a.toString().includes('/p2p-circuit'))) return;
+    reserving = true;
+    try {
+      await listenAlso(node, circuit);
+      log.info('relayed-again', { via: circuit });
+    } catch (err) {
+      log.debug('relay-slot-failed', { error: (err as Error).message });
+    } finally {
+      reserving = false;
+    }
+  };
   const timer = setInterval(() => {
     if (stopped) return;
-    announce().catch((err: Error) => log.warn('announce-failed', { error: err.message }));
+    void keepSlot().then(() => announce()).catch((err: Error) => log.warn('announce-failed', { error: err.message }));
     void stake?.check();
   }, ANNOUNCE_INTERVAL_MS);
   const firstProbe = setTimeout(() => void measure().catch((err: Error) => log.debug('measure-failed', { error: err.message })), ANNOUNCE_INTERVAL_MS);

@@ -55,10 +55,10 @@ describe('LoRA across workers (js backend)', () => {
   });
 
   for (const quantize of [undefined, 'int4'] as const) {
-    test(`3 workers, 1F1B${quantize ? ', a 4-bit base' : ''}, every record re-run: one process's losses and adapter, bit for bit`, async () => {
+    test(`3 workers, 1F1B${quantize ? ', a 4-bit base' : ''}, a quarter of the records re-run: one process's losses and adapter, bit for bit`, async () => {
       const ref = await trainLocally(dir, quantize);
       const dm = await distribute(net.user, net.boot, dir, {
-        strategy: 'parameter-balanced', training: true, adapter: { ...LORA, seed: SEED }, verify: { sampleRate: 1 }, ...(quantize ? { quantize } : {}),
+        strategy: 'parameter-balanced', training: true, adapter: { ...LORA, seed: SEED }, verify: { sampleRate: 0.25 }, ...(quantize ? { quantize } : {}),
       });
       const out = mkdtempSync(join(tmpdir(), 'tl-lora-out-'));
       try {

@@ -7,6 +7,7 @@ import type { ChildProcess } from 'node:child_process';
 import { after, describe, test } from 'node:test';
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
+import { reach } from '../../src/cli/commands/nodes.ts';
 import { launchNode } from '../../src/cli/local-swarm.ts';
 import { createNode } from '../../src/p2p/index.ts';
 import { listPeers } from '../../src/user/index.ts';
@@ -43,5 +44,6 @@ describe('public addresses', () => {
       (await listPeers(user!, multiaddr(own))).find((p) => p.peerId === worker.peerId), 30_000);
     assert.ok(listed.addrs.some((a) => a.includes(`/ip4/${mesh.hosts[1].ip}/tcp/`)), listed.addrs.join(', '));
     assert.ok(listed.addrs.some((a) => a.includes(`${router}`)), listed.addrs.join(', '));
+    assert.equal(reach(listed.addrs), 'public', '`status` shows it public');
   });
 });

@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { type DashboardServer, serveDashboard } from '../../serve/index.ts';
-import { createLogger, createNode, parseStatusAnswer, publicKeyOf, request } from '../../p2p/index.ts';
+import { createLogger, createNode, isPublicIPv4, parseStatusAnswer, publicKeyOf, request } from '../../p2p/index.ts';
 import { listModels, listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
 import { localSwarm } from '../local-swarm.ts';
@@ -156,13 +156,24 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
         ? ''
         : `  reputation ${p.reputation.toFixed(2)} (${p.checks?.passed ?? 0} checks passed, ${p.checks?.failed ?? 0} failed)${p.excluded ? ' EXCLUDED' : ''}${money}`;
       const held = (p.sections ?? []).map((s) => `\n    holds layers [${s.layers[0]}, ${s.layers[1]}) in ${s.format}, ${formatBytes(s.bytes)}`);
-      return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${caps}${standing}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago${held.join('')}${near.join('')}`;
+      return `${p.peerId}  ${p.roles.join(',').padEnd(9)}  ${reach(p.addrs)}  ${caps}${standing}  seen ${((now - p.lastSeen) / 1000).toFixed(1)} s ago${held.join('')}${near.join('')}`;
     });
     if (one?.next !== undefined) lines.push(`more: --page ${one.next}`);
     out.result({ peers, ...(one?.next === undefined ? {} : { next: one.next }) }, lines.join('\n'));
   } finally {
     await node.stop();
   }
+}
+
+/**
+ * How a peer is reached, from the addresses it announced: 'public' (an address of its own on the internet), 'relayed'
+ * (only through a validator's relay: it is behind NAT), or 'private' (loopback and LAN addresses: a swarm on one
+ * machine or a LAN).
+ */
+export function reach(addrs: readonly string[]): 'public' | 'relayed' | 'private' {
+  const own = addrs.filter((a) => !a.includes('/p2p-circuit'));
+  if (own.some((a) => isPublicIPv4(/^\/ip4\/([\d.]+)\//.exec(a)?.[1] ?? ''))) return 'public';
+  return addrs.some((a) => a.includes('/p2p-circuit')) ? 'relayed' : 'private';
 }
 
 /** `tensorlink models`: the models the swarm hosts, each with its coverage and hosts, a page at a time. */

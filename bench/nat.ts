@@ -1,0 +1,71 @@
+import type { ChildProcess } from 'node:child_process';
+import { multiaddr } from '@multiformats/multiaddr';
+import { launchNode } from '../src/cli/local-swarm.ts';
+import { createNode, probe } from '../src/p2p/index.ts';
+import { listWorkers } from '../src/user/index.ts';
+import { type Home, natHome } from '../test/helpers/nat.ts';
+import { hostMesh, type Mesh } from '../test/helpers/netns.ts';
+import { waitFor } from '../test/helpers/processes.ts';
+import type { Row } from './gemm.ts';
+
+const SECTION = 'nat';
+const TRIES = 7;
+const median = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
+
+/**
+ * A worker on the "internet" (direct TCP) against one at home behind an nftables NAT router (reached through the
+ * validator's relay), as the user measures them: the median of 7 link probes (round trips, then 256 KiB), between Linux
+ * network namespaces on this machine (no shaping: what the relay's extra hop and copy cost). Needs root, iproute2 and
+ * nftables; skipped with a note otherwise.
+ */
+export async function benchNat(): Promise<Row[]> {
+  let mesh: Mesh;
+  let home: Home | undefined;
+  try {
+    mesh = hostMesh(3, { subnet: `11.${(process.pid % 200) + 20}.11`, publicRange: true });
+  } catch (err) {
+    process.stderr.write(`nat: skipped, it needs network namespaces: ${(err as Error).message}\n`);
+    return [];
+  }
+  const children: ChildProcess[] = [];
+  const user = await createNode({ listen: [`/ip4/${mesh.rootIp}/tcp/0`] });
+  try {
+    home = natHome(mesh.hosts[2]);
+    const anywhere = ['--listen', '/ip4/0.0.0.0/tcp/0', '--backend', 'js'];
+    const validator = await launchNode(['validator', ...anywhere], 60_000, { prefix: mesh.hosts[0].exec });
+    children.push(validator.process);
+    const boot = validator.addrs.find((a) => a.startsWith(`/ip4/${mesh.hosts[0].ip}/`))!;
+    const direct = await launchNode(['worker', '--bootstrap', boot, ...anywhere], 60_000, { prefix: mesh.hosts[1].exec });
+    const relayed = await launchNode(['worker', '--bootstrap', boot, ...anywhere], 60_000, { prefix: home.host.exec });
+    children.push(direct.process, relayed.process);
+    const { value: listed } = await waitFor('both workers listed', async () => {
+      const ws = await listWorkers(user, multiaddr(boot));
+      const d = ws.find((w) => w.peerId === direct.peerId);
+      const r = ws.find((w) => w.peerId === relayed.peerId && w.addrs.some((a) => a.includes('/p2p-circuit')));
+      return d && r ? { d, r } : null;
+    }, 40_000);
+    const measure = async (target: { peerId: string; addrs: string[] }) => {
+      const runs = [];
+      for (let i = 0; i < TRIES; i++) runs.push(await probe(user, target, { timeoutMs: 10_000 }));
+      return { mbps: median(runs.map((r) => r.mbps)), rttMs: median(runs.map((r) => r.rttMs)) };
+    };
+    const d = await measure(listed.d);
+    const r = await measure(listed.r);
+    process.stderr.write(`  nat: direct TCP ${d.mbps} Mbit/s, ${d.rttMs.toFixed(2)} ms; through the relay ${r.mbps} Mbit/s, ${r.rttMs.toFixed(2)} ms\n`);
+    return [
+      {
+        section: SECTION, case: 'a worker behind NAT, through the validator\'s relay: link probe rate', value: r.mbps, unit: 'Mbit/s',
+        reference: 'a worker on a public address, direct TCP', referenceValue: d.mbps, ratio: r.mbps / d.mbps,
+      },
+      {
+        section: SECTION, case: 'a worker behind NAT, through the validator\'s relay: round trip', value: r.rttMs, unit: 'ms',
+        reference: 'a worker on a public address, direct TCP', referenceValue: d.rttMs, ratio: r.rttMs / d.rttMs,
+      },
+    ];
+  } finally {
+    await user.stop();
+    for (const c of children) c.kill('SIGKILL');
+    home?.remove();
+    mesh.remove();
+  }
+}
