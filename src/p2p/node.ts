@@ -32,6 +32,8 @@ export interface NodeOptions {
    * relayed connections carry no data or time limit, for the peers `gate` lets in; everyone else is refused.
    */
   relay?: RelayGate;
+  /** Run the DHT as a client only (a node behind NAT: others cannot dial it to ask it anything). Default: server. */
+  dhtClient?: boolean;
 }
 
 /** Who a relay serves: the peers that may reserve a slot on it, and the peers that may be relayed to a peer holding one. */
@@ -77,7 +79,7 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
       // pings overlap while a peer is busy (one every PING_INTERVAL_MS, each waiting PING_TIMEOUT_MS): room for all of them
       ping: ping({ maxOutboundStreams: PING_STREAMS, maxInboundStreams: PING_STREAMS }),
       // Loopback and LAN addresses are what a local or home swarm has: keep them (the default drops them).
-      dht: kadDHT({ protocol: DHT_PROTOCOL, clientMode: false, peerInfoMapper: passthroughMapper }),
+      dht: kadDHT({ protocol: DHT_PROTOCOL, clientMode: options.dhtClient === true, peerInfoMapper: passthroughMapper }),
       // A worker alone with its validator still publishes (the validator may not be in its mesh yet).
       pubsub: gossipsub({ allowPublishToZeroTopicPeers: true, emitSelf: false }),
       // the peers it knows get relayed without limits (libp2p's defaults, 128 KiB and 2 minutes a connection, would cut

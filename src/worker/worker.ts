@@ -88,7 +88,9 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   // behind a NAT (no public interface address, a validator on a public one): a slot on the validator's relay, which the
   // worker announces as its /p2p-circuit address, so that users and other workers reach it with nothing opened on its router
   const circuit = options.relay === false || (options.announce?.length ?? 0) > 0 ? null : relayListen(options.bootstrap);
-  const node = await createNode({ dataDir: options.dataDir, listen: options.listen, announce: options.announce });
+  // behind NAT it serves no DHT queries (nobody could dial it to ask): a DHT client
+  const { dataDir, listen, announce: extra } = options;
+  const node = await createNode({ dataDir, listen, announce: extra, dhtClient: circuit !== null });
   const proximity: Record<string, Proximity> = {};
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);
