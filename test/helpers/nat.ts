@@ -7,7 +7,7 @@
  * iproute2 and nftables (`.ci/run` installs them).
  */
 import { execFileSync } from 'node:child_process';
-import type { Host } from './netns.ts';
+import { type Host, killIn } from './netns.ts';
 
 export interface Home {
   /** The host in the home (its namespace, its private address, and the prefix that runs a program there). */
@@ -41,19 +41,7 @@ export function natHome(router: Host, options: { fullyRandom?: boolean } = {}): 
   const ns = `tl-home-${tag}`;
   const [lan, inside] = [`tlr${process.pid % 100_000}h${k}`, `tlh${process.pid % 100_000}h${k}`];
   const remove = () => {
-    let pids: string[] = [];
-    try {
-      pids = execFileSync('ip', ['netns', 'pids', ns], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).split(/\s+/).filter(Boolean);
-    } catch {
-      // no such namespace
-    }
-    for (const p of pids) {
-      try {
-        process.kill(Number(p), 'SIGKILL');
-      } catch {
-        // exited meanwhile
-      }
-    }
+    killIn(ns);
     quietly('ip', ['-n', router.ns, 'link', 'del', lan]);
     quietly('ip', ['netns', 'del', ns]);
   };

@@ -77,6 +77,23 @@ function ip(...args: string[]): void {
   execFileSync('ip', args, { stdio: ['ignore', 'ignore', 'pipe'] });
 }
 
+/** Kills what still runs in namespace `ns`: it would keep the namespace (and its interfaces) alive after `netns del`. */
+export function killIn(ns: string): void {
+  let pids: string[] = [];
+  try {
+    pids = execFileSync('ip', ['netns', 'pids', ns], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).split(/\s+/).filter(Boolean);
+  } catch {
+    // no such namespace
+  }
+  for (const p of pids) {
+    try {
+      process.kill(Number(p), 'SIGKILL');
+    } catch {
+      // exited meanwhile
+    }
+  }
+}
+
 /** Runs a command whose failure only means "there was nothing to delete". */
 function quietly(cmd: string, args: string[]): void {
   try {
@@ -247,22 +264,7 @@ export function hostMesh(n: number, options: { subnet?: string; publicRange?: bo
   const bridge = 'br0';
 
   const teardown = (): void => {
-    for (const ns of [...names, sw]) {
-      // what still runs in a namespace would keep it (and its interfaces) alive after `netns del`
-      let pids: string[] = [];
-      try {
-        pids = execFileSync('ip', ['netns', 'pids', ns], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).split(/\s+/).filter(Boolean);
-      } catch {
-        // no such namespace
-      }
-      for (const p of pids) {
-        try {
-          process.kill(Number(p), 'SIGKILL');
-        } catch {
-          // exited meanwhile
-        }
-      }
-    }
+    for (const ns of [...names, sw]) killIn(ns);
     // deleted here rather than with the switch's namespace: that one goes away asynchronously
     quietly('ip', ['link', 'del', rootDev]);
     for (const ns of [...names, sw]) quietly('ip', ['netns', 'del', ns]);
