@@ -58,6 +58,11 @@ export interface Training {
   forwardInputs: Map<number, { hash: string; tensor: Tensor | null }>;
   /** Tensors the job's neighbours passed here ahead of the requests that use them. */
   passes: PassInbox;
+  /**
+   * Each micro-batch's gradients kept until the step for an ordered reduction (keepMicros): the bytes one takes (0: none
+   * kept) and how many are held now, both counted against the budget.
+   */
+  micros: { bytes: number; held: number };
 }
 
 /** An inference session: its KV cache and the bytes the budget counts for it. */

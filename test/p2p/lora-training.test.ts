@@ -153,6 +153,11 @@ describe('LoRA across workers (js backend)', () => {
       const task = additionTask({ seed: 2 });
       const rng = new Generator(7);
       for (let s = 0; s < STEPS; s++) assert.equal((await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss, ref.losses[s], `step ${s + 1}`);
+      // the micro-batches' gradients each replica kept for the ordered reduction were counted, and let go at the step
+      for (const w of net.workers) {
+        const j = w.memory.report().jobs.find((x) => x.jobId === dm.jobId);
+        if (j) assert.equal(j.gradients, j.optimizer / 2, 'after the step: the gradients alone, no kept copies');
+      }
       await dm.saveAdapter(out);
       for (const [k, t] of readSafetensors(join(out, 'adapter_model.safetensors'))) assert.deepEqual(t.data, ref.adapter.get(k), k);
     } finally {

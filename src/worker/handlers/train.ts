@@ -87,6 +87,14 @@ function holderSender(job: JobEntry, group: ReduceGroup, { jobs, peers, stallMs 
   };
 }
 
+/** The micro-batches' gradients an ordered reduction kept are let go (a step took them, or a reset dropped them). */
+function releaseMicros(job: JobEntry, memory: StageContext['memory']): void {
+  const { micros } = trainingOf(job);
+  if (micros.held === 0) return;
+  memory.add(job.jobId, 'gradients', -micros.held * micros.bytes, 'the micro-batches\' kept gradients, let go');
+  micros.held = 0;
+}
+
 /** Ids of the train-pass messages this worker sent (each the answer nobody waits for). */
 let passes = 0;
 
@@ -141,6 +149,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
       section.training = {
         executor, exchange, kept: new Map(), recompute: request.recompute, records,
         contribution: () => contribution, forwardInputs: new Map(), passes: new PassInbox(),
+        micros: { bytes: request.keepMicros ? bytes : 0, held: 0 },
       };
       return control('train-ready', { names: [...executor.named.keys()] });
     },
@@ -192,6 +201,11 @@ export const trainingHandlers: Record<string, StageHandler> = {
       if (fault) await fault.delay();
       const forward = training.forwardInputs.get(micro);
       if (!forward) throw new InvalidMessageError(`backward of micro-batch ${micro} before its forward`);
+      // an ordered reduction's copy of this micro-batch's gradients is counted before it is made
+      if (training.micros.bytes > 0) {
+        memory.add(r.job.jobId, 'gradients', training.micros.bytes, `micro-batch ${micro}'s gradients, kept for the replicas' ordered reduction`);
+        training.micros.held++;
+      }
       const honest = training.executor.backward(micro, grad);
       const g: Tensor | null = honest && fault ? fault.output('backward', honest, grad) : honest;
       memory.add(r.job.jobId, 'activations', -(training.kept.get(micro) ?? 0), 'a backward');
@@ -253,11 +267,12 @@ export const trainingHandlers: Record<string, StageHandler> = {
     },
   },
   'step': {
-    run: ({ body, job }, { work, fault }) => {
+    run: ({ body, job }, { work, fault, memory }) => {
       const { scale, lr } = parseStep(body);
       const training = trainingOf(job);
       const record = training.records.stepWith(scale, lr, !(fault?.skipsStep() ?? false));
       training.exchange.commit();
+      releaseMicros(job, memory);
       sectionOf(job).weightsHash = undefined; // decoding records hash the weights afresh
       work.optimizerSteps++;
       return control('stepped', { record, traffic: job.traffic });
@@ -305,6 +320,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
       forwardInputs.clear();
       exchange.clear();
       kept.clear();
+      releaseMicros(job, memory);
       memory.hold(job.jobId, 'activations', 0, 'a reset');
       return control('reset');
     },
