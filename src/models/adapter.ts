@@ -189,6 +189,11 @@ export function adapterState(model: Adaptable): Map<string, Tensor> {
   return out;
 }
 
+/** The bytes of a model's adapter factors (float32). */
+export function adapterBytes(model: Adaptable): number {
+  return [...adapterState(model).values()].reduce((sum, t) => sum + 4 * t.size, 0);
+}
+
 /** Whether a weight's name is an adapter factor's (adapterState). */
 export function isAdapterWeight(name: string): boolean {
   return /\.lora_[AB]\.weight$/.test(name);

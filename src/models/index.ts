@@ -54,7 +54,7 @@ export {
 export { type BatchGenerator, evaluateExactMatch, type EvalResult } from './evaluate.ts';
 export { GGUFModel, type GGUFFileType, ggufToHF, hfToGGUF, type HFToGGUFOptions } from './gguf-model.ts';
 export {
-  type Adaptable, adaptModel, AdapterSet, ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterParameters, adapterState,
+  type Adaptable, adaptModel, AdapterSet, ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterBytes, adapterParameters, adapterState,
   DEFAULT_LORA_TARGETS, isAdapterWeight, loadAdapter, type LoraConfig, loraScale, mergeAdapter, parseLoraSpec, readAdapterConfig,
   saveAdapter, weightsWithAdapter, writeAdapter,
 } from './adapter.ts';

@@ -147,6 +147,7 @@ export class GradientExchange {
   ): Promise<Tensor[]> {
     if (this.codec) throw new InvalidArgumentError('an ordered reduction adds exact gradients: it does not go with compressed ones');
     const shapes = group.names.map((n) => executor.named.get(n)?.shape ?? []);
+    const sizes = shapes.map((s) => s.reduce((a, b) => a * b, 1));
     const mine = micros[group.index];
     const own = mine.flatMap((k) => group.names.map((n, j) => executor.contributionOf(k, n) ?? zeros(shapes[j])));
     const got = await this.gather(group, own, send, timeoutMs);
@@ -158,7 +159,7 @@ export class GradientExchange {
       for (const k of order) {
         const { holder, at } = where.get(k)!;
         const t = (got.get(holder) as Tensor[] | undefined)?.[at * group.names.length + j];
-        if (!t || t instanceof Uint8Array || t.size !== shapes[j].reduce((a, b) => a * b, 1)) {
+        if (!t || t instanceof Uint8Array || t.size !== sizes[j]) {
           throw new InvalidArgumentError(`holder ${holder} sent no gradient of '${name}' for micro-batch ${k} of ${group.key}`);
         }
         if (!acc) acc = new Float32Array(t.data);
@@ -167,7 +168,7 @@ export class GradientExchange {
           for (let e = 0; e < acc.length; e++) acc[e] += d[e];
         }
       }
-      return tensor(acc ?? new Float32Array(shapes[j].reduce((a, b) => a * b, 1)), shapes[j]);
+      return tensor(acc ?? new Float32Array(sizes[j]), shapes[j]);
     });
   }
 

@@ -58,7 +58,6 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   // the validator is its swarm's relay: workers behind NAT reserve a slot on it, the peers it knows reach them through it
   const gate = new ValidatorRelayGate((peer) => registry.knows(peer));
   const node = await createNode({ ...options, relay: gate });
-  gate.node = node;
   const log = options.log ?? createLogger({ level: 'silent' });
   const events = new EventLog();
   const jobs = new JobBoard();

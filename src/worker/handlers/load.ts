@@ -1,7 +1,7 @@
 import { InvalidMessageError, UnauthorizedError } from '../../errors.ts';
 import {
-  adaptModel, adapterState, type CausalLM, compactWeight, configFromHF, createModel, heldBytes, type ModelConfig, partBytes, sectionParts,
-  weightBytes, weightsWithAdapter,
+  adaptModel, adapterBytes, adapterState, type CausalLM, compactWeight, configFromHF, createModel, heldBytes, type ModelConfig, partBytes,
+  sectionParts, weightBytes, weightsWithAdapter,
 } from '../../models/index.ts';
 import {
   CHUNK_BYTES, expectTensors, jobConfigHash, type LoadRequest, parseAssign, parseChunk, parseLoad, parseManifest, type StageAssignment,
@@ -49,8 +49,7 @@ export const loadHandlers: Record<string, StageHandler> = {
         if (request.adapter) {
           // the base frozen, LoRA factors on the layers the adapter targets (their values arrive with the base's weights)
           adaptModel(model, request.adapter, { part: true });
-          const bytes = [...adapterState(model).values()].reduce((sum, t) => sum + 4 * t.size, 0);
-          memory.add(job.jobId, 'weights', bytes, `the adapter on ${what}`);
+          memory.add(job.jobId, 'weights', adapterBytes(model), `the adapter on ${what}`);
         }
       } catch (err) {
         memory.release(job.jobId);
@@ -137,9 +136,8 @@ export const loadHandlers: Record<string, StageHandler> = {
           holdPacked(t, packedFromBytes(format, t.shape[0], t.shape[1], bytes));
         }
       }
-      const adapter = [...adapterState(loading.model).values()].reduce((sum, t) => sum + 4 * t.size, 0);
       // over a hosted base, the job holds its factors alone (the base is the host's, counted once under its span)
-      const bytes = (loading.shared ? 0 : heldBytes(loading.model)) + adapter;
+      const bytes = (loading.shared ? 0 : heldBytes(loading.model)) + adapterBytes(loading.model);
       if (format) memory.hold(job.jobId, 'weights', bytes, `section [${loading.range[0]}, ${loading.range[1]}) in ${format}`);
       const held = { format: loading.shared?.format ?? format ?? 'f32' as const, bytes };
       job.section = { model: loading.model, range: loading.range, configHash: loading.configHash, held, sessions: new Map() };
@@ -184,10 +182,8 @@ function loadOverHosted(
   ctx: { job: JobEntry; bindToStream: () => void; memory: StageContext['memory']; jobs: StageContext['jobs'] },
 ) {
   const { model, span } = sectionOverHosted(ctx.jobs, request, config);
-  const factors = adapterState(model);
-  const bytes = [...factors.values()].reduce((sum, t) => sum + 4 * t.size, 0);
-  ctx.memory.hold(ctx.job.jobId, 'weights', bytes, `the adapter on ${what} over hosted ${span.name}`);
-  return startLoading(ctx.job, request, model, factors, ctx.bindToStream, { shared: span });
+  ctx.memory.hold(ctx.job.jobId, 'weights', adapterBytes(model), `the adapter on ${what} over hosted ${span.name}`);
+  return startLoading(ctx.job, request, model, adapterState(model), ctx.bindToStream, { shared: span });
 }
 
 function loadingOf(job: JobEntry): Loading {
