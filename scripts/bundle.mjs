@@ -10,6 +10,8 @@ import { build } from 'esbuild';
 /** Packages that load native libraries, WebAssembly or files beside them, or that start processes of themselves. */
 export const EXTERNAL = [
   'onnxruntime-node', 'onnxruntime-common', 'koffi', 'solc', 'tsx', 'tsx/*', 'esbuild', '@foundry-rs/*', 'playwright-core',
+  // WebRTC's native part (libdatachannel, a prebuilt binary per platform)
+  'node-datachannel', 'node-datachannel/*', '@node-datachannel/*',
 ];
 
 /**

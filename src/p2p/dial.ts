@@ -3,6 +3,7 @@ import { peerIdFromString } from '@libp2p/peer-id';
 import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
 import { PeerUnreachableError } from '../errors.ts';
 import { DIAL_TIMEOUT_MS } from './constants.ts';
+import { connectDirectly, isWebRTC } from './webrtc.ts';
 import type { PeerTarget } from './vocabulary.ts';
 
 /** The code of the /p2p/ component of a multiaddr. */
@@ -46,11 +47,16 @@ export function targetName(target: DialTarget): string {
  * connection (a job's owner, who dialed this worker) or what identify told the peer store.
  */
 export async function dialProtocol(node: Libp2p, target: DialTarget, protocol: string, signal?: AbortSignal): Promise<Stream> {
-  const addrs = 'peerId' in target ? dialAddrs(target) : [target];
+  const all = 'peerId' in target ? dialAddrs(target) : [target];
   const deadline = AbortSignal.timeout(DIAL_TIMEOUT_MS);
+  // a peer behind NAT: a direct WebRTC connection first (signalled through its relay), its other addresses (the relay) after
+  const viaWebRTC = 'peerId' in target ? all.filter(isWebRTC) : [];
+  const addrs = all.filter((a) => !viaWebRTC.includes(a));
+  const within = signal ? AbortSignal.any([signal, deadline]) : deadline;
+  if ('peerId' in target && viaWebRTC.length > 0) await connectDirectly(node, target.peerId, viaWebRTC, within);
   try {
     const to = addrs.length === 0 ? peerIdFromString((target as PeerTarget).peerId) : addrs.length === 1 ? addrs[0] : addrs;
-    return await node.dialProtocol(to, protocol, { signal: signal ? AbortSignal.any([signal, deadline]) : deadline });
+    return await node.dialProtocol(to, protocol, { signal: within });
   } catch (cause) {
     const why = (cause as Error).message;
     throw new PeerUnreachableError(`cannot reach ${targetName(target)}${addrs.length > 1 ? ` at any of ${addrs.length} addresses` : ''}: ${why}`, { cause });

@@ -11,6 +11,7 @@ export {
   SEND_STALL_MS,
 } from './constants.ts';
 export { type DialTarget, dialAddrs, dialProtocol, targetName } from './dial.ts';
+export { isWebRTC, pathTo, WEBRTC_DIAL_MS, WEBRTC_RETRY_MS } from './webrtc.ts';
 export {
   decodeFrame,
   encodeControl,
@@ -27,6 +28,7 @@ export { IDENTITY_FILE, loadOrCreateIdentity } from './identity.ts';
 export { createLogger, isLogLevel, type Logger, type LogLevel } from './log.ts';
 export { createNode, DHT_PROTOCOL, MAX_RELAY_RESERVATIONS, type NodeOptions, isPublicIPv4, listenAlso, publicKeyOf, type RelayGate, relayListen, signerOf, type TensorLinkNode } from './node.ts';
 export { PeerRateLimiter } from './rate-limit.ts';
+export { serveStun, stunAnswer, stunMappedAddress, type StunServer, stunServerOf } from './stun.ts';
 export { finite, int, list, obj, oneOf, optional, peerIdText, str, strings } from './schema.ts';
 export { RequestTable } from './requests.ts';
 export { receiveFrames, type SendOptions, sendMessage, sendParts, sendQuietly, traffic } from './stream.ts';
@@ -58,6 +60,8 @@ export {
   parseWorkCounters,
   type PeerRecord,
   type PeerTarget,
+  PATH_KINDS,
+  type PathKind,
   type Proximity,
   type Role,
   ROLES,

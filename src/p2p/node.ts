@@ -16,6 +16,7 @@ import { createLibp2p } from 'libp2p';
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { loadOrCreateIdentity } from './identity.ts';
 import { PING_INTERVAL_MS, PING_STREAMS, PING_TIMEOUT_MS } from './constants.ts';
+import { dropDeadWebRTC, webRTCTransport } from './webrtc.ts';
 
 export interface NodeOptions {
   /** Where the identity (and later other state) lives; omitted: a fresh identity per run. */
@@ -34,6 +35,12 @@ export interface NodeOptions {
   relay?: RelayGate;
   /** Run the DHT as a client only (a node behind NAT: others cannot dial it to ask it anything). Default: server. */
   dhtClient?: boolean;
+  /**
+   * STUN servers for WebRTC's hole punching (`stun:HOST:PORT`: a validator's, see `stunServerOf`). None: a WebRTC
+   * connection offers only this machine's own addresses (enough when one side is on the internet). Never a public
+   * STUN server nobody chose.
+   */
+  stun?: string[];
 }
 
 /** Who a relay serves: the peers that may reserve a slot on it, and the peers that may be relayed to a peer holding one. */
@@ -64,7 +71,8 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
     privateKey,
     addresses: { listen: options.listen ?? ['/ip4/127.0.0.1/tcp/0'], appendAnnounce: options.announce ?? [] },
     // circuit relay: any node dials a peer behind NAT through its relay; a peer behind NAT listens on its relay's /p2p-circuit
-    transports: [tcp(), circuitRelayTransport()],
+    // and on /webrtc, a direct connection signalled through the relay (see dial.ts)
+    transports: [tcp(), circuitRelayTransport(), ...(await webRTCTransport(options.stun ?? []))],
     ...(options.relay ? { connectionGater: relayGater(options.relay) } : {}),
     // a peer busy with a long computation (a large section on the js backend, a loaded machine) answers no ping until
     // it is done: libp2p's default 5 s would abort its connections, and with them every job on them
@@ -89,6 +97,7 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
   });
   identities.set(node, privateKey);
   announceOwnAddresses(node);
+  dropDeadWebRTC(node);
   return node as unknown as TensorLinkNode;
 }
 

@@ -55,6 +55,10 @@ export interface HostedSpan {
 }
 
 /** Round-trip time and bandwidth from one peer to another, as last measured. */
+/** How one peer reaches another: a direct TCP connection, a direct WebRTC connection (signalled through a relay), or a relay. */
+export const PATH_KINDS = ['direct', 'webrtc', 'relayed'] as const;
+export type PathKind = (typeof PATH_KINDS)[number];
+
 export interface Proximity {
   rttMs: number;
   mbps: number;
@@ -64,6 +68,8 @@ export interface Proximity {
    * measurement: an exponential average of the transfers that peer sent here), and when last updated.
    */
   inbound?: { mbps: number; measuredAt: number };
+  /** The path the probe took: a direct TCP connection, a direct WebRTC one (both behind NAT), or through a relay. */
+  via?: PathKind;
 }
 
 export interface PeerRecord {
@@ -226,6 +232,7 @@ export function parseProximity(v: unknown): Record<string, Proximity> {
       mbps: finite(e.mbps, 'proximity.mbps', 0, 1e9),
       measuredAt: finite(e.measuredAt, 'proximity.measuredAt'),
       ...(e.inbound === undefined ? {} : { inbound: parseInbound(e.inbound) }),
+      ...(e.via === undefined ? {} : { via: oneOf(e.via, 'proximity.via', PATH_KINDS) }),
     };
   }
   return out;

@@ -6,7 +6,7 @@ import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
 import type { CausalLM } from '../models/index.ts';
 import type { DialTarget, PeerRecord, StageAssignment } from '../p2p/index.ts';
 import {
-  type Device, type LayerCost, layerCosts, linkTable, measuredLinks, type Plan, plan, type PlanOptions, replan, type Replan,
+  type Device, type LayerCost, layerCosts, linkBetween, linkTable, measuredLinks, type Plan, plan, type PlanOptions, replan, type Replan,
   type StrategyName, type Swarm,
 } from '../plan/index.ts';
 import { configToHF, weightFormat } from '../models/index.ts';
@@ -254,6 +254,21 @@ async function survey(
 
 /** The swarm each plan was made on, so that a later re-plan can say what changed. */
 const plannedOn = new WeakMap<Plan, Swarm>();
+
+/**
+ * The links between a plan's consecutive workers as the plan was made over them (round trip in ms, Mbit/s), each as
+ * measured; a pair never measured is left out (the planner took its defaults). A hop through a relay (a worker behind a
+ * NAT that WebRTC cannot get through) shows here as the slow one.
+ */
+export function planLinks(planned: Plan): { from: string; to: string; rttMs: number; mbps: number }[] {
+  const links = plannedOn.get(planned)?.links;
+  if (!links) return [];
+  return planned.stages.slice(1).flatMap((s, i) => {
+    const from = planned.stages[i].device;
+    const e = linkBetween(links, from, s.device);
+    return e ? [{ from, to: s.device, rttMs: e.latency * 2000, mbps: (e.bandwidth * 8) / 1e6 }] : [];
+  });
+}
 
 /**
  * Plans the model over the live workers the validator has not flagged (over the links measured

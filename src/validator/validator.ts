@@ -1,7 +1,8 @@
-import type { PeerId } from '@libp2p/interface';
+import type { Libp2p, PeerId } from '@libp2p/interface';
 import {
   createLogger, createNode, int, type Logger, pageOf, MAX_GOSSIP_BYTES, type Overview, OVERVIEW_LIMITS, PEERS_TOPIC, parseAnnounce,
-  parseAuditMessage, parseJobProgress, type Handler, type PeerRecord, serveControl, type TensorLinkNode,
+  parseAuditMessage, parseJobProgress, type Handler, type PeerRecord, serveControl, serveStun, type StunServer,
+  type TensorLinkNode,
 } from '../p2p/index.ts';
 import { ValidatorRelayGate } from './relay-gate.ts';
 import { modelIndex } from './hosted-models.ts';
@@ -152,6 +153,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     };
   };
   await ledger.start();
+  const stun = await answerStun(node, options.listen ?? [], log);
   settler?.start(() => registry.live().flatMap((p) => (p.account ? [p.account] : [])));
   return {
     node,
@@ -164,9 +166,27 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     stop: async () => {
       ledger.stop();
       settler?.stop();
+      await stun?.close();
       await node.stop();
     },
   };
+}
+
+/**
+ * The validator answers STUN on the UDP port of its TCP port's number (workers behind NAT find it from their bootstrap
+ * address: `stunServerOf`), on the interface it listens on. A port taken by something else: no STUN (WebRTC then offers
+ * only each side's own addresses), said in the log.
+ */
+async function answerStun(node: Libp2p, listen: string[], log: Logger): Promise<StunServer | null> {
+  const own = node.getMultiaddrs().map((a) => /^\/ip4\/([\d.]+)\/tcp\/(\d+)\/p2p\//.exec(a.toString())).find((m) => m !== null);
+  if (!own) return null;
+  const host = listen.some((l) => l.startsWith('/ip4/0.0.0.0/')) ? '0.0.0.0' : own[1];
+  try {
+    return await serveStun(Number(own[2]), host);
+  } catch (err) {
+    log.warn('stun-unavailable', { port: Number(own[2]), error: (err as Error).message });
+    return null;
+  }
 }
 
 /** The control handlers, each first telling the relay's gate that its sender asked the validator something. */

@@ -6,7 +6,7 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { defaultCacheDir } from '../models/index.ts';
 import {
   type Capabilities, createLogger, createNode, type Logger, PEERS_TOPIC, parseJobRequest, parseStatusAnswer, probe, type Proximity,
-  listenAlso, relayListen,
+  listenAlso, relayListen, stunServerOf,
   request, serveControl, serveProbes, signerOf, SESSION_IDLE_MS, type TensorLinkNode, traffic,
 } from '../p2p/index.ts';
 import { measureCapabilities } from './capabilities.ts';
@@ -90,7 +90,9 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const circuit = options.relay === false || (options.announce?.length ?? 0) > 0 ? null : relayListen(options.bootstrap);
   // behind NAT it serves no DHT queries (nobody could dial it to ask): a DHT client
   const { dataDir, listen, announce: extra } = options;
-  const node = await createNode({ dataDir, listen, announce: extra, dhtClient: circuit !== null });
+  // the validator answers STUN: a WebRTC connection offers its router's public address and port to punch through
+  const stun = stunServerOf(options.bootstrap);
+  const node = await createNode({ dataDir, listen, announce: extra, dhtClient: circuit !== null, stun: stun ? [stun] : [] });
   const proximity: Record<string, Proximity> = {};
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);
@@ -187,6 +189,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   // the slot is taken once the validator knows it as a worker (its relay serves only peers it knows); then announced again
   if (circuit) {
     await listenAlso(node, circuit);
+    // and /webrtc over it: a peer signals a direct WebRTC connection through the relayed one (dialProtocol tries it first)
+    await listenAlso(node, '/webrtc').catch((err) => log.warn('webrtc-unavailable', { error: (err as Error).message }));
     log.info('relayed', { via: circuit });
     await announce();
   }

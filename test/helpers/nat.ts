@@ -3,6 +3,8 @@
  * a mesh (test/helpers/netns.ts, its `eth0` on the "internet"), and `natHome(router)` puts a private LAN behind it with
  * one host. The router masquerades the LAN's traffic onto its public address and drops everything that comes in
  * unsolicited (only replies to what the home sent pass): nobody outside can dial the home, as behind a home router.
+ * That includes what is sent to the router itself: a packet it took for itself would leave a conntrack entry on the
+ * port a hole punch needs, and Linux's NAT would then map the home's next flow to that peer from another port.
  * `fullyRandom` picks a random source port for every new flow (a symmetric NAT, where hole punching fails). Needs root,
  * iproute2 and nftables (`.ci/run` installs them).
  */
@@ -12,6 +14,8 @@ import { type Host, killIn } from './netns.ts';
 export interface Home {
   /** The host in the home (its namespace, its private address, and the prefix that runs a program there). */
   host: Host;
+  /** Bytes the home sent to `ip` and received from it (any port, TCP or UDP) through its router, since the first call for `ip`. */
+  bytesWith(ip: string): number;
   remove(): void;
 }
 
@@ -68,6 +72,11 @@ table ip tlnat {
     ct state established,related accept
     iifname "${lan}" oifname "eth0" accept
   }
+  chain input {
+    type filter hook input priority filter; policy accept;
+    iifname "eth0" ct state established,related accept
+    iifname "eth0" drop
+  }
 }
 `;
     run('ip', ['netns', 'exec', router.ns, 'nft', '-f', '-'], rules);
@@ -75,5 +84,21 @@ table ip tlnat {
     remove();
     throw err;
   }
-  return { host: { ns, ip: `${net}.2`, exec: ['ip', 'netns', 'exec', ns] }, remove };
+  // a named nftables counter per peer address, counting what the home sends there and receives from there (rules without
+  // a verdict fall through)
+  const counted = new Set<string>();
+  const bytesWith = (ip: string): number => {
+    const name = `with_${ip.replaceAll('.', '_')}`;
+    const nft = (...args: string[]) => run('ip', ['netns', 'exec', router.ns, 'nft', ...args]);
+    if (!counted.has(ip)) {
+      nft('add', 'counter', 'ip', 'tlnat', name);
+      nft('insert', 'rule', 'ip', 'tlnat', 'forward', 'iifname', lan, 'ip', 'daddr', ip, 'counter', 'name', name);
+      nft('insert', 'rule', 'ip', 'tlnat', 'forward', 'oifname', lan, 'ip', 'saddr', ip, 'counter', 'name', name);
+      counted.add(ip);
+    }
+    const out = execFileSync('ip', ['netns', 'exec', router.ns, 'nft', '-j', 'list', 'counter', 'ip', 'tlnat', name], { encoding: 'utf8' });
+    const entry = (JSON.parse(out) as { nftables: { counter?: { bytes: number } }[] }).nftables.find((e) => e.counter);
+    return entry?.counter?.bytes ?? 0;
+  };
+  return { host: { ns, ip: `${net}.2`, exec: ['ip', 'netns', 'exec', ns] }, bytesWith, remove };
 }

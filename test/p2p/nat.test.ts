@@ -1,8 +1,12 @@
 // Issue #33: workers at home, each behind its own NAT router (nftables masquerade, unsolicited traffic dropped), join a
 // validator on a public address with nothing opened on their routers: each takes a slot on the validator's relay and
-// announces its /p2p-circuit address, and a user on the internet trains and generates across both, equal to one
-// process (bit for bit, js), one of the routers a symmetric NAT; after the relay restarts they take their slots again.
-// The "internet" is a switch in 11.x/24, a public range routed nowhere.
+// announces its /p2p-circuit and /webrtc addresses. Two workers behind port-preserving NATs connect directly over WebRTC
+// (signalled through the relay, holes punched with the validator's STUN), and a user on the internet trains and
+// generates across them, equal to one process (bit for bit, js): the routers' counters show the job's bytes went from
+// home to home, not through the validator. After the relay restarts they take their slots again. A third worker behind
+// a symmetric NAT (fully-random ports: no hole to punch) is reached through the relay: a job across all three runs
+// equal to one process, and the plan shows its relayed hops slower. The "internet" is a switch in 11.x/24, a public
+// range routed nowhere.
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -15,43 +19,55 @@ import { reach } from '../../src/cli/commands/nodes.ts';
 import { launchNode } from '../../src/cli/local-swarm.ts';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
 import { byteLevelTokenizerJson, createModel, generate, HFTokenizer, llamaConfig, LocalTrainer } from '../../src/models/index.ts';
-import { createNode } from '../../src/p2p/index.ts';
+import { createNode, type PeerRecord } from '../../src/p2p/index.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';
-import { distribute, listWorkers } from '../../src/user/index.ts';
+import { distribute, listWorkers, planLinks } from '../../src/user/index.ts';
 import { type Home, natHome } from '../helpers/nat.ts';
 import { hostMesh } from '../helpers/netns.ts';
 import { waitFor } from '../helpers/processes.ts';
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
+/** The validator's links in the last test: a relay shares this out among the hops it carries. */
+const RELAY_MBIT = 20;
 
 describe('workers behind NAT routers', () => {
   setBackend('js');
-  const mesh = hostMesh(3, { subnet: `11.${(process.pid % 200) + 20}.9`, publicRange: true });
+  // the validator's host, then three home routers
+  const mesh = hostMesh(4, { subnet: `11.${(process.pid % 200) + 20}.9`, publicRange: true });
   const homes: Home[] = [];
   const children: ChildProcess[] = [];
   let user: Libp2p;
   let boot: string;
-  let workers: string[];
+  /** The workers in homes 0 and 1 (port-preserving NATs), and in home 2 (a symmetric NAT) once started. */
+  const workers: string[] = [];
   // the validator keeps its identity (a data directory) and its port across a restart: workers' relayed addresses name both
   const validatorData = mkdtempSync(join(tmpdir(), 'tl-nat-validator-'));
   const port = 20_000 + (process.pid % 20_000);
   let validatorProcess: ChildProcess | null = null;
+  const anywhere = ['--listen', '/ip4/0.0.0.0/tcp/0', '--backend', 'js'];
   const startValidator = async () => {
     const v = await launchNode(['validator', '--listen', `/ip4/0.0.0.0/tcp/${port}`, '--data', validatorData, '--backend', 'js'], 60_000, { prefix: mesh.hosts[0].exec });
     children.push(v.process);
     validatorProcess = v.process;
     return v;
   };
+  const startWorker = async (home: Home) => {
+    const w = await launchNode(['worker', '--bootstrap', boot, ...anywhere], 60_000, { prefix: home.host.exec });
+    children.push(w.process);
+    workers.push(w.peerId);
+  };
+  /** The registry's records of `ids` once each is listed and `ready` holds for it. */
+  const listed = (what: string, ids: string[], ready: (w: PeerRecord) => boolean, ms = 40_000) => waitFor(what, async () => {
+    const ws = (await listWorkers(user, multiaddr(boot))).filter((w) => ids.includes(w.peerId));
+    return ws.length === ids.length && ws.every(ready) ? ws : null;
+  }, ms).then((r) => r.value);
+  const relayedWithWebRTC = (w: PeerRecord) => w.addrs.some((a) => a.includes('/p2p-circuit/webrtc')) && w.addrs.some((a) => /\/p2p-circuit\/p2p\//.test(a));
   before(async () => {
-    // the second router is a symmetric NAT (a random source port for every flow: hole punching would fail there)
-    homes.push(natHome(mesh.hosts[1]), natHome(mesh.hosts[2], { fullyRandom: true }));
-    const anywhere = ['--listen', '/ip4/0.0.0.0/tcp/0', '--backend', 'js'];
+    homes.push(natHome(mesh.hosts[1]), natHome(mesh.hosts[2]), natHome(mesh.hosts[3], { fullyRandom: true }));
     const validator = await startValidator();
     boot = validator.addrs.find((a) => a.startsWith(`/ip4/${mesh.hosts[0].ip}/`))!;
-    const started = await Promise.all(homes.map((h) => launchNode(['worker', '--bootstrap', boot, ...anywhere], 60_000, { prefix: h.host.exec })));
-    for (const w of started) children.push(w.process);
-    workers = started.map((w) => w.peerId);
     user = await createNode({ listen: [`/ip4/${mesh.rootIp}/tcp/0`] });
+    for (const h of homes.slice(0, 2)) await startWorker(h);
   });
   after(async () => {
     await user?.stop();
@@ -61,52 +77,67 @@ describe('workers behind NAT routers', () => {
     rmSync(validatorData, { recursive: true, force: true });
   });
 
-  test('each worker is reached through the validator\'s relay; a job across both trains and generates as one process', async () => {
-    // the registry lists each worker at its relayed address (its own are private: 192.168.x behind its router)
-    const { value: listed } = await waitFor('both workers listed with a relayed address', async () => {
-      const ws = (await listWorkers(user, multiaddr(boot))).filter((w) => workers.includes(w.peerId));
-      return ws.length === 2 && ws.every((w) => w.addrs.some((a) => a.includes('/p2p-circuit'))) ? ws : null;
-    }, 40_000);
+  test('two workers behind NATs connect over WebRTC; a job across both trains and generates as one process, home to home', async () => {
+    // the registry lists each worker at its relayed addresses (its own are private: 192.168.x behind its router)
+    const [a, b] = workers;
+    const found = await listed('both workers listed with relayed and WebRTC addresses', [a, b], relayedWithWebRTC);
     const wan = `/ip4/${mesh.rootIp.split('.').slice(0, 3).join('.')}.`;
-    for (const w of listed) {
-      assert.equal(reach(w.addrs), 'relayed', '`status` shows it relayed');
-      assert.ok(!w.addrs.some((a) => a.startsWith(wan) && !a.includes('/p2p-circuit')), `no public address of its own: ${w.addrs.join(', ')}`);
+    for (const w of found) {
+      assert.equal(reach(w.addrs), 'webrtc', '`status` shows it behind NAT, reached over WebRTC');
+      assert.ok(!w.addrs.some((x) => x.startsWith(wan) && !x.includes('/p2p-circuit')), `no public address of its own: ${w.addrs.join(', ')}`);
+    }
+    // each measures its link to the other (every 10 s) over the direct WebRTC connection, and says so
+    const measured = await listed('the workers\' links measured over WebRTC', [a, b], (w) => w.proximity[w.peerId === a ? b : a]?.via === 'webrtc', 45_000);
+    for (const w of measured) {
+      const e = w.proximity[w.peerId === a ? b : a];
+      process.stderr.write(`${w.peerId.slice(-6)} → other home: ${e.rttMs} ms, ${e.mbps} Mbit/s over ${e.via}\n`);
     }
 
-    const config = llamaConfig({ vocabSize: 257, hidden: 32, layers: 2, heads: 4, kvHeads: 2, intermediate: 48, maxPositions: 64 });
+    // wide enough that the job's activations and gradients between the homes outweigh the workers' chatter with the validator
+    const config = llamaConfig({ vocabSize: 257, hidden: 256, layers: 2, heads: 4, kvHeads: 2, intermediate: 384, maxPositions: 64 });
     const STEPS = 3;
     const reference = createModel(config, { seed: 5 });
     const local = new LocalTrainer(reference, { lr: 3e-3, totalSteps: STEPS, microBatches: 2 });
     const batches = () => {
       const task = additionTask({ seed: 2 });
       const rng = new Generator(7);
-      return Array.from({ length: STEPS }, () => taskBatch(task, tok, rng, 4, 256));
+      return Array.from({ length: STEPS }, () => taskBatch(task, tok, rng, 8, 256));
     };
-    const expected = batches().map((b) => local.step(b).loss);
+    const expected = batches().map((x) => local.step(x).loss);
     const prompt = [5, 17, 2, 9];
     const { tokens } = await generate(reference, prompt, { maxNewTokens: 8, temperature: 0 });
 
+    // where home 0's bytes go and come from while the job runs: the other home's router (direct), or the validator (the relay)
+    const [otherHome, validatorIp] = [mesh.hosts[2].ip, mesh.hosts[0].ip];
+    const home = homes[0];
+    const sent = () => ({ direct: home.bytesWith(otherHome), relay: home.bytesWith(validatorIp), user: home.bytesWith(mesh.rootIp) });
+    const before0 = sent();
     const dm = await distribute(user, boot, createModel(config, { seed: 5 }), { strategy: 'parameter-balanced', training: true, verify: { sampleRate: 0 } });
     try {
-      assert.deepEqual(new Set(dm.assignment.map((a) => a.peerId)), new Set(workers), 'both NATed workers hold a section');
+      assert.deepEqual(new Set(dm.assignment.map((x) => x.peerId)), new Set([a, b]), 'both NATed workers hold a section');
       const trainer = await dm.trainer({ optimizer: { lr: 3e-3 }, totalSteps: STEPS, microBatches: 2, schedule: '1f1b' });
       const losses: number[] = [];
-      for (const b of batches()) losses.push((await trainer.step(b)).loss);
+      for (const x of batches()) losses.push((await trainer.step(x)).loss);
       assert.deepEqual(losses, expected);
       assert.deepEqual((await dm.generate(prompt, { maxNewTokens: 8, temperature: 0 })).tokens, tokens);
     } finally {
       await dm.close();
     }
+    const after0 = sent();
+    const delta = { direct: after0.direct - before0.direct, relay: after0.relay - before0.relay, user: after0.user - before0.user };
+    const said = `${delta.direct} B with the other home, ${delta.relay} B with the validator, ${delta.user} B with the user`;
+    process.stderr.write(`home 0 during the job: ${said}\n`);
+    // the job's activations and gradients between the two stages went home to home; had they gone through the relay,
+    // the validator would have carried them twice (what it exchanged with the home is announcements and status calls)
+    assert.ok(delta.direct > 192 * 1024, `home to home: ${delta.direct} B`);
+    assert.ok(delta.relay < delta.direct / 2, `through the validator: ${delta.relay} B against ${delta.direct} B home to home`);
   });
 
   test('the relay restarts: each worker takes its slot again within 30 s and the job runs across both again', async () => {
     validatorProcess!.kill('SIGKILL');
     const stopped = Date.now();
     await startValidator();
-    const { value: back } = await waitFor('both workers relayed again', async () => {
-      const ws = (await listWorkers(user, multiaddr(boot))).filter((w) => workers.includes(w.peerId));
-      return ws.length === 2 && ws.every((w) => w.addrs.some((a) => a.includes('/p2p-circuit'))) ? ws : null;
-    }, 45_000);
+    const back = await listed('both workers relayed again', workers.slice(0, 2), relayedWithWebRTC, 45_000);
     const seconds = (Date.now() - stopped) / 1000;
     process.stderr.write(`relay restarted: both workers reachable through it again after ${seconds.toFixed(1)} s\n`);
     assert.equal(back.length, 2);
@@ -117,10 +148,64 @@ describe('workers behind NAT routers', () => {
     const { tokens } = await generate(reference, prompt, { maxNewTokens: 6, temperature: 0 });
     const dm = await distribute(user, boot, createModel(config, { seed: 6 }), { strategy: 'parameter-balanced', verify: { sampleRate: 0 } });
     try {
-      assert.deepEqual(new Set(dm.assignment.map((a) => a.peerId)), new Set(workers));
+      assert.deepEqual(new Set(dm.assignment.map((x) => x.peerId)), new Set(workers.slice(0, 2)));
       assert.deepEqual((await dm.generate(prompt, { maxNewTokens: 6, temperature: 0 })).tokens, tokens);
     } finally {
       await dm.close();
     }
+  });
+
+  test('a worker behind a symmetric NAT is reached through the relay: a job across three runs as one process, its hops slower', async () => {
+    // the validator's links are 20 Mbit/s (what a relay shares out), the homes' between themselves are not limited
+    for (const router of [1, 2, 3]) mesh.shape(0, router, RELAY_MBIT);
+    const cStarted = Date.now();
+    await startWorker(homes[2]);
+    const [a, b, c] = workers;
+    // its peers tried WebRTC, failed (no hole through a fully-random NAT) and measured the relayed link
+    const measured = await listed('the links to the symmetric NAT measured through the relay', [a, b, c], (w) => {
+      const others = [a, b, c].filter((p) => p !== w.peerId);
+      return others.every((p) => w.proximity[p] !== undefined && w.proximity[p].measuredAt > cStarted)
+        && (w.peerId === c ? others.every((p) => w.proximity[p].via === 'relayed') : w.proximity[c].via === 'relayed');
+    }, 60_000);
+    for (const w of measured) {
+      for (const [p, e] of Object.entries(w.proximity)) {
+        if ([a, b, c].includes(p)) process.stderr.write(`${w.peerId.slice(-6)} → ${p.slice(-6)}: ${e.rttMs} ms, ${e.mbps} Mbit/s over ${e.via}\n`);
+      }
+    }
+    const config = llamaConfig({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, kvHeads: 2, intermediate: 48, maxPositions: 64 });
+    const reference = createModel(config, { seed: 7 });
+    const prompt = [3, 1, 4, 1];
+    const { tokens } = await generate(reference, prompt, { maxNewTokens: 6, temperature: 0 });
+    const sent = () => ({
+      relay: homes[2].bytesWith(mesh.hosts[0].ip),
+      homes: homes[2].bytesWith(mesh.hosts[1].ip) + homes[2].bytesWith(mesh.hosts[2].ip),
+    });
+    const before2 = sent();
+    const dm = await distribute(user, boot, createModel(config, { seed: 7 }), { strategy: 'parameter-balanced', verify: { sampleRate: 0 } });
+    try {
+      assert.deepEqual(new Set(dm.assignment.map((x) => x.peerId)), new Set([a, b, c]), 'all three hold a section');
+      // the plan was made over the measured links: the hops to or from the symmetric NAT's worker are the relayed, slow ones
+      const hops = planLinks(dm.plan);
+      process.stderr.write(`plan: ${dm.plan.stages.map((st) => `${st.device.slice(-6)} [${st.start}, ${st.end})`).join(' → ')}; hops ${hops.map((h) => `${h.from.slice(-6)}→${h.to.slice(-6)} ${h.mbps.toFixed(1)} Mbit/s ${h.rttMs.toFixed(2)} ms`).join(', ')}\n`);
+      assert.equal(hops.length, 2, 'both hops measured');
+      // the hops to or from the worker behind the symmetric NAT went through the relay: no faster than the relay's links
+      const viaC = hops.filter((h) => h.from === c || h.to === c);
+      assert.ok(viaC.length > 0, 'a hop touches the relayed worker');
+      for (const h of viaC) assert.ok(h.mbps <= RELAY_MBIT * 1.1, `a relayed hop at ${h.mbps} Mbit/s`);
+      // and the two homes of port-preserving NATs reach each other over WebRTC, faster than that
+      const ab = measured.find((w) => w.peerId === a)!.proximity[b];
+      assert.equal(ab.via, 'webrtc');
+      assert.ok(ab.mbps > 2 * RELAY_MBIT, `WebRTC home to home at ${ab.mbps} Mbit/s`);
+      assert.deepEqual((await dm.generate(prompt, { maxNewTokens: 6, temperature: 0 })).tokens, tokens);
+      for (const r of dm.replans) process.stderr.write(`the job moved: ${r.reason}\n`);
+    } finally {
+      await dm.close();
+    }
+    // its hops to the other homes went through the validator (its only way there): none of the job's bytes went straight
+    // between its home and theirs, at most the connectivity checks of a WebRTC attempt that failed (no hole to punch)
+    const after2 = sent();
+    const delta = { relay: after2.relay - before2.relay, homes: after2.homes - before2.homes };
+    process.stderr.write(`home 2 during the job: ${delta.relay} B with the validator, ${delta.homes} B with the other homes\n`);
+    assert.ok(delta.homes < 2048, `${delta.homes} B between the symmetric NAT's home and the others`);
   });
 });

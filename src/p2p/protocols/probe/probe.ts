@@ -1,6 +1,7 @@
 import type { Libp2p, Stream } from '@libp2p/interface';
 import { PeerUnreachableError } from '../../../errors.ts';
 import { type DialTarget, dialProtocol } from '../../dial.ts';
+import { pathTo } from '../../webrtc.ts';
 import { encodeControl, encodeTensor } from '../../frames.ts';
 import { receiveFrames, sendMessage, sendQuietly } from '../../stream.ts';
 import type { Proximity } from '../../vocabulary.ts';
@@ -93,7 +94,8 @@ export async function probe(node: Libp2p, target: DialTarget, options: { timeout
     const t0 = performance.now();
     await p.ask(encodeTensor({ requestId: 0, dtype: 'float32', shape: [PROBE_BYTES / 4], bytes: new Uint8Array(PROBE_BYTES) }));
     const seconds = (performance.now() - t0) / 1000;
-    return { rttMs, mbps: Math.round(((PROBE_BYTES * 8) / 1e6 / seconds) * 10) / 10, measuredAt: Date.now() };
+    const via = 'peerId' in target ? pathTo(node, target.peerId) : null;
+    return { rttMs, mbps: Math.round(((PROBE_BYTES * 8) / 1e6 / seconds) * 10) / 10, measuredAt: Date.now(), ...(via ? { via } : {}) };
   } finally {
     await p.close();
   }
