@@ -135,7 +135,7 @@ if (sections.includes('hosted')) {
   rows.push(...(await benchHosted()));
 }
 if (sections.includes('nat')) {
-  log('nat: a worker behind an nftables NAT reached through the validator\'s relay, against one on a public address ...');
+  log('nat: a worker behind an nftables NAT reached over WebRTC and through the validator\'s relay, against one on a public address ...');
   rows.push(...(await benchNat()));
 }
 if (sections.includes('lora')) {

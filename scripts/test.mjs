@@ -87,13 +87,19 @@ async function bundleTests(files) {
 const known = existsSync(DURATIONS) ? JSON.parse(readFileSync(DURATIONS, 'utf8')) : {};
 const byLength = (files) => [...files].sort((a, b) => (known[b] ?? 0) - (known[a] ?? 0));
 
+/** Node 20.14+ and 22+: the test runner may end the process once the file's tests are done (see runFile). */
+const [NODE_MAJOR, NODE_MINOR] = process.versions.node.split('.').map(Number);
+const FORCE_EXIT = NODE_MAJOR >= 22 || (NODE_MAJOR === 20 && NODE_MINOR >= 14) ? ['--test-force-exit'] : [];
+
 /** Runs one test file in its own process; its output is printed whole when it ends. */
 async function runFile(file) {
   // GNU time, where it is installed, adds the CPU seconds of the file and the processes it started
   const usage = TIME ? join(tmpdir(), `tl-test-${process.pid}-${file.replaceAll('/', '_')}.cpu`) : null;
   const { code, signal, out, seconds } = await held([
     ...(usage ? [TIME, '-f', '%U %S', '-o', usage] : []), process.execPath,
-    ...(bundled.has(file) ? [] : ['--import', 'tsx']), '--test-reporter=spec', bundled.get(file) ?? file,
+    // --test-force-exit: a file ends when its tests and hooks have, even if a native library keeps a thread referenced
+    // (WebRTC's libdatachannel once held a test process that had stopped every node, with nothing left to run)
+    ...(bundled.has(file) ? [] : ['--import', 'tsx']), ...FORCE_EXIT, '--test-reporter=spec', bundled.get(file) ?? file,
   ]);
   const ok = code === 0;
   const cpu = usage && existsSync(usage) ? readFileSync(usage, 'utf8').trim().split(/\s+/).slice(-2).reduce((a, b) => a + Number(b), 0) : null;

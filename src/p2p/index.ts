@@ -26,8 +26,9 @@ export {
 } from './frames.ts';
 export { IDENTITY_FILE, loadOrCreateIdentity } from './identity.ts';
 export { createLogger, isLogLevel, type Logger, type LogLevel } from './log.ts';
-export { createNode, DHT_PROTOCOL, MAX_RELAY_RESERVATIONS, type NodeOptions, isPublicIPv4, listenAlso, publicKeyOf, type RelayGate, relayListen, signerOf, type TensorLinkNode } from './node.ts';
+export { createNode, DHT_PROTOCOL, MAX_RELAY_RESERVATIONS, type NodeOptions, listenAlso, publicKeyOf, type RelayGate, relayListen, signerOf, type TensorLinkNode } from './node.ts';
 export { PeerRateLimiter } from './rate-limit.ts';
+export { isPublicIPv4, reach, type Reach } from './reach.ts';
 export { serveStun, stunAnswer, stunMappedAddress, type StunServer, stunServerOf } from './stun.ts';
 export { finite, int, list, obj, oneOf, optional, peerIdText, str, strings } from './schema.ts';
 export { RequestTable } from './requests.ts';

@@ -16,6 +16,7 @@ import { createLibp2p } from 'libp2p';
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { loadOrCreateIdentity } from './identity.ts';
 import { PING_INTERVAL_MS, PING_STREAMS, PING_TIMEOUT_MS } from './constants.ts';
+import { isPublicIPv4 } from './reach.ts';
 import { dropDeadWebRTC, webRTCTransport } from './webrtc.ts';
 
 export interface NodeOptions {
@@ -160,24 +161,6 @@ export function publicKeyOf(peer: string): Uint8Array {
   }
   if (!key || key.type !== 'Ed25519') throw new InvalidMessageError(`${peer} has no Ed25519 key in its id`);
   return key.raw;
-}
-
-/** IPv4 ranges that are not on the internet (libp2p's private ranges, loopback and link-local): [first octets, prefix length]. */
-const NOT_PUBLIC: [number[], number][] = [
-  [[0], 8], [[10], 8], [[100, 64], 10], [[127], 8], [[169, 254], 16], [[172, 16], 12], [[192, 0, 2], 24], [[192, 168], 16],
-  [[198, 18], 15], [[198, 51, 100], 24], [[203, 0, 113], 24],
-];
-
-/** Whether an IPv4 address is on the internet (none of NOT_PUBLIC). */
-export function isPublicIPv4(ip: string): boolean {
-  const o = ip.split('.').map(Number);
-  if (o.length !== 4 || o.some((x) => !Number.isInteger(x) || x < 0 || x > 255)) return false;
-  const n = ((o[0] << 24) | (o[1] << 16) | (o[2] << 8) | o[3]) >>> 0;
-  return !NOT_PUBLIC.some(([net, len]) => {
-    const base = ((net[0] << 24) | ((net[1] ?? 0) << 16) | ((net[2] ?? 0) << 8)) >>> 0;
-    const mask = (~0 << (32 - len)) >>> 0;
-    return ((n & mask) >>> 0) === ((base & mask) >>> 0);
-  });
 }
 
 /**

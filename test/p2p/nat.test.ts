@@ -15,11 +15,10 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
-import { reach } from '../../src/cli/commands/nodes.ts';
 import { launchNode } from '../../src/cli/local-swarm.ts';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
 import { byteLevelTokenizerJson, createModel, generate, HFTokenizer, llamaConfig, LocalTrainer } from '../../src/models/index.ts';
-import { createNode, type PeerRecord } from '../../src/p2p/index.ts';
+import { createNode, type PeerRecord, reach } from '../../src/p2p/index.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';
 import { distribute, listWorkers, planLinks } from '../../src/user/index.ts';
 import { type Home, natHome } from '../helpers/nat.ts';
@@ -55,6 +54,9 @@ describe('workers behind NAT routers', () => {
     const w = await launchNode(['worker', '--bootstrap', boot, ...anywhere], 60_000, { prefix: home.host.exec });
     children.push(w.process);
     workers.push(w.peerId);
+    // its ready line lists every address, its own TCP ones first, then the relayed and the WebRTC ones it added
+    const kind = (a: string) => (a.includes('/p2p-circuit/webrtc') ? 2 : a.includes('/p2p-circuit') ? 1 : 0);
+    assert.deepEqual([...new Set(w.addrs.map(kind))], [0, 1, 2], w.addrs.join(', '));
   };
   /** The registry's records of `ids` once each is listed and `ready` holds for it. */
   const listed = (what: string, ids: string[], ready: (w: PeerRecord) => boolean, ms = 40_000) => waitFor(what, async () => {

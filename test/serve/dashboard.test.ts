@@ -62,6 +62,8 @@ describe('the dashboard of a local swarm, in Debian\'s Chromium (playwright-core
     await page.goto(`${swarm.dashboard}/`);
     await until('worker rows', () => workerRows(page), (n) => n === 3);
     for (const w of swarm.workers) assert.equal(await page.locator(`tr[data-peer="${w.peerId}"]`).count(), 1, `worker ${w.peerId} is listed`);
+    // a swarm on one machine: every worker is reached at its own private (loopback) address
+    assert.equal(await page.locator(`tr[data-peer="${swarm.workers[0].peerId}"] td[data-field="reach"]`).innerText(), 'private');
 
     // the job appears with its plan, and its step moves while the page is open
     const job = page.locator('article[data-job][data-kind="train"]');

@@ -1,6 +1,11 @@
 import type { HostedModelEntry, JobView, Overview, OverviewEvent, PeerRecord, ServingStats } from './types.ts';
 import { Chart } from './chart.tsx';
 import { ago, bytes, fixed, flops, short, tlk } from './format.ts';
+import { reach } from '../../src/p2p/reach.ts';
+
+/** How the dashboard names a peer's reach and a link's path. */
+const REACH = { public: 'public', webrtc: 'behind NAT: WebRTC', relayed: 'behind NAT: relayed', private: 'private' } as const;
+const PATH = { direct: '', webrtc: 'WebRTC', relayed: 'relayed' } as const;
 
 export function Peers({ overview, now }: { overview: Overview; now: number }) {
   const chain = overview.peers.some((p) => p.stake !== undefined);
@@ -10,7 +15,7 @@ export function Peers({ overview, now }: { overview: Overview; now: number }) {
       <table data-testid="peers">
         <thead>
           <tr>
-            <th>peer</th><th>role</th><th>tier</th><th>engine</th><th>GFLOP/s</th><th>memory (used / offered)</th>
+            <th>peer</th><th>role</th><th>reach</th><th>tier</th><th>engine</th><th>GFLOP/s</th><th>memory (used / offered)</th>
             <th>reputation</th><th>checks ✓ / ✗</th>{chain && <th>stake · earned (TLK)</th>}<th>seen</th>
           </tr>
         </thead>
@@ -30,6 +35,7 @@ function PeerRow({ p, now, chain }: { p: PeerRecord; now: number; chain: boolean
     <tr data-peer={p.peerId} data-role={p.roles.join(',')} class={p.excluded ? 'excluded' : ''}>
       <td class="mono" title={p.peerId}>{short(p.peerId)}</td>
       <td>{p.roles.map((r) => <span class={`role ${r}`}>{r}</span>)}</td>
+      <td data-field="reach">{REACH[reach(p.addrs)]}</td>
       <td>{c ? <span class={`tier t${c.tier}`}>{c.tier}</span> : ''}</td>
       <td>{c ? `${c.backend}, ${c.cores} cores` : ''}</td>
       <td class="num">{c ? c.gflops.toFixed(0) : ''}</td>
@@ -70,7 +76,13 @@ export function Links({ overview }: { overview: Overview }) {
                 const l = from.proximity[to.peerId];
                 if (!l) return <td class="none">?</td>;
                 const tone = l.rttMs < 2 ? 'good' : l.rttMs < 20 ? 'warn' : 'bad';
-                return <td class={`link ${tone}`} title={`measured ${new Date(l.measuredAt).toLocaleTimeString()}`}>{l.rttMs.toFixed(2)} ms<br />{l.mbps.toFixed(0)} Mbit/s</td>;
+                const when = `measured ${new Date(l.measuredAt).toLocaleTimeString()}`;
+                const path = l.via ? PATH[l.via] : '';
+                return (
+                  <td class={`link ${tone}`} title={when} data-via={l.via ?? ''}>
+                    {l.rttMs.toFixed(2)} ms<br />{l.mbps.toFixed(0)} Mbit/s{path ? <><br /><span class="dim">{path}</span></> : null}
+                  </td>
+                );
               })}
             </tr>
           ))}

@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { type DashboardServer, serveDashboard } from '../../serve/index.ts';
-import { createLogger, createNode, isPublicIPv4, parseStatusAnswer, type PathKind, publicKeyOf, request } from '../../p2p/index.ts';
+import { createLogger, createNode, parseStatusAnswer, type PathKind, publicKeyOf, reach, request } from '../../p2p/index.ts';
 import { listModels, listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
 import { localSwarm } from '../local-swarm.ts';
@@ -167,19 +167,6 @@ export async function statusCommand(flags: Flags, out: Output): Promise<void> {
 
 /** How `status` names the path a probe took. */
 const PATH_NAMES: Record<PathKind, string> = { direct: 'direct', webrtc: 'direct WebRTC', relayed: 'through a relay' };
-
-/**
- * How a peer is reached, from the addresses it announced: 'public' (an address of its own on the internet), 'webrtc'
- * (behind NAT, reached directly over WebRTC signalled through a validator's relay, or through the relay where its NAT
- * lets nothing through), 'relayed' (only through a relay), or 'private' (loopback and LAN addresses: a swarm on one
- * machine or a LAN). Each link's path, as measured, is in its proximity entry.
- */
-export function reach(addrs: readonly string[]): 'public' | 'webrtc' | 'relayed' | 'private' {
-  const own = addrs.filter((a) => !a.includes('/p2p-circuit'));
-  if (own.some((a) => isPublicIPv4(/^\/ip4\/([\d.]+)\//.exec(a)?.[1] ?? ''))) return 'public';
-  if (addrs.some((a) => a.includes('/p2p-circuit/webrtc'))) return 'webrtc';
-  return addrs.some((a) => a.includes('/p2p-circuit')) ? 'relayed' : 'private';
-}
 
 /** `tensorlink models`: the models the swarm hosts, each with its coverage and hosts, a page at a time. */
 export async function modelsCommand(flags: Flags, out: Output): Promise<void> {
