@@ -22,3 +22,22 @@ await build({
 });
 copyFileSync(`${root}web/dashboard/index.html`, `${out}/index.html`);
 process.stderr.write(`dashboard bundled into ${out}\n`);
+
+// the /lend page: the tab's own libp2p (WebRTC-direct, WebSockets), the control protocol's client and the registry's schema
+const lend = `${root}dist/lend`;
+mkdirSync(lend, { recursive: true });
+await build({
+  entryPoints: { app: `${root}web/lend/app.ts` },
+  bundle: true,
+  format: 'esm',
+  platform: 'browser',
+  target: 'es2022',
+  // the protocol schemas hash with node:crypto; the browser gets SHA-256 from @noble/hashes
+  alias: { 'node:crypto': `${root}web/lend/node-crypto.ts` },
+  minify: true,
+  sourcemap: true,
+  outdir: lend,
+  logLevel: 'warning',
+});
+copyFileSync(`${root}web/lend/index.html`, `${lend}/index.html`);
+process.stderr.write(`the /lend page bundled into ${lend}\n`);

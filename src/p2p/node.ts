@@ -17,7 +17,7 @@ import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { loadOrCreateIdentity } from './identity.ts';
 import { PING_INTERVAL_MS, PING_STREAMS, PING_TIMEOUT_MS } from './constants.ts';
 import { isPublicIPv4 } from './reach.ts';
-import { dropDeadWebRTC, webRTCTransport } from './webrtc.ts';
+import { browserListen, browserTransports, dropDeadWebRTC, webRTCTransport } from './webrtc.ts';
 
 export interface NodeOptions {
   /** Where the identity (and later other state) lives; omitted: a fresh identity per run. */
@@ -42,6 +42,12 @@ export interface NodeOptions {
    * STUN server nobody chose.
    */
   stun?: string[];
+  /**
+   * Listen for browsers beside TCP (a validator, a worker of the CLI): WebRTC-direct on a free UDP port of the TCP
+   * listen address's interface, and with `websockets` a WebSocket port there too (a browser tab dials these: it cannot
+   * open TCP). The ready line lists them after the TCP addresses.
+   */
+  browsers?: { websockets: boolean };
 }
 
 /** Who a relay serves: the peers that may reserve a slot on it, and the peers that may be relayed to a peer holding one. */
@@ -68,12 +74,17 @@ export type TensorLinkNode = Libp2p<{
  */
 export async function createNode(options: NodeOptions = {}): Promise<TensorLinkNode> {
   const privateKey: PrivateKey = options.dataDir ? await loadOrCreateIdentity(options.dataDir) : await generateKeyPair('Ed25519');
+  const listen = options.listen ?? ['/ip4/127.0.0.1/tcp/0'];
+  const forBrowsers = await browserTransports(options.browsers);
   const node = await createLibp2p({
     privateKey,
-    addresses: { listen: options.listen ?? ['/ip4/127.0.0.1/tcp/0'], appendAnnounce: options.announce ?? [] },
+    addresses: {
+      listen: [...listen, ...(forBrowsers.length > 0 ? browserListen(listen, options.browsers) : [])],
+      appendAnnounce: options.announce ?? [],
+    },
     // circuit relay: any node dials a peer behind NAT through its relay; a peer behind NAT listens on its relay's /p2p-circuit
     // and on /webrtc, a direct connection signalled through the relay (see dial.ts)
-    transports: [tcp(), circuitRelayTransport(), ...(await webRTCTransport(options.stun ?? []))],
+    transports: [tcp(), circuitRelayTransport(), ...(await webRTCTransport(options.stun ?? [])), ...forBrowsers],
     ...(options.relay ? { connectionGater: relayGater(options.relay) } : {}),
     // a peer busy with a long computation (a large section on the js backend, a loaded machine) answers no ping until
     // it is done: libp2p's default 5 s would abort its connections, and with them every job on them

@@ -96,3 +96,26 @@ export function dropDeadWebRTC(node: Libp2p): void {
     );
   });
 }
+
+/**
+ * The transports a browser tab reaches a Node peer by: WebRTC-direct (a UDP port; the tab checks the peer's certificate
+ * by the hash in its address) and, with `websockets`, WebSockets; none where they do not load.
+ */
+export async function browserTransports(browsers: { websockets: boolean } | undefined) {
+  if (!browsers) return [];
+  try {
+    const { webRTCDirect } = await import('@libp2p/webrtc');
+    const ws = browsers.websockets ? [(await import('@libp2p/websockets')).webSockets()] : [];
+    return [webRTCDirect(), ...ws];
+  } catch (err) {
+    process.emitWarning(`browsers cannot reach this node (${(err as Error).message}): WebRTC-direct did not load`);
+    return [];
+  }
+}
+
+/** Where browsers are listened for: WebRTC-direct (and WebSockets) on the interface of the first TCP listen address. */
+export function browserListen(listen: string[], browsers: { websockets: boolean } | undefined): string[] {
+  if (!browsers) return [];
+  const host = listen.map((a) => /^\/ip4\/([\d.]+)\/tcp\//.exec(a)?.[1]).find((h) => h !== undefined) ?? '127.0.0.1';
+  return [`/ip4/${host}/udp/0/webrtc-direct`, ...(browsers.websockets ? [`/ip4/${host}/tcp/0/ws`] : [])];
+}

@@ -10,6 +10,8 @@ export const DASHBOARD_PUSH_MS = 1_000;
 const STATE_CACHE_MS = 500;
 /** Where `npm run build:dashboard` (run by `npm ci` and `npm run build`) writes the page: dist/dashboard/ at the package's root. */
 export const DASHBOARD_DIR = fileURLToPath(new URL('../../dist/dashboard/', import.meta.url));
+/** The /lend page (web/lend/, bundled beside the dashboard): the swarm as a browser tab sees it over its own libp2p. */
+export const LEND_DIR = fileURLToPath(new URL('../../dist/lend/', import.meta.url));
 const ASSETS: Record<string, string> = {
   'index.html': 'text/html; charset=utf-8',
   'app.js': 'text/javascript; charset=utf-8',
@@ -20,6 +22,8 @@ const ASSETS: Record<string, string> = {
 export interface DashboardSource {
   overview?: () => Promise<Overview>;
   serving?: () => ServingStats;
+  /** The validator's peer id and addresses, for the /lend page's libp2p to dial (absent: no /lend). */
+  validator?: () => { peerId: string; addrs: string[] };
 }
 
 /**
@@ -45,8 +49,8 @@ export function dashboardRoutes(app: FastifyInstance, source: DashboardSource): 
     cached = entry;
     return read;
   };
-  const asset = (name: string) => async (_req: unknown, reply: import('fastify').FastifyReply) => {
-    const path = `${DASHBOARD_DIR}${name}`;
+  const asset = (name: string, dir = DASHBOARD_DIR) => async (_req: unknown, reply: import('fastify').FastifyReply) => {
+    const path = `${dir}${name}`;
     if (!existsSync(path)) {
       return reply.code(503).type('text/plain; charset=utf-8')
         .send(`the dashboard is not built (${path} is missing): run npm run build:dashboard in the project, or npm ci\n`);
@@ -58,6 +62,13 @@ export function dashboardRoutes(app: FastifyInstance, source: DashboardSource): 
   app.get('/assets/app.js', asset('app.js'));
   app.get('/assets/app.css', asset('app.css'));
   app.get('/api/state', () => state());
+  if (source.validator) {
+    const validator = source.validator;
+    app.get('/lend', asset('index.html', LEND_DIR));
+    app.get('/lend/app.js', asset('app.js', LEND_DIR));
+    // where the page's libp2p dials: this validator, at every address it listens on (the page picks what a tab can open)
+    app.get('/lend/validator.json', () => validator());
+  }
   app.get('/metrics', async (_req, reply) => reply.type('text/plain; version=0.0.4; charset=utf-8').send(metricsText(await state())));
   app.get('/api/stream', (req, reply) => {
     reply.hijack();

@@ -38,6 +38,8 @@ export interface Validator {
 export interface ValidatorOptions {
   dataDir?: string;
   listen?: string[];
+  /** Listen for browser tabs too: WebRTC-direct and WebSockets beside TCP (the CLI's validator does). */
+  browsers?: boolean;
   /** Addresses it announces besides its interfaces' (`--announce`: its router's public address and forwarded port). */
   announce?: string[];
   log?: Logger;
@@ -58,7 +60,7 @@ export interface ValidatorOptions {
 export async function startValidator(options: ValidatorOptions = {}): Promise<Validator> {
   // the validator is its swarm's relay: workers behind NAT reserve a slot on it, the peers it knows reach them through it
   const gate = new ValidatorRelayGate((peer) => registry.knows(peer));
-  const node = await createNode({ ...options, relay: gate });
+  const node = await createNode({ ...options, relay: gate, browsers: options.browsers ? { websockets: true } : undefined });
   const log = options.log ?? createLogger({ level: 'silent' });
   const events = new EventLog();
   const jobs = new JobBoard();

@@ -47,6 +47,8 @@ export interface WorkerOptions {
   announce?: string[];
   /** false: never take a slot on the validator's relay (by default it does when it is behind NAT: see relayListen). */
   relay?: boolean;
+  /** Listen for browser tabs too: WebRTC-direct beside TCP (the CLI's worker does). */
+  browsers?: boolean;
   memoryBytes?: number;
   /** Hugging Face checkpoint directories this worker holds (`--models`): loads of their weights need no transfer. */
   modelsDir?: string;
@@ -92,7 +94,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const { dataDir, listen, announce: extra } = options;
   // the validator answers STUN: a WebRTC connection offers its router's public address and port to punch through
   const stun = stunServerOf(options.bootstrap);
-  const node = await createNode({ dataDir, listen, announce: extra, dhtClient: circuit !== null, stun: stun ? [stun] : [] });
+  const browsers = options.browsers ? { websockets: false } : undefined;
+  const node = await createNode({ dataDir, listen, announce: extra, dhtClient: circuit !== null, stun: stun ? [stun] : [], browsers });
   const proximity: Record<string, Proximity> = {};
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);

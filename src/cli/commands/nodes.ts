@@ -100,12 +100,15 @@ export async function validatorCommand(flags: Flags, out: Output): Promise<void>
   const at = stringFlag(flags, 'dashboard');
   const where = at === undefined ? null : hostPort(at, 'dashboard');
   const v = await startValidator({
+    // browser tabs reach it over WebRTC-direct or WebSockets, beside TCP
+    browsers: true,
     dataDir, listen: listen ? [listen] : undefined, announce: announceFlags(flags), log: createLogger({ level, peer: 'validator' }), peers, validators, threshold, chain,
   });
   let dashboard: DashboardServer | null = null;
   if (where) {
     try {
-      dashboard = await serveDashboard({ overview: async () => v.overview() }, where);
+      const validator = () => ({ peerId: v.node.peerId.toString(), addrs: v.node.getMultiaddrs().map(String) });
+      dashboard = await serveDashboard({ overview: async () => v.overview(), validator }, where);
     } catch (err) {
       await v.stop();
       throw new UsageError(`cannot serve the dashboard on ${where.host}:${where.port}: ${(err as Error).message}`);

@@ -50,6 +50,8 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   const chain = await chainFromFlags(flags, dataDir);
   const w = await startWorker({
     bootstrap,
+    // a browser tab that joins the swarm reaches this worker over WebRTC-direct
+    browsers: true,
     fault,
     chain,
     dataDir,

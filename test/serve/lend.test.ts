@@ -1,0 +1,49 @@
+// Issue #34, the browser's side of the network: the validator serves /lend, and a headless Chromium tab runs libp2p,
+// dials the validator over WebRTC-direct (Node listens on a UDP port beside TCP; the address carries its certificate's
+// hash) and reads the registry with the control protocol, as any peer does. The page lists the swarm's workers.
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { type Browser, chromium } from 'playwright-core';
+import { localSwarm, type LocalSwarm } from '../../src/cli/local-swarm.ts';
+
+/** Debian's Chromium (`apt-get install chromium`, as .ci/run does). */
+const CHROMIUM = '/usr/bin/chromium';
+const OUTPUT = fileURLToPath(new URL('../../test-output/', import.meta.url));
+
+describe('/lend: the swarm from a browser tab\'s own libp2p, in Debian\'s Chromium', { skip: existsSync(CHROMIUM) ? false : `${CHROMIUM} is missing` }, () => {
+  let swarm: LocalSwarm;
+  let browser: Browser;
+  before(async () => {
+    swarm = await localSwarm({ workers: 2, backend: 'js', dashboard: '127.0.0.1:0', handleSignals: false });
+    // loopback peer connections are refused by default: a swarm on one machine needs them
+    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--allow-loopback-in-peer-connection'] });
+  });
+  after(async () => {
+    await browser?.close();
+    await swarm?.close();
+  });
+
+  test('the tab dials the validator over WebRTC-direct and lists the workers its registry holds', async () => {
+    // the CLI's validator and workers listen for browsers beside TCP: TCP addresses first in their ready lines
+    const kinds = swarm.validator.addrs.map((a) => (a.includes('/webrtc-direct/') ? 'webrtc-direct' : a.includes('/ws/') ? 'ws' : 'tcp'));
+    assert.deepEqual([...new Set(kinds)], ['tcp', 'webrtc-direct', 'ws'], swarm.validator.addrs.join(', '));
+    const page = await browser.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(`${swarm.dashboard}/lend`);
+    const rows = page.locator('table[data-testid="workers"] tbody tr');
+    await rows.nth(1).waitFor({ timeout: 30_000 }).catch(async () => {
+      throw new Error(`the page says: ${await page.locator('#status').innerText()} ${errors.join('; ')}`);
+    });
+    assert.equal(await rows.count(), 2);
+    for (const w of swarm.workers) assert.equal(await page.locator(`tr[data-peer="${w.peerId}"]`).count(), 1, `worker ${w.peerId} listed`);
+    const via = await page.locator('[data-field="via"]').innerText();
+    assert.match(via, /over webrtc-direct: \/ip4\/127\.0\.0\.1\/udp\/\d+\/webrtc-direct\//);
+    assert.equal(await page.locator('tr[data-peer] td').nth(1).innerText(), 'private');
+    mkdirSync(OUTPUT, { recursive: true });
+    await page.screenshot({ path: `${OUTPUT}lend.png`, fullPage: true });
+    assert.deepEqual(errors, []);
+  });
+});
