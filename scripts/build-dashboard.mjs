@@ -23,19 +23,34 @@ await build({
 copyFileSync(`${root}web/dashboard/index.html`, `${out}/index.html`);
 process.stderr.write(`dashboard bundled into ${out}\n`);
 
-// the /lend page: the tab's own libp2p (WebRTC-direct, WebSockets), the control protocol's client and the registry's schema
+// the /lend page: the tab's own libp2p (WebRTC-direct, WebSockets), the control protocol's client and the registry's
+// schema (app.js), and TensorLink's engine in a Web Worker (engine.js). What the engine's modules import from Node is not
+// called in a tab: each node: module becomes one whose functions say so when called; node:crypto's SHA-256 comes from
+// @noble/hashes (web/lend/node-crypto.ts).
 const lend = `${root}dist/lend`;
 mkdirSync(lend, { recursive: true });
+const nodeInTab = {
+  name: 'node-in-a-tab',
+  setup(b) {
+    b.onResolve({ filter: /^node:/ }, (args) => (args.path === 'node:crypto'
+      ? { path: `${root}web/lend/node-crypto.ts` }
+      : { path: args.path, namespace: 'node-in-a-tab' }));
+    b.onLoad({ filter: /.*/, namespace: 'node-in-a-tab' }, (args) => ({
+      contents: `module.exports = new Proxy({}, { get: (_, key) => key === '__esModule' ? false : () => { `
+        + `throw new Error(${JSON.stringify(args.path)} + '.' + String(key) + ' is not available in a browser tab'); } });`,
+      loader: 'js',
+    }));
+  },
+};
 await build({
-  entryPoints: { app: `${root}web/lend/app.ts` },
+  entryPoints: { app: `${root}web/lend/app.ts`, engine: `${root}web/lend/engine.ts` },
   bundle: true,
   format: 'esm',
   platform: 'browser',
   target: 'es2022',
-  // the protocol schemas hash with node:crypto; the browser gets SHA-256 from @noble/hashes
-  alias: { 'node:crypto': `${root}web/lend/node-crypto.ts` },
   minify: true,
   sourcemap: true,
+  plugins: [nodeInTab],
   outdir: lend,
   logLevel: 'warning',
 });

@@ -1,12 +1,16 @@
 // Issue #34, the browser's side of the network: the validator serves /lend, and a headless Chromium tab runs libp2p,
 // dials the validator over WebRTC-direct (Node listens on a UDP port beside TCP; the address carries its certificate's
-// hash) and reads the registry with the control protocol, as any peer does. The page lists the swarm's workers.
+// hash) and reads the registry with the control protocol, as any peer does. The page lists the swarm's workers. The
+// engine, bundled for the tab, runs in a Web Worker: the seeded reference forward's logits equal Node's bit for bit.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { type Browser, chromium } from 'playwright-core';
 import { localSwarm, type LocalSwarm } from '../../src/cli/local-swarm.ts';
+import { setBackend } from '../../src/tensor/index.ts';
+import { referenceLogits } from '../../src/worker/engine-check.ts';
 
 /** Debian's Chromium (`apt-get install chromium`, as .ci/run does). */
 const CHROMIUM = '/usr/bin/chromium';
@@ -25,7 +29,7 @@ describe('/lend: the swarm from a browser tab\'s own libp2p, in Debian\'s Chromi
     await swarm?.close();
   });
 
-  test('the tab dials the validator over WebRTC-direct and lists the workers its registry holds', async () => {
+  test('the tab dials the validator over WebRTC-direct, lists the workers, and its engine computes Node\'s logits to the bit', async () => {
     // the CLI's validator and workers listen for browsers beside TCP: TCP addresses first in their ready lines
     const kinds = swarm.validator.addrs.map((a) => (a.includes('/webrtc-direct/') ? 'webrtc-direct' : a.includes('/ws/') ? 'ws' : 'tcp'));
     assert.deepEqual([...new Set(kinds)], ['tcp', 'webrtc-direct', 'ws'], swarm.validator.addrs.join(', '));
@@ -42,6 +46,18 @@ describe('/lend: the swarm from a browser tab\'s own libp2p, in Debian\'s Chromi
     const via = await page.locator('[data-field="via"]').innerText();
     assert.match(via, /over webrtc-direct: \/ip4\/127\.0\.0\.1\/udp\/\d+\/webrtc-direct\//);
     assert.equal(await page.locator('tr[data-peer] td').nth(1).innerText(), 'private');
+    // the engine, bundled for the tab, runs in a Web Worker and computes the seeded forward's logits to the bit
+    const fingerprint = page.locator('#fingerprint[data-sha256]');
+    await fingerprint.waitFor({ timeout: 60_000 }).catch(async () => {
+      throw new Error(`the engine says: ${await page.locator('#engine').innerText()}`);
+    });
+    setBackend('js');
+    const logits = referenceLogits();
+    const here = createHash('sha256').update(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)).digest('hex');
+    assert.equal(await fingerprint.getAttribute('data-sha256'), here, 'the tab\'s logits equal this process\'s, bit for bit');
+    const tabGflops = Number(await page.locator('#engine').getAttribute('data-gflops'));
+    process.stderr.write(`tab: ${tabGflops.toFixed(2)} GFLOP/s on the js backend, logits SHA-256 ${here.slice(0, 16)}… equal to Node's\n`);
+    assert.ok(tabGflops > 0);
     mkdirSync(OUTPUT, { recursive: true });
     await page.screenshot({ path: `${OUTPUT}lend.png`, fullPage: true });
     assert.deepEqual(errors, []);

@@ -97,6 +97,26 @@ function row(w: PeerRecord): HTMLTableRowElement {
   return tr;
 }
 
+/**
+ * Runs TensorLink's engine in a Web Worker: its speed on the js backend, and the fingerprint (SHA-256) of the seeded
+ * reference forward's logits, which equals a Node worker's when the engine computes the same bytes here.
+ */
+function measureEngine(): void {
+  const worker = new Worker('/lend/engine.js', { type: 'module' });
+  worker.onmessage = (evt: MessageEvent<{ gflops?: number; logitsSha256?: string; ms?: number; error?: string }>) => {
+    const r = evt.data;
+    if (r.error !== undefined) $('engine').innerHTML = `<span class="err">the engine failed: ${r.error}</span>`;
+    else {
+      $('engine').textContent = `js backend in a Web Worker: ${r.gflops!.toFixed(2)} GFLOP/s (256³ matrix product)`;
+      $('engine').dataset.gflops = String(r.gflops);
+      $('fingerprint').textContent = `reference forward (seeded Llama, 8 tokens) in ${r.ms!.toFixed(0)} ms, logits SHA-256 ${r.logitsSha256}`;
+      $('fingerprint').dataset.sha256 = r.logitsSha256;
+    }
+    worker.terminate();
+  };
+}
+
+measureEngine();
 start().catch((err: unknown) => {
   $('status').innerHTML = '';
   const e = document.createElement('span');

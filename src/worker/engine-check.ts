@@ -1,0 +1,29 @@
+import { createModel, llamaConfig } from '../models/index.ts';
+import { matmul, noGrad, randn, tensor } from '../tensor/index.ts';
+
+/**
+ * What a machine's engine does, measured the same way wherever it runs (a Node worker, a browser tab): its speed, and a
+ * seeded forward pass whose logits a validator on another machine must reproduce bit for bit to re-execute its work.
+ * Nothing here touches the machine beyond the engine (no files, no OS): a tab bundles it as it is.
+ */
+
+/** GFLOP/s of a 256³ matrix product on the current backend (a warm-up, then the mean of 5). */
+export function engineGflops(): number {
+  const n = 256;
+  const a = randn([n, n], { seed: 1 });
+  const b = randn([n, n], { seed: 2 });
+  noGrad(() => matmul(a, b));
+  const runs = 5;
+  const t0 = performance.now();
+  for (let i = 0; i < runs; i++) noGrad(() => matmul(a, b));
+  const seconds = (performance.now() - t0) / 1000 / runs;
+  return (2 * n * n * n) / seconds / 1e9;
+}
+
+/** The logits [1, 8, 257] of a small seeded Llama (2 blocks, hidden 64) on 8 fixed tokens: the same bytes on every machine (js backend). */
+export function referenceLogits(): Float32Array {
+  const config = llamaConfig({ vocabSize: 257, hidden: 64, layers: 2, heads: 4, kvHeads: 2, intermediate: 96, maxPositions: 32 });
+  const model = createModel(config, { seed: 11 });
+  const ids = tensor([3, 1, 4, 1, 5, 9, 2, 6], [1, 8], 'int32');
+  return noGrad(() => model.forward(ids)).data as Float32Array;
+}
