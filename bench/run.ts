@@ -24,6 +24,7 @@ import { benchGpt2 } from './models.ts';
 import { benchHosted } from './hosted.ts';
 import { benchLora } from './lora.ts';
 import { benchNat } from './nat.ts';
+import { benchTab } from './tab.ts';
 import { benchP2p } from './p2p.ts';
 import { benchPipeline } from './pipeline.ts';
 import { benchQuant } from './quant.ts';
@@ -39,7 +40,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'quant', 'hosted', 'lora', 'nat'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'quant', 'hosted', 'lora', 'nat', 'tab'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -137,6 +138,10 @@ if (sections.includes('hosted')) {
 if (sections.includes('nat')) {
   log('nat: a worker behind an nftables NAT reached over WebRTC and through the validator\'s relay, against one on a public address ...');
   rows.push(...(await benchNat()));
+}
+if (sections.includes('tab')) {
+  log('tab: a browser tab\'s engine (the js backend in a Web Worker of headless Chromium) against a Node worker\'s ...');
+  rows.push(...(await benchTab()));
 }
 if (sections.includes('lora')) {
   log('lora: a worker\'s accounted memory for a LoRA job (float32 and int4 base) against full training of its section ...');
