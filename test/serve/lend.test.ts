@@ -56,6 +56,12 @@ describe('/lend: the swarm from a browser tab\'s own libp2p, in Debian\'s Chromi
     const here = createHash('sha256').update(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)).digest('hex');
     assert.equal(await fingerprint.getAttribute('data-sha256'), here, 'the tab\'s logits equal this process\'s, bit for bit');
     const tabGflops = Number(await page.locator('#engine').getAttribute('data-gflops'));
+    // the tab's key lives in its IndexedDB: the same peer after a reload
+    const peer = await page.locator('#self').getAttribute('data-peer');
+    assert.match(peer ?? '', /^12D3KooW/);
+    await page.reload();
+    await page.locator('#self[data-peer]').waitFor({ timeout: 30_000 });
+    assert.equal(await page.locator('#self').getAttribute('data-peer'), peer, 'the same peer id after a reload');
     process.stderr.write(`tab: ${tabGflops.toFixed(2)} GFLOP/s on the js backend, logits SHA-256 ${here.slice(0, 16)}… equal to Node's\n`);
     assert.ok(tabGflops > 0);
     mkdirSync(OUTPUT, { recursive: true });

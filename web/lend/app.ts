@@ -12,6 +12,7 @@ import { createLibp2p } from 'libp2p';
 import { request } from '../../src/p2p/protocols/control/client.ts';
 import { parseStatusAnswer } from '../../src/p2p/protocols/control/schema.ts';
 import { reach } from '../../src/p2p/reach.ts';
+import { tabIdentity } from './keys.ts';
 import type { PeerRecord } from '../../src/p2p/vocabulary.ts';
 
 const REFRESH_MS = 2_000;
@@ -34,14 +35,17 @@ async function start(): Promise<void> {
   const validator = (await (await fetch('/lend/validator.json')).json()) as { peerId: string; addrs: string[] };
   const addrs = validator.addrs.map((a) => multiaddr(a));
   for (const a of addrs) allowedHosts.add(hostOf(a) ?? '');
+  const { key, kept } = await tabIdentity();
   const node = await createLibp2p({
+    privateKey: key,
     transports: [webRTCDirect(), webSockets()],
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     services: { identify: identify() },
     connectionGater: { denyDialMultiaddr: (ma: Multiaddr) => !allowedHosts.has(hostOf(ma) ?? '') },
   });
-  $('self').textContent = `this tab: ${node.peerId.toString()}`;
+  $('self').textContent = `this tab: ${node.peerId.toString()}${kept ? ' (its key is kept in this browser)' : ' (a key for this visit: IndexedDB refused)'}`;
+  $('self').dataset.peer = node.peerId.toString();
   // WebRTC-direct first (no TLS certificate needed: the address carries its hash), WebSockets next
   const ordered = [...addrs.filter((a) => a.toString().includes('/webrtc-direct/')), ...addrs.filter((a) => a.toString().includes('/ws/'))];
   if (ordered.length === 0) throw new Error('the validator listens for no browser transport (WebRTC-direct or WebSockets)');

@@ -1,0 +1,44 @@
+// The tab's identity: an Ed25519 key kept in the tab's IndexedDB, so that the same browser is the same peer (its
+// records, its reputation and, with a chain, its account) from one visit to the next. Made on the first visit.
+import { generateKeyPair, privateKeyFromProtobuf, privateKeyToProtobuf } from '@libp2p/crypto/keys';
+import type { PrivateKey } from '@libp2p/interface';
+
+const DB = 'tensorlink';
+const STORE = 'keys';
+const KEY = 'identity';
+
+function open(): Promise<IDBDatabase> {
+  return new Promise((resolve, reject) => {
+    const req = indexedDB.open(DB, 1);
+    req.onupgradeneeded = () => req.result.createObjectStore(STORE);
+    req.onsuccess = () => resolve(req.result);
+    req.onerror = () => reject(req.error ?? new Error('IndexedDB did not open'));
+  });
+}
+
+function run<T>(db: IDBDatabase, mode: IDBTransactionMode, act: (s: IDBObjectStore) => IDBRequest<T>): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const req = act(db.transaction(STORE, mode).objectStore(STORE));
+    req.onsuccess = () => resolve(req.result);
+    req.onerror = () => reject(req.error ?? new Error('IndexedDB refused the request'));
+  });
+}
+
+/** The tab's key: the one IndexedDB holds, or a new one, stored. Without IndexedDB (a private window may refuse it), a key for this visit. */
+export async function tabIdentity(): Promise<{ key: PrivateKey; kept: boolean }> {
+  let db: IDBDatabase;
+  try {
+    db = await open();
+  } catch {
+    return { key: await generateKeyPair('Ed25519'), kept: false };
+  }
+  try {
+    const stored = await run<Uint8Array | undefined>(db, 'readonly', (s) => s.get(KEY) as IDBRequest<Uint8Array | undefined>);
+    if (stored) return { key: privateKeyFromProtobuf(new Uint8Array(stored)), kept: true };
+    const key = await generateKeyPair('Ed25519');
+    await run(db, 'readwrite', (s) => s.put(privateKeyToProtobuf(key), KEY));
+    return { key, kept: true };
+  } finally {
+    db.close();
+  }
+}
