@@ -1,5 +1,5 @@
 import { availableParallelism } from 'node:os';
-import { createNode, type TensorLinkNode } from '../p2p/index.ts';
+import { createNode, stunServerOf, type TensorLinkNode } from '../p2p/index.ts';
 import { getBackend, setBackend } from '../tensor/index.ts';
 import { type Flags, type Placement, stringFlag } from './args.ts';
 import { type LocalSwarm, localSwarm } from './local-swarm.ts';
@@ -26,7 +26,9 @@ export async function joinSwarm(where: Exclude<Placement, { kind: 'local' }>, fl
     const swarm = await startSwarm(where.workers, flags);
     return { node: swarm.user.node, bootstrap: swarm.bootstrap, close: () => swarm.close() };
   }
-  const node = await createNode(userListen(flags));
+  // the validator's STUN: behind a NAT, WebRTC to workers behind theirs offers the router's public address to punch through
+  const stun = stunServerOf(where.bootstrap);
+  const node = await createNode({ ...userListen(flags), stun: stun ? [stun] : [] });
   const close = async () => {
     await node.stop();
   };

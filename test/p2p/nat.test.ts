@@ -5,13 +5,15 @@
 // generates across them, equal to one process (bit for bit, js): the routers' counters show the job's bytes went from
 // home to home, not through the validator. After the relay restarts they take their slots again. A third worker behind
 // a symmetric NAT (fully-random ports: no hole to punch) is reached through the relay: a job across all three runs
-// equal to one process, and the plan shows its relayed hops slower. The "internet" is a switch in 11.x/24, a public
-// range routed nowhere.
+// equal to one process, and the plan shows its relayed hops slower. Last, a user behind a NAT of its own runs
+// `generate --bootstrap` as a CLI process: one process's tokens, and the process exits. The "internet" is a switch in
+// 11.x/24, a public range routed nowhere.
 import assert from 'node:assert/strict';
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
@@ -26,13 +28,14 @@ import { hostMesh } from '../helpers/netns.ts';
 import { waitFor } from '../helpers/processes.ts';
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
-/** The validator's links in the last test: a relay shares this out among the hops it carries. */
+const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+/** The validator's links in the third test: a relay shares this out among the hops it carries. */
 const RELAY_MBIT = 20;
 
 describe('workers behind NAT routers', () => {
   setBackend('js');
-  // the validator's host, then three home routers
-  const mesh = hostMesh(4, { subnet: `11.${(process.pid % 200) + 20}.9`, publicRange: true });
+  // the validator's host, then three home routers, and the router of the user's home in the last test
+  const mesh = hostMesh(5, { subnet: `11.${(process.pid % 200) + 20}.9`, publicRange: true });
   const homes: Home[] = [];
   const children: ChildProcess[] = [];
   let user: Libp2p;
@@ -65,7 +68,7 @@ describe('workers behind NAT routers', () => {
   }, ms).then((r) => r.value);
   const relayedWithWebRTC = (w: PeerRecord) => w.addrs.some((a) => a.includes('/p2p-circuit/webrtc')) && w.addrs.some((a) => /\/p2p-circuit\/p2p\//.test(a));
   before(async () => {
-    homes.push(natHome(mesh.hosts[1]), natHome(mesh.hosts[2]), natHome(mesh.hosts[3], { fullyRandom: true }));
+    homes.push(natHome(mesh.hosts[1]), natHome(mesh.hosts[2]), natHome(mesh.hosts[3], { fullyRandom: true }), natHome(mesh.hosts[4]));
     const validator = await startValidator();
     boot = validator.addrs.find((a) => a.startsWith(`/ip4/${mesh.hosts[0].ip}/`))!;
     user = await createNode({ listen: [`/ip4/${mesh.rootIp}/tcp/0`] });
@@ -209,5 +212,30 @@ describe('workers behind NAT routers', () => {
     const delta = { relay: after2.relay - before2.relay, homes: after2.homes - before2.homes };
     process.stderr.write(`home 2 during the job: ${delta.relay} B with the validator, ${delta.homes} B with the other homes\n`);
     assert.ok(delta.homes < 2048, `${delta.homes} B between the symmetric NAT's home and the others`);
+  });
+  test('a user behind NAT: `generate --bootstrap` in a home of its own gives one process\'s tokens and exits', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tl-nat-user-'));
+    try {
+      const model = join(dir, 'tiny');
+      const cli = (prefix: string[], ...args: string[]) => {
+        const [cmd, ...rest] = [...prefix, process.execPath, BIN, ...args, '--backend', 'js', '--json'];
+        const r = spawnSync(cmd, rest, { encoding: 'utf8', timeout: 120_000 });
+        assert.equal(r.status, 0, `tensorlink ${args.join(' ')} (${r.signal ?? 'exit'}):\n${r.stderr}`);
+        return JSON.parse(r.stdout) as { tokens: number[]; text: string };
+      };
+      cli([], 'init-model', '--arch', 'llama', '--layers', '3', '--hidden', '32', '--heads', '4', '--kv-heads', '2', '--out', model, '--seed', '8');
+      const prompt = ['--prompt', 'Behind two NATs', '--max-new-tokens', '8'];
+      const local = cli([], 'generate', '--model', model, ...prompt);
+      // the user's own machine is behind its router: it dials out only (the validator directly, the workers over WebRTC
+      // or the relay), and the last worker's results come back over the connections it opened
+      const started = Date.now();
+      const remote = cli(homes[3].host.exec, 'generate', '--model', model, '--bootstrap', boot, ...prompt);
+      process.stderr.write(`user behind NAT: generate --bootstrap ran and exited in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+      assert.equal(remote.tokens.length, 8);
+      assert.deepEqual(remote.tokens, local.tokens);
+      assert.equal(remote.text, local.text);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

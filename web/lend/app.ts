@@ -30,11 +30,15 @@ function hostOf(ma: Multiaddr): string | null {
  * ranges included (a swarm on one machine or a LAN is a real use); anything else is refused.
  */
 const allowedHosts = new Set<string>();
+const allow = (ma: Multiaddr) => {
+  const host = hostOf(ma);
+  if (host !== null) allowedHosts.add(host);
+};
 
 async function start(): Promise<void> {
   const validator = (await (await fetch('/lend/validator.json')).json()) as { peerId: string; addrs: string[] };
   const addrs = validator.addrs.map((a) => multiaddr(a));
-  for (const a of addrs) allowedHosts.add(hostOf(a) ?? '');
+  for (const a of addrs) allow(a);
   const { key, kept } = await tabIdentity();
   const node = await createLibp2p({
     privateKey: key,
@@ -42,7 +46,12 @@ async function start(): Promise<void> {
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     services: { identify: identify() },
-    connectionGater: { denyDialMultiaddr: (ma: Multiaddr) => !allowedHosts.has(hostOf(ma) ?? '') },
+    connectionGater: {
+      denyDialMultiaddr: (ma: Multiaddr) => {
+        const host = hostOf(ma);
+        return host === null || !allowedHosts.has(host);
+      },
+    },
   });
   $('self').textContent = `this tab: ${node.peerId.toString()}${kept ? ' (its key is kept in this browser)' : ' (a key for this visit: IndexedDB refused)'}`;
   $('self').dataset.peer = node.peerId.toString();
@@ -77,7 +86,7 @@ async function start(): Promise<void> {
 async function show(node: Libp2p, validator: Multiaddr): Promise<void> {
   const { peers } = parseStatusAnswer(await request(node, validator, { type: 'status' }));
   const workers = peers.filter((p) => p.roles.includes('worker'));
-  for (const w of workers) for (const a of w.addrs) allowedHosts.add(hostOf(multiaddr(a)) ?? '');
+  for (const w of workers) for (const a of w.addrs) allow(multiaddr(a));
   $('status').innerHTML = `<span class="ok">connected</span> · ${peers.length} peers in the registry, ${new Date().toLocaleTimeString()}`;
   $('count').textContent = String(workers.length);
   const body = document.querySelector('table[data-testid="workers"] tbody')!;
