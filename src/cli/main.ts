@@ -248,4 +248,9 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
-process.exitCode = await main(process.argv.slice(2));
+const code = await main(process.argv.slice(2));
+// The command is done: the process ends now, even where a native library still holds a thread (WebRTC's libdatachannel
+// after a connection attempt that failed kept `generate` alive once its tokens were out). What was written goes first.
+await new Promise((resolve) => process.stdout.write('', resolve));
+await new Promise((resolve) => process.stderr.write('', resolve));
+process.exit(code);

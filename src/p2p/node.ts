@@ -75,16 +75,19 @@ export type TensorLinkNode = Libp2p<{
 export async function createNode(options: NodeOptions = {}): Promise<TensorLinkNode> {
   const privateKey: PrivateKey = options.dataDir ? await loadOrCreateIdentity(options.dataDir) : await generateKeyPair('Ed25519');
   const listen = options.listen ?? ['/ip4/127.0.0.1/tcp/0'];
-  const forBrowsers = await browserTransports(options.browsers);
-  const node = await createLibp2p({
+  const browsers = (await browserTransports(options.browsers)).length > 0;
+  const start = async (browserAddrs: string[]) => createLibp2p({
     privateKey,
     addresses: {
-      listen: [...listen, ...(forBrowsers.length > 0 ? browserListen(listen, options.browsers) : [])],
+      listen: [...listen, ...browserAddrs],
       appendAnnounce: options.announce ?? [],
     },
     // circuit relay: any node dials a peer behind NAT through its relay; a peer behind NAT listens on its relay's /p2p-circuit
     // and on /webrtc, a direct connection signalled through the relay (see dial.ts)
-    transports: [tcp(), circuitRelayTransport(), ...(await webRTCTransport(options.stun ?? [])), ...forBrowsers],
+    transports: [
+      tcp(), circuitRelayTransport(), ...(await webRTCTransport(options.stun ?? [])),
+      ...(browserAddrs.length > 0 ? await browserTransports(options.browsers) : []),
+    ],
     ...(options.relay ? { connectionGater: relayGater(options.relay) } : {}),
     // a peer busy with a long computation (a large section on the js backend, a loaded machine) answers no ping until
     // it is done: libp2p's default 5 s would abort its connections, and with them every job on them
@@ -107,11 +110,26 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
       ...(options.relay ? { relay: circuitRelayServer({ reservations: UNLIMITED_RESERVATIONS }) } : {}),
     },
   });
+  // WebRTC-direct's UDP port is picked free just before libdatachannel binds it: another process may take it in between
+  // (many nodes starting at once on one machine), so a node tries a few ports, then starts without browser transports
+  let node: Awaited<ReturnType<typeof start>> | null = null;
+  for (let attempt = 0; node === null; attempt++) {
+    const browserAddrs = browsers && attempt < BROWSER_PORT_TRIES ? await browserListen(listen, options.browsers) : [];
+    try {
+      node = await start(browserAddrs);
+    } catch (err) {
+      if (browserAddrs.length === 0) throw err;
+      if (attempt === BROWSER_PORT_TRIES - 1) process.emitWarning(`browsers cannot reach this node: ${(err as Error).message}`);
+    }
+  }
   identities.set(node, privateKey);
   announceOwnAddresses(node);
   dropDeadWebRTC(node);
   return node as unknown as TensorLinkNode;
 }
+
+/** Ports a node tries for WebRTC-direct before it starts without browser transports. */
+const BROWSER_PORT_TRIES = 3;
 
 /** Peers behind NAT a relay (a validator) holds slots for at once. */
 export const MAX_RELAY_RESERVATIONS = 1024;

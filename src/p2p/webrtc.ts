@@ -1,3 +1,4 @@
+import { createSocket } from 'node:dgram';
 import type { Libp2p } from '@libp2p/interface';
 import { peerIdFromString } from '@libp2p/peer-id';
 import type { Multiaddr } from '@multiformats/multiaddr';
@@ -24,8 +25,9 @@ const webrtcPending = new WeakMap<Libp2p, Map<string, Promise<void>>>();
 
 /**
  * Opens a direct WebRTC connection to `peer` unless one direct connection (WebRTC or TCP) is open already; the streams
- * opened next take it (libp2p prefers a direct connection to a relayed one). One attempt at a time per peer; a failed
- * one is not tried again for WEBRTC_RETRY_MS, and the dial goes on over the relay.
+ * opened next take it (libp2p prefers a direct connection to a relayed one). One attempt at a time per peer, each of
+ * WEBRTC_DIAL_MS; a failed one is not tried again for WEBRTC_RETRY_MS, and the dial goes on over the relay. Returns when
+ * the attempt ends or `signal` aborts.
  */
 export async function connectDirectly(node: Libp2p, peer: string, addrs: Multiaddr[], signal: AbortSignal): Promise<void> {
   const id = peerIdFromString(peer);
@@ -37,18 +39,26 @@ export async function connectDirectly(node: Libp2p, peer: string, addrs: Multiad
   webrtcPending.set(node, pending);
   let attempt = pending.get(peer);
   if (!attempt) {
-    const limit = AbortSignal.any([signal, AbortSignal.timeout(WEBRTC_DIAL_MS)]);
-    attempt = node.dial(addrs.length === 1 ? addrs[0] : addrs, { signal: limit }).then(
+    // the attempt runs on its own clock, whoever waits for it: a caller that gives up early does not cut it short
+    attempt = node.dial(addrs.length === 1 ? addrs[0] : addrs, { signal: AbortSignal.timeout(WEBRTC_DIAL_MS) }).then(
       () => {
         failed.delete(peer);
       },
       () => {
-        if (!signal.aborted) failed.set(peer, Date.now());
+        failed.set(peer, Date.now());
       },
     ).finally(() => pending.delete(peer));
     pending.set(peer, attempt);
   }
-  await attempt;
+  if (signal.aborted) return;
+  await new Promise<void>((resolve) => {
+    const done = () => {
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    signal.addEventListener('abort', done);
+    void attempt.then(done);
+  });
 }
 
 /** The path streams to `peer` take now: libp2p opens them on a direct connection where one is open, else on a relayed one. */
@@ -113,9 +123,25 @@ export async function browserTransports(browsers: { websockets: boolean } | unde
   }
 }
 
-/** Where browsers are listened for: WebRTC-direct (and WebSockets) on the interface of the first TCP listen address. */
-export function browserListen(listen: string[], browsers: { websockets: boolean } | undefined): string[] {
+/**
+ * Where browsers are listened for: WebRTC-direct (and WebSockets) on the interface of the first TCP listen address,
+ * WebRTC-direct on a UDP port found free now (libdatachannel binds no port 0, and @libp2p/webrtc's own choice checks
+ * TCP ports).
+ */
+export async function browserListen(listen: string[], browsers: { websockets: boolean } | undefined): Promise<string[]> {
   if (!browsers) return [];
   const host = listen.map((a) => /^\/ip4\/([\d.]+)\/tcp\//.exec(a)?.[1]).find((h) => h !== undefined) ?? '127.0.0.1';
-  return [`/ip4/${host}/udp/0/webrtc-direct`, ...(browsers.websockets ? [`/ip4/${host}/tcp/0/ws`] : [])];
+  return [`/ip4/${host}/udp/${await freeUdpPort(host)}/webrtc-direct`, ...(browsers.websockets ? [`/ip4/${host}/tcp/0/ws`] : [])];
+}
+
+/** A UDP port of `host` that nothing holds now. */
+function freeUdpPort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const socket = createSocket('udp4');
+    socket.once('error', reject);
+    socket.bind(0, host, () => {
+      const { port } = socket.address();
+      socket.close(() => resolve(port));
+    });
+  });
 }
