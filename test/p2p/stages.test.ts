@@ -129,7 +129,9 @@ describe('several users, vanished users', () => {
       await stage.forward('gone', h, tensorOf([0, 1]), null);
       assert.equal(worker.stages.sessions(), 1);
       await user.stop(); // vanishes without closing its session
-      assert.equal(worker.stages.sweep(0), 1);
+      // freed when its stage stream's close reaches the worker, or by the sweep of idle sessions, whichever comes first
+      const swept = worker.stages.sweep(0);
+      assert.ok(swept <= 1);
       assert.equal(worker.stages.sessions(), 0);
     } finally {
       await worker.stop();
