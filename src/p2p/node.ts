@@ -75,7 +75,8 @@ export type TensorLinkNode = Libp2p<{
 export async function createNode(options: NodeOptions = {}): Promise<TensorLinkNode> {
   const privateKey: PrivateKey = options.dataDir ? await loadOrCreateIdentity(options.dataDir) : await generateKeyPair('Ed25519');
   const listen = options.listen ?? ['/ip4/127.0.0.1/tcp/0'];
-  const browsers = (await browserTransports(options.browsers)).length > 0;
+  // the transports are factories: the same ones serve each try below
+  const forBrowsers = await browserTransports(options.browsers);
   const start = async (browserAddrs: string[]) => createLibp2p({
     privateKey,
     addresses: {
@@ -86,7 +87,7 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
     // and on /webrtc, a direct connection signalled through the relay (see dial.ts)
     transports: [
       tcp(), circuitRelayTransport(), ...(await webRTCTransport(options.stun ?? [])),
-      ...(browserAddrs.length > 0 ? await browserTransports(options.browsers) : []),
+      ...(browserAddrs.length > 0 ? forBrowsers : []),
     ],
     ...(options.relay ? { connectionGater: relayGater(options.relay) } : {}),
     // a peer busy with a long computation (a large section on the js backend, a loaded machine) answers no ping until
@@ -114,7 +115,7 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
   // (many nodes starting at once on one machine), so a node tries a few ports, then starts without browser transports
   let node: Awaited<ReturnType<typeof start>> | null = null;
   for (let attempt = 0; node === null; attempt++) {
-    const browserAddrs = browsers && attempt < BROWSER_PORT_TRIES ? await browserListen(listen, options.browsers) : [];
+    const browserAddrs = forBrowsers.length > 0 && attempt < BROWSER_PORT_TRIES ? await browserListen(listen, options.browsers) : [];
     try {
       node = await start(browserAddrs);
     } catch (err) {
