@@ -27,11 +27,13 @@ process.stderr.write(`dashboard bundled into ${out}\n`);
 // schema (app.js), and TensorLink's engine in a Web Worker (engine.js). What the engine's modules import from Node is not
 // called in a tab: each node: module becomes one whose functions say so when called; node:crypto's SHA-256 comes from
 // @noble/hashes (web/lend/node-crypto.ts).
-const lend = `${root}dist/lend`;
-mkdirSync(lend, { recursive: true });
 const nodeInTab = {
   name: 'node-in-a-tab',
   setup(b) {
+    // Ed25519 by @noble/curves (records are signed in the tab as by any worker)
+    b.onResolve({ filter: /\/ed25519\.ts$/ }, (args) => (args.importer.includes('/src/verify/')
+      ? { path: `${root}web/lend/ed25519.ts` }
+      : undefined));
     b.onResolve({ filter: /^node:/ }, (args) => (args.path === 'node:crypto'
       ? { path: `${root}web/lend/node-crypto.ts` }
       : { path: args.path, namespace: 'node-in-a-tab' }));
@@ -42,17 +44,24 @@ const nodeInTab = {
     }));
   },
 };
-await build({
-  entryPoints: { app: `${root}web/lend/app.ts`, engine: `${root}web/lend/engine.ts` },
-  bundle: true,
-  format: 'esm',
-  platform: 'browser',
-  target: 'es2022',
-  minify: true,
-  sourcemap: true,
-  plugins: [nodeInTab],
-  outdir: lend,
-  logLevel: 'warning',
-});
-copyFileSync(`${root}web/lend/index.html`, `${lend}/index.html`);
-process.stderr.write(`the /lend page bundled into ${lend}\n`);
+// dist/lend/ is what validators serve; dist/lend-test/ (served by nobody, routed to by the browser tests) is the same
+// page with its cheating switch (`?fault=`), so that no test-only switch is in the production build.
+for (const [dir, test] of [['lend', false], ['lend-test', true]]) {
+  const out = `${root}dist/${dir}`;
+  mkdirSync(out, { recursive: true });
+  await build({
+    entryPoints: { app: `${root}web/lend/app.ts`, engine: `${root}web/lend/engine.ts` },
+    bundle: true,
+    format: 'esm',
+    platform: 'browser',
+    target: 'es2022',
+    minify: true,
+    sourcemap: true,
+    define: { 'TENSORLINK_TEST_BUILD': String(test), 'process.env.NODE_ENV': '"production"' },
+    plugins: [nodeInTab],
+    outdir: out,
+    logLevel: 'warning',
+  });
+  copyFileSync(`${root}web/lend/index.html`, `${out}/index.html`);
+  process.stderr.write(`the /lend page${test ? ' (test build)' : ''} bundled into ${out}\n`);
+}

@@ -1,5 +1,6 @@
-import { createHash, createPrivateKey, createPublicKey, type KeyObject, sign, verify } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { InvalidMessageError, VerificationError } from '../errors.ts';
+import { signEd25519, verifyEd25519 } from './ed25519.ts';
 
 /** What a worker computed: one micro-batch's forward or backward at one step, an optimizer step, a decoding step. */
 export const RECORD_KINDS = ['forward', 'backward', 'step', 'decode'] as const;
@@ -87,43 +88,14 @@ export interface RecordSigner {
   seed: Uint8Array;
 }
 
-const PKCS8_ED25519 = Buffer.from('302e020100300506032b657004220420', 'hex');
-const SPKI_ED25519 = Buffer.from('302a300506032b6570032100', 'hex');
-const privateKeys = new WeakMap<Uint8Array, KeyObject>();
-const publicKeys = new Map<string, KeyObject>();
-
-function privateKeyOf(seed: Uint8Array): KeyObject {
-  let key = privateKeys.get(seed);
-  if (!key) {
-    key = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519, seed.subarray(0, 32)]), format: 'der', type: 'pkcs8' });
-    privateKeys.set(seed, key);
-  }
-  return key;
-}
-
-function publicKeyOf(raw: Uint8Array): KeyObject {
-  const hex = Buffer.from(raw).toString('hex');
-  let key = publicKeys.get(hex);
-  if (!key) {
-    key = createPublicKey({ key: Buffer.concat([SPKI_ED25519, raw]), format: 'der', type: 'spki' });
-    if (publicKeys.size > 4096) publicKeys.clear();
-    publicKeys.set(hex, key);
-  }
-  return key;
-}
-
 /** An Ed25519 signature (base64) of `bytes` with the signer's key: records, and the ledger's block headers. */
 export function signBytes(bytes: Uint8Array, signer: RecordSigner): string {
-  return sign(null, bytes, privateKeyOf(signer.seed)).toString('base64');
+  return signEd25519(bytes, signer.seed);
 }
 
 /** Whether `sig` (base64) signs `bytes` under the raw 32-byte Ed25519 `publicKey`. */
 export function bytesSignatureValid(bytes: Uint8Array, sig: string, publicKey: Uint8Array): boolean {
-  try {
-    return verify(null, bytes, publicKeyOf(publicKey), Buffer.from(sig, 'base64'));
-  } catch {
-    return false;
-  }
+  return verifyEd25519(bytes, sig, publicKey);
 }
 
 export function signRecord(fields: Omit<WorkFields, 'peer'>, signer: RecordSigner): WorkRecord {

@@ -1,5 +1,6 @@
 import type { WeightFormat } from '../tensor/index.ts';
 import type { NodeChain } from '../chain/index.ts';
+import type { RecordSigner } from '../verify/index.ts';
 import { Claimer } from './claims.ts';
 import { join } from 'node:path';
 import { multiaddr } from '@multiformats/multiaddr';
@@ -34,6 +35,8 @@ export interface Worker {
   stages: StageServer;
   /** What its jobs hold against what it offers. */
   memory: MemoryBudget;
+  /** The jobs it serves (a page shows their sections). */
+  jobs: JobTable;
   /** Its Ethereum account (with a chain). */
   account?: string;
   stop(): Promise<void>;
@@ -72,6 +75,11 @@ export interface WorkerOptions {
   log?: Logger;
   /** The chain it is paid on: it stakes what it needs to be given work, announces its account and claims its rewards. */
   chain?: NodeChain;
+  /**
+   * A node made elsewhere, in place of createNode's: a browser tab's (web/lend/), with the key it signs records with,
+   * the capabilities it measured and the relay slot it listens on (announced as its only addresses).
+   */
+  own?: { node: TensorLinkNode; signer: RecordSigner; capabilities: Capabilities; circuit: string };
 }
 
 /**
@@ -81,7 +89,8 @@ export interface WorkerOptions {
  */
 export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const log = options.log ?? createLogger({ level: 'silent' });
-  const capabilities = measureCapabilities(options.memoryBytes);
+  const own = options.own;
+  const capabilities = own?.capabilities ?? measureCapabilities(options.memoryBytes);
   const memory = new MemoryBudget(capabilities.memoryBytes);
   // the checkpoints it holds are indexed (hashes cached in the data directory) before it offers itself
   const models = options.modelsDir
@@ -89,13 +98,15 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     : null;
   // behind a NAT (no public interface address, a validator on a public one): a slot on the validator's relay, which the
   // worker announces as its /p2p-circuit address, so that users and other workers reach it with nothing opened on its router
-  const circuit = options.relay === false || (options.announce?.length ?? 0) > 0 ? null : relayListen(options.bootstrap);
+  const noRelay = options.relay === false || (options.announce?.length ?? 0) > 0;
+  const circuit = own ? own.circuit : noRelay ? null : relayListen(options.bootstrap);
   // behind NAT it serves no DHT queries (nobody could dial it to ask): a DHT client
   const { dataDir, listen, announce: extra } = options;
   // the validator answers STUN: a WebRTC connection offers its router's public address and port to punch through
   const stun = stunServerOf(options.bootstrap);
   const browsers = options.browsers ? { websockets: false } : undefined;
-  const node = await createNode({ dataDir, listen, announce: extra, dhtClient: circuit !== null, stun: stun ? [stun] : [], browsers });
+  const node = own?.node
+    ?? await createNode({ dataDir, listen, announce: extra, dhtClient: circuit !== null, stun: stun ? [stun] : [], browsers });
   const proximity: Record<string, Proximity> = {};
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);
@@ -109,7 +120,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     log.debug('link-measured', { remote: peer, bytes: sample.bytes, mbps: Math.round(sample.mbps * 10) / 10, estimate: folded?.inbound?.mbps });
   };
   const stages = await serveStages(node, jobs, {
-    memory, store, models, stallMs: options.stallMs, signer: signerOf(node), fault, onTransfer,
+    memory, store, models, stallMs: options.stallMs, signer: own?.signer ?? signerOf(node), fault, onTransfer,
     requestsPerSecond: options.requestsPerSecond,
   });
   await serveControl(node, {
@@ -232,6 +243,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     capabilities,
     stages,
     memory,
+    jobs,
     ...(options.chain ? { account: options.chain.address } : {}),
     stop: async () => {
       stopped = true;

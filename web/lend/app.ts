@@ -1,19 +1,21 @@
 // The /lend page: the tab's own libp2p node dials the validator that served the page (WebRTC-direct first, then
-// WebSockets) and reads the swarm's registry with the control protocol, as any peer does. Bundled by esbuild for the
-// browser (scripts/build-dashboard.mjs); nothing is fetched at run time but what the validator serves.
-import { identify } from '@libp2p/identify';
-import type { Connection, Libp2p } from '@libp2p/interface';
-import { noise } from '@libp2p/noise';
-import { webRTCDirect } from '@libp2p/webrtc';
-import { webSockets } from '@libp2p/websockets';
-import { yamux } from '@libp2p/yamux';
+// WebSockets) and reads the swarm's registry with the control protocol, as any peer does; the visitor chooses how much
+// memory to lend and the tab becomes a worker (lend.ts). `?start=1&memory=256MiB` starts at once. Bundled by esbuild
+// for the browser (scripts/build-dashboard.mjs); nothing is fetched at run time but what the validator serves.
+import './globals.ts';
+import type { Connection, Libp2p, PrivateKey } from '@libp2p/interface';
 import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
-import { createLibp2p } from 'libp2p';
+import { parseFault } from '../../src/worker/fault.ts';
+import type { Worker as TabWorker } from '../../src/worker/worker.ts';
+import { lend, tabNode } from './lend.ts';
 import { request } from '../../src/p2p/protocols/control/client.ts';
 import { parseStatusAnswer } from '../../src/p2p/protocols/control/schema.ts';
 import { reach } from '../../src/p2p/reach.ts';
 import { tabIdentity } from './keys.ts';
 import type { PeerRecord } from '../../src/p2p/vocabulary.ts';
+
+/** Set by the bundler: true only in the test build (dist/lend-test/), which alone honours `?fault=`. */
+declare const TENSORLINK_TEST_BUILD: boolean;
 
 const REFRESH_MS = 2_000;
 /** How long one of the validator's addresses may take to answer before the next is tried. */
@@ -40,18 +42,9 @@ async function start(): Promise<void> {
   const addrs = validator.addrs.map((a) => multiaddr(a));
   for (const a of addrs) allow(a);
   const { key, kept } = await tabIdentity();
-  const node = await createLibp2p({
-    privateKey: key,
-    transports: [webRTCDirect(), webSockets()],
-    connectionEncrypters: [noise()],
-    streamMuxers: [yamux()],
-    services: { identify: identify() },
-    connectionGater: {
-      denyDialMultiaddr: (ma: Multiaddr) => {
-        const host = hostOf(ma);
-        return host === null || !allowedHosts.has(host);
-      },
-    },
+  const node = await tabNode(key, (ma: Multiaddr) => {
+    const host = hostOf(ma);
+    return host === null || !allowedHosts.has(host);
   });
   $('self').textContent = `this tab: ${node.peerId.toString()}${kept ? ' (its key is kept in this browser)' : ' (a key for this visit: IndexedDB refused)'}`;
   $('self').dataset.peer = node.peerId.toString();
@@ -72,6 +65,8 @@ async function start(): Promise<void> {
   if (!conn) throw new Error(`no address of the validator answered: ${failures.join('; ')}`);
   if (failures.length > 0) console.warn('the tab could not dial', failures);
   $('via').textContent = `connected to the validator over ${conn.remoteAddr.toString().includes('/webrtc-direct') ? 'webrtc-direct' : 'websockets'}: ${conn.remoteAddr.toString()}`;
+  const reached = conn.remoteAddr.toString().includes('/p2p/') ? conn.remoteAddr : conn.remoteAddr.encapsulate(`/p2p/${validator.peerId}`);
+  offerLending(node, key, reached);
   const refresh = async () => {
     try {
       await show(node, conn.remoteAddr);
@@ -114,26 +109,109 @@ function row(w: PeerRecord): HTMLTableRowElement {
  * Runs TensorLink's engine in a Web Worker: its speed on the js backend, and the fingerprint (SHA-256) of the seeded
  * reference forward's logits, which equals a Node worker's when the engine computes the same bytes here.
  */
-function measureEngine(): void {
-  const worker = new Worker('/lend/engine.js', { type: 'module' });
-  worker.onmessage = (evt: MessageEvent<{ gflops?: number; logitsSha256?: string; ms?: number; error?: string }>) => {
-    const r = evt.data;
-    if (r.error !== undefined) $('engine').innerHTML = `<span class="err">the engine failed: ${r.error}</span>`;
-    else {
+function measureEngine(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const worker = new Worker('/lend/engine.js', { type: 'module' });
+    worker.onmessage = (evt: MessageEvent<{ gflops?: number; logitsSha256?: string; ms?: number; error?: string }>) => {
+      const r = evt.data;
+      worker.terminate();
+      if (r.error !== undefined) {
+        $('engine').innerHTML = '';
+        $('engine').append(errorSpan(`the engine failed: ${r.error}`));
+        reject(new Error(r.error));
+        return;
+      }
       $('engine').textContent = `js backend in a Web Worker: ${r.gflops!.toFixed(2)} GFLOP/s (256³ matrix product)`;
       $('engine').dataset.gflops = String(r.gflops);
       $('fingerprint').textContent = `reference forward (seeded Llama, 8 tokens) in ${r.ms!.toFixed(0)} ms, logits SHA-256 ${r.logitsSha256}`;
       $('fingerprint').dataset.sha256 = r.logitsSha256;
-    }
-    worker.terminate();
-  };
+      resolve(r.gflops!);
+    };
+  });
 }
 
-measureEngine();
-start().catch((err: unknown) => {
-  $('status').innerHTML = '';
+function errorSpan(text: string): HTMLSpanElement {
   const e = document.createElement('span');
   e.className = 'err';
-  e.textContent = `cannot reach the swarm: ${(err as Error).message}`;
-  $('status').append(e);
+  e.textContent = text;
+  return e;
+}
+
+/** `256MiB`, `1GiB`, `512` (MiB): bytes, or null. */
+function parseMemory(text: string): number | null {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(KiB|MiB|GiB|)\s*$/i.exec(text);
+  if (!m) return null;
+  const unit = { 'kib': 2 ** 10, 'mib': 2 ** 20, 'gib': 2 ** 30, '': 2 ** 20 }[m[2].toLowerCase() as 'kib' | 'mib' | 'gib' | ''];
+  const bytes = Math.floor(Number(m[1]) * unit);
+  return bytes > 0 ? bytes : null;
+}
+
+const engine = measureEngine();
+
+/** The lend panel: how much memory, and start (at once with `?start=1`). */
+function offerLending(node: Libp2p, key: PrivateKey, validator: Multiaddr): void {
+  const params = new URLSearchParams(location.search);
+  const input = $('memory') as HTMLInputElement;
+  if (params.has('memory')) input.value = params.get('memory')!;
+  const button = $('start') as HTMLButtonElement;
+  button.disabled = false;
+  const go = async () => {
+    const memoryBytes = parseMemory(input.value);
+    if (memoryBytes === null) {
+      $('lend-state').replaceChildren(errorSpan(`'${input.value}' is not an amount of memory (e.g. 256MiB, 1GiB)`));
+      return;
+    }
+    button.disabled = true;
+    input.disabled = true;
+    $('lend-state').textContent = 'measuring the engine, then joining…';
+    try {
+      const fault = TENSORLINK_TEST_BUILD && params.has('fault') ? parseFault(params.get('fault')!) : undefined;
+      const worker = await lend(node, key, { memoryBytes, gflops: await engine, validator, ...(fault ? { fault } : {}) });
+      showWork(worker);
+    } catch (err) {
+      $('lend-state').replaceChildren(errorSpan(`the tab could not join as a worker: ${(err as Error).message}`));
+      button.disabled = false;
+      input.disabled = false;
+    }
+  };
+  button.onclick = () => void go();
+  if (params.get('start') === '1') void go();
+}
+
+/** What the tab's worker is doing, refreshed every second: its addresses, jobs, sections and what it computed. */
+function showWork(worker: TabWorker): void {
+  const mib = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
+  const draw = () => {
+    const addrs = worker.node.getMultiaddrs().map(String);
+    const sections = [...worker.jobs.values()].flatMap((j) => (j.section ? [{ job: j.jobId, ...j.section }] : []));
+    const w = worker.stages.work();
+    const m = worker.memory.report();
+    const lending = $('lending');
+    lending.dataset.state = addrs.some((a) => a.includes('/p2p-circuit')) ? 'serving' : 'joining';
+    lending.dataset.sections = String(sections.length);
+    lending.dataset.steps = String(w.forwards + w.trainForwards + w.trainBackwards + w.optimizerSteps);
+    $('lend-state').textContent = lending.dataset.state === 'serving'
+      ? `serving as a worker (reached through the validator's relay${addrs.some((a) => a.includes('/webrtc/')) ? ' and WebRTC' : ''})`
+      : 'joining: waiting for a slot on the validator\'s relay';
+    $('lend-memory').textContent = `memory: ${mib(m.used)} held of ${mib(m.total)} lent`;
+    $('lend-work').textContent = `served: ${w.forwards} inference forwards, ${w.trainForwards} training forwards, `
+      + `${w.trainBackwards} backwards, ${w.optimizerSteps} optimizer steps; ${mib(w.weightBytesReceived)} of weights received`;
+    $('lend-earnings').textContent = 'earnings: this swarm settles on no chain, so there is nothing to claim';
+    const body = document.querySelector('table[data-testid="sections"] tbody')!;
+    body.replaceChildren(...sections.map((s) => {
+      const tr = document.createElement('tr');
+      for (const text of [s.job.slice(0, 12), s.model.config.arch, `layers ${s.range[0]}–${s.range[1] - 1}`, s.held.format, mib(s.held.bytes), String(s.sessions.size)]) {
+        const td = document.createElement('td');
+        td.textContent = text;
+        tr.append(td);
+      }
+      return tr;
+    }));
+  };
+  draw();
+  setInterval(draw, 1_000);
+}
+
+start().catch((err: unknown) => {
+  $('status').replaceChildren(errorSpan(`cannot reach the swarm: ${(err as Error).message}`));
 });
