@@ -37,8 +37,20 @@ const allow = (ma: Multiaddr) => {
   if (host !== null) allowedHosts.add(host);
 };
 
+/**
+ * The validator to join: `?validator=ADDR` (repeatable; the page built as static files and served from anywhere), else
+ * the one that served the page (validator.json beside it).
+ */
+async function validatorToDial(): Promise<{ peerId: string; addrs: string[] }> {
+  const given = new URLSearchParams(location.search).getAll('validator');
+  if (given.length === 0) return (await (await fetch(new URL('validator.json', import.meta.url))).json()) as { peerId: string; addrs: string[] };
+  const peerId = multiaddr(given[0]).getComponents().find((c) => c.name === 'p2p')?.value;
+  if (!peerId) throw new Error(`?validator= must end in /p2p/<its peer id>: ${given[0]}`);
+  return { peerId, addrs: given };
+}
+
 async function start(): Promise<void> {
-  const validator = (await (await fetch('/lend/validator.json')).json()) as { peerId: string; addrs: string[] };
+  const validator = await validatorToDial();
   const addrs = validator.addrs.map((a) => multiaddr(a));
   for (const a of addrs) allow(a);
   const { key, kept } = await tabIdentity();
@@ -85,16 +97,16 @@ async function show(node: Libp2p, validator: Multiaddr): Promise<void> {
   $('status').innerHTML = `<span class="ok">connected</span> · ${peers.length} peers in the registry, ${new Date().toLocaleTimeString()}`;
   $('count').textContent = String(workers.length);
   const body = document.querySelector('table[data-testid="workers"] tbody')!;
-  body.replaceChildren(...workers.map(row));
+  body.replaceChildren(...workers.map((w) => row(w, w.peerId === node.peerId.toString())));
 }
 
-function row(w: PeerRecord): HTMLTableRowElement {
+function row(w: PeerRecord, self: boolean): HTMLTableRowElement {
   const tr = document.createElement('tr');
   tr.dataset.peer = w.peerId;
   const c = w.capabilities;
   const mib = (n: number) => `${(n / 2 ** 20).toFixed(0)} MiB`;
   const cells = [
-    `…${w.peerId.slice(-10)}`, reach(w.addrs), c ? `${c.backend}, ${c.cores} cores` : '', c ? c.gflops.toFixed(1) : '',
+    `…${w.peerId.slice(-10)}${self ? ' (this tab)' : ''}`, reach(w.addrs), c ? `${c.backend}, ${c.cores} cores` : '', c ? c.gflops.toFixed(1) : '',
     c ? `${mib(c.memoryFreeBytes ?? c.memoryBytes)} / ${mib(c.memoryBytes)}` : '', String(w.sections?.length ?? 0),
   ];
   for (const text of cells) {
@@ -111,7 +123,7 @@ function row(w: PeerRecord): HTMLTableRowElement {
  */
 function measureEngine(): Promise<number> {
   return new Promise((resolve, reject) => {
-    const worker = new Worker('/lend/engine.js', { type: 'module' });
+    const worker = new Worker(new URL('engine.js', import.meta.url), { type: 'module' });
     worker.onmessage = (evt: MessageEvent<{ gflops?: number; logitsSha256?: string; ms?: number; error?: string }>) => {
       const r = evt.data;
       worker.terminate();

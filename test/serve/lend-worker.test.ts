@@ -1,0 +1,170 @@
+// Issue #34's acceptance: browser tabs as workers. The validator (a CLI process) serves /lend; headless Chromium tabs
+// open it with `?start=1&memory=256MiB`, and each becomes a worker of its own (its libp2p in the page, a slot on the
+// validator's relay, WebRTC to its peers). With one Node worker (a CLI process), the user of this process runs a
+// generation and a training step across all three, equal to one process bit for bit (js); the validator re-executes
+// the tabs' records; a tab of the test build that cheats is caught; a tab closed mid-generation fails over.
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { multiaddr } from '@multiformats/multiaddr';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { localSwarm, type LocalSwarm } from '../../src/cli/local-swarm.ts';
+import { additionTask, taskBatch } from '../../src/data/index.ts';
+import { byteLevelTokenizerJson, createModel, generate, gpt2Config, HFTokenizer, LocalTrainer } from '../../src/models/index.ts';
+import { Generator, setBackend } from '../../src/tensor/index.ts';
+import { pathTo } from '../../src/p2p/webrtc.ts';
+import { listWorkers } from '../../src/user/peers.ts';
+import { waitFor } from '../helpers/processes.ts';
+
+/** Debian's Chromium (`apt-get install chromium`, as .ci/run does). */
+const CHROMIUM = '/usr/bin/chromium';
+const OUTPUT = fileURLToPath(new URL('../../test-output/', import.meta.url));
+/** The page with its cheating switch (`?fault=`): built beside dist/lend/ by scripts/build-dashboard.mjs, served by nobody. */
+const TEST_BUILD = fileURLToPath(new URL('../../dist/lend-test/app.js', import.meta.url));
+
+interface Tab {
+  page: Page;
+  peerId: string;
+  errors: string[];
+}
+
+describe('browser tabs as workers: Chromium tabs and a Node worker serve one job', { skip: existsSync(CHROMIUM) ? false : `${CHROMIUM} is missing` }, () => {
+  setBackend('js');
+  let swarm: LocalSwarm;
+  let browser: Browser;
+  const tabs: Tab[] = [];
+  /** Opens /lend in a tab of its own, which starts lending at once; resolves once it serves (its relay slot taken). */
+  const openTab = async (query = '', build: 'production' | 'test' = 'production'): Promise<Tab> => {
+    const context = await browser.newContext(); // its own IndexedDB: its own key, a worker of its own
+    const page = await context.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    if (build === 'test') await page.route('**/lend/app.js', (route) => route.fulfill({ path: TEST_BUILD, contentType: 'text/javascript' }));
+    await page.goto(`${swarm.dashboard}/lend?start=1&memory=256MiB${query}`);
+    await page.locator('#lending[data-state="serving"]').waitFor({ timeout: 60_000 }).catch(async () => {
+      throw new Error(`the tab did not start serving: ${await page.locator('#lend-panel').innerText()} ${errors.join('; ')}`);
+    });
+    const tab = { page, peerId: (await page.locator('#self').getAttribute('data-peer'))!, errors };
+    tabs.push(tab);
+    return tab;
+  };
+  /** Waits until the validator lists exactly these workers. */
+  const listed = async (peers: string[]) => {
+    const want = [...peers].sort().join();
+    await waitFor(`the validator to list ${peers.length} workers`, async () => {
+      const now = (await listWorkers(swarm.user.node, multiaddr(swarm.bootstrap))).map((p) => p.peerId).sort().join();
+      return now === want;
+    }, 30_000);
+  };
+  before(async () => {
+    swarm = await localSwarm({ workers: 1, backend: 'js', dashboard: '127.0.0.1:0', handleSignals: false });
+    // loopback peer connections are refused by default: a swarm on one machine needs them
+    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--allow-loopback-in-peer-connection'] });
+    await openTab();
+    await openTab();
+    await listed([swarm.workers[0].peerId, tabs[0].peerId, tabs[1].peerId]);
+  });
+  after(async () => {
+    await browser?.close();
+    await swarm?.close();
+  });
+
+  const config = gpt2Config({ vocabSize: 64, hidden: 32, layers: 6, heads: 4, maxPositions: 128 });
+  const prompt = [3, 1, 4, 1, 5, 9, 2, 6];
+
+  test('a generation across two tabs and a Node worker gives one process\'s tokens; the validator re-runs every record and all pass', async (t) => {
+    const model = createModel(config, { seed: 22 });
+    const options = { maxNewTokens: 16, stopTokens: [], temperature: 0.8, seed: 5 };
+    const expected = (await generate(model, prompt, options)).tokens;
+    const dm = await swarm.user.distribute(model, { strategy: 'parameter-balanced', verify: { sampleRate: 1 } });
+    try {
+      const holders = dm.assignment.map((a) => a.peerId);
+      assert.deepEqual([...holders].sort(), [swarm.workers[0].peerId, tabs[0].peerId, tabs[1].peerId].sort(), 'a section on each worker');
+      const started = Date.now();
+      assert.deepEqual((await dm.generate(prompt, options)).tokens, expected);
+      const v = dm.verification;
+      // every record of the job re-executed by the validator, the tabs' among them (a tab records under its own key)
+      assert.ok(v.checked >= 3 * options.maxNewTokens, JSON.stringify(v));
+      assert.equal(v.failed, 0, JSON.stringify(v));
+      assert.deepEqual(v.flagged, []);
+      for (const tab of tabs) {
+        await tab.page.locator('#lending[data-sections="1"]').waitFor({ timeout: 5_000 });
+        assert.ok(Number(await tab.page.locator('#lending').getAttribute('data-steps')) >= options.maxNewTokens, 'the tab counts what it served');
+      }
+      const name = (p: string) => (p === swarm.workers[0].peerId ? 'node' : 'tab');
+      // the user's own connections to each worker: to a tab, WebRTC signalled through the relay (or the relay itself)
+      const paths = holders.map((p) => `${name(p)} ${pathTo(swarm.user.node, p) ?? 'no connection'}`).join(', ');
+      t.diagnostic(`${options.maxNewTokens} tokens in ${Date.now() - started} ms across ${holders.map(name).join(' → ')} (the user reaches: ${paths}); `
+        + `${v.checked} records re-executed, 0 failed`);
+      mkdirSync(OUTPUT, { recursive: true });
+      await tabs[0].page.screenshot({ path: `${OUTPUT}lend-serving.png`, fullPage: true });
+    } finally {
+      await dm.close();
+    }
+  });
+
+  test('a training step across them gives one process\'s loss, bit for bit', async () => {
+    const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
+    const trainConfig = gpt2Config({ vocabSize: 257, hidden: 32, layers: 6, heads: 4, maxPositions: 32 });
+    const steps = 2;
+    const reference = new LocalTrainer(createModel(trainConfig, { seed: 5 }), { lr: 3e-3, totalSteps: steps, microBatches: 2 });
+    const local = (() => {
+      const task = additionTask({ seed: 2 });
+      const rng = new Generator(7);
+      return Array.from({ length: steps }, () => reference.step(taskBatch(task, tok, rng, 8, 256)).loss);
+    })();
+    const dm = await swarm.user.distribute(createModel(trainConfig, { seed: 5 }), { strategy: 'parameter-balanced', training: true });
+    try {
+      assert.equal(new Set(dm.assignment.map((a) => a.peerId)).size, 3);
+      const trainer = await dm.trainer({ optimizer: { lr: 3e-3 }, totalSteps: steps, microBatches: 2, schedule: '1f1b' });
+      const task = additionTask({ seed: 2 });
+      const rng = new Generator(7);
+      for (let s = 0; s < steps; s++) assert.equal((await trainer.step(taskBatch(task, tok, rng, 8, 256))).loss, local[s], `step ${s + 1}`);
+    } finally {
+      await dm.close();
+    }
+  });
+
+  test('closing a tab mid-generation: the job fails over and finishes with one process\'s tokens', async (t) => {
+    const model = createModel(config, { seed: 23 });
+    const options = { maxNewTokens: 24, stopTokens: [], temperature: 0.8, seed: 3 };
+    const expected = (await generate(model, prompt, options)).tokens;
+    const dm = await swarm.user.distribute(model, { strategy: 'parameter-balanced', verify: { sampleRate: 0 } });
+    try {
+      const victim = tabs.find((tab) => dm.assignment.some((a) => a.peerId === tab.peerId))!;
+      let count = 0;
+      const { tokens } = await dm.generate(prompt, {
+        ...options,
+        onToken: () => {
+          if (++count === 8) void victim.page.context().close();
+        },
+      });
+      assert.deepEqual(tokens, expected);
+      assert.equal(dm.failovers.length, 1, JSON.stringify(dm.failovers));
+      assert.equal(dm.failovers[0].peer, victim.peerId);
+      assert.ok(!dm.assignment.some((a) => a.peerId === victim.peerId));
+      t.diagnostic(`the closed tab's layers [${dm.failovers[0].layers}) ${dm.failovers[0].action === 'spare' ? 'moved to a spare' : 'replanned'} `
+        + `in ${dm.failovers[0].recoveredMs} ms: ${dm.failovers[0].cause}`);
+      tabs.splice(tabs.indexOf(victim), 1);
+    } finally {
+      await dm.close();
+    }
+  });
+
+  test('a tab that cheats (the test build\'s ?fault=noise) is caught by the validator\'s re-execution', async () => {
+    const cheater = await openTab('&fault=noise', 'test');
+    await listed([swarm.workers[0].peerId, ...tabs.map((tab) => tab.peerId)]);
+    const model = createModel(config, { seed: 24 });
+    const dm = await swarm.user.distribute(model, { strategy: 'parameter-balanced', verify: { sampleRate: 1 } });
+    try {
+      assert.ok(dm.assignment.some((a) => a.peerId === cheater.peerId), 'the cheating tab holds a section');
+      await dm.generate(prompt, { maxNewTokens: 4, stopTokens: [], temperature: 0 }).catch(() => {});
+      assert.ok(dm.verification.flagged.includes(cheater.peerId), JSON.stringify(dm.verification));
+      assert.ok(dm.verification.failed >= 1);
+    } finally {
+      await dm.close();
+    }
+    for (const tab of tabs) assert.deepEqual(tab.errors, [], `tab ${tab.peerId}`);
+  });
+});
