@@ -83,7 +83,7 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
       assert.deepEqual([...holders].sort(), [swarm.workers[0].peerId, tabs[0].peerId, tabs[1].peerId].sort(), 'a section on each worker');
       const started = Date.now();
       assert.deepEqual((await dm.generate(prompt, options)).tokens, expected);
-      const v = dm.verification;
+      const v = dm.verification!;
       // every record of the job re-executed by the validator, the tabs' among them (a tab records under its own key)
       assert.ok(v.checked >= 3 * options.maxNewTokens, JSON.stringify(v));
       assert.equal(v.failed, 0, JSON.stringify(v));
@@ -160,8 +160,9 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
     try {
       assert.ok(dm.assignment.some((a) => a.peerId === cheater.peerId), 'the cheating tab holds a section');
       await dm.generate(prompt, { maxNewTokens: 4, stopTokens: [], temperature: 0 }).catch(() => {});
-      assert.ok(dm.verification.flagged.includes(cheater.peerId), JSON.stringify(dm.verification));
-      assert.ok(dm.verification.failed >= 1);
+      const v = dm.verification!;
+      assert.ok(v.flagged.includes(cheater.peerId), JSON.stringify(v));
+      assert.ok(v.failed >= 1);
     } finally {
       await dm.close();
     }
