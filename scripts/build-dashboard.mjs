@@ -50,7 +50,7 @@ for (const [dir, test] of [['lend', false], ['lend-test', true]]) {
   const out = `${root}dist/${dir}`;
   mkdirSync(out, { recursive: true });
   await build({
-    entryPoints: { app: `${root}web/lend/app.ts`, engine: `${root}web/lend/engine.ts` },
+    entryPoints: { app: `${root}web/lend/app.ts`, engine: `${root}web/lend/engine.ts`, serve: `${root}web/lend/serve.ts` },
     bundle: true,
     format: 'esm',
     platform: 'browser',

@@ -16,6 +16,7 @@ const ASSETS: Record<string, string> = {
   'index.html': 'text/html; charset=utf-8',
   'app.js': 'text/javascript; charset=utf-8',
   'engine.js': 'text/javascript; charset=utf-8',
+  'serve.js': 'text/javascript; charset=utf-8',
   'app.css': 'text/css; charset=utf-8',
 };
 
@@ -68,6 +69,7 @@ export function dashboardRoutes(app: FastifyInstance, source: DashboardSource): 
     app.get('/lend', asset('index.html', LEND_DIR));
     app.get('/lend/app.js', asset('app.js', LEND_DIR));
     app.get('/lend/engine.js', asset('engine.js', LEND_DIR));
+    app.get('/lend/serve.js', asset('serve.js', LEND_DIR));
     // where the page's libp2p dials: this validator, at every address it listens on (the page picks what a tab can open)
     app.get('/lend/validator.json', () => validator());
   }

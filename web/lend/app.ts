@@ -6,8 +6,7 @@ import './globals.ts';
 import type { Connection, Libp2p, PrivateKey } from '@libp2p/interface';
 import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
 import { parseFault } from '../../src/worker/fault.ts';
-import type { Worker as TabWorker } from '../../src/worker/worker.ts';
-import { lend, tabNode } from './lend.ts';
+import { lend, tabNode, type TabWorker } from './lend.ts';
 import { request } from '../../src/p2p/protocols/control/client.ts';
 import { parseStatusAnswer } from '../../src/p2p/protocols/control/schema.ts';
 import { reach } from '../../src/p2p/reach.ts';
@@ -195,24 +194,24 @@ function showWork(worker: TabWorker): void {
   const mib = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
   const draw = () => {
     const addrs = worker.node.getMultiaddrs().map(String);
-    const sections = [...worker.jobs.values()].flatMap((j) => (j.section ? [{ job: j.jobId, ...j.section }] : []));
-    const w = worker.stages.work();
-    const m = worker.memory.report();
     const lending = $('lending');
     lending.dataset.state = addrs.some((a) => a.includes('/p2p-circuit')) ? 'serving' : 'joining';
-    lending.dataset.sections = String(sections.length);
-    lending.dataset.steps = String(w.forwards + w.trainForwards + w.trainBackwards + w.optimizerSteps);
     $('lend-state').textContent = lending.dataset.state === 'serving'
-      ? `serving as a worker (reached through the validator's relay${addrs.some((a) => a.includes('/webrtc/')) ? ' and WebRTC' : ''})`
+      ? `serving as a worker (reached through the validator's relay${addrs.some((a) => a.includes('/webrtc/')) ? ' and WebRTC' : ''}), computing in a Web Worker`
       : 'joining: waiting for a slot on the validator\'s relay';
-    $('lend-memory').textContent = `memory: ${mib(m.used)} held of ${mib(m.total)} lent`;
+    const s = worker.snapshot;
+    if (!s) return;
+    const w = s.work;
+    lending.dataset.sections = String(s.sections.length);
+    lending.dataset.steps = String(w.forwards + w.trainForwards + w.trainBackwards + w.optimizerSteps);
+    $('lend-memory').textContent = `memory: ${mib(s.memory.used)} held of ${mib(s.memory.total)} lent`;
     $('lend-work').textContent = `served: ${w.forwards} inference forwards, ${w.trainForwards} training forwards, `
       + `${w.trainBackwards} backwards, ${w.optimizerSteps} optimizer steps; ${mib(w.weightBytesReceived)} of weights received`;
     $('lend-earnings').textContent = 'earnings: this swarm settles on no chain, so there is nothing to claim';
     const body = document.querySelector('table[data-testid="sections"] tbody')!;
-    body.replaceChildren(...sections.map((s) => {
+    body.replaceChildren(...s.sections.map((x) => {
       const tr = document.createElement('tr');
-      for (const text of [s.job.slice(0, 12), s.model.config.arch, `layers ${s.range[0]}–${s.range[1] - 1}`, s.held.format, mib(s.held.bytes), String(s.sessions.size)]) {
+      for (const text of [x.job.slice(0, 12), x.arch, `layers ${x.range[0]}–${x.range[1] - 1}`, x.format, mib(x.bytes), String(x.sessions)]) {
         const td = document.createElement('td');
         td.textContent = text;
         tr.append(td);

@@ -1,7 +1,7 @@
 // The tab as a worker: its own libp2p node (WebRTC-direct and WebSockets to Node peers, WebRTC signalled through the
-// validator's relay to anyone, the relay itself as the fallback) runs TensorLink's worker, the same startWorker as the
-// CLI's, with the key the tab keeps in IndexedDB and the memory the visitor lends. The js backend computes, so a
-// validator re-runs its records bit for bit.
+// validator's relay to anyone, the relay itself as the fallback) carries TensorLink's worker, the same startWorker as
+// the CLI's, running in a Web Worker with the key the tab keeps in IndexedDB and the memory the visitor lends. The js
+// backend computes, so a validator re-runs its records bit for bit.
 import { circuitRelayTransport } from '@libp2p/circuit-relay-v2';
 import { identify } from '@libp2p/identify';
 import type { Libp2p, PrivateKey } from '@libp2p/interface';
@@ -12,11 +12,10 @@ import { webSockets } from '@libp2p/websockets';
 import { yamux } from '@libp2p/yamux';
 import type { Multiaddr } from '@multiformats/multiaddr';
 import { createLibp2p } from 'libp2p';
-import type { TensorLinkNode } from '../../src/p2p/node.ts';
 import { tierOf } from '../../src/p2p/vocabulary.ts';
-import { setBackend } from '../../src/tensor/index.ts';
 import type { Fault } from '../../src/worker/fault.ts';
-import { startWorker, type Worker } from '../../src/worker/worker.ts';
+import { hostBridge } from './bridge-host.ts';
+import type { StartMessage, ToWorker, WorkSnapshot } from './bridge-protocol.ts';
 
 /** The tab's libp2p: it dials only what `denyDial` lets through (the swarm's hosts). */
 export async function tabNode(key: PrivateKey, denyDial: (ma: Multiaddr) => boolean): Promise<Libp2p> {
@@ -42,9 +41,17 @@ export interface Lending {
   fault?: Fault;
 }
 
-/** Starts the tab's worker on `node`: it announces itself, takes a slot on the validator's relay and serves sections. */
-export async function lend(node: Libp2p, key: PrivateKey, lending: Lending): Promise<Worker> {
-  setBackend('js');
+/** The tab's worker as the page sees it: the latest report of its work. */
+export interface TabWorker {
+  snapshot: WorkSnapshot | null;
+  node: Libp2p;
+}
+
+/**
+ * Starts the tab's worker: startWorker runs in a Web Worker (serve.ts) on a node bridged to this page's (bridge-host.ts),
+ * so it announces itself, takes a slot on the validator's relay and serves sections while the page stays responsive.
+ */
+export async function lend(node: Libp2p, key: PrivateKey, lending: Lending): Promise<TabWorker> {
   const capabilities = {
     memoryBytes: lending.memoryBytes,
     gflops: Math.round(lending.gflops * 10) / 10,
@@ -52,17 +59,30 @@ export async function lend(node: Libp2p, key: PrivateKey, lending: Lending): Pro
     cores: navigator.hardwareConcurrency || 1,
     backend: 'browser-js',
   };
-  const bootstrap = lending.validator.toString();
-  return startWorker({
-    bootstrap,
-    memoryBytes: lending.memoryBytes,
-    announceVia: 'direct',
-    ...(lending.fault ? { fault: lending.fault } : {}),
-    own: {
-      node: node as unknown as TensorLinkNode,
-      signer: { peer: node.peerId.toString(), seed: key.raw.subarray(0, 32) },
-      capabilities,
-      circuit: `${bootstrap}/p2p-circuit`,
-    },
+  const worker = new Worker(new URL('serve.js', import.meta.url), { type: 'module' });
+  const tab: TabWorker = { snapshot: null, node };
+  const started = resolvers();
+  hostBridge(worker, node, (m) => {
+    if (m.t === 'snapshot') tab.snapshot = m.snapshot;
+    else if (m.t === 'started') started.resolve();
+    else if (m.t === 'failed') started.reject(new Error(m.message));
   });
+  worker.addEventListener('error', (evt) => started.reject(new Error(`the tab's worker failed: ${evt.message}`)));
+  const start: StartMessage = {
+    peerId: node.peerId.toString(), seed: key.raw.slice(0, 32), validator: lending.validator.toString(), memoryBytes: lending.memoryBytes,
+    capabilities, addrs: node.getMultiaddrs().map(String), ...(lending.fault ? { fault: lending.fault } : {}),
+  };
+  worker.postMessage({ t: 'start', start } satisfies ToWorker);
+  await started.promise;
+  return tab;
+}
+
+/** Promise.withResolvers, which the browsers of 2023 lack. */
+function resolvers(): { promise: Promise<void>; resolve: () => void; reject: (err: Error) => void } {
+  const out = {} as { promise: Promise<void>; resolve: () => void; reject: (err: Error) => void };
+  out.promise = new Promise<void>((resolve, reject) => {
+    out.resolve = resolve;
+    out.reject = reject;
+  });
+  return out;
 }

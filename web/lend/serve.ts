@@ -1,0 +1,46 @@
+// The tab's worker, in a Web Worker (the page stays responsive while sections compute): TensorLink's startWorker on a
+// node bridged to the page's libp2p (bridge-node.ts), the js backend, the tab's key to sign records with. Posts what
+// it serves to the page every second.
+import './globals.ts';
+import { setBackend } from '../../src/tensor/index.ts';
+import type { TensorLinkNode } from '../../src/p2p/node.ts';
+import { startWorker } from '../../src/worker/worker.ts';
+import { BridgeNode } from './bridge-node.ts';
+import type { StartMessage, ToPage, ToWorker } from './bridge-protocol.ts';
+
+const post = (m: ToPage, transfer: Transferable[] = []) => postMessage(m, { transfer });
+let bridge: BridgeNode | null = null;
+
+async function start(s: StartMessage): Promise<void> {
+  setBackend('js');
+  bridge = new BridgeNode(post, s.peerId, s.addrs);
+  const worker = await startWorker({
+    bootstrap: s.validator,
+    memoryBytes: s.memoryBytes,
+    announceVia: 'direct',
+    ...(s.fault ? { fault: s.fault } : {}),
+    own: {
+      node: bridge as unknown as TensorLinkNode,
+      signer: { peer: s.peerId, seed: s.seed },
+      capabilities: s.capabilities,
+      circuit: `${s.validator}/p2p-circuit`,
+    },
+  });
+  post({ t: 'started' });
+  setInterval(() => {
+    const sections = [...worker.jobs.values()].flatMap((j) => (j.section
+      ? [{
+          job: j.jobId, arch: j.section.model.config.arch, range: j.section.range, format: j.section.held.format,
+          bytes: j.section.held.bytes, sessions: j.section.sessions.size,
+        }]
+      : []));
+    const m = worker.memory.report();
+    post({ t: 'snapshot', snapshot: { sections, work: worker.stages.work(), memory: { used: m.used, total: m.total } } });
+  }, 1_000);
+}
+
+onmessage = (evt: MessageEvent<ToWorker>) => {
+  const m = evt.data;
+  if (m.t === 'start') start(m.start).catch((err: unknown) => post({ t: 'failed', message: (err as Error).message }));
+  else bridge?.receive(m);
+};
