@@ -30,10 +30,13 @@ process.stderr.write(`dashboard bundled into ${out}\n`);
 const nodeInTab = {
   name: 'node-in-a-tab',
   setup(b) {
-    // Ed25519 by @noble/curves (records are signed in the tab as by any worker)
-    b.onResolve({ filter: /\/ed25519\.ts$/ }, (args) => (args.importer.includes('/src/verify/')
-      ? { path: `${root}web/lend/ed25519.ts` }
-      : undefined));
+    // modules with a browser twin: Ed25519 by @noble/curves (records are signed in the tab as by any worker), and the
+    // contracts' artifacts bundled rather than read from a file
+    const twins = { 'src/verify/ed25519.ts': 'web/lend/ed25519.ts', 'src/chain/artifacts.ts': 'web/lend/chain-artifacts.ts' };
+    b.onResolve({ filter: /^\.\/(ed25519|artifacts)\.ts$/ }, (args) => {
+      const resolved = `${args.resolveDir}/${args.path.slice(2)}`.slice(root.length);
+      return Object.hasOwn(twins, resolved) ? { path: `${root}${twins[resolved]}` } : undefined;
+    });
     b.onResolve({ filter: /^node:/ }, (args) => (args.path === 'node:crypto'
       ? { path: `${root}web/lend/node-crypto.ts` }
       : { path: args.path, namespace: 'node-in-a-tab' }));

@@ -1,9 +1,11 @@
-import { readFileSync } from 'node:fs';
 import {
   type Account, type Address, type Chain, createPublicClient, createWalletClient, defineChain, type Hex, http, type PublicClient,
   type Transport, type WalletClient,
 } from 'viem';
-import { ARTIFACTS_FILE, type Artifact } from './compile.ts';
+import { artifacts } from './artifacts.ts';
+import type { Artifact } from './compile.ts';
+
+export { artifacts };
 
 /** The contracts of a deployment, by name. */
 export interface Contracts {
@@ -11,11 +13,6 @@ export interface Contracts {
   staking: Address;
   escrow: Address;
   settlement: Address;
-}
-
-/** The committed ABI and bytecode of each contract. */
-export function artifacts(): Record<string, Artifact> {
-  return (JSON.parse(readFileSync(ARTIFACTS_FILE, 'utf8')) as { contracts: Record<string, Artifact> }).contracts;
 }
 
 /** A chain reached over JSON-RPC: a client for reading, and wallets for accounts to send from. */

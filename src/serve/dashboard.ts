@@ -1,3 +1,4 @@
+import type { Deployment } from '../chain/contracts-file.ts';
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -25,7 +26,7 @@ export interface DashboardSource {
   overview?: () => Promise<Overview>;
   serving?: () => ServingStats;
   /** The validator's peer id and addresses, for the /lend page's libp2p to dial (absent: no /lend). */
-  validator?: () => { peerId: string; addrs: string[] };
+  validator?: () => { peerId: string; addrs: string[]; chain?: Deployment };
 }
 
 /**

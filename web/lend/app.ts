@@ -6,11 +6,14 @@ import './globals.ts';
 import type { Connection, Libp2p, PrivateKey } from '@libp2p/interface';
 import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
 import { parseFault } from '../../src/worker/fault.ts';
+import { formatEther } from 'viem';
+import type { Deployment } from '../../src/chain/contracts-file.ts';
+import type { WorkSnapshot } from './bridge-protocol.ts';
+import { tabAccountKey, tabIdentity } from './keys.ts';
 import { lend, tabNode, type TabWorker } from './lend.ts';
 import { request } from '../../src/p2p/protocols/control/client.ts';
 import { parseStatusAnswer } from '../../src/p2p/protocols/control/schema.ts';
 import { reach } from '../../src/p2p/reach.ts';
-import { tabIdentity } from './keys.ts';
 import type { PeerRecord } from '../../src/p2p/vocabulary.ts';
 
 /** Set by the bundler: true only in the test build (dist/lend-test/), which alone honours `?fault=`. */
@@ -36,13 +39,20 @@ const allow = (ma: Multiaddr) => {
   if (host !== null) allowedHosts.add(host);
 };
 
+/** Who the tab joins: the validator's peer id and addresses, and the chain its swarm settles on (if any). */
+interface ValidatorInfo {
+  peerId: string;
+  addrs: string[];
+  chain?: Deployment;
+}
+
 /**
  * The validator to join: `?validator=ADDR` (repeatable; the page built as static files and served from anywhere), else
  * the one that served the page (validator.json beside it).
  */
-async function validatorToDial(): Promise<{ peerId: string; addrs: string[] }> {
+async function validatorToDial(): Promise<ValidatorInfo> {
   const given = new URLSearchParams(location.search).getAll('validator');
-  if (given.length === 0) return (await (await fetch(new URL('validator.json', import.meta.url))).json()) as { peerId: string; addrs: string[] };
+  if (given.length === 0) return (await (await fetch(new URL('validator.json', import.meta.url))).json()) as ValidatorInfo;
   const peerId = multiaddr(given[0]).getComponents().find((c) => c.name === 'p2p')?.value;
   if (!peerId) throw new Error(`?validator= must end in /p2p/<its peer id>: ${given[0]}`);
   return { peerId, addrs: given };
@@ -77,7 +87,7 @@ async function start(): Promise<void> {
   if (failures.length > 0) console.warn('the tab could not dial', failures);
   $('via').textContent = `connected to the validator over ${conn.remoteAddr.toString().includes('/webrtc-direct') ? 'webrtc-direct' : 'websockets'}: ${conn.remoteAddr.toString()}`;
   const reached = conn.remoteAddr.toString().includes('/p2p/') ? conn.remoteAddr : conn.remoteAddr.encapsulate(`/p2p/${validator.peerId}`);
-  offerLending(node, key, reached);
+  offerLending(node, key, reached, validator.chain ?? null);
   const refresh = async () => {
     try {
       await show(node, conn.remoteAddr);
@@ -160,7 +170,7 @@ function parseMemory(text: string): number | null {
 const engine = measureEngine();
 
 /** The lend panel: how much memory, and start (at once with `?start=1`). */
-function offerLending(node: Libp2p, key: PrivateKey, validator: Multiaddr): void {
+function offerLending(node: Libp2p, key: PrivateKey, validator: Multiaddr, deployment: Deployment | null): void {
   const params = new URLSearchParams(location.search);
   const input = $('memory') as HTMLInputElement;
   if (params.has('memory')) input.value = params.get('memory')!;
@@ -177,7 +187,11 @@ function offerLending(node: Libp2p, key: PrivateKey, validator: Multiaddr): void
     $('lend-state').textContent = 'measuring the engine, then joining…';
     try {
       const fault = TENSORLINK_TEST_BUILD && params.has('fault') ? parseFault(params.get('fault')!) : undefined;
-      const worker = await lend(node, key, { memoryBytes, gflops: await engine, validator, ...(fault ? { fault } : {}) });
+      // on a chain, the tab's account (its key kept beside its identity) stakes and is paid
+      const account = deployment ? await tabAccountKey() : null;
+      if (deployment && !account) throw new Error('this swarm pays on a chain, and this browser keeps no account key for the tab (IndexedDB refused)');
+      const chain = deployment && account ? { chain: { deployment, key: account } } : {};
+      const worker = await lend(node, key, { memoryBytes, gflops: await engine, validator, ...(fault ? { fault } : {}), ...chain });
       showWork(worker);
     } catch (err) {
       $('lend-state').replaceChildren(errorSpan(`the tab could not join as a worker: ${(err as Error).message}`));
@@ -207,7 +221,7 @@ function showWork(worker: TabWorker): void {
     $('lend-memory').textContent = `memory: ${mib(s.memory.used)} held of ${mib(s.memory.total)} lent`;
     $('lend-work').textContent = `served: ${w.forwards} inference forwards, ${w.trainForwards} training forwards, `
       + `${w.trainBackwards} backwards, ${w.optimizerSteps} optimizer steps; ${mib(w.weightBytesReceived)} of weights received`;
-    $('lend-earnings').textContent = 'earnings: this swarm settles on no chain, so there is nothing to claim';
+    showEarnings(s.chain);
     const body = document.querySelector('table[data-testid="sections"] tbody')!;
     body.replaceChildren(...s.sections.map((x) => {
       const tr = document.createElement('tr');
@@ -221,6 +235,32 @@ function showWork(worker: TabWorker): void {
   };
   draw();
   setInterval(draw, 1_000);
+}
+
+/** The tab's account on the chain: its stake (or what to do without one) and what it has claimed. */
+function showEarnings(chain: WorkSnapshot['chain']): void {
+  const el = $('lend-earnings');
+  if (!chain) {
+    el.textContent = 'earnings: this swarm settles on no chain, so there is nothing to claim';
+    return;
+  }
+  el.dataset.account = chain.account;
+  if ('error' in chain) {
+    el.replaceChildren(errorSpan(`account ${chain.account}: the chain could not be read: ${chain.error}`));
+    return;
+  }
+  const tlk = (wei: string) => `${formatEther(BigInt(wei))} TLK`;
+  const staked = BigInt(chain.stake) >= BigInt(chain.minStake);
+  el.dataset.staked = String(staked);
+  el.dataset.claimed = chain.claimed;
+  if (staked) {
+    el.textContent = `account ${chain.account}: ${tlk(chain.stake)} staked; earned and claimed ${tlk(chain.claimed)}; ${tlk(chain.tokens)} besides`;
+    return;
+  }
+  // funding the tab's account is the visitor's business: say what it lacks
+  const gas = BigInt(chain.gas) === 0n ? ' and no ether for gas' : '';
+  el.replaceChildren(errorSpan(`no stake: account ${chain.account} holds ${tlk(chain.tokens)}${gas}; a worker is given work once `
+    + `${tlk(chain.minStake)} of it are staked. Send it tokens and a little ether: the tab stakes by itself.`));
 }
 
 start().catch((err: unknown) => {

@@ -2,6 +2,7 @@
 // Web Workers, so the tab's libp2p node lives in the page; the worker runs TensorLink's worker (startWorker: jobs,
 // sections, records) on a node that forwards what it does to the page's (bridge-node.ts) and gets its streams' bytes
 // and events back (bridge-host.ts).
+import type { Deployment } from '../../src/chain/contracts-file.ts';
 import type { Capabilities } from '../../src/p2p/vocabulary.ts';
 import type { Fault } from '../../src/worker/fault.ts';
 
@@ -48,6 +49,8 @@ export interface StartMessage {
   capabilities: Capabilities;
   addrs: string[];
   fault?: Fault;
+  /** The chain the swarm settles on, and the tab's account key: it stakes, and claims what it earns. */
+  chain?: { deployment: Deployment; key: `0x${string}` };
 }
 
 /** What the page shows of the worker's work (posted every second). */
@@ -55,4 +58,6 @@ export interface WorkSnapshot {
   sections: { job: string; arch: string; range: [number, number]; format: string; bytes: number; sessions: number }[];
   work: { forwards: number; trainForwards: number; trainBackwards: number; optimizerSteps: number; weightBytesReceived: number };
   memory: { used: number; total: number };
+  /** On a chain: the tab's account and what it holds (wei, as decimal strings), or why they could not be read. */
+  chain?: { account: string; stake: string; minStake: string; tokens: string; gas: string; claimed: string } | { account: string; error: string };
 }

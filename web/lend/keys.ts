@@ -6,6 +6,7 @@ import type { PrivateKey } from '@libp2p/interface';
 const DB = 'tensorlink';
 const STORE = 'keys';
 const KEY = 'identity';
+const ACCOUNT = 'account';
 
 function open(): Promise<IDBDatabase> {
   return new Promise((resolve, reject) => {
@@ -38,6 +39,29 @@ export async function tabIdentity(): Promise<{ key: PrivateKey; kept: boolean }>
     const key = await generateKeyPair('Ed25519');
     await run(db, 'readwrite', (s) => s.put(privateKeyToProtobuf(key), KEY));
     return { key, kept: true };
+  } finally {
+    db.close();
+  }
+}
+
+/**
+ * The tab's Ethereum account key (hex), kept beside its identity: where a swarm settles on a chain, what the tab earns is
+ * paid to it and its stake is locked from it. Made on the first visit to such a swarm; null without IndexedDB (an
+ * account whose key is lost with the visit would lose what it earned).
+ */
+export async function tabAccountKey(): Promise<`0x${string}` | null> {
+  let db: IDBDatabase;
+  try {
+    db = await open();
+  } catch {
+    return null;
+  }
+  try {
+    const stored = await run<string | undefined>(db, 'readonly', (s) => s.get(ACCOUNT) as IDBRequest<string | undefined>);
+    if (stored) return stored as `0x${string}`;
+    const key = `0x${[...crypto.getRandomValues(new Uint8Array(32))].map((b) => b.toString(16).padStart(2, '0')).join('')}` as const;
+    await run(db, 'readwrite', (s) => s.put(key, ACCOUNT));
+    return key;
   } finally {
     db.close();
   }

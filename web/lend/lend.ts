@@ -39,6 +39,8 @@ export interface Lending {
   validator: Multiaddr;
   /** Cheat on purpose: test builds only (TENSORLINK_TEST_BUILD), to show a validator catches a tab that cheats. */
   fault?: Fault;
+  /** The swarm's chain and the tab's account key (see StartMessage). */
+  chain?: StartMessage['chain'];
 }
 
 /** The tab's worker as the page sees it: the latest report of its work. */
@@ -71,6 +73,7 @@ export async function lend(node: Libp2p, key: PrivateKey, lending: Lending): Pro
   const start: StartMessage = {
     peerId: node.peerId.toString(), seed: key.raw.slice(0, 32), validator: lending.validator.toString(), memoryBytes: lending.memoryBytes,
     capabilities, addrs: node.getMultiaddrs().map(String), ...(lending.fault ? { fault: lending.fault } : {}),
+    ...(lending.chain ? { chain: lending.chain } : {}),
   };
   worker.postMessage({ t: 'start', start } satisfies ToWorker);
   await started.promise;

@@ -4,9 +4,12 @@
 import './globals.ts';
 import { setBackend } from '../../src/tensor/index.ts';
 import type { TensorLinkNode } from '../../src/p2p/node.ts';
+import { privateKeyToAccount } from 'viem/accounts';
+import { MIN_STAKE } from '../../src/chain/constants.ts';
+import { NodeChain } from '../../src/chain/node-chain.ts';
 import { startWorker } from '../../src/worker/worker.ts';
 import { BridgeNode } from './bridge-node.ts';
-import type { StartMessage, ToPage, ToWorker } from './bridge-protocol.ts';
+import type { StartMessage, ToPage, ToWorker, WorkSnapshot } from './bridge-protocol.ts';
 
 const post = (m: ToPage, transfer: Transferable[] = []) => postMessage(m, { transfer });
 let bridge: BridgeNode | null = null;
@@ -14,7 +17,10 @@ let bridge: BridgeNode | null = null;
 async function start(s: StartMessage): Promise<void> {
   setBackend('js');
   bridge = new BridgeNode(post, s.peerId, s.addrs);
+  // on a chain: its account stakes what it holds (a worker without stake is given no work) and claims what it earns
+  const chain = s.chain ? new NodeChain(s.chain.deployment, privateKeyToAccount(s.chain.key)) : null;
   const worker = await startWorker({
+    ...(chain ? { chain } : {}),
     bootstrap: s.validator,
     memoryBytes: s.memoryBytes,
     announceVia: 'direct',
@@ -27,6 +33,19 @@ async function start(s: StartMessage): Promise<void> {
     },
   });
   post({ t: 'started' });
+  let held: WorkSnapshot['chain'];
+  const readChain = async () => {
+    if (!chain) return;
+    const account = chain.address;
+    try {
+      const [stake, tokens, gas, claimed] = await Promise.all([chain.stakeOf(), chain.balanceOf(), chain.gasOf(), chain.claimedBy(account)]);
+      held = { account, stake: String(stake), minStake: String(MIN_STAKE), tokens: String(tokens), gas: String(gas), claimed: String(claimed) };
+    } catch (err) {
+      held = { account, error: (err as Error).message };
+    }
+  };
+  await readChain();
+  if (chain) setInterval(() => void readChain(), 2_000);
   setInterval(() => {
     const sections = [...worker.jobs.values()].flatMap((j) => (j.section
       ? [{
@@ -35,7 +54,7 @@ async function start(s: StartMessage): Promise<void> {
         }]
       : []));
     const m = worker.memory.report();
-    post({ t: 'snapshot', snapshot: { sections, work: worker.stages.work(), memory: { used: m.used, total: m.total } } });
+    post({ t: 'snapshot', snapshot: { sections, work: worker.stages.work(), memory: { used: m.used, total: m.total }, ...(held ? { chain: held } : {}) } });
   }, 1_000);
 }
 

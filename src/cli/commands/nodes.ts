@@ -107,7 +107,10 @@ export async function validatorCommand(flags: Flags, out: Output): Promise<void>
   let dashboard: DashboardServer | null = null;
   if (where) {
     try {
-      const validator = () => ({ peerId: v.node.peerId.toString(), addrs: v.node.getMultiaddrs().map(String) });
+      // the chain it settles on, for a tab to stake and claim on (its contracts and RPC, nothing secret)
+      const d = chain?.deployment;
+      const settlesOn = d ? { chain: { rpc: d.rpc, chainId: d.chainId, contracts: d.contracts } } : {};
+      const validator = () => ({ peerId: v.node.peerId.toString(), addrs: v.node.getMultiaddrs().map(String), ...settlesOn });
       dashboard = await serveDashboard({ overview: async () => v.overview(), validator }, where);
     } catch (err) {
       await v.stop();
