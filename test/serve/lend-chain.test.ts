@@ -44,7 +44,8 @@ describe('a tab on a swarm that pays on a chain', { skip: existsSync(CHROMIUM) ?
     await page.locator('#lend-earnings[data-staked="false"]').waitFor({ timeout: 60_000 });
     const account = (await earnings.getAttribute('data-account')) as Address;
     assert.match(account, /^0x[0-9a-fA-F]{40}$/);
-    assert.match(await earnings.innerText(), /no stake: account 0x[0-9a-fA-F]{40} holds 0 TLK and no ether for gas; a worker is given work once 100 TLK/);
+    const said = /no stake: account 0x[0-9a-fA-F]{40} holds 0 TLK and no ether for gas; a worker is given work once 100 TLK/;
+    assert.match(await earnings.innerText(), said);
     const peerId = (await page.locator('#self').getAttribute('data-peer'))!;
     const boot = multiaddr(swarm.bootstrap);
     // the registry knows the tab (and its account) but gives it no work: it has no stake
