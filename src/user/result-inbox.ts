@@ -3,6 +3,7 @@ import {
   errorFromWire, type Frame, MAX_RESULT_STREAMS, parseResult, receiveFrames, RequestTable, RESULT_PROTOCOL,
   STAGE_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
+import { PeerUnreachableError } from '../errors.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { hopIn } from '../compress/index.ts';
 
@@ -30,7 +31,16 @@ export class ResultInbox {
       },
       { maxInboundStreams: MAX_RESULT_STREAMS },
     );
+    // a worker of a chain that disconnects (killed, its tab closed) will not pass the request on: fail it now, not at its deadline
+    node.addEventListener('peer:disconnect', (evt) => inbox.lost(evt.detail.toString()));
     return inbox;
+  }
+
+  /** Fails every request whose chain has `peer` in it. */
+  private lost(peer: string): void {
+    for (const [id, chain] of this.senders) {
+      if (chain.has(peer)) this.table.reject(id, new PeerUnreachableError(`${peer}, a stage of the chain, disconnected`, { details: { peer } }));
+    }
   }
 
   private deliver(frame: Frame, from: string): void {

@@ -137,7 +137,7 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
       const { tokens } = await dm.generate(prompt, {
         ...options,
         onToken: () => {
-          if (++count === 8) void victim.page.context().close();
+          if (++count === 8) void victim.page.close().then(() => victim.page.context().close());
         },
       });
       assert.deepEqual(tokens, expected);

@@ -88,6 +88,11 @@ async function start(): Promise<void> {
   $('via').textContent = `connected to the validator over ${conn.remoteAddr.toString().includes('/webrtc-direct') ? 'webrtc-direct' : 'websockets'}: ${conn.remoteAddr.toString()}`;
   const reached = conn.remoteAddr.toString().includes('/p2p/') ? conn.remoteAddr : conn.remoteAddr.encapsulate(`/p2p/${validator.peerId}`);
   offerLending(node, key, reached, validator.chain ?? null);
+  // a tab that closes (or navigates away) ends its connections at once, so that its peers, and the jobs it served, know
+  // now rather than when WebRTC's consent checks time out (tens of seconds)
+  addEventListener('pagehide', () => {
+    for (const c of node.getConnections()) c.abort(new Error('the tab is closing'));
+  });
   const refresh = async () => {
     try {
       await show(node, conn.remoteAddr);
