@@ -88,15 +88,19 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
       assert.ok(v.checked >= 3 * options.maxNewTokens, JSON.stringify(v));
       assert.equal(v.failed, 0, JSON.stringify(v));
       assert.deepEqual(v.flagged, []);
+      const rtc: number[] = [];
       for (const tab of tabs) {
         await tab.page.locator('#lending[data-sections="1"]').waitFor({ timeout: 5_000 });
         assert.ok(Number(await tab.page.locator('#lending').getAttribute('data-steps')) >= options.maxNewTokens, 'the tab counts what it served');
+        // one connection per peer, reused (Chrome allows a tab about 500 RTCPeerConnections in its life)
+        rtc.push(Number(await tab.page.locator('#lending').getAttribute('data-rtc')));
       }
       const name = (p: string) => (p === swarm.workers[0].peerId ? 'node' : 'tab');
       // the user's own connections to each worker: to a tab, WebRTC signalled through the relay (or the relay itself)
       const paths = holders.map((p) => `${name(p)} ${pathTo(swarm.user.node, p) ?? 'no connection'}`).join(', ');
       t.diagnostic(`${options.maxNewTokens} tokens in ${Date.now() - started} ms across ${holders.map(name).join(' → ')} (the user reaches: ${paths}); `
-        + `${v.checked} records re-executed, 0 failed`);
+        + `${v.checked} records re-executed, 0 failed; RTCPeerConnections each tab created: ${rtc.join(', ')}`);
+      for (const n of rtc) assert.ok(n <= 8, `a tab created ${n} RTCPeerConnections for 4 peers`);
       mkdirSync(OUTPUT, { recursive: true });
       await tabs[0].page.screenshot({ path: `${OUTPUT}lend-serving.png`, fullPage: true });
     } finally {

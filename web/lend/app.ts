@@ -3,6 +3,7 @@
 // memory to lend and the tab becomes a worker (lend.ts). `?start=1&memory=256MiB` starts at once. Bundled by esbuild
 // for the browser (scripts/build-dashboard.mjs); nothing is fetched at run time but what the validator serves.
 import './globals.ts';
+import { peerConnectionsCreated, RTC_BUDGET } from './rtc-budget.ts';
 import type { Connection, Libp2p, PrivateKey } from '@libp2p/interface';
 import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
 import { parseFault } from '../../src/worker/fault.ts';
@@ -215,6 +216,7 @@ function showWork(worker: TabWorker): void {
     const addrs = worker.node.getMultiaddrs().map(String);
     const lending = $('lending');
     lending.dataset.state = addrs.some((a) => a.includes('/p2p-circuit')) ? 'serving' : 'joining';
+    lending.dataset.rtc = String(peerConnectionsCreated());
     $('lend-state').textContent = lending.dataset.state === 'serving'
       ? `serving as a worker (reached through the validator's relay${addrs.some((a) => a.includes('/webrtc/')) ? ' and WebRTC' : ''}), computing in a Web Worker`
       : 'joining: waiting for a slot on the validator\'s relay';
@@ -223,7 +225,8 @@ function showWork(worker: TabWorker): void {
     const w = s.work;
     lending.dataset.sections = String(s.sections.length);
     lending.dataset.steps = String(w.forwards + w.trainForwards + w.trainBackwards + w.optimizerSteps);
-    $('lend-memory').textContent = `memory: ${mib(s.memory.used)} held of ${mib(s.memory.total)} lent`;
+    $('lend-memory').textContent = `memory: ${mib(s.memory.used)} held of ${mib(s.memory.total)} lent; `
+      + `WebRTC connections created: ${peerConnectionsCreated()} of the ${RTC_BUDGET} this tab allows itself`;
     $('lend-work').textContent = `served: ${w.forwards} inference forwards, ${w.trainForwards} training forwards, `
       + `${w.trainBackwards} backwards, ${w.optimizerSteps} optimizer steps; ${mib(w.weightBytesReceived)} of weights received`;
     showEarnings(s.chain);
