@@ -12,6 +12,8 @@ export const EXTERNAL = [
   'onnxruntime-node', 'onnxruntime-common', 'koffi', 'solc', 'tsx', 'tsx/*', 'esbuild', '@foundry-rs/*', 'playwright-core',
   // WebRTC's native part (libdatachannel, a prebuilt binary per platform)
   'node-datachannel', 'node-datachannel/*', '@node-datachannel/*',
+  // WebAssembly's text assembler (the tab's GEMM is assembled by it): a file beside itself
+  'wabt',
 ];
 
 /**

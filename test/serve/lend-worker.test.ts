@@ -80,6 +80,13 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
     const dm = await swarm.user.distribute(model, { strategy: 'parameter-balanced', verify: { sampleRate: 1 } });
     try {
       const holders = dm.assignment.map((a) => a.peerId);
+      // the tabs announce their engine: the js backend with its GEMM in WebAssembly (the js backend's bits)
+      const listedNow = await listWorkers(swarm.user.node, multiaddr(swarm.bootstrap));
+      for (const tab of tabs) {
+        const c = listedNow.find((p) => p.peerId === tab.peerId)?.capabilities;
+        assert.equal(c?.backend, 'browser-wasm');
+        assert.equal(c?.memoryBytes, 256 * 2 ** 20, 'the memory the visitor lent');
+      }
       assert.deepEqual([...holders].sort(), [swarm.workers[0].peerId, tabs[0].peerId, tabs[1].peerId].sort(), 'a section on each worker');
       const started = Date.now();
       assert.deepEqual((await dm.generate(prompt, options)).tokens, expected);

@@ -55,6 +55,9 @@ describe('/lend: the swarm from a browser tab\'s own libp2p, in Debian\'s Chromi
     const logits = referenceLogits();
     const here = createHash('sha256').update(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)).digest('hex');
     assert.equal(await fingerprint.getAttribute('data-sha256'), here, 'the tab\'s logits equal this process\'s, bit for bit');
+    // and with its GEMM in WebAssembly SIMD (browser-wasm): the same bits
+    assert.equal(await fingerprint.getAttribute('data-wasm-sha256'), here, 'the tab\'s WebAssembly GEMM gives the same logits');
+    const wasmGflops = Number(await page.locator('#engine').getAttribute('data-wasm-gflops'));
     const tabGflops = Number(await page.locator('#engine').getAttribute('data-gflops'));
     // the tab's key lives in its IndexedDB: the same peer after a reload
     const peer = await page.locator('#self').getAttribute('data-peer');
@@ -62,7 +65,8 @@ describe('/lend: the swarm from a browser tab\'s own libp2p, in Debian\'s Chromi
     await page.reload();
     await page.locator('#self[data-peer]').waitFor({ timeout: 30_000 });
     assert.equal(await page.locator('#self').getAttribute('data-peer'), peer, 'the same peer id after a reload');
-    process.stderr.write(`tab: ${tabGflops.toFixed(2)} GFLOP/s on the js backend, logits SHA-256 ${here.slice(0, 16)}… equal to Node's\n`);
+    process.stderr.write(`tab: ${tabGflops.toFixed(2)} GFLOP/s on the js backend, ${wasmGflops.toFixed(2)} with the WebAssembly GEMM; `
+      + `logits SHA-256 ${here.slice(0, 16)}… equal to Node's\n`);
     assert.ok(tabGflops > 0);
     mkdirSync(OUTPUT, { recursive: true });
     await page.screenshot({ path: `${OUTPUT}lend.png`, fullPage: true });

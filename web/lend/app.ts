@@ -132,14 +132,22 @@ function row(w: PeerRecord, self: boolean): HTMLTableRowElement {
   return tr;
 }
 
+/** What the tab's engine measured: the js backend's speed, and the WebAssembly GEMM's where this browser runs it. */
+interface EngineMeasured {
+  gflops: number;
+  wasmGflops?: number;
+}
+
 /**
- * Runs TensorLink's engine in a Web Worker: its speed on the js backend, and the fingerprint (SHA-256) of the seeded
- * reference forward's logits, which equals a Node worker's when the engine computes the same bytes here.
+ * Runs TensorLink's engine in a Web Worker: its speed on the js backend (and with the WebAssembly GEMM), and the
+ * fingerprint (SHA-256) of the seeded reference forward's logits, which equals a Node worker's when the engine computes
+ * the same bytes here (the WebAssembly GEMM's too).
  */
-function measureEngine(): Promise<number> {
+function measureEngine(): Promise<EngineMeasured> {
   return new Promise((resolve, reject) => {
     const worker = new Worker(new URL('engine.js', import.meta.url), { type: 'module' });
-    worker.onmessage = (evt: MessageEvent<{ gflops?: number; logitsSha256?: string; ms?: number; error?: string }>) => {
+    type Measured = EngineMeasured & { logitsSha256?: string; wasmSha256?: string; ms?: number; error?: string };
+    worker.onmessage = (evt: MessageEvent<Measured>) => {
       const r = evt.data;
       worker.terminate();
       if (r.error !== undefined) {
@@ -148,11 +156,18 @@ function measureEngine(): Promise<number> {
         reject(new Error(r.error));
         return;
       }
-      $('engine').textContent = `js backend in a Web Worker: ${r.gflops!.toFixed(2)} GFLOP/s (256³ matrix product)`;
+      const wasm = r.wasmGflops === undefined
+        ? '; WebAssembly SIMD is not available in this browser'
+        : `; with its GEMM in WebAssembly SIMD (browser-wasm): ${r.wasmGflops.toFixed(2)} GFLOP/s`
+          + `${r.wasmSha256 === r.logitsSha256 ? ', the same logits to the bit' : ', OTHER LOGITS: not used'}`;
+      $('engine').textContent = `js backend in a Web Worker: ${r.gflops.toFixed(2)} GFLOP/s (256³ matrix product)${wasm}`;
       $('engine').dataset.gflops = String(r.gflops);
+      if (r.wasmGflops !== undefined) $('engine').dataset.wasmGflops = String(r.wasmGflops);
       $('fingerprint').textContent = `reference forward (seeded Llama, 8 tokens) in ${r.ms!.toFixed(0)} ms, logits SHA-256 ${r.logitsSha256}`;
       $('fingerprint').dataset.sha256 = r.logitsSha256;
-      resolve(r.gflops!);
+      if (r.wasmSha256 !== undefined) $('fingerprint').dataset.wasmSha256 = r.wasmSha256;
+      // the WebAssembly GEMM only where it gave the js backend's logits exactly
+      resolve(r.wasmSha256 === r.logitsSha256 ? { gflops: r.gflops, wasmGflops: r.wasmGflops } : { gflops: r.gflops });
     };
   });
 }
@@ -197,7 +212,11 @@ function offerLending(node: Libp2p, key: PrivateKey, validator: Multiaddr, deplo
       const account = deployment ? await tabAccountKey() : null;
       if (deployment && !account) throw new Error('this swarm pays on a chain, and this browser keeps no account key for the tab (IndexedDB refused)');
       const chain = deployment && account ? { chain: { deployment, key: account } } : {};
-      const worker = await lend(node, key, { memoryBytes, gflops: await engine, validator, ...(fault ? { fault } : {}), ...chain });
+      // the WebAssembly GEMM where it runs (`?engine=js` keeps the TypeScript kernel)
+      const measured = await engine;
+      const wasm = measured.wasmGflops !== undefined && params.get('engine') !== 'js';
+      const speed = { engine: wasm ? 'wasm' as const : 'js' as const, gflops: wasm ? measured.wasmGflops! : measured.gflops };
+      const worker = await lend(node, key, { memoryBytes, ...speed, validator, ...(fault ? { fault } : {}), ...chain });
       showWork(worker);
     } catch (err) {
       $('lend-state').replaceChildren(errorSpan(`the tab could not join as a worker: ${(err as Error).message}`));

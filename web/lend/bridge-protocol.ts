@@ -46,6 +46,8 @@ export interface StartMessage {
   seed: Uint8Array;
   validator: string;
   memoryBytes: number;
+  /** The js backend, or the js backend with its GEMM in WebAssembly (the same bits). */
+  engine: 'js' | 'wasm';
   capabilities: Capabilities;
   addrs: string[];
   fault?: Fault;

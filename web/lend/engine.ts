@@ -1,18 +1,29 @@
 // The tab's engine, in a Web Worker (the page stays responsive while it computes): TensorLink's js backend, bundled as
-// it is, measures its speed and computes the seeded reference forward whose logits every machine must reproduce bit for
-// bit (src/worker/engine-check.ts). Posts { gflops, logitsSha256, ms } to the page.
+// it is, and the same backend with its GEMM in WebAssembly SIMD (browser-wasm, the same bits). Measures each one's speed
+// and computes the seeded reference forward whose logits every machine must reproduce bit for bit
+// (src/worker/engine-check.ts). Posts { gflops, wasmGflops, logitsSha256, wasmSha256, ms } to the page.
+import './globals.ts';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { bytesToHex } from '@noble/hashes/utils.js';
 import { setBackend } from '../../src/tensor/index.ts';
 import { engineGflops, referenceLogits } from '../../src/worker/engine-check.ts';
+import gemm from './gemm.wat';
+import { wasmBackend, wasmRuns } from './wasm-gemm.ts';
 
-setBackend('js');
+const fingerprint = (logits: Float32Array) => bytesToHex(sha256(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)));
+
 try {
+  setBackend('js');
   const t0 = performance.now();
-  const logits = referenceLogits();
+  const logitsSha256 = fingerprint(referenceLogits());
   const ms = performance.now() - t0;
-  const logitsSha256 = bytesToHex(sha256(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)));
-  postMessage({ gflops: engineGflops(), logitsSha256, ms });
+  const gflops = engineGflops();
+  let wasm: { wasmGflops: number; wasmSha256: string } | Record<string, never> = {};
+  if (wasmRuns(gemm)) {
+    setBackend(wasmBackend(gemm));
+    wasm = { wasmSha256: fingerprint(referenceLogits()), wasmGflops: engineGflops() };
+  }
+  postMessage({ gflops, logitsSha256, ms, ...wasm });
 } catch (err) {
   postMessage({ error: (err as Error).message });
 }

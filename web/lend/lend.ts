@@ -32,8 +32,9 @@ export async function tabNode(key: PrivateKey, denyDial: (ma: Multiaddr) => bool
 }
 
 export interface Lending {
-  /** The memory lent, in bytes; the engine's measured speed. */
+  /** The memory lent, in bytes; the engine (the js backend, or with its GEMM in WebAssembly) and its measured speed. */
   memoryBytes: number;
+  engine: 'js' | 'wasm';
   gflops: number;
   /** The address of the validator the tab is connected to (its relay). */
   validator: Multiaddr;
@@ -59,7 +60,7 @@ export async function lend(node: Libp2p, key: PrivateKey, lending: Lending): Pro
     gflops: Math.round(lending.gflops * 10) / 10,
     tier: tierOf(lending.gflops),
     cores: navigator.hardwareConcurrency || 1,
-    backend: 'browser-js',
+    backend: lending.engine === 'wasm' ? 'browser-wasm' : 'browser-js',
   };
   const worker = new Worker(new URL('serve.js', import.meta.url), { type: 'module' });
   const tab: TabWorker = { snapshot: null, node };
@@ -71,7 +72,7 @@ export async function lend(node: Libp2p, key: PrivateKey, lending: Lending): Pro
   });
   worker.addEventListener('error', (evt) => started.reject(new Error(`the tab's worker failed: ${evt.message}`)));
   const start: StartMessage = {
-    peerId: node.peerId.toString(), seed: key.raw.slice(0, 32), validator: lending.validator.toString(), memoryBytes: lending.memoryBytes,
+    peerId: node.peerId.toString(), seed: key.raw.slice(0, 32), engine: lending.engine, validator: lending.validator.toString(), memoryBytes: lending.memoryBytes,
     capabilities, addrs: node.getMultiaddrs().map(String), ...(lending.fault ? { fault: lending.fault } : {}),
     ...(lending.chain ? { chain: lending.chain } : {}),
   };

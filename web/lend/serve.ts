@@ -9,13 +9,15 @@ import { MIN_STAKE } from '../../src/chain/constants.ts';
 import { NodeChain } from '../../src/chain/node-chain.ts';
 import { startWorker } from '../../src/worker/worker.ts';
 import { BridgeNode } from './bridge-node.ts';
+import gemm from './gemm.wat';
+import { wasmBackend } from './wasm-gemm.ts';
 import type { StartMessage, ToPage, ToWorker, WorkSnapshot } from './bridge-protocol.ts';
 
 const post = (m: ToPage, transfer: Transferable[] = []) => postMessage(m, { transfer });
 let bridge: BridgeNode | null = null;
 
 async function start(s: StartMessage): Promise<void> {
-  setBackend('js');
+  setBackend(s.engine === 'wasm' ? wasmBackend(gemm) : 'js');
   bridge = new BridgeNode(post, s.peerId, s.addrs);
   // on a chain: its account stakes what it holds (a worker without stake is given no work) and claims what it earns
   const chain = s.chain ? new NodeChain(s.chain.deployment, privateKeyToAccount(s.chain.key)) : null;

@@ -127,8 +127,11 @@ export function gemmNT(
   }
 }
 
-/** Batched matrix product in pure TypeScript (bitwise reproducible). */
-export function matmulJs(A: FloatArray, B: FloatArray, C: FloatArray, s: MatmulSpec): void {
+/** gemmNN's signature: another implementation of the same sums (a tab's WebAssembly kernel) may stand in for it. */
+export type GemmNN = typeof gemmNN;
+
+/** Batched matrix product in pure TypeScript (bitwise reproducible); `nn` computes each product of untransposed operands. */
+export function matmulJs(A: FloatArray, B: FloatArray, C: FloatArray, s: MatmulSpec, nn: GemmNN = gemmNN): void {
   const { m, k, n } = s;
   let sharedB: FloatArray | null = null;
   for (let p = 0; p < s.batch; p++) {
@@ -145,7 +148,7 @@ export function matmulJs(A: FloatArray, B: FloatArray, C: FloatArray, s: MatmulS
       else b = sharedB;
       if (!s.batchedB) sharedB = b;
     }
-    gemmNN(a, s.transA ? 0 : aOff, b, s.transB ? 0 : bOff, C, p * m * n, m, k, n);
+    nn(a, s.transA ? 0 : aOff, b, s.transB ? 0 : bOff, C, p * m * n, m, k, n);
   }
 }
 
