@@ -4,7 +4,10 @@
 // engine, bundled for the tab, runs in a Web Worker: the seeded reference forward's logits equal Node's bit for bit.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { basename, extname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { type Browser, chromium } from 'playwright-core';
@@ -71,5 +74,36 @@ describe('/lend: the swarm from a browser tab\'s own libp2p, in Debian\'s Chromi
     mkdirSync(OUTPUT, { recursive: true });
     await page.screenshot({ path: `${OUTPUT}lend.png`, fullPage: true });
     assert.deepEqual(errors, []);
+  });
+
+  test('built as static files: dist/lend/ served by any web server, the validator named by ?validator=', async () => {
+    const dir = fileURLToPath(new URL('../../dist/lend/', import.meta.url));
+    const types: Record<string, string> = { '.html': 'text/html', '.js': 'text/javascript' };
+    // a plain file server, nothing of TensorLink's: /lend/ and /lend/NAME are the files of dist/lend/
+    const server = createServer((req, res) => {
+      const name = (req.url ?? '/').split('?')[0].replace(/^\/lend\/?/, '') || 'index.html';
+      const path = join(dir, basename(name));
+      if (!existsSync(path)) {
+        res.writeHead(404).end();
+        return;
+      }
+      res.writeHead(200, { 'content-type': types[extname(path)] ?? 'application/octet-stream' }).end(readFileSync(path));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const webrtc = swarm.validator.addrs.find((a) => a.includes('/webrtc-direct/'))!;
+      const page = await browser.newPage();
+      await page.goto(`http://127.0.0.1:${port}/lend/?validator=${encodeURIComponent(webrtc)}`);
+      const rows = page.locator('table[data-testid="workers"] tbody tr');
+      await rows.nth(1).waitFor({ timeout: 30_000 }).catch(async () => {
+        throw new Error(`the page says: ${await page.locator('#status').innerText()}`);
+      });
+      assert.equal(await rows.count(), 2);
+      assert.match(await page.locator('[data-field="via"]').innerText(), /over webrtc-direct/);
+      await page.close();
+    } finally {
+      server.close();
+    }
   });
 });
