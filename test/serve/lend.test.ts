@@ -106,4 +106,13 @@ describe('/lend: the swarm from a browser tab\'s own libp2p, in Debian\'s Chromi
       server.close();
     }
   });
+
+  test('a tab asked to lend more than its heap holds says so and does not join', async () => {
+    const page = await browser.newPage();
+    await page.goto(`${swarm.dashboard}/lend?start=1&memory=64GiB`);
+    await page.locator('#lend-state .err').waitFor({ timeout: 30_000 });
+    assert.match(await page.locator('#lend-state').innerText(), /^this tab can lend at most \d+ MiB \(three quarters of its JavaScript heap\), not 64GiB$/);
+    assert.equal(await page.locator('#lending').getAttribute('data-state'), 'idle');
+    await page.close();
+  });
 });

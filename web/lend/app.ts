@@ -203,6 +203,13 @@ function offerLending(node: Libp2p, key: PrivateKey, validator: Multiaddr, deplo
       $('lend-state').replaceChildren(errorSpan(`'${input.value}' is not an amount of memory (e.g. 256MiB, 1GiB)`));
       return;
     }
+    // a tab cannot lend more than its JavaScript heap holds (Chrome says how much; other browsers do not)
+    const heap = (performance as unknown as { memory?: { jsHeapSizeLimit: number } }).memory?.jsHeapSizeLimit;
+    if (heap !== undefined && memoryBytes > heap * 0.75) {
+      const most = `${Math.floor((heap * 0.75) / 2 ** 20)} MiB`;
+      $('lend-state').replaceChildren(errorSpan(`this tab can lend at most ${most} (three quarters of its JavaScript heap), not ${input.value}`));
+      return;
+    }
     button.disabled = true;
     input.disabled = true;
     $('lend-state').textContent = 'measuring the engine, then joining…';
@@ -239,6 +246,11 @@ function showWork(worker: TabWorker): void {
     $('lend-state').textContent = lending.dataset.state === 'serving'
       ? `serving as a worker (reached through the validator's relay${addrs.some((a) => a.includes('/webrtc/')) ? ' and WebRTC' : ''}), computing in a Web Worker`
       : 'joining: waiting for a slot on the validator\'s relay';
+    if (worker.failed) {
+      lending.dataset.state = 'failed';
+      $('lend-state').replaceChildren(errorSpan(`${worker.failed}: this tab no longer serves (reload the page to lend again)`));
+      return;
+    }
     const s = worker.snapshot;
     if (!s) return;
     const w = s.work;

@@ -48,6 +48,8 @@ export interface Lending {
 export interface TabWorker {
   snapshot: WorkSnapshot | null;
   node: Libp2p;
+  /** Why the Web Worker stopped, if it did. */
+  failed?: string;
 }
 
 /**
@@ -70,7 +72,13 @@ export async function lend(node: Libp2p, key: PrivateKey, lending: Lending): Pro
     else if (m.t === 'started') started.resolve();
     else if (m.t === 'failed') started.reject(new Error(m.message));
   });
-  worker.addEventListener('error', (evt) => started.reject(new Error(`the tab's worker failed: ${evt.message}`)));
+  worker.addEventListener('error', (evt) => {
+    const err = new Error(`the tab's worker failed: ${evt.message}`);
+    started.reject(err);
+    // a worker that died (out of memory, say) serves nothing: its peers must know now, and fail its jobs over
+    tab.failed = err.message;
+    for (const c of node.getConnections()) c.abort(err);
+  });
   const start: StartMessage = {
     peerId: node.peerId.toString(), seed: key.raw.slice(0, 32), engine: lending.engine, validator: lending.validator.toString(), memoryBytes: lending.memoryBytes,
     capabilities, addrs: node.getMultiaddrs().map(String), ...(lending.fault ? { fault: lending.fault } : {}),
