@@ -98,7 +98,8 @@ async function start(): Promise<void> {
     try {
       await show(node, conn.remoteAddr);
     } catch (err) {
-      $('status').innerHTML = `<span class="err">the validator did not answer: ${(err as Error).message}</span>`;
+      // a peer's words are text, never markup
+      $('status').replaceChildren(errorSpan(`the validator did not answer: ${(err as Error).message}`));
     }
     setTimeout(() => void refresh(), REFRESH_MS);
   };
@@ -151,8 +152,7 @@ function measureEngine(): Promise<EngineMeasured> {
       const r = evt.data;
       worker.terminate();
       if (r.error !== undefined) {
-        $('engine').innerHTML = '';
-        $('engine').append(errorSpan(`the engine failed: ${r.error}`));
+        $('engine').replaceChildren(errorSpan(`the engine failed: ${r.error}`));
         reject(new Error(r.error));
         return;
       }
