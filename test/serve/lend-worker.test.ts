@@ -72,12 +72,17 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
 
   const config = gpt2Config({ vocabSize: 64, hidden: 32, layers: 6, heads: 4, maxPositions: 128 });
   const prompt = [3, 1, 4, 1, 5, 9, 2, 6];
+  type Sampling = { maxNewTokens: number; stopTokens: number[]; temperature: number; seed: number };
+  /** One process's tokens for a seeded model, and a job of the same model planned over the workers listed now. */
+  const job = async (seed: number, options: Sampling, sampleRate: number) => {
+    const model = createModel(config, { seed });
+    const expected = (await generate(model, prompt, options)).tokens;
+    return { expected, dm: await swarm.user.distribute(model, { strategy: 'parameter-balanced', verify: { sampleRate } }) };
+  };
 
   test('a generation across two tabs and a Node worker gives one process\'s tokens; the validator re-runs every record and all pass', async (t) => {
-    const model = createModel(config, { seed: 22 });
     const options = { maxNewTokens: 16, stopTokens: [], temperature: 0.8, seed: 5 };
-    const expected = (await generate(model, prompt, options)).tokens;
-    const dm = await swarm.user.distribute(model, { strategy: 'parameter-balanced', verify: { sampleRate: 1 } });
+    const { expected, dm } = await job(22, options, 1);
     try {
       const holders = dm.assignment.map((a) => a.peerId);
       // the tabs announce their engine: the js backend with its GEMM in WebAssembly (the js backend's bits)
@@ -141,10 +146,8 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
   });
 
   test('closing a tab mid-generation: the job fails over and finishes with one process\'s tokens', async (t) => {
-    const model = createModel(config, { seed: 23 });
     const options = { maxNewTokens: 24, stopTokens: [], temperature: 0.8, seed: 3 };
-    const expected = (await generate(model, prompt, options)).tokens;
-    const dm = await swarm.user.distribute(model, { strategy: 'parameter-balanced', verify: { sampleRate: 0 } });
+    const { expected, dm } = await job(23, options, 0);
     try {
       const victim = tabs.find((tab) => dm.assignment.some((a) => a.peerId === tab.peerId))!;
       let count = 0;

@@ -117,14 +117,19 @@ async function show(node: Libp2p, validator: Multiaddr): Promise<void> {
 }
 
 function row(w: PeerRecord, self: boolean): HTMLTableRowElement {
-  const tr = document.createElement('tr');
-  tr.dataset.peer = w.peerId;
   const c = w.capabilities;
   const mib = (n: number) => `${(n / 2 ** 20).toFixed(0)} MiB`;
-  const cells = [
+  const tr = tableRow([
     `…${w.peerId.slice(-10)}${self ? ' (this tab)' : ''}`, reach(w.addrs), c ? `${c.backend}, ${c.cores} cores` : '', c ? c.gflops.toFixed(1) : '',
     c ? `${mib(c.memoryFreeBytes ?? c.memoryBytes)} / ${mib(c.memoryBytes)}` : '', String(w.sections?.length ?? 0),
-  ];
+  ]);
+  tr.dataset.peer = w.peerId;
+  return tr;
+}
+
+/** A table row of text cells (a peer's words are text, never markup). */
+function tableRow(cells: string[]): HTMLTableRowElement {
+  const tr = document.createElement('tr');
   for (const text of cells) {
     const td = document.createElement('td');
     td.textContent = text;
@@ -262,15 +267,9 @@ function showWork(worker: TabWorker): void {
       + `${w.trainBackwards} backwards, ${w.optimizerSteps} optimizer steps; ${mib(w.weightBytesReceived)} of weights received`;
     showEarnings(s.chain);
     const body = document.querySelector('table[data-testid="sections"] tbody')!;
-    body.replaceChildren(...s.sections.map((x) => {
-      const tr = document.createElement('tr');
-      for (const text of [x.job.slice(0, 12), x.arch, `layers ${x.range[0]}–${x.range[1] - 1}`, x.format, mib(x.bytes), String(x.sessions)]) {
-        const td = document.createElement('td');
-        td.textContent = text;
-        tr.append(td);
-      }
-      return tr;
-    }));
+    body.replaceChildren(...s.sections.map((x) => tableRow([
+      x.job.slice(0, 12), x.arch, `layers ${x.range[0]}–${x.range[1] - 1}`, x.format, mib(x.bytes), String(x.sessions),
+    ])));
   };
   draw();
   setInterval(draw, 1_000);

@@ -5,8 +5,6 @@ import type { PrivateKey } from '@libp2p/interface';
 
 const DB = 'tensorlink';
 const STORE = 'keys';
-const KEY = 'identity';
-const ACCOUNT = 'account';
 
 function open(): Promise<IDBDatabase> {
   return new Promise((resolve, reject) => {
@@ -25,31 +23,11 @@ function run<T>(db: IDBDatabase, mode: IDBTransactionMode, act: (s: IDBObjectSto
   });
 }
 
-/** The tab's key: the one IndexedDB holds, or a new one, stored. Without IndexedDB (a private window may refuse it), a key for this visit. */
-export async function tabIdentity(): Promise<{ key: PrivateKey; kept: boolean }> {
-  let db: IDBDatabase;
-  try {
-    db = await open();
-  } catch {
-    return { key: await generateKeyPair('Ed25519'), kept: false };
-  }
-  try {
-    const stored = await run<Uint8Array | undefined>(db, 'readonly', (s) => s.get(KEY) as IDBRequest<Uint8Array | undefined>);
-    if (stored) return { key: privateKeyFromProtobuf(new Uint8Array(stored)), kept: true };
-    const key = await generateKeyPair('Ed25519');
-    await run(db, 'readwrite', (s) => s.put(privateKeyToProtobuf(key), KEY));
-    return { key, kept: true };
-  } finally {
-    db.close();
-  }
-}
-
 /**
- * The tab's Ethereum account key (hex), kept beside its identity: where a swarm settles on a chain, what the tab earns is
- * paid to it and its stake is locked from it. Made on the first visit to such a swarm; null without IndexedDB (an
- * account whose key is lost with the visit would lose what it earned).
+ * What IndexedDB keeps under `name`, or what `make` makes, stored there; null when IndexedDB refuses (a private window
+ * may).
  */
-export async function tabAccountKey(): Promise<`0x${string}` | null> {
+async function kept<T>(name: string, make: () => Promise<T>): Promise<T | null> {
   let db: IDBDatabase;
   try {
     db = await open();
@@ -57,12 +35,29 @@ export async function tabAccountKey(): Promise<`0x${string}` | null> {
     return null;
   }
   try {
-    const stored = await run<string | undefined>(db, 'readonly', (s) => s.get(ACCOUNT) as IDBRequest<string | undefined>);
-    if (stored) return stored as `0x${string}`;
-    const key = `0x${[...crypto.getRandomValues(new Uint8Array(32))].map((b) => b.toString(16).padStart(2, '0')).join('')}` as const;
-    await run(db, 'readwrite', (s) => s.put(key, ACCOUNT));
-    return key;
+    const stored = await run<T | undefined>(db, 'readonly', (s) => s.get(name) as IDBRequest<T | undefined>);
+    if (stored !== undefined) return stored;
+    const value = await make();
+    await run(db, 'readwrite', (s) => s.put(value, name));
+    return value;
   } finally {
     db.close();
   }
+}
+
+/** The tab's key: the one IndexedDB holds, or a new one, stored. Without IndexedDB (a private window may refuse it), a key for this visit. */
+export async function tabIdentity(): Promise<{ key: PrivateKey; kept: boolean }> {
+  const stored = await kept('identity', async () => privateKeyToProtobuf(await generateKeyPair('Ed25519')));
+  if (stored === null) return { key: await generateKeyPair('Ed25519'), kept: false };
+  return { key: privateKeyFromProtobuf(new Uint8Array(stored)), kept: true };
+}
+
+/**
+ * The tab's Ethereum account key (hex), kept beside its identity: where a swarm settles on a chain, what the tab earns is
+ * paid to it and its stake is locked from it. Made on the first visit to such a swarm; null without IndexedDB (an
+ * account whose key is lost with the visit would lose what it earned).
+ */
+export function tabAccountKey(): Promise<`0x${string}` | null> {
+  const random = () => `0x${[...crypto.getRandomValues(new Uint8Array(32))].map((b) => b.toString(16).padStart(2, '0')).join('')}` as const;
+  return kept<`0x${string}`>('account', async () => random());
 }

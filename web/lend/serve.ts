@@ -13,6 +13,9 @@ import gemm from './gemm.wat';
 import { wasmBackend } from './wasm-gemm.ts';
 import type { StartMessage, ToPage, ToWorker, WorkSnapshot } from './bridge-protocol.ts';
 
+/** How often the page's view of the tab's account is read from the chain. */
+const CHAIN_READ_MS = 5_000;
+
 const post = (m: ToPage, transfer: Transferable[] = []) => postMessage(m, { transfer });
 let bridge: BridgeNode | null = null;
 
@@ -47,7 +50,8 @@ async function start(s: StartMessage): Promise<void> {
     }
   };
   await readChain();
-  if (chain) setInterval(() => void readChain(), 2_000);
+  // four reads (a log scan among them): often enough for a page, not for every announcement
+  if (chain) setInterval(() => void readChain(), CHAIN_READ_MS);
   setInterval(() => {
     const sections = [...worker.jobs.values()].flatMap((j) => (j.section
       ? [{
