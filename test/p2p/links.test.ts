@@ -45,7 +45,10 @@ const chain = (p: Plan) => p.stages.map((s) => s.device);
 const adjacent = (p: Plan, a: string, b: string) =>
   chain(p).some((d, i, all) => i > 0 && ((all[i - 1] === a && d === b) || (all[i - 1] === b && d === a)));
 
-describe('links across hosts (network namespaces on one switch, one link shaped to 10 Mbit/s)', () => {
+/** The slow link's rate: slow enough that its hop outweighs the compute that a loaded machine slows down. */
+const MBIT = 2;
+
+describe(`links across hosts (network namespaces on one switch, one link shaped to ${MBIT} Mbit/s)`, () => {
   let swarm: ShapedSwarm | null = null;
   const jobs: DistributedJob[] = [];
   after(async () => {
@@ -56,20 +59,20 @@ describe('links across hosts (network namespaces on one switch, one link shaped 
   test('layer-aware plans around the slow link, and its forward beats a plan through it by about the predicted factor', async (t) => {
     setBackend('js');
     // parameter-balanced keeps the validator's order: the link between its first two workers is the one slowed down
-    swarm = await shapedSwarm(10);
+    swarm = await shapedSwarm(MBIT);
     const { user: u, boot, order } = swarm;
     const [a, b] = order;
     const slow = swarm.records.get(a)!.proximity[b];
     const fast = swarm.records.get(a)!.proximity[order[2]];
     t.diagnostic(`measured after ${swarm.measuredMs} ms: ${a.slice(-6)}→${b.slice(-6)} ${slow.mbps} Mbit/s (${slow.rttMs} ms), ${a.slice(-6)}→${order[2].slice(-6)} ${fast.mbps} Mbit/s`);
-    assert.ok(slow.mbps < 15, `the shaped link measures ${slow.mbps} Mbit/s`);
+    assert.ok(slow.mbps < 1.5 * MBIT, `the shaped link measures ${slow.mbps} Mbit/s`);
     // a probe on a loaded machine (CI runs two test files at once on two cores) reads a fast link at tens of Mbit/s, not hundreds
     assert.ok(fast.mbps > 2 * slow.mbps, `an unshaped link measures ${fast.mbps} Mbit/s`);
 
-    // a forward whose hop over the slow link dominates on js: 8192 tokens of a 16-wide model (512 KiB
-    // of hidden states a hop, 0.42 s at 10 Mbit/s), three blocks (about 0.1 s of compute each here)
+    // a forward whose hop over the slow link dominates on js: 4096 tokens of a 16-wide model (256 KiB
+    // of hidden states a hop, 1.1 s at 2 Mbit/s), three blocks (about 0.05 s of compute each here, alone)
     const model = createModel(gpt2Config({ vocabSize: 64, hidden: 16, layers: 3, heads: 2, maxPositions: 64 }), { seed: 3 });
-    const shape = [256, 32];
+    const shape = [128, 32];
     const tokens = shape[0] * shape[1];
     const rng = new Generator(4);
     const ids = tensor(Array.from({ length: tokens }, () => rng.int(64)), shape, 'int32');
@@ -101,10 +104,11 @@ describe('links across hosts (network namespaces on one switch, one link shaped 
     const speedup = tBad / tGood;
     t.diagnostic(`forward of [${shape}]: layer-aware ${tGood.toFixed(0)} ms (predicted ${(stepSeconds(good.plan) * 1000).toFixed(0)} ms), through the slow link ${tBad.toFixed(0)} ms (predicted ${(stepSeconds(bad.plan) * 1000).toFixed(0)} ms)`);
     t.diagnostic(`speed-up: measured ${speedup.toFixed(2)}×, predicted ${predicted.toFixed(2)}×`);
-    // compute time on a loaded 2-core CI machine adds to both plans alike and shrinks the ratio (1.30 against 1.86 predicted in one
-    // CI run, 2.49 against 3.20 alone, 1.11–1.12 in two CI runs of 2026-11-26 beside heavier files): the test holds the direction
-    // with a margin above noise, the benchmark (links) the figure
-    assert.ok(speedup > 1.05, `layer-aware is ${speedup.toFixed(2)}× faster (predicted ${predicted.toFixed(2)}×)`);
+    // compute time on a loaded 2-core CI machine adds to both plans alike and shrinks the ratio: at 10 Mbit/s and twice the
+    // tokens it was 1.30 against 1.86 predicted in one CI run, 1.11–1.12 in two, and under 1.05 in a third (2026-11-26); at
+    // 2 Mbit/s 6.5× alone, 3.4× beside five busy loops. The test holds the direction with a margin above noise, the
+    // benchmark (links) the figure
+    assert.ok(speedup > 1.2, `layer-aware is ${speedup.toFixed(2)}× faster (predicted ${predicted.toFixed(2)}×)`);
 
     // between steps, the job asks whether to re-plan: the plan through the slow link should go
     const proposal = await proposeReplan(u, boot, modelInMemory(model), { strategy: 'layer-aware', ...options }, bad.plan);
@@ -118,6 +122,6 @@ describe('links across hosts (network namespaces on one switch, one link shaped 
       return p?.inbound && p.inbound.measuredAt >= forwardsFrom && p.inbound;
     }, 10_000);
     t.diagnostic(`${a.slice(-6)}→${b.slice(-6)} as the job's transfers achieved it: ${inbound.value.mbps} Mbit/s`);
-    assert.ok(inbound.value.mbps > 5 && inbound.value.mbps < 15, `the estimate is near the link's 10 Mbit/s: ${inbound.value.mbps}`);
+    assert.ok(inbound.value.mbps > 0.5 * MBIT && inbound.value.mbps < 1.5 * MBIT, `the estimate is near the link's ${MBIT} Mbit/s: ${inbound.value.mbps}`);
   });
 });
