@@ -8,7 +8,9 @@ import {
   CORPORA, corpusByName, fortuneQuotes, fortunesDataset, heldOutLoss, isCorpusName, loadFortunes, QUOTE_SEPARATOR, splitQuotes,
   type TextDataset,
 } from '../../src/data/index.ts';
+import { Tokenizer as LibraryTokenizer } from '@huggingface/tokenizers';
 import { byteLevelTokenizerJson, HFTokenizer } from '../../src/models/index.ts';
+import { byteLevelTable } from '../../src/models/tokenizer.ts';
 import { type Tensor, tensor, zeros } from '../../src/tensor/index.ts';
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
@@ -60,6 +62,24 @@ describe('fortunes corpus (Debian fortunes package)', () => {
     assert.ok(Math.abs(r.loss - Math.log(vocab)) < 1e-6, `loss ${r.loss}`);
     assert.ok(Math.abs(r.perplexity - vocab) < 1e-3, `perplexity ${r.perplexity}`);
     assert.ok(r.tokens >= 65536 && r.tokens % 64 === 0, `${r.tokens} tokens`);
+  });
+
+  test('a byte-level tokenizer without merges encodes by its table: the ids of @huggingface/tokenizers, corpus and edge cases', () => {
+    const json = byteLevelTokenizerJson() as Record<string, unknown>;
+    const library = new LibraryTokenizer(json, {});
+    const theirs = (text: string) => library.encode(text, { add_special_tokens: false }).ids;
+    const texts = [loadFortunes(), '', 'héllo wörld ✓ 😀 \u00a0\u2028', ' lone \ud800 surrogate \udfff', '  spaces\n\ttabs\r\n', 'a <|endoftext|> b'];
+    for (const text of texts) assert.deepEqual(tok.encode(text), theirs(text), JSON.stringify(text.slice(0, 40)));
+    assert.equal(tok.encode('x<|endoftext|>').at(-1), 256, 'an added token in the text goes through the library');
+    // anything but byte-level BPE without merges keeps the library's path
+    const merged = { ...json, model: { ...(json.model as object), merges: [['a', 'b']] } };
+    assert.equal(byteLevelTable(merged), null);
+    assert.equal(byteLevelTable({ ...json, normalizer: { type: 'NFC' } }), null);
+    assert.equal(byteLevelTable({ ...json, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: true } }), null);
+    const vocab = { ...(json.model as { vocab: Record<string, number> }).vocab };
+    delete vocab.a;
+    assert.equal(byteLevelTable({ ...json, model: { ...(json.model as object), vocab } }), null);
+    assert.equal(byteLevelTable(json)?.[97], 97);
   });
 
   test('named corpora', () => {
