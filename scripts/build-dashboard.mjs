@@ -4,7 +4,6 @@
 import { copyFileSync, mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
-import { assembleWat } from './wat.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const out = `${root}dist/dashboard`;
@@ -38,8 +37,6 @@ const nodeInTab = {
       const resolved = `${args.resolveDir}/${args.path.slice(2)}`.slice(root.length);
       return Object.hasOwn(twins, resolved) ? { path: `${root}${twins[resolved]}` } : undefined;
     });
-    // the tab's GEMM in WebAssembly: its text assembled here, the module's bytes bundled
-    b.onLoad({ filter: /\.wat$/ }, async (args) => ({ contents: await assembleWat(args.path), loader: 'binary' }));
     b.onResolve({ filter: /^node:/ }, (args) => (args.path === 'node:crypto'
       ? { path: `${root}web/lend/node-crypto.ts` }
       : { path: args.path, namespace: 'node-in-a-tab' }));

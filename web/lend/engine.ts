@@ -1,26 +1,27 @@
-// The tab's engine, in a Web Worker (the page stays responsive while it computes): TensorLink's js backend, bundled as
-// it is, and the same backend with its GEMM in WebAssembly SIMD (browser-wasm, the same bits). Measures each one's speed
+// The tab's engine, in a Web Worker (the page stays responsive while it computes): TensorLink's js backend with its
+// TypeScript GEMM (browser-js), and with its GEMM in WebAssembly SIMD (browser-wasm, the same bits). Measures each one's speed
 // and computes the seeded reference forward whose logits every machine must reproduce bit for bit
 // (src/worker/engine-check.ts). Posts { gflops, wasmGflops, logitsSha256, wasmSha256, ms } to the page.
 import './globals.ts';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { bytesToHex } from '@noble/hashes/utils.js';
 import { setBackend } from '../../src/tensor/index.ts';
+import { jsBackendWith } from '../../src/tensor/backends/js.ts';
+import { wasmGemm, wasmRuns } from '../../src/tensor/kernels/gemm-wasm.ts';
+import { gemmNN } from '../../src/tensor/kernels/matmul.ts';
 import { engineGflops, referenceLogits } from '../../src/worker/engine-check.ts';
-import gemm from './gemm.wat';
-import { wasmBackend, wasmRuns } from './wasm-gemm.ts';
 
 const fingerprint = (logits: Float32Array) => bytesToHex(sha256(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)));
 
 try {
-  setBackend('js');
+  setBackend(jsBackendWith(gemmNN));
   const t0 = performance.now();
   const logitsSha256 = fingerprint(referenceLogits());
   const ms = performance.now() - t0;
   const gflops = engineGflops();
   let wasm: { wasmGflops: number; wasmSha256: string } | Record<string, never> = {};
-  if (wasmRuns(gemm)) {
-    setBackend(wasmBackend(gemm));
+  if (wasmRuns()) {
+    setBackend(jsBackendWith(wasmGemm(gemmNN)));
     wasm = { wasmSha256: fingerprint(referenceLogits()), wasmGflops: engineGflops() };
   }
   postMessage({ gflops, logitsSha256, ms, ...wasm });

@@ -1,4 +1,5 @@
 import type { FloatArray } from '../dtype.ts';
+import { wasmGemm, wasmRuns } from './gemm-wasm.ts';
 
 /**
  * One batched matrix product: for each of `batch` problems,
@@ -127,11 +128,20 @@ export function gemmNT(
   }
 }
 
-/** gemmNN's signature: another implementation of the same sums (a tab's WebAssembly kernel) may stand in for it. */
+/** gemmNN's signature: another implementation of the same sums (the WebAssembly kernel) may stand in for it. */
 export type GemmNN = typeof gemmNN;
 
-/** Batched matrix product in pure TypeScript (bitwise reproducible); `nn` computes each product of untransposed operands. */
-export function matmulJs(A: FloatArray, B: FloatArray, C: FloatArray, s: MatmulSpec, nn: GemmNN = gemmNN): void {
+/**
+ * The GEMM the js backend runs: gemm.wat's (gemm-wasm.ts) where WebAssembly SIMD runs, gemmNN elsewhere. Both give
+ * the same bits, so the choice shows only in the time.
+ */
+export const fastGemm: GemmNN = wasmRuns() ? wasmGemm(gemmNN) : gemmNN;
+
+/**
+ * Batched matrix product, bitwise reproducible: `nn` (by default `fastGemm`) computes each product of untransposed
+ * operands, gemmNT a few rows against a transposed B.
+ */
+export function matmulJs(A: FloatArray, B: FloatArray, C: FloatArray, s: MatmulSpec, nn: GemmNN = fastGemm): void {
   const { m, k, n } = s;
   let sharedB: FloatArray | null = null;
   for (let p = 0; p < s.batch; p++) {

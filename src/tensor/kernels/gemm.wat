@@ -1,9 +1,10 @@
-;; The js backend's GEMM (src/tensor/kernels/matmul.ts gemmNN) in WebAssembly SIMD, for a tab's engine (browser-wasm):
-;; C[m, n] = A[m, k] @ B[k, n], float32 in and out, every output accumulated in float64 over k in increasing order and
-;; rounded once, rows four at a time over column blocks of 256: the same operations in the same order as the
-;; TypeScript kernel, two columns per f64x2 lane pair (a product then a sum, each rounded: no fused multiply-add, no
-;; relaxed SIMD), so its results equal the js backend's bit for bit on every machine.
-;; Arguments are byte offsets into the exported memory; `acc` is scratch for 4 x 256 float64.
+;; The js backend's GEMM (gemmNN in matmul.ts) in WebAssembly SIMD, which the js backend runs wherever WebAssembly SIMD
+;; does (Node, and a tab's engine: browser-wasm): C[m, n] = A[m, k] @ B[k, n], float32 in and out, every output
+;; accumulated in float64 over k in increasing order and rounded once, rows four at a time over column blocks of 256:
+;; the same operations in the same order as the TypeScript kernel, two columns per f64x2 lane pair (a product then a
+;; sum, each rounded: no fused multiply-add, no relaxed SIMD), so its results equal the TypeScript kernel's bit for bit
+;; on every machine. Arguments are byte offsets into the exported memory; `acc` is scratch for 4 x 256 float64.
+;; `node scripts/assemble-gemm.mjs` assembles it into gemm-wasm-bytes.ts (committed; a test checks the two agree).
 (module
   (memory (export "memory") 1)
   (func (export "gemm_nn") (param $a i32) (param $b i32) (param $c i32) (param $m i32) (param $k i32) (param $n i32) (param $acc i32)
