@@ -29,8 +29,12 @@ import { waitFor } from '../helpers/processes.ts';
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
-/** The validator's links in the third test: a relay shares this out among the hops it carries. */
-const RELAY_MBIT = 20;
+/**
+ * The validator's links in the third test: a relay shares this out among the hops it carries. Low enough that WebRTC
+ * between the homes reads above twice it on a loaded machine, where its probe is CPU-bound (CI read it at 32.4 Mbit/s
+ * one way, against 2 × 20; 11.9–31.8 in the first test of the same run).
+ */
+const RELAY_MBIT = 4;
 
 describe('workers behind NAT routers', () => {
   setBackend('js');
