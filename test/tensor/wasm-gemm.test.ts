@@ -22,6 +22,19 @@ function random(n: number, rng: Generator): Float32Array {
 
 const bitsOf = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('hex');
 
+/** `gemm` against gemmNN on random operands of each shape, at offsets into longer arrays: the same bits. */
+function sameBits(gemm: typeof gemmNN, shapes: number[][], rng: Generator): void {
+  for (const [m, k, n] of shapes) {
+    const A = random(m * k + 3, rng);
+    const B = random(k * n + 5, rng);
+    const js = new Float32Array(m * n + 2);
+    const wasm = new Float32Array(m * n + 2);
+    gemmNN(A, 3, B, 5, js, 2, m, k, n);
+    gemm(A, 3, B, 5, wasm, 2, m, k, n);
+    assert.equal(bitsOf(wasm), bitsOf(js), `${m}×${k}×${n}`);
+  }
+}
+
 describe('the WebAssembly GEMM equals the TypeScript kernel to the bit', () => {
   test('the committed module is gemm.wat assembled (node scripts/assemble-gemm.mjs), and the js backend runs it in Node', async () => {
     const assembled = await assembleWat(fileURLToPath(new URL(GEMM_WAT, ROOT)));
@@ -32,17 +45,8 @@ describe('the WebAssembly GEMM equals the TypeScript kernel to the bit', () => {
   });
 
   test('gemmNN: every shape of the blocking (rows not a multiple of 4, odd and block-crossing columns)', () => {
-    const gemm = wasmGemm(gemmNN, bytes);
-    const rng = new Generator(11);
-    for (const [m, k, n] of [[1, 1, 1], [3, 17, 5], [4, 64, 256], [5, 33, 257], [7, 8, 3], [9, 100, 513], [16, 256, 96], [2, 1000, 2]]) {
-      const A = random(m * k + 3, rng);
-      const B = random(k * n + 5, rng);
-      const js = new Float32Array(m * n + 2);
-      const wasm = new Float32Array(m * n + 2);
-      gemmNN(A, 3, B, 5, js, 2, m, k, n);
-      gemm(A, 3, B, 5, wasm, 2, m, k, n);
-      assert.equal(bitsOf(wasm), bitsOf(js), `${m}×${k}×${n}`);
-    }
+    const shapes = [[1, 1, 1], [3, 17, 5], [4, 64, 256], [5, 33, 257], [7, 8, 3], [9, 100, 513], [16, 256, 96], [2, 1000, 2]];
+    sameBits(wasmGemm(gemmNN, bytes), shapes, new Generator(11));
   });
 
   test('batched products with transposes, through the backend', () => {
@@ -72,15 +76,7 @@ describe('the WebAssembly GEMM equals the TypeScript kernel to the bit', () => {
     };
     // room for 6000 floats: 24×40 @ 40×1100 goes in blocks of 75 columns, 50×30 @ 30×70 in two blocks of rows
     const small = wasmGemm(counted, bytes, 6000);
-    for (const [m, k, n] of [[24, 40, 1100], [50, 30, 70], [3, 40, 1100], [9, 2000, 5]]) {
-      const A = random(m * k + 1, rng);
-      const B = random(k * n + 2, rng);
-      const js = new Float32Array(m * n + 3);
-      const wasm = new Float32Array(m * n + 3);
-      gemmNN(A, 1, B, 2, js, 3, m, k, n);
-      small(A, 1, B, 2, wasm, 3, m, k, n);
-      assert.equal(bitsOf(wasm), bitsOf(js), `${m}×${k}×${n}`);
-    }
+    sameBits(small, [[24, 40, 1100], [50, 30, 70], [3, 40, 1100], [9, 2000, 5]], rng);
     assert.equal(fellBack, 1, 'only a k too long for four rows in the memory falls back to the TypeScript kernel');
     const f64 = new Float64Array(6);
     small(new Float64Array(6), 0, new Float64Array(6), 0, f64, 0, 2, 3, 2);
