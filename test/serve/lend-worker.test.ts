@@ -95,16 +95,20 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
       assert.deepEqual([...holders].sort(), [swarm.workers[0].peerId, tabs[0].peerId, tabs[1].peerId].sort(), 'a section on each worker');
       const started = Date.now();
       assert.deepEqual((await dm.generate(prompt, options)).tokens, expected);
-      // every record of the job re-executed by the validator, the tabs' among them (a tab records under its own key); the
-      // re-runs go on beside the steps, and on a loaded machine some end after the generation does
-      await waitFor('every record re-executed', async () => dm.verification!.checked >= 3 * options.maxNewTokens, 30_000).catch((err: Error) => {
-        throw new Error(`${err.message}: ${JSON.stringify(dm.verification)}`);
+      // every record of the session re-executed by the validator, the tabs' among them (a tab records under its own key):
+      // 3 a token; on a loaded machine a worker may miss a step's deadline, and the job then fails over, forgets what the
+      // lost worker computed and replays the session on the route left, whose records are the ones re-run
+      const failovers = dm.failovers.map((f) => `${f.action} [${f.layers}) of ${f.peer.slice(-6)}: ${f.cause}`);
+      if (failovers.length > 0) t.diagnostic(`failed over under load: ${failovers.join('; ')}`);
+      const route = dm.assignment.length;
+      await waitFor('every record re-executed', async () => dm.verification!.checked >= route * options.maxNewTokens, 30_000).catch((err: Error) => {
+        throw new Error(`${err.message}: ${JSON.stringify(dm.verification)}; failovers: ${failovers.join('; ') || 'none'}`);
       });
       const v = dm.verification!;
       assert.equal(v.failed, 0, JSON.stringify(v));
       assert.deepEqual(v.flagged, []);
       const rtc: number[] = [];
-      for (const tab of tabs) {
+      for (const tab of tabs.filter((x) => dm.assignment.some((a) => a.peerId === x.peerId))) {
         await tab.page.locator('#lending[data-sections="1"]').waitFor({ timeout: 5_000 });
         assert.ok(Number(await tab.page.locator('#lending').getAttribute('data-steps')) >= options.maxNewTokens, 'the tab counts what it served');
         // one connection per peer, reused (Chrome allows a tab about 500 RTCPeerConnections in its life)
