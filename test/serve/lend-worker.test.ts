@@ -176,23 +176,33 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
   test('a tab that cheats (the test build\'s ?fault=noise) is caught by the validator\'s re-execution', async (t) => {
     const cheater = await openTab('&fault=noise', 'test');
     await listed([swarm.workers[0].peerId, ...tabs.map((tab) => tab.peerId)]);
-    const model = createModel(config, { seed: 24 });
-    const dm = await swarm.user.distribute(model, { strategy: 'parameter-balanced', verify: { sampleRate: 1 } });
-    try {
-      assert.ok(dm.assignment.some((a) => a.peerId === cheater.peerId), 'the cheating tab holds a section');
-      const outcome = await dm.generate(prompt, { maxNewTokens: 4, stopTokens: [], temperature: 0 }).then(
-        (r) => `tokens ${JSON.stringify(r.tokens)}`,
-        (err: Error) => `${err.name}: ${err.message}`,
-      );
-      // the validator's re-runs go on beside the steps (on a loaded machine some end after the generation does)
-      await waitFor('the cheating tab to be flagged', async () => dm.verification!.flagged.includes(cheater.peerId), 30_000).catch((err: Error) => {
-        throw new Error(`${err.message}: the generation gave ${outcome}; verification ${JSON.stringify(dm.verification)}`);
-      });
-      const v = dm.verification!;
-      t.diagnostic(`generation with the cheater: ${outcome}; verification ${JSON.stringify(v)}`);
-      assert.ok(v.failed >= 1);
-    } finally {
-      await dm.close();
+    // a job in which a worker misses a step's deadline (a loaded machine) fails over: a cheater failed over before its
+    // records were re-run is forgotten with them, not caught, and the test runs another job (at most three)
+    const tried: string[] = [];
+    for (let attempt = 1; ; attempt++) {
+      const dm = await swarm.user.distribute(createModel(config, { seed: 24 }), { strategy: 'parameter-balanced', verify: { sampleRate: 1 } });
+      try {
+        assert.ok(dm.assignment.some((a) => a.peerId === cheater.peerId), 'the cheating tab holds a section');
+        const outcome = await dm.generate(prompt, { maxNewTokens: 4, stopTokens: [], temperature: 0 }).then(
+          (r) => `tokens ${JSON.stringify(r.tokens)}`,
+          (err: Error) => `${err.name}: ${err.message}`,
+        );
+        const lost = dm.failovers.filter((f) => f.peer === cheater.peerId && !dm.verification!.flagged.includes(cheater.peerId));
+        if (lost.length > 0 && attempt < 3) {
+          tried.push(`job ${attempt} failed over the cheater before its re-runs (${lost[0].cause})`);
+          continue;
+        }
+        await waitFor('the cheating tab to be flagged', async () => dm.verification!.flagged.includes(cheater.peerId), 30_000).catch((err: Error) => {
+          const failovers = dm.failovers.map((f) => `${f.peer.slice(-6)}: ${f.cause}`).join('; ') || 'none';
+          throw new Error(`${err.message}: the generation gave ${outcome}; verification ${JSON.stringify(dm.verification)}; failovers ${failovers}; ${tried.join('; ')}`);
+        });
+        const v = dm.verification!;
+        t.diagnostic(`generation with the cheater: ${outcome}; verification ${JSON.stringify(v)}${tried.length > 0 ? `; ${tried.join('; ')}` : ''}`);
+        assert.ok(v.failed >= 1);
+        break;
+      } finally {
+        await dm.close();
+      }
     }
     for (const tab of tabs) assert.deepEqual(tab.errors, [], `tab ${tab.peerId}`);
   });
