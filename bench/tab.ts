@@ -12,8 +12,9 @@ const median = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length
 
 /**
  * A browser tab's engine against a Node worker's, on this machine: the GFLOP/s of the js backend's 256³ product, as
- * /lend measures it in a Web Worker of headless Chromium (the median of 5 page loads) and as a worker measures it in
- * this process (the median of 5). Needs Debian's Chromium; skipped with a note otherwise.
+ * /lend measures it in a Web Worker of headless Chromium with each GEMM (TypeScript: browser-js; WebAssembly SIMD:
+ * browser-wasm; the median of 5 page loads) and as a worker measures it in this process (its GEMM in WebAssembly SIMD
+ * too; the median of 5). Needs Debian's Chromium; skipped with a note otherwise.
  */
 export async function benchTab(): Promise<Row[]> {
   if (!existsSync(CHROMIUM)) {
@@ -39,11 +40,11 @@ export async function benchTab(): Promise<Row[]> {
     }
     const tab = median(runs);
     const wasm = wasmRuns.length > 0 ? median(wasmRuns) : null;
-    process.stderr.write(`  tab: ${tab.toFixed(2)} GFLOP/s in Chromium's Web Worker (js backend)`
-      + `${wasm === null ? '' : `, ${wasm.toFixed(2)} with the WebAssembly GEMM`}; ${node.toFixed(2)} GFLOP/s in Node (js backend)\n`);
-    const reference = { unit: 'GFLOP/s', reference: 'a Node worker\'s js backend, same product', referenceValue: node };
+    process.stderr.write(`  tab: ${tab.toFixed(2)} GFLOP/s in Chromium's Web Worker (js backend, TypeScript GEMM)`
+      + `${wasm === null ? '' : `, ${wasm.toFixed(2)} with the WebAssembly GEMM`}; ${node.toFixed(2)} GFLOP/s in Node (js backend, WebAssembly GEMM)\n`);
+    const reference = { unit: 'GFLOP/s', reference: 'a Node worker\'s js backend (WebAssembly GEMM), same product', referenceValue: node };
     return [
-      { section: SECTION, case: 'a browser tab\'s engine (js backend, Web Worker, Chromium): 256³ product', value: tab, ...reference, ratio: tab / node },
+      { section: SECTION, case: 'a browser tab\'s engine (browser-js: the TypeScript GEMM, Web Worker, Chromium): 256³ product', value: tab, ...reference, ratio: tab / node },
       ...(wasm === null
         ? []
         : [{
