@@ -77,17 +77,22 @@ const UTF8 = new TextEncoder();
 /**
  * The byte → id table of a tokenizer.json that is byte-level BPE without merges (as
  * `byteLevelTokenizerJson` writes): no normalizer, a ByteLevel pre-tokenizer without a prefix
- * space, a BPE model with no merges, no dropout, and a vocabulary holding every byte's character.
+ * space, a BPE model with no merges, dropout or word affixes, and a vocabulary holding every byte's character.
  * Such a tokenizer's ids for text free of its added tokens are the table's entries for the text's
  * UTF-8 bytes, one a byte (the pre-tokenizer's words change nothing without merges); null for
  * any other tokenizer.
  */
 export function byteLevelTable(json: Record<string, unknown>): Int32Array | null {
-  const model = json.model as { type?: string; vocab?: unknown; merges?: unknown[]; dropout?: unknown } | undefined;
+  const model = json.model as {
+    type?: string; vocab?: unknown; merges?: unknown[]; dropout?: unknown;
+    continuing_subword_prefix?: unknown; end_of_word_suffix?: unknown;
+  } | undefined;
   const pre = json.pre_tokenizer as { type?: string; add_prefix_space?: boolean } | null | undefined;
   if (json.normalizer !== null && json.normalizer !== undefined) return null;
   if (pre?.type !== 'ByteLevel' || pre.add_prefix_space) return null;
   if (model?.type !== 'BPE' || (model.merges?.length ?? 0) > 0 || (model.dropout ?? null) !== null) return null;
+  // a word's affixes would name other tokens than the bytes' own
+  if ((model.continuing_subword_prefix ?? '') !== '' || (model.end_of_word_suffix ?? '') !== '') return null;
   const vocab = model.vocab;
   if (vocab === null || typeof vocab !== 'object' || Array.isArray(vocab)) return null;
   const table = new Int32Array(256);

@@ -75,6 +75,7 @@ describe('fortunes corpus (Debian fortunes package)', () => {
     const merged = { ...json, model: { ...(json.model as object), merges: [['a', 'b']] } };
     assert.equal(byteLevelTable(merged), null);
     assert.equal(byteLevelTable({ ...json, normalizer: { type: 'NFC' } }), null);
+    assert.equal(byteLevelTable({ ...json, model: { ...(json.model as object), end_of_word_suffix: '</w>' } }), null);
     assert.equal(byteLevelTable({ ...json, pre_tokenizer: { type: 'ByteLevel', add_prefix_space: true } }), null);
     const vocab = { ...(json.model as { vocab: Record<string, number> }).vocab };
     delete vocab.a;
