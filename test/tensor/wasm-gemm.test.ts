@@ -13,7 +13,6 @@ import { GEMM_WASM, wasmGemm, wasmRuns } from '../../src/tensor/kernels/gemm-was
 import { fastGemm, gemmNN, type MatmulSpec, matmulJs } from '../../src/tensor/kernels/matmul.ts';
 import { referenceLogits } from '../../src/worker/engine-check.ts';
 
-const bytes = GEMM_WASM;
 const ROOT = new URL('../../', import.meta.url);
 
 function random(n: number, rng: Generator): Float32Array {
@@ -46,11 +45,11 @@ describe('the WebAssembly GEMM equals the TypeScript kernel to the bit', () => {
 
   test('gemmNN: every shape of the blocking (rows not a multiple of 4, odd and block-crossing columns)', () => {
     const shapes = [[1, 1, 1], [3, 17, 5], [4, 64, 256], [5, 33, 257], [7, 8, 3], [9, 100, 513], [16, 256, 96], [2, 1000, 2]];
-    sameBits(wasmGemm(gemmNN, bytes), shapes, new Generator(11));
+    sameBits(wasmGemm(gemmNN), shapes, new Generator(11));
   });
 
   test('batched products with transposes, through the backend', () => {
-    const nn = wasmGemm(gemmNN, bytes);
+    const nn = wasmGemm(gemmNN);
     const rng = new Generator(12);
     for (const spec of [
       { batch: 3, m: 12, k: 20, n: 9, transA: false, transB: true, batchedA: true, batchedB: false },
@@ -75,7 +74,7 @@ describe('the WebAssembly GEMM equals the TypeScript kernel to the bit', () => {
       gemmNN(...args);
     };
     // room for 6000 floats: 24×40 @ 40×1100 goes in blocks of 75 columns, 50×30 @ 30×70 in two blocks of rows
-    const small = wasmGemm(counted, bytes, 6000);
+    const small = wasmGemm(counted, 6000);
     sameBits(small, [[24, 40, 1100], [50, 30, 70], [3, 40, 1100], [9, 2000, 5]], rng);
     assert.equal(fellBack, 1, 'only a k too long for four rows in the memory falls back to the TypeScript kernel');
     const f64 = new Float64Array(6);

@@ -6,9 +6,8 @@ import './globals.ts';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { bytesToHex } from '@noble/hashes/utils.js';
 import { setBackend } from '../../src/tensor/index.ts';
-import { jsBackendWith } from '../../src/tensor/backends/js.ts';
-import { wasmGemm, wasmRuns } from '../../src/tensor/kernels/gemm-wasm.ts';
-import { gemmNN } from '../../src/tensor/kernels/matmul.ts';
+import { jsBackend, jsBackendWith } from '../../src/tensor/backends/js.ts';
+import { fastGemm, gemmNN } from '../../src/tensor/kernels/matmul.ts';
 import { engineGflops, referenceLogits } from '../../src/worker/engine-check.ts';
 
 const fingerprint = (logits: Float32Array) => bytesToHex(sha256(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)));
@@ -20,8 +19,9 @@ try {
   const ms = performance.now() - t0;
   const gflops = engineGflops();
   let wasm: { wasmGflops: number; wasmSha256: string } | Record<string, never> = {};
-  if (wasmRuns()) {
-    setBackend(jsBackendWith(wasmGemm(gemmNN)));
+  // the js backend itself runs the WebAssembly GEMM where this browser runs WebAssembly SIMD
+  if (fastGemm !== gemmNN) {
+    setBackend(jsBackend);
     wasm = { wasmSha256: fingerprint(referenceLogits()), wasmGflops: engineGflops() };
   }
   postMessage({ gflops, logitsSha256, ms, ...wasm });

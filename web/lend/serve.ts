@@ -9,8 +9,7 @@ import { MIN_STAKE } from '../../src/chain/constants.ts';
 import { NodeChain } from '../../src/chain/node-chain.ts';
 import { startWorker } from '../../src/worker/worker.ts';
 import { BridgeNode } from './bridge-node.ts';
-import { jsBackendWith } from '../../src/tensor/backends/js.ts';
-import { wasmGemm } from '../../src/tensor/kernels/gemm-wasm.ts';
+import { jsBackend, jsBackendWith } from '../../src/tensor/backends/js.ts';
 import { gemmNN } from '../../src/tensor/kernels/matmul.ts';
 import type { StartMessage, ToPage, ToWorker, WorkSnapshot } from './bridge-protocol.ts';
 
@@ -21,7 +20,8 @@ const post = (m: ToPage, transfer: Transferable[] = []) => postMessage(m, { tran
 let bridge: BridgeNode | null = null;
 
 async function start(s: StartMessage): Promise<void> {
-  setBackend(jsBackendWith(s.engine === 'wasm' ? wasmGemm(gemmNN) : gemmNN));
+  // browser-wasm: the js backend as it is (its GEMM the WebAssembly module); browser-js: with the TypeScript GEMM
+  setBackend(s.engine === 'wasm' ? jsBackend : jsBackendWith(gemmNN));
   bridge = new BridgeNode(post, s.peerId, s.addrs);
   // on a chain: its account stakes what it holds (a worker without stake is given no work) and claims what it earns
   const chain = s.chain ? new NodeChain(s.chain.deployment, privateKeyToAccount(s.chain.key)) : null;

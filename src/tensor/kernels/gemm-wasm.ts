@@ -28,22 +28,22 @@ const MAX_FLOATS = 4 * 1024 * 1024;
 const BLOCK_COLUMNS = 1024;
 
 /** Whether this engine runs the module (WebAssembly SIMD: Node 16.4+, Chrome 91+, Firefox 89+, Safari 16.4+). */
-export function wasmRuns(bytes: Uint8Array<ArrayBuffer> = GEMM_WASM): boolean {
+export function wasmRuns(): boolean {
   try {
-    return wasm !== undefined && wasm.validate(bytes);
+    return wasm !== undefined && wasm.validate(GEMM_WASM);
   } catch {
     return false;
   }
 }
 
 /**
- * gemmNN by the WebAssembly module `bytes`. Float32 operands only; anything else, and products too long in k for a
- * block of the memory, go to `fallback` (gemmNN: the same sums). `maxFloats` bounds the memory it holds (tests use a
+ * gemmNN by the module, in an instance of its own. Float32 operands only; anything else, and products too long in k for
+ * a block of the memory, go to `fallback` (gemmNN: the same sums). `maxFloats` bounds the memory it holds (tests use a
  * small one to exercise the blocks).
  */
-export function wasmGemm(fallback: GemmNN, bytes: Uint8Array<ArrayBuffer> = GEMM_WASM, maxFloats = MAX_FLOATS): GemmNN {
+export function wasmGemm(fallback: GemmNN, maxFloats = MAX_FLOATS): GemmNN {
   if (!wasm) throw new Error('this engine has no WebAssembly');
-  const instance = new wasm.Instance(new wasm.Module(bytes));
+  const instance = new wasm.Instance(new wasm.Module(GEMM_WASM));
   const memory = instance.exports.memory as WasmMemory;
   const kernel = instance.exports.gemm_nn as (a: number, b: number, c: number, m: number, k: number, n: number, acc: number) => void;
   const heapOf = (floats: number) => {
