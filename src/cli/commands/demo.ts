@@ -101,7 +101,7 @@ const thousands = (n: number) => n.toLocaleString('en-US');
  * generated across the swarm, and summed up. Everything stops on exit or Ctrl-C.
  */
 export async function demoCommand(flags: Flags, out: Output): Promise<void> {
-  const steps = intFlag(flags, 'steps', 500);
+  const steps = intFlag(flags, 'steps', 600);
   const seed = intFlag(flags, 'seed', 1, 0);
   const workers = intFlag(flags, 'workers', 3);
   const microBatches = intFlag(flags, 'micro-batches', 2);
