@@ -21,7 +21,7 @@ const MOE = new Set(['mixtral', 'qwen3_moe']);
 /**
  * Bounds on the dense fixtures, over what was measured (bf16 ≤ 1.2e-2, int8 ≤ 3.0e-2, int4 ≤ 4.3e-1): their weights
  * have the spread 1/√fan_in, on 64 dims, so even bf16's rounding moves the largest logit by 1%. (The issue hoped for
- * int8 within 2%: six of the thirteen dense fixtures are above it, with llama.cpp's own Q8_0 values; by ‖Δ‖/‖logits‖,
+ * int8 within 2%: five of the thirteen dense fixtures are above it, with llama.cpp's own Q8_0 values; by ‖Δ‖/‖logits‖,
  * printed beside it, llama 2.1% and phi3 2.0%.) Q8_0 of one class of matrix alone (embedding, head, attention, MLP)
  * gives 0.3–1.9% each, so the error is 8-bit rounding spread over every matrix, not one weak tensor: keeping the
  * embedding and head in float32 leaves llama at 2.45%, and the block scale of least squared error (valid Q8_0 bytes,
