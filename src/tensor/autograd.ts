@@ -1,4 +1,5 @@
 import { AutogradError } from '../errors.ts';
+import { addInto } from './kernels/rows.ts';
 import { releaseFloat32 } from './pool.ts';
 import type { Tensor } from './tensor.ts';
 
@@ -180,9 +181,7 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
         if (prev === undefined) {
           grads.set(input, ig);
         } else if (owned.has(prev.data.buffer)) {
-          const d = prev.data;
-          const s = ig.data;
-          for (let k = 0; k < d.length; k++) d[k] += s[k];
+          addInto(prev.data as Float32Array | Float64Array, ig.data);
           recycle(ig, later);
         } else {
           const sum = prev.add(ig);

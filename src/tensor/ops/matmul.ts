@@ -3,6 +3,7 @@ import { record } from '../autograd.ts';
 import { getBackend } from '../backends/select.ts';
 import { allocate, assertFloat, type FloatArray } from '../dtype.ts';
 import { broadcastShapes, sizeOf } from '../shape.ts';
+import { sumRowsInto } from '../kernels/rows.ts';
 import { Tensor } from '../tensor.ts';
 import { packedLinear } from './packed.ts';
 import { sumTo } from './reduce.ts';
@@ -142,7 +143,7 @@ export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, weightIn
     if (bias?.requiresGrad) {
       const acc = new Float64Array(outF);
       const gd = g.data;
-      for (let r = 0; r < rows; r++) for (let j = 0; j < outF; j++) acc[j] += gd[r * outF + j];
+      sumRowsInto(acc, gd, rows, outF);
       db = new Tensor(allocate(bias.dtype, outF), bias.shape);
       db.data.set(acc);
     }

@@ -2,6 +2,7 @@ import { ShapeMismatchError } from '../../errors.ts';
 import { record } from '../autograd.ts';
 import { getBackend } from '../backends/select.ts';
 import { allocate, assertFloat, type FloatArray } from '../dtype.ts';
+import { layerNormBackwardRows, rmsNormBackwardRows } from '../kernels/rows.ts';
 import { Tensor } from '../tensor.ts';
 
 /**
@@ -71,26 +72,7 @@ export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | nul
     const gx = allocate(x.dtype, x.size);
     const gw = new Float64Array(n);
     const gb = new Float64Array(n);
-    for (let r = 0; r < rows; r++) {
-      const base = r * n;
-      const mean = means[r];
-      const rs = rstd[r];
-      let sumG = 0;
-      let sumGH = 0;
-      for (let j = 0; j < n; j++) {
-        const h = (src[base + j] - mean) * rs; // x̂, recomputed instead of stored
-        const gh = gd[base + j] * (w ? w[j] : 1);
-        sumG += gh;
-        sumGH += gh * h;
-        gw[j] += gd[base + j] * h;
-        gb[j] += gd[base + j];
-      }
-      for (let j = 0; j < n; j++) {
-        const h = (src[base + j] - mean) * rs;
-        const gh = gd[base + j] * (w ? w[j] : 1);
-        gx[base + j] = (rs / n) * (n * gh - sumG - h * sumGH);
-      }
-    }
+    layerNormBackwardRows(src, gd, w, means, rstd, gx as FloatArray, gw, gb, rows, n);
     const grads: (Tensor | null)[] = [new Tensor(gx, x.shape)];
     if (weight) grads.push(fromDoubles(gw, weight));
     if (bias) grads.push(fromDoubles(gb, bias));
@@ -118,21 +100,7 @@ export function rmsNorm(x: Tensor, weight?: Tensor | null, eps = 1e-6): Tensor {
     const gd = g.data;
     const gx = allocate(x.dtype, x.size);
     const gw = new Float64Array(n);
-    for (let r = 0; r < rows; r++) {
-      const base = r * n;
-      const rs = rstd[r];
-      let dot = 0;
-      for (let j = 0; j < n; j++) {
-        const gh = gd[base + j] * (w ? w[j] : 1);
-        dot += gh * src[base + j];
-        gw[j] += gd[base + j] * src[base + j] * rs;
-      }
-      const c = (rs * rs * rs * dot) / n;
-      for (let j = 0; j < n; j++) {
-        const gh = gd[base + j] * (w ? w[j] : 1);
-        gx[base + j] = gh * rs - src[base + j] * c;
-      }
-    }
+    rmsNormBackwardRows(src, gd, w, rstd, gx as FloatArray, gw, rows, n);
     const grads: (Tensor | null)[] = [new Tensor(gx, x.shape)];
     if (weight) grads.push(fromDoubles(gw, weight));
     return grads;

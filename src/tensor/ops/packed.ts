@@ -10,6 +10,7 @@ import {
 } from '../quant/kernels.ts';
 import { unpackMatrix } from '../quant/formats.ts';
 import { matmul } from './matmul.ts';
+import { sumRowsInto } from '../kernels/rows.ts';
 import { Tensor } from '../tensor.ts';
 
 /**
@@ -55,7 +56,7 @@ export function packedLinear(x: Tensor, weight: Tensor, bias: Tensor | null | un
     if (bias?.requiresGrad) {
       const acc = new Float64Array(outF);
       const gd = g.data;
-      for (let r = 0; r < rows; r++) for (let j = 0; j < outF; j++) acc[j] += gd[r * outF + j];
+      sumRowsInto(acc, gd, rows, outF);
       db = new Tensor(Float32Array.from(acc), bias.shape);
     }
     return bias ? [dx, db] : [dx];
