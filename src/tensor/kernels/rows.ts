@@ -1,8 +1,9 @@
 /**
  * Loops of the backward passes as top-level functions. A backward is a closure made anew for each op a forward records;
- * a hot loop inside it was seen to fall into deoptimization loops in V8 (a worker's bias and layer-norm gradients
- * deoptimized 30–40 times in a 300-step demo, that worker then running them unoptimized, with boxed doubles and 10×
- * the garbage collection of its neighbour). A function of its own is optimized once for all the closures that call
+ * a hot loop inside it was seen to fall into deoptimization loops in V8 (in a 300-step demo, 39 deoptimizations of a
+ * bias's gradient loop in one worker and 32 of layer norm's backward in another; in other runs a worker whose backward
+ * ran unoptimized, with boxed doubles, spent 14× the garbage collection of its neighbour). A function of its own is
+ * optimized once for all the closures that call
  * it. Each computes what the loop it replaced computed, in the same order: the same bits.
  */
 
