@@ -3,8 +3,8 @@
  * a hot loop inside it was seen to fall into deoptimization loops in V8 (in a 300-step demo, 39 deoptimizations of a
  * bias's gradient loop in one worker and 32 of layer norm's backward in another; in other runs a worker whose backward
  * ran unoptimized, with boxed doubles, spent 14× the garbage collection of its neighbour). A function of its own is
- * optimized once for all the closures that call
- * it. Each computes what the loop it replaced computed, in the same order: the same bits.
+ * optimized once for all the closures that call it. Each computes what the loop it replaced computed, in the same
+ * order: the same bits.
  */
 
 type Floats = Float32Array | Float64Array;
