@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { type AdamW, gradNormSquared, scaleGrads } from '../nn/index.ts';
 import { layerParameters, type ModelLayer, runLayers, trainingOptimizer } from '../models/index.ts';
-import { noGrad, type Tensor, tensor, zeros } from '../tensor/index.ts';
+import { addInto, noGrad, type Tensor, tensor, zeros } from '../tensor/index.ts';
 
 export interface ExecutorOptions {
   lr: number;
@@ -68,13 +68,12 @@ export class TiedParameters {
       for (const g of [own.get(p), held.get(p)]) {
         if (!g) continue;
         if (!sum) sum = g.data as Float32Array;
-        else for (let i = 0; i < sum.length; i++) sum[i] += g.data[i];
+        else addInto(sum, g.data);
       }
       if (!sum) continue;
       if (!p.grad) p.grad = tensor(sum, p.shape);
       else {
-        const acc = p.grad.data;
-        for (let i = 0; i < acc.length; i++) acc[i] += sum[i];
+        addInto(p.grad.data as Float32Array, sum);
       }
     }
   }
@@ -184,9 +183,7 @@ export class StageExecutor {
       }
       if (!acc) p.grad = c;
       else {
-        const a = acc.data;
-        const d = c.data;
-        for (let i = 0; i < a.length; i++) a[i] += d[i];
+        addInto(acc.data as Float32Array, c.data);
         p.grad = acc;
       }
     }

@@ -1,4 +1,5 @@
 import { AutogradError } from '../errors.ts';
+import type { FloatArray } from './dtype.ts';
 import { addInto } from './kernels/rows.ts';
 import { releaseFloat32 } from './pool.ts';
 import type { Tensor } from './tensor.ts';
@@ -181,7 +182,7 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
         if (prev === undefined) {
           grads.set(input, ig);
         } else if (owned.has(prev.data.buffer)) {
-          addInto(prev.data as Float32Array | Float64Array, ig.data);
+          addInto(prev.data as FloatArray, ig.data);
           recycle(ig, later);
         } else {
           const sum = prev.add(ig);

@@ -3,6 +3,7 @@ export type { Backend } from './backends/backend.ts';
 export { jsBackend } from './backends/js.ts';
 export { createOrtBackend, ortAvailable } from './backends/ort.ts';
 export { type BackendName, getBackend, setBackend, withBackend } from './backends/select.ts';
+export { addInto } from './kernels/rows.ts';
 export { arange, drawsNothing, full, ones, type RandomOptions, rand, randint, randn, tensor, zeros } from './creation.ts';
 export type { DType, FloatArray, StorageDType, TypedArray } from './dtype.ts';
 export { type AttentionOptions, scaledDotProductAttention } from './ops/attention.ts';

@@ -1,6 +1,7 @@
 import { AutogradError, DTypeError, InvalidArgumentError, ShapeMismatchError } from '../errors.ts';
 import { type BackwardOptions, type GradNode, runBackward } from './autograd.ts';
-import { allocate, type DType, dtypeOf, isFloat, type TypedArray } from './dtype.ts';
+import { allocate, type DType, dtypeOf, type FloatArray, isFloat, type TypedArray } from './dtype.ts';
+import { addInto } from './kernels/rows.ts';
 import * as ew from './ops/elementwise.ts';
 import * as mm from './ops/matmul.ts';
 import * as red from './ops/reduce.ts';
@@ -112,9 +113,7 @@ export class Tensor {
     if (this.grad === null) {
       this.grad = new Tensor(adopt ? g.data : g.data.slice(), this.shape);
     } else {
-      const d = this.grad.data;
-      const s = g.data;
-      for (let i = 0; i < d.length; i++) d[i] += s[i];
+      addInto(this.grad.data as FloatArray, g.data);
     }
   }
 

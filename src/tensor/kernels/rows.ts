@@ -1,3 +1,5 @@
+import type { FloatArray } from '../dtype.ts';
+
 /**
  * Loops of the backward passes as top-level functions. A backward is a closure made anew for each op a forward records;
  * a hot loop inside it was seen to fall into deoptimization loops in V8 (in a 300-step demo, 39 deoptimizations of a
@@ -7,15 +9,13 @@
  * order: the same bits.
  */
 
-type Floats = Float32Array | Float64Array;
-
 /** acc[j] += Σ_r g[r · cols + j], the rows added in order: a bias's gradient. */
 export function sumRowsInto(acc: Float64Array, g: ArrayLike<number>, rows: number, cols: number): void {
   for (let r = 0; r < rows; r++) for (let j = 0; j < cols; j++) acc[j] += g[r * cols + j];
 }
 
 /** d[k] += s[k] for every k: a gradient added into another in place. */
-export function addInto(d: Floats, s: ArrayLike<number>): void {
+export function addInto(d: FloatArray, s: ArrayLike<number>): void {
   for (let k = 0; k < d.length; k++) d[k] += s[k];
 }
 
@@ -25,7 +25,7 @@ export function addInto(d: Floats, s: ArrayLike<number>): void {
  */
 export function layerNormBackwardRows(
   src: ArrayLike<number>, gd: ArrayLike<number>, w: ArrayLike<number> | undefined, means: Float64Array, rstd: Float64Array,
-  gx: Floats, gw: Float64Array, gb: Float64Array, rows: number, n: number,
+  gx: FloatArray, gw: Float64Array, gb: Float64Array, rows: number, n: number,
 ): void {
   for (let r = 0; r < rows; r++) {
     const base = r * n;
@@ -52,7 +52,7 @@ export function layerNormBackwardRows(
 /** RMS norm's backward over `rows` rows of `n`: gx, and gw (float64 sums) added into. */
 export function rmsNormBackwardRows(
   src: ArrayLike<number>, gd: ArrayLike<number>, w: ArrayLike<number> | undefined, rstd: Float64Array,
-  gx: Floats, gw: Float64Array, rows: number, n: number,
+  gx: FloatArray, gw: Float64Array, rows: number, n: number,
 ): void {
   for (let r = 0; r < rows; r++) {
     const base = r * n;
