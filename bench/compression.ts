@@ -1,4 +1,4 @@
-import { localSwarm } from '../src/cli/local-swarm.ts';
+import { localSwarm } from '../src/swarm/index.ts';
 import { fortunesDataset, heldOutLoss, textBatch } from '../src/data/index.ts';
 import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer } from '../src/models/index.ts';
 import { createNode } from '../src/p2p/index.ts';

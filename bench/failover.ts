@@ -2,7 +2,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { multiaddr } from '@multiformats/multiaddr';
-import { launchNode, type NodeProcess } from '../src/cli/local-swarm.ts';
+import { launchNode, type NodeProcess } from '../src/swarm/index.ts';
 import { createModel, gpt2Config, type TrainingBatch } from '../src/models/index.ts';
 import { createNode } from '../src/p2p/index.ts';
 import { Generator, setBackend, tensor } from '../src/tensor/index.ts';

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type LocalSwarm, localSwarm } from '../src/cli/local-swarm.ts';
+import { type LocalSwarm, localSwarm } from '../src/swarm/index.ts';
 import { byteLevelTokenizerJson, createModel, gpt2Config, type GPT2Config, HFTokenizer, partBytes, saveModel } from '../src/models/index.ts';
 import { parseStatsAnswer, request } from '../src/p2p/index.ts';
 import type { Row } from './gemm.ts';

@@ -1,6 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { multiaddr } from '@multiformats/multiaddr';
-import { launchNode } from '../src/cli/local-swarm.ts';
+import { launchNode } from '../src/swarm/index.ts';
 import { createNode, pathTo, probe } from '../src/p2p/index.ts';
 import { listWorkers } from '../src/user/index.ts';
 import { type Home, natHome } from '../test/helpers/nat.ts';

@@ -1,5 +1,5 @@
 import { createModel, gpt2Config, LocalTrainer, type TrainingBatch } from '../src/models/index.ts';
-import { localSwarm } from '../src/cli/local-swarm.ts';
+import { localSwarm } from '../src/swarm/index.ts';
 import { distribute } from '../src/user/index.ts';
 import { createNode } from '../src/p2p/index.ts';
 import { bubbleFraction } from '../src/pipeline/index.ts';

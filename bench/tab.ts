@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { chromium } from 'playwright-core';
-import { localSwarm } from '../src/cli/local-swarm.ts';
+import { localSwarm } from '../src/swarm/index.ts';
 import { setBackend } from '../src/tensor/index.ts';
 import { engineGflops } from '../src/worker/engine-check.ts';
 import type { Row } from './gemm.ts';

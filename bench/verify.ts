@@ -4,7 +4,7 @@ import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, type Trai
 import { createNode, encodeControl, encodeTensor, toWire } from '../src/p2p/index.ts';
 import { Generator, setBackend, tensor } from '../src/tensor/index.ts';
 import { distribute, type DistributedJob, type JobTrainer, RedundantStage } from '../src/user/index.ts';
-import { launchNode } from '../src/cli/local-swarm.ts';
+import { launchNode } from '../src/swarm/index.ts';
 import type { RecordKind, WorkRecord } from '../src/verify/index.ts';
 import { startWorker, type Worker } from '../src/worker/index.ts';
 import type { Row } from './gemm.ts';

@@ -1,6 +1,6 @@
 // Whether the checkout at `root` has a build that `npm run build` made after the last change
 // under src/: then dist/ is the same code, compiled. Read by bin/tensorlink.js and by a local
-// swarm started from the sources (src/cli/local-swarm.ts), so both pick dist/ by one rule.
+// swarm started from the sources (src/swarm/local-swarm.ts), so both pick dist/ by one rule.
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 

@@ -91,4 +91,4 @@ export {
   Reputation, scoreContributions, type Standing, stepCatchProbability, stepsToCatch, type WorkRecord,
 } from './verify/index.ts';
 export { startValidator, type Validator, type ValidatorOptions } from './validator/index.ts';
-export { type LocalPeer, type LocalSwarm, localSwarm } from './cli/local-swarm.ts';
+export { type LocalPeer, type LocalSwarm, localSwarm } from './swarm/index.ts';

@@ -2,7 +2,7 @@ import { availableParallelism } from 'node:os';
 import { createNode, stunServerOf, type TensorLinkNode } from '../p2p/index.ts';
 import { getBackend, setBackend } from '../tensor/index.ts';
 import { type Flags, type Placement, stringFlag } from './args.ts';
-import { type LocalSwarm, localSwarm } from './local-swarm.ts';
+import { type LocalSwarm, localSwarm } from '../swarm/index.ts';
 
 /**
  * Where the user's own node listens (`--listen MULTIADDR`, default 127.0.0.1 on a free port):

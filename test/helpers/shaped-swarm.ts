@@ -1,6 +1,6 @@
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
-import { launchNode, type NodeProcess } from '../../src/cli/local-swarm.ts';
+import { launchNode, type NodeProcess } from '../../src/swarm/index.ts';
 import { createNode, type PeerRecord } from '../../src/p2p/index.ts';
 import { listPeers, listWorkers } from '../../src/user/index.ts';
 import { hostMesh, type Mesh } from './netns.ts';

@@ -8,7 +8,7 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { localSwarm, type LocalSwarm } from '../../src/cli/local-swarm.ts';
+import { localSwarm, type LocalSwarm } from '../../src/swarm/index.ts';
 import { type CausalLM, generate, loadConfig, loadModel, partBytes } from '../../src/models/index.ts';
 import type { RopeSpec } from '../../src/models/rope.ts';
 import type { Module } from '../../src/nn/index.ts';

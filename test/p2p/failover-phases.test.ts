@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { multiaddr } from '@multiformats/multiaddr';
-import { launchNode, type NodeProcess } from '../../src/cli/local-swarm.ts';
+import { launchNode, type NodeProcess } from '../../src/swarm/index.ts';
 import { localOptimizerState, readOptimizer, writeOptimizerStreamed } from '../../src/cli/train-state.ts';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
 import { readSafetensors } from '../../src/io/index.ts';

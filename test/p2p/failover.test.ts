@@ -7,7 +7,7 @@ import { setBackend } from '../../src/tensor/index.ts';
 import { distribute } from '../../src/user/index.ts';
 import { alive, waitFor } from '../helpers/processes.ts';
 import { hostMesh } from '../helpers/netns.ts';
-import { launchNode, type NodeProcess } from '../../src/cli/local-swarm.ts';
+import { launchNode, type NodeProcess } from '../../src/swarm/index.ts';
 import { listWorkers } from '../../src/user/peers.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 import { mkdtempSync } from 'node:fs';

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { promisify } from 'node:util';
-import { launchNode, type NodeProcess, nodeCommand } from '../../src/cli/local-swarm.ts';
+import { launchNode, type NodeProcess, nodeCommand } from '../../src/swarm/index.ts';
 import { hostPair } from '../helpers/netns.ts';
 
 const run = promisify(execFile);

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, test } from 'node:test';
-import { localSwarm } from '../../src/cli/local-swarm.ts';
+import { localSwarm } from '../../src/swarm/index.ts';
 import { createModel, gpt2Config, loadModel, partBytes, saveModel } from '../../src/models/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
 

@@ -3,7 +3,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { multiaddr } from '@multiformats/multiaddr';
-import { localSwarm } from '../../src/cli/local-swarm.ts';
+import { localSwarm } from '../../src/swarm/index.ts';
 import { createNode, type PeerRecord, request } from '../../src/p2p/index.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { multiaddr } from '@multiformats/multiaddr';
-import { localSwarm } from '../../src/cli/local-swarm.ts';
+import { localSwarm } from '../../src/swarm/index.ts';
 import { createModel, generate, gpt2Config, saveModel } from '../../src/models/index.ts';
 import { parseStatsAnswer, request } from '../../src/p2p/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';

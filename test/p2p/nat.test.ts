@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
-import { launchNode } from '../../src/cli/local-swarm.ts';
+import { launchNode } from '../../src/swarm/index.ts';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
 import { byteLevelTokenizerJson, createModel, generate, HFTokenizer, llamaConfig, LocalTrainer } from '../../src/models/index.ts';
 import { createNode, type PeerRecord, reach } from '../../src/p2p/index.ts';

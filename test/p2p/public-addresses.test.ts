@@ -7,7 +7,7 @@ import type { ChildProcess } from 'node:child_process';
 import { after, describe, test } from 'node:test';
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
-import { launchNode } from '../../src/cli/local-swarm.ts';
+import { launchNode } from '../../src/swarm/index.ts';
 import { createNode, reach } from '../../src/p2p/index.ts';
 import { listPeers } from '../../src/user/index.ts';
 import { hostMesh } from '../helpers/netns.ts';

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { type Browser, chromium, type Page } from 'playwright-core';
-import { localSwarm, type LocalSwarm } from '../../src/cli/local-swarm.ts';
+import { localSwarm, type LocalSwarm } from '../../src/swarm/index.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 /** Debian's Chromium (`apt-get install chromium`, as .ci/run does). */

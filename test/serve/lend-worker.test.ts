@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { multiaddr } from '@multiformats/multiaddr';
 import { type Browser, chromium, type Page } from 'playwright-core';
-import { localSwarm, type LocalSwarm } from '../../src/cli/local-swarm.ts';
+import { localSwarm, type LocalSwarm } from '../../src/swarm/index.ts';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
 import { byteLevelTokenizerJson, createModel, generate, gpt2Config, HFTokenizer, LocalTrainer } from '../../src/models/index.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';

@@ -11,7 +11,7 @@ import { basename, extname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { type Browser, chromium } from 'playwright-core';
-import { localSwarm, type LocalSwarm } from '../../src/cli/local-swarm.ts';
+import { localSwarm, type LocalSwarm } from '../../src/swarm/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
 import { referenceLogits } from '../../src/worker/engine-check.ts';
 

@@ -4,7 +4,7 @@ import { byteLevelTokenizerJson, createModel, evaluateExactMatch, gpt2Config, HF
 import { parseStatsAnswer, request, type TensorLinkNode, traffic } from '../../p2p/index.ts';
 import type { Address } from 'viem';
 import { MIN_STAKE } from '../../chain/index.ts';
-import type { LocalSwarm } from '../local-swarm.ts';
+import type { LocalSwarm } from '../../swarm/index.ts';
 import { tokens as tlk } from './nodes.ts';
 import { type DistributedModel, distribute, listWorkers } from '../../user/index.ts';
 import { Generator, getBackend } from '../../tensor/index.ts';

@@ -3,13 +3,12 @@ import { type DashboardServer, serveDashboard } from '../../serve/index.ts';
 import { createLogger, createNode, parseStatusAnswer, type PathKind, publicKeyOf, reach, request } from '../../p2p/index.ts';
 import { listModels, listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
-import { localSwarm } from '../local-swarm.ts';
+import { LOCAL_GRANT, localSwarm } from '../../swarm/index.ts';
 import { DEFAULT_DASHBOARD } from '../swarm.ts';
 import { type Flags, hostPort, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { chainFlagOptions, chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
 import { announceFlags, logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
-import { LOCAL_GRANT } from '../local-chain.ts';
 import { loadOrCreateAccount } from '../../chain/index.ts';
 
 export const validatorOptions = {

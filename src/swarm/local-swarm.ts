@@ -22,11 +22,11 @@ import { distribute, type DistributedJob, type DistributeOptions } from '../user
 export function nodeCommand(): string[] {
   if (!import.meta.url.endsWith('.ts')) {
     const bundle = fileURLToPath(new URL('../bundle/main.js', import.meta.url));
-    return [existsSync(bundle) ? bundle : fileURLToPath(new URL('./main.js', import.meta.url))];
+    return [existsSync(bundle) ? bundle : fileURLToPath(new URL('../cli/main.js', import.meta.url))];
   }
   const built = freshBuild(fileURLToPath(new URL('../..', import.meta.url)));
   if (built) return [built];
-  return ['--import', import.meta.resolve('tsx'), fileURLToPath(new URL('./main.ts', import.meta.url))];
+  return ['--import', import.meta.resolve('tsx'), fileURLToPath(new URL('../cli/main.ts', import.meta.url))];
 }
 
 /** A peer of the local swarm: its process, peer id and addresses. */
