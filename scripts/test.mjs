@@ -39,11 +39,17 @@ const build = !flag('--no-build');
 const checked = !flag('--no-checks');
 const save = flag('--save-durations');
 const viaTsx = flag('--tsx');
-/** test/<folder>/<name>.test.ts: every file the suite runs besides the demo's. */
-const suite = () => readdirSync(`${root}test`, { withFileTypes: true })
-  .filter((d) => d.isDirectory())
-  .flatMap((d) => readdirSync(`${root}test/${d.name}`).filter((f) => f.endsWith('.test.ts')).map((f) => `test/${d.name}/${f}`))
-  .sort();
+/** Folders of test/ that hold what tests read and share, not tests. */
+const NOT_SUITES = new Set(['test/fixtures', 'test/helpers']);
+/** test/<folder>/…/<name>.test.ts at any depth: every file the suite runs besides the demo's (test/demo.test.ts). */
+const suite = () => {
+  const under = (dir) => readdirSync(`${root}${dir}`, { withFileTypes: true }).flatMap((d) => {
+    const path = `${dir}/${d.name}`;
+    if (d.isDirectory()) return NOT_SUITES.has(path) ? [] : under(path);
+    return dir !== 'test' && d.name.endsWith('.test.ts') ? [path] : [];
+  });
+  return under('test').sort();
+};
 const chosen = args.length > 0 ? args : [...suite(), ALONE];
 
 /** Runs a command with its output held: resolves when it ends, to its exit, its output and its seconds. */
