@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { type CausalLM, loadModel } from '../../../src/models/index.ts';
+import { type CausalLM, KVCache, loadModel } from '../../../src/models/index.ts';
 import {
   type Backend,
   type BackendName,
@@ -33,6 +33,8 @@ export interface ConformanceOptions {
    * weights it was computed with; 0 where the backend must give js's bits.
    */
   tolerance: Readonly<Record<ComputeFormat, number>>;
+  /** Another configuration of the backend to test than the one its name selects, under this label (see `create`). */
+  variant?: { label: string; create: () => Backend };
 }
 
 /** js must give its own bits: the reference is itself. */
@@ -91,7 +93,7 @@ export function evaluate(backend: Backend, c: ConformanceCase, dtype: 'float32' 
   });
 }
 
-/** The same bytes: compared as 32-bit words, so NaN payloads and the sign of zero count. */
+/** The same bytes (the same typed array), so NaN payloads and the sign of zero count. */
 function sameBits(a: Tensor['data'], b: Tensor['data']): boolean {
   if (a.constructor !== b.constructor || a.length !== b.length) return false;
   const x = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
@@ -101,11 +103,11 @@ function sameBits(a: Tensor['data'], b: Tensor['data']): boolean {
 
 /**
  * Asserts that `got` holds the results of `ref` (the same labels) within `tolerance` (relative L2 distance from the
- * reference; 0: the same bits; int32 results always exactly). With `base` (the input of a block computed with int8 or
- * int4 weights, under the label of its output), that result's distance is of what the block added to its input, as
- * src/verify/compare.ts measures it. Returns the largest distance.
+ * reference; 0: the same bits; int32 results always exactly). With `bases` (the inputs of a block computed with int8
+ * or int4 weights, each under the label of its output), those results' distances are of what the block added to its
+ * input, as src/verify/compare.ts measures them. Returns the largest distance.
  */
-export function assertAgree(what: string, ref: Result[], got: Result[], tolerance: number, base?: Result): number {
+export function assertAgree(what: string, ref: Result[], got: Result[], tolerance: number, bases: Result[] = []): number {
   assert.deepEqual(got.map((r) => r.label), ref.map((r) => r.label), `${what}: the same outputs and gradients`);
   let worst = 0;
   ref.forEach((r, i) => {
@@ -115,7 +117,7 @@ export function assertAgree(what: string, ref: Result[], got: Result[], toleranc
       assert.ok(sameBits(r.values, g), `${label}: not the reference's bits`);
       return;
     }
-    const withBase = base?.label === r.label ? (base.values as Float32Array) : undefined;
+    const withBase = bases.find((b) => b.label === r.label)?.values as Float32Array | undefined;
     const d = drift(r.values as Float32Array, g as Float32Array, withBase);
     assert.ok(d <= tolerance, `${label}: ${d.toExponential(2)} from the reference (tolerance ${tolerance})`);
     worst = Math.max(worst, d);
@@ -134,17 +136,17 @@ interface Watched {
   macs: number[];
 }
 
-/** `backend` with its work noted; it has exactly the kernels `backend` has (ops test for them). */
+/**
+ * `backend` with its work noted: an object whose prototype is `backend` (so it has what `backend` has, and exactly the
+ * kernels it has: ops test for them), with matmul and each kernel of HOOKS noting their work before they return.
+ */
 function watched(backend: Backend): Watched {
   const taken = new Set<Hook>();
   const macs: number[] = [];
-  const wrapped: Record<string, unknown> = {
-    name: backend.name,
-    deterministic: backend.deterministic,
-    matmul(a: Float32Array, b: Float32Array, out: Float32Array, spec: MatmulSpec, bias?: Float32Array) {
-      macs.push(spec.batch * spec.m * spec.k * spec.n);
-      backend.matmul(a, b, out, spec, bias);
-    },
+  const wrapped = Object.create(backend) as Record<string, unknown>;
+  wrapped.matmul = (a: Float32Array, b: Float32Array, out: Float32Array, spec: MatmulSpec, bias?: Float32Array) => {
+    macs.push(spec.batch * spec.m * spec.k * spec.n);
+    backend.matmul(a, b, out, spec, bias);
   };
   for (const hook of HOOKS) {
     const kernel = backend[hook] as ((...args: unknown[]) => boolean) | undefined;
@@ -171,8 +173,14 @@ const BLOCKS: [string, ComputeFormat][] = [
 
 const loadOptions = (format: ComputeFormat) => (format === 'f32' ? {} : format === 'bf16' ? { dtype: 'bf16' as const } : { quantize: format });
 
+/** A block's results, and its inputs under the labels of the outputs they gave (what int8 and int4 are compared on). */
+interface BlockRun {
+  results: Result[];
+  inputs: Result[];
+}
+
 /** One block's forward and backward: its output, its input's gradient, each parameter's gradient by name. */
-function runBlock(backend: Backend, block: CausalLM): { results: Result[]; input: Tensor['data'] } {
+function trainBlock(backend: Backend, block: CausalLM): BlockRun {
   return withBackend(backend, () => {
     const params = [...block.hfStateDict()];
     for (const [, p] of params) p.grad = null;
@@ -182,8 +190,31 @@ function runBlock(backend: Backend, block: CausalLM): { results: Result[]; input
     y.mul(randn(y.shape, { seed: 1000 })).sum().backward();
     const results: Result[] = [{ label: 'output', values: y.data }, { label: 'gradient of the input', values: x.grad!.data }];
     for (const [name, p] of params) if (p.grad) results.push({ label: `gradient of ${name}`, values: p.grad.data });
-    return { results, input: x.data };
+    return { results, inputs: [{ label: 'output', values: x.data }] };
   });
+}
+
+/** Decoding steps after a prompt of 24 (2·4·24·24·16 = 73k MACs of attention over the cache). */
+const PROMPT = 24;
+const STEPS = 3;
+
+/**
+ * One block as decoding runs it, with a KV cache and no gradients: a prompt's hidden states, then one token at a time
+ * (attention over the cache time-major; Llama-like blocks take the fused decoding step where the backend has one).
+ */
+function decodeBlock(backend: Backend, block: CausalLM): BlockRun {
+  return withBackend(backend, () => noGrad(() => {
+    const g = new Generator(SEED);
+    const cache = new KVCache(block.config.layers);
+    const run: BlockRun = { results: [], inputs: [] };
+    for (let step = 0; step <= STEPS; step++) {
+      const label = step === 0 ? 'the prompt\'s output' : `step ${step}'s output`;
+      const x = randn([1, step === 0 ? PROMPT : 1, block.config.hidden], { generator: g });
+      run.results.push({ label, values: block.forward(x, { cache }).data });
+      run.inputs.push({ label, values: x.data });
+    }
+    return run;
+  }));
 }
 
 /**
@@ -191,13 +222,15 @@ function runBlock(backend: Backend, block: CausalLM): { results: Result[]; input
  * each of the backend's kernels took work.
  * @example
  * conformance('ort', { tolerance: ORT_TOLERANCES })
+ * conformance('ort', { tolerance: ORT_TOLERANCES, variant: { label: 'ort, native', create: () => createOrtBackend({ minMacs: 0 }) } })
  */
 export function conformance(name: BackendName, options: ConformanceOptions): void {
-  const subject = watched(open(name));
-  const { tolerance } = options;
+  const { tolerance, variant } = options;
+  const subject = watched(variant ? variant.create() : open(name));
   const repeatable = subject.backend.deterministic;
+  const label = variant?.label ?? name;
 
-  describe(`the ${name} backend conforms: every op, forward and backward, against js`, () => {
+  describe(`the ${label} backend conforms: every op, forward and backward, against js`, () => {
     for (const c of CASES) {
       test(c.name, (t) => {
         const ref = evaluate(jsBackend, c);
@@ -208,21 +241,24 @@ export function conformance(name: BackendName, options: ConformanceOptions): voi
     }
   });
 
-  describe(`the ${name} backend conforms: one block of each model family, forward and backward, against js`, () => {
+  describe(`the ${label} backend conforms: one block of each model family, forward and backward, against js`, () => {
     for (const [fixture, format] of BLOCKS) {
-      test(`${fixture}${format === 'f32' ? '' : ` (${format} weights)`}: block 0`, async (t) => {
-        const block = await loadModel(join(HF_FIXTURES, fixture), { part: [1, 2], ...loadOptions(format) });
-        const ref = runBlock(jsBackend, block);
-        const got = runBlock(subject.backend, block);
-        // int8 and int4 are compared on what the block added to its input (ORT_TOLERANCES: quantized activations)
-        const base = format === 'int8' || format === 'int4' ? { label: 'output', values: ref.input } : undefined;
-        t.diagnostic(`drift ${assertAgree(`${fixture} block`, ref.results, got.results, tolerance[format], base).toExponential(1)}`);
-        if (repeatable) assertAgree(`${fixture} block (run again)`, got.results, runBlock(subject.backend, block).results, 0);
-      });
+      const title = `${fixture}${format === 'f32' ? '' : ` (${format} weights)`}`;
+      for (const [mode, run] of [['trained', trainBlock], ['decoding', decodeBlock]] as const) {
+        test(`${title}: block 0 ${mode}`, async (t) => {
+          const block = await loadModel(join(HF_FIXTURES, fixture), { part: [1, 2], ...loadOptions(format) });
+          const ref = run(jsBackend, block);
+          const got = run(subject.backend, block);
+          // int8 and int4 are compared on what the block added to its input (ORT_TOLERANCES: quantized activations)
+          const bases = format === 'int8' || format === 'int4' ? ref.inputs : [];
+          t.diagnostic(`drift ${assertAgree(`${title} block`, ref.results, got.results, tolerance[format], bases).toExponential(1)}`);
+          if (repeatable) assertAgree(`${title} block (run again)`, got.results, run(subject.backend, block).results, 0);
+        });
+      }
     }
   });
 
-  test(`the ${name} backend's kernels each took work, and products ran on both sides of ORT_MIN_MACS`, () => {
+  test(`the ${label} backend's kernels each took work, and products ran on both sides of ORT_MIN_MACS`, () => {
     const offered = HOOKS.filter((h) => subject.backend[h] !== undefined);
     assert.deepEqual(offered.filter((h) => !subject.taken.has(h)), [], 'kernels the backend has that no case reached');
     assert.ok(subject.macs.some((m) => m < ORT_MIN_MACS) && subject.macs.some((m) => m >= ORT_MIN_MACS), 'products small and large');
