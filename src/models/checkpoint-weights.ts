@@ -5,10 +5,8 @@ import { join, resolve } from 'node:path';
 import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
 import { Checkpoint } from '../io/index.ts';
 import { emptyPacked, packedToBytes, packRows, type WeightFormat } from '../tensor/index.ts';
-import { bloomLayersOfWeight } from './bloom.ts';
-import { configFromHF, type ModelConfig } from './config.ts';
-import { falconLayersOfWeight } from './falcon.ts';
-import { gptNeoXLayersOfWeight } from './gpt-neox.ts';
+import type { ModelConfig } from './config.ts';
+import { configFromHF, familyOf } from './families/index.ts';
 import { compactWeight, weightBytes } from './hf.ts';
 import type { ModelPart } from './model.ts';
 
@@ -21,42 +19,39 @@ import type { ModelPart } from './model.ts';
  * the weight, packed from its float32 rows a few at a time), chunked and hashed the same way.
  */
 
-/** Checkpoint keys that are buffers (GPT-2's and GPT-NeoX's masks, rotary tables) or duplicates of tied weights, never parameters. */
-export function ignorableKey(key: string, tied: boolean): boolean {
-  return /\.(attn|attention)\.(masked_)?bias$/.test(key) || /rotary_emb\.inv_freq$/.test(key) || (tied && (key === 'lm_head.weight' || key === 'embed_out.weight'));
+/**
+ * Checkpoint keys that are buffers (attention masks, rotary tables) or duplicates of tied weights (an untied head's
+ * name, `headName`), never parameters.
+ */
+export function ignorableKey(key: string, tied: boolean, headName = 'lm_head.weight'): boolean {
+  return /\.(attn|attention)\.(masked_)?bias$/.test(key) || /rotary_emb\.inv_freq$/.test(key) || (tied && (key === 'lm_head.weight' || key === headName));
 }
 
 /**
  * The layers a weight belongs to, by its Hugging Face name: 0 the embedding, 1..L the blocks,
  * L + 1 the final norm, L + 2 the head (a token table tied to the head belongs to both ends).
- * Empty for a name the architecture does not have.
+ * Empty for a name the architecture does not have. Where each name sits is its family's layout.
  */
 export function layersOfWeight(config: ModelConfig, name: string): number[] {
-  if (config.arch === 'gpt_neox') return gptNeoXLayersOfWeight(config, name);
-  if (config.arch === 'falcon') return falconLayersOfWeight(config, name);
-  if (config.arch === 'bloom') return bloomLayersOfWeight(config, name);
+  const layout = familyOf(config).layout;
   const L = config.layers;
   const tied = config.tieWordEmbeddings;
-  const [table, positions, block, norm] = config.arch === 'gpt2'
-    ? ['transformer.wte.weight', 'transformer.wpe.weight', /^transformer\.h\.(\d+)\./, /^transformer\.ln_f\.(weight|bias)$/]
-    : ['model.embed_tokens.weight', null, /^model\.layers\.(\d+)\./, /^model\.norm\.weight$/];
-  if (name === table) return tied ? [0, L + 2] : [0];
-  if (name === positions) return [0];
-  if (name === 'lm_head.weight') return tied ? [] : [L + 2];
-  if (norm.test(name)) return [L + 1];
-  const m = block.exec(name);
-  if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
+  if (name === layout.table) return tied ? [0, L + 2] : [0];
+  if (layout.embedding?.test(name)) return [0];
+  if (name === layout.head) return tied ? [] : [L + 2];
+  if (layout.norm.test(name)) return [L + 1];
+  if (name.startsWith(`${layout.blocks}.`)) {
+    const m = /^(\d+)\./.exec(name.slice(layout.blocks.length + 1));
+    if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
+  }
   return [];
 }
 
-/**
- * The model's name for a checkpoint key: GPT-2, Falcon and BLOOM checkpoints may lack the
- * `transformer.` prefix, GPT-NeoX's the `gpt_neox.` one (a base model's checkpoint).
- */
+/** The model's name for a checkpoint key: a base model's checkpoint may lack its family's prefix (`transformer.`). */
 export function canonicalName(config: ModelConfig, key: string): string {
   if (layersOfWeight(config, key).length > 0) return key;
-  const prefixed = [`transformer.${key}`, `gpt_neox.${key}`].find((k) => layersOfWeight(config, k).length > 0);
-  return prefixed ?? key;
+  const prefix = familyOf(config).layout.basePrefix;
+  return prefix !== undefined && layersOfWeight(config, `${prefix}${key}`).length > 0 ? `${prefix}${key}` : key;
 }
 
 /** Whether a part of the model holds layer `layer`. */
@@ -181,7 +176,7 @@ export class CheckpointWeights implements ModelWeights {
     const ckpt = Checkpoint.open(dir);
     const keys = new Map<string, string>();
     for (const key of ckpt.keys()) {
-      if (ignorableKey(key, config.tieWordEmbeddings)) continue;
+      if (ignorableKey(key, config.tieWordEmbeddings, familyOf(config).layout.head)) continue;
       keys.set(canonicalName(config, key), key);
     }
     const cacheDir = options.cacheDir === undefined ? defaultCacheDir() : options.cacheDir;

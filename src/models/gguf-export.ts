@@ -1,10 +1,11 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { GGUFMeta, type GGUFPlannedTensor, type GGUFTensorData, type GGUFValue, GGUFWriter, type GGUFWriteType } from '../io/gguf.ts';
 import { type PackedMatrix, Tensor } from '../tensor/index.ts';
-import { GGUF_ARCH, ggufTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
+import { familyNamed, ggufWritten } from './families/index.ts';
+import { ggufTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
 import { tokenizerToGGUF } from './gguf-tokenizer.ts';
 
-/** Writing the Llama-style families (llama, mistral, qwen2, qwen3) as GGUF files that llama.cpp loads: see gguf-names.ts. */
+/** Writing the families with a GGUF architecture (their records' `gguf`) as GGUF files that llama.cpp loads: see gguf-names.ts. */
 
 type Json = Record<string, unknown>;
 
@@ -103,9 +104,9 @@ function ggufMetadata(
 }
 
 /**
- * Writes a Llama-style model (model_type llama, mistral, qwen2 or qwen3) as a GGUF file that llama.cpp loads: its
+ * Writes a model of a family with a GGUF architecture (its record's `gguf`) as a GGUF file that llama.cpp loads: its
  * metadata, its tokenizer (byte-level BPE: see gguf-tokenizer.ts), and its weights under GGUF's names, q/k rows
- * permuted for the `llama` architecture, each read when its turn comes (only that weight is held).
+ * permuted where the architecture's rope type asks, each read when its turn comes (only that weight is held).
  * @example
  * await hfToGGUF('tiny.gguf', { config: configToHF(model.config), tokenizer: model.tokenizer?.toJSON() ?? null,
  *   weights: [...model.hfStateDict()].map(([name, t]) => ({ name, shape: [...t.shape] })),
@@ -114,8 +115,9 @@ function ggufMetadata(
 export async function hfToGGUF(path: string, options: HFToGGUFOptions): Promise<void> {
   const { config } = options;
   const modelType = String(config.model_type);
-  const arch = GGUF_ARCH[modelType];
-  if (arch === undefined) throw new InvalidArgumentError(`model_type '${modelType}' cannot be written to GGUF (${Object.keys(GGUF_ARCH).join(', ')})`);
+  const gguf = familyNamed(modelType)?.gguf;
+  if (gguf === undefined) throw new InvalidArgumentError(`model_type '${modelType}' cannot be written to GGUF (${ggufWritten().join(', ')})`);
+  const arch = gguf.arch;
   const tied = config.tie_word_embeddings === true;
   const weights = options.weights.filter((w) => !(tied && w.name === 'lm_head.weight'));
   const typeOf = (w: HFToGGUFOptions['weights'][number]): GGUFWriteType => {
@@ -143,7 +145,7 @@ export async function hfToGGUF(path: string, options: HFToGGUFOptions): Promise<
     if (ropeFreqs) writer.write('rope_freqs.weight', ropeFreqs);
     for (const [i, w] of weights.entries()) {
       let data = await options.read(w.name);
-      const h = arch === 'llama' ? permutedHeads(w.name, heads, kvHeads) : 0;
+      const h = gguf.permuted ? permutedHeads(w.name, heads, kvHeads) : 0;
       if (h > 0) {
         if (data instanceof Tensor) data = data.packed ?? (data.data as Float32Array);
         const values = isPackedMatrix(data) ? data : data instanceof Float32Array ? data : Float32Array.from(data as ArrayLike<number>);

@@ -1,10 +1,11 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { GGUFReader } from '../io/gguf.ts';
 import { type PackedMatrix, Tensor } from '../tensor/index.ts';
-import { ARCHS, f32, hfTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, type Llama3Rope, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
+import { ggufReadArchs, ggufReader } from './families/index.ts';
+import { f32, hfTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, type Llama3Rope, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
 import { tokenizerFromGGUF } from './gguf-tokenizer.ts';
 
-/** Reading GGUF files of the Llama-style families (llama, qwen2, qwen3) in Hugging Face's layout: see gguf-names.ts. */
+/** Reading GGUF files of the architectures a family reads (its record's `gguf`) in Hugging Face's layout: see gguf-names.ts. */
 
 type Json = Record<string, unknown>;
 
@@ -83,8 +84,8 @@ export class GGUFModel {
     const reader = GGUFReader.open(path);
     try {
       const arch = String(reader.get('general.architecture'));
-      if (!Object.hasOwn(ARCHS, arch)) {
-        throw new InvalidArgumentError(`${path}: architecture '${arch}' is not supported from GGUF (${Object.keys(ARCHS).join(', ')})`);
+      if (!ggufReader(arch)) {
+        throw new InvalidArgumentError(`${path}: architecture '${arch}' is not supported from GGUF (${ggufReadArchs().join(', ')})`);
       }
       const names = new Map<string, string>();
       for (const t of reader.tensors()) {
@@ -120,12 +121,12 @@ export class GGUFModel {
   }
 
   private order(name: string, rows: number): Int32Array | null {
-    if (!ARCHS[this.arch].permuted) return null;
+    if (!ggufReader(this.arch)?.gguf.permuted) return null;
     const heads = permutedHeads(name, Number(this.config.num_attention_heads), Number(this.config.num_key_value_heads));
     return heads === 0 ? null : ropePermutation(rows, heads, true);
   }
 
-  /** A weight as a float32 Tensor in Hugging Face's layout (dequantized; q/k rows of `llama` put back in order). */
+  /** A weight as a float32 Tensor in Hugging Face's layout (dequantized; permuted q/k rows put back in order). */
   read(name: string): Tensor {
     const g = this.ggufName(name);
     const info = this.reader.info(g);
@@ -170,9 +171,10 @@ function hfConfig(r: GGUFReader, arch: string): Json {
   const embd = r.has('token_embd.weight') ? r.info('token_embd.weight').shape[0] : undefined;
   const vocab = Array.isArray(tokens) ? tokens.length : num('vocab_size', embd);
   const theta = num('rope.freq_base', 10000);
+  const family = ggufReader(arch)!;
   const config: Json = {
-    architectures: [ARCHS[arch].architecture],
-    model_type: ARCHS[arch].modelType,
+    architectures: [family.architecture],
+    model_type: family.name,
     vocab_size: vocab,
     max_position_embeddings: num('context_length'),
     hidden_size: hidden,
@@ -185,7 +187,7 @@ function hfConfig(r: GGUFReader, arch: string): Json {
     rms_norm_eps: num('attention.layer_norm_rms_epsilon', 1e-6),
     rope_theta: theta,
     tie_word_embeddings: !r.has('output.weight'),
-    attention_bias: r.has('blk.0.attn_q.bias') && arch !== 'qwen2',
+    attention_bias: r.has('blk.0.attn_q.bias') && family.gguf.qkvBiasBuiltIn !== true,
     torch_dtype: 'float32',
   };
   if (r.has('blk.0.ffn_gate.bias')) config.mlp_bias = true;

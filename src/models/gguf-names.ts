@@ -2,29 +2,20 @@ import { InvalidArgumentError } from '../errors.ts';
 import type { PackedMatrix } from '../tensor/index.ts';
 
 /**
- * The Llama-style families in GGUF (llama.cpp's architectures `llama`, which Mistral is too, `qwen2` and `qwen3`)
- * to and from Hugging Face's layout: here the tensor names, the rotary permutation and Llama 3's rope factors;
- * reading in gguf-model.ts, writing in gguf-export.ts, the tokenizer in gguf-tokenizer.ts.
+ * The shared decoder's families in GGUF (the records with a `gguf` field say which: their llama.cpp architecture,
+ * whether it is read back, whether its q/k rows are permuted) to and from Hugging Face's layout: here the tensor
+ * names, the rotary permutation and the llama3 rope scaling's factors; reading in gguf-model.ts, writing in
+ * gguf-export.ts, the tokenizer in gguf-tokenizer.ts.
  *
- * llama.cpp's convert_hf_to_gguf.py permutes the rows of q_proj and k_proj (weights and biases) for the `llama`
- * architecture only (LlamaModel.permute, `undo_permute = True`): each head's two rotary halves become interleaved
- * pairs, because llama.cpp's `llama` rotates adjacent pairs (rope type NORM) where transformers rotates halves.
- * Qwen2 and Qwen3 (rope type NEOX, halves as transformers) are written as they are. Reading undoes the permutation,
- * writing applies it; it moves whole rows, so a Q8_0 or Q4_0 tensor stays exact.
+ * llama.cpp's convert_hf_to_gguf.py permutes the rows of q_proj and k_proj (weights and biases) for the
+ * architectures whose rope type is NORM (LlamaModel.permute, `undo_permute = True`): each head's two rotary halves
+ * become interleaved pairs, because such an architecture rotates adjacent pairs where transformers rotates halves.
+ * Those of rope type NEOX (halves as transformers) are written as they are. Reading undoes the permutation, writing
+ * applies it; it moves whole rows, so a Q8_0 or Q4_0 tensor stays exact.
  *
- * Not covered: Gemma (its norms are stored as 1 + w, and its sliding pattern, soft-caps and SentencePiece vocabulary
- * need their own mapping), MoE, Phi-3; sliding windows (llama.cpp's `llama` and `qwen2` run none, and a GGUF carries
- * none for them).
+ * Not covered: the families without a `gguf` field (norms stored as 1 + w, sliding patterns, soft-caps, experts,
+ * fused projections need their own mapping); sliding windows (a GGUF carries none for these architectures).
  */
-
-/** The GGUF architectures read, the model_type each becomes, and whether q/k rows are permuted. */
-export const ARCHS: Record<string, { modelType: string; architecture: string; permuted: boolean }> = {
-  llama: { modelType: 'llama', architecture: 'LlamaForCausalLM', permuted: true },
-  qwen2: { modelType: 'qwen2', architecture: 'Qwen2ForCausalLM', permuted: false },
-  qwen3: { modelType: 'qwen3', architecture: 'Qwen3ForCausalLM', permuted: false },
-};
-/** The GGUF architecture of each Hugging Face model_type written (convert_hf_to_gguf.py: Mistral is LlamaModel). */
-export const GGUF_ARCH: Record<string, string> = { llama: 'llama', mistral: 'llama', qwen2: 'qwen2', qwen3: 'qwen3' };
 
 /** Per-block tensors: GGUF's name after `blk.N.`, Hugging Face's after `model.layers.N.`. */
 const BLOCK_NAMES: [string, string][] = [

@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import { packedToBytes, packMatrix, type WeightFormat } from '../tensor/index.ts';
 import { type ModelWeights, partWeightsOf, type WeightShape, yieldNow } from './checkpoint-weights.ts';
-import { configFromHF, type ModelConfig } from './config.ts';
+import type { ModelConfig } from './config.ts';
+import { configFromHF } from './families/index.ts';
 import { GGUFModel } from './gguf-model.ts';
 import { compactWeight, weightBytes } from './hf.ts';
 import type { ModelPart } from './model.ts';

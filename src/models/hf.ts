@@ -5,15 +5,8 @@ import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint,
 import {
   formatBytes, holdPacked, noGrad, packedBytes, packWeight, packWeightRows, type QuantFormat, Tensor, unpackMatrix, type WeightFormat,
 } from '../tensor/index.ts';
-import { configFromHF, configToHF, type ModelConfig, validateConfig } from './config.ts';
-import { Bloom } from './bloom.ts';
-import { Falcon } from './falcon.ts';
-import { Gemma } from './gemma.ts';
-import { GPT2 } from './gpt2.ts';
-import { GPTNeoX } from './gpt-neox.ts';
-import { Llama } from './llama.ts';
-import { Mixtral } from './mixtral.ts';
-import { Qwen3Moe } from './qwen3-moe.ts';
+import type { ModelConfig } from './config.ts';
+import { buildModel, configFromHF, configToHF, familyOf } from './families/index.ts';
 import { canonicalName, ignorableKey, layersOfWeight } from './checkpoint-weights.ts';
 import { type CausalLM, type ModelLayer, type ModelPart, partLayers } from './model.ts';
 import { GGUFModel } from './gguf-model.ts';
@@ -26,14 +19,7 @@ import { HFTokenizer, type Tokenizer } from './tokenizer.ts';
  * const model = createModel(gpt2Config({ layers: 2, hidden: 64, heads: 4, vocabSize: 257 }), { seed: 1 })
  */
 export function createModel(config: ModelConfig, options: { seed?: number; init?: boolean; section?: ModelPart } = {}): CausalLM {
-  validateConfig(config);
-  if (config.arch === 'gpt_neox') return new GPTNeoX(config, options);
-  if (config.arch === 'falcon') return new Falcon(config, options);
-  if (config.arch === 'bloom') return new Bloom(config, options);
-  if (config.arch === 'gemma') return new Gemma(config, options);
-  if (config.arch === 'mixtral') return new Mixtral(config, options);
-  if (config.arch === 'qwen3_moe') return new Qwen3Moe(config, options);
-  return config.arch === 'gpt2' ? new GPT2(config, options) : new Llama(config, options);
+  return buildModel(config, options); // its family's model (families/index.ts)
 }
 
 /**
@@ -95,7 +81,7 @@ export async function loadModel(dir: string, options: LoadOptions = {}): Promise
     const unexpected: string[] = [];
     noGrad(() => {
       for (const raw of ckpt.keys()) {
-        if (ignorableKey(raw, config.tieWordEmbeddings)) continue;
+        if (ignorableKey(raw, config.tieWordEmbeddings, familyOf(config).layout.head)) continue;
         const key = canonicalName(config, raw);
         const target = own.get(key);
         if (target === undefined) {

@@ -1,22 +1,17 @@
+export { type LlamaConfig, llamaConfig, type ModelConfig } from './config.ts';
 export {
-  configFromHF,
-  configToHF,
-  type GPT2Config,
-  gpt2Config,
-  type LlamaConfig,
-  llamaConfig,
-  type ModelConfig,
-  validateConfig,
-} from './config.ts';
-export { GPT2 } from './gpt2.ts';
-export { Bloom, type BloomConfig, bloomConfig } from './bloom.ts';
-export { Falcon, type FalconConfig, falconConfig } from './falcon.ts';
-export { Gemma, type GemmaConfig, gemmaConfig } from './gemma.ts';
-export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './gpt-neox.ts';
+  configFromHF, configToHF, countParameters, FAMILIES, type Family, familyNamed, familyNames, familyOf, ggufWritten, type NamedShape,
+  type SmallShape, validateConfig,
+} from './families/index.ts';
+export { GPT2, type GPT2Config, gpt2Config } from './families/gpt2.ts';
+export { Bloom, type BloomConfig, bloomConfig } from './families/bloom.ts';
+export { Falcon, type FalconConfig, falconConfig } from './families/falcon.ts';
+export { Gemma, type GemmaConfig, gemmaConfig } from './families/gemma.ts';
+export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './families/gpt-neox.ts';
 export { Llama, rotaryTables } from './llama.ts';
 export { canDecodeRows, decodeRows, type DecodeRow } from './decode-batch.ts';
-export { Mixtral, type MixtralConfig, mixtralConfig } from './mixtral.ts';
-export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './qwen3-moe.ts';
+export { Mixtral, type MixtralConfig, mixtralConfig } from './families/mixtral.ts';
+export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './families/qwen3-moe.ts';
 export {
   compactWeight, createModel, heldBytes, isGGUF, loadChatTemplate, loadConfig, loadModel, type LoadOptions, loadTokenizer, modelLayers,
   partBytes, partHeldBytes, saveModel, saveModelStreamed, weightBytes, weightFormat, writeModelFiles,

@@ -3,19 +3,18 @@ import { gatedMlp, Generator, linears, type Tensor } from '../tensor/index.ts';
 import type { LlamaConfig } from './config.ts';
 import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
 import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
+import { countParameters, type NamedShape } from './families/family.ts';
 import { canDecodeStep, type DecodeBlock, type DecodeShape, decodeStep, decodeStepFits } from './decode-step.ts';
 import { blockWindow, rotaryDim } from './llama-config.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
-import { Phi3Attention, Phi3MLP } from './phi3.ts';
 import { applyRotary, cachedRotaryTables, type RopeSpec, rotaryTablesFor } from './rope.ts';
 import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
- * Llama as Hugging Face's LlamaForCausalLM, and the families that differ from it in a part or
- * two: Mistral (a sliding window), Qwen2 (q/k/v biases), Qwen3 (q/k norms), Phi-3 (fused
- * projections and partial rotary, phi3.ts). The rotary and its scalings are in rope.ts, the
- * attention's window in attention.ts.
+ * The shared decoder, as Hugging Face's LlamaForCausalLM, and the parts a family may swap in (BlockParts): q/k norms,
+ * its own attention or MLP. The families that differ from it in a part or two (families/*.ts) build it with theirs.
+ * The rotary and its scalings are in rope.ts, the attention's window in attention.ts.
  */
 
 /**
@@ -43,15 +42,61 @@ function projections(x: Tensor, layers: Linear[]): Tensor[] {
   return layers.every(plainLinear) ? linears(x, layers) : layers.map((l) => l.forward(x));
 }
 
-/** What Llama's attention reads of a config (the MoE families build it from theirs). */
-export type LlamaAttentionConfig = Pick<LlamaConfig, 'hidden' | 'heads' | 'kvHeads' | 'headDim' | 'qkvBias' | 'oBias' | 'normEps' | 'initializerRange' | 'modelType'>;
+/** What the shared attention reads of a config (the MoE families build it from theirs); qkNorm: per-head q/k RMSNorms. */
+export type LlamaAttentionConfig = Pick<LlamaConfig, 'hidden' | 'heads' | 'kvHeads' | 'headDim' | 'qkvBias' | 'oBias' | 'normEps' | 'initializerRange'>
+  & { qkNorm?: boolean };
+
+/** A block's attention as a family may give it: (x, context, block index, rotary and options) → [B, T, H]. */
+export type AttentionModule = Module & { forward(x: Tensor, ctx: ForwardContext, blockIndex: number, at: BlockAttention): Tensor };
+/** A block's MLP as a family may give it: [B, T, H] → [B, T, H]. */
+export type MlpModule = Module & { forward(x: Tensor): Tensor };
+
+/**
+ * What a family puts into the shared block besides its config: per-head q/k norms, or its own attention and MLP, and
+ * then the checkpoint names and shapes of its block (what its parameters count).
+ */
+export interface BlockParts {
+  qkNorm?: boolean;
+  attention?: (c: LlamaConfig, rng: Generator) => AttentionModule;
+  mlp?: (c: LlamaConfig, rng: Generator) => MlpModule;
+  weights?: (c: LlamaConfig) => NamedShape[];
+}
+
+/**
+ * The checkpoint names and shapes of a shared-decoder block (after `model.layers.N.`): norms, q/k/v/o with the biases
+ * the config has, q/k norms when asked, and the gated MLP.
+ */
+export function decoderBlockWeights(c: LlamaAttentionConfig & Pick<LlamaConfig, 'intermediate' | 'mlpBias'>): NamedShape[] {
+  const h = c.hidden;
+  const q = c.heads * c.headDim;
+  const kv = c.kvHeads * c.headDim;
+  const i = c.intermediate;
+  const bias = (name: string, size: number, has: boolean | undefined): NamedShape[] => (has ? [[name, [size]]] : []);
+  return [
+    ['input_layernorm.weight', [h]],
+    ...attentionWeights(c),
+    ['post_attention_layernorm.weight', [h]],
+    ['mlp.gate_proj.weight', [i, h]], ...bias('mlp.gate_proj.bias', i, c.mlpBias),
+    ['mlp.up_proj.weight', [i, h]], ...bias('mlp.up_proj.bias', i, c.mlpBias),
+    ['mlp.down_proj.weight', [h, i]], ...bias('mlp.down_proj.bias', h, c.mlpBias),
+  ];
+  function attentionWeights(a: LlamaAttentionConfig): NamedShape[] {
+    return [
+      ['self_attn.q_proj.weight', [q, h]], ...bias('self_attn.q_proj.bias', q, a.qkvBias),
+      ['self_attn.k_proj.weight', [kv, h]], ...bias('self_attn.k_proj.bias', kv, a.qkvBias),
+      ['self_attn.v_proj.weight', [kv, h]], ...bias('self_attn.v_proj.bias', kv, a.qkvBias),
+      ['self_attn.o_proj.weight', [h, q]], ...bias('self_attn.o_proj.bias', h, a.oBias),
+      ...(a.qkNorm ? [['self_attn.q_norm.weight', [a.headDim]], ['self_attn.k_norm.weight', [a.headDim]]] as NamedShape[] : []),
+    ];
+  }
+}
 
 export class LlamaAttention extends Module {
   readonly q_proj: Linear;
   readonly k_proj: Linear;
   readonly v_proj: Linear;
   readonly o_proj: Linear;
-  /** Qwen3's per-head RMSNorms on queries and keys, before the rotary. */
+  /** Per-head RMSNorms on queries and keys, before the rotary (qkNorm). */
   readonly q_norm: RMSNorm | null = null;
   readonly k_norm: RMSNorm | null = null;
   constructor(
@@ -63,7 +108,7 @@ export class LlamaAttention extends Module {
     this.k_proj = this.addModule('k_proj', proj(c.hidden, c.kvHeads * c.headDim, c.qkvBias, c, rng));
     this.v_proj = this.addModule('v_proj', proj(c.hidden, c.kvHeads * c.headDim, c.qkvBias, c, rng));
     this.o_proj = this.addModule('o_proj', proj(c.heads * c.headDim, c.hidden, c.oBias, c, rng));
-    if (c.modelType === 'qwen3' || c.modelType === 'qwen3_moe') {
+    if (c.qkNorm) {
       this.q_norm = this.addModule('q_norm', new RMSNorm(c.headDim, c.normEps));
       this.k_norm = this.addModule('k_norm', new RMSNorm(c.headDim, c.normEps));
     }
@@ -108,21 +153,22 @@ export interface DecodePlan {
 
 export class LlamaDecoderLayer extends Module {
   readonly input_layernorm: RMSNorm;
-  readonly self_attn: LlamaAttention | Phi3Attention;
+  readonly self_attn: LlamaAttention | AttentionModule;
   readonly post_attention_layernorm: RMSNorm;
-  readonly mlp: LlamaMLP | Phi3MLP;
+  readonly mlp: LlamaMLP | MlpModule;
   private readonly rope: RopeSpec;
   private readonly ropeKey: string;
   constructor(
     private readonly c: LlamaConfig,
     rng: Generator,
+    parts: BlockParts = {},
   ) {
     super();
-    const phi3 = c.modelType === 'phi3';
     this.input_layernorm = this.addModule('input_layernorm', new RMSNorm(c.hidden, c.normEps));
-    this.self_attn = this.addModule('self_attn', phi3 ? new Phi3Attention(c, rng) : new LlamaAttention(c, rng));
+    const attention = parts.attention ? parts.attention(c, rng) : new LlamaAttention({ ...c, qkNorm: parts.qkNorm === true }, rng);
+    this.self_attn = this.addModule('self_attn', attention);
     this.post_attention_layernorm = this.addModule('post_attention_layernorm', new RMSNorm(c.hidden, c.normEps));
-    this.mlp = this.addModule('mlp', phi3 ? new Phi3MLP(c, rng) : new LlamaMLP(c, rng));
+    this.mlp = this.addModule('mlp', parts.mlp ? parts.mlp(c, rng) : new LlamaMLP(c, rng));
     this.rope = llamaRope(c);
     this.ropeKey = JSON.stringify(this.rope);
   }
@@ -159,12 +205,13 @@ class LlamaModel extends Module {
   readonly embed_tokens: Embedding | null;
   readonly layers: ModuleList<LlamaDecoderLayer>;
   readonly norm: RMSNorm | null;
-  constructor(c: LlamaConfig, rng: Generator, parts: SectionParts) {
+  constructor(c: LlamaConfig, rng: Generator, parts: SectionParts, blockParts: BlockParts) {
     super();
     this.embed_tokens = parts.tokenTable ? this.addModule('embed_tokens', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
     if (this.embed_tokens) normalInit(this.embed_tokens, c.initializerRange, rng);
     const [first, last] = parts.blocks;
-    this.layers = this.addModule('layers', new ModuleList(Array.from({ length: last - first }, () => new LlamaDecoderLayer(c, rng)), first));
+    const blocks = Array.from({ length: last - first }, () => new LlamaDecoderLayer(c, rng, blockParts));
+    this.layers = this.addModule('layers', new ModuleList(blocks, first));
     this.norm = parts.norm ? this.addModule('norm', new RMSNorm(c.hidden, c.normEps)) : null;
   }
 }
@@ -173,15 +220,19 @@ export class Llama extends DecoderLM {
   readonly model: LlamaModel;
   readonly lm_head: Linear | null;
 
-  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  /**
+   * @param options.section build only layers [start, end), uninitialised (see GPT2).
+   * @param blockParts what the family puts into each block besides its config.
+   */
   constructor(
     readonly config: LlamaConfig,
     options: { seed?: number; init?: boolean; section?: ModelPart } = {},
+    private readonly blockParts: BlockParts = {},
   ) {
     super();
     const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
     this.section = section;
-    this.model = this.addModule('model', new LlamaModel(config, rng, parts));
+    this.model = this.addModule('model', new LlamaModel(config, rng, parts, blockParts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
     this.setLayers(this.buildLayers());
@@ -191,12 +242,9 @@ export class Llama extends DecoderLM {
     const c = this.config;
     const m = this.model;
     const h = c.hidden;
-    // the sizes of a block, from the config (a section may hold none to count)
-    const q = c.heads * c.headDim;
-    const kv = c.kvHeads * c.headDim;
-    const blockParams
-      = 2 * h + h * q + 2 * h * kv + q * h + (c.qkvBias ? q + 2 * kv : 0) + (c.oBias ? h : 0) + 3 * h * c.intermediate
-        + (c.modelType === 'qwen3' ? 2 * c.headDim : 0) + (c.mlpBias ? 2 * c.intermediate + h : 0);
+    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
+    const p = this.blockParts;
+    const blockParams = countParameters(p.weights ? p.weights(c) : decoderBlockWeights({ ...c, qkNorm: p.qkNorm === true }));
     const headWeight = () => this.lm_head?.weight ?? m.embed_tokens!.weight;
     const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
     return decoderLayers({

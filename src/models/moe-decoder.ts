@@ -4,10 +4,11 @@ import { Generator, type Tensor } from '../tensor/index.ts';
 import type { DecoderConfigBase, ModelConfig } from './config.ts';
 import { firstId, num } from './config-fields.ts';
 import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
-import { LlamaAttention, type LlamaAttentionConfig } from './llama.ts';
+import { decoderBlockWeights, LlamaAttention, type LlamaAttentionConfig } from './llama.ts';
+import { countParameters, type NamedShape } from './families/family.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
-import { GatedMLP, type MoeSpec, moeSizes, PROJ_NAMES, SparseMoe } from './moe.ts';
+import { GatedMLP, type GatedMLPNames, type MoeSpec, moeSizes, PROJ_NAMES, SparseMoe } from './moe.ts';
 import { cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
 import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
@@ -135,6 +136,26 @@ export interface MoeFamily {
   mlp(i: number): BlockMlp;
 }
 
+/**
+ * The checkpoint names and shapes of a MoE family's block i (after `model.layers.N.`): the shared attention and norms,
+ * then its MLP: a router and each expert's SwiGLU, or a dense SwiGLU.
+ */
+export function moeBlockWeights(c: MoeDecoderConfig, family: MoeFamily, i: number): NamedShape[] {
+  const h = c.hidden;
+  const shared = decoderBlockWeights({ ...family.attention, intermediate: 0 }).filter(([name]) => !name.startsWith('mlp.'));
+  const mlp = family.mlp(i);
+  const m = family.mlpName;
+  const swiglu = (prefix: string, width: number, names: GatedMLPNames): NamedShape[] => [
+    [`${prefix}.${names.gate}.weight`, [width, h]],
+    [`${prefix}.${names.up}.weight`, [width, h]],
+    [`${prefix}.${names.down}.weight`, [h, width]],
+  ];
+  if (!('sparse' in mlp)) return [...shared, ...swiglu(m, mlp.dense, PROJ_NAMES)];
+  const s = mlp.sparse;
+  const experts = Array.from({ length: s.experts }, (_, e) => swiglu(`${m}.experts.${e}`, s.width, s.names));
+  return [...shared, [`${m}.gate.weight`, [s.experts, h]], ...experts.flat()];
+}
+
 export class MoeDecoderLayer extends Module {
   readonly input_layernorm: RMSNorm;
   readonly self_attn: LlamaAttention;
@@ -203,18 +224,19 @@ export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends De
     this.setLayers(this.buildLayers());
   }
 
-  /** A block's profile: every expert's parameters, the FLOPs of the experts a token runs (top-k). */
+  /**
+   * A block's profile: every expert's parameters (counted from its checkpoint names), the FLOPs of the experts a token
+   * runs (top-k).
+   */
   private blockProfile(i: number) {
     const c = this.config;
-    const a = this.family.attention;
     const h = c.hidden;
-    const q = c.heads * c.headDim;
-    const kv = c.kvHeads * c.headDim;
-    const attention = 2 * h + h * q + 2 * h * kv + q * h + (a.qkvBias ? q + 2 * kv : 0) + (a.oBias ? h : 0)
-      + (a.modelType === 'qwen3_moe' ? 2 * c.headDim : 0);
+    const weights = moeBlockWeights(c, this.family, i);
+    const params = countParameters(weights);
+    const attention = params - countParameters(weights.filter(([name]) => name.startsWith(`${this.family.mlpName}.`)));
     const mlp = this.family.mlp(i);
-    const { params, flopsPerToken } = 'sparse' in mlp ? moeSizes(mlp.sparse) : { params: 3 * h * mlp.dense, flopsPerToken: 6 * h * mlp.dense };
-    return layerProfile(attention + params, 2 * attention + flopsPerToken, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim);
+    const flopsPerToken = 'sparse' in mlp ? moeSizes(mlp.sparse).flopsPerToken : 6 * h * mlp.dense;
+    return layerProfile(params, 2 * attention + flopsPerToken, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim);
   }
 
   private buildLayers(): ModelLayer[] {

@@ -1,17 +1,12 @@
 import { existsSync, readdirSync } from 'node:fs';
+import { InvalidArgumentError } from '../../errors.ts';
 import {
-  bloomConfig,
   byteLevelTokenizerJson,
   createModel,
-  falconConfig,
-  gemmaConfig,
-  gpt2Config,
-  gptNeoXConfig,
+  familyNamed,
+  familyNames,
   HFTokenizer,
-  llamaConfig,
-  mixtralConfig,
   type ModelConfig,
-  qwen3MoeConfig,
   saveModel,
 } from '../../models/index.ts';
 import { type Flags, intFlag, optionalIntFlag, requiredString, stringFlag, UsageError } from '../args.ts';
@@ -32,56 +27,14 @@ export const initModelOptions = {
   'force': { type: 'boolean' },
 } as const;
 
-/** The Llama-like families (Hugging Face model_type values), small Llama shapes each with its family's parts. */
-const LLAMA_ARCHS = ['llama', 'mistral', 'qwen2', 'qwen3', 'phi3'];
-
 /** Byte-level tokenizer: 256 byte tokens + <|endoftext|>. */
 const BYTE_VOCAB = 257;
-
-interface SmallShape {
-  vocabSize: number;
-  hidden: number;
-  heads: number;
-  layers: number;
-  maxPositions: number;
-  bosTokenId: number;
-  eosTokenId: number;
-}
-
-/**
- * GPT-NeoX, Falcon (its new decoder architecture, grouped by --kv-heads), BLOOM and Gemma 2 and 3
- * (their default window, and hidden / heads per head), at the small shape of the flags.
- */
-const OTHER_ARCHS: Record<string, (c: SmallShape, kvHeads: number, intermediate: number | undefined) => ModelConfig> = {
-  gpt_neox: (c, kvHeads, intermediate) => gptNeoXConfig({ ...c, intermediate: intermediate ?? 4 * c.hidden, ...multiHead(c, kvHeads) }),
-  falcon: (c, kvHeads, intermediate) =>
-    falconConfig({ ...c, newDecoderArchitecture: true, kvHeads, intermediate: intermediate ?? 4 * c.hidden }),
-  bloom: (c, kvHeads, intermediate) => {
-    if (intermediate !== undefined && intermediate !== 4 * c.hidden) throw new UsageError(`BLOOM's MLP is 4 × --hidden wide, not --intermediate ${intermediate}`);
-    return bloomConfig({ ...c, padTokenId: undefined, ...multiHead(c, kvHeads) });
-  },
-  gemma2: (c, kvHeads, intermediate) => gemmaConfig({ ...c, modelType: 'gemma2', kvHeads, headDim: c.hidden / c.heads, intermediate: intermediate ?? 4 * c.hidden }),
-  gemma3_text: (c, kvHeads, intermediate) =>
-    gemmaConfig({ ...c, modelType: 'gemma3_text', kvHeads, headDim: c.hidden / c.heads, intermediate: intermediate ?? 4 * c.hidden }),
-  // the MoE families: 4 (Mixtral) or 8 (Qwen3-MoE) experts of --intermediate width, 2 run per token
-  mixtral: (c, kvHeads, intermediate) => mixtralConfig({ ...c, kvHeads, intermediate: intermediate ?? 2 * c.hidden }),
-  qwen3_moe: (c, kvHeads, intermediate) =>
-    qwen3MoeConfig({ ...c, kvHeads, moeIntermediate: intermediate ?? c.hidden, intermediate: 4 * c.hidden }),
-};
-
-/** GPT-NeoX and BLOOM have as many key/value heads as heads. */
-function multiHead(c: SmallShape, kvHeads: number): object {
-  if (kvHeads !== c.heads) throw new UsageError(`--kv-heads is not part of this --arch (its ${c.heads} heads each have their keys and values)`);
-  return {};
-}
 
 /** `tensorlink init-model`: a new randomly initialised model in Hugging Face layout, with a byte-level tokenizer. */
 export async function initModel(flags: Flags, out: Output): Promise<void> {
   const arch = stringFlag(flags, 'arch') ?? 'gpt2';
-  const other = Object.hasOwn(OTHER_ARCHS, arch) ? OTHER_ARCHS[arch] : undefined;
-  if (arch !== 'gpt2' && !LLAMA_ARCHS.includes(arch) && !other) {
-    throw new UsageError(`--arch must be gpt2, ${[...LLAMA_ARCHS, ...Object.keys(OTHER_ARCHS)].join(', ')}, got '${arch}'`);
-  }
+  const family = familyNamed(arch);
+  if (!family) throw new UsageError(`--arch must be ${familyNames().join(', ')}, got '${arch}'`);
   const dir = requiredString(flags, 'out');
   if (existsSync(dir) && readdirSync(dir).length > 0 && flags.force !== true) {
     throw new UsageError(`${dir} is not empty (pass --force to overwrite)`);
@@ -91,7 +44,7 @@ export async function initModel(flags: Flags, out: Output): Promise<void> {
   const hidden = intFlag(flags, 'hidden', 128);
   const heads = intFlag(flags, 'heads', 4);
   if (hidden % heads !== 0) throw new UsageError(`--hidden ${hidden} is not divisible by --heads ${heads}`);
-  const common = {
+  const shape = {
     vocabSize: vocab,
     hidden,
     heads,
@@ -99,25 +52,17 @@ export async function initModel(flags: Flags, out: Output): Promise<void> {
     maxPositions: intFlag(flags, 'max-positions', 256),
     bosTokenId: 256,
     eosTokenId: 256,
+    kvHeads: intFlag(flags, 'kv-heads', heads),
+    intermediate: optionalIntFlag(flags, 'intermediate', 1),
+    slidingWindow: optionalIntFlag(flags, 'sliding-window', 1),
   };
-  const intermediate = optionalIntFlag(flags, 'intermediate', 1);
-  // Mistral slides a window of 4096 unless told otherwise, as transformers; the others only when told
-  const slidingWindow = optionalIntFlag(flags, 'sliding-window', 1) ?? (arch === 'mistral' ? 4096 : undefined);
-  if (slidingWindow !== undefined && (arch === 'gpt2' || arch === 'llama' || other)) throw new UsageError(`--sliding-window is not part of --arch ${arch}`);
-  if (other) return writeModel(other(common, intFlag(flags, 'kv-heads', heads), intermediate), arch, dir, flags, out);
-  const config
-    = arch === 'gpt2'
-      ? gpt2Config({ ...common, intermediate: intermediate ?? 4 * hidden })
-      : llamaConfig({
-          ...common,
-          kvHeads: intFlag(flags, 'kv-heads', heads),
-          intermediate: intermediate ?? Math.round((8 * hidden) / 3),
-          tieWordEmbeddings: true,
-          modelType: arch,
-          ...(arch === 'qwen2' ? { qkvBias: true } : {}),
-          ...(slidingWindow === undefined ? {} : { slidingWindow }),
-        });
-  if (config.arch === 'llama' && heads % config.kvHeads !== 0) throw new UsageError(`--heads ${heads} is not a multiple of --kv-heads`);
+  let config: ModelConfig;
+  try {
+    config = family.small(shape); // the family's small shape and defaults (its record in src/models/families/)
+  } catch (err) {
+    if (err instanceof InvalidArgumentError) throw new UsageError(err.message);
+    throw err;
+  }
   return writeModel(config, arch, dir, flags, out);
 }
 

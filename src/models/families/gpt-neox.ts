@@ -1,15 +1,16 @@
-import { InvalidArgumentError } from '../errors.ts';
-import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
-import { Generator, type Tensor } from '../tensor/index.ts';
-import { geluErf } from '../tensor/ops/gelu-erf.ts';
-import { firstId, num } from './config-fields.ts';
-import { cachedAttention, mergeHeads } from './forward.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import { countParameters, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, smallBase } from './family.ts';
+import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
+import { Generator, type Tensor } from '../../tensor/index.ts';
+import { geluErf } from '../../tensor/ops/gelu-erf.ts';
+import { firstId, num } from '../config-fields.ts';
+import { cachedAttention, mergeHeads } from '../forward.ts';
 import { type ForwardContext, layerProfile,
-  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
-import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
-import { normalInit, proj } from './decoder-parts.ts';
-import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
-import type { DecoderConfigBase } from './config.ts';
+  type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
+import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
+import { normalInit, proj } from '../decoder-parts.ts';
+import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from '../decoder-layers.ts';
+import type { DecoderConfigBase } from '../config.ts';
 
 /**
  * GPT-NeoX (Pythia, GPT-NeoX-20B) as transformers' GPTNeoXForCausalLM: LayerNorm blocks whose
@@ -262,9 +263,8 @@ export class GPTNeoX extends DecoderLM {
     const c = this.config;
     const m = this.gpt_neox;
     const h = c.hidden;
-    const i = c.intermediate;
-    // 2 layer norms, query_key_value, dense, the MLP (weights and biases)
-    const blockParams = 4 * h + 4 * h * h + (c.attentionBias ? 4 * h : 0) + 2 * h * i + i + h;
+    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
+    const blockParams = countParameters(gptNeoXBlockWeights(c));
     const headWeight = () => this.embed_out?.weight ?? m.embed_in!.weight;
     const headName = c.tieWordEmbeddings ? 'gpt_neox.embed_in.weight' : 'embed_out.weight';
     return decoderLayers({
@@ -278,3 +278,37 @@ export class GPTNeoX extends DecoderLM {
     });
   }
 }
+
+/** A GPT-NeoX block's weights: two layer norms, the fused q/k/v and its dense (biased or not), the biased MLP. */
+function gptNeoXBlockWeights(c: GPTNeoXConfig): NamedShape[] {
+  const h = c.hidden;
+  return [
+    ...layerNormWeights('input_layernorm', h),
+    ...layerNormWeights('post_attention_layernorm', h),
+    ...linearWeights('attention.query_key_value', h, 3 * h, c.attentionBias),
+    ...linearWeights('attention.dense', h, h, c.attentionBias),
+    ...linearWeights('mlp.dense_h_to_4h', h, c.intermediate, true),
+    ...linearWeights('mlp.dense_4h_to_h', c.intermediate, h, true),
+  ];
+}
+
+export const gptNeoX: Family<GPTNeoXConfig> = {
+  name: 'gpt_neox',
+  architecture: 'GPTNeoXForCausalLM',
+  fixtures: ['gpt_neox'],
+  layout: {
+    table: 'gpt_neox.embed_in.weight', blocks: 'gpt_neox.layers', norm: /^gpt_neox\.final_layer_norm\.(weight|bias)$/, head: 'embed_out.weight',
+    basePrefix: 'gpt_neox.',
+  },
+  owns: (c) => c.arch === 'gpt_neox',
+  fromHF: gptNeoXFromHF,
+  toHF: gptNeoXToHF,
+  validate: validateGPTNeoX,
+  create: (c, options) => new GPTNeoX(c, options),
+  blockWeights: gptNeoXBlockWeights,
+  small(s) {
+    noWindow(s, 'gpt_neox');
+    multiHead(s);
+    return gptNeoXConfig({ ...smallBase(s), intermediate: s.intermediate ?? 4 * s.hidden });
+  },
+};

@@ -1,12 +1,39 @@
-import { Embedding, LayerNorm, Module, ModuleList } from '../nn/index.ts';
-import { drawsNothing, Generator, linear, randn, type Tensor, zeros } from '../tensor/index.ts';
-import type { GPT2Config } from './config.ts';
-import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
+import { Embedding, LayerNorm, Module, ModuleList } from '../../nn/index.ts';
+import { drawsNothing, Generator, linear, randn, type Tensor, zeros } from '../../tensor/index.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import type { DecoderConfigBase } from '../config.ts';
+import { firstId, num } from '../config-fields.ts';
+import { countParameters, type Family, type Json, type NamedShape, noWindow, smallBase } from './family.ts';
+import { cachedAttention, mergeHeads, splitHeads } from '../forward.ts';
 import { type ForwardContext, layerProfile,
-  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
-import { DecoderLM, decoderLayers, sectionSetup } from './decoder-layers.ts';
+  type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
+import { DecoderLM, decoderLayers, sectionSetup } from '../decoder-layers.ts';
 
 /** GPT-2 as Hugging Face's GPT2LMHeadModel: same module names, same numbers. */
+
+/** GPT-2 (Hugging Face `model_type: gpt2`). Defaults are GPT-2 small's: vocabulary 50257, 1024 positions, 768 wide, 12 blocks and heads. */
+export interface GPT2Config extends DecoderConfigBase {
+  arch: 'gpt2';
+}
+
+export function gpt2Config(overrides: Partial<Omit<GPT2Config, 'arch'>> = {}): GPT2Config {
+  const hidden = overrides.hidden ?? 768;
+  return {
+    arch: 'gpt2',
+    vocabSize: 50257,
+    maxPositions: 1024,
+    layers: 12,
+    heads: 12,
+    normEps: 1e-5,
+    initializerRange: 0.02,
+    tieWordEmbeddings: true,
+    bosTokenId: 50256,
+    eosTokenId: 50256,
+    ...overrides,
+    hidden,
+    intermediate: overrides.intermediate ?? 4 * hidden,
+  };
+}
 
 function normal(shape: number[], std: number, rng: Generator): Tensor {
   const t = randn(shape, { generator: rng });
@@ -133,10 +160,8 @@ export class GPT2 extends DecoderLM {
     const c = this.config;
     const t = this.transformer;
     const h = c.hidden;
-    // the sizes of a block, from the config (a section may hold none to count)
-    const inner = c.intermediate;
-    // 2 layer norms, c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj (weights and biases)
-    const blockParams = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * inner + inner) + (inner * h + h);
+    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
+    const blockParams = countParameters(gpt2BlockWeights(c));
     const headWeight = () => this.lm_head?.weight ?? t.wte!.weight;
     const headName = c.tieWordEmbeddings ? 'transformer.wte.weight' : 'lm_head.weight';
     return decoderLayers({
@@ -158,3 +183,81 @@ export class GPT2 extends DecoderLM {
     });
   }
 }
+
+function gpt2FromHF(raw: Json): GPT2Config {
+  const hidden = num(raw, 'n_embd');
+  const act = raw.activation_function;
+  if (act !== undefined && act !== 'gelu_new' && act !== 'gelu_pytorch_tanh') {
+    throw new InvalidArgumentError(`GPT-2 activation '${String(act)}' is not supported (gelu_new only)`);
+  }
+  return gpt2Config({
+    vocabSize: num(raw, 'vocab_size'),
+    maxPositions: num(raw, 'n_positions', 1024),
+    hidden,
+    layers: num(raw, 'n_layer'),
+    heads: num(raw, 'n_head'),
+    intermediate: num(raw, 'n_inner', 4 * hidden),
+    normEps: num(raw, 'layer_norm_epsilon', 1e-5),
+    initializerRange: num(raw, 'initializer_range', 0.02),
+    tieWordEmbeddings: raw.tie_word_embeddings !== false,
+    bosTokenId: firstId(raw.bos_token_id),
+    eosTokenId: firstId(raw.eos_token_id),
+  });
+}
+
+function gpt2ToHF(c: GPT2Config): Json {
+  return {
+    architectures: ['GPT2LMHeadModel'],
+    model_type: 'gpt2',
+    vocab_size: c.vocabSize,
+    n_positions: c.maxPositions,
+    n_ctx: c.maxPositions,
+    n_embd: c.hidden,
+    n_layer: c.layers,
+    n_head: c.heads,
+    n_inner: c.intermediate,
+    activation_function: 'gelu_new',
+    layer_norm_epsilon: c.normEps,
+    initializer_range: c.initializerRange,
+    resid_pdrop: 0,
+    embd_pdrop: 0,
+    attn_pdrop: 0,
+    tie_word_embeddings: c.tieWordEmbeddings,
+    bos_token_id: c.bosTokenId,
+    eos_token_id: c.eosTokenId,
+    torch_dtype: 'float32',
+  };
+}
+
+/** A GPT-2 block's weights: two layer norms, the fused q/k/v and the MLP, each Conv1D stored [in, out] with a bias. */
+function gpt2BlockWeights(c: GPT2Config): NamedShape[] {
+  const h = c.hidden;
+  const inner = c.intermediate;
+  return [
+    ['ln_1.weight', [h]], ['ln_1.bias', [h]],
+    ['attn.c_attn.weight', [h, 3 * h]], ['attn.c_attn.bias', [3 * h]],
+    ['attn.c_proj.weight', [h, h]], ['attn.c_proj.bias', [h]],
+    ['ln_2.weight', [h]], ['ln_2.bias', [h]],
+    ['mlp.c_fc.weight', [h, inner]], ['mlp.c_fc.bias', [inner]],
+    ['mlp.c_proj.weight', [inner, h]], ['mlp.c_proj.bias', [h]],
+  ];
+}
+
+export const gpt2: Family<GPT2Config> = {
+  name: 'gpt2',
+  architecture: 'GPT2LMHeadModel',
+  fixtures: ['gpt2'],
+  layout: { table: 'transformer.wte.weight', embedding: /^transformer\.wpe\.weight$/, blocks: 'transformer.h', norm: /^transformer\.ln_f\.(weight|bias)$/, head: 'lm_head.weight', basePrefix: 'transformer.' },
+  owns: (c) => c.arch === 'gpt2',
+  fromHF: gpt2FromHF,
+  toHF: gpt2ToHF,
+  validate(c) {
+    if (c.hidden % c.heads !== 0) throw new InvalidArgumentError(`hidden size ${c.hidden} is not divisible by ${c.heads} heads`);
+  },
+  create: (c, options) => new GPT2(c, options),
+  blockWeights: gpt2BlockWeights,
+  small(s) {
+    noWindow(s, 'gpt2');
+    return gpt2Config({ ...smallBase(s), intermediate: s.intermediate ?? 4 * s.hidden });
+  },
+};

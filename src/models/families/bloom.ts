@@ -1,14 +1,15 @@
-import { InvalidArgumentError } from '../errors.ts';
-import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
-import { Generator, type Tensor } from '../tensor/index.ts';
-import { alibiAttention, alibiSlopes } from './alibi.ts';
-import { firstId, num } from './config-fields.ts';
-import { mergeHeads } from './forward.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import { countParameters, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, smallBase } from './family.ts';
+import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
+import { Generator, type Tensor } from '../../tensor/index.ts';
+import { alibiAttention, alibiSlopes } from '../alibi.ts';
+import { firstId, num } from '../config-fields.ts';
+import { mergeHeads } from '../forward.ts';
 import { type ForwardContext, layerProfile,
-  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
-import { normalInit, proj } from './decoder-parts.ts';
-import { DecoderLM, decoderLayers, sectionSetup } from './decoder-layers.ts';
-import type { DecoderConfigBase } from './config.ts';
+  type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
+import { normalInit, proj } from '../decoder-parts.ts';
+import { DecoderLM, decoderLayers, sectionSetup } from '../decoder-layers.ts';
+import type { DecoderConfigBase } from '../config.ts';
 
 /**
  * BLOOM as transformers' BloomForCausalLM: no position embeddings but ALiBi biases in every
@@ -226,9 +227,8 @@ export class Bloom extends DecoderLM {
     const c = this.config;
     const m = this.transformer;
     const h = c.hidden;
-    const i = c.intermediate;
-    // 2 layer norms, query_key_value, dense, the MLP, all with biases
-    const blockParams = 4 * h + 4 * h * h + 4 * h + 2 * h * i + i + h;
+    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
+    const blockParams = countParameters(bloomBlockWeights(c));
     const headWeight = () => this.lm_head?.weight ?? m.word_embeddings!.weight;
     const headName = c.tieWordEmbeddings ? 'transformer.word_embeddings.weight' : 'lm_head.weight';
     return decoderLayers({
@@ -250,3 +250,40 @@ export class Bloom extends DecoderLM {
     });
   }
 }
+
+/** A BLOOM block's weights: two layer norms, the fused q/k/v, dense and the MLP, all biased. */
+function bloomBlockWeights(c: BloomConfig): NamedShape[] {
+  const h = c.hidden;
+  return [
+    ...layerNormWeights('input_layernorm', h),
+    ...linearWeights('self_attention.query_key_value', h, 3 * h, true),
+    ...linearWeights('self_attention.dense', h, h, true),
+    ...layerNormWeights('post_attention_layernorm', h),
+    ...linearWeights('mlp.dense_h_to_4h', h, c.intermediate, true),
+    ...linearWeights('mlp.dense_4h_to_h', c.intermediate, h, true),
+  ];
+}
+
+export const bloom: Family<BloomConfig> = {
+  name: 'bloom',
+  architecture: 'BloomForCausalLM',
+  fixtures: ['bloom'],
+  layout: {
+    table: 'transformer.word_embeddings.weight', embedding: /^transformer\.word_embeddings_layernorm\.(weight|bias)$/, blocks: 'transformer.h',
+    norm: /^transformer\.ln_f\.(weight|bias)$/, head: 'lm_head.weight', basePrefix: 'transformer.',
+  },
+  owns: (c) => c.arch === 'bloom',
+  fromHF: bloomFromHF,
+  toHF: bloomToHF,
+  validate: validateBloom,
+  create: (c, options) => new Bloom(c, options),
+  blockWeights: bloomBlockWeights,
+  small(s) {
+    noWindow(s, 'bloom');
+    if (s.intermediate !== undefined && s.intermediate !== 4 * s.hidden) {
+      throw new InvalidArgumentError(`BLOOM's MLP is 4 × --hidden wide, not --intermediate ${s.intermediate}`);
+    }
+    multiHead(s);
+    return bloomConfig({ ...smallBase(s), padTokenId: undefined });
+  },
+};

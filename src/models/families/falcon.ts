@@ -1,15 +1,16 @@
-import { InvalidArgumentError } from '../errors.ts';
-import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../nn/index.ts';
-import { Generator, type Tensor } from '../tensor/index.ts';
-import { geluErf } from '../tensor/ops/gelu-erf.ts';
-import { firstId, num } from './config-fields.ts';
-import { cachedAttention, mergeHeads } from './forward.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import { countParameters, type Family, layerNormWeights, linearWeights, type NamedShape, noWindow, smallBase } from './family.ts';
+import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
+import { Generator, type Tensor } from '../../tensor/index.ts';
+import { geluErf } from '../../tensor/ops/gelu-erf.ts';
+import { firstId, num } from '../config-fields.ts';
+import { cachedAttention, mergeHeads } from '../forward.ts';
 import { type ForwardContext, layerProfile,
-  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
-import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
-import { normalInit, proj } from './decoder-parts.ts';
-import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
-import type { DecoderConfigBase } from './config.ts';
+  type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
+import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
+import { normalInit, proj } from '../decoder-parts.ts';
+import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from '../decoder-layers.ts';
+import type { DecoderConfigBase } from '../config.ts';
 
 /**
  * Falcon as transformers' FalconForCausalLM, in its two rotary forms:
@@ -284,10 +285,8 @@ export class Falcon extends DecoderLM {
     const m = this.transformer;
     const h = c.hidden;
     const hd = h / c.heads;
-    const qkv = (c.heads + 2 * c.kvHeads) * hd;
-    const i = c.intermediate;
-    // norms, query_key_value, dense, the MLP (biases if the config has them)
-    const blockParams = 2 * c.parallelNorms * h + h * qkv + h * h + 2 * h * i + (c.bias ? qkv + h + i + h : 0);
+    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
+    const blockParams = countParameters(falconBlockWeights(c));
     const headWeight = () => this.lm_head?.weight ?? m.word_embeddings!.weight;
     const headName = c.tieWordEmbeddings ? 'transformer.word_embeddings.weight' : 'lm_head.weight';
     return decoderLayers({
@@ -301,3 +300,38 @@ export class Falcon extends DecoderLM {
     });
   }
 }
+
+/** A Falcon block's weights: one or two layer norms, the fused q/k/v over its kv heads, dense and the MLP. */
+function falconBlockWeights(c: FalconConfig): NamedShape[] {
+  const h = c.hidden;
+  const qkv = (c.heads + 2 * c.kvHeads) * (h / c.heads);
+  return [
+    ...(c.parallelNorms === 2 ? [...layerNormWeights('ln_attn', h), ...layerNormWeights('ln_mlp', h)] : layerNormWeights('input_layernorm', h)),
+    ...linearWeights('self_attention.query_key_value', h, qkv, c.bias),
+    ...linearWeights('self_attention.dense', h, h, c.bias),
+    ...linearWeights('mlp.dense_h_to_4h', h, c.intermediate, c.bias),
+    ...linearWeights('mlp.dense_4h_to_h', c.intermediate, h, c.bias),
+  ];
+}
+
+export const falcon: Family<FalconConfig> = {
+  name: 'falcon',
+  architecture: 'FalconForCausalLM',
+  fixtures: ['falcon'],
+  layout: {
+    table: 'transformer.word_embeddings.weight', blocks: 'transformer.h', norm: /^transformer\.ln_f\.(weight|bias)$/, head: 'lm_head.weight',
+    basePrefix: 'transformer.',
+  },
+  owns: (c) => c.arch === 'falcon',
+  fromHF: falconFromHF,
+  toHF: falconToHF,
+  validate: validateFalcon,
+  create: (c, options) => new Falcon(c, options),
+  blockWeights: falconBlockWeights,
+  // the new decoder architecture, grouped by --kv-heads
+  small(s) {
+    noWindow(s, 'falcon');
+    const intermediate = s.intermediate ?? 4 * s.hidden;
+    return falconConfig({ ...smallBase(s), newDecoderArchitecture: true, kvHeads: s.kvHeads, intermediate });
+  },
+};

@@ -1,8 +1,10 @@
-import { InvalidArgumentError } from '../errors.ts';
-import { num } from './config-fields.ts';
-import { type MoeDecoderConfig, moeDecoderFromHF, moeDecoderToHF, type MoeFamily, MoeForCausalLM, validateMoeDecoder, windowFromHF } from './moe-decoder.ts';
-import type { ModelPart } from './model.ts';
-import { PROJ_NAMES } from './moe.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import { num } from '../config-fields.ts';
+import { type MoeDecoderConfig, moeDecoderFromHF, moeDecoderToHF, moeBlockWeights, type MoeFamily, MoeForCausalLM, validateMoeDecoder, windowFromHF } from '../moe-decoder.ts';
+import type { ModelPart } from '../model.ts';
+import { DECODER_LAYOUT } from '../llama-config.ts';
+import { type Family, noWindow, smallBase } from './family.ts';
+import { PROJ_NAMES } from '../moe.ts';
 
 /**
  * Qwen3-MoE as transformers' Qwen3MoeForCausalLM: Qwen3's attention (per-head q/k RMSNorms,
@@ -131,7 +133,7 @@ function qwen3MoeFamily(c: Qwen3MoeConfig): MoeFamily {
   };
   return {
     mlpName: 'mlp',
-    attention: { ...c, qkvBias: c.attentionBias, oBias: c.attentionBias, modelType: 'qwen3_moe' },
+    attention: { ...c, qkvBias: c.attentionBias, oBias: c.attentionBias, qkNorm: true },
     mlp: (i) => (qwen3MoeSparse(c, i) ? { sparse } : { dense: c.intermediate }),
   };
 }
@@ -142,3 +144,21 @@ export class Qwen3Moe extends MoeForCausalLM<Qwen3MoeConfig> {
     super(config, qwen3MoeFamily(config), options);
   }
 }
+
+export const qwen3Moe: Family<Qwen3MoeConfig> = {
+  name: 'qwen3_moe',
+  architecture: 'Qwen3MoeForCausalLM',
+  fixtures: ['qwen3_moe'],
+  layout: DECODER_LAYOUT,
+  owns: (c) => c.arch === 'qwen3_moe',
+  fromHF: qwen3MoeFromHF,
+  toHF: qwen3MoeToHF,
+  validate: validateQwen3Moe,
+  create: (c, options) => new Qwen3Moe(c, options),
+  blockWeights: (c, i) => moeBlockWeights(c, qwen3MoeFamily(c), i),
+  // 8 experts of --intermediate width, 2 run per token
+  small(s) {
+    noWindow(s, 'qwen3_moe');
+    return qwen3MoeConfig({ ...smallBase(s), kvHeads: s.kvHeads, moeIntermediate: s.intermediate ?? s.hidden, intermediate: 4 * s.hidden });
+  },
+};

@@ -1,14 +1,17 @@
-import { InvalidArgumentError } from '../errors.ts';
-import { Embedding, type Linear, Module, ModuleList } from '../nn/index.ts';
-import { Generator, rmsNorm, type Tensor, zeros } from '../tensor/index.ts';
-import type { AttentionOptions } from './attention.ts';
-import type { DecoderConfigBase, LlamaLayerType } from './config.ts';
-import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
-import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import { Embedding, type Linear, Module, ModuleList } from '../../nn/index.ts';
+import { Generator, rmsNorm, type Tensor, zeros } from '../../tensor/index.ts';
+import type { AttentionOptions } from '../attention.ts';
+import type { DecoderConfigBase, LlamaLayerType } from '../config.ts';
+import { type BlockAttention, normalInit, proj } from '../decoder-parts.ts';
+import { cachedAttention, mergeHeads, splitHeads } from '../forward.ts';
 import { type ForwardContext, layerProfile,
-  type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
-import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
-import { DecoderLM, decoderLayers, sectionSetup } from './decoder-layers.ts';
+  type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
+import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
+import { DecoderLM, decoderLayers, sectionSetup } from '../decoder-layers.ts';
+import { DECODER_LAYOUT } from '../llama-config.ts';
+import { decoderBlockWeights } from '../llama.ts';
+import { countParameters, type Family, type NamedShape, noWindow, smallBase } from './family.ts';
 
 /**
  * Gemma 2 and Gemma 3 (text) as transformers' Gemma2ForCausalLM and Gemma3ForCausalLM. What
@@ -377,11 +380,8 @@ export class Gemma extends DecoderLM {
     const c = this.config;
     const m = this.model;
     const h = c.hidden;
-    const q = c.heads * c.headDim;
-    const kv = c.kvHeads * c.headDim;
-    // 4 norms, q/k/v/o (and their biases), the GeGLU's 3 matrices, Gemma 3's q/k norms
-    const blockParams = 4 * h + 2 * h * q + 2 * h * kv + (c.attentionBias ? q + 2 * kv + h : 0) + 3 * h * c.intermediate
-      + (c.modelType === 'gemma3_text' ? 2 * c.headDim : 0);
+    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
+    const blockParams = countParameters(gemmaBlockWeights(c));
     const headWeight = () => this.lm_head?.weight ?? m.embed_tokens!.weight;
     const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
     const embedScale = Math.fround(Math.sqrt(h)); // transformers' embed_scale, a float32 √hidden
@@ -403,3 +403,34 @@ export class Gemma extends DecoderLM {
     });
   }
 }
+
+/** A Gemma block's weights: the shared decoder's (biases all four or none, Gemma 3's q/k norms) and its two MLP norms. */
+function gemmaBlockWeights(c: GemmaConfig): NamedShape[] {
+  const shared = decoderBlockWeights({ ...c, qkvBias: c.attentionBias, oBias: c.attentionBias, qkNorm: c.modelType === 'gemma3_text' });
+  return [...shared, ['pre_feedforward_layernorm.weight', [c.hidden]], ['post_feedforward_layernorm.weight', [c.hidden]]];
+}
+
+/** The record of a Gemma model_type: both build the same model, their differences in GemmaConfig's fields. */
+function gemmaFamily(type: GemmaType, fixture: string): Family<GemmaConfig> {
+  return {
+    name: type,
+    architecture: ARCHITECTURES[type],
+    fixtures: [fixture],
+    layout: DECODER_LAYOUT,
+    owns: (c) => c.arch === 'gemma' && c.modelType === type,
+    fromHF: (raw) => gemmaFromHF(raw, type),
+    toHF: gemmaToHF,
+    validate: validateGemma,
+    create: (c, options) => new Gemma(c, options),
+    blockWeights: gemmaBlockWeights,
+    // the family's default window, and hidden / heads per head
+    small(s) {
+      noWindow(s, type);
+      const intermediate = s.intermediate ?? 4 * s.hidden;
+      return gemmaConfig({ ...smallBase(s), modelType: type, kvHeads: s.kvHeads, headDim: s.hidden / s.heads, intermediate });
+    },
+  };
+}
+
+export const gemma2 = gemmaFamily('gemma2', 'gemma2');
+export const gemma3Text = gemmaFamily('gemma3_text', 'gemma3');

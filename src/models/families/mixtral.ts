@@ -1,7 +1,9 @@
-import { InvalidArgumentError } from '../errors.ts';
-import { num } from './config-fields.ts';
-import { type MoeDecoderConfig, moeDecoderFromHF, moeDecoderToHF, type MoeFamily, MoeForCausalLM, validateMoeDecoder, windowFromHF } from './moe-decoder.ts';
-import type { ModelPart } from './model.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import { num } from '../config-fields.ts';
+import { type MoeDecoderConfig, moeDecoderFromHF, moeDecoderToHF, moeBlockWeights, type MoeFamily, MoeForCausalLM, validateMoeDecoder, windowFromHF } from '../moe-decoder.ts';
+import type { ModelPart } from '../model.ts';
+import { DECODER_LAYOUT } from '../llama-config.ts';
+import { type Family, noWindow, smallBase } from './family.ts';
 
 /**
  * Mixtral as transformers' MixtralForCausalLM: Mistral's blocks (GQA, rotary, an optional
@@ -87,7 +89,7 @@ function mixtralFamily(c: MixtralConfig): MoeFamily {
   };
   return {
     mlpName: 'block_sparse_moe',
-    attention: { ...c, qkvBias: false, oBias: false, modelType: 'mixtral' },
+    attention: { ...c, qkvBias: false, oBias: false },
     mlp: () => ({ sparse }),
   };
 }
@@ -98,3 +100,21 @@ export class Mixtral extends MoeForCausalLM<MixtralConfig> {
     super(config, mixtralFamily(config), options);
   }
 }
+
+export const mixtral: Family<MixtralConfig> = {
+  name: 'mixtral',
+  architecture: 'MixtralForCausalLM',
+  fixtures: ['mixtral'],
+  layout: DECODER_LAYOUT,
+  owns: (c) => c.arch === 'mixtral',
+  fromHF: mixtralFromHF,
+  toHF: mixtralToHF,
+  validate: validateMixtral,
+  create: (c, options) => new Mixtral(c, options),
+  blockWeights: (c, i) => moeBlockWeights(c, mixtralFamily(c), i),
+  // 4 experts of --intermediate width, 2 run per token
+  small(s) {
+    noWindow(s, 'mixtral');
+    return mixtralConfig({ ...smallBase(s), kvHeads: s.kvHeads, intermediate: s.intermediate ?? 2 * s.hidden });
+  },
+};
