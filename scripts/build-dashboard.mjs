@@ -32,7 +32,7 @@ const nodeInTab = {
   setup(b) {
     // modules with a browser twin: Ed25519 by @noble/curves (records are signed in the tab as by any worker), and the
     // contracts' artifacts bundled rather than read from a file
-    const twins = { 'src/verify/ed25519.ts': 'web/lend/ed25519.ts', 'src/chain/artifacts.ts': 'web/lend/chain-artifacts.ts' };
+    const twins = { 'src/verify/records/ed25519.ts': 'web/lend/ed25519.ts', 'src/chain/artifacts.ts': 'web/lend/chain-artifacts.ts' };
     b.onResolve({ filter: /^\.\/(ed25519|artifacts)\.ts$/ }, (args) => {
       const resolved = `${args.resolveDir}/${args.path.slice(2)}`.slice(root.length);
       return Object.hasOwn(twins, resolved) ? { path: `${root}${twins[resolved]}` } : undefined;

@@ -1,5 +1,5 @@
 import { InvalidMessageError } from '../errors.ts';
-import { bytesSignatureValid, parseRecord, recordId, type RecordSigner, signBytes, type WorkRecord } from '../verify/index.ts';
+import { bytesSignatureValid, parseRecord, recordId, type RecordSigner, signBytes, type WorkRecord } from '../verify/records/index.ts';
 
 /**
  * A user's acceptance of a worker's record: the user's peer id and its Ed25519 signature over

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { InvalidMessageError } from '../errors.ts';
-import { bytesSignatureValid, recordId, type RecordSigner, signatureValid, signBytes } from '../verify/index.ts';
+import { bytesSignatureValid, recordId, type RecordSigner, signatureValid, signBytes } from '../verify/records/index.ts';
 import { acceptanceValid, type LedgerRecord, parseLedgerRecord } from './acceptance.ts';
 import { leafHash, type MerkleProof, MerkleTree, rootFromProof } from './merkle.ts';
 

@@ -1,5 +1,5 @@
 import { configFromHF, type ModelConfig, modelLayers } from '../models/index.ts';
-import type { RecordKind } from './record.ts';
+import type { RecordKind } from './records/index.ts';
 
 /** What a section's computations cost: forward FLOPs per token and the parameters it holds. */
 export interface SectionCost {

@@ -3,7 +3,7 @@ export { hashArrays, hashNamed, hashTensors } from './hash.ts';
 export {
   bytesSignatureValid, checkRecord, type Expectation, parseRecord, RECORD_KINDS, type RecordKind, recordBytes, recordId, type RecordSigner,
   signatureValid, signBytes, signRecord, type WorkFields, type WorkRecord,
-} from './record.ts';
+} from './records/index.ts';
 export { auxHash, type Bundle, checkpointHash, compactWeightOf, maxBundleBytes, reexecute, sessionStepHash, type Verdict } from './reexec.ts';
 export { type Standing, Reputation } from './reputation.ts';
 export { AuditSampler, expectedStepsToCatch, stepCatchProbability, stepsToCatch } from './sampling.ts';

@@ -8,7 +8,7 @@ import {
 import { agree, type ComputeFormat, formatOfWeights } from './compare.ts';
 import { recordFlops, sectionCost } from './flops.ts';
 import { hashNamed, hashTensors } from './hash.ts';
-import type { WorkRecord } from './record.ts';
+import type { WorkRecord } from './records/index.ts';
 import { gradsHash, optimizerHash, weightsHash } from './state.ts';
 
 /**

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { InvalidMessageError, VerificationError } from '../errors.ts';
+import { InvalidMessageError, VerificationError } from '../../errors.ts';
 import { signEd25519, verifyEd25519 } from './ed25519.ts';
 
 /** What a worker computed: one micro-batch's forward or backward at one step, an optimizer step, a decoding step. */

@@ -1,7 +1,7 @@
 import { createPrivateKey, createPublicKey, type KeyObject, sign, verify } from 'node:crypto';
 
 // Ed25519 by Node's crypto (OpenSSL): records, acceptances and the ledger's block headers. The browser build of a
-// tab's worker replaces this module with web/lend/ed25519.ts (the same two functions by @noble/curves).
+// tab's worker replaces this module with src/browser/twins/ed25519.ts (the same two functions by @noble/curves).
 
 const PKCS8_ED25519 = Buffer.from('302e020100300506032b657004220420', 'hex');
 const SPKI_ED25519 = Buffer.from('302a300506032b6570032100', 'hex');
