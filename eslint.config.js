@@ -20,8 +20,8 @@ export default tseslint.config(
     },
   },
   {
-    // the dashboard runs in a browser
-    files: ['web/**/*.ts', 'web/**/*.tsx'],
+    // the dashboard and the /lend page (src/browser/) run in a browser
+    files: ['web/**/*.ts', 'web/**/*.tsx', 'src/browser/**/*.ts'],
     languageOptions: { globals: { document: 'readonly', window: 'readonly', EventSource: 'readonly', MessageEvent: 'readonly' } },
     // table rows read best with their cells on one line
     rules: { '@stylistic/jsx-one-expression-per-line': 'off', '@stylistic/max-len': ['error', { code: 180, ignoreStrings: true }] },

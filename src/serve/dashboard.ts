@@ -11,7 +11,7 @@ export const DASHBOARD_PUSH_MS = 1_000;
 const STATE_CACHE_MS = 500;
 /** Where `npm run build:dashboard` (run by `npm ci` and `npm run build`) writes the page: dist/dashboard/ at the package's root. */
 export const DASHBOARD_DIR = fileURLToPath(new URL('../../dist/dashboard/', import.meta.url));
-/** The /lend page (web/lend/, bundled beside the dashboard): the swarm as a browser tab sees it over its own libp2p. */
+/** The /lend page (src/browser/, bundled beside the dashboard): the swarm as a browser tab sees it over its own libp2p. */
 export const LEND_DIR = fileURLToPath(new URL('../../dist/lend/', import.meta.url));
 const ASSETS: Record<string, string> = {
   'index.html': 'text/html; charset=utf-8',

@@ -1,5 +1,6 @@
 /** The worker's room: the stage server and its handlers, the job table, the chunk store, capabilities. */
 export { measureCapabilities } from './capabilities.ts';
+export { engineGflops, referenceLogits } from './engine-check.ts';
 export { ChunkStore } from './chunk-store.ts';
 export { JobTable, MAX_JOBS_PER_WORKER, type JobEntry } from './jobs.ts';
 export { type StageServer, type StageServerOptions, serveStages } from './stage-server.ts';

@@ -76,7 +76,7 @@ export interface WorkerOptions {
   /** The chain it is paid on: it stakes what it needs to be given work, announces its account and claims its rewards. */
   chain?: NodeChain;
   /**
-   * A node made elsewhere, in place of createNode's: a browser tab's (web/lend/), with the key it signs records with,
+   * A node made elsewhere, in place of createNode's: a browser tab's (src/browser/), with the key it signs records with,
    * the capabilities it measured and the relay slot it listens on (announced as its only addresses).
    */
   own?: { node: TensorLinkNode; signer: RecordSigner; capabilities: Capabilities; circuit: string };

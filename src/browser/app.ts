@@ -6,16 +6,13 @@ import './globals.ts';
 import { peerConnectionsCreated, RTC_BUDGET } from './rtc-budget.ts';
 import type { Connection, Libp2p, PrivateKey } from '@libp2p/interface';
 import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
-import { parseFault } from '../../src/worker/fault.ts';
+import { parseFault } from '../worker/index.ts';
 import { formatEther } from 'viem';
-import type { Deployment } from '../../src/chain/contracts-file.ts';
+import type { Deployment } from '../chain/index.ts';
 import type { WorkSnapshot } from './bridge-protocol.ts';
 import { tabAccountKey, tabIdentity } from './keys.ts';
 import { lend, tabNode, type TabWorker } from './lend.ts';
-import { request } from '../../src/p2p/protocols/control/client.ts';
-import { parseStatusAnswer } from '../../src/p2p/protocols/control/schema.ts';
-import { reach } from '../../src/p2p/reach.ts';
-import type { PeerRecord } from '../../src/p2p/vocabulary.ts';
+import { parseStatusAnswer, type PeerRecord, reach, request } from '../p2p/index.ts';
 
 /** Set by the bundler: true only in the test build (dist/lend-test/), which alone honours `?fault=`. */
 declare const TENSORLINK_TEST_BUILD: boolean;

@@ -2,9 +2,9 @@
 // Web Workers, so the tab's libp2p node lives in the page; the worker runs TensorLink's worker (startWorker: jobs,
 // sections, records) on a node that forwards what it does to the page's (bridge-node.ts) and gets its streams' bytes
 // and events back (bridge-host.ts).
-import type { Deployment } from '../../src/chain/contracts-file.ts';
-import type { Capabilities } from '../../src/p2p/vocabulary.ts';
-import type { Fault } from '../../src/worker/fault.ts';
+import type { Deployment } from '../chain/index.ts';
+import type { Capabilities } from '../p2p/index.ts';
+import type { Fault } from '../worker/index.ts';
 
 /** A connection of the page's node, as the worker sees it (what src/p2p/webrtc.ts reads). */
 export interface ConnectionView {

@@ -1,4 +1,4 @@
-// src/verify/ed25519.ts for the browser build: the same two functions by @noble/curves (RFC 8032, deterministic: the
+// src/verify/records/ed25519.ts for the browser build: the same two functions by @noble/curves (RFC 8032, deterministic: the
 // same signatures as Node's OpenSSL gives), so a tab signs its records as any worker does.
 import { ed25519 } from '@noble/curves/ed25519.js';
 

@@ -12,8 +12,8 @@ import { webSockets } from '@libp2p/websockets';
 import { yamux } from '@libp2p/yamux';
 import type { Multiaddr } from '@multiformats/multiaddr';
 import { createLibp2p } from 'libp2p';
-import { tierOf } from '../../src/p2p/vocabulary.ts';
-import type { Fault } from '../../src/worker/fault.ts';
+import { tierOf } from '../p2p/index.ts';
+import type { Fault } from '../worker/index.ts';
 import { hostBridge } from './bridge-host.ts';
 import type { StartMessage, ToWorker, WorkSnapshot } from './bridge-protocol.ts';
 
