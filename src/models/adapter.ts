@@ -23,7 +23,7 @@ export interface LoraConfig {
 /** A model (or a section of one) whose layers are named as in its checkpoint. */
 export type Adaptable = Module & { hfStateDict(): Map<string, Tensor> };
 
-/** The usual targets: the attention's and the MLP's projections of the Llama-like families. */
+/** The usual targets: the attention's and the MLP's projections of the shared decoder's families. */
 export const DEFAULT_LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
 export const ADAPTER_CONFIG = 'adapter_config.json';
 export const ADAPTER_WEIGHTS = 'adapter_model.safetensors';

@@ -3,7 +3,7 @@ import { maskedSoftmax } from '../tensor/ops/attention.ts';
 import type { ForwardContext, LayerCache } from './model.ts';
 
 /**
- * ALiBi (attention with linear biases, Press et al. 2021) as BLOOM computes it: no rotary or
+ * ALiBi (attention with linear biases, Press et al. 2021) as transformers computes it: no rotary or
  * learned positions; each head h adds slope_h · (position of the key) to its attention scores,
  * which, softmax being blind to a shift shared by a row, is the paper's −slope_h · distance.
  */
@@ -47,7 +47,7 @@ function alibiBias(slopes: Float32Array, ctx: ForwardContext, keys: number): Ten
 
 /**
  * Causal attention with ALiBi for one block, with the KV cache as in cachedAttention:
- * softmax(scale · q kᵀ + bias) v, the bias added after the scale as BLOOM's baddbmm does.
+ * softmax(scale · q kᵀ + bias) v, the bias added after the scale as transformers' baddbmm does.
  * q, k, v are [B, H, T, D]; returns [B, H, T, D].
  */
 export function alibiAttention(

@@ -3,7 +3,7 @@ import { maskedSoftmax } from '../tensor/ops/attention.ts';
 
 /**
  * Causal self-attention with the options the families differ by: a sliding window, a scale
- * other than 1/√d, and soft-capped scores (Gemma 2). Eager, as transformers' eager_attention_forward.
+ * other than 1/√d, and soft-capped scores. Eager, as transformers' eager_attention_forward.
  */
 export interface AttentionOptions {
   /**

@@ -144,7 +144,7 @@ export class CheckpointWeights implements ModelWeights {
     readonly dir: string,
     readonly config: ModelConfig,
     private readonly ckpt: Checkpoint,
-    /** Model name → checkpoint key (GPT-2 checkpoints may lack the `transformer.` prefix). */
+    /** Model name → checkpoint key (a base model's checkpoint may lack its family's prefix). */
     private readonly keys: Map<string, string>,
     private readonly chunkBytes: number,
     private readonly cacheFile: string | null,

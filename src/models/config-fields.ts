@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '../errors.ts';
 
-/** Readers of config.json fields for the family files (GPT-NeoX, Falcon, BLOOM): one-line errors that name the key. */
+/** Readers of config.json fields for the family files: one-line errors that name the key. */
 
 type Json = Record<string, unknown>;
 

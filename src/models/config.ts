@@ -1,12 +1,9 @@
 import { InvalidArgumentError } from '../errors.ts';
-import type { BloomConfig } from './families/bloom.ts';
-import type { FalconConfig } from './families/falcon.ts';
-import type { GemmaConfig } from './families/gemma.ts';
-import type { GPTNeoXConfig } from './families/gpt-neox.ts';
-import type { MixtralConfig } from './families/mixtral.ts';
-import type { Qwen3MoeConfig } from './families/qwen3-moe.ts';
-import type { GPT2Config } from './families/gpt2.ts';
+import type { ModelConfig } from './families/index.ts';
 import type { RopeScaling } from './rope.ts';
+
+/** The config of any family (the union of the records' config types, in the registry). */
+export type { ModelConfig } from './families/index.ts';
 
 /** What the config of every family holds, in our names (each family's config.json key says which field it is read from). */
 export interface DecoderConfigBase {
@@ -31,13 +28,14 @@ export interface DecoderConfigBase {
 }
 
 /** A block's attention in the families with sliding windows (transformers' layer_types). */
-export type LlamaLayerType = 'full_attention' | 'sliding_attention';
+export type AttentionLayerType = 'full_attention' | 'sliding_attention';
 
 /**
- * Llama (`model_type: llama`; Mistral, Qwen2, Qwen3 and Phi-3 configs reduce to it, see
- * llama-config.ts). Defaults are Llama-2-7B's shape.
+ * The shared decoder's config (decoder.ts; the families built on it read and write it in decoder-config.ts, and their
+ * records say which of its optional fields each takes). Its `arch` tag is the first family's name, as configs were
+ * saved and sent before the registry; modelType says which family it is.
  */
-export interface LlamaConfig extends DecoderConfigBase {
+export interface DecoderConfig extends DecoderConfigBase {
   arch: 'llama';
   /** Key/value heads for grouped-query attention (= heads for multi-head attention). */
   kvHeads: number;
@@ -45,30 +43,30 @@ export interface LlamaConfig extends DecoderConfigBase {
   headDim: number;
   /** Rotary base (10000). */
   ropeTheta: number;
-  /** Bias on q, k, v projections (Qwen2) and on o (Llama's attention_bias sets both). */
+  /** Bias on the q, k, v projections, and on o (config.json's attention_bias sets both in some families). */
   qkvBias: boolean;
   oBias: boolean;
-  /**
-   * The Hugging Face model_type this came from (llama, mistral, qwen2, qwen3, phi3), kept for
-   * saving; qwen3 adds q/k norms, phi3 fuses q/k/v and gate/up.
-   */
+  /** The Hugging Face model_type this came from: its family (the record that reads, writes and builds it). */
   modelType: string;
   /** rope_scaling (linear, dynamic, yarn, llama3); absent: the plain rotary. */
   ropeScaling?: RopeScaling;
-  /** Phi-3's partial_rotary_factor: the fraction of each head's dims that rotate (absent: all). */
+  /** partial_rotary_factor: the fraction of each head's dims that rotate (absent: all). */
   partialRotaryFactor?: number;
   /** Sliding window: a token attends to itself and the window − 1 before it (absent: no window). */
   slidingWindow?: number;
-  /** Which blocks the window applies to (Qwen's layer_types; absent: every block, as Mistral). */
-  layerTypes?: LlamaLayerType[];
-  /** Biases on the MLP's projections (Llama's mlp_bias). */
+  /** Which blocks the window applies to (layer_types; absent: every block). */
+  layerTypes?: AttentionLayerType[];
+  /** Biases on the MLP's projections (mlp_bias). */
   mlpBias?: boolean;
 }
 
-export type ModelConfig
-  = GPT2Config | LlamaConfig | GPTNeoXConfig | FalconConfig | BloomConfig | GemmaConfig | MixtralConfig | Qwen3MoeConfig;
+/** Whether a config is the shared decoder's (whichever family built on it: its modelType says). */
+export function isDecoderConfig(c: ModelConfig): c is DecoderConfig {
+  return c.arch === 'llama';
+}
 
-export function llamaConfig(overrides: Partial<Omit<LlamaConfig, 'arch'>> = {}): LlamaConfig {
+/** A shared-decoder config: a 7B shape (32 blocks of 4096, 32 heads, a SwiGLU of 11008) unless overridden. */
+export function decoderConfig(overrides: Partial<Omit<DecoderConfig, 'arch'>> = {}): DecoderConfig {
   const hidden = overrides.hidden ?? 4096;
   const heads = overrides.heads ?? 32;
   return {

@@ -1,7 +1,7 @@
 import { gatedMlp, linear, linears, Tensor } from '../tensor/index.ts';
 import { attendTimeMajor } from '../tensor/ops/attention.ts';
 import { addRows, rmsNormRow, rotate } from './decode-step.ts';
-import { type DecodePlan, Llama, LlamaDecoderLayer } from './llama.ts';
+import { Decoder, DecoderBlock, type DecodePlan } from './decoder.ts';
 import { type CausalLM, type ForwardContext, GrowingKV, type KVCache, type ModelLayer } from './model.ts';
 
 /**
@@ -10,7 +10,7 @@ import { type CausalLM, type ForwardContext, GrowingKV, type KVCache, type Model
  * its weights are read once for all of them; each row's norms, rotary, cache append and attention run on its own, as
  * decode-step.ts computes them. On js every product's output is a double-precision sum over its own row (the kernels
  * never mix rows), so each row's output equals its own forward bit for bit; on ort within float tolerance. A layer
- * that is not a plain Llama block (or a row it cannot take) runs row by row through the layer's own forward.
+ * that is not a plain shared-decoder block (or a row it cannot take) runs row by row through the layer's own forward.
  */
 
 /** One sequence's step: its hidden state [1, 1, hidden], its cache, its position int32 [1, 1]. */
@@ -26,7 +26,7 @@ export function decodeRows(model: CausalLM, rows: readonly DecodeRow[]): Tensor[
   const ctxs: ForwardContext[] = rows.map((r) => ({ positions: r.positions, keyMask: null, cache: r.cache }));
   let xs = rows.map((r) => r.x);
   for (const layer of model.layers) {
-    const block = blockOf(model as Llama, layer);
+    const block = blockOf(model as Decoder, layer);
     const plans = block ? xs.map((x, i) => block.decodePlan(x, ctxs[i], layer.blockIndex)) : [];
     xs = block && plans.every((p) => p !== null)
       ? decodeBlockRows(plans as DecodePlan[], xs, ctxs, layer.blockIndex)
@@ -36,11 +36,11 @@ export function decodeRows(model: CausalLM, rows: readonly DecodeRow[]): Tensor[
 }
 
 /**
- * Whether the rows may be stacked: a Llama model or section, one token each (ids [1, 1] or hidden states [1, 1, hidden]),
+ * Whether the rows may be stacked: a shared-decoder model or section, one token each (ids [1, 1] or hidden states [1, 1, hidden]),
  * positions given and in range, distinct caches.
  */
 export function canDecodeRows(model: CausalLM, rows: readonly DecodeRow[]): boolean {
-  if (rows.length < 2 || !(model instanceof Llama) || new Set(rows.map((r) => r.cache)).size !== rows.length) return false;
+  if (rows.length < 2 || !(model instanceof Decoder) || new Set(rows.map((r) => r.cache)).size !== rows.length) return false;
   const ids = model.layers[0]?.kind === 'embedding';
   const { hidden, maxPositions } = model.config;
   return rows.every(({ x, positions: p }) => x.shape[0] === 1 && x.shape[1] === 1
@@ -48,10 +48,10 @@ export function canDecodeRows(model: CausalLM, rows: readonly DecodeRow[]): bool
     && p.dtype === 'int32' && p.ndim === 2 && p.size === 1 && p.data[0] >= 0 && p.data[0] < maxPositions);
 }
 
-function blockOf(model: Llama, layer: ModelLayer): LlamaDecoderLayer | null {
+function blockOf(model: Decoder, layer: ModelLayer): DecoderBlock | null {
   if (layer.kind !== 'block') return null;
   const block = model.model.layers.byIndex(layer.blockIndex);
-  return block instanceof LlamaDecoderLayer ? block : null;
+  return block instanceof DecoderBlock ? block : null;
 }
 
 /** One block over R rows: the products over the rows stacked, the rest row by row (decodeStep's arithmetic). */

@@ -4,16 +4,16 @@ import { attendTimeMajor } from '../tensor/ops/attention.ts';
 import { GrowingKV, type ForwardContext } from './model.ts';
 
 /**
- * One decoding step of a Llama block (one token of one sequence, with the cache) on the backend's fused products,
+ * One decoding step of a shared-decoder block (decoder.ts) (one token of one sequence, with the cache) on the backend's fused products,
  * with the glue between them — norms, rotary, the cache's append, residual adds — on plain buffers instead of a
  * dozen tensor ops: on a backend with fused products (ort), each op's few µs of shapes, records and buffers were a
- * sixth of a step of the 100M Llama at int4 (bench/decode-profile.ts). Each loop computes what its op does (rmsNorm,
+ * sixth of a step of the 100M shared decoder at int4 (bench/decode-profile.ts). Each loop computes what its op does (rmsNorm,
  * rotaryEmbedding, add), so it is the generic block's arithmetic; where a backend has no fused products (js) or
  * anything else differs (gradients, batches, masks, windows, biases, q/k norms, partial rotary, replaced forwards),
  * the generic block runs.
  */
 
-/** What a Llama block holds, as the step reads it. */
+/** What a shared-decoder block holds, as the step reads it. */
 export interface DecodeBlock {
   input_layernorm: RMSNorm;
   post_attention_layernorm: RMSNorm;
@@ -45,7 +45,7 @@ export function canDecodeStep(
 
 /**
  * Whether the step's arithmetic is this block's for x [1, 1, hidden], whatever the backend: no gradients, a cache, no
- * mask, one float32 token, a plain Llama block, the cache within its window (what a batched step, decode-batch.ts, asks).
+ * mask, one float32 token, a plain shared-decoder block, the cache within its window (what a batched step, decode-batch.ts, asks).
  */
 export function decodeStepFits(
   block: DecodeBlock, x: Tensor, ctx: ForwardContext, blockIndex: number, shape: DecodeShape, rope: { cos: Tensor },

@@ -11,8 +11,8 @@ import type { Tokenizer } from './tokenizer.ts';
 /**
  * Every family's layer list has one shape: an embedding, the blocks, a final norm and a head, as its model holds them
  * (or would: a section lists all of them, building only its own). A family says what differs — its names, its
- * embedding (GPT-2's positions, Gemma's scale, BLOOM's layer norm), its block's profile, its norm's size, and what
- * follows the head's product (Gemma's soft-cap) — and decoderLayers lists them.
+ * embedding (learned positions, a scale, a layer norm), its block's profile, its norm's size, and what follows the
+ * head's product (a soft-cap) — and decoderLayers lists them.
  */
 export interface DecoderLayout {
   blocks: number;

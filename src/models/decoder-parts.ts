@@ -18,7 +18,7 @@ export function proj(inF: number, outF: number, bias: boolean, c: { initializerR
   return l;
 }
 
-/** [B, T, H·D] → [B, nh, T, D], each head normalised over its D dims first when a norm is given (Qwen3's q_norm, k_norm). */
+/** [B, T, H·D] → [B, nh, T, D], each head normalised over its D dims first when a norm is given (q_norm, k_norm). */
 export function headsOf(x: Tensor, heads: number, norm: RMSNorm | null): Tensor {
   if (!norm) return splitHeads(x, heads);
   const [b, t, hd] = x.shape;

@@ -47,7 +47,7 @@ function field(config: Json, key: string, fallback?: number): number {
   return v;
 }
 
-/** The GGUF metadata of a Llama-style config.json (and the rope_freqs of Llama 3's scaling, if any). */
+/** The GGUF metadata of a shared-decoder config.json (and the rope_freqs of a llama3 rope scaling, if any). */
 function ggufMetadata(
   config: Json,
   arch: string,

@@ -61,7 +61,7 @@ function llama3Written(r: GGUFReader, factors: Float32Array, theta: number, head
   return { rope_type: 'llama3', factor: s.factor, low_freq_factor: s.low, high_freq_factor: s.high, original_max_position_embeddings: s.original };
 }
 
-/** A GGUF file of a Llama-style family, read lazily with Hugging Face's names and layout. Close it when done. */
+/** A GGUF file of a shared-decoder family, read lazily with Hugging Face's names and layout. Close it when done. */
 export class GGUFModel {
   private constructor(
     readonly reader: GGUFReader,

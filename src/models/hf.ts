@@ -59,9 +59,9 @@ function readJson(path: string, what: string): Record<string, unknown> {
  * that compact format (see compactWeights), packed one tensor at a time as they are read, so the model never sits
  * in float32 first; they are frozen.
  * @example
- * const model = await loadModel('models/tiny-gpt2')
+ * const model = await loadModel('models/tiny')
  * const ends = await loadModel('models/big', { part: 'ends' })   // embedding, final norm, head
- * const small = await loadModel('models/llama', { quantize: 'int4' })   // about 0.16 of the float32 bytes
+ * const small = await loadModel('models/big', { quantize: 'int4' })   // about 0.16 of the float32 bytes
  */
 export async function loadModel(dir: string, options: LoadOptions = {}): Promise<CausalLM> {
   if (isGGUF(dir)) {

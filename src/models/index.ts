@@ -1,4 +1,4 @@
-export { type LlamaConfig, llamaConfig, type ModelConfig } from './config.ts';
+export { type DecoderConfig, decoderConfig, type ModelConfig } from './config.ts';
 export {
   configFromHF, configToHF, countParameters, FAMILIES, type Family, familyNamed, familyNames, familyOf, ggufWritten, type NamedShape,
   type SmallShape, validateConfig,
@@ -8,7 +8,8 @@ export { Bloom, type BloomConfig, bloomConfig } from './families/bloom.ts';
 export { Falcon, type FalconConfig, falconConfig } from './families/falcon.ts';
 export { Gemma, type GemmaConfig, gemmaConfig } from './families/gemma.ts';
 export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './families/gpt-neox.ts';
-export { Llama, rotaryTables } from './llama.ts';
+export { Decoder, rotaryTables } from './decoder.ts';
+export { Llama, type LlamaConfig, llamaConfig } from './families/llama.ts';
 export { canDecodeRows, decodeRows, type DecodeRow } from './decode-batch.ts';
 export { Mixtral, type MixtralConfig, mixtralConfig } from './families/mixtral.ts';
 export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './families/qwen3-moe.ts';

@@ -4,7 +4,7 @@ import { Generator, type Tensor } from '../tensor/index.ts';
 import type { DecoderConfigBase, ModelConfig } from './config.ts';
 import { firstId, num } from './config-fields.ts';
 import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
-import { decoderBlockWeights, LlamaAttention, type LlamaAttentionConfig } from './llama.ts';
+import { decoderBlockWeights, DecoderAttention, type DecoderAttentionConfig } from './decoder.ts';
 import { countParameters, type NamedShape } from './families/family.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
@@ -13,9 +13,9 @@ import { cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeTo
 import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
- * The decoder the sparse MoE families share (Mixtral, Qwen3-MoE): Llama's blocks (RMSNorm,
+ * The decoder the sparse MoE families share: the shared decoder's blocks (RMSNorm,
  * rotary GQA attention, RMSNorm, MLP, residuals around each) with a sparse MoE block (moe.ts) as
- * the MLP, or on some of Qwen3-MoE's blocks a dense SwiGLU. A family says how its blocks differ:
+ * the MLP, or on some blocks a dense SwiGLU. A family says how its blocks differ:
  * the MLP's module name, the attention's options (biases, q/k norms), each block's MLP.
  */
 
@@ -27,7 +27,7 @@ export interface MoeDecoderConfig extends Omit<DecoderConfigBase, 'intermediate'
   ropeScaling?: RopeScaling;
   /** A window on every block's attention (absent: none). */
   slidingWindow?: number;
-  /** Experts per sparse block (Mixtral's num_local_experts, Qwen3-MoE's num_experts). */
+  /** Experts per sparse block (num_local_experts or num_experts). */
   experts: number;
   /** Experts each token runs (num_experts_per_tok). */
   topK: number;
@@ -129,9 +129,9 @@ export type BlockMlp = { sparse: MoeSpec } | { dense: number };
 
 /** How a family's blocks are made. */
 export interface MoeFamily {
-  /** The MLP's module name in a block: Mixtral's `block_sparse_moe`, Qwen3-MoE's `mlp`. */
+  /** The MLP's module name in a block (`block_sparse_moe`, `mlp`). */
   mlpName: string;
-  attention: LlamaAttentionConfig;
+  attention: DecoderAttentionConfig;
   /** Block i's MLP. */
   mlp(i: number): BlockMlp;
 }
@@ -158,7 +158,7 @@ export function moeBlockWeights(c: MoeDecoderConfig, family: MoeFamily, i: numbe
 
 export class MoeDecoderLayer extends Module {
   readonly input_layernorm: RMSNorm;
-  readonly self_attn: LlamaAttention;
+  readonly self_attn: DecoderAttention;
   readonly post_attention_layernorm: RMSNorm;
   readonly mlp: SparseMoe | GatedMLP;
   private readonly options: BlockAttention['options'];
@@ -172,7 +172,7 @@ export class MoeDecoderLayer extends Module {
   ) {
     super();
     this.input_layernorm = this.addModule('input_layernorm', new RMSNorm(c.hidden, c.normEps));
-    this.self_attn = this.addModule('self_attn', new LlamaAttention(family.attention, rng));
+    this.self_attn = this.addModule('self_attn', new DecoderAttention(family.attention, rng));
     this.post_attention_layernorm = this.addModule('post_attention_layernorm', new RMSNorm(c.hidden, c.normEps));
     const mlp = family.mlp(blockIndex);
     this.mlp = this.addModule(family.mlpName, 'sparse' in mlp ? new SparseMoe(mlp.sparse, rng) : new GatedMLP(c.hidden, mlp.dense, PROJ_NAMES, c, rng));
@@ -204,12 +204,12 @@ class MoeModel extends Module {
   }
 }
 
-/** A MoE family's causal LM (MixtralForCausalLM, Qwen3MoeForCausalLM): `model` and `lm_head`. */
+/** A MoE family's causal LM: `model` and `lm_head`. */
 export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends DecoderLM {
   readonly model: MoeModel;
   readonly lm_head: Linear | null;
 
-  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  /** @param options.section build only layers [start, end), uninitialised (see sectionSetup). */
   constructor(
     readonly config: C,
     private readonly family: MoeFamily,

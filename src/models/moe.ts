@@ -3,24 +3,24 @@ import { cat, type Generator, gather, indexSelect, softmax, type Tensor, tensor 
 import { proj } from './decoder-parts.ts';
 
 /**
- * The MLPs of the sparse mixture-of-experts families (Mixtral, Qwen3-MoE), as transformers 5.17
+ * The MLPs of the sparse mixture-of-experts families, as transformers 5.17
  * computes them: a SwiGLU MLP under a family's names for its three matrices, and the sparse MoE
  * block: a router (`gate`, hidden → experts, no bias) whose softmax (float32) picks each token's
- * top-k experts, the picked probabilities renormalised to sum to 1 (Mixtral always, Qwen3-MoE
+ * top-k experts, the picked probabilities renormalised to sum to 1 (always, or as the family's
  * with norm_topk_prob), and the token's output the sum of its experts' outputs, each scaled by
  * its weight, added in the order of the experts' indices (transformers' index_add_ over the
  * experts hit, from zeros). Every expert of a layer is a separate module under the checkpoint's
  * names (`experts.3.w1`): transformers fuses them at run time, the checkpoints do not.
  */
 
-/** A SwiGLU MLP's three matrices by their checkpoint names (Mixtral's experts: w1, w3, w2). */
+/** A SwiGLU MLP's three matrices by their checkpoint names (some families' experts: w1, w3, w2). */
 export interface GatedMLPNames {
   gate: string;
   up: string;
   down: string;
 }
 
-/** The names transformers' Llama-like MLPs and Qwen3-MoE's experts have. */
+/** The names the shared decoder's MLP (and experts named as it) has. */
 export const PROJ_NAMES: GatedMLPNames = { gate: 'gate_proj', up: 'up_proj', down: 'down_proj' };
 
 /** down(silu(gate(x)) · up(x)), without biases. */
@@ -48,7 +48,7 @@ export interface MoeSpec {
   experts: number;
   /** Experts per token (num_experts_per_tok). */
   topK: number;
-  /** Renormalise the top-k probabilities to sum to 1 (Mixtral always; Qwen3-MoE's norm_topk_prob). */
+  /** Renormalise the top-k probabilities to sum to 1 (norm_topk_prob, or always). */
   normTopK: boolean;
   names: GatedMLPNames;
   initializerRange: number;

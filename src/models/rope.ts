@@ -6,7 +6,7 @@ import { cat, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
  * Rotary position embeddings as transformers 5.17 computes them (modeling_rope_utils.py): the
  * inverse frequencies with their scalings (linear, dynamic, yarn, llama3), the cos/sin tables
  * for a batch of positions, and their application to the first `rotaryDim` dims of each head
- * (all of them unless the rotary is partial, as Phi-3's). Every step is rounded to float32 where
+ * (all of them unless the rotary is partial). Every step is rounded to float32 where
  * transformers computes in float32, so the tables equal its tables.
  */
 

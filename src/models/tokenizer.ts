@@ -12,7 +12,7 @@ export interface Tokenizer {
 }
 
 /**
- * GPT-2's byte ↔ unicode table: printable bytes map to themselves, the rest to
+ * Byte-level BPE's byte ↔ unicode table: printable bytes map to themselves, the rest to
  * code points from 256 up, so that every byte has a visible character.
  */
 export function bytesToUnicode(): string[] {

@@ -37,7 +37,7 @@ export function trainingSchedule(options: { totalSteps: number; warmupSteps?: nu
   return cosineWithWarmup({ warmupSteps, totalSteps: options.totalSteps, minRatio: 0.1 });
 }
 
-/** AdamW with weight decay on matrices only (not on biases, norms' gains), as GPT-2 and Llama recipes. */
+/** AdamW with weight decay on matrices only (not on biases, norms' gains), as the usual recipes. */
 export function trainingOptimizer(params: Tensor[], options: { lr: number; weightDecay?: number }): AdamW {
   const decay = params.filter((p) => p.ndim >= 2);
   const noDecay = params.filter((p) => p.ndim < 2);

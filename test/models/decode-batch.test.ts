@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { decodeRows, type DecodeRow } from '../../src/models/decode-batch.ts';
 import { type CausalLM, createModel, gpt2Config, KVCache, llamaConfig } from '../../src/models/index.ts';
-import { LlamaDecoderLayer } from '../../src/models/llama.ts';
+import { DecoderBlock } from '../../src/models/decoder.ts';
 import { createOrtBackend, noGrad, ortAvailable, packWeight, tensor, type Tensor, withBackend } from '../../src/tensor/index.ts';
 import { drift, ORT_TOLERANCE, ortTolerance } from '../../src/verify/compare.ts';
 
@@ -49,7 +49,7 @@ function decode(model: CausalLM, batched: boolean): Float32Array[][] {
 describe('batched decoding steps of rows with their own caches (decode-batch.ts)', () => {
   test('on js every row equals its own forward bit for bit (f32, int8, int4)', (t) => {
     // the blocks were batched, not run row by row: every row of every step planned
-    const plan = t.mock.method(LlamaDecoderLayer.prototype, 'decodePlan');
+    const plan = t.mock.method(DecoderBlock.prototype, 'decodePlan');
     withBackend('js', () => {
       for (const format of [null, 'int8', 'int4'] as const) {
         const model = frozen(createModel(llama(), { seed: 5 }), format);

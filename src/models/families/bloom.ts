@@ -108,18 +108,6 @@ export function bloomToHF(c: BloomConfig): Record<string, unknown> {
   };
 }
 
-/** Which layer a checkpoint name belongs to: the embedding's LayerNorm is the embedding's (see gptNeoXLayersOfWeight). */
-export function bloomLayersOfWeight(c: BloomConfig, name: string): number[] {
-  const L = c.layers;
-  if (name === 'transformer.word_embeddings.weight') return c.tieWordEmbeddings ? [0, L + 2] : [0];
-  if (/^transformer\.word_embeddings_layernorm\.(weight|bias)$/.test(name)) return [0];
-  if (name === 'lm_head.weight') return c.tieWordEmbeddings ? [] : [L + 2];
-  if (/^transformer\.ln_f\.(weight|bias)$/.test(name)) return [L + 1];
-  const m = /^transformer\.h\.(\d+)\./.exec(name);
-  if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
-  return [];
-}
-
 class BloomAttention extends Module {
   readonly query_key_value: Linear;
   readonly dense: Linear;
@@ -208,7 +196,7 @@ export class Bloom extends DecoderLM {
   readonly transformer: BloomModel;
   readonly lm_head: Linear | null;
 
-  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  /** @param options.section build only layers [start, end), uninitialised (see sectionSetup). */
   constructor(
     readonly config: BloomConfig,
     options: { seed?: number; init?: boolean; section?: ModelPart } = {},

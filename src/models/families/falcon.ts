@@ -151,17 +151,6 @@ export function falconToHF(c: FalconConfig): Record<string, unknown> {
   };
 }
 
-/** Which layer a checkpoint name belongs to (see gptNeoXLayersOfWeight). */
-export function falconLayersOfWeight(c: FalconConfig, name: string): number[] {
-  const L = c.layers;
-  if (name === 'transformer.word_embeddings.weight') return c.tieWordEmbeddings ? [0, L + 2] : [0];
-  if (name === 'lm_head.weight') return c.tieWordEmbeddings ? [] : [L + 2];
-  if (/^transformer\.ln_f\.(weight|bias)$/.test(name)) return [L + 1];
-  const m = /^transformer\.h\.(\d+)\./.exec(name);
-  if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
-  return [];
-}
-
 class FalconAttention extends Module {
   readonly query_key_value: Linear;
   readonly dense: Linear;
@@ -265,7 +254,7 @@ export class Falcon extends DecoderLM {
   readonly transformer: FalconModel;
   readonly lm_head: Linear | null;
 
-  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  /** @param options.section build only layers [start, end), uninitialised (see sectionSetup). */
   constructor(
     readonly config: FalconConfig,
     options: { seed?: number; init?: boolean; section?: ModelPart } = {},

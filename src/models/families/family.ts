@@ -45,7 +45,7 @@ export type NamedShape = [name: string, shape: number[]];
 export interface CheckpointLayout {
   /** The token table (the head's weight too when tied). */
   table: string;
-  /** The embedding layer's other weights (GPT-2's positions, BLOOM's layer norm). */
+  /** The embedding layer's other weights (learned positions, a layer norm). */
   embedding?: RegExp;
   /** Blocks are named `${blocks}.${i}.…`. */
   blocks: string;

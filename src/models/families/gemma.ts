@@ -2,20 +2,20 @@ import { InvalidArgumentError } from '../../errors.ts';
 import { Embedding, type Linear, Module, ModuleList } from '../../nn/index.ts';
 import { Generator, rmsNorm, type Tensor, zeros } from '../../tensor/index.ts';
 import type { AttentionOptions } from '../attention.ts';
-import type { DecoderConfigBase, LlamaLayerType } from '../config.ts';
+import type { DecoderConfigBase, AttentionLayerType } from '../config.ts';
 import { type BlockAttention, normalInit, proj } from '../decoder-parts.ts';
 import { cachedAttention, mergeHeads, splitHeads } from '../forward.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
 import { DecoderLM, decoderLayers, sectionSetup } from '../decoder-layers.ts';
-import { DECODER_LAYOUT } from '../llama-config.ts';
-import { decoderBlockWeights } from '../llama.ts';
+import { DECODER_LAYOUT } from '../decoder-config.ts';
+import { decoderBlockWeights } from '../decoder.ts';
 import { countParameters, type Family, type NamedShape, noWindow, smallBase } from './family.ts';
 
 /**
  * Gemma 2 and Gemma 3 (text) as transformers' Gemma2ForCausalLM and Gemma3ForCausalLM. What
- * differs from Llama: RMSNorms that scale by (1 + w), the token embedding scaled by √hidden, a
+ * differs from the shared decoder: RMSNorms that scale by (1 + w), the token embedding scaled by √hidden, a
  * GeGLU MLP (tanh GELU), norms after the attention and the MLP as well as before, scores scaled
  * by query_pre_attn_scalar^−½, sliding and global blocks (layer_types). Gemma 2 soft-caps the
  * attention scores and the logits; Gemma 3 normalises queries and keys per head, gives its
@@ -43,7 +43,7 @@ export interface GemmaConfig extends DecoderConfigBase {
   /** The window of the sliding blocks. */
   slidingWindow: number;
   /** Each block's attention: sliding or global. */
-  layerTypes: LlamaLayerType[];
+  layerTypes: AttentionLayerType[];
   /** Gemma 2: scores become cap · tanh(scores / cap) (attn_logit_softcapping). */
   attnSoftcap?: number;
   /** Logits become cap · tanh(logits / cap) (final_logit_softcapping). */
@@ -110,13 +110,13 @@ export function gemmaFromHF(raw: Json, type: GemmaType): GemmaConfig {
   if (raw.use_bidirectional_attention === true) throw new InvalidArgumentError(`${type} use_bidirectional_attention is not supported (causal only)`);
   const layers = num(raw, 'num_hidden_layers');
   const heads = num(raw, 'num_attention_heads');
-  let layerTypes: LlamaLayerType[];
+  let layerTypes: AttentionLayerType[];
   if (raw.layer_types !== undefined && raw.layer_types !== null) {
     const given = raw.layer_types;
     if (!Array.isArray(given) || given.length !== layers || given.some((t) => t !== 'full_attention' && t !== 'sliding_attention')) {
       throw new InvalidArgumentError(`config.json layer_types must name full_attention or sliding_attention for each of ${layers} layers, got ${JSON.stringify(given)}`);
     }
-    layerTypes = given as LlamaLayerType[];
+    layerTypes = given as AttentionLayerType[];
   } else {
     // Gemma 2 alternates sliding and global; Gemma 3 has one global block in every sliding_window_pattern (6)
     const pattern = type === 'gemma2' ? 2 : num(raw, 'sliding_window_pattern', 6);
@@ -362,7 +362,7 @@ export class Gemma extends DecoderLM {
   readonly model: GemmaModel;
   readonly lm_head: Linear | null;
 
-  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  /** @param options.section build only layers [start, end), uninitialised (see sectionSetup). */
   constructor(
     readonly config: GemmaConfig,
     options: { seed?: number; init?: boolean; section?: ModelPart } = {},

@@ -137,20 +137,6 @@ export function gptNeoXToHF(c: GPTNeoXConfig): Record<string, unknown> {
   };
 }
 
-/**
- * Which layer a checkpoint name belongs to (0 embedding, 1..L blocks, L + 1 final norm, L + 2
- * head; empty for a name GPT-NeoX does not have).
- */
-export function gptNeoXLayersOfWeight(c: GPTNeoXConfig, name: string): number[] {
-  const L = c.layers;
-  if (name === 'gpt_neox.embed_in.weight') return c.tieWordEmbeddings ? [0, L + 2] : [0];
-  if (name === 'embed_out.weight') return c.tieWordEmbeddings ? [] : [L + 2];
-  if (/^gpt_neox\.final_layer_norm\.(weight|bias)$/.test(name)) return [L + 1];
-  const m = /^gpt_neox\.layers\.(\d+)\./.exec(name);
-  if (m && Number(m[1]) < L) return [Number(m[1]) + 1];
-  return [];
-}
-
 class GPTNeoXAttention extends Module {
   readonly query_key_value: Linear;
   readonly dense: Linear;
@@ -244,7 +230,7 @@ export class GPTNeoX extends DecoderLM {
   /** The untied head (transformers' lm_head at run time, `embed_out` in checkpoints), when this part holds it. */
   readonly embed_out: Linear | null;
 
-  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  /** @param options.section build only layers [start, end), uninitialised (see sectionSetup). */
   constructor(
     readonly config: GPTNeoXConfig,
     options: { seed?: number; init?: boolean; section?: ModelPart } = {},

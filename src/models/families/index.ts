@@ -1,19 +1,23 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { type ModelConfig, validateSizes } from '../config.ts';
+import { type DecoderConfig, validateSizes } from '../config.ts';
 import type { CausalLM } from '../model.ts';
-import { bloom } from './bloom.ts';
-import { falcon } from './falcon.ts';
+import { bloom, type BloomConfig } from './bloom.ts';
+import { falcon, type FalconConfig } from './falcon.ts';
 import type { BuildOptions, Family, GGUFArch, Json } from './family.ts';
-import { gemma2, gemma3Text } from './gemma.ts';
-import { gptNeoX } from './gpt-neox.ts';
-import { gpt2 } from './gpt2.ts';
+import { gemma2, gemma3Text, type GemmaConfig } from './gemma.ts';
+import { gptNeoX, type GPTNeoXConfig } from './gpt-neox.ts';
+import { gpt2, type GPT2Config } from './gpt2.ts';
 import { llama } from './llama.ts';
 import { mistral } from './mistral.ts';
-import { mixtral } from './mixtral.ts';
+import { mixtral, type MixtralConfig } from './mixtral.ts';
 import { phi3 } from './phi3.ts';
 import { qwen2 } from './qwen2.ts';
 import { qwen3 } from './qwen3.ts';
-import { qwen3Moe } from './qwen3-moe.ts';
+import { qwen3Moe, type Qwen3MoeConfig } from './qwen3-moe.ts';
+
+/** The config of any family: each record's config type (the shared decoder's for the families built on it). */
+export type ModelConfig
+  = GPT2Config | DecoderConfig | GPTNeoXConfig | FalconConfig | BloomConfig | GemmaConfig | MixtralConfig | Qwen3MoeConfig;
 
 /**
  * The registry: every model family, one line each (each record is in its own file, see family.ts). Config dispatch,

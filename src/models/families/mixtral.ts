@@ -2,11 +2,11 @@ import { InvalidArgumentError } from '../../errors.ts';
 import { num } from '../config-fields.ts';
 import { type MoeDecoderConfig, moeDecoderFromHF, moeDecoderToHF, moeBlockWeights, type MoeFamily, MoeForCausalLM, validateMoeDecoder, windowFromHF } from '../moe-decoder.ts';
 import type { ModelPart } from '../model.ts';
-import { DECODER_LAYOUT } from '../llama-config.ts';
+import { DECODER_LAYOUT } from '../decoder-config.ts';
 import { type Family, noWindow, smallBase } from './family.ts';
 
 /**
- * Mixtral as transformers' MixtralForCausalLM: Mistral's blocks (GQA, rotary, an optional
+ * Mixtral as transformers' MixtralForCausalLM: the shared decoder's blocks (GQA, rotary, an optional
  * sliding window on every block) with a sparse MoE block for the MLP, `block_sparse_moe`: a
  * router picks each token's top-k experts of num_local_experts, their probabilities always
  * renormalised; each expert a SwiGLU named w1 (gate), w3 (up), w2 (down).
@@ -95,7 +95,7 @@ function mixtralFamily(c: MixtralConfig): MoeFamily {
 }
 
 export class Mixtral extends MoeForCausalLM<MixtralConfig> {
-  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  /** @param options.section build only layers [start, end), uninitialised (see sectionSetup). */
   constructor(config: MixtralConfig, options: { seed?: number; init?: boolean; section?: ModelPart } = {}) {
     super(config, mixtralFamily(config), options);
   }

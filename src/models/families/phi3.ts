@@ -1,12 +1,12 @@
 import { InvalidArgumentError } from '../../errors.ts';
 import { type Linear, Module } from '../../nn/index.ts';
 import type { Generator, Tensor } from '../../tensor/index.ts';
-import type { LlamaConfig } from '../config.ts';
+import { type DecoderConfig, isDecoderConfig } from '../config.ts';
 import { type BlockAttention, proj } from '../decoder-parts.ts';
 import { cachedAttention, mergeHeads, splitHeads } from '../forward.ts';
 import type { ForwardContext } from '../model.ts';
-import { DECODER_LAYOUT, decoderConfigFromHF, decoderConfigToHF, slidingWindowOf, smallDecoder, validateDecoderConfig } from '../llama-config.ts';
-import { type BlockParts, Llama } from '../llama.ts';
+import { DECODER_LAYOUT, decoderConfigFromHF, decoderConfigToHF, slidingWindowOf, smallDecoder, validateDecoderConfig } from '../decoder-config.ts';
+import { type BlockParts, Decoder } from '../decoder.ts';
 import { applyRotary } from '../rope.ts';
 import type { Family, NamedShape } from './family.ts';
 
@@ -14,14 +14,14 @@ import type { Family, NamedShape } from './family.ts';
  * Phi-3's differences from the shared decoder (transformers' modeling_phi3.py): one projection for q, k and v
  * (`qkv_proj`, their rows in that order) and one for the MLP's gate and up (`gate_up_proj`, the gate's rows first), a
  * rotary on the first partial_rotary_factor of each head's dims, an optional window, no biases. The rest of the block
- * is the shared decoder's (../llama.ts).
+ * is the shared decoder's (../decoder.ts).
  */
 
 export class Phi3Attention extends Module {
   readonly qkv_proj: Linear;
   readonly o_proj: Linear;
   constructor(
-    private readonly c: LlamaConfig,
+    private readonly c: DecoderConfig,
     rng: Generator,
   ) {
     super();
@@ -52,7 +52,7 @@ export class Phi3MLP extends Module {
   readonly gate_up_proj: Linear;
   readonly down_proj: Linear;
   constructor(
-    private readonly c: LlamaConfig,
+    private readonly c: DecoderConfig,
     rng: Generator,
   ) {
     super();
@@ -67,7 +67,7 @@ export class Phi3MLP extends Module {
 }
 
 /** Phi-3's block weights: the shared decoder's norms around its fused projections. */
-function phi3BlockWeights(c: LlamaConfig): NamedShape[] {
+function phi3BlockWeights(c: DecoderConfig): NamedShape[] {
   const h = c.hidden;
   const q = c.heads * c.headDim;
   const kv = c.kvHeads * c.headDim;
@@ -87,12 +87,12 @@ const PHI3_PARTS: BlockParts = {
   weights: phi3BlockWeights,
 };
 
-export const phi3: Family<LlamaConfig> = {
+export const phi3: Family<DecoderConfig> = {
   name: 'phi3',
   architecture: 'Phi3ForCausalLM',
   fixtures: ['phi3'],
   layout: DECODER_LAYOUT,
-  owns: (c) => c.arch === 'llama' && c.modelType === 'phi3',
+  owns: (c) => isDecoderConfig(c) && c.modelType === 'phi3',
   fromHF(raw) {
     const c = decoderConfigFromHF(raw, 'phi3', { maxPositions: 4096, normEps: 1e-5, partialRotary: true });
     if (c.ropeScaling) throw new InvalidArgumentError(`phi3 rope_scaling type '${c.ropeScaling.type}' is not supported (default only)`);
@@ -107,7 +107,7 @@ export const phi3: Family<LlamaConfig> = {
   },
   toHF: (c) => ({ ...decoderConfigToHF(c, 'Phi3ForCausalLM'), ...(c.slidingWindow === undefined ? {} : { sliding_window: c.slidingWindow }) }),
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, partialRotary: true }),
-  create: (c, options) => new Llama(c, options, PHI3_PARTS),
+  create: (c, options) => new Decoder(c, options, PHI3_PARTS),
   blockWeights: phi3BlockWeights,
   small: (s) => smallDecoder(s, 'phi3', s.slidingWindow === undefined ? {} : { slidingWindow: s.slidingWindow }),
 };

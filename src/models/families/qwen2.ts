@@ -1,21 +1,21 @@
-import type { LlamaConfig } from '../config.ts';
+import { type DecoderConfig, isDecoderConfig } from '../config.ts';
 import {
   DECODER_LAYOUT, decoderConfigFromHF, decoderConfigToHF, layerTypesFromHF, layerTypesToHF, smallDecoder, validateDecoderConfig,
-} from '../llama-config.ts';
-import { decoderBlockWeights, Llama } from '../llama.ts';
+} from '../decoder-config.ts';
+import { decoderBlockWeights, Decoder } from '../decoder.ts';
 import type { Family } from './family.ts';
 
 /**
  * Qwen2 (transformers' Qwen2ForCausalLM): the shared decoder with biases on q, k and v (always), and a window on the
  * blocks from max_window_layers on (or those layer_types names) when use_sliding_window.
  */
-export const qwen2: Family<LlamaConfig> = {
+export const qwen2: Family<DecoderConfig> = {
   name: 'qwen2',
   architecture: 'Qwen2ForCausalLM',
   fixtures: ['qwen2'],
   layout: DECODER_LAYOUT,
   gguf: { arch: 'qwen2', permuted: false, reads: true, qkvBiasBuiltIn: true },
-  owns: (c) => c.arch === 'llama' && c.modelType === 'qwen2',
+  owns: (c) => isDecoderConfig(c) && c.modelType === 'qwen2',
   fromHF(raw) {
     const c = decoderConfigFromHF(raw, 'qwen2', { maxPositions: 32768, normEps: 1e-6 });
     c.qkvBias = true;
@@ -23,7 +23,7 @@ export const qwen2: Family<LlamaConfig> = {
   },
   toHF: (c) => ({ ...decoderConfigToHF(c, 'Qwen2ForCausalLM'), ...layerTypesToHF(c) }),
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, layerTypes: true, ropeScaling: true, attentionBias: true }),
-  create: (c, options) => new Llama(c, options),
+  create: (c, options) => new Decoder(c, options),
   blockWeights: (c) => decoderBlockWeights(c),
   small: (s) => smallDecoder(s, 'qwen2', { qkvBias: true, ...(s.slidingWindow === undefined ? {} : { slidingWindow: s.slidingWindow }) }),
 };

@@ -2,7 +2,7 @@ import { InvalidArgumentError } from '../../errors.ts';
 import { num } from '../config-fields.ts';
 import { type MoeDecoderConfig, moeDecoderFromHF, moeDecoderToHF, moeBlockWeights, type MoeFamily, MoeForCausalLM, validateMoeDecoder, windowFromHF } from '../moe-decoder.ts';
 import type { ModelPart } from '../model.ts';
-import { DECODER_LAYOUT } from '../llama-config.ts';
+import { DECODER_LAYOUT } from '../decoder-config.ts';
 import { type Family, noWindow, smallBase } from './family.ts';
 import { PROJ_NAMES } from '../moe.ts';
 
@@ -120,7 +120,7 @@ export function qwen3MoeConfig(overrides: Partial<Omit<Qwen3MoeConfig, 'arch'>> 
   };
 }
 
-/** Qwen3-MoE's blocks: q/k norms, `mlp` sparse (experts named as Llama's MLP) or dense. */
+/** Qwen3-MoE's blocks: q/k norms, `mlp` sparse (experts named as the shared decoder's MLP) or dense. */
 function qwen3MoeFamily(c: Qwen3MoeConfig): MoeFamily {
   const sparse = {
     hidden: c.hidden,
@@ -139,7 +139,7 @@ function qwen3MoeFamily(c: Qwen3MoeConfig): MoeFamily {
 }
 
 export class Qwen3Moe extends MoeForCausalLM<Qwen3MoeConfig> {
-  /** @param options.section build only layers [start, end), uninitialised (see GPT2). */
+  /** @param options.section build only layers [start, end), uninitialised (see sectionSetup). */
   constructor(config: Qwen3MoeConfig, options: { seed?: number; init?: boolean; section?: ModelPart } = {}) {
     super(config, qwen3MoeFamily(config), options);
   }

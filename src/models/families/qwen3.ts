@@ -1,21 +1,21 @@
-import type { LlamaConfig } from '../config.ts';
+import { type DecoderConfig, isDecoderConfig } from '../config.ts';
 import {
   DECODER_LAYOUT, decoderConfigFromHF, decoderConfigToHF, layerTypesFromHF, layerTypesToHF, smallDecoder, validateDecoderConfig,
-} from '../llama-config.ts';
-import { decoderBlockWeights, Llama } from '../llama.ts';
+} from '../decoder-config.ts';
+import { decoderBlockWeights, Decoder } from '../decoder.ts';
 import type { Family } from './family.ts';
 
 /**
  * Qwen3 (transformers' Qwen3ForCausalLM): the shared decoder with per-head RMSNorms on queries and keys before the
  * rotary, heads 128 wide unless head_dim says otherwise, optional attention biases, and Qwen's per-block windows.
  */
-export const qwen3: Family<LlamaConfig> = {
+export const qwen3: Family<DecoderConfig> = {
   name: 'qwen3',
   architecture: 'Qwen3ForCausalLM',
   fixtures: ['qwen3'],
   layout: DECODER_LAYOUT,
   gguf: { arch: 'qwen3', permuted: false, reads: true },
-  owns: (c) => c.arch === 'llama' && c.modelType === 'qwen3',
+  owns: (c) => isDecoderConfig(c) && c.modelType === 'qwen3',
   fromHF(raw) {
     const c = decoderConfigFromHF(raw, 'qwen3', { maxPositions: 32768, normEps: 1e-6, headDim: 128 });
     c.qkvBias = c.oBias = raw.attention_bias === true;
@@ -23,7 +23,7 @@ export const qwen3: Family<LlamaConfig> = {
   },
   toHF: (c) => ({ ...decoderConfigToHF(c, 'Qwen3ForCausalLM'), ...layerTypesToHF(c) }),
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, layerTypes: true, ropeScaling: true, attentionBias: true }),
-  create: (c, options) => new Llama(c, options, { qkNorm: true }),
+  create: (c, options) => new Decoder(c, options, { qkNorm: true }),
   blockWeights: (c) => decoderBlockWeights({ ...c, qkNorm: true }),
   small: (s) => smallDecoder(s, 'qwen3', s.slidingWindow === undefined ? {} : { slidingWindow: s.slidingWindow }),
 };

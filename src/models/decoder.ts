@@ -1,20 +1,21 @@
 import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
 import { gatedMlp, Generator, linears, type Tensor } from '../tensor/index.ts';
-import type { LlamaConfig } from './config.ts';
+import type { DecoderConfig } from './config.ts';
 import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
 import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
 import { countParameters, type NamedShape } from './families/family.ts';
 import { canDecodeStep, type DecodeBlock, type DecodeShape, decodeStep, decodeStepFits } from './decode-step.ts';
-import { blockWindow, rotaryDim } from './llama-config.ts';
+import { blockWindow, rotaryDim } from './decoder-config.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
 import { applyRotary, cachedRotaryTables, type RopeSpec, rotaryTablesFor } from './rope.ts';
 import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
 
 /**
- * The shared decoder, as Hugging Face's LlamaForCausalLM, and the parts a family may swap in (BlockParts): q/k norms,
- * its own attention or MLP. The families that differ from it in a part or two (families/*.ts) build it with theirs.
- * The rotary and its scalings are in rope.ts, the attention's window in attention.ts.
+ * The shared decoder, as transformers computes it (RMSNorm, rotary grouped-query attention, RMSNorm,
+ * SwiGLU, residuals around each), and the parts a family may swap in (BlockParts): q/k norms, its own attention or
+ * MLP. The families that differ from it in a part or two (families/*.ts) build it with theirs. The rotary and its
+ * scalings are in rope.ts, the attention's window in attention.ts.
  */
 
 /**
@@ -25,8 +26,8 @@ export function rotaryTables(positions: Tensor, headDim: number, theta: number):
   return rotaryTablesFor(positions, { theta, rotaryDim: headDim, maxPositions: Number.POSITIVE_INFINITY });
 }
 
-/** The rotary of a Llama-like config: its base, its rotated dims, its scaling. */
-export function llamaRope(c: LlamaConfig): RopeSpec {
+/** The rotary of a shared-decoder config: its base, its rotated dims, its scaling. */
+export function decoderRope(c: DecoderConfig): RopeSpec {
   const spec: RopeSpec = { theta: c.ropeTheta, rotaryDim: rotaryDim(c), maxPositions: c.maxPositions };
   if (c.ropeScaling) spec.scaling = c.ropeScaling;
   return spec;
@@ -43,7 +44,7 @@ function projections(x: Tensor, layers: Linear[]): Tensor[] {
 }
 
 /** What the shared attention reads of a config (the MoE families build it from theirs); qkNorm: per-head q/k RMSNorms. */
-export type LlamaAttentionConfig = Pick<LlamaConfig, 'hidden' | 'heads' | 'kvHeads' | 'headDim' | 'qkvBias' | 'oBias' | 'normEps' | 'initializerRange'>
+export type DecoderAttentionConfig = Pick<DecoderConfig, 'hidden' | 'heads' | 'kvHeads' | 'headDim' | 'qkvBias' | 'oBias' | 'normEps' | 'initializerRange'>
   & { qkNorm?: boolean };
 
 /** A block's attention as a family may give it: (x, context, block index, rotary and options) → [B, T, H]. */
@@ -57,16 +58,16 @@ export type MlpModule = Module & { forward(x: Tensor): Tensor };
  */
 export interface BlockParts {
   qkNorm?: boolean;
-  attention?: (c: LlamaConfig, rng: Generator) => AttentionModule;
-  mlp?: (c: LlamaConfig, rng: Generator) => MlpModule;
-  weights?: (c: LlamaConfig) => NamedShape[];
+  attention?: (c: DecoderConfig, rng: Generator) => AttentionModule;
+  mlp?: (c: DecoderConfig, rng: Generator) => MlpModule;
+  weights?: (c: DecoderConfig) => NamedShape[];
 }
 
 /**
  * The checkpoint names and shapes of a shared-decoder block (after `model.layers.N.`): norms, q/k/v/o with the biases
  * the config has, q/k norms when asked, and the gated MLP.
  */
-export function decoderBlockWeights(c: LlamaAttentionConfig & Pick<LlamaConfig, 'intermediate' | 'mlpBias'>): NamedShape[] {
+export function decoderBlockWeights(c: DecoderAttentionConfig & Pick<DecoderConfig, 'intermediate' | 'mlpBias'>): NamedShape[] {
   const h = c.hidden;
   const q = c.heads * c.headDim;
   const kv = c.kvHeads * c.headDim;
@@ -80,7 +81,7 @@ export function decoderBlockWeights(c: LlamaAttentionConfig & Pick<LlamaConfig, 
     ['mlp.up_proj.weight', [i, h]], ...bias('mlp.up_proj.bias', i, c.mlpBias),
     ['mlp.down_proj.weight', [h, i]], ...bias('mlp.down_proj.bias', h, c.mlpBias),
   ];
-  function attentionWeights(a: LlamaAttentionConfig): NamedShape[] {
+  function attentionWeights(a: DecoderAttentionConfig): NamedShape[] {
     return [
       ['self_attn.q_proj.weight', [q, h]], ...bias('self_attn.q_proj.bias', q, a.qkvBias),
       ['self_attn.k_proj.weight', [kv, h]], ...bias('self_attn.k_proj.bias', kv, a.qkvBias),
@@ -91,7 +92,7 @@ export function decoderBlockWeights(c: LlamaAttentionConfig & Pick<LlamaConfig, 
   }
 }
 
-export class LlamaAttention extends Module {
+export class DecoderAttention extends Module {
   readonly q_proj: Linear;
   readonly k_proj: Linear;
   readonly v_proj: Linear;
@@ -100,7 +101,7 @@ export class LlamaAttention extends Module {
   readonly q_norm: RMSNorm | null = null;
   readonly k_norm: RMSNorm | null = null;
   constructor(
-    private readonly c: LlamaAttentionConfig,
+    private readonly c: DecoderAttentionConfig,
     rng: Generator,
   ) {
     super();
@@ -125,11 +126,11 @@ export class LlamaAttention extends Module {
   }
 }
 
-class LlamaMLP extends Module {
+class DecoderMLP extends Module {
   readonly gate_proj: Linear;
   readonly up_proj: Linear;
   readonly down_proj: Linear;
-  constructor(c: LlamaConfig, rng: Generator) {
+  constructor(c: DecoderConfig, rng: Generator) {
     super();
     const bias = c.mlpBias === true;
     this.gate_proj = this.addModule('gate_proj', proj(c.hidden, c.intermediate, bias, c, rng));
@@ -144,32 +145,32 @@ class LlamaMLP extends Module {
   }
 }
 
-/** One row's decoding step of a Llama block, as LlamaDecoderLayer.decodePlan gives it. */
+/** One row's decoding step of a shared-decoder block, as DecoderBlock.decodePlan gives it. */
 export interface DecodePlan {
   block: DecodeBlock;
   shape: DecodeShape;
   rope: { cos: Tensor; sin: Tensor };
 }
 
-export class LlamaDecoderLayer extends Module {
+export class DecoderBlock extends Module {
   readonly input_layernorm: RMSNorm;
-  readonly self_attn: LlamaAttention | AttentionModule;
+  readonly self_attn: DecoderAttention | AttentionModule;
   readonly post_attention_layernorm: RMSNorm;
-  readonly mlp: LlamaMLP | MlpModule;
+  readonly mlp: DecoderMLP | MlpModule;
   private readonly rope: RopeSpec;
   private readonly ropeKey: string;
   constructor(
-    private readonly c: LlamaConfig,
+    private readonly c: DecoderConfig,
     rng: Generator,
     parts: BlockParts = {},
   ) {
     super();
     this.input_layernorm = this.addModule('input_layernorm', new RMSNorm(c.hidden, c.normEps));
-    const attention = parts.attention ? parts.attention(c, rng) : new LlamaAttention({ ...c, qkNorm: parts.qkNorm === true }, rng);
+    const attention = parts.attention ? parts.attention(c, rng) : new DecoderAttention({ ...c, qkNorm: parts.qkNorm === true }, rng);
     this.self_attn = this.addModule('self_attn', attention);
     this.post_attention_layernorm = this.addModule('post_attention_layernorm', new RMSNorm(c.hidden, c.normEps));
-    this.mlp = this.addModule('mlp', parts.mlp ? parts.mlp(c, rng) : new LlamaMLP(c, rng));
-    this.rope = llamaRope(c);
+    this.mlp = this.addModule('mlp', parts.mlp ? parts.mlp(c, rng) : new DecoderMLP(c, rng));
+    this.rope = decoderRope(c);
     this.ropeKey = JSON.stringify(this.rope);
   }
 
@@ -178,8 +179,8 @@ export class LlamaDecoderLayer extends Module {
    * context: the block, its shape and the row's rotary tables; null where this block's forward must run instead.
    */
   decodePlan(x: Tensor, ctx: ForwardContext, blockIndex: number): DecodePlan | null {
-    if (!(this.self_attn instanceof LlamaAttention) || !(this.mlp instanceof LlamaMLP)) return null;
-    if (Object.getPrototypeOf(this) !== LlamaDecoderLayer.prototype || Object.hasOwn(this, 'forward')) return null;
+    if (!(this.self_attn instanceof DecoderAttention) || !(this.mlp instanceof DecoderMLP)) return null;
+    if (Object.getPrototypeOf(this) !== DecoderBlock.prototype || Object.hasOwn(this, 'forward')) return null;
     const rope = cachedRotaryTables(ctx.positions, this.rope, this.ropeKey);
     const shape = { heads: this.c.heads, kvHeads: this.c.kvHeads, headDim: this.c.headDim, window: blockWindow(this.c, blockIndex) };
     const block = this as DecodeBlock;
@@ -189,7 +190,7 @@ export class LlamaDecoderLayer extends Module {
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
     const rope = cachedRotaryTables(ctx.positions, this.rope, this.ropeKey);
     const window = blockWindow(this.c, blockIndex);
-    if (this.self_attn instanceof LlamaAttention && this.mlp instanceof LlamaMLP) {
+    if (this.self_attn instanceof DecoderAttention && this.mlp instanceof DecoderMLP) {
       // one token with the cache on a backend with fused products: the same arithmetic on plain buffers (decode-step.ts)
       const shape = { heads: this.c.heads, kvHeads: this.c.kvHeads, headDim: this.c.headDim, window };
       const block = this as DecodeBlock;
@@ -201,38 +202,38 @@ export class LlamaDecoderLayer extends Module {
   }
 }
 
-class LlamaModel extends Module {
+class DecoderModel extends Module {
   readonly embed_tokens: Embedding | null;
-  readonly layers: ModuleList<LlamaDecoderLayer>;
+  readonly layers: ModuleList<DecoderBlock>;
   readonly norm: RMSNorm | null;
-  constructor(c: LlamaConfig, rng: Generator, parts: SectionParts, blockParts: BlockParts) {
+  constructor(c: DecoderConfig, rng: Generator, parts: SectionParts, blockParts: BlockParts) {
     super();
     this.embed_tokens = parts.tokenTable ? this.addModule('embed_tokens', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
     if (this.embed_tokens) normalInit(this.embed_tokens, c.initializerRange, rng);
     const [first, last] = parts.blocks;
-    const blocks = Array.from({ length: last - first }, () => new LlamaDecoderLayer(c, rng, blockParts));
+    const blocks = Array.from({ length: last - first }, () => new DecoderBlock(c, rng, blockParts));
     this.layers = this.addModule('layers', new ModuleList(blocks, first));
     this.norm = parts.norm ? this.addModule('norm', new RMSNorm(c.hidden, c.normEps)) : null;
   }
 }
 
-export class Llama extends DecoderLM {
-  readonly model: LlamaModel;
+export class Decoder extends DecoderLM {
+  readonly model: DecoderModel;
   readonly lm_head: Linear | null;
 
   /**
-   * @param options.section build only layers [start, end), uninitialised (see GPT2).
+   * @param options.section build only layers [start, end), uninitialised (see sectionSetup).
    * @param blockParts what the family puts into each block besides its config.
    */
   constructor(
-    readonly config: LlamaConfig,
+    readonly config: DecoderConfig,
     options: { seed?: number; init?: boolean; section?: ModelPart } = {},
     private readonly blockParts: BlockParts = {},
   ) {
     super();
     const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
     this.section = section;
-    this.model = this.addModule('model', new LlamaModel(config, rng, parts, blockParts));
+    this.model = this.addModule('model', new DecoderModel(config, rng, parts, blockParts));
     this.lm_head
       = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
     this.setLayers(this.buildLayers());

@@ -1,11 +1,11 @@
 import { InvalidArgumentError } from '../errors.ts';
-import { type LlamaConfig, llamaConfig, type LlamaLayerType } from './config.ts';
+import { type DecoderConfig, decoderConfig, type AttentionLayerType } from './config.ts';
 import type { CheckpointLayout, SmallShape } from './families/family.ts';
 import { firstId, num } from './config-fields.ts';
 import { ropeFromHF, ropeToHF } from './rope.ts';
 
 /**
- * The shared decoder's config (LlamaConfig) read from and written to config.json as transformers 5.17 reads it: the
+ * The shared decoder's config (DecoderConfig) read from and written to config.json as transformers 5.17 reads it: the
  * fields every family built on it has. Each family's record (families/*.ts) adds its own: its defaults, its biases,
  * its window, its rotary; and says which of the optional fields it takes (DecoderFields), which validateDecoderConfig
  * checks. The config's modelType says which family it is.
@@ -23,8 +23,8 @@ export interface DecoderDefaults {
   partialRotary?: boolean;
 }
 
-/** The shared fields of a family's config.json as a LlamaConfig of `modelType`, without biases (not yet validated). */
-export function decoderConfigFromHF(raw: Json, modelType: string, d: DecoderDefaults): LlamaConfig {
+/** The shared fields of a family's config.json as a DecoderConfig of `modelType`, without biases (not yet validated). */
+export function decoderConfigFromHF(raw: Json, modelType: string, d: DecoderDefaults): DecoderConfig {
   const act = raw.hidden_act;
   if (act !== undefined && act !== 'silu') throw new InvalidArgumentError(`hidden_act '${String(act)}' is not supported (silu only)`);
   const hidden = num(raw, 'hidden_size');
@@ -35,7 +35,7 @@ export function decoderConfigFromHF(raw: Json, modelType: string, d: DecoderDefa
   if (partial !== undefined && partial !== null && !d.partialRotary && partial !== 1) {
     throw new InvalidArgumentError(`partial_rotary_factor ${String(partial)} is not supported for ${modelType}`);
   }
-  const c: LlamaConfig = {
+  const c: DecoderConfig = {
     arch: 'llama',
     vocabSize: num(raw, 'vocab_size'),
     maxPositions: num(raw, 'max_position_embeddings', d.maxPositions),
@@ -60,7 +60,7 @@ export function decoderConfigFromHF(raw: Json, modelType: string, d: DecoderDefa
 }
 
 /** The shared fields of a config as config.json (a family adds its window's keys after). */
-export function decoderConfigToHF(c: LlamaConfig, architecture: string): Json {
+export function decoderConfigToHF(c: DecoderConfig, architecture: string): Json {
   const out: Json = {
     architectures: [architecture],
     model_type: c.modelType,
@@ -100,15 +100,15 @@ export function slidingWindowOf(raw: Json, fallback: number | null): number | nu
  * Blocks with a window named per block: a window (when use_sliding_window) on the blocks from max_window_layers on,
  * or on those layer_types names (a window of 4096 unless sliding_window says otherwise).
  */
-export function layerTypesFromHF(raw: Json, layers: number): { slidingWindow?: number; layerTypes?: LlamaLayerType[] } {
+export function layerTypesFromHF(raw: Json, layers: number): { slidingWindow?: number; layerTypes?: AttentionLayerType[] } {
   const window = raw.use_sliding_window === true ? slidingWindowOf(raw, 4096) : null;
-  let types: LlamaLayerType[];
+  let types: AttentionLayerType[];
   if (raw.layer_types !== undefined && raw.layer_types !== null) {
     const given = raw.layer_types;
     if (!Array.isArray(given) || given.length !== layers || given.some((t) => t !== 'full_attention' && t !== 'sliding_attention')) {
       throw new InvalidArgumentError(`config.json layer_types must name full_attention or sliding_attention for each of ${layers} layers, got ${JSON.stringify(given)}`);
     }
-    types = given as LlamaLayerType[];
+    types = given as AttentionLayerType[];
   } else {
     const first = num(raw, 'max_window_layers', 28);
     types = Array.from({ length: layers }, (_, i) => (window !== null && i >= first ? 'sliding_attention' : 'full_attention'));
@@ -119,14 +119,14 @@ export function layerTypesFromHF(raw: Json, layers: number): { slidingWindow?: n
 }
 
 /** layerTypesFromHF's keys for a config's window (none when it has none). */
-export function layerTypesToHF(c: LlamaConfig): Json {
+export function layerTypesToHF(c: DecoderConfig): Json {
   if (c.slidingWindow === undefined) return {};
   const out: Json = { use_sliding_window: true, sliding_window: c.slidingWindow, max_window_layers: 0 };
   if (c.layerTypes) out.layer_types = c.layerTypes;
   return out;
 }
 
-/** The optional fields of LlamaConfig a family takes; validateDecoderConfig refuses the others, naming them. */
+/** The optional fields of DecoderConfig a family takes; validateDecoderConfig refuses the others, naming them. */
 export interface DecoderFields {
   slidingWindow?: boolean;
   layerTypes?: boolean;
@@ -137,7 +137,7 @@ export interface DecoderFields {
 }
 
 /** The checks of a shared-decoder config beyond its sizes: its heads, and each optional field only where `has` says. */
-export function validateDecoderConfig(c: LlamaConfig, has: DecoderFields): void {
+export function validateDecoderConfig(c: DecoderConfig, has: DecoderFields): void {
   const type = c.modelType;
   if (c.heads % c.kvHeads !== 0) throw new InvalidArgumentError(`${c.heads} heads are not a multiple of ${c.kvHeads} kv heads`);
   if (c.headDim % 2 !== 0) throw new InvalidArgumentError(`head dim ${c.headDim} must be even for rotary embeddings`);
@@ -163,13 +163,13 @@ export function validateDecoderConfig(c: LlamaConfig, has: DecoderFields): void 
 }
 
 /** The window of block `i` (undefined: full attention). */
-export function blockWindow(c: LlamaConfig, i: number): number | undefined {
+export function blockWindow(c: DecoderConfig, i: number): number | undefined {
   if (c.slidingWindow === undefined) return undefined;
   return !c.layerTypes || c.layerTypes[i] === 'sliding_attention' ? c.slidingWindow : undefined;
 }
 
 /** Dims rotated in each head: all, or int(head dim × partial_rotary_factor) as transformers. */
-export function rotaryDim(c: LlamaConfig): number {
+export function rotaryDim(c: DecoderConfig): number {
   return c.partialRotaryFactor === undefined ? c.headDim : Math.floor(c.headDim * c.partialRotaryFactor);
 }
 
@@ -186,9 +186,9 @@ export const DECODER_LAYOUT: CheckpointLayout = {
  * head tied to the embedding; `extra` sets the family's own fields (a bias, a window). InvalidArgumentError when the
  * heads do not split into the key/value heads.
  */
-export function smallDecoder(s: SmallShape, modelType: string, extra: Partial<LlamaConfig> = {}): LlamaConfig {
+export function smallDecoder(s: SmallShape, modelType: string, extra: Partial<DecoderConfig> = {}): DecoderConfig {
   const { vocabSize, hidden, heads, layers, maxPositions, bosTokenId, eosTokenId, kvHeads } = s;
-  const c = llamaConfig({
+  const c = decoderConfig({
     vocabSize, hidden, heads, layers, maxPositions, bosTokenId, eosTokenId,
     kvHeads,
     intermediate: s.intermediate ?? Math.round((8 * hidden) / 3),
