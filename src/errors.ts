@@ -32,6 +32,14 @@ export class InvalidArgumentError extends errorClass('InvalidArgumentError') {}
 export class AutogradError extends errorClass('AutogradError') {}
 /** A compute backend that cannot be loaded on this machine. */
 export class BackendUnavailableError extends errorClass('BackendUnavailableError') {}
+/** Tensors on different devices given to one op (move one with `t.to(device)`). */
+export class DeviceMismatchError extends errorClass('DeviceMismatchError') {}
+/** A host read (`.data`, `item()`) of a tensor that lives on a device (read it with `await t.read()`). */
+export class DeviceDataError extends errorClass('DeviceDataError') {}
+/** An op that has no kernel on the device its inputs live on. */
+export class DeviceOpUnsupportedError extends errorClass('DeviceOpUnsupportedError') {}
+/** A traced step that cannot record or replay what its function did (see tensor/trace.ts). */
+export class TraceError extends errorClass('TraceError') {}
 /** A file that is missing or unreadable. */
 export class FileNotFoundError extends errorClass('FileNotFoundError') {}
 /** A safetensors file or index that does not follow the format. */

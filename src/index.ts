@@ -18,6 +18,9 @@ export {
   AutogradError,
   BackendUnavailableError,
   ChainError,
+  DeviceDataError,
+  DeviceMismatchError,
+  DeviceOpUnsupportedError,
   DTypeError,
   FileNotFoundError,
   InvalidArgumentError,
@@ -32,6 +35,7 @@ export {
   StateDictError,
   TensorLinkError,
   TimeoutError,
+  TraceError,
   UnauthorizedError,
   VerificationError,
 } from './errors.ts';
@@ -44,6 +48,11 @@ export {
   noGrad, ones, ortAvailable, permute, poolStats, pow, rand, randint, randn, type RandomOptions, relu, reshape, rmsNorm, rotaryEmbedding,
   rsqrt, scaledDotProductAttention, setBackend, type Shape, sigmoid, silu, softmax, split, sqrt, squeeze, type StorageDType, sub, sum,
   tanh, Tensor, tensor, transpose, type TypedArray, unsqueeze, withBackend, ZeroGenerator, zeros,
+} from './tensor/index.ts';
+// devices, the backend registry and traced steps
+export {
+  type Allocator, backendNames, backendTolerance, type BackendFactory, type CompiledStep, CPU, createBackend, DeviceStorage,
+  loadBackend, registerBackend, type Tolerance, trace, type TracedOp, TracedStep,
 } from './tensor/index.ts';
 
 // nn/ and io/: layers, optimizers, schedules; safetensors checkpoints

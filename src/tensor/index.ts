@@ -1,8 +1,20 @@
 export { type BackwardOptions, isGradEnabled, noGrad } from './autograd.ts';
-export type { Backend } from './backends/backend.ts';
+export { type Backend, EXACT, type Tolerance } from './backends/backend.ts';
 export { jsBackend } from './backends/js.ts';
-export { createOrtBackend, ortAvailable } from './backends/ort.ts';
+export { createOrtBackend, ORT_OP_TOLERANCE, ortAvailable } from './backends/ort.ts';
+export {
+  backendDevice,
+  type BackendFactory,
+  backendNames,
+  type BackendOptions,
+  backendTolerance,
+  createBackend,
+  loadBackend,
+  registerBackend,
+} from './backends/registry.ts';
 export { type BackendName, getBackend, setBackend, withBackend } from './backends/select.ts';
+export { type Allocator, CPU, type Device, DeviceStorage } from './device.ts';
+export { type CompiledStep, type Slot, type SlotKind, SlotRef, trace, type TracedOp, TracedStep } from './trace.ts';
 export { addInto } from './kernels/rows.ts';
 export { arange, drawsNothing, full, ones, type RandomOptions, rand, randint, randn, tensor, zeros } from './creation.ts';
 export type { DType, FloatArray, StorageDType, TypedArray } from './dtype.ts';

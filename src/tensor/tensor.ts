@@ -1,5 +1,9 @@
-import { AutogradError, DTypeError, InvalidArgumentError, ShapeMismatchError } from '../errors.ts';
+import { AutogradError, DeviceDataError, DTypeError, InvalidArgumentError, ShapeMismatchError } from '../errors.ts';
 import { type BackwardOptions, type GradNode, runBackward } from './autograd.ts';
+import { loadBackend } from './backends/registry.ts';
+import type { Backend } from './backends/backend.ts';
+import { type Allocator, CPU, type Device, DeviceStorage, isDType } from './device.ts';
+import { activeRecorder, defineOp, noteDeviceTensor, TENSOR_MARK } from './dispatch.ts';
 import { allocate, type DType, dtypeOf, type FloatArray, isFloat, type TypedArray } from './dtype.ts';
 import { addInto } from './kernels/rows.ts';
 import * as ew from './ops/elementwise.ts';
@@ -14,8 +18,14 @@ import { type Shape, sizeOf } from './shape.ts';
  * An n-dimensional array, row-major and always contiguous: views that would alias
  * (transpose, narrow) copy instead, which keeps every kernel simple and every result
  * reproducible. Methods use PyTorch's names; dims may be negative.
+ *
+ * Its storage belongs to a device (`device`): host memory ('cpu'), the TypedArray `data`
+ * that the kernels read, or a device backend's memory (`deviceStorage`), which only that
+ * backend's kernels touch. Reading `data` of a tensor on a device is a DeviceDataError: its
+ * values come back with `await t.read()` or `await t.toHost()`, never by a silent copy.
  */
 export class Tensor {
+  /** The values, row-major (host tensors; a DeviceDataError on a device, see `read()`). */
   data: TypedArray;
   readonly shape: readonly number[];
   readonly dtype: DType;
@@ -28,14 +38,35 @@ export class Tensor {
    * first dim; then `data` is empty and the ops that take weights (linear, embedding) read this. See packWeight.
    */
   packed: PackedMatrix | null = null;
+  /** The memory of a tensor that lives on a device; null for host tensors (their storage is `data`). */
+  readonly deviceStorage: DeviceStorage | null = null;
 
-  constructor(data: TypedArray, shape: Shape) {
+  /** A host tensor over `data`, or a tensor over a device backend's storage. */
+  constructor(data: TypedArray | DeviceStorage, shape: Shape) {
     if (data.length !== sizeOf(shape)) {
       throw new ShapeMismatchError(`data of length ${data.length} does not fit shape [${shape}]`);
     }
-    this.data = data;
     this.shape = Object.freeze([...shape]);
-    this.dtype = dtypeOf(data);
+    if (data instanceof DeviceStorage) {
+      this.dtype = data.dtype;
+      this.deviceStorage = data;
+      this.data = data.dtype === 'float32' ? EMPTY_F32 : EMPTY_I32; // replaced by the guard below
+      Object.defineProperty(this, 'data', { get: offHost, set: offHost, enumerable: true });
+      noteDeviceTensor();
+    } else {
+      this.data = data;
+      this.dtype = dtypeOf(data);
+    }
+  }
+
+  /** @internal What tells a tensor apart in the ops' arguments (dispatch.ts). */
+  get [TENSOR_MARK](): true {
+    return true;
+  }
+
+  /** Where the storage lives: 'cpu' (host memory, `data`) or a device backend's name. */
+  get device(): Device {
+    return this.deviceStorage === null ? CPU : this.deviceStorage.device;
   }
 
   get requiresGrad(): boolean {
@@ -61,7 +92,8 @@ export class Tensor {
   }
 
   get size(): number {
-    return this.packed === null ? this.data.length : this.packed.rows * this.packed.cols;
+    if (this.packed !== null) return this.packed.rows * this.packed.cols;
+    return this.deviceStorage === null ? this.data.length : this.deviceStorage.length;
   }
 
   get isLeaf(): boolean {
@@ -78,16 +110,48 @@ export class Tensor {
 
   item(): number {
     if (this.size !== 1) throw new ShapeMismatchError(`item() needs one element, tensor has ${this.size}`);
+    activeRecorder()?.checkRead(this, 'item()');
     return this.data[0];
   }
 
   toArray(): number[] {
+    activeRecorder()?.checkRead(this, 'toArray()');
     return Array.from(this.data);
+  }
+
+  /**
+   * The values, wherever the tensor lives: a host tensor's own `data` (no copy), a device
+   * tensor's copied out of the device.
+   * @example
+   * const logits = await model.forward(ids).read()
+   */
+  async read(): Promise<TypedArray> {
+    const storage = this.deviceStorage;
+    if (storage === null) return this.data;
+    const out = allocate(storage.dtype, storage.length);
+    await storage.backend.allocator.copyout(storage.handle, out);
+    return out;
+  }
+
+  /**
+   * This tensor in host memory: itself when it lives there, else a new host tensor with its
+   * values (not in the autograd graph).
+   * @example
+   * const y = await gpuSection.forward(x.to('webgpu')).toHost()
+   */
+  async toHost(): Promise<Tensor> {
+    if (this.deviceStorage === null) return this;
+    return new Tensor(await this.read(), this.shape);
+  }
+
+  /** Returns a device tensor's memory to its backend now (later use is an error there); no-op on the host. */
+  dispose(): void {
+    this.deviceStorage?.free();
   }
 
   /** A new leaf sharing no graph with this one (same data buffer). */
   detach(): Tensor {
-    return new Tensor(this.data, this.shape);
+    return detach(this);
   }
 
   /** A copy with its own buffer, recorded in the graph. */
@@ -95,14 +159,17 @@ export class Tensor {
     return sh.clone(this);
   }
 
-  /** Converts between dtypes (not differentiable across int32). */
-  to(dtype: DType): Tensor {
-    if (dtype === this.dtype) return this;
-    const out = allocate(dtype, this.size);
-    if (dtype === 'int32') {
-      for (let i = 0; i < out.length; i++) out[i] = Math.trunc(this.data[i]);
-    } else out.set(this.data);
-    return new Tensor(out, this.shape);
+  /**
+   * Converts between dtypes (not differentiable across int32), or moves the tensor to a device:
+   * `to('webgpu')` copies a host tensor into the memory of the backend registered as 'webgpu'
+   * (a new leaf; itself when already there). The way back is asynchronous: `await t.toHost()`.
+   * @example
+   * ids.to('float32')
+   * const x = tensor(values, [1, 16]).to('webgpu')
+   */
+  to(target: DType | Device): Tensor {
+    if (isDType(target)) return cast(this, target);
+    return moveTo(this, target);
   }
 
   /**
@@ -119,6 +186,7 @@ export class Tensor {
 
   /** Accumulates gradients of this tensor into the `.grad` of every leaf that requires one. */
   backward(grad?: Tensor, options: BackwardOptions = {}): void {
+    activeRecorder()?.refuse('backward()');
     if (grad === undefined && this.size !== 1) {
       throw new AutogradError(`backward() without a gradient needs a scalar, got shape [${this.shape}]`);
     }
@@ -274,7 +342,57 @@ export class Tensor {
   }
 
   toString(): string {
+    if (this.deviceStorage !== null) return `Tensor(${this.dtype}, [${this.shape}], on ${this.device})`;
     const head = Array.from(this.data.subarray(0, 8), (v) => +v.toPrecision(5)).join(', ');
     return `Tensor(${this.dtype}, [${this.shape}], [${head}${this.size > 8 ? ', ...' : ''}])`;
   }
+}
+
+const EMPTY_F32 = new Float32Array(0);
+const EMPTY_I32 = new Int32Array(0);
+
+/** The `data` of a tensor on a device: reading or writing it is an error that says what to call. */
+function offHost(this: Tensor): never {
+  throw new DeviceDataError(
+    `this tensor lives on '${this.device}', not in host memory: read its values with await t.read(), or move it with await t.toHost()`,
+    { details: { device: this.device } },
+  );
+}
+
+const cast = defineOp('cast', function cast(x: Tensor, dtype: DType): Tensor {
+  if (dtype === x.dtype) return x;
+  const out = allocate(dtype, x.size);
+  if (dtype === 'int32') {
+    for (let i = 0; i < out.length; i++) out[i] = Math.trunc(x.data[i]);
+  } else out.set(x.data);
+  return new Tensor(out, x.shape);
+});
+
+const detach = defineOp(
+  'detach',
+  function detach(x: Tensor): Tensor {
+    return new Tensor(x.deviceStorage ?? x.data, x.shape);
+  },
+  { anyDevice: true },
+);
+
+/** Copies a host tensor into a device backend's memory (see Tensor.to). */
+function moveTo(x: Tensor, device: Device): Tensor {
+  if (device === x.device) return x;
+  activeRecorder()?.checkRead(x, `to('${device}')`);
+  if (device === CPU || x.deviceStorage !== null) {
+    throw new DeviceDataError(
+      `moving a tensor from '${x.device}' to '${device}' reads it back, which is asynchronous: await t.toHost() first`,
+      { details: { from: x.device, to: device } },
+    );
+  }
+  if (x.packed !== null) throw new InvalidArgumentError(`a weight held in a compact format cannot move to '${device}' yet`);
+  const backend = loadBackend(device);
+  const allocator = backend.allocator;
+  if (allocator === undefined || (backend.device ?? CPU) !== device) {
+    throw new InvalidArgumentError(`backend '${device}' computes in host memory; only a device backend's name is a device to move to`);
+  }
+  const handle = allocator.alloc(x.dtype, x.size);
+  allocator.copyin(handle, x.data);
+  return new Tensor(new DeviceStorage(backend as Backend & { readonly allocator: Allocator }, handle, x.dtype, x.size), x.shape);
 }

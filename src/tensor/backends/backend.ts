@@ -1,7 +1,9 @@
+import type { Allocator, Device } from '../device.ts';
 import type { FloatArray } from '../dtype.ts';
 import type { MatmulSpec } from '../kernels/matmul.ts';
 import type { TimeMajorAttentionSpec } from '../ops/attention.ts';
 import type { PackedMatrix } from '../quant/formats.ts';
+import type { CompiledStep, TracedStep } from '../trace.ts';
 
 /** A weight [rows, cols] of a fused product (y = x · Wᵀ): float32 `values`, or a compact matrix. */
 export interface LinearWeight {
@@ -12,13 +14,57 @@ export interface LinearWeight {
 }
 
 /**
- * A compute backend: the kernels that are worth handing to something faster than
- * plain TypeScript. Everything else runs on the js kernels for every backend.
+ * How far a backend's results may lie from the js kernels' on one op, elementwise as
+ * `torch.allclose`: |x − ref| ≤ atol + rtol · |ref|. The conformance suite (test/tensor/backends/)
+ * holds every backend to the tolerance it states. `{ rtol: 0, atol: 0 }`: bit for bit.
+ */
+export interface Tolerance {
+  readonly rtol: number;
+  readonly atol: number;
+}
+
+/** Bit for bit: the tolerance of a deterministic backend that computes js's sums. */
+export const EXACT: Tolerance = Object.freeze({ rtol: 0, atol: 0 });
+
+/**
+ * A compute backend (after tinygrad's device: a place where buffers live plus a way to run
+ * work there). A host backend (`device` 'cpu': js, ort) offers the kernels worth handing to
+ * something faster than plain TypeScript; everything else runs on the js kernels, and the
+ * host ops pick it up from the CPU context (`setBackend`/`withBackend`). A device backend
+ * (`device` its own name, e.g. 'webgpu') owns memory through its `allocator`, runs the ops
+ * of tensors that live there (`runOp`), and may take a whole traced step (`compileStep`).
+ * Backends are registered by name: backends/registry.ts.
  */
 export interface Backend {
   readonly name: string;
   /** True when results are bitwise identical on every machine. */
   readonly deterministic: boolean;
+  /** Where the tensors it computes on live; 'cpu' (host memory) when absent. */
+  readonly device?: Device;
+  /** How close to the js kernels its results are (see Tolerance); EXACT when absent and deterministic. */
+  readonly tolerance?: Tolerance;
+  /** A device backend's memory: how tensors move to and from it (`t.to(device)`, `t.toHost()`). */
+  readonly allocator?: Allocator;
+  /**
+   * Runs the public op `op` (its name in the trace, e.g. 'matmul') on tensors that live on this
+   * backend's device: `args` are the op's arguments as the caller gave them (tensors, numbers,
+   * option objects), every tensor among them on this device. Returns what the op returns (its
+   * tensors on this device), or undefined when the backend has no kernel for it, which the
+   * engine reports as a DeviceOpUnsupportedError naming the op and device: it never copies to
+   * the host on its own. Kernels call other kernels directly, not the public ops.
+   */
+  runOp?(op: string, args: readonly unknown[]): unknown;
+  /**
+   * Takes a whole traced step (see trace.ts) to run as one program (an ONNX graph, a chain of
+   * GPU dispatches) instead of op by op. Called once per step and backend, when the step first
+   * runs with inputs on this backend's device (or, for a host backend, while it is the CPU
+   * context); returns null to decline, and the step then replays op by op. The compiled step
+   * receives the step's inputs in order (the shapes and dtypes traced) and returns the
+   * tensors of `step.outputSlots`, in that order, on its device. Constants (`step.slots` of
+   * kind 'constant': parameters) are read by reference at each run, so an optimizer's update
+   * between runs is seen; a compiled step that uploads them once must say so.
+   */
+  compileStep?(step: TracedStep): CompiledStep | null;
   /** out = op(a) op(b) per batch, plus `bias` (length n) on every row when given. */
   matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec, bias?: FloatArray): void;
   /**

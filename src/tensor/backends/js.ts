@@ -1,12 +1,14 @@
 import type { FloatArray } from '../dtype.ts';
 import { addRowBias, fastGemm, type GemmNN, type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
-import type { Backend } from './backend.ts';
+import { type Backend, EXACT } from './backend.ts';
 
 /** The js backend with `nn` as its GEMM (gemmNN, or the WebAssembly kernel: the same bits either way). */
 export function jsBackendWith(nn: GemmNN): Backend {
   return {
     name: 'js',
     deterministic: true,
+    device: 'cpu',
+    tolerance: EXACT,
     matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec, bias?: FloatArray): void {
       matmulJs(a, b, out, spec, nn);
       if (bias) addRowBias(out, bias);

@@ -3,7 +3,7 @@ import type { FloatArray } from '../dtype.ts';
 import { addRowBias, type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
 import type { TimeMajorAttentionSpec } from '../ops/attention.ts';
 import type { PackedMatrix, QuantFormat } from '../quant/formats.ts';
-import type { Backend, LinearWeight } from './backend.ts';
+import type { Backend, LinearWeight, Tolerance } from './backend.ts';
 import {
   batchedMatmulGraph,
   gemmGraph,
@@ -31,6 +31,14 @@ import { loadOrtRuntime, type OrtRuntimeKind, type OrtSession } from './ort-runt
 export const ORT_MIN_MACS = 32 * 1024;
 /** Below this many elements a transcendental op is cheaper in js than a native call (~15 µs). */
 export const ORT_MIN_ELEMENTS = 4096;
+
+/**
+ * How far one op's ort result may lie from the js kernels' (elementwise, as torch.allclose):
+ * MLAS sums float32 products in its own order with fused multiply-adds where js sums in double
+ * precision, and its transcendentals are its own approximations. Per op; a whole section's
+ * drift is verify/compare.ts's ORT_TOLERANCE.
+ */
+export const ORT_OP_TOLERANCE: Tolerance = Object.freeze({ rtol: 1e-4, atol: 1e-4 });
 
 /** True when onnxruntime loads here (through either runtime). */
 export function ortAvailable(): boolean {
@@ -176,6 +184,8 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
   return {
     name: 'ort',
     deterministic: false,
+    device: 'cpu',
+    tolerance: ORT_OP_TOLERANCE,
     threads,
     runtime: ort.kind,
     matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec, bias?: FloatArray): void {

@@ -1,22 +1,24 @@
 import { BackendUnavailableError, InvalidArgumentError } from '../../errors.ts';
 import type { Backend } from './backend.ts';
-import { jsBackend } from './js.ts';
-import { createOrtBackend, type OrtBackendOptions } from './ort.ts';
+import type { OrtBackendOptions } from './ort.ts';
+import { backendDevice, createBackend, loadBackend } from './registry.ts';
 
 /**
- * The backend the engine dispatches heavy kernels to. The default is `ort` where
- * onnxruntime loads and `js` elsewhere; code that needs bitwise reproducibility
- * (tests, proofs) selects `js` explicitly.
+ * The CPU context: the host backend that ops on host tensors hand their heavy kernels to.
+ * The default is `ort` where onnxruntime loads and `js` elsewhere; code that needs bitwise
+ * reproducibility (tests, proofs) selects `js` explicitly. Tensors on a device run on the
+ * backend that owns their memory instead (see registry.ts), whatever is selected here.
  */
 let current: Backend | null = null;
 
-export type BackendName = 'js' | 'ort';
+/** A registered backend's name: 'js' and 'ort' are always there (registry.ts). */
+export type BackendName = 'js' | 'ort' | (string & {});
 
 function defaultBackend(): Backend {
   try {
-    return createOrtBackend();
+    return createBackend('ort');
   } catch (err) {
-    if (err instanceof BackendUnavailableError) return jsBackend;
+    if (err instanceof BackendUnavailableError) return loadBackend('js');
     throw err;
   }
 }
@@ -26,17 +28,25 @@ export function getBackend(): Backend {
   return current;
 }
 
+function hostBackend(backend: BackendName | Backend, options: OrtBackendOptions): Backend {
+  const b = typeof backend === 'string' ? createBackend(backend, options) : backend;
+  const device = backendDevice(b);
+  if (device !== 'cpu') {
+    throw new InvalidArgumentError(
+      `backend '${b.name}' computes on device '${device}', not in the CPU context: move tensors there with t.to('${device}')`,
+    );
+  }
+  return b;
+}
+
 /**
- * Selects the backend by name (or a ready instance) and returns it.
+ * Selects the CPU context's backend by name (or a ready instance) and returns it.
  * @example
  * setBackend('js')                      // bitwise reproducible
  * setBackend('ort', { threads: 2 })     // fast, tolerances apply
  */
 export function setBackend(backend: BackendName | Backend, options: OrtBackendOptions = {}): Backend {
-  if (typeof backend !== 'string') current = backend;
-  else if (backend === 'js') current = jsBackend;
-  else if (backend === 'ort') current = createOrtBackend(options);
-  else throw new InvalidArgumentError(`unknown backend '${backend}' (use 'js' or 'ort')`);
+  current = hostBackend(backend, options);
   return current;
 }
 

@@ -6,6 +6,7 @@ import { broadcastShapes, broadcastStrides } from '../shape.ts';
 import { Tensor } from '../tensor.ts';
 import { matmul } from './matmul.ts';
 import { transpose } from './shape.ts';
+import { defineOp } from '../dispatch.ts';
 
 export interface AttentionOptions {
   /** Each query attends only to keys at or before its own position. */
@@ -22,7 +23,7 @@ export interface AttentionOptions {
  * before the new ones (Tk ≥ Tq): the causal mask is then offset by Tk − Tq, so the
  * query at position i of the new tokens sees keys 0 .. (Tk − Tq + i).
  */
-export function scaledDotProductAttention(
+export const scaledDotProductAttention = defineOp('scaledDotProductAttention', function scaledDotProductAttention(
   q: Tensor,
   k: Tensor,
   v: Tensor,
@@ -35,7 +36,7 @@ export function scaledDotProductAttention(
   const scores = matmul(q, transpose(k, -2, -1)); // [B, H, Tq, Tk]
   const p = maskedSoftmax(scores, scale, options.causal ?? false, options.mask ?? null);
   return matmul(p, v); // [B, H, Tq, Dv]
-}
+});
 
 /**
  * softmax(scale · scores) over the last dim with the causal and user masks applied in the
@@ -43,7 +44,7 @@ export function scaledDotProductAttention(
  * Fusing the scale, both masks and the softmax saves three passes and three buffers per
  * attention layer (measured in bench/run.ts, GPT-2 forward). VJP: dx = scale · y ⊙ (g − Σ g⊙y).
  */
-export function maskedSoftmax(scores: Tensor, scale: number, causal: boolean, mask: Tensor | null): Tensor {
+export const maskedSoftmax = defineOp('maskedSoftmax', function maskedSoftmax(scores: Tensor, scale: number, causal: boolean, mask: Tensor | null): Tensor {
   const [b, h, tq, tk] = scores.shape;
   const offset = tk - tq;
   let maskData: Int32Array | null = null;
@@ -98,7 +99,7 @@ export function maskedSoftmax(scores: Tensor, scale: number, causal: boolean, ma
     }
     return [new Tensor(gx, scores.shape)];
   });
-}
+});
 
 /** The sizes of one sequence's attention over time-major keys and values (see attendTimeMajor). */
 export interface TimeMajorAttentionSpec {
@@ -132,7 +133,7 @@ export interface TimeMajorKV {
  * query may not see adds only zeros there, and is skipped here), and the softmax is maskedSoftmax's. Not
  * differentiable: a cache's keys are detached, so callers take it without gradients.
  */
-export function attendTimeMajor(q: Tensor, kv: TimeMajorKV, scale?: number): Tensor {
+export const attendTimeMajor = defineOp('attendTimeMajor', function attendTimeMajor(q: Tensor, kv: TimeMajorKV, scale?: number): Tensor {
   const [b, heads, tq, dim] = q.shape;
   if (q.ndim !== 4 || q.dtype !== 'float32') throw new ShapeMismatchError(`attention expects float32 q [batch, heads, time, head dim], got ${q.dtype} [${q.shape}]`);
   const tk = kv.length;
@@ -153,7 +154,7 @@ export function attendTimeMajor(q: Tensor, kv: TimeMajorKV, scale?: number): Ten
     if (backend.attention?.(qb, kb, vb, yb, spec) !== true) attendTimeMajorJs(qb, kb, vb, yb, spec);
   }
   return new Tensor(out, q.shape);
-}
+});
 
 /**
  * The js kernel of attendTimeMajor for one sequence: q, y [H, Tq, D], k, v [Tk, kvHeads, D]. Scores and outputs are

@@ -3,12 +3,13 @@ import { record } from '../autograd.ts';
 import { allocate } from '../dtype.ts';
 import { Tensor } from '../tensor.ts';
 import { packedEmbedding } from './packed.ts';
+import { defineOp } from '../dispatch.ts';
 
 /**
  * Row lookup: out[..., :] = weight[ids[...], :]. The gradient scatter-adds each
  * output row back into the row of the weight it came from.
  */
-export function embedding(ids: Tensor, weight: Tensor): Tensor {
+export const embedding = defineOp('embedding', function embedding(ids: Tensor, weight: Tensor): Tensor {
   if (ids.dtype !== 'int32') throw new DTypeError(`embedding ids must be int32, got ${ids.dtype}`);
   if (weight.packed !== null) return packedEmbedding(ids, weight);
   if (weight.ndim !== 2) throw new ShapeMismatchError(`embedding weight must be 2-D, got [${weight.shape}]`);
@@ -30,4 +31,4 @@ export function embedding(ids: Tensor, weight: Tensor): Tensor {
     }
     return [new Tensor(gw, weight.shape)];
   });
-}
+});

@@ -8,6 +8,7 @@ import { Tensor } from '../tensor.ts';
 import { packedLinear } from './packed.ts';
 import { sumTo } from './reduce.ts';
 import { expand, reshape } from './shape.ts';
+import { defineOp } from '../dispatch.ts';
 
 /**
  * Matrix products. `core` multiplies two 3-D operands ([batch or 1, rows, cols]) with
@@ -69,7 +70,7 @@ function checkFloat(a: Tensor, b: Tensor): void {
  * @example
  * const y = x.matmul(w)   // [B, T, k] @ [k, n] → [B, T, n]
  */
-export function matmul(aIn: Tensor, bIn: Tensor): Tensor {
+export const matmul = defineOp('matmul', function matmul(aIn: Tensor, bIn: Tensor): Tensor {
   checkFloat(aIn, bIn);
   const a = aIn.ndim === 1 ? reshape(aIn, [1, aIn.size]) : aIn;
   const b = bIn.ndim === 1 ? reshape(bIn, [bIn.size, 1]) : bIn;
@@ -105,7 +106,7 @@ export function matmul(aIn: Tensor, bIn: Tensor): Tensor {
   if (aIn.ndim === 1) outShape.splice(outShape.length - 2, 1);
   if (bIn.ndim === 1) outShape.splice(outShape.length - 1, 1);
   return reshape(c, outShape);
-}
+});
 
 function matmul3(a: Tensor, b: Tensor): Tensor {
   const out = core(a, b, false, false);
@@ -118,7 +119,7 @@ function matmul3(a: Tensor, b: Tensor): Tensor {
  * @example
  * const y = linear(x, w, b)   // [B, T, in] → [B, T, out]
  */
-export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, weightInOut = false): Tensor {
+export const linear = defineOp('linear', function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, weightInOut = false): Tensor {
   if (weight.packed !== null) return packedLinear(x, weight, bias, weightInOut);
   checkFloat(x, weight);
   const [outF, inF] = weightInOut ? [weight.shape[1], weight.shape[0]] : weight.shape;
@@ -149,4 +150,4 @@ export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, weightIn
     }
     return [dx, dw, db];
   });
-}
+});

@@ -4,6 +4,7 @@ import { getBackend } from '../backends/select.ts';
 import { allocate, assertFloat, type FloatArray } from '../dtype.ts';
 import { layerNormBackwardRows, rmsNormBackwardRows } from '../kernels/rows.ts';
 import { Tensor } from '../tensor.ts';
+import { defineOp } from '../dispatch.ts';
 
 /**
  * Layer norm and RMS norm over the last dim, fused, with their analytic VJPs.
@@ -37,7 +38,7 @@ function nativeLayerNorm(x: FloatArray, w: FloatArray | undefined, b: FloatArray
   return ok ? { mean, rstd } : null;
 }
 
-export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | null, eps = 1e-5): Tensor {
+export const layerNorm = defineOp('layerNorm', function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | null, eps = 1e-5): Tensor {
   const n = checkAffine(x, weight, 'layerNorm');
   const rows = x.size / n;
   const src = x.data;
@@ -78,9 +79,9 @@ export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | nul
     if (bias) grads.push(fromDoubles(gb, bias));
     return grads;
   });
-}
+});
 
-export function rmsNorm(x: Tensor, weight?: Tensor | null, eps = 1e-6): Tensor {
+export const rmsNorm = defineOp('rmsNorm', function rmsNorm(x: Tensor, weight?: Tensor | null, eps = 1e-6): Tensor {
   const n = checkAffine(x, weight, 'rmsNorm');
   const rows = x.size / n;
   const src = x.data;
@@ -105,4 +106,4 @@ export function rmsNorm(x: Tensor, weight?: Tensor | null, eps = 1e-6): Tensor {
     if (weight) grads.push(fromDoubles(gw, weight));
     return grads;
   });
-}
+});

@@ -12,6 +12,7 @@ import { unpackMatrix } from '../quant/formats.ts';
 import { matmul } from './matmul.ts';
 import { sumRowsInto } from '../kernels/rows.ts';
 import { Tensor } from '../tensor.ts';
+import { defineOp } from '../dispatch.ts';
 
 /**
  * linear and embedding with a weight held in a compact format (Tensor.packed): the weight is frozen, so gradients
@@ -20,7 +21,7 @@ import { Tensor } from '../tensor.ts';
  */
 
 /** y = x · Wᵀ + b (or x · W + b with `weightInOut`) for a packed W. */
-export function packedLinear(x: Tensor, weight: Tensor, bias: Tensor | null | undefined, weightInOut: boolean): Tensor {
+export const packedLinear = defineOp('packedLinear', function packedLinear(x: Tensor, weight: Tensor, bias: Tensor | null | undefined, weightInOut: boolean): Tensor {
   const p = weight.packed!;
   if (x.dtype !== 'float32') throw new InvalidArgumentError(`a compact weight multiplies float32 inputs, not ${x.dtype}`);
   const [inF, outF] = weightInOut ? [p.rows, p.cols] : [p.cols, p.rows];
@@ -61,10 +62,10 @@ export function packedLinear(x: Tensor, weight: Tensor, bias: Tensor | null | un
     }
     return bias ? [dx, db] : [dx];
   });
-}
+});
 
 /** The rows of a packed table at `ids` (int32, checked against the vocabulary). */
-export function packedEmbedding(ids: Tensor, weight: Tensor): Tensor {
+export const packedEmbedding = defineOp('packedEmbedding', function packedEmbedding(ids: Tensor, weight: Tensor): Tensor {
   const p = weight.packed!;
   for (let i = 0; i < ids.size; i++) {
     const id = ids.data[i];
@@ -73,4 +74,4 @@ export function packedEmbedding(ids: Tensor, weight: Tensor): Tensor {
   const out = new Float32Array(ids.size * p.cols);
   packedRowsJs(p, ids.data, out);
   return new Tensor(out, [...ids.shape, p.cols]);
-}
+});

@@ -2,6 +2,7 @@ import { ShapeMismatchError } from '../../errors.ts';
 import { record } from '../autograd.ts';
 import { allocate, assertFloat } from '../dtype.ts';
 import { Tensor } from '../tensor.ts';
+import { defineOp } from '../dispatch.ts';
 
 /**
  * Rotary position embedding in Hugging Face's rotate-half convention:
@@ -9,7 +10,7 @@ import { Tensor } from '../tensor.ts';
  * head dim. x is [B, H, T, D]; cos and sin are [B or 1, T, D]. The gradient applies the
  * transposed rotation: gx = g·cos + [ (g·sin)₂, −(g·sin)₁ ].
  */
-export function rotaryEmbedding(x: Tensor, cos: Tensor, sin: Tensor): Tensor {
+export const rotaryEmbedding = defineOp('rotaryEmbedding', function rotaryEmbedding(x: Tensor, cos: Tensor, sin: Tensor): Tensor {
   assertFloat(x.dtype, 'rotaryEmbedding');
   const [b, h, t, d] = x.shape;
   if (x.ndim !== 4 || d % 2 !== 0) throw new ShapeMismatchError(`rotaryEmbedding needs [B, H, T, even D], got [${x.shape}]`);
@@ -55,4 +56,4 @@ export function rotaryEmbedding(x: Tensor, cos: Tensor, sin: Tensor): Tensor {
     }
     return [new Tensor(gx, x.shape)];
   });
-}
+});

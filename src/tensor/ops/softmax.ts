@@ -2,6 +2,7 @@ import { record } from '../autograd.ts';
 import { allocate, assertFloat } from '../dtype.ts';
 import { normalizeDim, sizeOf } from '../shape.ts';
 import { Tensor } from '../tensor.ts';
+import { defineOp } from '../dispatch.ts';
 
 /**
  * Softmax and log-softmax along one dim, fused (max-subtracted, double accumulation).
@@ -39,7 +40,7 @@ function softmaxForward(x: Tensor, dim: number, asLog: boolean): Float32Array | 
   return out;
 }
 
-export function softmax(x: Tensor, dim = -1): Tensor {
+export const softmax = defineOp('softmax', function softmax(x: Tensor, dim = -1): Tensor {
   const y = softmaxForward(x, dim, false);
   const [outer, n, inner] = layout(x, dim);
   return record(new Tensor(y, x.shape), 'softmax', [x], (g) => {
@@ -57,9 +58,9 @@ export function softmax(x: Tensor, dim = -1): Tensor {
     }
     return [new Tensor(gx, x.shape)];
   });
-}
+});
 
-export function logSoftmax(x: Tensor, dim = -1): Tensor {
+export const logSoftmax = defineOp('logSoftmax', function logSoftmax(x: Tensor, dim = -1): Tensor {
   const y = softmaxForward(x, dim, true);
   const [outer, n, inner] = layout(x, dim);
   return record(new Tensor(y, x.shape), 'logSoftmax', [x], (g) => {
@@ -77,4 +78,4 @@ export function logSoftmax(x: Tensor, dim = -1): Tensor {
     }
     return [new Tensor(gx, x.shape)];
   });
-}
+});
