@@ -1,5 +1,6 @@
 import { TensorLinkError } from '../errors.ts';
 import type { StrategyName } from '../plan/index.ts';
+import { STRATEGIES } from './options.ts';
 
 /** A command line that cannot be run as written (unknown command or flag, bad value). */
 export class UsageError extends TensorLinkError {
@@ -74,8 +75,6 @@ export function parseBytes(raw: string): number {
   return Math.round(Number(m[1]) * units[(m[2] ?? 'b').toLowerCase()]);
 }
 
-const STRATEGIES = ['layer-aware', 'parameter-balanced', 'ring-memory-weighted'] as const;
-
 /** `--strategy` (a partition strategy's name) and `--privacy ends|none`, as generate and train take them. */
 export function planFlags(flags: Flags, defaultStrategy: StrategyName): { strategy: StrategyName; privacy: 'ends' | 'none' } {
   const strategy = stringFlag(flags, 'strategy') ?? defaultStrategy;
@@ -110,9 +109,6 @@ export function hostPort(raw: string, flag: string): { host: string; port: numbe
   if (!m || port > 65535) throw new UsageError(`--${flag} must be [HOST:]PORT with PORT in 0..65535 (0: any free port), got '${raw}'`);
   return { host: m[1] ?? '127.0.0.1', port };
 }
-
-/** The flags that pick the format a model's matrices are held in: `--dtype f32|bf16`, `--quantize int8|int4`. */
-export const weightFlagOptions = { dtype: { type: 'string' }, quantize: { type: 'string' } } as const;
 
 /** `--dtype` and `--quantize`, checked: loadModel's options. */
 export function weightFlags(flags: Flags): { dtype?: 'f32' | 'bf16'; quantize?: 'int8' | 'int4' } {

@@ -5,15 +5,6 @@ import { ChainError } from '../errors.ts';
 import { type Flags, stringFlag, UsageError } from './args.ts';
 import type { Output } from './output.ts';
 
-/** The options every node command takes to join a chain. */
-export const chainFlagOptions = {
-  rpc: { type: 'string' },
-  contracts: { type: 'string' },
-} as const;
-
-/** What a user's command (train, generate) takes besides: what it pays into escrow for its job. */
-export const payFlagOptions = { ...chainFlagOptions, pay: { type: 'string' } } as const;
-
 /** Where a user's Ethereum key is kept when it pays for jobs (a user has no --data directory). */
 export const USER_KEY_DIR = join(homedir(), '.tensorlink', 'user');
 

@@ -22,3 +22,9 @@ export type { JobProgress, JobView, LedgerSummary, Overview, OverviewEvent } fro
 export { HostedModel, type HostedVerify, listModels, type RouteHop, type RouteOptions, routeOver } from './hosted.ts';
 export { HostedSession } from './hosted-session.ts';
 export { cachedEnds, findHosted, pullEnds, type PulledEnds, type PullEndsOptions } from './pull-ends.ts';
+export {
+  EVAL_TOKENS, type Evaluation, type Evaluator, jobRunner, type JobRunnerOptions, localOptimizerState, localRunner,
+  type LocalRunnerOptions, openOptimizer, type OptimizerState, readOptimizer, readState, type Runner, runTraining, setLocalOptimizerState,
+  STATE_FILE, type StepReport, type TrainerState, type TrainingOptions, type TrainingResult, type TrainingSource, taskSource, textData,
+  textSource, writeOptimizer, writeOptimizerStreamed, writeState,
+} from './training/index.ts';

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { multiaddr } from '@multiformats/multiaddr';
 import { launchNode, type NodeProcess } from '../../src/swarm/index.ts';
-import { localOptimizerState, readOptimizer, writeOptimizerStreamed } from '../../src/cli/train-state.ts';
+import { localOptimizerState, readOptimizer, writeOptimizerStreamed } from '../../src/user/index.ts';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
 import { readSafetensors } from '../../src/io/index.ts';
 import {

@@ -9,15 +9,6 @@ import { type Flags, intFlag, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { runUntilSignal } from './node-process.ts';
 
-export const chainOptions = {
-  'rpc': { type: 'string' },
-  'out': { type: 'string' },
-  'validators': { type: 'string' },
-  'threshold': { type: 'string' },
-  'key': { type: 'string' },
-  'parent-pid': { type: 'string' },
-} as const;
-
 /** The token's supply: 10⁹ tokens of 18 decimals, all minted to the deployer. */
 const SUPPLY = 10n ** 27n;
 const UNSTAKE_DELAY_S = 3600;

@@ -3,13 +3,6 @@ import { configToHF, type GGUFFileType, hfToGGUF, isGGUF, loadModel, saveModel }
 import { type Flags, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 
-export const convertOptions = {
-  model: { type: 'string' },
-  out: { type: 'string' },
-  type: { type: 'string' },
-  force: { type: 'boolean' },
-} as const;
-
 const TYPES: readonly GGUFFileType[] = ['f32', 'f16', 'q8_0', 'q4_0'];
 
 /**

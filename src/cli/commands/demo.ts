@@ -13,17 +13,6 @@ import { bar, type Output } from '../output.ts';
 import { DEFAULT_DASHBOARD, startSwarm } from '../swarm.ts';
 import { CHEAT_KINDS } from '../../worker/index.ts';
 
-export const demoOptions = {
-  'steps': { type: 'string' },
-  'seed': { type: 'string' },
-  'workers': { type: 'string' },
-  'micro-batches': { type: 'string' },
-  'schedule': { type: 'string' },
-  'cheat': { type: 'string' },
-  'redundancy': { type: 'string' },
-  'verify-rate': { type: 'string' },
-} as const;
-
 /** What the demo's user pays into escrow for its job: the validators release the price of the verified FLOPs from it. */
 const DEMO_PAYMENT = 10n * 10n ** 18n;
 

@@ -3,32 +3,11 @@ import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer } 
 import { loadProgress } from '../load-progress.ts';
 import {
   type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags,
-  weightFlagOptions, weightFlags,
+  weightFlags,
 } from '../args.ts';
 import type { FailoverEvent, VerificationSummary } from '../../user/index.ts';
-import { payFlagOptions, payForJob } from '../chain-flags.ts';
+import { payForJob } from '../chain-flags.ts';
 import { failoverLine, type Output } from '../output.ts';
-
-export const generateOptions = {
-  'model': { type: 'string' },
-  'prompt': { type: 'string' },
-  'max-new-tokens': { type: 'string' },
-  'temperature': { type: 'string' },
-  'top-k': { type: 'string' },
-  'top-p': { type: 'string' },
-  'seed': { type: 'string' },
-  'local': { type: 'string' },
-  'bootstrap': { type: 'string' },
-  'strategy': { type: 'string' },
-  'privacy': { type: 'string' },
-  'redundancy': { type: 'string' },
-  'verify-rate': { type: 'string' },
-  'listen': { type: 'string' },
-  'ends': { type: 'string' },
-  'adapter': { type: 'string' },
-  ...payFlagOptions,
-  ...weightFlagOptions,
-} as const;
 
 /** `tensorlink generate`: continues a prompt, streaming the text as tokens come. */
 export async function generateCommand(flags: Flags, out: Output): Promise<void> {

@@ -12,21 +12,6 @@ import {
 import { type Flags, intFlag, optionalIntFlag, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 
-export const initModelOptions = {
-  'arch': { type: 'string' },
-  'layers': { type: 'string' },
-  'hidden': { type: 'string' },
-  'heads': { type: 'string' },
-  'kv-heads': { type: 'string' },
-  'sliding-window': { type: 'string' },
-  'intermediate': { type: 'string' },
-  'vocab': { type: 'string' },
-  'max-positions': { type: 'string' },
-  'seed': { type: 'string' },
-  'out': { type: 'string' },
-  'force': { type: 'boolean' },
-} as const;
-
 /** Byte-level tokenizer: 256 byte tokens + <|endoftext|>. */
 const BYTE_VOCAB = 257;
 

@@ -8,14 +8,6 @@ import { type Flags, intFlag, optionalIntFlag, requiredString, stringFlag, Usage
 import type { Output } from '../output.ts';
 import { tokens } from './nodes.ts';
 
-export const ledgerOptions = {
-  threshold: { type: 'string' },
-  validators: { type: 'string' },
-  bootstrap: { type: 'string' },
-  height: { type: 'string' },
-  out: { type: 'string' },
-} as const;
-
 /** An answer without the control protocol's envelope (its type and request id). */
 function withoutEnvelope(a: Record<string, unknown>): Record<string, unknown> {
   return Object.fromEntries(Object.entries(a).filter(([k]) => k !== 'type' && k !== 'id'));

@@ -3,13 +3,6 @@ import { loadModel, mergeAdapter, saveModel } from '../../models/index.ts';
 import { type Flags, requiredString, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 
-export const mergeOptions = {
-  model: { type: 'string' },
-  adapter: { type: 'string' },
-  out: { type: 'string' },
-  force: { type: 'boolean' },
-} as const;
-
 /**
  * `tensorlink merge --model DIR --adapter DIR --out DIR`: the base with a PEFT LoRA adapter folded into its weights
  * (W + alpha/r · B A), written in the Hub's layout (config, safetensors, tokenizer): a plain model that computes what

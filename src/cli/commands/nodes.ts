@@ -7,28 +7,9 @@ import { LOCAL_GRANT, localSwarm } from '../../swarm/index.ts';
 import { DEFAULT_DASHBOARD } from '../swarm.ts';
 import { type Flags, hostPort, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
-import { chainFlagOptions, chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
+import { chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
 import { announceFlags, logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
 import { loadOrCreateAccount } from '../../chain/index.ts';
-
-export const validatorOptions = {
-  'listen': { type: 'string' },
-  'announce': { type: 'string', multiple: true },
-  'peers': { type: 'string' },
-  'validators': { type: 'string' },
-  'threshold': { type: 'string' },
-  ...chainFlagOptions,
-  'data': { type: 'string' },
-  'dashboard': { type: 'string' },
-  'log-level': { type: 'string' },
-  'parent-pid': { type: 'string' },
-} as const;
-export const statusOptions = { bootstrap: { type: 'string' }, page: { type: 'string' } } as const;
-export const modelsOptions = { bootstrap: { type: 'string' }, page: { type: 'string' } } as const;
-export const swarmOptions = {
-  'workers': { type: 'string' }, 'memory': { type: 'string' }, 'no-chain': { type: 'boolean' }, ...chainFlagOptions,
-  'dashboard': { type: 'string' }, 'no-dashboard': { type: 'boolean' },
-} as const;
 
 /** `tensorlink swarm`: a validator and N workers on this machine, each its own process, until Ctrl-C. */
 export async function swarmCommand(flags: Flags, out: Output): Promise<void> {

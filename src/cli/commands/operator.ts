@@ -4,15 +4,11 @@ import { type Address, formatEther, isAddress, parseEther } from 'viem';
 import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts';
 import { ACCOUNT_FILE, ANVIL_MNEMONIC, loadOrCreateAccount, MIN_STAKE, NodeChain, readDeployment } from '../../chain/index.ts';
 import { type Flags, requiredString, stringFlag, UsageError } from '../args.ts';
-import { chainFlagOptions, chainFromFlags } from '../chain-flags.ts';
+import { chainFromFlags } from '../chain-flags.ts';
 import type { Output } from '../output.ts';
 
 /** The chain id anvil runs under unless told otherwise: its first account deployed `tensorlink chain`'s contracts. */
 const ANVIL_CHAIN_ID = 31337;
-
-export const accountOptions = { data: { type: 'string' }, ...chainFlagOptions } as const;
-export const stakeOptions = { data: { type: 'string' }, amount: { type: 'string' }, ...chainFlagOptions } as const;
-export const fundOptions = { amount: { type: 'string' }, gas: { type: 'string' }, key: { type: 'string' }, ...chainFlagOptions } as const;
 
 /** An amount of TLK (or ether) as a person writes it: 100, 2.5. */
 function tokens(flags: Flags, name: string, fallback: bigint): bigint {

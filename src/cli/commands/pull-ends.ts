@@ -3,8 +3,6 @@ import { createNode } from '../../p2p/index.ts';
 import { type Flags, requiredString, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 
-export const pullEndsOptions = { bootstrap: { type: 'string' }, out: { type: 'string' }, hash: { type: 'string' }, listen: { type: 'string' } } as const;
-
 /**
  * `tensorlink pull-ends NAME --bootstrap ADDR --out DIR [--hash H]`: a hosted model's ends (embedding, final norm, head),
  * config and tokenizer, fetched from one of its hosts and checked against the model's manifest hash, into DIR: what

@@ -5,32 +5,14 @@ import { ChatFormat, serveApi, type ServedModel } from '../../serve/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 import { cachedEnds, distribute, fetchOverview, HostedModel, type Overview } from '../../user/index.ts';
 import {
-  type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions, weightFlags,
+  type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlags,
 } from '../args.ts';
-import { payFlagOptions, payForJob } from '../chain-flags.ts';
+import { payForJob } from '../chain-flags.ts';
 import { loadProgress } from '../load-progress.ts';
 import type { Output } from '../output.ts';
 import { joinSwarm, type SwarmAccess } from '../swarm.ts';
 import { openHosted } from './generate-hosted.ts';
 import { runUntilSignal } from './node-process.ts';
-
-export const serveOptions = {
-  'model': { type: 'string' },
-  'name': { type: 'string' },
-  'port': { type: 'string' },
-  'host': { type: 'string' },
-  'local': { type: 'string' },
-  'bootstrap': { type: 'string' },
-  'listen': { type: 'string' },
-  'strategy': { type: 'string' },
-  'privacy': { type: 'string' },
-  'redundancy': { type: 'string' },
-  'verify-rate': { type: 'string' },
-  'ends': { type: 'string' },
-  'adapter': { type: 'string', multiple: true },
-  ...weightFlagOptions,
-  ...payFlagOptions,
-} as const;
 
 /** `--adapter NAME=DIR` (repeatable): each PEFT adapter folder under the name a request's `model` ('ID:NAME') picks it by. */
 function adapterFlags(flags: Flags): [string, string][] {

@@ -1,155 +1,24 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { type DctTopkOptions, parseActivationCodec, parseDctTopk } from '../../compress/index.ts';
+import { taskByName } from '../../data/index.ts';
+import { MAX_SYNC_EVERY } from '../../p2p/index.ts';
 import {
-  type Batch, corpusByName, heldOutLoss, isCorpusName, loadTextFile, taskBatch, taskByName, textBatch, type Task, type TextDataset,
-} from '../../data/index.ts';
-import { MAX_SYNC_EVERY, type Traffic } from '../../p2p/index.ts';
-import {
-  adaptModel, adapterState, type BatchGenerator, type CausalLM, evaluateExactMatch, heldBytes, loadAdapter, LocalTrainer, loadConfig,
-  loadModel, loadTokenizer, type LoraConfig, parseLoraSpec, partBytes, readAdapterConfig, saveAdapter, saveModel,
-  type Tokenizer, weightFormat,
+  adaptModel, adapterState, type CausalLM, heldBytes, loadAdapter, loadConfig, loadModel, loadTokenizer, type LoraConfig, parseLoraSpec,
+  partBytes, readAdapterConfig, weightFormat,
 } from '../../models/index.ts';
 import {
-  type AdapterOption, distribute, type FailoverEvent, RedundantStage, type VerificationSummary, type VerifyOptions,
+  type AdapterOption, distribute, jobRunner, localRunner, readState, type Runner, runTraining, STATE_FILE, taskSource, textData, textSource,
+  type TrainerState, type TrainingSource, type VerifyOptions,
 } from '../../user/index.ts';
 import type { StrategyName } from '../../plan/index.ts';
-import { Generator, noGrad, type Tensor } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import { joinSwarm } from '../swarm.ts';
-import { payFlagOptions, payForJob } from '../chain-flags.ts';
+import { payForJob } from '../chain-flags.ts';
 import {
-  type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlagOptions,
-  weightFlags,
+  type Flags, intFlag, numberFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlags,
 } from '../args.ts';
 import { bar, failoverLine, type Output } from '../output.ts';
-import {
-  localOptimizerState, openOptimizer, readOptimizer, readState, setLocalOptimizerState, STATE_FILE, type TrainerState, writeOptimizer,
-  writeOptimizerStreamed, writeState,
-} from '../train-state.ts';
-
-export const trainOptions = {
-  'model': { type: 'string' },
-  'data': { type: 'string' },
-  'task': { type: 'string' },
-  'steps': { type: 'string' },
-  'batch': { type: 'string' },
-  'seq-len': { type: 'string' },
-  'lr': { type: 'string' },
-  'eval-every': { type: 'string' },
-  'eval-size': { type: 'string' },
-  'seed': { type: 'string' },
-  'out': { type: 'string' },
-  'resume': { type: 'boolean' },
-  'stop-at': { type: 'string' },
-  'local': { type: 'string' },
-  'bootstrap': { type: 'string' },
-  'schedule': { type: 'string' },
-  'micro-batches': { type: 'string' },
-  'replicas': { type: 'string' },
-  'redundancy': { type: 'string' },
-  'verify-rate': { type: 'string' },
-  'strategy': { type: 'string' },
-  'privacy': { type: 'string' },
-  'listen': { type: 'string' },
-  'snapshot-every': { type: 'string' },
-  'compress-grads': { type: 'string' },
-  'sync-every': { type: 'string' },
-  'compress-activations': { type: 'string' },
-  'adapter': { type: 'string' },
-  ...payFlagOptions,
-  ...weightFlagOptions,
-} as const;
-
-/** How a source evaluates the model being trained: its logits, and a generator that continues prompts (locally, or across the workers). */
-interface Evaluator {
-  logits(ids: Tensor): Promise<Tensor>;
-  generator: CausalLM | BatchGenerator;
-}
-
-interface Source {
-  name: string;
-  batch(rng: Generator): Batch;
-  evaluate(model: Evaluator): Promise<Evaluation>;
-}
-
-/** An evaluation: exact-match accuracy on a task, or held-out loss (and its perplexity) on text. */
-interface Evaluation {
-  metric: 'accuracy' | 'loss';
-  value: number;
-  perplexity?: number;
-}
-
-function taskSource(task: Task, tok: Tokenizer, batchSize: number, evalSize: number): Source {
-  const pad = tok.eosTokenId ?? 0;
-  const maxAnswer = Math.max(...task.test.map((e) => tok.encode(e.answer).length)) + 1;
-  return {
-    name: `task:${task.name}`,
-    batch: (rng) => taskBatch(task, tok, rng, batchSize, pad),
-    evaluate: async ({ generator }) => {
-      const examples = task.test.slice(0, evalSize);
-      const options = { terminator: task.terminator, maxNewTokens: maxAnswer, batchSize: 250 };
-      const { accuracy } = await evaluateExactMatch(generator, examples, options);
-      return { metric: 'accuracy', value: accuracy };
-    },
-  };
-}
-
-/** Held-out tokens an evaluation scores (the same windows every time, so runs compare): enough for a loss within about 1%. */
-const EVAL_TOKENS = 16_384;
-
-function textSource(path: string, data: TextDataset, batchSize: number, seqLen: number): Source {
-  return {
-    name: `data:${path}`,
-    batch: (rng) => textBatch(data.train, rng, batchSize, seqLen),
-    evaluate: async (m) => {
-      const heldOut = data.heldOut.length > seqLen + 2 ? data.heldOut : data.train;
-      const r = await heldOutLoss(async (ids) => m.logits(ids), heldOut, { seqLen, batchSize, windows: Math.ceil(EVAL_TOKENS / seqLen) });
-      return { metric: 'loss', value: r.loss, perplexity: r.perplexity };
-    },
-  };
-}
-
-/** `--data NAME|FILE`: a corpus this machine has (Debian's fortunes), or a text file. */
-function textData(name: string, codec: Tokenizer): TextDataset {
-  return isCorpusName(name) ? corpusByName(name)(codec) : loadTextFile(name, codec);
-}
-
-/** One training run's engine: this process, or a model split across workers. */
-interface Runner {
-  step(batch: Batch): Promise<{ loss: number; lr: number; tokens: number; busy?: number[][] }>;
-  evaluate(): Promise<Evaluation>;
-  /** Writes the weights (Hugging Face layout) and whatever else resuming needs. */
-  checkpoint(dir: string, state: TrainerState): Promise<void>;
-  /** Short names of the pipeline's stages and replicas, for the progress line. */
-  stageNames: string[][];
-  /** What verification did (across workers). */
-  verification?: () => VerificationSummary | null;
-  /** Workers lost so far and how the job went on (across workers). */
-  failovers?: () => readonly FailoverEvent[];
-  /** Bytes the job moved, by kind (across workers). */
-  traffic?: () => Traffic;
-  /** Times the job moved to a better plan, and why (across workers). */
-  replans?: () => readonly { at: number; reason: string; step?: number }[];
-  close(): Promise<void>;
-}
-
-interface RunSettings {
-  /** The model directory (across workers, sections stream from it and the user loads only its ends). */
-  dir: string;
-  /** The model in this process (a run on this machine only). */
-  model: CausalLM | null;
-  tokenizer: Tokenizer;
-  source: Source;
-  steps: number;
-  lr: number;
-  microBatches: number;
-  resumeFrom: string | null;
-  /** The LoRA adapter trained over the frozen model (its checkpoint is the adapter alone, in PEFT's layout). */
-  adapter?: LoraConfig | null;
-  /** Across workers: the adapter the job puts on every section (a PEFT folder, or a config and seed for new factors). */
-  remoteAdapter?: AdapterOption;
-}
 
 /** `--adapter` across workers: the folder to go on from (the checkpoint on --resume), or a new adapter's config and seed. */
 function remoteAdapterOf(flag: string, resumeFrom: string | null, seed: number, out: Output): AdapterOption {
@@ -193,27 +62,17 @@ function adapterOf(model: CausalLM, flag: string, resumeFrom: string | null, see
   return config;
 }
 
-function localRunner(s: RunSettings, out: Output): Runner {
-  const model = s.model!;
-  const trainer = new LocalTrainer(model, { lr: s.lr, totalSteps: s.steps, microBatches: s.microBatches });
-  if (s.resumeFrom) {
-    const state = readOptimizer(s.resumeFrom);
-    if (state) setLocalOptimizerState(trainer, state);
-    else out.info('the checkpoint holds no optimizer state: AdamW starts afresh');
-    trainer.fastForward(readState(s.resumeFrom).step);
-  }
-  return {
-    step: async (batch) => trainer.step(batch),
-    evaluate: () => s.source.evaluate({ logits: async (ids) => noGrad(() => model.eval().forward(ids)), generator: model }),
-    checkpoint: async (dir, state) => {
-      if (s.adapter) saveAdapter(model, s.adapter, dir, s.dir);
-      else await saveModel(model, dir);
-      writeOptimizer(dir, localOptimizerState(trainer));
-      writeState(dir, state);
-    },
-    stageNames: [],
-    close: async () => {},
-  };
+/** What a run across workers starts from: the checkpoint directory (sections stream from it), its data, its schedule. */
+interface JobSettings {
+  dir: string;
+  tokenizer: NonNullable<CausalLM['tokenizer']>;
+  source: TrainingSource;
+  steps: number;
+  lr: number;
+  microBatches: number;
+  resumeFrom: string | null;
+  /** The adapter the job puts on every section (a PEFT folder, or a config and seed for new factors). */
+  remoteAdapter?: AdapterOption;
 }
 
 interface PipelineFlags {
@@ -248,7 +107,7 @@ function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
   return { schedule, strategy, privacy, replicas, verify, snapshotEvery, compressGrads, compressActivations, syncEvery };
 }
 
-async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags, out: Output): Promise<Runner> {
+async function distributedRunner(s: JobSettings, flags: Flags, p: PipelineFlags, out: Output): Promise<Runner> {
   const where = placement(flags);
   if (where.kind === 'local') throw new UsageError('training across workers needs --local N (N ≥ 1) or --bootstrap ADDR');
   const { schedule, strategy, privacy, replicas, verify, snapshotEvery, compressGrads, compressActivations, syncEvery } = p;
@@ -284,45 +143,8 @@ async function distributedRunner(s: RunSettings, flags: Flags, p: PipelineFlags,
       out.info(`  replicas ${sent}, DCT top-k compressed: ${k} of each ${chunk}×${chunk} block, ${bits}-bit values, error feedback`);
     } else if (syncEvery > 1) out.info(`  replicas ${sent} (float32)`);
     if (compressActivations) out.info(`  activations and their gradients travel as ${compressActivations}`);
-    if (s.resumeFrom) {
-      trainer.fastForward(readState(s.resumeFrom).step);
-      // parameter by parameter: the user never holds the whole optimizer state
-      const state = openOptimizer(s.resumeFrom);
-      if (state) {
-        try {
-          await dm.restoreOptimizer(state.read);
-        } finally {
-          state.close();
-        }
-      } else out.info('the checkpoint holds no optimizer state: AdamW starts afresh');
-    }
-    const job = dm;
-    const generator: BatchGenerator = { tokenizer: s.tokenizer, generateBatch: (p, o) => job.generateBatch(p, o) };
-    return {
-      step: (batch) => trainer.step(batch),
-      evaluate: async () => {
-        // replicas taking local steps average first: the evaluation scores their average, not one replica's weights
-        await trainer.sync();
-        return s.source.evaluate({ logits: (ids) => job.logits(ids), generator });
-      },
-      checkpoint: async (dir, state) => {
-        // as for an evaluation: the checkpoint holds the replicas' average
-        await trainer.sync();
-        // weight by weight from the workers into the files: the user never holds the whole model
-        await job.save(dir);
-        await writeOptimizerStreamed(dir, await job.optimizerEntries());
-        writeState(dir, state);
-      },
-      verification: () => job.verification,
-      failovers: () => job.failovers,
-      replans: () => job.replans,
-      traffic: () => job.traffic(),
-      // a failover may plan the job again: the stages are those of the pipeline as it is now
-      get stageNames() {
-        return trainer.stages.map((st) => st.replicas.map((h) => (h instanceof RedundantStage ? `…${h.primary.peerId.slice(-6)}` : 'you')));
-      },
-      close,
-    };
+    const { source, tokenizer, resumeFrom } = s;
+    return await jobRunner(dm, trainer, { source, tokenizer, resumeFrom, close, log: (l) => out.info(l) });
   } catch (err) {
     await close();
     throw err;
@@ -371,16 +193,11 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const source = taskName
     ? taskSource(taskByName(taskName, seed), tokenizer, batchSize, evalSize)
     : textSource(dataPath!, textData(dataPath!, tokenizer), batchSize, intFlag(flags, 'seq-len', Math.min(128, config.maxPositions - 1)));
-  const rng = new Generator(seed + 1);
-  let losses: number[] = [];
-  let start = 0;
+  let resumeState: TrainerState | null = null;
   if (resume) {
-    const state = readState(outDir!);
-    if (state.source !== source.name) throw new UsageError(`the checkpoint was trained on ${state.source}, not ${source.name}`);
-    rng.setState(state.rng);
-    losses = state.losses;
-    start = state.step;
-    out.info(`resuming at step ${start} of ${steps} from ${outDir}`);
+    resumeState = readState(outDir!);
+    if (resumeState.source !== source.name) throw new UsageError(`the checkpoint was trained on ${resumeState.source}, not ${source.name}`);
+    out.info(`resuming at step ${resumeState.step} of ${steps} from ${outDir}`);
   }
   // --stop-at N: end after step N with a checkpoint, to be continued with --resume (time-sliced runs).
   const stopAt = Math.min(steps, intFlag(flags, 'stop-at', steps));
@@ -389,68 +206,45 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
   const parameters = partBytes(config, [0, config.layers + 3]) / 4;
   out.info(`training ${config.arch} (${parameters} parameters) on ${source.name}, ${steps} steps, batch ${batchSize}, on ${where_}`);
   const resumeFrom = resume ? outDir! : null;
-  const settings: RunSettings = {
-    dir: modelDir, model, tokenizer, source, steps, lr, microBatches, resumeFrom, adapter, ...(remoteAdapter ? { remoteAdapter } : {}),
-  };
-  const runner = where.kind === 'local' ? localRunner(settings, out) : await distributedRunner(settings, flags, pipeline!, out);
-  const evals: ({ step: number } & Evaluation)[] = [];
-  const started = performance.now();
-  let tokens = 0;
-  let busy = runner.stageNames.map((names) => names.map(() => 0));
+  const log = (line: string) => out.info(line);
+  const runner = model
+    ? localRunner(model, { source, steps, lr, microBatches, resumeFrom, adapter: adapter && { config: adapter, base: modelDir }, log })
+    : await distributedRunner({
+        dir: modelDir, tokenizer, source, steps, lr, microBatches, resumeFrom, ...(remoteAdapter ? { remoteAdapter } : {}),
+      }, flags, pipeline!, out);
   let flagged = 0;
   let failedOver = 0;
   let moved = 0;
-  try {
-    const checkpoint = async (step: number) => {
-      if (outDir) await runner.checkpoint(outDir, { step, totalSteps: steps, lr, seed, source: source.name, rng: rng.getState(), losses });
-    };
-    /** What happened to the job since the last report (workers caught or lost, moves), during `what`. */
-    const report = (what: string) => {
-      const caught = runner.verification?.()?.flagged ?? [];
-      for (const peer of caught.slice(flagged)) out.info(`${what}: worker …${peer.slice(-6)} was caught cheating: flagged at the validator and excluded from the job`);
-      flagged = caught.length;
-      const failovers = runner.failovers?.() ?? [];
-      for (const e of failovers.slice(failedOver)) out.info(`${what}: ${failoverLine(e)}`);
-      failedOver = failovers.length;
-      const replans = runner.replans?.() ?? [];
-      for (const e of replans.slice(moved)) out.info(`${what}: planned again (${e.reason})`);
-      moved = replans.length;
-    };
-    for (let step = start + 1; step <= stopAt; step++) {
-      const r = await runner.step(source.batch(rng));
-      report(`step ${step}`);
-      // a failover that planned the job again changed its stages: their busy times start over
-      const reshaped = r.busy && (r.busy.length !== busy.length || r.busy.some((row, s) => row.length !== busy[s].length));
-      if (r.busy && reshaped) busy = r.busy.map((row) => row.map(() => 0));
-      losses.push(r.loss);
-      tokens += r.tokens;
-      r.busy?.forEach((row, s) => row.forEach((v, j) => (busy[s][j] += v)));
-      const seconds = (performance.now() - started) / 1000;
+  /** What happened to the job since the last report (workers caught or lost, moves), during `what`. */
+  const report = (what: string) => {
+    const caught = runner.verification?.()?.flagged ?? [];
+    for (const peer of caught.slice(flagged)) out.info(`${what}: worker …${peer.slice(-6)} was caught cheating: flagged at the validator and excluded from the job`);
+    flagged = caught.length;
+    const failovers = runner.failovers?.() ?? [];
+    for (const e of failovers.slice(failedOver)) out.info(`${what}: ${failoverLine(e)}`);
+    failedOver = failovers.length;
+    const replans = runner.replans?.() ?? [];
+    for (const e of replans.slice(moved)) out.info(`${what}: planned again (${e.reason})`);
+    moved = replans.length;
+  };
+  const run = await runTraining({
+    runner, source, steps, stopAt, evalEvery, seed, lr, ...(outDir ? { out: outDir } : {}), resumeFrom: resumeState,
+    onPhase: report,
+    onStep: (r) => {
       const stagesLine = r.busy ? `  stages ${runner.stageNames.map((n, s) => n.map((x, j) => `${x} ${(1000 * r.busy![s][j]).toFixed(0)}ms`).join('/')).join(' → ')}` : '';
-      out.progress(`${bar(step / steps)} ${step}/${steps}  loss ${r.loss.toFixed(4)}  ${Math.round(tokens / seconds)} tok/s  lr ${r.lr.toExponential(2)}${stagesLine}`);
-      if (step % evalEvery === 0 || step === steps) {
-        const e = await runner.evaluate();
-        // a worker lost while evaluating or writing the checkpoint was replaced: said as for a step
-        report(`step ${step}, evaluating`);
-        evals.push({ step, ...e });
-        out.info(`step ${step}  loss ${r.loss.toFixed(4)}  eval ${e.metric} ${e.metric === 'accuracy' ? `${(100 * e.value).toFixed(1)}%` : e.value.toFixed(4)}  ${seconds.toFixed(0)} s`);
-        await checkpoint(step);
-        report(`step ${step}, writing the checkpoint`);
-      } else if (step === stopAt) {
-        await checkpoint(step);
-        report(`step ${step}, writing the checkpoint`);
-      }
-    }
-  } finally {
-    await runner.close();
-  }
-  const seconds = (performance.now() - started) / 1000;
+      out.progress(`${bar(r.step / steps)} ${r.step}/${steps}  loss ${r.loss.toFixed(4)}  ${Math.round(r.tokens / r.seconds)} tok/s  lr ${r.lr.toExponential(2)}${stagesLine}`);
+    },
+    onEvaluation: ({ step, loss, evaluation: e, seconds }) => {
+      out.info(`step ${step}  loss ${loss.toFixed(4)}  eval ${e.metric} ${e.metric === 'accuracy' ? `${(100 * e.value).toFixed(1)}%` : e.value.toFixed(4)}  ${seconds.toFixed(0)} s`);
+    },
+  });
+  const { losses, evals, busy, seconds } = run;
   const last = evals.at(-1);
   const result = {
     losses,
     steps: stopAt,
     seconds,
-    tokensPerSecond: tokens / seconds,
+    tokensPerSecond: run.tokens / seconds,
     evals,
     ...(last ? { [last.metric]: last.value } : {}),
     ...(last?.perplexity === undefined ? {} : { perplexity: last.perplexity }),

@@ -1,28 +1,9 @@
 import { parseFault, parseHostSpec, startWorker } from '../../worker/index.ts';
 import { createLogger } from '../../p2p/index.ts';
 import { type Flags, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError, weightFlags } from '../args.ts';
-import { chainFlagOptions, chainFromFlags } from '../chain-flags.ts';
+import { chainFromFlags } from '../chain-flags.ts';
 import type { Output } from '../output.ts';
 import { announceFlags, logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
-
-/** A module of its own: a worker's process loads neither the validator, the dashboard's server nor the chain client it does not use. */
-export const workerOptions = {
-  'bootstrap': { type: 'string' },
-  'memory': { type: 'string' },
-  'data': { type: 'string' },
-  'models': { type: 'string' },
-  'host': { type: 'string', multiple: true },
-  'host-auto': { type: 'boolean' },
-  'dtype': { type: 'string' },
-  'quantize': { type: 'string' },
-  'fault': { type: 'string' },
-  'max-requests': { type: 'string' },
-  'listen': { type: 'string' },
-  'announce': { type: 'string', multiple: true },
-  ...chainFlagOptions,
-  'log-level': { type: 'string' },
-  'parent-pid': { type: 'string' },
-} as const;
 
 /** `tensorlink worker`: lends this machine's compute to the swarm of its validator. */
 export async function workerCommand(flags: Flags, out: Output): Promise<void> {

@@ -1,8 +1,12 @@
+/**
+ * A training run's checkpoint besides its weights: where the run was (trainer_state.json: step, data order, losses) and
+ * AdamW's state (optimizer.safetensors), in one layout whether the run was one process or a job across workers.
+ */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { readSafetensors, SafetensorsReader, SafetensorsWriter, writeSafetensors } from '../io/index.ts';
-import { layerParameters, type LocalTrainer } from '../models/index.ts';
-import { type Tensor, tensor } from '../tensor/index.ts';
+import { readSafetensors, SafetensorsReader, SafetensorsWriter, writeSafetensors } from '../../io/index.ts';
+import { layerParameters, type LocalTrainer } from '../../models/index.ts';
+import { type Tensor, tensor } from '../../tensor/index.ts';
 
 export const STATE_FILE = 'trainer_state.json';
 const OPTIMIZER_FILE = 'optimizer.safetensors';
@@ -18,10 +22,20 @@ export interface TrainerState {
   losses: number[];
 }
 
+/**
+ * Writes where the run was into `dir`.
+ * @example
+ * writeState('out', { step: 10, totalSteps: 100, lr: 1e-3, seed: 0, source: 'task:addition', rng: rng.getState(), losses })
+ */
 export function writeState(dir: string, state: TrainerState): void {
   writeFileSync(join(dir, STATE_FILE), `${JSON.stringify(state)}\n`);
 }
 
+/**
+ * Where the run whose checkpoint is in `dir` was.
+ * @example
+ * const { step } = readState('out')
+ */
 export function readState(dir: string): TrainerState {
   return JSON.parse(readFileSync(join(dir, STATE_FILE), 'utf8')) as TrainerState;
 }
