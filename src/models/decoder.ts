@@ -4,7 +4,7 @@ import type { DecoderConfig } from './config.ts';
 import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
 import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
 import { countParameters, type NamedShape } from './families/family.ts';
-import { canDecodeStep, type DecodeBlock, type DecodeShape, decodeStep, decodeStepFits } from './decode-step.ts';
+import { canDecodeStep, type DecodeBlock, type DecodeShape, decodeStep, decodeStepFits } from './generation/decode-step.ts';
 import { blockWindow, rotaryDim } from './decoder-config.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
@@ -175,7 +175,7 @@ export class DecoderBlock extends Module {
   }
 
   /**
-   * What a batched decoding step (decode-batch.ts) needs to run this block for one row x [1, 1, hidden] with its own
+   * What a batched decoding step (generation/decode-batch.ts) needs to run this block for one row x [1, 1, hidden] with its own
    * context: the block, its shape and the row's rotary tables; null where this block's forward must run instead.
    */
   decodePlan(x: Tensor, ctx: ForwardContext, blockIndex: number): DecodePlan | null {
@@ -191,7 +191,7 @@ export class DecoderBlock extends Module {
     const rope = cachedRotaryTables(ctx.positions, this.rope, this.ropeKey);
     const window = blockWindow(this.c, blockIndex);
     if (this.self_attn instanceof DecoderAttention && this.mlp instanceof DecoderMLP) {
-      // one token with the cache on a backend with fused products: the same arithmetic on plain buffers (decode-step.ts)
+      // one token with the cache on a backend with fused products: the same arithmetic on plain buffers (generation/decode-step.ts)
       const shape = { heads: this.c.heads, kvHeads: this.c.kvHeads, headDim: this.c.headDim, window };
       const block = this as DecodeBlock;
       if (canDecodeStep(block, x, ctx, blockIndex, shape, rope)) return decodeStep(block, x, ctx, blockIndex, shape, rope);

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../errors.ts';
-import { generateBatch, type GenerateOptions } from './generate.ts';
+import { generateBatch, type GenerateOptions } from './generation/generate.ts';
 import type { CausalLM } from './model.ts';
 import type { Tokenizer } from './tokenizer.ts';
 

@@ -10,15 +10,15 @@ export { Gemma, type GemmaConfig, gemmaConfig } from './families/gemma.ts';
 export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './families/gpt-neox.ts';
 export { Decoder, rotaryTables } from './decoder.ts';
 export { Llama, type LlamaConfig, llamaConfig } from './families/llama.ts';
-export { canDecodeRows, decodeRows, type DecodeRow } from './decode-batch.ts';
+export { canDecodeRows, decodeRows, type DecodeRow } from './generation/decode-batch.ts';
 export { Mixtral, type MixtralConfig, mixtralConfig } from './families/mixtral.ts';
 export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './families/qwen3-moe.ts';
 export {
   compactWeight, createModel, heldBytes, isGGUF, loadChatTemplate, loadConfig, loadModel, type LoadOptions, loadTokenizer, modelLayers,
   partBytes, partHeldBytes, saveModel, saveModelStreamed, weightBytes, weightFormat, writeModelFiles,
-} from './hf.ts';
-export { CheckpointWeights, defaultCacheDir, layersOfWeight, type ModelWeights, type WeightShape } from './checkpoint-weights.ts';
-export { GGUFWeights } from './gguf-weights.ts';
+} from './checkpoints/hf.ts';
+export { CheckpointWeights, defaultCacheDir, layersOfWeight, type ModelWeights, type WeightShape } from './checkpoints/checkpoint-weights.ts';
+export { GGUFWeights } from './checkpoints/gguf-weights.ts';
 export { defaultPositions, runLayers } from './forward.ts';
 export { type ModelPart, partLayers, type SectionParts, type SectionRange, sectionParts } from './model.ts';
 export {
@@ -34,8 +34,8 @@ export {
   type ModelLayer,
 } from './model.ts';
 export { byteLevelTokenizerJson, HFTokenizer, type Tokenizer } from './tokenizer.ts';
-export { generate, generateBatch, type GenerateOptions, generateWith, localStepModel, type RowOptions, type StepModel } from './generate.ts';
-export { sampleToken, type SamplingOptions } from './sampling.ts';
+export { generate, generateBatch, type GenerateOptions, generateWith, localStepModel, type RowOptions, type StepModel } from './generation/generate.ts';
+export { sampleToken, type SamplingOptions } from './generation/sampling.ts';
 export {
   countTargets,
   LocalTrainer,
@@ -48,9 +48,9 @@ export {
   trainingSchedule,
 } from './trainer.ts';
 export { type BatchGenerator, evaluateExactMatch, type EvalResult } from './evaluate.ts';
-export { GGUFModel, type GGUFFileType, ggufToHF, hfToGGUF, type HFToGGUFOptions } from './gguf-model.ts';
+export { GGUFModel, type GGUFFileType, ggufToHF, hfToGGUF, type HFToGGUFOptions } from './checkpoints/gguf-model.ts';
 export {
   type Adaptable, adaptModel, AdapterSet, ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterBytes, adapterParameters, adapterState,
   DEFAULT_LORA_TARGETS, isAdapterWeight, loadAdapter, type LoraConfig, loraScale, mergeAdapter, parseLoraSpec, readAdapterConfig,
   saveAdapter, weightsWithAdapter, writeAdapter,
-} from './adapter.ts';
+} from './adapters/adapter.ts';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { decodeRows, type DecodeRow } from '../../src/models/decode-batch.ts';
+import { decodeRows, type DecodeRow } from '../../src/models/generation/decode-batch.ts';
 import { type CausalLM, createModel, gpt2Config, KVCache, llamaConfig } from '../../src/models/index.ts';
 import { DecoderBlock } from '../../src/models/decoder.ts';
 import { createOrtBackend, noGrad, ortAvailable, packWeight, tensor, type Tensor, withBackend } from '../../src/tensor/index.ts';

@@ -1,4 +1,4 @@
-// Llama-style models in GGUF (src/models/gguf-model.ts, gguf-tokenizer.ts): names, the llama q/k permutation against
+// Llama-style models in GGUF (src/models/checkpoints/gguf-model.ts, gguf-tokenizer.ts): names, the llama q/k permutation against
 // convert_hf_to_gguf.py's reshape/swapaxes (brute force), a model written and read back giving the same logits bit
 // for bit, Q4_0 blocks kept exact through the permutation, Llama 3's rope_freqs, and the byte-level tokenizer.
 import assert from 'node:assert/strict';
@@ -9,8 +9,8 @@ import { describe, test } from 'node:test';
 import { GGUFMeta, GGUFReader, writeGGUF } from '../../src/io/gguf.ts';
 import {
   ggufTensorName, GGUFModel, ggufToHF, hfTensorName, hfToGGUF, llama3RopeFactors, permuteRows, ropePermutation,
-} from '../../src/models/gguf-model.ts';
-import { tokenizerFromGGUF } from '../../src/models/gguf-tokenizer.ts';
+} from '../../src/models/checkpoints/gguf-model.ts';
+import { tokenizerFromGGUF } from '../../src/models/checkpoints/gguf-tokenizer.ts';
 import {
   byteLevelTokenizerJson, type CausalLM, configFromHF, configToHF, createModel, HFTokenizer, llamaConfig, type LlamaConfig,
 } from '../../src/models/index.ts';

@@ -40,7 +40,7 @@ export type NamedShape = [name: string, shape: number[]];
 
 /**
  * Where a family's weights sit in its checkpoint, by name: which layer each belongs to (0 the embedding, 1..L the
- * blocks, L + 1 the final norm, L + 2 the head), as checkpoint-weights.ts's layersOfWeight reads it.
+ * blocks, L + 1 the final norm, L + 2 the head), as checkpoints/checkpoint-weights.ts's layersOfWeight reads it.
  */
 export interface CheckpointLayout {
   /** The token table (the head's weight too when tied). */

@@ -13,7 +13,7 @@ export const llama: Family<DecoderConfig> = {
   architecture: 'LlamaForCausalLM',
   fixtures: ['llama', 'llama3', 'llama3-bf16-sharded'],
   layout: DECODER_LAYOUT,
-  // llama.cpp's converter permutes q/k rows for this architecture (see gguf-names.ts)
+  // llama.cpp's converter permutes q/k rows for this architecture (see checkpoints/gguf-names.ts)
   gguf: { arch: 'llama', permuted: true, reads: true },
   owns: (c) => isDecoderConfig(c) && c.modelType === 'llama',
   fromHF(raw) {

@@ -1,8 +1,8 @@
-import { gatedMlp, linear, linears, Tensor } from '../tensor/index.ts';
-import { attendTimeMajor } from '../tensor/ops/attention.ts';
+import { gatedMlp, linear, linears, Tensor } from '../../tensor/index.ts';
+import { attendTimeMajor } from '../../tensor/ops/attention.ts';
 import { addRows, rmsNormRow, rotate } from './decode-step.ts';
-import { Decoder, DecoderBlock, type DecodePlan } from './decoder.ts';
-import { type CausalLM, type ForwardContext, GrowingKV, type KVCache, type ModelLayer } from './model.ts';
+import { Decoder, DecoderBlock, type DecodePlan } from '../decoder.ts';
+import { type CausalLM, type ForwardContext, GrowingKV, type KVCache, type ModelLayer } from '../model.ts';
 
 /**
  * A batched decoding step: one token of each of several sequences, each with its own KV cache and position (different

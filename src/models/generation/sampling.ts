@@ -1,5 +1,5 @@
-import { InvalidArgumentError } from '../errors.ts';
-import type { Generator } from '../tensor/index.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import type { Generator } from '../../tensor/index.ts';
 
 export interface SamplingOptions {
   /** 0 (default) picks the most likely token; higher values flatten the distribution. */

@@ -1,6 +1,6 @@
-import { InvalidArgumentError } from '../errors.ts';
-import { Generator, noGrad, type Tensor, tensor } from '../tensor/index.ts';
-import { type CausalLM, type ForwardOptions, KVCache } from './model.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import { Generator, noGrad, type Tensor, tensor } from '../../tensor/index.ts';
+import { type CausalLM, type ForwardOptions, KVCache } from '../model.ts';
 import { checkSampling, type SamplingOptions, sampleToken } from './sampling.ts';
 
 export interface GenerateOptions extends SamplingOptions {

@@ -2,13 +2,13 @@ import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
-import { Checkpoint } from '../io/index.ts';
-import { emptyPacked, packedToBytes, packRows, type WeightFormat } from '../tensor/index.ts';
-import type { ModelConfig } from './config.ts';
-import { configFromHF, familyOf } from './families/index.ts';
+import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../../errors.ts';
+import { Checkpoint } from '../../io/index.ts';
+import { emptyPacked, packedToBytes, packRows, type WeightFormat } from '../../tensor/index.ts';
+import type { ModelConfig } from '../config.ts';
+import { configFromHF, familyOf } from '../families/index.ts';
 import { compactWeight, weightBytes } from './hf.ts';
-import type { ModelPart } from './model.ts';
+import type { ModelPart } from '../model.ts';
 
 /**
  * A Hugging Face checkpoint directory seen weight by weight, without loading it: the names

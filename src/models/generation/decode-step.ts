@@ -1,7 +1,7 @@
-import { Linear, RMSNorm } from '../nn/index.ts';
-import { gatedMlp, getBackend, isGradEnabled, linear, linears, Tensor } from '../tensor/index.ts';
-import { attendTimeMajor } from '../tensor/ops/attention.ts';
-import { GrowingKV, type ForwardContext } from './model.ts';
+import { Linear, RMSNorm } from '../../nn/index.ts';
+import { gatedMlp, getBackend, isGradEnabled, linear, linears, Tensor } from '../../tensor/index.ts';
+import { attendTimeMajor } from '../../tensor/ops/attention.ts';
+import { GrowingKV, type ForwardContext } from '../model.ts';
 
 /**
  * One decoding step of a shared-decoder block (decoder.ts) (one token of one sequence, with the cache) on the backend's fused products,

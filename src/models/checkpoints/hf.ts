@@ -1,17 +1,17 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
-import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint, writeShardIndex } from '../io/index.ts';
+import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../../errors.ts';
+import { Checkpoint, INDEX_FILE, planShards, SafetensorsWriter, writeCheckpoint, writeShardIndex } from '../../io/index.ts';
 import {
   formatBytes, holdPacked, noGrad, packedBytes, packWeight, packWeightRows, type QuantFormat, Tensor, unpackMatrix, type WeightFormat,
-} from '../tensor/index.ts';
-import type { ModelConfig } from './config.ts';
-import { buildModel, configFromHF, configToHF, familyOf } from './families/index.ts';
+} from '../../tensor/index.ts';
+import type { ModelConfig } from '../config.ts';
+import { buildModel, configFromHF, configToHF, familyOf } from '../families/index.ts';
 import { canonicalName, ignorableKey, layersOfWeight } from './checkpoint-weights.ts';
-import { type CausalLM, type ModelLayer, type ModelPart, partLayers } from './model.ts';
+import { type CausalLM, type ModelLayer, type ModelPart, partLayers } from '../model.ts';
 import { GGUFModel } from './gguf-model.ts';
-import { loadAdapter } from './adapter.ts';
-import { HFTokenizer, type Tokenizer } from './tokenizer.ts';
+import { loadAdapter } from '../adapters/adapter.ts';
+import { HFTokenizer, type Tokenizer } from '../tokenizer.ts';
 
 /**
  * Builds a randomly initialised model; the same seed gives the same weights everywhere.

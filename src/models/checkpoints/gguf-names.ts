@@ -1,5 +1,5 @@
-import { InvalidArgumentError } from '../errors.ts';
-import type { PackedMatrix } from '../tensor/index.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import type { PackedMatrix } from '../../tensor/index.ts';
 
 /**
  * The shared decoder's families in GGUF (the records with a `gguf` field say which: their llama.cpp architecture,

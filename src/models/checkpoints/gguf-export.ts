@@ -1,7 +1,7 @@
-import { InvalidArgumentError } from '../errors.ts';
-import { GGUFMeta, type GGUFPlannedTensor, type GGUFTensorData, type GGUFValue, GGUFWriter, type GGUFWriteType } from '../io/gguf.ts';
-import { type PackedMatrix, Tensor } from '../tensor/index.ts';
-import { familyNamed, ggufWritten } from './families/index.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import { GGUFMeta, type GGUFPlannedTensor, type GGUFTensorData, type GGUFValue, GGUFWriter, type GGUFWriteType } from '../../io/gguf.ts';
+import { type PackedMatrix, Tensor } from '../../tensor/index.ts';
+import { familyNamed, ggufWritten } from '../families/index.ts';
 import { ggufTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
 import { tokenizerToGGUF } from './gguf-tokenizer.ts';
 

@@ -1,7 +1,7 @@
-import { InvalidArgumentError } from '../errors.ts';
-import { GGUFReader } from '../io/gguf.ts';
-import { type PackedMatrix, Tensor } from '../tensor/index.ts';
-import { ggufReadArchs, ggufReader } from './families/index.ts';
+import { InvalidArgumentError } from '../../errors.ts';
+import { GGUFReader } from '../../io/gguf.ts';
+import { type PackedMatrix, Tensor } from '../../tensor/index.ts';
+import { ggufReadArchs, ggufReader } from '../families/index.ts';
 import { f32, hfTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, type Llama3Rope, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
 import { tokenizerFromGGUF } from './gguf-tokenizer.ts';
 

@@ -1,9 +1,9 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../errors.ts';
-import { readSafetensors, writeSafetensors } from '../io/index.ts';
-import { Linear, type Lora, LORA_PARAM_PREFIX, type Module, newLora } from '../nn/index.ts';
-import { Generator, noGrad, type Tensor } from '../tensor/index.ts';
+import { FileNotFoundError, InvalidArgumentError, StateDictError } from '../../errors.ts';
+import { readSafetensors, writeSafetensors } from '../../io/index.ts';
+import { Linear, type Lora, LORA_PARAM_PREFIX, type Module, newLora } from '../../nn/index.ts';
+import { Generator, noGrad, type Tensor } from '../../tensor/index.ts';
 
 /**
  * LoRA adapters in PEFT's layout (adapter_config.json, adapter_model.safetensors with the keys

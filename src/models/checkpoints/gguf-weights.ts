@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
-import { packedToBytes, packMatrix, type WeightFormat } from '../tensor/index.ts';
+import { packedToBytes, packMatrix, type WeightFormat } from '../../tensor/index.ts';
 import { type ModelWeights, partWeightsOf, type WeightShape, yieldNow } from './checkpoint-weights.ts';
-import type { ModelConfig } from './config.ts';
-import { configFromHF } from './families/index.ts';
+import type { ModelConfig } from '../config.ts';
+import { configFromHF } from '../families/index.ts';
 import { GGUFModel } from './gguf-model.ts';
 import { compactWeight, weightBytes } from './hf.ts';
-import type { ModelPart } from './model.ts';
+import type { ModelPart } from '../model.ts';
 
 /**
  * A GGUF file (llama.cpp's, Ollama's) seen weight by weight, as a section is streamed from it to a worker, under
