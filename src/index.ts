@@ -92,6 +92,11 @@ export {
   DEFAULT_SAMPLE_RATE, distribute, type DistributeOptions, type DistributedJob, type DistributedModel, type DistributedTrainerOptions,
   type JobStepResult, type JobTrainer, listPeers, type LoadProgress, type VerificationSummary, type VerifyOptions,
 } from './user/index.ts';
+// training with evaluation, checkpoints and resume (what `tensorlink train` runs), in this process or across workers
+export {
+  type Evaluation, jobRunner, type JobRunnerOptions, localRunner, type LocalRunnerOptions, readState, type Runner, runTraining, STATE_FILE,
+  type StepReport, type TrainerState, type TrainingOptions, type TrainingResult, type TrainingSource, taskSource, textData, textSource,
+} from './user/index.ts';
 export { CHEAT_KINDS, type Fault, FAULT_KINDS, type FaultKind, startWorker, type Worker, type WorkerOptions } from './worker/index.ts';
 
 // verify/: records, checks and scores (proof of learning)
