@@ -1,4 +1,4 @@
-import type { ModelLayer } from '../models/model.ts';
+import type { ModelLayer } from '../models/index.ts';
 import type { LayerCost } from './types.ts';
 
 /** The planner's view of a model: one cost per named layer, from the layer profiles. */
