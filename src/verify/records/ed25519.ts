@@ -28,12 +28,20 @@ function publicKeyOf(raw: Uint8Array): KeyObject {
   return key;
 }
 
-/** The Ed25519 signature (base64) of `bytes` by the key of the 32-byte `seed`. */
+/**
+ * The Ed25519 signature (base64) of `bytes` by the key of the 32-byte `seed`.
+ * @example
+ * verifyEd25519(bytes, signEd25519(bytes, seed), publicKey) // true where publicKey is the seed's
+ */
 export function signEd25519(bytes: Uint8Array, seed: Uint8Array): string {
   return sign(null, bytes, privateKeyOf(seed)).toString('base64');
 }
 
-/** Whether `sig` (base64) signs `bytes` under the raw 32-byte Ed25519 `publicKey` (false for anything malformed). */
+/**
+ * Whether `sig` (base64) signs `bytes` under the raw 32-byte Ed25519 `publicKey` (false for anything malformed).
+ * @example
+ * verifyEd25519(bytes, 'not base64', publicKey) // false, never a throw
+ */
 export function verifyEd25519(bytes: Uint8Array, sig: string, publicKey: Uint8Array): boolean {
   try {
     return verify(null, bytes, publicKeyOf(publicKey), Buffer.from(sig, 'base64'));

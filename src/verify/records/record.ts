@@ -71,13 +71,21 @@ const FIELDS: readonly (keyof WorkFields)[] = [
   'from', 'aux', 'config', 'flops', 'backend', 'peer', 'seq', 'sent',
 ];
 
-/** The bytes a record's signature covers: its fields in a fixed order, as JSON. */
+/**
+ * The bytes a record's signature covers: its fields in a fixed order, as JSON.
+ * @example
+ * recordBytes(a).toString() === recordBytes({ ...a }).toString() // true: the order of an object's keys does not count
+ */
 export function recordBytes(r: WorkFields): Uint8Array {
   const entries = FIELDS.filter((k) => r[k] !== undefined).map((k) => [k, r[k]]);
   return new TextEncoder().encode(JSON.stringify(entries));
 }
 
-/** A record's content address: the sha256 of its signed bytes and signature. */
+/**
+ * A record's content address: the sha256 of its signed bytes and signature.
+ * @example
+ * ledger.has(recordId(record)) // a record is found in blocks and proofs by its id (64 hex digits)
+ */
 export function recordId(r: WorkRecord): string {
   return createHash('sha256').update(recordBytes(r)).update(r.sig).digest('hex');
 }
@@ -88,22 +96,39 @@ export interface RecordSigner {
   seed: Uint8Array;
 }
 
-/** An Ed25519 signature (base64) of `bytes` with the signer's key: records, and the ledger's block headers. */
+/**
+ * An Ed25519 signature (base64) of `bytes` with the signer's key: records, and the ledger's block headers.
+ * @example
+ * const sig = signBytes(headerBytes, { peer: node.peerId.toString(), seed })
+ */
 export function signBytes(bytes: Uint8Array, signer: RecordSigner): string {
   return signEd25519(bytes, signer.seed);
 }
 
-/** Whether `sig` (base64) signs `bytes` under the raw 32-byte Ed25519 `publicKey`. */
+/**
+ * Whether `sig` (base64) signs `bytes` under the raw 32-byte Ed25519 `publicKey`.
+ * @example
+ * bytesSignatureValid(headerBytes, sig, publicKeyOf(peer)) // false for a forged, altered or malformed signature
+ */
 export function bytesSignatureValid(bytes: Uint8Array, sig: string, publicKey: Uint8Array): boolean {
   return verifyEd25519(bytes, sig, publicKey);
 }
 
+/**
+ * A worker's record of one computation, signed with its key (`peer` is the signer's).
+ * @example
+ * const record = signRecord({ job, step, micro, stage: [0, 2], kind: 'forward', input, output, weights, backend: 'js', seq }, signer)
+ */
 export function signRecord(fields: Omit<WorkFields, 'peer'>, signer: RecordSigner): WorkRecord {
   const r: WorkFields = { ...fields, peer: signer.peer };
   return { ...r, sig: signBytes(recordBytes(r), signer) };
 }
 
-/** Whether the record's signature is its peer's: `publicKey` is the raw 32-byte Ed25519 key of `record.peer`. */
+/**
+ * Whether the record's signature is its peer's: `publicKey` is the raw 32-byte Ed25519 key of `record.peer`.
+ * @example
+ * signatureValid({ ...record, output: other }, publicKey) // false: a changed field breaks the signature
+ */
 export function signatureValid(record: WorkRecord, publicKey: Uint8Array): boolean {
   return bytesSignatureValid(recordBytes(record), record.sig, publicKey);
 }
@@ -132,7 +157,11 @@ function hash(v: unknown, what: string, optional: boolean): string | undefined {
   return text(v, what, HASH);
 }
 
-/** Parses a record from a peer (untrusted): every field typed and bounded, or a typed error. */
+/**
+ * Parses a record from a peer (untrusted): every field typed and bounded, or a typed error.
+ * @example
+ * const record = parseRecord(JSON.parse(text)) // InvalidMessageError naming the field that is wrong
+ */
 export function parseRecord(v: unknown): WorkRecord {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new InvalidMessageError('a record must be an object');
   const m = v as Record<string, unknown>;
@@ -203,6 +232,8 @@ export interface Expectation {
  * Checks a record on arrival: signed by the worker that answered, about this job, this
  * computation, the input it was given and the output it returned. A mismatch is a
  * VerificationError naming the field: a worker cannot lie about what it was given.
+ * @example
+ * checkRecord(record, publicKey, { job, peer, kind: 'forward', step, micro, input: hashOfWhatWasSent, output: hashOfWhatCame })
  */
 export function checkRecord(record: WorkRecord, publicKey: Uint8Array, expect: Expectation): void {
   const fail = (what: string) => {
