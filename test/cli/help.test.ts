@@ -102,6 +102,27 @@ describe('the CLI\'s declarations, its help and its parser agree', () => {
     for (const name of read) assert.ok(declared.has(name), `the CLI reads --${name}, which no command declares`);
     assert.ok(read.size > 40, `found ${read.size} flags read`);
   });
+
+  test('a number the CLI\'s code falls back to for an option is a default some command declares for it', () => {
+    const defaults = new Map<string, Set<string>>();
+    for (const spec of resolved) {
+      for (const [name, option] of Object.entries(acceptedOptions(spec))) {
+        if (typeof option.default === 'number') defaults.set(name, (defaults.get(name) ?? new Set()).add(String(option.default)));
+      }
+    }
+    // the commands' modules (args.ts's helpers read a value only when it is given)
+    const files = readdirSync(CLI_SRC, { recursive: true, encoding: 'utf8' }).filter((f) => f.startsWith('commands') && f.endsWith('.ts'));
+    let checked = 0;
+    for (const file of files) {
+      const text = readFileSync(join(CLI_SRC, file), 'utf8');
+      for (const [, name, literal] of text.matchAll(/(?:int|number)Flag\(flags, '([a-z0-9-]+)', ([0-9.e-]+)\b/g)) {
+        if (!defaults.has(name)) continue;
+        checked++;
+        assert.ok(defaults.get(name)!.has(String(Number(literal))), `${file}: --${name} falls back to ${literal}, declared ${[...defaults.get(name)!].join(' or ')}`);
+      }
+    }
+    assert.ok(checked > 20, `checked ${checked} fallbacks`);
+  });
 });
 
 describe('tensorlink --help and COMMAND --help, as the command prints them', () => {

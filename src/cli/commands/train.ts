@@ -161,8 +161,8 @@ export async function trainCommand(flags: Flags, out: Output): Promise<void> {
     }
   }
   const pipeline = where.kind === 'local' ? null : pipelineFlags(flags, microBatches);
-  const steps = intFlag(flags, 'steps', 0, 1);
-  if (flags.steps === undefined) throw new UsageError('--steps is required');
+  // an integer ≥ 1: the parser checked it against its declaration
+  const steps = Number(requiredString(flags, 'steps'));
   const taskName = stringFlag(flags, 'task');
   const dataPath = stringFlag(flags, 'data');
   if ((taskName === undefined) === (dataPath === undefined)) throw new UsageError('give exactly one of --task NAME or --data FILE');
