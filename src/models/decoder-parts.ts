@@ -1,5 +1,6 @@
-import { type Embedding, Linear, type RMSNorm } from '../nn/index.ts';
+import { type Embedding, Linear, Module } from '../nn/index.ts';
 import { drawsNothing, type Generator, randn, type Tensor } from '../tensor/index.ts';
+import { geluErf } from '../tensor/ops/gelu-erf.ts';
 import type { AttentionOptions } from './attention.ts';
 import { splitHeads } from './forward.ts';
 
@@ -19,7 +20,7 @@ export function proj(inF: number, outF: number, bias: boolean, c: { initializerR
 }
 
 /** [B, T, H·D] → [B, nh, T, D], each head normalised over its D dims first when a norm is given (q_norm, k_norm). */
-export function headsOf(x: Tensor, heads: number, norm: RMSNorm | null): Tensor {
+export function headsOf(x: Tensor, heads: number, norm: { forward(x: Tensor): Tensor } | null): Tensor {
   if (!norm) return splitHeads(x, heads);
   const [b, t, hd] = x.shape;
   return norm.forward(x.reshape([b, t, heads, hd / heads])).transpose(1, 2);
@@ -29,4 +30,30 @@ export function headsOf(x: Tensor, heads: number, norm: RMSNorm | null): Tensor 
 export interface BlockAttention {
   rope: { cos: Tensor; sin: Tensor };
   options: AttentionOptions;
+}
+
+/** GELU as an MLP computes it: exact (erf), or the tanh approximation. */
+export type Gelu = 'erf' | 'tanh';
+
+/**
+ * The MLP of the fused-q/k/v families: dense_h_to_4h, a GELU, dense_4h_to_h (their checkpoint names), biased or not.
+ */
+export class GeluMLP extends Module {
+  readonly dense_h_to_4h: Linear;
+  readonly dense_4h_to_h: Linear;
+  constructor(
+    c: { hidden: number; intermediate: number; initializerRange: number },
+    bias: boolean,
+    private readonly gelu: Gelu,
+    rng: Generator,
+  ) {
+    super();
+    this.dense_h_to_4h = this.addModule('dense_h_to_4h', proj(c.hidden, c.intermediate, bias, c, rng));
+    this.dense_4h_to_h = this.addModule('dense_4h_to_h', proj(c.intermediate, c.hidden, bias, c, rng));
+  }
+
+  forward(x: Tensor): Tensor {
+    const h = this.dense_h_to_4h.forward(x);
+    return this.dense_4h_to_h.forward(this.gelu === 'erf' ? geluErf(h) : h.gelu());
+  }
 }

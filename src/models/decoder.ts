@@ -92,17 +92,25 @@ export function decoderBlockWeights(c: DecoderAttentionConfig & Pick<DecoderConf
   }
 }
 
+/** A norm over the last dim. */
+export type NormModule = Module & { forward(x: Tensor): Tensor };
+/** How a family makes its norms: RMSNorm by default (a family may scale by 1 + w instead). */
+export type NormFactory = (size: number, eps: number) => NormModule;
+const rmsNormOf: NormFactory = (size, eps) => new RMSNorm(size, eps);
+
 export class DecoderAttention extends Module {
   readonly q_proj: Linear;
   readonly k_proj: Linear;
   readonly v_proj: Linear;
   readonly o_proj: Linear;
-  /** Per-head RMSNorms on queries and keys, before the rotary (qkNorm). */
-  readonly q_norm: RMSNorm | null = null;
-  readonly k_norm: RMSNorm | null = null;
+  /** Per-head norms on queries and keys, before the rotary (qkNorm). */
+  readonly q_norm: NormModule | null = null;
+  readonly k_norm: NormModule | null = null;
+  /** @param norm makes the q/k norms (RMSNorm unless the family has its own). */
   constructor(
     private readonly c: DecoderAttentionConfig,
     rng: Generator,
+    norm: NormFactory = rmsNormOf,
   ) {
     super();
     this.q_proj = this.addModule('q_proj', proj(c.hidden, c.heads * c.headDim, c.qkvBias, c, rng));
@@ -110,8 +118,8 @@ export class DecoderAttention extends Module {
     this.v_proj = this.addModule('v_proj', proj(c.hidden, c.kvHeads * c.headDim, c.qkvBias, c, rng));
     this.o_proj = this.addModule('o_proj', proj(c.heads * c.headDim, c.hidden, c.oBias, c, rng));
     if (c.qkNorm) {
-      this.q_norm = this.addModule('q_norm', new RMSNorm(c.headDim, c.normEps));
-      this.k_norm = this.addModule('k_norm', new RMSNorm(c.headDim, c.normEps));
+      this.q_norm = this.addModule('q_norm', norm(c.headDim, c.normEps));
+      this.k_norm = this.addModule('k_norm', norm(c.headDim, c.normEps));
     }
   }
 
@@ -126,11 +134,19 @@ export class DecoderAttention extends Module {
   }
 }
 
-class DecoderMLP extends Module {
+/** The gated MLP's activation: SiLU (SwiGLU), or GELU's tanh approximation (GeGLU). */
+export type GateActivation = 'silu' | 'gelu';
+
+/** down(act(gate(x)) ⊙ up(x)), biased where the config says (mlp_bias). */
+export class DecoderMLP extends Module {
   readonly gate_proj: Linear;
   readonly up_proj: Linear;
   readonly down_proj: Linear;
-  constructor(c: DecoderConfig, rng: Generator) {
+  constructor(
+    c: Pick<DecoderConfig, 'hidden' | 'intermediate' | 'mlpBias' | 'initializerRange'>,
+    rng: Generator,
+    private readonly act: GateActivation = 'silu',
+  ) {
     super();
     const bias = c.mlpBias === true;
     this.gate_proj = this.addModule('gate_proj', proj(c.hidden, c.intermediate, bias, c, rng));
@@ -140,6 +156,7 @@ class DecoderMLP extends Module {
 
   forward(x: Tensor): Tensor {
     const { gate_proj: gate, up_proj: up, down_proj: down } = this;
+    if (this.act === 'gelu') return down.forward(gate.forward(x).gelu().mul(up.forward(x)));
     if (plainLinear(gate) && plainLinear(up) && plainLinear(down)) return gatedMlp(x, gate, up, down); // one native call on ort
     return down.forward(gate.forward(x).silu().mul(up.forward(x)));
   }

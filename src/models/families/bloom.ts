@@ -7,7 +7,7 @@ import { firstId, num } from '../config-fields.ts';
 import { mergeHeads } from '../forward.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
-import { normalInit, proj } from '../decoder-parts.ts';
+import { GeluMLP, normalInit, proj } from '../decoder-parts.ts';
 import { DecoderLM, decoderLayers, sectionSetup } from '../decoder-layers.ts';
 import type { DecoderConfigBase } from '../config.ts';
 
@@ -135,26 +135,11 @@ class BloomAttention extends Module {
   }
 }
 
-class BloomMLP extends Module {
-  readonly dense_h_to_4h: Linear;
-  readonly dense_4h_to_h: Linear;
-  constructor(c: BloomConfig, rng: Generator) {
-    super();
-    this.dense_h_to_4h = this.addModule('dense_h_to_4h', proj(c.hidden, c.intermediate, true, c, rng));
-    this.dense_4h_to_h = this.addModule('dense_4h_to_h', proj(c.intermediate, c.hidden, true, c, rng));
-  }
-
-  /** The MLP's output plus `residual`. */
-  forward(x: Tensor, residual: Tensor): Tensor {
-    return residual.add(this.dense_4h_to_h.forward(this.dense_h_to_4h.forward(x).gelu()));
-  }
-}
-
 export class BloomBlock extends Module {
   readonly input_layernorm: LayerNorm;
   readonly self_attention: BloomAttention;
   readonly post_attention_layernorm: LayerNorm;
-  readonly mlp: BloomMLP;
+  readonly mlp: GeluMLP;
   constructor(
     private readonly c: BloomConfig,
     rng: Generator,
@@ -163,14 +148,14 @@ export class BloomBlock extends Module {
     this.input_layernorm = this.addModule('input_layernorm', new LayerNorm(c.hidden, c.normEps));
     this.self_attention = this.addModule('self_attention', new BloomAttention(c, rng));
     this.post_attention_layernorm = this.addModule('post_attention_layernorm', new LayerNorm(c.hidden, c.normEps));
-    this.mlp = this.addModule('mlp', new BloomMLP(c, rng));
+    this.mlp = this.addModule('mlp', new GeluMLP(c, true, 'tanh', rng));
   }
 
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {
     const ln1 = this.input_layernorm.forward(x);
     const h = this.self_attention.forward(ln1, this.c.residualPostNorm ? ln1 : x, ctx, blockIndex);
     const ln2 = this.post_attention_layernorm.forward(h);
-    return this.mlp.forward(ln2, this.c.residualPostNorm ? ln2 : h);
+    return (this.c.residualPostNorm ? ln2 : h).add(this.mlp.forward(ln2));
   }
 }
 

@@ -2,13 +2,12 @@ import { InvalidArgumentError } from '../../errors.ts';
 import { countParameters, type Family, layerNormWeights, linearWeights, type NamedShape, noWindow, smallBase } from './family.ts';
 import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
 import { Generator, type Tensor } from '../../tensor/index.ts';
-import { geluErf } from '../../tensor/ops/gelu-erf.ts';
 import { firstId, num } from '../config-fields.ts';
 import { cachedAttention, mergeHeads } from '../forward.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
-import { normalInit, proj } from '../decoder-parts.ts';
+import { GeluMLP, normalInit, proj } from '../decoder-parts.ts';
 import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from '../decoder-layers.ts';
 import type { DecoderConfigBase } from '../config.ts';
 
@@ -189,27 +188,13 @@ class FalconAttention extends Module {
   }
 }
 
-class FalconMLP extends Module {
-  readonly dense_h_to_4h: Linear;
-  readonly dense_4h_to_h: Linear;
-  constructor(c: FalconConfig, rng: Generator) {
-    super();
-    this.dense_h_to_4h = this.addModule('dense_h_to_4h', proj(c.hidden, c.intermediate, c.bias, c, rng));
-    this.dense_4h_to_h = this.addModule('dense_4h_to_h', proj(c.intermediate, c.hidden, c.bias, c, rng));
-  }
-
-  forward(x: Tensor): Tensor {
-    return this.dense_4h_to_h.forward(geluErf(this.dense_h_to_4h.forward(x)));
-  }
-}
-
 export class FalconDecoderLayer extends Module {
   /** Before the attention and the MLP both (one norm), or before the attention (two). */
   readonly input_layernorm: LayerNorm | null;
   readonly ln_attn: LayerNorm | null;
   readonly ln_mlp: LayerNorm | null;
   readonly self_attention: FalconAttention;
-  readonly mlp: FalconMLP;
+  readonly mlp: GeluMLP;
   private readonly rope: RopeSpec;
   private readonly ropeKey: string;
   constructor(
@@ -224,7 +209,7 @@ export class FalconDecoderLayer extends Module {
     this.ln_mlp = two ? this.addModule('ln_mlp', new LayerNorm(c.hidden, c.normEps)) : null;
     this.input_layernorm = two ? null : this.addModule('input_layernorm', new LayerNorm(c.hidden, c.normEps));
     this.self_attention = this.addModule('self_attention', new FalconAttention(c, rng));
-    this.mlp = this.addModule('mlp', new FalconMLP(c, rng));
+    this.mlp = this.addModule('mlp', new GeluMLP(c, c.bias, 'erf', rng));
   }
 
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {

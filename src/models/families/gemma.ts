@@ -4,13 +4,12 @@ import { Generator, rmsNorm, type Tensor, zeros } from '../../tensor/index.ts';
 import type { AttentionOptions } from '../attention.ts';
 import type { DecoderConfigBase, AttentionLayerType } from '../config.ts';
 import { type BlockAttention, normalInit, proj } from '../decoder-parts.ts';
-import { cachedAttention, mergeHeads, splitHeads } from '../forward.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
-import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
+import { cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
 import { DecoderLM, decoderLayers, sectionSetup } from '../decoder-layers.ts';
 import { DECODER_LAYOUT } from '../decoder-config.ts';
-import { decoderBlockWeights } from '../decoder.ts';
+import { DecoderAttention, decoderBlockWeights, DecoderMLP } from '../decoder.ts';
 import { countParameters, type Family, type NamedShape, noWindow, smallBase } from './family.ts';
 
 /**
@@ -255,66 +254,12 @@ export class GemmaRMSNorm extends Module {
   }
 }
 
-class GemmaAttention extends Module {
-  readonly q_proj: Linear;
-  readonly k_proj: Linear;
-  readonly v_proj: Linear;
-  readonly o_proj: Linear;
-  /** Gemma 3's per-head norms on queries and keys, before the rotary. */
-  readonly q_norm: GemmaRMSNorm | null = null;
-  readonly k_norm: GemmaRMSNorm | null = null;
-  constructor(
-    private readonly c: GemmaConfig,
-    rng: Generator,
-  ) {
-    super();
-    const b = c.attentionBias;
-    this.q_proj = this.addModule('q_proj', proj(c.hidden, c.heads * c.headDim, b, c, rng));
-    this.k_proj = this.addModule('k_proj', proj(c.hidden, c.kvHeads * c.headDim, b, c, rng));
-    this.v_proj = this.addModule('v_proj', proj(c.hidden, c.kvHeads * c.headDim, b, c, rng));
-    this.o_proj = this.addModule('o_proj', proj(c.heads * c.headDim, c.hidden, b, c, rng));
-    if (c.modelType === 'gemma3_text') {
-      this.q_norm = this.addModule('q_norm', new GemmaRMSNorm(c.headDim, c.normEps));
-      this.k_norm = this.addModule('k_norm', new GemmaRMSNorm(c.headDim, c.normEps));
-    }
-  }
-
-  forward(x: Tensor, ctx: ForwardContext, blockIndex: number, at: BlockAttention): Tensor {
-    const c = this.c;
-    let q = splitHeads(this.q_proj.forward(x), c.heads); // [B, nh, T, hd]
-    let k = splitHeads(this.k_proj.forward(x), c.kvHeads); // [B, nkv, T, hd]
-    if (this.q_norm && this.k_norm) {
-      q = this.q_norm.forward(q);
-      k = this.k_norm.forward(k);
-    }
-    const v = splitHeads(this.v_proj.forward(x), c.kvHeads); // [B, nkv, T, hd]
-    const y = cachedAttention(applyRotary(q, at.rope), applyRotary(k, at.rope), v, ctx, blockIndex, c.heads / c.kvHeads, at.options);
-    return this.o_proj.forward(mergeHeads(y)); // [B, T, H]
-  }
-}
-
-class GemmaMLP extends Module {
-  readonly gate_proj: Linear;
-  readonly up_proj: Linear;
-  readonly down_proj: Linear;
-  constructor(c: GemmaConfig, rng: Generator) {
-    super();
-    this.gate_proj = this.addModule('gate_proj', proj(c.hidden, c.intermediate, false, c, rng));
-    this.up_proj = this.addModule('up_proj', proj(c.hidden, c.intermediate, false, c, rng));
-    this.down_proj = this.addModule('down_proj', proj(c.intermediate, c.hidden, false, c, rng));
-  }
-
-  forward(x: Tensor): Tensor {
-    return this.down_proj.forward(this.gate_proj.forward(x).gelu().mul(this.up_proj.forward(x)));
-  }
-}
-
 export class GemmaDecoderLayer extends Module {
   readonly input_layernorm: GemmaRMSNorm;
-  readonly self_attn: GemmaAttention;
+  readonly self_attn: DecoderAttention;
   readonly post_attention_layernorm: GemmaRMSNorm;
   readonly pre_feedforward_layernorm: GemmaRMSNorm;
-  readonly mlp: GemmaMLP;
+  readonly mlp: DecoderMLP;
   readonly post_feedforward_layernorm: GemmaRMSNorm;
   private readonly rope: RopeSpec;
   private readonly ropeKey: string;
@@ -322,10 +267,12 @@ export class GemmaDecoderLayer extends Module {
   constructor(c: GemmaConfig, rng: Generator, index: number) {
     super();
     this.input_layernorm = this.addModule('input_layernorm', new GemmaRMSNorm(c.hidden, c.normEps));
-    this.self_attn = this.addModule('self_attn', new GemmaAttention(c, rng));
+    // the shared attention: biases on all four or none, Gemma 3's q/k norms (its own RMSNorm)
+    const attention = { ...c, qkvBias: c.attentionBias, oBias: c.attentionBias, qkNorm: c.modelType === 'gemma3_text' };
+    this.self_attn = this.addModule('self_attn', new DecoderAttention(attention, rng, (size, eps) => new GemmaRMSNorm(size, eps)));
     this.post_attention_layernorm = this.addModule('post_attention_layernorm', new GemmaRMSNorm(c.hidden, c.normEps));
     this.pre_feedforward_layernorm = this.addModule('pre_feedforward_layernorm', new GemmaRMSNorm(c.hidden, c.normEps));
-    this.mlp = this.addModule('mlp', new GemmaMLP(c, rng));
+    this.mlp = this.addModule('mlp', new DecoderMLP(c, rng, 'gelu')); // GeGLU: the shared MLP with GELU's tanh
     this.post_feedforward_layernorm = this.addModule('post_feedforward_layernorm', new GemmaRMSNorm(c.hidden, c.normEps));
     const sliding = c.layerTypes[index] === 'sliding_attention';
     this.rope = sliding && c.ropeLocalTheta !== undefined

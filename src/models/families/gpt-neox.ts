@@ -2,13 +2,12 @@ import { InvalidArgumentError } from '../../errors.ts';
 import { countParameters, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, smallBase } from './family.ts';
 import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
 import { Generator, type Tensor } from '../../tensor/index.ts';
-import { geluErf } from '../../tensor/ops/gelu-erf.ts';
 import { firstId, num } from '../config-fields.ts';
 import { cachedAttention, mergeHeads } from '../forward.ts';
 import { type ForwardContext, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
-import { normalInit, proj } from '../decoder-parts.ts';
+import { GeluMLP, normalInit, proj } from '../decoder-parts.ts';
 import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from '../decoder-layers.ts';
 import type { DecoderConfigBase } from '../config.ts';
 
@@ -162,29 +161,11 @@ class GPTNeoXAttention extends Module {
   }
 }
 
-class GPTNeoXMLP extends Module {
-  readonly dense_h_to_4h: Linear;
-  readonly dense_4h_to_h: Linear;
-  constructor(
-    private readonly c: GPTNeoXConfig,
-    rng: Generator,
-  ) {
-    super();
-    this.dense_h_to_4h = this.addModule('dense_h_to_4h', proj(c.hidden, c.intermediate, true, c, rng));
-    this.dense_4h_to_h = this.addModule('dense_4h_to_h', proj(c.intermediate, c.hidden, true, c, rng));
-  }
-
-  forward(x: Tensor): Tensor {
-    const h = this.dense_h_to_4h.forward(x);
-    return this.dense_4h_to_h.forward(this.c.hiddenAct === 'gelu' ? geluErf(h) : h.gelu());
-  }
-}
-
 export class GPTNeoXLayer extends Module {
   readonly input_layernorm: LayerNorm;
   readonly post_attention_layernorm: LayerNorm;
   readonly attention: GPTNeoXAttention;
-  readonly mlp: GPTNeoXMLP;
+  readonly mlp: GeluMLP;
   /** The rotary of the first int(headDim × rotary_pct) dims (none when that is 0). */
   private readonly rope: RopeSpec | null;
   private readonly ropeKey: string;
@@ -199,7 +180,7 @@ export class GPTNeoXLayer extends Module {
     this.input_layernorm = this.addModule('input_layernorm', new LayerNorm(c.hidden, c.normEps));
     this.post_attention_layernorm = this.addModule('post_attention_layernorm', new LayerNorm(c.hidden, c.normEps));
     this.attention = this.addModule('attention', new GPTNeoXAttention(c, rng));
-    this.mlp = this.addModule('mlp', new GPTNeoXMLP(c, rng));
+    this.mlp = this.addModule('mlp', new GeluMLP(c, true, c.hiddenAct === 'gelu' ? 'erf' : 'tanh', rng));
   }
 
   forward(x: Tensor, ctx: ForwardContext, blockIndex: number): Tensor {

@@ -17,7 +17,7 @@ import { GrowingKV, type ForwardContext } from '../model.ts';
 export interface DecodeBlock {
   input_layernorm: RMSNorm;
   post_attention_layernorm: RMSNorm;
-  self_attn: { q_proj: Linear; k_proj: Linear; v_proj: Linear; o_proj: Linear; q_norm: RMSNorm | null };
+  self_attn: { q_proj: Linear; k_proj: Linear; v_proj: Linear; o_proj: Linear; q_norm: object | null };
   mlp: { gate_proj: Linear; up_proj: Linear; down_proj: Linear };
 }
 
