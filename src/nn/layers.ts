@@ -134,7 +134,7 @@ export class LayerNorm extends Module {
   }
 }
 
-/** Root-mean-square normalisation (Llama) with a learned scale. */
+/** Root-mean-square normalisation with a learned scale. */
 export class RMSNorm extends Module {
   readonly weight: Tensor;
 

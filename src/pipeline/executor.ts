@@ -30,7 +30,7 @@ export interface ExecutorOptions {
 }
 
 /**
- * A tensor two executors of one process share (GPT-2's head is its token embedding). One
+ * A tensor two executors of one process share (a tied head is its token embedding). One
  * process sums a micro-batch's two contributions first and then adds the sum to the
  * gradient; so here the user side's contribution is held back, and the owner adds it to its
  * own before accumulating: training stays bit for bit the same as in one process.

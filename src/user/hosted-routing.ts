@@ -28,7 +28,7 @@ export const DEFAULT_RTT_MS = 50;
  * whose round trips are alike (on one machine, pings of a millisecond or less that load makes jitter).
  */
 export const HOP_OVERHEAD_MS = 5;
-/** A block's FLOPs per token when the caller does not say (a 7B Llama's block: about 0.4 GFLOP). */
+/** A block's FLOPs per token when the caller does not say (a 7B decoder's block: about 0.4 GFLOP). */
 export const DEFAULT_BLOCK_FLOPS = 4e8;
 /** Open sessions on a host that double its blocks' predicted time. */
 const SESSIONS_PER_SLOWDOWN = 8;

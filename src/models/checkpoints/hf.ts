@@ -16,7 +16,7 @@ import { HFTokenizer, type Tokenizer } from '../tokenizer.ts';
 /**
  * Builds a randomly initialised model; the same seed gives the same weights everywhere.
  * @example
- * const model = createModel(gpt2Config({ layers: 2, hidden: 64, heads: 4, vocabSize: 257 }), { seed: 1 })
+ * const model = createModel(loadConfig('models/tiny'), { seed: 1 })
  */
 export function createModel(config: ModelConfig, options: { seed?: number; init?: boolean; section?: ModelPart } = {}): CausalLM {
   return buildModel(config, options); // its family's model (families/index.ts)
