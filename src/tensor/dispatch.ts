@@ -1,21 +1,21 @@
-import { DeviceMismatchError, DeviceOpUnsupportedError, InvalidArgumentError } from '../errors.ts';
+import { DeviceMismatchError, DeviceOpUnsupportedError } from '../errors.ts';
 import type { Backend } from './backends/backend.ts';
 import type { Tensor } from './tensor.ts';
 
 /**
- * The door every public op goes through (`defineOp`). Nothing happens at it in the common
- * case: one boolean says that no trace is recording and no tensor has ever lived on a device,
- * and the op's own function runs. Otherwise, at the outermost public op only (an op that
- * calls other ops inside is one op): its tensor arguments must share one device, an op on a
- * device runs on that device's backend (Backend.runOp) or is refused, and a recording trace
- * notes the call (trace.ts).
+ * The door every public op goes through. Each op's first line is
+ * `if (hooked) return hook('matmul', matmul, [a, b]);`: nothing happens at it in the common
+ * case (one boolean: no trace is recording and no tensor has ever lived on a device), and
+ * the op's own code runs. Otherwise `hook` handles the outermost public op only (an op that
+ * calls other ops inside is one op: while it runs, `hooked` is off): its tensor arguments
+ * must share one device, an op on a device runs on that device's backend (Backend.runOp) or
+ * is refused, and a recording trace notes the call (trace.ts).
+ *
+ * This module imports nothing of the engine (tensors are told apart by TENSOR_MARK), so it
+ * is evaluated before the import cycle between the tensor and its ops.
  */
 
-/**
- * The mark every tensor carries (a getter on Tensor.prototype), so that this module imports
- * nothing of the engine: every module can define its ops while the import cycle between the
- * tensor and its ops is still being evaluated.
- */
+/** The mark every tensor carries (a getter on Tensor.prototype), for `isTensor`. */
 export const TENSOR_MARK: unique symbol = Symbol('tensorlink.tensor');
 
 /** True for a Tensor. */
@@ -25,74 +25,64 @@ export function isTensor(value: unknown): value is Tensor {
 
 /** What a recording trace is told about each outermost op call (trace.ts implements it). */
 export interface OpRecorder {
-  record(op: string, run: (...args: unknown[]) => unknown, args: readonly unknown[], out: unknown): void;
+  record(op: string, run: (...args: never[]) => unknown, args: readonly unknown[], out: unknown): void;
   /** Refuses a host read of a value the trace computes (a replay could not repeat what follows from it). */
   checkRead(t: Tensor, what: string): void;
   /** Refuses something a trace cannot record (backward()). */
   refuse(what: string): never;
 }
 
-/** True when some op call needs the slow path: a trace records, or device tensors exist. */
-let hooked = false;
+/**
+ * True when the next public op call takes the slow path (`hook`): a trace records, or device
+ * tensors exist, and no public op is running already.
+ */
+export let hooked = false;
 let recorder: OpRecorder | null = null;
 let devicesInUse = false;
-/** How many public ops are running (the outermost one is at depth 1). */
+/** How many public ops are running on the slow path (the outermost one is at depth 1). */
 let depth = 0;
 
-/** @internal The recorder of the trace in progress, if any (trace.ts). */
+function rearm(): void {
+  hooked = depth === 0 && (recorder !== null || devicesInUse);
+}
+
+/** @internal The recorder of the trace in progress, if any, outside the public ops (trace.ts, Tensor.item). */
 export function activeRecorder(): OpRecorder | null {
-  return recorder;
+  return depth === 0 ? recorder : null;
 }
 
 /** @internal Starts or stops recording (trace.ts); returns the previous recorder. */
 export function setRecorder(next: OpRecorder | null): OpRecorder | null {
   const previous = recorder;
   recorder = next;
-  hooked = recorder !== null || devicesInUse;
+  rearm();
   return previous;
 }
 
 /** @internal Called when a tensor first lands on a device: ops check devices from then on. */
 export function noteDeviceTensor(): void {
   devicesInUse = true;
-  hooked = true;
+  rearm();
 }
 
 /**
- * Makes `fn` a public op named `name`: what a trace records and a device backend runs. With
- * `anyDevice`, the function itself handles tensors on any device (it reads no values: detach).
- * @example
- * export const relu = defineOp('relu', (x: Tensor) => unary('relu', x))
+ * The slow path of the public op `op` named `name`, called with `given` (its parameters in
+ * order; trailing undefined ones are dropped). With `anyDevice`, the op's own code handles
+ * tensors on any device (it reads no values: detach).
  */
-export function defineOp<F extends (...args: never[]) => unknown>(name: string, fn: F, options: { anyDevice?: boolean } = {}): F {
-  if (fn.length > 8) throw new InvalidArgumentError(`op '${name}' takes more than the 8 arguments an op passes on`);
-  const run = fn as unknown as (...args: unknown[]) => unknown;
-  const anyDevice = options.anyDevice ?? false;
-  const op = function (a?: unknown, b?: unknown, c?: unknown, d?: unknown, e?: unknown, f?: unknown, g?: unknown, h?: unknown): unknown {
-    if (hooked) return hookedCall(name, run, op, anyDevice, [a, b, c, d, e, f, g, h]);
-    return run(a, b, c, d, e, f, g, h);
-  };
-  return op as unknown as F;
-}
-
-function hookedCall(
-  name: string,
-  run: (...args: unknown[]) => unknown,
-  op: (...args: unknown[]) => unknown,
-  anyDevice: boolean,
-  given: unknown[],
-): unknown {
-  if (depth > 0) return run(...given);
+export function hook<R>(name: string, op: (...args: never[]) => R, given: unknown[], anyDevice = false): R {
   let n = given.length;
   while (n > 0 && given[n - 1] === undefined) n--;
   const args = given.slice(0, n);
   const owner = devicesInUse ? deviceOwner(name, args) : null;
+  const run = op as unknown as (...args: unknown[]) => R;
   depth++;
+  hooked = false;
   try {
-    let out: unknown;
+    let out: R | undefined;
     if (owner === null || anyDevice) out = run(...args);
     else {
-      out = owner.runOp?.(name, args);
+      out = owner.runOp?.(name, args) as R | undefined;
       if (out === undefined) {
         throw new DeviceOpUnsupportedError(
           `'${name}' has no kernel on device '${owner.device}' (backend '${owner.name}'); read its inputs back with await t.toHost() to run it on the host`,
@@ -104,6 +94,7 @@ function hookedCall(
     return out;
   } finally {
     depth--;
+    rearm();
   }
 }
 

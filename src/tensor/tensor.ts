@@ -3,7 +3,7 @@ import { type BackwardOptions, type GradNode, runBackward } from './autograd.ts'
 import { loadBackend } from './backends/registry.ts';
 import type { Backend } from './backends/backend.ts';
 import { type Allocator, CPU, type Device, DeviceStorage, isDType } from './device.ts';
-import { activeRecorder, defineOp, noteDeviceTensor, TENSOR_MARK } from './dispatch.ts';
+import { activeRecorder, hook, hooked, noteDeviceTensor, TENSOR_MARK } from './dispatch.ts';
 import { allocate, type DType, dtypeOf, type FloatArray, isFloat, type TypedArray } from './dtype.ts';
 import { addInto } from './kernels/rows.ts';
 import * as ew from './ops/elementwise.ts';
@@ -47,15 +47,16 @@ export class Tensor {
       throw new ShapeMismatchError(`data of length ${data.length} does not fit shape [${shape}]`);
     }
     this.shape = Object.freeze([...shape]);
-    if (data instanceof DeviceStorage) {
+    if (ArrayBuffer.isView(data)) {
+      // (isView, not `instanceof DeviceStorage`: a typed array's prototype chain is longer to walk, measurably)
+      this.data = data as TypedArray;
+      this.dtype = dtypeOf(data as TypedArray);
+    } else {
       this.dtype = data.dtype;
       this.deviceStorage = data;
-      this.data = data.dtype === 'float32' ? EMPTY_F32 : EMPTY_I32; // replaced by the guard below
+      this.data = EMPTY; // replaced by the guard below
       Object.defineProperty(this, 'data', { get: offHost, set: offHost, enumerable: true });
       noteDeviceTensor();
-    } else {
-      this.data = data;
-      this.dtype = dtypeOf(data);
     }
   }
 
@@ -348,8 +349,7 @@ export class Tensor {
   }
 }
 
-const EMPTY_F32 = new Float32Array(0);
-const EMPTY_I32 = new Int32Array(0);
+const EMPTY = new Float32Array(0);
 
 /** The `data` of a tensor on a device: reading or writing it is an error that says what to call. */
 function offHost(this: Tensor): never {
@@ -359,22 +359,22 @@ function offHost(this: Tensor): never {
   );
 }
 
-const cast = defineOp('cast', function cast(x: Tensor, dtype: DType): Tensor {
+/** The dtype conversion of Tensor.to, an op of its own. */
+function cast(x: Tensor, dtype: DType): Tensor {
+  if (hooked) return hook('cast', cast, [x, dtype]);
   if (dtype === x.dtype) return x;
   const out = allocate(dtype, x.size);
   if (dtype === 'int32') {
     for (let i = 0; i < out.length; i++) out[i] = Math.trunc(x.data[i]);
   } else out.set(x.data);
   return new Tensor(out, x.shape);
-});
+}
 
-const detach = defineOp(
-  'detach',
-  function detach(x: Tensor): Tensor {
-    return new Tensor(x.deviceStorage ?? x.data, x.shape);
-  },
-  { anyDevice: true },
-);
+/** Tensor.detach as an op (a traced step replays it), on any device: it shares the storage. */
+function detach(x: Tensor): Tensor {
+  if (hooked) return hook('detach', detach, [x], true);
+  return new Tensor(x.deviceStorage ?? x.data, x.shape);
+}
 
 /** Copies a host tensor into a device backend's memory (see Tensor.to). */
 function moveTo(x: Tensor, device: Device): Tensor {

@@ -49,7 +49,7 @@ export class SlotRef {
 
 /** One recorded op call. */
 export interface TracedOp {
-  /** The public op's name, as `defineOp` gave it ('matmul', 'layerNorm', 'cat', ...). */
+  /** The public op's name, as it gives it to `hook` ('matmul', 'layerNorm', 'cat', ...). */
   readonly op: string;
   /** Its arguments with every tensor replaced by a SlotRef (in arrays and plain objects too); the rest are attributes. */
   readonly args: readonly unknown[];
@@ -58,7 +58,7 @@ export interface TracedOp {
   /** The slots it reads and writes, in argument and result order. */
   readonly inputSlots: readonly number[];
   readonly outputSlots: readonly number[];
-  /** @internal The public op, to replay it. */
+  /** The public op itself, to replay it: `op.run(...args)` with the slots' tensors in place. */
   readonly run: (...args: unknown[]) => unknown;
 }
 
@@ -128,7 +128,7 @@ class Recording implements OpRecorder {
     return this.ids.get(t) ?? this.add('constant', t);
   }
 
-  record(op: string, run: (...args: unknown[]) => unknown, args: readonly unknown[], out: unknown): void {
+  record(op: string, run: (...args: never[]) => unknown, args: readonly unknown[], out: unknown): void {
     const inputSlots: number[] = [];
     const outputSlots: number[] = [];
     const argTemplate = mapTensors(args, (t) => {
@@ -141,7 +141,7 @@ class Recording implements OpRecorder {
       outputSlots.push(slot);
       return new SlotRef(slot);
     });
-    this.ops.push({ op, args: argTemplate, outputs, inputSlots, outputSlots, run });
+    this.ops.push({ op, args: argTemplate, outputs, inputSlots, outputSlots, run: run as (...args: unknown[]) => unknown });
   }
 
   checkRead(t: Tensor, what: string): void {

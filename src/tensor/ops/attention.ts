@@ -4,9 +4,9 @@ import { getBackend } from '../backends/select.ts';
 import { allocate, type FloatArray } from '../dtype.ts';
 import { broadcastShapes, broadcastStrides } from '../shape.ts';
 import { Tensor } from '../tensor.ts';
+import { hook, hooked } from '../dispatch.ts';
 import { matmul } from './matmul.ts';
 import { transpose } from './shape.ts';
-import { defineOp } from '../dispatch.ts';
 
 export interface AttentionOptions {
   /** Each query attends only to keys at or before its own position. */
@@ -23,12 +23,13 @@ export interface AttentionOptions {
  * before the new ones (Tk ≥ Tq): the causal mask is then offset by Tk − Tq, so the
  * query at position i of the new tokens sees keys 0 .. (Tk − Tq + i).
  */
-export const scaledDotProductAttention = defineOp('scaledDotProductAttention', function scaledDotProductAttention(
+export function scaledDotProductAttention(
   q: Tensor,
   k: Tensor,
   v: Tensor,
   options: AttentionOptions = {},
 ): Tensor {
+  if (hooked) return hook('scaledDotProductAttention', scaledDotProductAttention, [q, k, v, options]);
   if (q.ndim !== 4 || k.ndim !== 4 || v.ndim !== 4) {
     throw new ShapeMismatchError('attention expects q, k, v of rank 4: [batch, heads, time, head dim]');
   }
@@ -36,7 +37,7 @@ export const scaledDotProductAttention = defineOp('scaledDotProductAttention', f
   const scores = matmul(q, transpose(k, -2, -1)); // [B, H, Tq, Tk]
   const p = maskedSoftmax(scores, scale, options.causal ?? false, options.mask ?? null);
   return matmul(p, v); // [B, H, Tq, Dv]
-});
+}
 
 /**
  * softmax(scale · scores) over the last dim with the causal and user masks applied in the
@@ -44,7 +45,8 @@ export const scaledDotProductAttention = defineOp('scaledDotProductAttention', f
  * Fusing the scale, both masks and the softmax saves three passes and three buffers per
  * attention layer (measured in bench/run.ts, GPT-2 forward). VJP: dx = scale · y ⊙ (g − Σ g⊙y).
  */
-export const maskedSoftmax = defineOp('maskedSoftmax', function maskedSoftmax(scores: Tensor, scale: number, causal: boolean, mask: Tensor | null): Tensor {
+export function maskedSoftmax(scores: Tensor, scale: number, causal: boolean, mask: Tensor | null): Tensor {
+  if (hooked) return hook('maskedSoftmax', maskedSoftmax, [scores, scale, causal, mask]);
   const [b, h, tq, tk] = scores.shape;
   const offset = tk - tq;
   let maskData: Int32Array | null = null;
@@ -99,7 +101,7 @@ export const maskedSoftmax = defineOp('maskedSoftmax', function maskedSoftmax(sc
     }
     return [new Tensor(gx, scores.shape)];
   });
-});
+}
 
 /** The sizes of one sequence's attention over time-major keys and values (see attendTimeMajor). */
 export interface TimeMajorAttentionSpec {
@@ -133,7 +135,8 @@ export interface TimeMajorKV {
  * query may not see adds only zeros there, and is skipped here), and the softmax is maskedSoftmax's. Not
  * differentiable: a cache's keys are detached, so callers take it without gradients.
  */
-export const attendTimeMajor = defineOp('attendTimeMajor', function attendTimeMajor(q: Tensor, kv: TimeMajorKV, scale?: number): Tensor {
+export function attendTimeMajor(q: Tensor, kv: TimeMajorKV, scale?: number): Tensor {
+  if (hooked) return hook('attendTimeMajor', attendTimeMajor, [q, kv, scale]);
   const [b, heads, tq, dim] = q.shape;
   if (q.ndim !== 4 || q.dtype !== 'float32') throw new ShapeMismatchError(`attention expects float32 q [batch, heads, time, head dim], got ${q.dtype} [${q.shape}]`);
   const tk = kv.length;
@@ -154,7 +157,7 @@ export const attendTimeMajor = defineOp('attendTimeMajor', function attendTimeMa
     if (backend.attention?.(qb, kb, vb, yb, spec) !== true) attendTimeMajorJs(qb, kb, vb, yb, spec);
   }
   return new Tensor(out, q.shape);
-});
+}
 
 /**
  * The js kernel of attendTimeMajor for one sequence: q, y [H, Tq, D], k, v [Tk, kvHeads, D]. Scores and outputs are

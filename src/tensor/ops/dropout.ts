@@ -3,14 +3,15 @@ import { record } from '../autograd.ts';
 import { allocate, assertFloat } from '../dtype.ts';
 import type { Generator } from '../random.ts';
 import { Tensor } from '../tensor.ts';
-import { defineOp } from '../dispatch.ts';
+import { hook, hooked } from '../dispatch.ts';
 
 /**
  * Inverted dropout: zeroes each element with probability p and scales the rest by
  * 1/(1 − p). The mask comes from the given seeded generator, so a step replays
  * exactly (a validator re-executing it draws the same mask).
  */
-export const dropout = defineOp('dropout', function dropout(x: Tensor, p: number, generator: Generator, training = true): Tensor {
+export function dropout(x: Tensor, p: number, generator: Generator, training = true): Tensor {
+  if (hooked) return hook('dropout', dropout, [x, p, generator, training]);
   if (p < 0 || p >= 1) throw new InvalidArgumentError(`dropout probability must be in [0, 1), got ${p}`);
   if (!training || p === 0) return x;
   assertFloat(x.dtype, 'dropout');
@@ -26,4 +27,4 @@ export const dropout = defineOp('dropout', function dropout(x: Tensor, p: number
     for (let i = 0; i < gx.length; i++) gx[i] = keep[i] ? g.data[i] * scale : 0;
     return [new Tensor(gx, x.shape)];
   });
-});
+}

@@ -5,8 +5,8 @@ import { allocate, assertFloat, type TypedArray } from '../dtype.ts';
 import { stridedBinary } from '../kernels/strided.ts';
 import { broadcastShapes, broadcastStrides, sameShape, sizeOf } from '../shape.ts';
 import { Tensor } from '../tensor.ts';
+import { hook, hooked } from '../dispatch.ts';
 import { sumTo } from './reduce.ts';
-import { defineOp } from '../dispatch.ts';
 
 /**
  * Elementwise ops. Unary ops are one table of (forward, derivative) pairs; binary ops
@@ -140,16 +140,16 @@ function unary(op: UnaryOp, x: Tensor): Tensor {
   });
 }
 
-export const neg = defineOp('neg', (x: Tensor) => unary('neg', x));
-export const exp = defineOp('exp', (x: Tensor) => unary('exp', x));
-export const log = defineOp('log', (x: Tensor) => unary('log', x));
-export const sqrt = defineOp('sqrt', (x: Tensor) => unary('sqrt', x));
-export const rsqrt = defineOp('rsqrt', (x: Tensor) => unary('rsqrt', x));
-export const tanh = defineOp('tanh', (x: Tensor) => unary('tanh', x));
-export const sigmoid = defineOp('sigmoid', (x: Tensor) => unary('sigmoid', x));
-export const silu = defineOp('silu', (x: Tensor) => unary('silu', x));
-export const gelu = defineOp('gelu', (x: Tensor) => unary('gelu', x));
-export const relu = defineOp('relu', (x: Tensor) => unary('relu', x));
+export const neg = (x: Tensor): Tensor => (hooked ? hook('neg', neg, [x]) : unary('neg', x));
+export const exp = (x: Tensor): Tensor => (hooked ? hook('exp', exp, [x]) : unary('exp', x));
+export const log = (x: Tensor): Tensor => (hooked ? hook('log', log, [x]) : unary('log', x));
+export const sqrt = (x: Tensor): Tensor => (hooked ? hook('sqrt', sqrt, [x]) : unary('sqrt', x));
+export const rsqrt = (x: Tensor): Tensor => (hooked ? hook('rsqrt', rsqrt, [x]) : unary('rsqrt', x));
+export const tanh = (x: Tensor): Tensor => (hooked ? hook('tanh', tanh, [x]) : unary('tanh', x));
+export const sigmoid = (x: Tensor): Tensor => (hooked ? hook('sigmoid', sigmoid, [x]) : unary('sigmoid', x));
+export const silu = (x: Tensor): Tensor => (hooked ? hook('silu', silu, [x]) : unary('silu', x));
+export const gelu = (x: Tensor): Tensor => (hooked ? hook('gelu', gelu, [x]) : unary('gelu', x));
+export const relu = (x: Tensor): Tensor => (hooked ? hook('relu', relu, [x]) : unary('relu', x));
 
 type BinaryOp = 'add' | 'sub' | 'mul' | 'div' | 'pow';
 
@@ -240,13 +240,14 @@ function binary(op: BinaryOp, aIn: Tensor | number, bIn: Tensor | number): Tenso
   });
 }
 
-export const add = defineOp('add', (a: Tensor | number, b: Tensor | number) => binary('add', a, b));
-export const sub = defineOp('sub', (a: Tensor | number, b: Tensor | number) => binary('sub', a, b));
-export const mul = defineOp('mul', (a: Tensor | number, b: Tensor | number) => binary('mul', a, b));
-export const div = defineOp('div', (a: Tensor | number, b: Tensor | number) => binary('div', a, b));
+export const add = (a: Tensor | number, b: Tensor | number): Tensor => (hooked ? hook('add', add, [a, b]) : binary('add', a, b));
+export const sub = (a: Tensor | number, b: Tensor | number): Tensor => (hooked ? hook('sub', sub, [a, b]) : binary('sub', a, b));
+export const mul = (a: Tensor | number, b: Tensor | number): Tensor => (hooked ? hook('mul', mul, [a, b]) : binary('mul', a, b));
+export const div = (a: Tensor | number, b: Tensor | number): Tensor => (hooked ? hook('div', div, [a, b]) : binary('div', a, b));
 
 /** x ** p: a number exponent (fast, one pass) or a tensor exponent (broadcast). */
-export const pow = defineOp('pow', function pow(x: Tensor, p: number | Tensor): Tensor {
+export function pow(x: Tensor, p: number | Tensor): Tensor {
+  if (hooked) return hook('pow', pow, [x, p]);
   if (typeof p !== 'number') return binary('pow', x, p);
   assertFloat(x.dtype, 'pow');
   const src = x.data;
@@ -258,10 +259,11 @@ export const pow = defineOp('pow', function pow(x: Tensor, p: number | Tensor): 
     for (let i = 0; i < src.length; i++) gx[i] = gd[i] * p * src[i] ** (p - 1);
     return [new Tensor(gx, x.shape)];
   });
-});
+}
 
 /** Where `mask` (int32, broadcast to x) is non-zero, `value`; elsewhere x. */
-export const maskedFill = defineOp('maskedFill', function maskedFill(x: Tensor, mask: Tensor, value: number): Tensor {
+export function maskedFill(x: Tensor, mask: Tensor, value: number): Tensor {
+  if (hooked) return hook('maskedFill', maskedFill, [x, mask, value]);
   const shape = broadcastShapes(x.shape, mask.shape);
   if (!sameShape(shape, x.shape)) throw new DTypeError('maskedFill: mask must broadcast to x');
   const m = allocate('int32', x.size);
@@ -281,4 +283,4 @@ export const maskedFill = defineOp('maskedFill', function maskedFill(x: Tensor, 
     for (let i = 0; i < gx.length; i++) gx[i] = m[i] ? 0 : g.data[i];
     return [new Tensor(gx, x.shape)];
   });
-});
+}

@@ -2,14 +2,15 @@ import { DTypeError, InvalidArgumentError, ShapeMismatchError } from '../../erro
 import { record } from '../autograd.ts';
 import { allocate } from '../dtype.ts';
 import { Tensor } from '../tensor.ts';
+import { hook, hooked } from '../dispatch.ts';
 import { packedEmbedding } from './packed.ts';
-import { defineOp } from '../dispatch.ts';
 
 /**
  * Row lookup: out[..., :] = weight[ids[...], :]. The gradient scatter-adds each
  * output row back into the row of the weight it came from.
  */
-export const embedding = defineOp('embedding', function embedding(ids: Tensor, weight: Tensor): Tensor {
+export function embedding(ids: Tensor, weight: Tensor): Tensor {
+  if (hooked) return hook('embedding', embedding, [ids, weight]);
   if (ids.dtype !== 'int32') throw new DTypeError(`embedding ids must be int32, got ${ids.dtype}`);
   if (weight.packed !== null) return packedEmbedding(ids, weight);
   if (weight.ndim !== 2) throw new ShapeMismatchError(`embedding weight must be 2-D, got [${weight.shape}]`);
@@ -31,4 +32,4 @@ export const embedding = defineOp('embedding', function embedding(ids: Tensor, w
     }
     return [new Tensor(gw, weight.shape)];
   });
-});
+}

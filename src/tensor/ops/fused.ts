@@ -2,8 +2,8 @@ import { isGradEnabled } from '../autograd.ts';
 import type { LinearWeight } from '../backends/backend.ts';
 import { getBackend } from '../backends/select.ts';
 import { Tensor } from '../tensor.ts';
+import { hook, hooked } from '../dispatch.ts';
 import { linear } from './matmul.ts';
-import { defineOp } from '../dispatch.ts';
 
 /**
  * Products fused into one backend call where the backend has one (ort: one onnxruntime run for a block's q, k and v
@@ -48,7 +48,8 @@ function output(x: Tensor, y: Float32Array, rows: number, bias: Tensor | null): 
 }
 
 /** linear(x, weight, bias) for each layer, all of which take x. */
-export const linears = defineOp('linears', function linears(x: Tensor, layers: readonly LinearParams[]): Tensor[] {
+export function linears(x: Tensor, layers: readonly LinearParams[]): Tensor[] {
+  if (hooked) return hook('linears', linears, [x, layers]);
   const backend = getBackend();
   const ws = backend.linears ? operands(x, layers) : null;
   if (ws !== null && ws.length > 0) {
@@ -57,10 +58,11 @@ export const linears = defineOp('linears', function linears(x: Tensor, layers: r
     if (backend.linears!(x.data as Float32Array, m, ws, ys)) return ys.map((y, i) => output(x, y, ws[i].rows, layers[i].bias));
   }
   return layers.map((l) => linear(x, l.weight, l.bias));
-});
+}
 
 /** A SwiGLU MLP: down(silu(gate(x)) ⊙ up(x)). */
-export const gatedMlp = defineOp('gatedMlp', function gatedMlp(x: Tensor, gate: LinearParams, up: LinearParams, down: LinearParams): Tensor {
+export function gatedMlp(x: Tensor, gate: LinearParams, up: LinearParams, down: LinearParams): Tensor {
+  if (hooked) return hook('gatedMlp', gatedMlp, [x, gate, up, down]);
   const backend = getBackend();
   const plain = gate.bias === null && up.bias === null && down.bias === null;
   const ws = backend.gatedMlp && plain ? operands(x, [gate, up]) : null;
@@ -71,4 +73,4 @@ export const gatedMlp = defineOp('gatedMlp', function gatedMlp(x: Tensor, gate: 
     if (backend.gatedMlp!(x.data as Float32Array, m, ws[0], ws[1], wd, y)) return output(x, y, wd.rows, null);
   }
   return linear(linear(x, gate.weight, gate.bias).silu().mul(linear(x, up.weight, up.bias)), down.weight, down.bias);
-});
+}

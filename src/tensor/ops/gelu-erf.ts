@@ -1,14 +1,15 @@
 import { record } from '../autograd.ts';
 import { allocate, assertFloat, type FloatArray } from '../dtype.ts';
 import { Tensor } from '../tensor.ts';
-import { defineOp } from '../dispatch.ts';
+import { hook, hooked } from '../dispatch.ts';
 
 /**
  * The exact GELU, x · Φ(x) = x/2 · (1 + erf(x/√2)): PyTorch's nn.GELU() and transformers'
  * `gelu` activation (GPT-NeoX, Falcon), as against the tanh approximation of `gelu`
  * (GPT-2's gelu_new). The derivative is Φ(x) + x · φ(x), φ the normal density.
  */
-export const geluErf = defineOp('geluErf', function geluErf(x: Tensor): Tensor {
+export function geluErf(x: Tensor): Tensor {
+  if (hooked) return hook('geluErf', geluErf, [x]);
   assertFloat(x.dtype, 'geluErf');
   const src = x.data as FloatArray;
   const out = allocate(x.dtype, src.length) as FloatArray;
@@ -26,7 +27,7 @@ export const geluErf = defineOp('geluErf', function geluErf(x: Tensor): Tensor {
     }
     return [new Tensor(gx, x.shape)];
   });
-});
+}
 
 const INV_SQRT_2PI = 1 / Math.sqrt(2 * Math.PI);
 

@@ -4,7 +4,7 @@ import { getBackend } from '../backends/select.ts';
 import { allocate, assertFloat } from '../dtype.ts';
 import { releaseFloat32 } from '../pool.ts';
 import { Tensor } from '../tensor.ts';
-import { defineOp } from '../dispatch.ts';
+import { hook, hooked } from '../dispatch.ts';
 
 export interface CrossEntropyOptions {
   /** Targets equal to this are skipped (default −100, as PyTorch). */
@@ -24,7 +24,8 @@ export interface CrossEntropyOptions {
  * @example
  * const loss = crossEntropy(logits, targets)   // logits [B, T, V], targets [B, T]
  */
-export const crossEntropy = defineOp('crossEntropy', function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntropyOptions = {}): Tensor {
+export function crossEntropy(logits: Tensor, targets: Tensor, options: CrossEntropyOptions = {}): Tensor {
+  if (hooked) return hook('crossEntropy', crossEntropy, [logits, targets, options]);
   assertFloat(logits.dtype, 'crossEntropy');
   if (targets.dtype !== 'int32')
     throw new DTypeError(`crossEntropy targets must be int32, got ${targets.dtype}`);
@@ -93,7 +94,7 @@ export const crossEntropy = defineOp('crossEntropy', function crossEntropy(logit
     }
     return [new Tensor(gx, logits.shape)];
   });
-});
+}
 
 /** exp(x − rowmax) for every row of [rows, c], through the backend's exp when it has one. */
 function shiftedExp(x: ArrayLike<number> & { length: number }, maxes: Float64Array, c: number): Float32Array | Float64Array {

@@ -5,10 +5,10 @@ import { allocate, assertFloat, type FloatArray } from '../dtype.ts';
 import { broadcastShapes, sizeOf } from '../shape.ts';
 import { sumRowsInto } from '../kernels/rows.ts';
 import { Tensor } from '../tensor.ts';
+import { hook, hooked } from '../dispatch.ts';
 import { packedLinear } from './packed.ts';
 import { sumTo } from './reduce.ts';
 import { expand, reshape } from './shape.ts';
-import { defineOp } from '../dispatch.ts';
 
 /**
  * Matrix products. `core` multiplies two 3-D operands ([batch or 1, rows, cols]) with
@@ -70,7 +70,8 @@ function checkFloat(a: Tensor, b: Tensor): void {
  * @example
  * const y = x.matmul(w)   // [B, T, k] @ [k, n] → [B, T, n]
  */
-export const matmul = defineOp('matmul', function matmul(aIn: Tensor, bIn: Tensor): Tensor {
+export function matmul(aIn: Tensor, bIn: Tensor): Tensor {
+  if (hooked) return hook('matmul', matmul, [aIn, bIn]);
   checkFloat(aIn, bIn);
   const a = aIn.ndim === 1 ? reshape(aIn, [1, aIn.size]) : aIn;
   const b = bIn.ndim === 1 ? reshape(bIn, [bIn.size, 1]) : bIn;
@@ -106,7 +107,7 @@ export const matmul = defineOp('matmul', function matmul(aIn: Tensor, bIn: Tenso
   if (aIn.ndim === 1) outShape.splice(outShape.length - 2, 1);
   if (bIn.ndim === 1) outShape.splice(outShape.length - 1, 1);
   return reshape(c, outShape);
-});
+}
 
 function matmul3(a: Tensor, b: Tensor): Tensor {
   const out = core(a, b, false, false);
@@ -119,7 +120,8 @@ function matmul3(a: Tensor, b: Tensor): Tensor {
  * @example
  * const y = linear(x, w, b)   // [B, T, in] → [B, T, out]
  */
-export const linear = defineOp('linear', function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, weightInOut = false): Tensor {
+export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, weightInOut = false): Tensor {
+  if (hooked) return hook('linear', linear, [x, weight, bias, weightInOut]);
   if (weight.packed !== null) return packedLinear(x, weight, bias, weightInOut);
   checkFloat(x, weight);
   const [outF, inF] = weightInOut ? [weight.shape[1], weight.shape[0]] : weight.shape;
@@ -150,4 +152,4 @@ export const linear = defineOp('linear', function linear(x: Tensor, weight: Tens
     }
     return [dx, dw, db];
   });
-});
+}

@@ -4,7 +4,7 @@ import { getBackend } from '../backends/select.ts';
 import { allocate, assertFloat, type FloatArray } from '../dtype.ts';
 import { layerNormBackwardRows, rmsNormBackwardRows } from '../kernels/rows.ts';
 import { Tensor } from '../tensor.ts';
-import { defineOp } from '../dispatch.ts';
+import { hook, hooked } from '../dispatch.ts';
 
 /**
  * Layer norm and RMS norm over the last dim, fused, with their analytic VJPs.
@@ -38,7 +38,8 @@ function nativeLayerNorm(x: FloatArray, w: FloatArray | undefined, b: FloatArray
   return ok ? { mean, rstd } : null;
 }
 
-export const layerNorm = defineOp('layerNorm', function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | null, eps = 1e-5): Tensor {
+export function layerNorm(x: Tensor, weight?: Tensor | null, bias?: Tensor | null, eps = 1e-5): Tensor {
+  if (hooked) return hook('layerNorm', layerNorm, [x, weight, bias, eps]);
   const n = checkAffine(x, weight, 'layerNorm');
   const rows = x.size / n;
   const src = x.data;
@@ -79,9 +80,10 @@ export const layerNorm = defineOp('layerNorm', function layerNorm(x: Tensor, wei
     if (bias) grads.push(fromDoubles(gb, bias));
     return grads;
   });
-});
+}
 
-export const rmsNorm = defineOp('rmsNorm', function rmsNorm(x: Tensor, weight?: Tensor | null, eps = 1e-6): Tensor {
+export function rmsNorm(x: Tensor, weight?: Tensor | null, eps = 1e-6): Tensor {
+  if (hooked) return hook('rmsNorm', rmsNorm, [x, weight, eps]);
   const n = checkAffine(x, weight, 'rmsNorm');
   const rows = x.size / n;
   const src = x.data;
@@ -106,4 +108,4 @@ export const rmsNorm = defineOp('rmsNorm', function rmsNorm(x: Tensor, weight?: 
     if (weight) grads.push(fromDoubles(gw, weight));
     return grads;
   });
-});
+}

@@ -12,7 +12,7 @@ import { unpackMatrix } from '../quant/formats.ts';
 import { matmul } from './matmul.ts';
 import { sumRowsInto } from '../kernels/rows.ts';
 import { Tensor } from '../tensor.ts';
-import { defineOp } from '../dispatch.ts';
+import { hook, hooked } from '../dispatch.ts';
 
 /**
  * linear and embedding with a weight held in a compact format (Tensor.packed): the weight is frozen, so gradients
@@ -21,7 +21,8 @@ import { defineOp } from '../dispatch.ts';
  */
 
 /** y = x · Wᵀ + b (or x · W + b with `weightInOut`) for a packed W. */
-export const packedLinear = defineOp('packedLinear', function packedLinear(x: Tensor, weight: Tensor, bias: Tensor | null | undefined, weightInOut: boolean): Tensor {
+export function packedLinear(x: Tensor, weight: Tensor, bias: Tensor | null | undefined, weightInOut: boolean): Tensor {
+  if (hooked) return hook('packedLinear', packedLinear, [x, weight, bias, weightInOut]);
   const p = weight.packed!;
   if (x.dtype !== 'float32') throw new InvalidArgumentError(`a compact weight multiplies float32 inputs, not ${x.dtype}`);
   const [inF, outF] = weightInOut ? [p.rows, p.cols] : [p.cols, p.rows];
@@ -62,10 +63,11 @@ export const packedLinear = defineOp('packedLinear', function packedLinear(x: Te
     }
     return bias ? [dx, db] : [dx];
   });
-});
+}
 
 /** The rows of a packed table at `ids` (int32, checked against the vocabulary). */
-export const packedEmbedding = defineOp('packedEmbedding', function packedEmbedding(ids: Tensor, weight: Tensor): Tensor {
+export function packedEmbedding(ids: Tensor, weight: Tensor): Tensor {
+  if (hooked) return hook('packedEmbedding', packedEmbedding, [ids, weight]);
   const p = weight.packed!;
   for (let i = 0; i < ids.size; i++) {
     const id = ids.data[i];
@@ -74,4 +76,4 @@ export const packedEmbedding = defineOp('packedEmbedding', function packedEmbedd
   const out = new Float32Array(ids.size * p.cols);
   packedRowsJs(p, ids.data, out);
   return new Tensor(out, [...ids.shape, p.cols]);
-});
+}

@@ -3,7 +3,7 @@ import { allocate, assertFloat } from '../dtype.ts';
 import { stridedCopy, sumMiddle } from '../kernels/strided.ts';
 import { broadcastStrides, normalizeDim, sameShape, sizeOf } from '../shape.ts';
 import { Tensor } from '../tensor.ts';
-import { defineOp } from '../dispatch.ts';
+import { hook, hooked } from '../dispatch.ts';
 
 /** Reductions: sum, mean and max over dims (or all), with keepdim; argmax. */
 
@@ -54,16 +54,18 @@ function broadcastTo(g: Tensor, shape: readonly number[]): Tensor {
   return new Tensor(out, shape);
 }
 
-export const sum = defineOp('sum', function sum(x: Tensor, dim?: number | number[], keepdim = false): Tensor {
+export function sum(x: Tensor, dim?: number | number[], keepdim = false): Tensor {
+  if (hooked) return hook('sum', sum, [x, dim, keepdim]);
   const dims = dimsOf(x, dim);
   const kept = sumRaw(x, dims);
   const outShape = reducedShape(x.shape, dims, keepdim);
   const out = new Tensor(kept.data, outShape);
   const keptShape = reducedShape(x.shape, dims, true);
   return record(out, 'sum', [x], (g) => [broadcastTo(g.reshape(keptShape), x.shape)]);
-});
+}
 
-export const mean = defineOp('mean', function mean(x: Tensor, dim?: number | number[], keepdim = false): Tensor {
+export function mean(x: Tensor, dim?: number | number[], keepdim = false): Tensor {
+  if (hooked) return hook('mean', mean, [x, dim, keepdim]);
   assertFloat(x.dtype, 'mean');
   const dims = dimsOf(x, dim);
   const count = dims.reduce((n, d) => n * x.shape[d], 1);
@@ -78,10 +80,11 @@ export const mean = defineOp('mean', function mean(x: Tensor, dim?: number | num
     for (let i = 0; i < gd.length; i++) gd[i] = b.data[i] / count;
     return [new Tensor(gd, x.shape)];
   });
-});
+}
 
 /** Reduces a broadcast gradient back to `shape` (sums leading and size-1 dims). */
-export const sumTo = defineOp('sumTo', function sumTo(g: Tensor, shape: readonly number[]): Tensor {
+export function sumTo(g: Tensor, shape: readonly number[]): Tensor {
+  if (hooked) return hook('sumTo', sumTo, [g, shape]);
   if (sameShape(g.shape, shape)) return g;
   const lead = g.ndim - shape.length;
   const dims: number[] = [];
@@ -89,10 +92,11 @@ export const sumTo = defineOp('sumTo', function sumTo(g: Tensor, shape: readonly
     if (i < lead || (shape[i - lead] === 1 && g.shape[i] !== 1)) dims.push(i);
   }
   return sumRaw(g, dims).reshape(shape);
-});
+}
 
 /** Max values over one dim (or of all elements); the gradient flows to the first maximum. */
-export const max = defineOp('max', function max(x: Tensor, dim?: number, keepdim = false): Tensor {
+export function max(x: Tensor, dim?: number, keepdim = false): Tensor {
+  if (hooked) return hook('max', max, [x, dim, keepdim]);
   const flat = dim === undefined;
   const d = flat ? 0 : normalizeDim(dim, x.ndim);
   const [outer, reduce, inner] = around(flat ? [x.size] : x.shape, d);
@@ -124,10 +128,11 @@ export const max = defineOp('max', function max(x: Tensor, dim?: number, keepdim
     }
     return [new Tensor(gx, x.shape)];
   });
-});
+}
 
 /** Index of the first maximum along a dim, as int32. */
-export const argmax = defineOp('argmax', function argmax(x: Tensor, dim = -1, keepdim = false): Tensor {
+export function argmax(x: Tensor, dim = -1, keepdim = false): Tensor {
+  if (hooked) return hook('argmax', argmax, [x, dim, keepdim]);
   const d = normalizeDim(dim, x.ndim);
   const [outer, reduce, inner] = around(x.shape, d);
   const out = new Int32Array(outer * inner);
@@ -146,4 +151,4 @@ export const argmax = defineOp('argmax', function argmax(x: Tensor, dim = -1, ke
     }
   }
   return new Tensor(out, reducedShape(x.shape, [d], keepdim));
-});
+}

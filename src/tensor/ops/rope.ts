@@ -2,7 +2,7 @@ import { ShapeMismatchError } from '../../errors.ts';
 import { record } from '../autograd.ts';
 import { allocate, assertFloat } from '../dtype.ts';
 import { Tensor } from '../tensor.ts';
-import { defineOp } from '../dispatch.ts';
+import { hook, hooked } from '../dispatch.ts';
 
 /**
  * Rotary position embedding in Hugging Face's rotate-half convention:
@@ -10,7 +10,8 @@ import { defineOp } from '../dispatch.ts';
  * head dim. x is [B, H, T, D]; cos and sin are [B or 1, T, D]. The gradient applies the
  * transposed rotation: gx = g·cos + [ (g·sin)₂, −(g·sin)₁ ].
  */
-export const rotaryEmbedding = defineOp('rotaryEmbedding', function rotaryEmbedding(x: Tensor, cos: Tensor, sin: Tensor): Tensor {
+export function rotaryEmbedding(x: Tensor, cos: Tensor, sin: Tensor): Tensor {
+  if (hooked) return hook('rotaryEmbedding', rotaryEmbedding, [x, cos, sin]);
   assertFloat(x.dtype, 'rotaryEmbedding');
   const [b, h, t, d] = x.shape;
   if (x.ndim !== 4 || d % 2 !== 0) throw new ShapeMismatchError(`rotaryEmbedding needs [B, H, T, even D], got [${x.shape}]`);
@@ -56,4 +57,4 @@ export const rotaryEmbedding = defineOp('rotaryEmbedding', function rotaryEmbedd
     }
     return [new Tensor(gx, x.shape)];
   });
-});
+}

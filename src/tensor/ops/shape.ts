@@ -11,30 +11,34 @@ import {
   stridesOf,
 } from '../shape.ts';
 import { Tensor } from '../tensor.ts';
+import { hook, hooked } from '../dispatch.ts';
 import { sumTo } from './reduce.ts';
-import { defineOp } from '../dispatch.ts';
 
 /** Shape ops. Reshapes share the buffer; everything that moves data copies. */
 
-export const reshape = defineOp('reshape', function reshape(x: Tensor, shape: readonly number[]): Tensor {
+export function reshape(x: Tensor, shape: readonly number[]): Tensor {
+  if (hooked) return hook('reshape', reshape, [x, shape]);
   const target = resolveShape(shape, x.size);
   const out = new Tensor(x.data, target);
   return record(out, 'reshape', [x], (g) => [new Tensor(g.data, x.shape)]);
-});
+}
 
-export const flatten = defineOp('flatten', function flatten(x: Tensor, startDim = 0, endDim = -1): Tensor {
+export function flatten(x: Tensor, startDim = 0, endDim = -1): Tensor {
+  if (hooked) return hook('flatten', flatten, [x, startDim, endDim]);
   if (x.ndim === 0) return reshape(x, [1]);
   const s = normalizeDim(startDim, x.ndim);
   const e = normalizeDim(endDim, x.ndim);
   return reshape(x, [...x.shape.slice(0, s), sizeOf(x.shape.slice(s, e + 1)), ...x.shape.slice(e + 1)]);
-});
+}
 
-export const unsqueeze = defineOp('unsqueeze', function unsqueeze(x: Tensor, dim: number): Tensor {
+export function unsqueeze(x: Tensor, dim: number): Tensor {
+  if (hooked) return hook('unsqueeze', unsqueeze, [x, dim]);
   const d = normalizeDim(dim, x.ndim + 1);
   return reshape(x, [...x.shape.slice(0, d), 1, ...x.shape.slice(d)]);
-});
+}
 
-export const squeeze = defineOp('squeeze', function squeeze(x: Tensor, dim?: number): Tensor {
+export function squeeze(x: Tensor, dim?: number): Tensor {
+  if (hooked) return hook('squeeze', squeeze, [x, dim]);
   if (dim === undefined)
     return reshape(
       x,
@@ -43,13 +47,15 @@ export const squeeze = defineOp('squeeze', function squeeze(x: Tensor, dim?: num
   const d = normalizeDim(dim, x.ndim);
   if (x.shape[d] !== 1) return x;
   return reshape(x, [...x.shape.slice(0, d), ...x.shape.slice(d + 1)]);
-});
+}
 
-export const clone = defineOp('clone', function clone(x: Tensor): Tensor {
+export function clone(x: Tensor): Tensor {
+  if (hooked) return hook('clone', clone, [x]);
   return record(new Tensor(x.data.slice(), x.shape), 'clone', [x], (g) => [g]);
-});
+}
 
-export const permute = defineOp('permute', function permute(x: Tensor, dims: number[]): Tensor {
+export function permute(x: Tensor, dims: number[]): Tensor {
+  if (hooked) return hook('permute', permute, [x, dims]);
   if (dims.length !== x.ndim)
     throw new InvalidArgumentError(`permute needs ${x.ndim} dims, got ${dims.length}`);
   const perm = dims.map((d) => normalizeDim(d, x.ndim));
@@ -68,15 +74,16 @@ export const permute = defineOp('permute', function permute(x: Tensor, dims: num
     inverse[p] = i;
   });
   return record(new Tensor(out, shape), 'permute', [x], (g) => [permute(g, inverse)]);
-});
+}
 
-export const transpose = defineOp('transpose', function transpose(x: Tensor, dim0: number, dim1: number): Tensor {
+export function transpose(x: Tensor, dim0: number, dim1: number): Tensor {
+  if (hooked) return hook('transpose', transpose, [x, dim0, dim1]);
   const perm = x.shape.map((_, i) => i);
   const a = normalizeDim(dim0, x.ndim);
   const b = normalizeDim(dim1, x.ndim);
   [perm[a], perm[b]] = [perm[b], perm[a]];
   return permute(x, perm);
-});
+}
 
 /** Copies rows [start, start+length) of one dim into `out` at `outOffset` of the same dim. */
 function copyBlock(
@@ -98,7 +105,8 @@ function copyBlock(
 }
 
 /** Elements [start, start+length) of one dim (a copy). */
-export const narrow = defineOp('narrow', function narrow(x: Tensor, dim: number, start: number, length: number): Tensor {
+export function narrow(x: Tensor, dim: number, start: number, length: number): Tensor {
+  if (hooked) return hook('narrow', narrow, [x, dim, start, length]);
   const d = normalizeDim(dim, x.ndim);
   const s = start < 0 ? start + x.shape[d] : start;
   if (s < 0 || length < 0 || s + length > x.shape[d]) {
@@ -116,10 +124,11 @@ export const narrow = defineOp('narrow', function narrow(x: Tensor, dim: number,
     copyBlock(g, d, 0, length, gx, x.shape[d], s);
     return [new Tensor(gx, x.shape)];
   });
-});
+}
 
 /** Joins tensors along an existing dim. */
-export const cat = defineOp('cat', function cat(tensors: Tensor[], dim = 0): Tensor {
+export function cat(tensors: Tensor[], dim = 0): Tensor {
+  if (hooked) return hook('cat', cat, [tensors, dim]);
   if (tensors.length === 0) throw new InvalidArgumentError('cat needs at least one tensor');
   const first = tensors[0];
   const d = normalizeDim(dim, first.ndim);
@@ -142,10 +151,11 @@ export const cat = defineOp('cat', function cat(tensors: Tensor[], dim = 0): Ten
   return record(new Tensor(out, shape), 'cat', tensors, (g) =>
     tensors.map((t, i) => (t.requiresGrad ? narrow(g, d, offsets[i], t.shape[d]) : null)),
   );
-});
+}
 
 /** Splits into chunks of `size` (the last may be smaller) or into the given sizes. */
-export const split = defineOp('split', function split(x: Tensor, sizeOrSizes: number | number[], dim = 0): Tensor[] {
+export function split(x: Tensor, sizeOrSizes: number | number[], dim = 0): Tensor[] {
+  if (hooked) return hook('split', split, [x, sizeOrSizes, dim]);
   const d = normalizeDim(dim, x.ndim);
   const n = x.shape[d];
   let sizes: number[];
@@ -165,10 +175,11 @@ export const split = defineOp('split', function split(x: Tensor, sizeOrSizes: nu
     start += len;
     return part;
   });
-});
+}
 
 /** Broadcasts to a larger shape (a copy); the gradient sums back. -1 keeps a dim. */
-export const expand = defineOp('expand', function expand(x: Tensor, shape: readonly number[]): Tensor {
+export function expand(x: Tensor, shape: readonly number[]): Tensor {
+  if (hooked) return hook('expand', expand, [x, shape]);
   const offset = shape.length - x.ndim;
   const target = shape.map((s, i) => (s === -1 ? x.shape[i - offset] : s));
   const full = broadcastShapes(x.shape, target);
@@ -178,7 +189,7 @@ export const expand = defineOp('expand', function expand(x: Tensor, shape: reado
   const out = allocate(x.dtype, sizeOf(target));
   stridedCopy(x.data, broadcastStrides(x.shape, target), target, out);
   return record(new Tensor(out, target), 'expand', [x], (g) => [sumTo(g, x.shape)]);
-});
+}
 
 function checkIndex(index: Tensor, limit: number, op: string): void {
   if (index.dtype !== 'int32') throw new DTypeError(`${op} needs an int32 index, got ${index.dtype}`);
@@ -189,7 +200,8 @@ function checkIndex(index: Tensor, limit: number, op: string): void {
 }
 
 /** Picks whole slices along `dim` by a 1-D int32 index. */
-export const indexSelect = defineOp('indexSelect', function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
+export function indexSelect(x: Tensor, dim: number, index: Tensor): Tensor {
+  if (hooked) return hook('indexSelect', indexSelect, [x, dim, index]);
   const d = normalizeDim(dim, x.ndim);
   if (index.ndim !== 1) throw new ShapeMismatchError('indexSelect needs a 1-D index');
   checkIndex(index, x.shape[d], 'indexSelect');
@@ -217,10 +229,11 @@ export const indexSelect = defineOp('indexSelect', function indexSelect(x: Tenso
     }
     return [new Tensor(gx, x.shape)];
   });
-});
+}
 
 /** out[..., j, ...] = x[..., index[..., j, ...], ...] along `dim` (index has x's rank). */
-export const gather = defineOp('gather', function gather(x: Tensor, dim: number, index: Tensor): Tensor {
+export function gather(x: Tensor, dim: number, index: Tensor): Tensor {
+  if (hooked) return hook('gather', gather, [x, dim, index]);
   const d = normalizeDim(dim, x.ndim);
   if (index.ndim !== x.ndim) throw new ShapeMismatchError('gather needs an index of the same rank');
   checkIndex(index, x.shape[d], 'gather');
@@ -244,4 +257,4 @@ export const gather = defineOp('gather', function gather(x: Tensor, dim: number,
     for (let p = 0; p < index.size; p++) gx[srcOffsets[p]] += g.data[p];
     return [new Tensor(gx, x.shape)];
   });
-});
+}

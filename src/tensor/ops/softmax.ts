@@ -2,7 +2,7 @@ import { record } from '../autograd.ts';
 import { allocate, assertFloat } from '../dtype.ts';
 import { normalizeDim, sizeOf } from '../shape.ts';
 import { Tensor } from '../tensor.ts';
-import { defineOp } from '../dispatch.ts';
+import { hook, hooked } from '../dispatch.ts';
 
 /**
  * Softmax and log-softmax along one dim, fused (max-subtracted, double accumulation).
@@ -40,7 +40,8 @@ function softmaxForward(x: Tensor, dim: number, asLog: boolean): Float32Array | 
   return out;
 }
 
-export const softmax = defineOp('softmax', function softmax(x: Tensor, dim = -1): Tensor {
+export function softmax(x: Tensor, dim = -1): Tensor {
+  if (hooked) return hook('softmax', softmax, [x, dim]);
   const y = softmaxForward(x, dim, false);
   const [outer, n, inner] = layout(x, dim);
   return record(new Tensor(y, x.shape), 'softmax', [x], (g) => {
@@ -58,9 +59,10 @@ export const softmax = defineOp('softmax', function softmax(x: Tensor, dim = -1)
     }
     return [new Tensor(gx, x.shape)];
   });
-});
+}
 
-export const logSoftmax = defineOp('logSoftmax', function logSoftmax(x: Tensor, dim = -1): Tensor {
+export function logSoftmax(x: Tensor, dim = -1): Tensor {
+  if (hooked) return hook('logSoftmax', logSoftmax, [x, dim]);
   const y = softmaxForward(x, dim, true);
   const [outer, n, inner] = layout(x, dim);
   return record(new Tensor(y, x.shape), 'logSoftmax', [x], (g) => {
@@ -78,4 +80,4 @@ export const logSoftmax = defineOp('logSoftmax', function logSoftmax(x: Tensor, 
     }
     return [new Tensor(gx, x.shape)];
   });
-});
+}
