@@ -145,7 +145,12 @@ export class Tensor {
     return new Tensor(await this.read(), this.shape);
   }
 
-  /** Returns a device tensor's memory to its backend now (later use is an error there); no-op on the host. */
+  /**
+   * Returns a device tensor's memory to its backend now rather than when it is collected (later
+   * use is an error there); nothing on the host.
+   * @example
+   * const y = await h.toHost(); h.dispose()
+   */
   dispose(): void {
     this.deviceStorage?.free();
   }

@@ -22,11 +22,14 @@ import { Tensor } from './tensor.ts';
  * - Tensors that are neither inputs nor results of recorded ops (parameters, masks, tables)
  *   are constants, read by reference at every run: an optimizer's in-place update is seen.
  * - State mutated in place outside the ops (the models' growing KV cache, TimeMajorKV) is an
- *   attribute, captured by reference: a traced decoding step takes its cache as tensor inputs
- *   and returns the grown cache as outputs (cat), as ONNX graphs bind past and present.
- * - Not supported yet: `backward()` inside a trace (TraceError; so no optimizer step either),
- *   random ops draw once per call as at trace time only if their generator is re-seeded, an
- *   async `fn`, a trace inside a trace, and moving a traced value between devices.
+ *   attribute, taken as it was at trace time (a plain object's fields by value, arrays and class
+ *   instances by reference): a traced decoding step takes its cache as tensor inputs and
+ *   returns the grown cache as outputs (cat), as ONNX graphs bind past and present.
+ * - A random op (dropout) holds its generator as an attribute: a replay draws the next numbers
+ *   from it, as another call would.
+ * - Not supported yet (each a TraceError): `backward()` inside a trace, so no optimizer step
+ *   either (trace the forward; backward runs on a replay's output as on a call's); an async
+ *   `fn`; a trace inside a trace; moving a traced value between devices.
  */
 
 /** Where a slot's first value came from. */

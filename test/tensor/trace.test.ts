@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type CausalLM, createModel, defaultPositions, type ForwardContext, gpt2Config, llamaConfig } from '../../src/models/index.ts';
 import { Linear } from '../../src/nn/index.ts';
+import { hooked } from '../../src/tensor/dispatch.ts';
 import {
   type Backend,
   cat,
@@ -52,6 +53,8 @@ describe('traced steps', () => {
       const x = randn([4, 16], { generator: rng });
       assertSameBits(step.run([x]), mlp(x), `run ${i}`);
     }
+    // outside a trace the ops' one boolean is off again: recording costs nothing then
+    assert.equal(hooked, false);
     // constants are read at each run: an update of a parameter in place is seen
     fc2.bias!.data[0] += 1;
     const x = randn([4, 16], { generator: rng });

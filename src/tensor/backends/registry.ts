@@ -83,7 +83,11 @@ export function loadBackend(name: string): Backend {
   return backend;
 }
 
-/** The device a backend computes on ('cpu' unless it says otherwise). */
+/**
+ * The device a backend computes on ('cpu' unless it says otherwise).
+ * @example
+ * backendDevice(getBackend()) // 'cpu'
+ */
 export function backendDevice(backend: Backend): Device {
   return backend.device ?? CPU;
 }
