@@ -3,10 +3,10 @@ import { gatedMlp, Generator, linears, type Tensor } from '../tensor/index.ts';
 import type { DecoderConfig } from './config.ts';
 import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
 import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
-import { countParameters, type NamedShape } from './families/family.ts';
+import { denseBlockProfile, type NamedShape } from './families/family.ts';
 import { canDecodeStep, type DecodeBlock, type DecodeShape, decodeStep, decodeStepFits } from './generation/decode-step.ts';
 import { blockWindow, rotaryDim } from './decoder-config.ts';
-import { type ForwardContext, layerProfile,
+import { type ForwardContext, type LayerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
 import { applyRotary, cachedRotaryTables, type RopeSpec, rotaryTablesFor } from './rope.ts';
 import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from './decoder-layers.ts';
@@ -61,6 +61,11 @@ export interface BlockParts {
   attention?: (c: DecoderConfig, rng: Generator) => AttentionModule;
   mlp?: (c: DecoderConfig, rng: Generator) => MlpModule;
   weights?: (c: DecoderConfig) => NamedShape[];
+}
+
+/** A shared-decoder block's profile from its weights (grouped-query attention: the keys and values of kvHeads heads). */
+export function decoderBlockProfile(c: DecoderConfig, weights: readonly NamedShape[]): LayerProfile {
+  return denseBlockProfile(weights, c.hidden, c.heads * c.headDim, c.kvHeads * c.headDim);
 }
 
 /**
@@ -260,9 +265,9 @@ export class Decoder extends DecoderLM {
     const c = this.config;
     const m = this.model;
     const h = c.hidden;
-    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
+    // a block's profile, counted from its checkpoint names (a section may hold no block to count)
     const p = this.blockParts;
-    const blockParams = countParameters(p.weights ? p.weights(c) : decoderBlockWeights({ ...c, qkNorm: p.qkNorm === true }));
+    const profile = decoderBlockProfile(c, p.weights ? p.weights(c) : decoderBlockWeights({ ...c, qkNorm: p.qkNorm === true }));
     const headWeight = () => this.lm_head?.weight ?? m.embed_tokens!.weight;
     const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
     return decoderLayers({
@@ -270,7 +275,7 @@ export class Decoder extends DecoderLM {
       embedding: plainEmbedding('model.embed_tokens', () => m.embed_tokens!, c.vocabSize, h),
       blockPrefix: 'model.layers',
       block: (i) => m.layers.byIndex(i),
-      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim),
+      blockProfile: () => ({ ...profile }),
       norm: { name: 'model.norm', module: () => m.norm!, params: h },
       head: { name: 'lm_head', weightName: headName, weight: headWeight },
     });

@@ -6,7 +6,7 @@ import { firstId, num } from './config-fields.ts';
 import { type BlockAttention, normalInit, proj } from './decoder-parts.ts';
 import { decoderBlockWeights, DecoderAttention, type DecoderAttentionConfig } from './decoder.ts';
 import { countParameters, type NamedShape } from './families/family.ts';
-import { type ForwardContext, layerProfile,
+import { type ForwardContext, type LayerProfile, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from './model.ts';
 import { GatedMLP, type GatedMLPNames, type MoeSpec, moeSizes, PROJ_NAMES, SparseMoe } from './moe.ts';
 import { cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from './rope.ts';
@@ -156,6 +156,20 @@ export function moeBlockWeights(c: MoeDecoderConfig, family: MoeFamily, i: numbe
   return [...shared, [`${m}.gate.weight`, [s.experts, h]], ...experts.flat()];
 }
 
+/**
+ * A MoE family's block i profile: every expert's parameters (counted from its checkpoint names), the FLOPs of the
+ * experts a token runs (top-k).
+ */
+export function moeBlockProfile(c: MoeDecoderConfig, family: MoeFamily, i: number): LayerProfile {
+  const h = c.hidden;
+  const weights = moeBlockWeights(c, family, i);
+  const params = countParameters(weights);
+  const attention = params - countParameters(weights.filter(([name]) => name.startsWith(`${family.mlpName}.`)));
+  const mlp = family.mlp(i);
+  const flopsPerToken = 'sparse' in mlp ? moeSizes(mlp.sparse).flopsPerToken : 6 * h * mlp.dense;
+  return layerProfile(params, 2 * attention + flopsPerToken, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim);
+}
+
 export class MoeDecoderLayer extends Module {
   readonly input_layernorm: RMSNorm;
   readonly self_attn: DecoderAttention;
@@ -224,21 +238,6 @@ export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends De
     this.setLayers(this.buildLayers());
   }
 
-  /**
-   * A block's profile: every expert's parameters (counted from its checkpoint names), the FLOPs of the experts a token
-   * runs (top-k).
-   */
-  private blockProfile(i: number) {
-    const c = this.config;
-    const h = c.hidden;
-    const weights = moeBlockWeights(c, this.family, i);
-    const params = countParameters(weights);
-    const attention = params - countParameters(weights.filter(([name]) => name.startsWith(`${this.family.mlpName}.`)));
-    const mlp = this.family.mlp(i);
-    const flopsPerToken = 'sparse' in mlp ? moeSizes(mlp.sparse).flopsPerToken : 6 * h * mlp.dense;
-    return layerProfile(params, 2 * attention + flopsPerToken, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim);
-  }
-
   private buildLayers(): ModelLayer[] {
     const c = this.config;
     const m = this.model;
@@ -250,7 +249,7 @@ export class MoeForCausalLM<C extends ModelConfig & MoeDecoderConfig> extends De
       embedding: plainEmbedding('model.embed_tokens', () => m.embed_tokens!, c.vocabSize, h),
       blockPrefix: 'model.layers',
       block: (i) => m.layers.byIndex(i),
-      blockProfile: (i) => this.blockProfile(i),
+      blockProfile: (i) => moeBlockProfile(c, this.family, i),
       norm: { name: 'model.norm', module: () => m.norm!, params: h },
       head: { name: 'lm_head', weightName: headName, weight: headWeight },
     });

@@ -1,11 +1,11 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { countParameters, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, smallBase } from './family.ts';
+import { denseBlockProfile, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, smallBase } from './family.ts';
 import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
 import { Generator, type Tensor } from '../../tensor/index.ts';
 import { alibiAttention, alibiSlopes } from '../alibi.ts';
 import { firstId, num } from '../config-fields.ts';
 import { mergeHeads } from '../forward.ts';
-import { type ForwardContext, layerProfile,
+import { type ForwardContext, type LayerProfile, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
 import { GeluMLP, normalInit, proj } from '../decoder-parts.ts';
 import { DecoderLM, decoderLayers, sectionSetup } from '../decoder-layers.ts';
@@ -200,8 +200,8 @@ export class Bloom extends DecoderLM {
     const c = this.config;
     const m = this.transformer;
     const h = c.hidden;
-    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
-    const blockParams = countParameters(bloomBlockWeights(c));
+    // a block's profile, counted from its checkpoint names (a section may hold no block to count)
+    const profile = bloomBlockProfile(c);
     const headWeight = () => this.lm_head?.weight ?? m.word_embeddings!.weight;
     const headName = c.tieWordEmbeddings ? 'transformer.word_embeddings.weight' : 'lm_head.weight';
     return decoderLayers({
@@ -217,7 +217,7 @@ export class Bloom extends DecoderLM {
       },
       blockPrefix: 'transformer.h',
       block: (b) => m.h.byIndex(b),
-      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
+      blockProfile: () => ({ ...profile }),
       norm: { name: 'transformer.ln_f', module: () => m.ln_f!, params: 2 * h },
       head: { name: 'lm_head', weightName: headName, weight: headWeight },
     });
@@ -237,6 +237,11 @@ function bloomBlockWeights(c: BloomConfig): NamedShape[] {
   ];
 }
 
+/** A bloom block's profile for the planner, from its weights. */
+function bloomBlockProfile(c: BloomConfig): LayerProfile {
+  return denseBlockProfile(bloomBlockWeights(c), c.hidden, c.hidden, c.hidden);
+}
+
 export const bloom: Family<BloomConfig> = {
   name: 'bloom',
   architecture: 'BloomForCausalLM',
@@ -251,6 +256,7 @@ export const bloom: Family<BloomConfig> = {
   validate: validateBloom,
   create: (c, options) => new Bloom(c, options),
   blockWeights: bloomBlockWeights,
+  blockProfile: bloomBlockProfile,
   small(s) {
     noWindow(s, 'bloom');
     if (s.intermediate !== undefined && s.intermediate !== 4 * s.hidden) {

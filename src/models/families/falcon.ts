@@ -1,10 +1,10 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { countParameters, type Family, layerNormWeights, linearWeights, type NamedShape, noWindow, smallBase } from './family.ts';
+import { denseBlockProfile, type Family, layerNormWeights, linearWeights, type NamedShape, noWindow, smallBase } from './family.ts';
 import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
 import { Generator, type Tensor } from '../../tensor/index.ts';
 import { firstId, num } from '../config-fields.ts';
 import { cachedAttention, mergeHeads } from '../forward.ts';
-import { type ForwardContext, layerProfile,
+import { type ForwardContext, type LayerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
 import { GeluMLP, normalInit, proj } from '../decoder-parts.ts';
@@ -258,9 +258,8 @@ export class Falcon extends DecoderLM {
     const c = this.config;
     const m = this.transformer;
     const h = c.hidden;
-    const hd = h / c.heads;
-    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
-    const blockParams = countParameters(falconBlockWeights(c));
+    // a block's profile, counted from its checkpoint names (a section may hold no block to count)
+    const profile = falconBlockProfile(c);
     const headWeight = () => this.lm_head?.weight ?? m.word_embeddings!.weight;
     const headName = c.tieWordEmbeddings ? 'transformer.word_embeddings.weight' : 'lm_head.weight';
     return decoderLayers({
@@ -268,7 +267,7 @@ export class Falcon extends DecoderLM {
       embedding: plainEmbedding('transformer.word_embeddings', () => m.word_embeddings!, c.vocabSize, h),
       blockPrefix: 'transformer.h',
       block: (b) => m.h.byIndex(b),
-      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * c.kvHeads * hd),
+      blockProfile: () => ({ ...profile }),
       norm: { name: 'transformer.ln_f', module: () => m.ln_f!, params: 2 * h },
       head: { name: 'lm_head', weightName: headName, weight: headWeight },
     });
@@ -288,6 +287,11 @@ function falconBlockWeights(c: FalconConfig): NamedShape[] {
   ];
 }
 
+/** A falcon block's profile for the planner, from its weights. */
+function falconBlockProfile(c: FalconConfig): LayerProfile {
+  return denseBlockProfile(falconBlockWeights(c), c.hidden, c.hidden, c.kvHeads * (c.hidden / c.heads));
+}
+
 export const falcon: Family<FalconConfig> = {
   name: 'falcon',
   architecture: 'FalconForCausalLM',
@@ -302,6 +306,7 @@ export const falcon: Family<FalconConfig> = {
   validate: validateFalcon,
   create: (c, options) => new Falcon(c, options),
   blockWeights: falconBlockWeights,
+  blockProfile: falconBlockProfile,
   // the new decoder architecture, grouped by --kv-heads
   small(s) {
     noWindow(s, 'falcon');

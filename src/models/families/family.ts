@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '../../errors.ts';
 import type { ModelConfig } from '../config.ts';
-import type { CausalLM, ModelPart } from '../model.ts';
+import { type CausalLM, type LayerProfile, layerProfile, type ModelPart } from '../model.ts';
 
 /**
  * What a model family is to the rest of the project: one record per Hugging Face model_type, in its own file beside
@@ -97,6 +97,8 @@ export interface Family<C extends ModelConfig = ModelConfig> {
   create(c: C, options: BuildOptions): CausalLM;
   /** The checkpoint names and shapes of block `i`, after its prefix (`attn.c_attn.weight`): what its parameters count. */
   blockWeights(c: C, i: number): NamedShape[];
+  /** Block `i`'s profile for the planner (parameters from blockWeights, FLOPs, bytes, KV bytes per token): no weights built. */
+  blockProfile(c: C, i: number): LayerProfile;
   /** A new small model's config at `init-model`'s shape (InvalidArgumentError for a flag the family has no use for). */
   small(s: SmallShape): C;
 }
@@ -106,6 +108,15 @@ export function countParameters(weights: readonly NamedShape[]): number {
   let n = 0;
   for (const [, shape] of weights) n += shape.reduce((a, b) => a * b, 1);
   return n;
+}
+
+/**
+ * A dense block's profile from its weights: each parameter in one multiply-add per token (2 FLOPs), attention over the
+ * context at 4 FLOPs per query dim per context token (scores and weighted sum), keys and values `kvWidth` wide each.
+ */
+export function denseBlockProfile(weights: readonly NamedShape[], hidden: number, queryWidth: number, kvWidth: number): LayerProfile {
+  const params = countParameters(weights);
+  return layerProfile(params, 2 * params, hidden, 4 * queryWidth, 2 * kvWidth);
 }
 
 /** A Linear's weights (stored [out, in]) and its bias when it has one. */

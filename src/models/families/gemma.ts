@@ -4,13 +4,13 @@ import { Generator, rmsNorm, type Tensor, zeros } from '../../tensor/index.ts';
 import type { AttentionOptions } from '../attention.ts';
 import type { DecoderConfigBase, AttentionLayerType } from '../config.ts';
 import { type BlockAttention, normalInit, proj } from '../decoder-parts.ts';
-import { type ForwardContext, layerProfile,
+import { type ForwardContext, type LayerProfile, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
 import { cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
 import { DecoderLM, decoderLayers, sectionSetup } from '../decoder-layers.ts';
 import { DECODER_LAYOUT } from '../decoder-config.ts';
 import { DecoderAttention, decoderBlockWeights, DecoderMLP } from '../decoder.ts';
-import { countParameters, type Family, type NamedShape, noWindow, smallBase } from './family.ts';
+import { denseBlockProfile, type Family, type NamedShape, noWindow, smallBase } from './family.ts';
 
 /**
  * Gemma 2 and Gemma 3 (text) as transformers' Gemma2ForCausalLM and Gemma3ForCausalLM. What
@@ -327,8 +327,8 @@ export class Gemma extends DecoderLM {
     const c = this.config;
     const m = this.model;
     const h = c.hidden;
-    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
-    const blockParams = countParameters(gemmaBlockWeights(c));
+    // a block's profile, counted from its checkpoint names (a section may hold no block to count)
+    const profile = gemmaBlockProfile(c);
     const headWeight = () => this.lm_head?.weight ?? m.embed_tokens!.weight;
     const headName = c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
     const embedScale = Math.fround(Math.sqrt(h)); // transformers' embed_scale, a float32 √hidden
@@ -343,7 +343,7 @@ export class Gemma extends DecoderLM {
       },
       blockPrefix: 'model.layers',
       block: (i) => m.layers.byIndex(i),
-      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * c.heads * c.headDim, 2 * c.kvHeads * c.headDim),
+      blockProfile: () => ({ ...profile }),
       norm: { name: 'model.norm', module: () => m.norm!, params: h },
       // the final logit soft-cap
       head: { name: 'lm_head', weightName: headName, weight: headWeight, ...(cap === undefined ? {} : { after: (logits) => logits.div(cap).tanh().mul(cap) }) },
@@ -355,6 +355,11 @@ export class Gemma extends DecoderLM {
 function gemmaBlockWeights(c: GemmaConfig): NamedShape[] {
   const shared = decoderBlockWeights({ ...c, qkvBias: c.attentionBias, oBias: c.attentionBias, qkNorm: c.modelType === 'gemma3_text' });
   return [...shared, ['pre_feedforward_layernorm.weight', [c.hidden]], ['post_feedforward_layernorm.weight', [c.hidden]]];
+}
+
+/** A gemma block's profile for the planner, from its weights. */
+function gemmaBlockProfile(c: GemmaConfig): LayerProfile {
+  return denseBlockProfile(gemmaBlockWeights(c), c.hidden, c.heads * c.headDim, c.kvHeads * c.headDim);
 }
 
 /** The record of a Gemma model_type: both build the same model, their differences in GemmaConfig's fields. */
@@ -370,6 +375,7 @@ function gemmaFamily(type: GemmaType, fixture: string): Family<GemmaConfig> {
     validate: validateGemma,
     create: (c, options) => new Gemma(c, options),
     blockWeights: gemmaBlockWeights,
+    blockProfile: gemmaBlockProfile,
     // the family's default window, and hidden / heads per head
     small(s) {
       noWindow(s, type);

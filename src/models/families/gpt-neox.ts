@@ -1,10 +1,10 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { countParameters, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, smallBase } from './family.ts';
+import { denseBlockProfile, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, smallBase } from './family.ts';
 import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
 import { Generator, type Tensor } from '../../tensor/index.ts';
 import { firstId, num } from '../config-fields.ts';
 import { cachedAttention, mergeHeads } from '../forward.ts';
-import { type ForwardContext, layerProfile,
+import { type ForwardContext, type LayerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
 import { GeluMLP, normalInit, proj } from '../decoder-parts.ts';
@@ -230,8 +230,8 @@ export class GPTNeoX extends DecoderLM {
     const c = this.config;
     const m = this.gpt_neox;
     const h = c.hidden;
-    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
-    const blockParams = countParameters(gptNeoXBlockWeights(c));
+    // a block's profile, counted from its checkpoint names (a section may hold no block to count)
+    const profile = gptNeoXBlockProfile(c);
     const headWeight = () => this.embed_out?.weight ?? m.embed_in!.weight;
     const headName = c.tieWordEmbeddings ? 'gpt_neox.embed_in.weight' : 'embed_out.weight';
     return decoderLayers({
@@ -239,7 +239,7 @@ export class GPTNeoX extends DecoderLM {
       embedding: plainEmbedding('gpt_neox.embed_in', () => m.embed_in!, c.vocabSize, h),
       blockPrefix: 'gpt_neox.layers',
       block: (b) => m.layers.byIndex(b),
-      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
+      blockProfile: () => ({ ...profile }),
       norm: { name: 'gpt_neox.final_layer_norm', module: () => m.final_layer_norm!, params: 2 * h },
       head: { name: 'embed_out', weightName: headName, weight: headWeight },
     });
@@ -259,6 +259,11 @@ function gptNeoXBlockWeights(c: GPTNeoXConfig): NamedShape[] {
   ];
 }
 
+/** A gptNeoX block's profile for the planner, from its weights. */
+function gptNeoXBlockProfile(c: GPTNeoXConfig): LayerProfile {
+  return denseBlockProfile(gptNeoXBlockWeights(c), c.hidden, c.hidden, c.hidden);
+}
+
 export const gptNeoX: Family<GPTNeoXConfig> = {
   name: 'gpt_neox',
   architecture: 'GPTNeoXForCausalLM',
@@ -273,6 +278,7 @@ export const gptNeoX: Family<GPTNeoXConfig> = {
   validate: validateGPTNeoX,
   create: (c, options) => new GPTNeoX(c, options),
   blockWeights: gptNeoXBlockWeights,
+  blockProfile: gptNeoXBlockProfile,
   small(s) {
     noWindow(s, 'gpt_neox');
     multiHead(s);

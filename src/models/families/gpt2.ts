@@ -3,9 +3,9 @@ import { drawsNothing, Generator, linear, randn, type Tensor, zeros } from '../.
 import { InvalidArgumentError } from '../../errors.ts';
 import type { DecoderConfigBase } from '../config.ts';
 import { firstId, num } from '../config-fields.ts';
-import { countParameters, type Family, type Json, type NamedShape, noWindow, smallBase } from './family.ts';
+import { denseBlockProfile, type Family, type Json, type NamedShape, noWindow, smallBase } from './family.ts';
 import { cachedAttention, mergeHeads, splitHeads } from '../forward.ts';
-import { type ForwardContext, layerProfile,
+import { type ForwardContext, type LayerProfile, layerProfile,
   type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
 import { DecoderLM, decoderLayers, sectionSetup } from '../decoder-layers.ts';
 
@@ -160,8 +160,8 @@ export class GPT2 extends DecoderLM {
     const c = this.config;
     const t = this.transformer;
     const h = c.hidden;
-    // a block's parameters, counted from its checkpoint names (a section may hold no block to count)
-    const blockParams = countParameters(gpt2BlockWeights(c));
+    // a block's profile, counted from its checkpoint names (a section may hold no block to count)
+    const profile = gpt2BlockProfile(c);
     const headWeight = () => this.lm_head?.weight ?? t.wte!.weight;
     const headName = c.tieWordEmbeddings ? 'transformer.wte.weight' : 'lm_head.weight';
     return decoderLayers({
@@ -177,7 +177,7 @@ export class GPT2 extends DecoderLM {
       },
       blockPrefix: 'transformer.h',
       block: (i) => t.h.byIndex(i),
-      blockProfile: () => layerProfile(blockParams, 2 * blockParams, h, 4 * h, 2 * h),
+      blockProfile: () => ({ ...profile }),
       norm: { name: 'transformer.ln_f', module: () => t.ln_f!, params: 2 * h },
       head: { name: 'lm_head', weightName: headName, weight: headWeight },
     });
@@ -243,6 +243,11 @@ function gpt2BlockWeights(c: GPT2Config): NamedShape[] {
   ];
 }
 
+/** A gpt2 block's profile for the planner, from its weights. */
+function gpt2BlockProfile(c: GPT2Config): LayerProfile {
+  return denseBlockProfile(gpt2BlockWeights(c), c.hidden, c.hidden, c.hidden);
+}
+
 export const gpt2: Family<GPT2Config> = {
   name: 'gpt2',
   architecture: 'GPT2LMHeadModel',
@@ -256,6 +261,7 @@ export const gpt2: Family<GPT2Config> = {
   },
   create: (c, options) => new GPT2(c, options),
   blockWeights: gpt2BlockWeights,
+  blockProfile: gpt2BlockProfile,
   small(s) {
     noWindow(s, 'gpt2');
     return gpt2Config({ ...smallBase(s), intermediate: s.intermediate ?? 4 * s.hidden });

@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../../errors.ts';
 import { type DecoderConfig, isDecoderConfig } from '../config.ts';
 import { DECODER_LAYOUT, decoderConfigFromHF, decoderConfigToHF, smallDecoder, validateDecoderConfig } from '../decoder-config.ts';
-import { decoderBlockWeights, Decoder } from '../decoder.ts';
+import { decoderBlockWeights, Decoder, decoderBlockProfile } from '../decoder.ts';
 import type { Family } from './family.ts';
 
 /**
@@ -26,6 +26,7 @@ export const llama: Family<DecoderConfig> = {
   validate: (c) => validateDecoderConfig(c, { ropeScaling: true, attentionBias: true, mlpBias: true }),
   create: (c, options) => new Decoder(c, options),
   blockWeights: (c) => decoderBlockWeights(c),
+  blockProfile: (c) => decoderBlockProfile(c, decoderBlockWeights(c)),
   small(s) {
     if (s.slidingWindow !== undefined) throw new InvalidArgumentError('--sliding-window is not part of --arch llama');
     return smallDecoder(s, 'llama');

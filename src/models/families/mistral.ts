@@ -2,7 +2,7 @@ import { type DecoderConfig, isDecoderConfig } from '../config.ts';
 import {
   DECODER_LAYOUT, decoderConfigFromHF, decoderConfigToHF, slidingWindowOf, smallDecoder, validateDecoderConfig,
 } from '../decoder-config.ts';
-import { decoderBlockWeights, Decoder } from '../decoder.ts';
+import { decoderBlockWeights, Decoder, decoderBlockProfile } from '../decoder.ts';
 import type { Family } from './family.ts';
 
 /** Mistral's window on every block, 4096 where config.json leaves sliding_window out (as transformers' MistralConfig). */
@@ -31,5 +31,6 @@ export const mistral: Family<DecoderConfig> = {
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, ropeScaling: true }),
   create: (c, options) => new Decoder(c, options),
   blockWeights: (c) => decoderBlockWeights(c),
+  blockProfile: (c) => decoderBlockProfile(c, decoderBlockWeights(c)),
   small: (s) => smallDecoder(s, 'mistral', { slidingWindow: s.slidingWindow ?? WINDOW }),
 };

@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '../../errors.ts';
 import { num } from '../config-fields.ts';
-import { type MoeDecoderConfig, moeDecoderFromHF, moeDecoderToHF, moeBlockWeights, type MoeFamily, MoeForCausalLM, validateMoeDecoder, windowFromHF } from '../moe-decoder.ts';
+import { type MoeDecoderConfig, moeDecoderFromHF, moeDecoderToHF, moeBlockProfile, moeBlockWeights, type MoeFamily, MoeForCausalLM, validateMoeDecoder, windowFromHF } from '../moe-decoder.ts';
 import type { ModelPart } from '../model.ts';
 import { DECODER_LAYOUT } from '../decoder-config.ts';
 import { type Family, noWindow, smallBase } from './family.ts';
@@ -112,6 +112,7 @@ export const mixtral: Family<MixtralConfig> = {
   validate: validateMixtral,
   create: (c, options) => new Mixtral(c, options),
   blockWeights: (c, i) => moeBlockWeights(c, mixtralFamily(c), i),
+  blockProfile: (c, i) => moeBlockProfile(c, mixtralFamily(c), i),
   // 4 experts of --intermediate width, 2 run per token
   small(s) {
     noWindow(s, 'mixtral');

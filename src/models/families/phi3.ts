@@ -6,7 +6,7 @@ import { type BlockAttention, proj } from '../decoder-parts.ts';
 import { cachedAttention, mergeHeads, splitHeads } from '../forward.ts';
 import type { ForwardContext } from '../model.ts';
 import { DECODER_LAYOUT, decoderConfigFromHF, decoderConfigToHF, slidingWindowOf, smallDecoder, validateDecoderConfig } from '../decoder-config.ts';
-import { type BlockParts, Decoder } from '../decoder.ts';
+import { type BlockParts, Decoder, decoderBlockProfile } from '../decoder.ts';
 import { applyRotary } from '../rope.ts';
 import type { Family, NamedShape } from './family.ts';
 
@@ -109,5 +109,6 @@ export const phi3: Family<DecoderConfig> = {
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, partialRotary: true }),
   create: (c, options) => new Decoder(c, options, PHI3_PARTS),
   blockWeights: phi3BlockWeights,
+  blockProfile: (c) => decoderBlockProfile(c, phi3BlockWeights(c)),
   small: (s) => smallDecoder(s, 'phi3', s.slidingWindow === undefined ? {} : { slidingWindow: s.slidingWindow }),
 };

@@ -2,7 +2,7 @@ import { type DecoderConfig, isDecoderConfig } from '../config.ts';
 import {
   DECODER_LAYOUT, decoderConfigFromHF, decoderConfigToHF, layerTypesFromHF, layerTypesToHF, smallDecoder, validateDecoderConfig,
 } from '../decoder-config.ts';
-import { decoderBlockWeights, Decoder } from '../decoder.ts';
+import { decoderBlockWeights, Decoder, decoderBlockProfile } from '../decoder.ts';
 import type { Family } from './family.ts';
 
 /**
@@ -25,5 +25,6 @@ export const qwen2: Family<DecoderConfig> = {
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, layerTypes: true, ropeScaling: true, attentionBias: true }),
   create: (c, options) => new Decoder(c, options),
   blockWeights: (c) => decoderBlockWeights(c),
+  blockProfile: (c) => decoderBlockProfile(c, decoderBlockWeights(c)),
   small: (s) => smallDecoder(s, 'qwen2', { qkvBias: true, ...(s.slidingWindow === undefined ? {} : { slidingWindow: s.slidingWindow }) }),
 };

@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '../../errors.ts';
 import { num } from '../config-fields.ts';
-import { type MoeDecoderConfig, moeDecoderFromHF, moeDecoderToHF, moeBlockWeights, type MoeFamily, MoeForCausalLM, validateMoeDecoder, windowFromHF } from '../moe-decoder.ts';
+import { type MoeDecoderConfig, moeDecoderFromHF, moeDecoderToHF, moeBlockProfile, moeBlockWeights, type MoeFamily, MoeForCausalLM, validateMoeDecoder, windowFromHF } from '../moe-decoder.ts';
 import type { ModelPart } from '../model.ts';
 import { DECODER_LAYOUT } from '../decoder-config.ts';
 import { type Family, noWindow, smallBase } from './family.ts';
@@ -156,6 +156,7 @@ export const qwen3Moe: Family<Qwen3MoeConfig> = {
   validate: validateQwen3Moe,
   create: (c, options) => new Qwen3Moe(c, options),
   blockWeights: (c, i) => moeBlockWeights(c, qwen3MoeFamily(c), i),
+  blockProfile: (c, i) => moeBlockProfile(c, qwen3MoeFamily(c), i),
   // 8 experts of --intermediate width, 2 run per token
   small(s) {
     noWindow(s, 'qwen3_moe');

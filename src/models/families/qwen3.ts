@@ -2,7 +2,7 @@ import { type DecoderConfig, isDecoderConfig } from '../config.ts';
 import {
   DECODER_LAYOUT, decoderConfigFromHF, decoderConfigToHF, layerTypesFromHF, layerTypesToHF, smallDecoder, validateDecoderConfig,
 } from '../decoder-config.ts';
-import { decoderBlockWeights, Decoder } from '../decoder.ts';
+import { decoderBlockWeights, Decoder, decoderBlockProfile } from '../decoder.ts';
 import type { Family } from './family.ts';
 
 /**
@@ -25,5 +25,6 @@ export const qwen3: Family<DecoderConfig> = {
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, layerTypes: true, ropeScaling: true, attentionBias: true }),
   create: (c, options) => new Decoder(c, options, { qkNorm: true }),
   blockWeights: (c) => decoderBlockWeights({ ...c, qkNorm: true }),
+  blockProfile: (c) => decoderBlockProfile(c, decoderBlockWeights({ ...c, qkNorm: true })),
   small: (s) => smallDecoder(s, 'qwen3', s.slidingWindow === undefined ? {} : { slidingWindow: s.slidingWindow }),
 };
