@@ -1,5 +1,7 @@
+import { DeviceMismatchError } from '../errors.ts';
 import type { Backend } from './backends/backend.ts';
 import type { DType, TypedArray } from './dtype.ts';
+import type { Tensor } from './tensor.ts';
 
 /**
  * Where a tensor's storage lives (after tinygrad's device.py). `'cpu'` is host memory: the
@@ -67,4 +69,23 @@ const reclaim = new FinalizationRegistry<{ allocator: Allocator<unknown>; handle
 /** The element types a tensor computes in: `to(x)` converts to one of them, or moves to device x. */
 export function isDType(name: string): name is DType {
   return name === 'float32' || name === 'float64' || name === 'int32';
+}
+
+/**
+ * The one device some tensors live on: a model's or a section's (its parameters'), 'cpu' when
+ * there are none; tensors on two devices are a DeviceMismatchError.
+ * @example
+ * deviceOf(model.parameters()) // 'cpu'
+ */
+export function deviceOf(tensors: Iterable<Tensor>): Device {
+  let device: Device | null = null;
+  for (const t of tensors) {
+    if (device === null) device = t.device;
+    else if (t.device !== device) {
+      throw new DeviceMismatchError(`tensors on '${device}' and on '${t.device}' where one device was expected`, {
+        details: { devices: [device, t.device] },
+      });
+    }
+  }
+  return device ?? CPU;
 }

@@ -13,7 +13,7 @@ export {
   registerBackend,
 } from './backends/registry.ts';
 export { type BackendName, getBackend, setBackend, withBackend } from './backends/select.ts';
-export { type Allocator, CPU, type Device, DeviceStorage } from './device.ts';
+export { type Allocator, CPU, type Device, deviceOf, DeviceStorage } from './device.ts';
 export { type CompiledStep, type Slot, type SlotKind, SlotRef, trace, type TracedOp, TracedStep } from './trace.ts';
 export { addInto } from './kernels/rows.ts';
 export { arange, drawsNothing, full, ones, type RandomOptions, rand, randint, randn, tensor, zeros } from './creation.ts';

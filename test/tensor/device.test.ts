@@ -6,6 +6,7 @@ import {
   backendTolerance,
   type Backend,
   createBackend,
+  deviceOf,
   DeviceStorage,
   type DType,
   jsBackend,
@@ -166,6 +167,14 @@ describe('tensors on a device', () => {
     assert.equal(out.device, DEVICE);
     assert.deepEqual(Array.from(await out.read()), [7, 8]);
     assert.deepEqual([memory.copyins - before[0], memory.copyouts - before[1]], [2, 1], 'the two inputs in, the result out');
+  });
+
+  test('a set of tensors (a model\'s parameters) knows its one device', () => {
+    const host = [tensor([1]), tensor([2])];
+    assert.equal(deviceOf(host), 'cpu');
+    assert.equal(deviceOf([]), 'cpu');
+    assert.equal(deviceOf(host.map((t) => t.to(DEVICE))), DEVICE);
+    assert.throws(() => deviceOf([host[0], host[1].to(DEVICE)]), { name: 'DeviceMismatchError' });
   });
 
   test('dtype conversions keep working beside device moves', () => {
