@@ -21,7 +21,7 @@ export interface RopeScaling {
   factor: number;
   /** llama3, yarn: the context the model was pre-trained on. */
   originalMaxPositions?: number;
-  /** llama3: the wavelength bounds, as fractions of originalMaxPositions (1 and 4 in Llama 3.1). */
+  /** llama3: the wavelength bounds, as fractions of originalMaxPositions (1 and 4 in the checkpoints that use it). */
   lowFreqFactor?: number;
   highFreqFactor?: number;
   /** yarn: the cos/sin multiplier (default from factor, mscale and mscaleAllDim). */
