@@ -2,15 +2,15 @@ import { InvalidArgumentError } from '../../errors.ts';
 import { GGUFMeta, type GGUFReader, type GGUFValue } from '../../io/gguf.ts';
 
 /**
- * Tokenizers between Hugging Face's tokenizer.json and GGUF's `tokenizer.ggml.*` metadata, for byte-level BPE (GPT-2's
- * scheme, which llama.cpp calls `gpt2`): the one `tensorlink init-model` writes (256 byte tokens, no merges, then
- * `<|endoftext|>`), GPT-2's, Llama 3's and Qwen2's. SentencePiece vocabularies (`tokenizer.ggml.model` = `llama`:
- * Llama 2, Mistral, TinyLlama) are read, not written.
+ * Tokenizers between Hugging Face's tokenizer.json and GGUF's `tokenizer.ggml.*` metadata, for byte-level BPE (which
+ * llama.cpp's `tokenizer.ggml.model` names `gpt2`): the one `tensorlink init-model` writes (256 byte tokens, no merges,
+ * then `<|endoftext|>`), and those with the pre-tokenizers below. SentencePiece vocabularies (`tokenizer.ggml.model` =
+ * `llama`) are read, not written.
  *
  * The rule for a leading BOS: our `Tokenizer.encode` adds no special token (HFTokenizer encodes with
  * add_special_tokens false, and `generate` prepends nothing), so a GGUF we write says `tokenizer.ggml.add_bos_token`
  * false, and llama.cpp, asked to add special tokens, adds none either: the same ids for the same text. Reading a GGUF
- * whose add_bos_token is true (Llama 3's), `addBos` says so; the caller decides whether to prepend bos_token_id.
+ * whose add_bos_token is true, `addBos` says so; the caller decides whether to prepend bos_token_id.
  */
 
 /** llama.cpp's token types (llama_token_type). */
@@ -18,7 +18,7 @@ export const TOKEN_TYPE = { normal: 1, unknown: 2, control: 3, userDefined: 4, u
 
 /**
  * The pre-tokenizers of llama.cpp (`tokenizer.ggml.pre`) that we map to tokenizer.json, each with its split regex
- * (null: GPT-2's, inside the ByteLevel pre-tokenizer itself).
+ * (null: the split inside the ByteLevel pre-tokenizer itself).
  */
 const PRE_TOKENIZERS: Record<string, string | null> = {
   'gpt-2': null,
@@ -132,7 +132,7 @@ export function tokenizerFromGGUF(reader: GGUFReader): { json: Json; addBos: boo
       end_of_word_suffix: '',
       fuse_unk: false,
       byte_fallback: false,
-      ignore_merges: pre === 'llama-bpe', // as Llama 3's tokenizer.json
+      ignore_merges: pre === 'llama-bpe', // as that pre-tokenizer's tokenizer.json
       vocab,
       merges: Array.isArray(merges) ? merges.map(String) : [],
     },
@@ -150,7 +150,7 @@ function tokenList(reader: GGUFReader): { tokens: string[]; types: number[] } {
 }
 
 /**
- * A SentencePiece vocabulary (`tokenizer.ggml.model` = `llama`: Llama 2, Mistral, TinyLlama) as the tokenizer.json
+ * A SentencePiece vocabulary (`tokenizer.ggml.model` = `llama`) as the tokenizer.json
  * transformers' LlamaConverter makes (legacy form): spaces as ▁ (and one ▁ before the text when
  * `tokenizer.ggml.add_space_prefix`, default true), BPE whose merges are every split of a piece into two pieces,
  * ranked by the merged piece's score (llama.cpp merges the pair of highest score first), bytes as `<0xXX>` tokens.
