@@ -52,7 +52,7 @@ export function tokenizerToGGUF(json: Json, vocabSize: number, ids: { bos?: numb
   }
   const pre = preTokenizerName(json.pre_tokenizer);
   if (pre === null) {
-    throw new InvalidArgumentError(`the tokenizer's pre_tokenizer ${JSON.stringify(json.pre_tokenizer)} has no llama.cpp equivalent we know (byte-level GPT-2, Llama 3 or Qwen2)`);
+    throw new InvalidArgumentError(`the tokenizer's pre_tokenizer ${JSON.stringify(json.pre_tokenizer)} has no llama.cpp equivalent we know (byte-level, with the splits of ${Object.keys(PRE_TOKENIZERS).join(', ')})`);
   }
   const tokens: (string | undefined)[] = new Array(vocabSize);
   const types: number[] = new Array(vocabSize).fill(TOKEN_TYPE.normal);
