@@ -16,8 +16,7 @@ import '../src/polyfills.ts';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector';
 import { parseArgs } from 'node:util';
-import { compactWeight } from '../src/models/checkpoints/hf.ts';
-import { createModel, type CausalLM, KVCache, llamaConfig } from '../src/models/index.ts';
+import { compactWeight, createModel, type CausalLM, KVCache, llamaConfig } from '../src/models/index.ts';
 import { type Backend, createOrtBackend, jsBackend, noGrad, packWeight, setBackend, tensor } from '../src/tensor/index.ts';
 
 const CONFIG = llamaConfig({
