@@ -22,7 +22,7 @@ export const llama: Family<DecoderConfig> = {
     if (raw.mlp_bias === true) c.mlpBias = true;
     return c;
   },
-  toHF: (c) => decoderConfigToHF(c, 'LlamaForCausalLM'),
+  toHF: (c) => decoderConfigToHF(c, llama.architecture),
   validate: (c) => validateDecoderConfig(c, { ropeScaling: true, attentionBias: true, mlpBias: true }),
   create: (c, options) => new Decoder(c, options),
   blockWeights: (c) => decoderBlockWeights(c),

@@ -27,7 +27,7 @@ export const mistral: Family<DecoderConfig> = {
     return c;
   },
   // the window defaults to 4096 when left out: none is written as null
-  toHF: (c) => ({ ...decoderConfigToHF(c, 'MistralForCausalLM'), sliding_window: c.slidingWindow ?? null }),
+  toHF: (c) => ({ ...decoderConfigToHF(c, mistral.architecture), sliding_window: c.slidingWindow ?? null }),
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, ropeScaling: true }),
   create: (c, options) => new Decoder(c, options),
   blockWeights: (c) => decoderBlockWeights(c),

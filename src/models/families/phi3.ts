@@ -105,7 +105,11 @@ export const phi3: Family<DecoderConfig> = {
     if (window !== null) c.slidingWindow = window;
     return c;
   },
-  toHF: (c) => ({ ...decoderConfigToHF(c, 'Phi3ForCausalLM'), ...(c.slidingWindow === undefined ? {} : { sliding_window: c.slidingWindow }) }),
+  toHF(c) {
+    const out = decoderConfigToHF(c, phi3.architecture);
+    if (c.slidingWindow !== undefined) out.sliding_window = c.slidingWindow;
+    return out;
+  },
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, partialRotary: true }),
   create: (c, options) => new Decoder(c, options, PHI3_PARTS),
   blockWeights: phi3BlockWeights,

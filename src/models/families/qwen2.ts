@@ -21,7 +21,7 @@ export const qwen2: Family<DecoderConfig> = {
     c.qkvBias = true;
     return Object.assign(c, layerTypesFromHF(raw, c.layers));
   },
-  toHF: (c) => ({ ...decoderConfigToHF(c, 'Qwen2ForCausalLM'), ...layerTypesToHF(c) }),
+  toHF: (c) => ({ ...decoderConfigToHF(c, qwen2.architecture), ...layerTypesToHF(c) }),
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, layerTypes: true, ropeScaling: true, attentionBias: true }),
   create: (c, options) => new Decoder(c, options),
   blockWeights: (c) => decoderBlockWeights(c),

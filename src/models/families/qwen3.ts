@@ -21,7 +21,7 @@ export const qwen3: Family<DecoderConfig> = {
     c.qkvBias = c.oBias = raw.attention_bias === true;
     return Object.assign(c, layerTypesFromHF(raw, c.layers));
   },
-  toHF: (c) => ({ ...decoderConfigToHF(c, 'Qwen3ForCausalLM'), ...layerTypesToHF(c) }),
+  toHF: (c) => ({ ...decoderConfigToHF(c, qwen3.architecture), ...layerTypesToHF(c) }),
   validate: (c) => validateDecoderConfig(c, { slidingWindow: true, layerTypes: true, ropeScaling: true, attentionBias: true }),
   create: (c, options) => new Decoder(c, options, { qkNorm: true }),
   blockWeights: (c) => decoderBlockWeights({ ...c, qkNorm: true }),
