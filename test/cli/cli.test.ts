@@ -15,8 +15,8 @@ describe('tensorlink CLI', () => {
   test('on the js backend the demo is bitwise reproducible; where onnxruntime cannot load, it runs on js alone', () => {
     // an honest swarm of one worker (3 steps are too few to be sure of catching the demo's cheater; generation would then stop
     // on it): the whole demo, at its smallest (the demo at its size: test/demo.test.ts; a swarm of several workers giving one
-    // process's results bit for bit: test/p2p/training.test.ts). The second run cannot load onnxruntime, so it falls back to
-    // js by itself, its workers too: the same loss bit for bit shows both
+    // process's results bit for bit: test/user/training-across-workers.test.ts). The second run cannot load onnxruntime, so it
+    // falls back to js by itself, its workers too: the same loss bit for bit shows both
     const demo = ['demo', '--json', '--steps', '3', '--workers', '1', '--cheat', 'none'];
     const a = JSON.parse(cli(...demo, '--backend', 'js').stdout);
     const preload = fileURLToPath(new URL('../helpers/no-ort.cjs', import.meta.url));

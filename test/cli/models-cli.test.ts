@@ -89,7 +89,7 @@ describe('init-model, generate and train on one machine', () => {
   });
 
   test('generate --local 2 (a local swarm) gives the tokens of --local 0; --strategy reaches the plan', () => {
-    // every strategy's plan computing one process's logits bit for bit: test/p2p/stages.test.ts; here the CLI's way there
+    // every strategy's plan computing one process's logits bit for bit: test/user/stages.test.ts; here the CLI's way there
     const base = ['generate', '--model', model, '--prompt', '12+', '--max-new-tokens', '5', '--backend', 'js', '--json'];
     const local = cli(...base, '--local', '0').json();
     const r = cli(...base, '--local', '2', '--strategy', 'ring-memory-weighted');
@@ -133,7 +133,7 @@ describe('init-model, generate and train on one machine', () => {
       // one run in four parts, each resuming the checkpoint the part before wrote with --out: the losses and the
       // evaluations of the straight run, bit for bit. One process's checkpoint resumes across workers, the workers' in
       // one process, and one process's in one process (the workers' across workers is the first two at once: a
-      // checkpoint has one format). Both schedules giving one process's losses bit for bit: test/p2p/training.test.ts;
+      // checkpoint has one format). Both schedules giving one process's losses bit for bit: test/user/training-across-workers.test.ts;
       // gpipe across the CLI's swarm here, 1f1b with replicas above
       const dir = join(root, 'resumed');
       const parts: [number, string[]][] = [

@@ -12,7 +12,7 @@ function run(script: string, ...args: string[]) {
 }
 
 // One training step each (their [steps] argument): each script runs to its end and logs its last step's loss; what the
-// losses are is tested in test/models/trainer.test.ts and test/p2p/training.test.ts.
+// losses are is tested in test/models/trainer.test.ts and test/user/training-across-workers.test.ts.
 describe('examples/ run as written', () => {
   test('local-model.ts: trains, saves, loads and answers', () => {
     assert.match(run('local-model.ts', '1'), /step 1 {2}loss \d[\s\S]*saved to .*exact match on 200 held-out sums: [\d.]+%; 47\+38=/);
