@@ -42,6 +42,6 @@ export async function chainFromFlags(flags: Flags, dataDir: string | undefined):
   }
   if (rpc !== undefined && !/^https?:\/\//.test(rpc)) throw new UsageError(`--rpc '${rpc}' is not an http(s) URL`);
   // the chain client (viem) loads only for a node that joins a chain
-  const { NodeChain } = await import('../chain/node-chain.ts');
+  const { NodeChain } = await import('../chain/index.ts');
   return NodeChain.open(contracts, { rpc, dataDir });
 }

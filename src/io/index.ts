@@ -13,4 +13,6 @@ export {
   writeShardIndex,
 } from './safetensors.ts';
 export type { SafeDType } from './safetensors-format.ts';
-export { GGUFMeta, GGUFReader, type GGUFValue, GGUFWriter, writeGGUF } from './gguf.ts';
+export {
+  GGUFMeta, type GGUFPlannedTensor, GGUFReader, type GGUFTensorData, type GGUFValue, GGUFWriter, type GGUFWriteType, writeGGUF,
+} from './gguf.ts';

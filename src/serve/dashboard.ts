@@ -1,4 +1,4 @@
-import type { Deployment } from '../chain/contracts-file.ts';
+import type { Deployment } from '../chain/index.ts';
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import Fastify, { type FastifyInstance } from 'fastify';

@@ -3,11 +3,10 @@ import { closeSync, existsSync, mkdirSync, openSync, readdirSync, renameSync, rm
 import { dirname, join } from 'node:path';
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, PlanInfeasibleError, RateLimitedError, VerificationError } from '../errors.ts';
-import { type DialTarget, type HostedModelEntry, type PeerTarget, request } from '../p2p/index.ts';
-import { MANIFEST_TIMEOUT_MS, PIECE_TIMEOUT_MS } from '../p2p/protocols/ends/constants.ts';
 import {
-  type EndsFile, type EndsManifestPage, type ManifestEntry, manifestHash, parseEndsManifestPage, parseEndsPiece,
-} from '../p2p/protocols/ends/schema.ts';
+  type DialTarget, type EndsFile, type EndsManifestPage, type HostedModelEntry, MANIFEST_TIMEOUT_MS, type ManifestEntry, manifestHash,
+  parseEndsManifestPage, parseEndsPiece, type PeerTarget, PIECE_TIMEOUT_MS, request,
+} from '../p2p/index.ts';
 import { listModels } from './hosted.ts';
 import { listPeers } from './peers.ts';
 

@@ -3,9 +3,10 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { InvalidArgumentError, StateDictError, UnauthorizedError } from '../errors.ts';
 import { GGUFModel, isGGUF, type ModelWeights } from '../models/index.ts';
-import { CHUNK_BYTES, type Handler, type HostedSpan, pageOf, parseModelName } from '../p2p/index.ts';
-import { ENDS_FILES, ENDS_PIECE_BYTES, MANIFEST_PAGE_BYTES, MANIFEST_PAGE_ITEMS } from '../p2p/protocols/ends/constants.ts';
-import type { EndsFile, ManifestEntry } from '../p2p/protocols/ends/schema.ts';
+import {
+  CHUNK_BYTES, ENDS_FILES, ENDS_PIECE_BYTES, type EndsFile, type Handler, type HostedSpan, MANIFEST_PAGE_BYTES, MANIFEST_PAGE_ITEMS,
+  type ManifestEntry, pageOf, parseModelName,
+} from '../p2p/index.ts';
 import { hostedPath, modelManifest, openModelWeights } from './hosting.ts';
 import type { JobTable } from './jobs.ts';
 

@@ -4,8 +4,7 @@ import { InvalidArgumentError, UnauthorizedError } from '../errors.ts';
 import {
   CheckpointWeights, configToHF, defaultCacheDir, GGUFWeights, heldBytes, isGGUF, loadModel, type ModelWeights,
 } from '../models/index.ts';
-import { CHUNK_BYTES, type HostedSpan, hostedJobId, type Logger, parseSessionId } from '../p2p/index.ts';
-import { type ManifestEntry, manifestHash } from '../p2p/protocols/ends/schema.ts';
+import { CHUNK_BYTES, hostedJobId, type HostedSpan, type Logger, type ManifestEntry, manifestHash, parseSessionId } from '../p2p/index.ts';
 import type { WeightFormat } from '../tensor/index.ts';
 import type { JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';

@@ -1,11 +1,11 @@
 import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
-import { type ArrivalMark, ArrivalMeter, type TransferSample } from '../p2p/protocols/probe/passive.ts';
-import { InvalidMessageError, RateLimitedError } from '../errors.ts';
 import {
-  encodeControl, encodeTensor, errorToWire, type Frame, MAX_STAGE_STREAMS, newWorkCounters, parseStageEnvelope, PeerRateLimiter,
-  receiveFrames, replyToOf, RESULT_PROTOCOL, SEND_STALL_MS, SESSION_IDLE_MS, sendMessage, sendQuietly, STAGE_MESSAGES_PER_SECOND,
-  STAGE_PROTOCOL, type StageEnvelope, toWire, type WireTensor, type WorkCounters,
+  type ArrivalMark, ArrivalMeter, encodeControl, encodeTensor, errorToWire, type Frame, MAX_STAGE_STREAMS, newWorkCounters,
+  parseStageEnvelope, PeerRateLimiter, receiveFrames, replyToOf, RESULT_PROTOCOL, SEND_STALL_MS, sendMessage, sendQuietly,
+  SESSION_IDLE_MS, STAGE_MESSAGES_PER_SECOND, STAGE_PROTOCOL, type StageEnvelope, toWire, type TransferSample, type WireTensor,
+  type WorkCounters,
 } from '../p2p/index.ts';
+import { InvalidMessageError, RateLimitedError } from '../errors.ts';
 import type { RecordSigner } from '../verify/index.ts';
 import { ChunkStore } from './chunk-store.ts';
 import type { FaultInjector } from './fault.ts';

@@ -6,9 +6,9 @@ import { join } from 'node:path';
 import { multiaddr } from '@multiformats/multiaddr';
 import { defaultCacheDir } from '../models/index.ts';
 import {
-  type Capabilities, createLogger, createNode, type Logger, PEERS_TOPIC, parseJobRequest, parseStatusAnswer, probe, type Proximity,
-  listenAlso, relayListen, stunServerOf,
-  request, serveControl, serveProbes, signerOf, SESSION_IDLE_MS, type TensorLinkNode, traffic,
+  type Capabilities, createLogger, createNode, foldTransfer, listenAlso, type Logger, parseJobRequest, parseStatusAnswer, PEERS_TOPIC,
+  probe, type Proximity, relayListen, request, serveControl, serveProbes, SESSION_IDLE_MS, signerOf, stunServerOf, type TensorLinkNode,
+  traffic, type TransferSample,
 } from '../p2p/index.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { ChunkStore } from './chunk-store.ts';
@@ -19,7 +19,6 @@ import { type HostSpec, hostModel } from './hosting.ts';
 import { JobTable } from './jobs.ts';
 import { MemoryBudget } from './memory.ts';
 import { ModelIndex } from './model-index.ts';
-import { foldTransfer, type TransferSample } from '../p2p/protocols/probe/passive.ts';
 import { type StageServer, serveStages } from './stage-server.ts';
 import { StakeKeeper } from './stake.ts';
 

@@ -1,6 +1,6 @@
 import { multiaddr } from '@multiformats/multiaddr';
 import { type CausalLM, defaultCacheDir, loadModel } from '../../models/index.ts';
-import { hostedModelJob } from '../../p2p/vocabulary.ts';
+import { hostedModelJob } from '../../p2p/index.ts';
 import type { cachedEnds as CachedEnds, HostedModel as HostedModelClass } from '../../user/index.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, type Placement, stringFlag, UsageError, verifyFlags, weightFlags } from '../args.ts';
 import { payForJob } from '../chain-flags.ts';

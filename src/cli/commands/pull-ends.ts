@@ -24,7 +24,7 @@ export async function pullEndsCommand(flags: Flags, out: Output, positionals: st
   }
   const listen = stringFlag(flags, 'listen');
   const node = await createNode(listen ? { listen: [listen] } : {});
-  const { pullEnds } = await import('../../user/pull-ends.ts');
+  const { pullEnds } = await import('../../user/index.ts');
   const started = performance.now();
   try {
     const pulled = await pullEnds(node, validator, name, dir, {

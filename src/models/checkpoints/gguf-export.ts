@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { GGUFMeta, type GGUFPlannedTensor, type GGUFTensorData, type GGUFValue, GGUFWriter, type GGUFWriteType } from '../../io/gguf.ts';
+import { GGUFMeta, type GGUFPlannedTensor, type GGUFTensorData, type GGUFValue, GGUFWriter, type GGUFWriteType } from '../../io/index.ts';
 import { type PackedMatrix, Tensor } from '../../tensor/index.ts';
 import { familyNamed, ggufWritten } from '../families/index.ts';
 import { ggufTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';

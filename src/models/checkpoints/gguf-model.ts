@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { GGUFReader } from '../../io/gguf.ts';
+import { GGUFReader } from '../../io/index.ts';
 import { type PackedMatrix, Tensor } from '../../tensor/index.ts';
 import { ggufReadArchs, ggufReader } from '../families/index.ts';
 import { f32, hfTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, type Llama3Rope, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { GGUFMeta, type GGUFReader, type GGUFValue } from '../../io/gguf.ts';
+import { GGUFMeta, type GGUFReader, type GGUFValue } from '../../io/index.ts';
 
 /**
  * Tokenizers between Hugging Face's tokenizer.json and GGUF's `tokenizer.ggml.*` metadata, for byte-level BPE (which
