@@ -76,7 +76,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       'intermediate': int('N', 'the width of the MLP (of each expert, for the MoE families)', { default: 'the family\'s multiple of --hidden' }),
       'vocab': int('N', 'the vocabulary, at least the byte-level tokenizer\'s 257', { default: 257 }),
       'max-positions': int('N', 'the longest sequence', { default: 256 }),
-      'sliding-window': int('N', 'attention looks back N tokens at most (the Llama-like families)', { default: 'mistral: 4096; the others: none' }),
+      'sliding-window': int('N', 'attention looks back N tokens at most (the families on the shared decoder)', { default: 'the family\'s own (none for most)' }),
       'seed': seed(0),
       'out': out('DIR', 'where to write the model (a new or empty directory)'),
       force,
