@@ -1,7 +1,7 @@
 export { type BackwardOptions, isGradEnabled, noGrad } from './autograd.ts';
-export { type Backend, EXACT, type Tolerance } from './backends/backend.ts';
+export { type Backend, EXACT, type Tolerance, type ToleranceFormat } from './backends/backend.ts';
 export { jsBackend } from './backends/js.ts';
-export { createOrtBackend, ORT_OP_TOLERANCE, ortAvailable } from './backends/ort.ts';
+export { createOrtBackend, ORT_BACKEND_TOLERANCE, ortAvailable } from './backends/ort.ts';
 export {
   backendDevice,
   type BackendFactory,

@@ -1,6 +1,6 @@
 import { AutogradError, DeviceDataError, DTypeError, InvalidArgumentError, ShapeMismatchError } from '../errors.ts';
 import { type BackwardOptions, type GradNode, runBackward } from './autograd.ts';
-import { loadBackend } from './backends/registry.ts';
+import { backendNames, loadBackend } from './backends/registry.ts';
 import type { Backend } from './backends/backend.ts';
 import { type Allocator, CPU, type Device, DeviceStorage, isDType } from './device.ts';
 import { activeRecorder, hook, hooked, noteDeviceTensor, TENSOR_MARK } from './dispatch.ts';
@@ -392,6 +392,9 @@ function moveTo(x: Tensor, device: Device): Tensor {
     );
   }
   if (x.packed !== null) throw new InvalidArgumentError(`a weight held in a compact format cannot move to '${device}' yet`);
+  if (!backendNames().includes(device)) {
+    throw new InvalidArgumentError(`'${device}' is neither a dtype (float32, float64, int32) nor a registered backend (${backendNames().join(', ')})`);
+  }
   const backend = loadBackend(device);
   const allocator = backend.allocator;
   if (allocator === undefined || (backend.device ?? CPU) !== device) {

@@ -11,6 +11,7 @@ import {
   type DType,
   jsBackend,
   loadBackend,
+  ORT_BACKEND_TOLERANCE,
   registerBackend,
   setBackend,
   Tensor,
@@ -19,6 +20,7 @@ import {
   type TypedArray,
   withBackend,
 } from '../../src/tensor/index.ts';
+import { ORT_TOLERANCES } from '../../src/verify/index.ts';
 
 /**
  * A device backend made for this test: host memory behind an opaque handle (a number), an
@@ -212,8 +214,11 @@ describe('the backend registry', () => {
   });
 
   test('each backend states its device and tolerance', () => {
-    assert.deepEqual(backendTolerance('js'), { rtol: 0, atol: 0 });
-    assert.deepEqual(backendTolerance(counting), { rtol: 0, atol: 0 });
+    const exact = { f32: 0, bf16: 0, int8: 0, int4: 0 };
+    assert.deepEqual(backendTolerance('js'), exact);
+    assert.deepEqual(backendTolerance(counting), exact);
+    // ort states the tolerances verification holds its results to
+    assert.deepEqual(ORT_BACKEND_TOLERANCE, ORT_TOLERANCES);
     assert.equal(jsBackend.device, 'cpu');
     const nondeterministic: Backend = { ...jsBackend, name: 'loose', deterministic: false, tolerance: undefined };
     assert.throws(() => backendTolerance(nondeterministic), { name: 'InvalidArgumentError' });

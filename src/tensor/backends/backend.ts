@@ -2,7 +2,7 @@ import type { Allocator, Device } from '../device.ts';
 import type { FloatArray } from '../dtype.ts';
 import type { MatmulSpec } from '../kernels/matmul.ts';
 import type { TimeMajorAttentionSpec } from '../ops/attention.ts';
-import type { PackedMatrix } from '../quant/formats.ts';
+import type { PackedMatrix, WeightFormat } from '../quant/formats.ts';
 import type { CompiledStep, TracedStep } from '../trace.ts';
 
 /** A weight [rows, cols] of a fused product (y = x · Wᵀ): float32 `values`, or a compact matrix. */
@@ -13,18 +13,20 @@ export interface LinearWeight {
   packed: PackedMatrix | null;
 }
 
+/** What a tolerance is stated per: the format of the weights a result was computed with (float32: 'f32'). */
+export type ToleranceFormat = 'f32' | WeightFormat;
+
 /**
- * How far a backend's results may lie from the js kernels' on one op, elementwise as
- * `torch.allclose`: |x − ref| ≤ atol + rtol · |ref|. The conformance suite (test/tensor/backends/)
- * holds every backend to the tolerance it states. `{ rtol: 0, atol: 0 }`: bit for bit.
+ * How far a backend's results may lie from the js kernels', per format of the weights: the
+ * largest relative L2 distance ‖x − ref‖₂ / ‖ref‖₂ (verify/compare.ts's `drift`, the measure
+ * results are compared by; for int8 and int4, of what a section adds to its input). The
+ * conformance suite (test/tensor/backends/) holds every backend to the tolerance it states.
+ * All zeros (EXACT): bit for bit.
  */
-export interface Tolerance {
-  readonly rtol: number;
-  readonly atol: number;
-}
+export type Tolerance = Readonly<Record<ToleranceFormat, number>>;
 
 /** Bit for bit: the tolerance of a deterministic backend that computes js's sums. */
-export const EXACT: Tolerance = Object.freeze({ rtol: 0, atol: 0 });
+export const EXACT: Tolerance = Object.freeze({ f32: 0, bf16: 0, int8: 0, int4: 0 });
 
 /**
  * A compute backend (after tinygrad's device: a place where buffers live plus a way to run

@@ -96,8 +96,8 @@ export function backendDevice(backend: Backend): Device {
  * The tolerance a backend states against the js kernels (Backend.tolerance): what the
  * conformance suite holds it to. A deterministic backend that states none is held to EXACT.
  * @example
- * backendTolerance('js')  // { rtol: 0, atol: 0 }
- * backendTolerance('ort') // { rtol: 1e-4, atol: 1e-4 }
+ * backendTolerance('js')  // { f32: 0, bf16: 0, int8: 0, int4: 0 }
+ * backendTolerance('ort') // { f32: 3e-5, bf16: 3e-5, int8: 0.1, int4: 0.08 }
  */
 export function backendTolerance(backend: string | Backend): Tolerance {
   const b = typeof backend === 'string' ? loadBackend(backend) : backend;
