@@ -5,10 +5,7 @@
 import './globals.ts';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { bytesToHex } from '@noble/hashes/utils.js';
-import { jsBackend, setBackend } from '../tensor/index.ts';
-// the js backend with a GEMM of the tab's choice: tensor/'s entry point does not name these two yet
-import { jsBackendWith } from '../tensor/backends/js.ts';
-import { fastGemm, gemmNN } from '../tensor/kernels/matmul.ts';
+import { fastGemm, gemmNN, jsBackend, jsBackendWith, setBackend } from '../tensor/index.ts';
 import { engineGflops, referenceLogits } from '../worker/index.ts';
 
 const fingerprint = (logits: Float32Array) => bytesToHex(sha256(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)));

@@ -2,15 +2,12 @@
 // node bridged to the page's libp2p (bridge-node.ts), the js backend, the tab's key to sign records with. Posts what
 // it serves to the page every second.
 import './globals.ts';
-import { jsBackend, setBackend } from '../tensor/index.ts';
+import { gemmNN, jsBackend, jsBackendWith, setBackend } from '../tensor/index.ts';
 import type { TensorLinkNode } from '../p2p/index.ts';
 import { privateKeyToAccount } from 'viem/accounts';
 import { MIN_STAKE, NodeChain } from '../chain/index.ts';
 import { startWorker } from '../worker/index.ts';
 import { BridgeNode } from './bridge-node.ts';
-// the js backend with a GEMM of the tab's choice: tensor/'s entry point does not name these two yet
-import { jsBackendWith } from '../tensor/backends/js.ts';
-import { gemmNN } from '../tensor/kernels/matmul.ts';
 import type { StartMessage, ToPage, ToWorker, WorkSnapshot } from './bridge-protocol.ts';
 
 /** How often the page's view of the tab's account is read from the chain. */

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
-import { floatToHalf, halfToFloat } from '../tensor/dtype.ts';
+import { floatToHalf, halfToFloat } from '../tensor/index.ts';
 import { MAX_ELEMENTS, MAX_RANK } from './dct.ts';
 
 /**

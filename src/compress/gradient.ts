@@ -1,5 +1,5 @@
 import { InvalidArgumentError, InvalidMessageError, ShapeMismatchError } from '../errors.ts';
-import { floatToHalf, halfToFloat } from '../tensor/dtype.ts';
+import { floatToHalf, halfToFloat } from '../tensor/index.ts';
 import { type BlockLayout, blockShape, dctBlocks, MAX_CHUNK, MAX_RANK, SparseIdct } from './dct.ts';
 import { MAX_BLOCK_SIZE, topkBlocks } from './topk.ts';
 

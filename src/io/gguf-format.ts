@@ -1,7 +1,6 @@
 import { GGUFFormatError } from '../errors.ts';
 import { READ_CHUNK_BYTES } from './read-file.ts';
-import { bfloat16ToFloat, floatToBfloat16, floatToHalf, halfToFloat } from '../tensor/dtype.ts';
-import type { PackedMatrix } from '../tensor/index.ts';
+import { bfloat16ToFloat, floatToBfloat16, floatToHalf, halfToFloat, type PackedMatrix } from '../tensor/index.ts';
 
 /**
  * GGUF v3, the file format of llama.cpp and Ollama: the pure parts (value and tensor types, block sizes, and the

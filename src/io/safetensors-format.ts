@@ -1,5 +1,5 @@
 import { SafetensorsFormatError } from '../errors.ts';
-import { sizeOf } from '../tensor/shape.ts';
+import { sizeOf } from '../tensor/index.ts';
 
 /**
  * The safetensors layout: an 8-byte little-endian header length, a JSON header

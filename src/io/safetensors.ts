@@ -11,10 +11,8 @@ import {
 } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { FileNotFoundError, SafetensorsFormatError } from '../errors.ts';
-import { bfloat16ToFloat, floatToBfloat16, floatToHalf, halfToFloat } from '../tensor/dtype.ts';
-import { Tensor } from '../tensor/index.ts';
+import { bfloat16ToFloat, floatToBfloat16, floatToHalf, halfToFloat, sizeOf, Tensor } from '../tensor/index.ts';
 import { openFile, READ_CHUNK_BYTES, readExactly as readFileExactly } from './read-file.ts';
-import { sizeOf } from '../tensor/shape.ts';
 import {
   buildHeader,
   MAX_HEADER_BYTES,

@@ -1,5 +1,4 @@
-import { cat, matmul, type Tensor, tensor } from '../tensor/index.ts';
-import { maskedSoftmax } from '../tensor/ops/attention.ts';
+import { cat, maskedSoftmax, matmul, type Tensor, tensor } from '../tensor/index.ts';
 import type { ForwardContext, LayerCache } from './model.ts';
 
 /**

@@ -1,5 +1,4 @@
-import { matmul, scaledDotProductAttention, type Tensor, tensor } from '../tensor/index.ts';
-import { maskedSoftmax } from '../tensor/ops/attention.ts';
+import { maskedSoftmax, matmul, scaledDotProductAttention, type Tensor, tensor } from '../tensor/index.ts';
 
 /**
  * Causal self-attention with the options the families differ by: a sliding window, a scale

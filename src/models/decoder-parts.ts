@@ -1,6 +1,5 @@
 import { type Embedding, Linear, Module } from '../nn/index.ts';
-import { drawsNothing, type Generator, randn, type Tensor } from '../tensor/index.ts';
-import { geluErf } from '../tensor/ops/gelu-erf.ts';
+import { drawsNothing, geluErf, type Generator, randn, type Tensor } from '../tensor/index.ts';
 import type { AttentionOptions } from './attention.ts';
 import { splitHeads } from './forward.ts';
 

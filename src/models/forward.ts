@@ -1,6 +1,5 @@
 import { InvalidArgumentError } from '../errors.ts';
-import { cat, isGradEnabled, type Tensor, tensor } from '../tensor/index.ts';
-import { attendTimeMajor } from '../tensor/ops/attention.ts';
+import { attendTimeMajor, cat, isGradEnabled, type Tensor, tensor } from '../tensor/index.ts';
 import { type AttentionOptions, causalAttention } from './attention.ts';
 import { type ForwardContext, type ForwardOptions, GrowingKV, type ModelLayer } from './model.ts';
 

@@ -1,7 +1,6 @@
 import { InvalidArgumentError } from '../errors.ts';
 import type { Module } from '../nn/index.ts';
-import { Tensor } from '../tensor/index.ts';
-import type { TimeMajorKV } from '../tensor/ops/attention.ts';
+import { Tensor, type TimeMajorKV } from '../tensor/index.ts';
 import type { ModelConfig } from './config.ts';
 import type { Tokenizer } from './tokenizer.ts';
 

@@ -1,6 +1,5 @@
 import { InvalidArgumentError } from '../errors.ts';
-import { bfloat16ToFloat, floatToBfloat16 } from '../tensor/dtype.ts';
-import { cat, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
+import { bfloat16ToFloat, cat, floatToBfloat16, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
 
 /**
  * Rotary position embeddings as transformers 5.17 computes them (modeling_rope_utils.py): the

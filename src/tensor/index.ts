@@ -1,6 +1,7 @@
 export { type BackwardOptions, isGradEnabled, noGrad } from './autograd.ts';
 export { type Backend, EXACT, type Tolerance, type ToleranceFormat } from './backends/backend.ts';
-export { jsBackend } from './backends/js.ts';
+export { jsBackend, jsBackendWith } from './backends/js.ts';
+export { fastGemm, gemmNN, type GemmNN } from './kernels/matmul.ts';
 export { createOrtBackend, ORT_BACKEND_TOLERANCE, ortAvailable } from './backends/ort.ts';
 export {
   backendDevice,
@@ -17,8 +18,9 @@ export { type Allocator, CPU, type Device, deviceOf, DeviceStorage } from './dev
 export { type CompiledStep, type Slot, type SlotKind, SlotRef, trace, type TracedOp, TracedStep } from './trace.ts';
 export { addInto } from './kernels/rows.ts';
 export { arange, drawsNothing, full, ones, type RandomOptions, rand, randint, randn, tensor, zeros } from './creation.ts';
-export type { DType, FloatArray, StorageDType, TypedArray } from './dtype.ts';
-export { type AttentionOptions, scaledDotProductAttention } from './ops/attention.ts';
+export { bfloat16ToFloat, type DType, type FloatArray, floatToBfloat16, floatToHalf, halfToFloat, type StorageDType, type TypedArray } from './dtype.ts';
+export { attendTimeMajor, type AttentionOptions, maskedSoftmax, scaledDotProductAttention, type TimeMajorKV } from './ops/attention.ts';
+export { geluErf } from './ops/gelu-erf.ts';
 export { dropout } from './ops/dropout.ts';
 export { rotaryEmbedding } from './ops/rope.ts';
 export {
@@ -81,5 +83,5 @@ export {
 export { logSoftmax, softmax } from './ops/softmax.ts';
 export { Generator, ZeroGenerator } from './random.ts';
 export { drainPool, poolStats, releaseFloat32 } from './pool.ts';
-export type { Shape } from './shape.ts';
+export { type Shape, sizeOf } from './shape.ts';
 export { Tensor } from './tensor.ts';

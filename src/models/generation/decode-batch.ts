@@ -1,5 +1,4 @@
-import { gatedMlp, linear, linears, Tensor } from '../../tensor/index.ts';
-import { attendTimeMajor } from '../../tensor/ops/attention.ts';
+import { attendTimeMajor, gatedMlp, linear, linears, Tensor } from '../../tensor/index.ts';
 import { addRows, rmsNormRow, rotate } from './decode-step.ts';
 import { Decoder, DecoderBlock, type DecodePlan } from '../decoder.ts';
 import { type CausalLM, type ForwardContext, GrowingKV, type KVCache, type ModelLayer } from '../model.ts';

@@ -1,6 +1,5 @@
 import { Linear, RMSNorm } from '../../nn/index.ts';
-import { gatedMlp, getBackend, isGradEnabled, linear, linears, Tensor } from '../../tensor/index.ts';
-import { attendTimeMajor } from '../../tensor/ops/attention.ts';
+import { attendTimeMajor, gatedMlp, getBackend, isGradEnabled, linear, linears, Tensor } from '../../tensor/index.ts';
 import { GrowingKV, type ForwardContext } from '../model.ts';
 
 /**
