@@ -1,5 +1,5 @@
 import { InvalidArgumentError, StateDictError } from '../errors.ts';
-import { noGrad, type Tensor } from '../tensor/index.ts';
+import { type Device, deviceOf, noGrad, type Tensor } from '../tensor/index.ts';
 
 /**
  * The base of every layer and model: named parameters and sub-modules, in the order
@@ -71,6 +71,16 @@ export class Module {
   /** The parameters that are trained: those that require grad (a frozen base's are left out, its adapters' are not). */
   trainableParameters(): Tensor[] {
     return this.parameters().filter((p) => p.requiresGrad);
+  }
+
+  /**
+   * Where this module's parameters live ('cpu': host memory; else a device backend's name); a
+   * DeviceMismatchError when they are split across devices. A model's and a section's device.
+   * @example
+   * model.device // 'cpu'
+   */
+  get device(): Device {
+    return deviceOf(this.parameters());
   }
 
   numParameters(): number {

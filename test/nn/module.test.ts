@@ -10,7 +10,24 @@ import {
   ModuleList,
   RMSNorm,
 } from '../../src/nn/index.ts';
-import { crossEntropy, Generator, setBackend, type Tensor, tensor } from '../../src/tensor/index.ts';
+import {
+  type Allocator, type Backend, crossEntropy, type DType, Generator, jsBackend, registerBackend, setBackend, type Tensor, tensor,
+  type TypedArray,
+} from '../../src/tensor/index.ts';
+
+/** A device for this file: host arrays behind numbered handles, so that a module's parameters can live off the host. */
+const memory = new Map<number, TypedArray>();
+let handles = 0;
+const allocator: Allocator<number> = {
+  alloc: (dtype: DType, length: number) => {
+    memory.set(++handles, dtype === 'int32' ? new Int32Array(length) : dtype === 'float64' ? new Float64Array(length) : new Float32Array(length));
+    return handles;
+  },
+  copyin: (handle, src) => void memory.get(handle)!.set(src),
+  copyout: async (handle, dst) => void dst.set(memory.get(handle)!),
+  free: (handle) => void memory.delete(handle),
+};
+registerBackend('module-test-device', () => ({ ...jsBackend, name: 'module-test-device', device: 'module-test-device', allocator }) as Backend);
 
 class Block extends Module {
   readonly ln: LayerNorm;
@@ -152,5 +169,21 @@ describe('Module', () => {
     assert.deepEqual(m.forward(ids).data, m.forward(ids).data);
     m.train();
     assert.notDeepEqual(m.forward(ids).data, m.forward(ids).data);
+  });
+
+  test('a module knows its device: where its parameters live, a typed error when they are split', () => {
+    class Two extends Module {
+      constructor(a: Tensor, b: Tensor) {
+        super();
+        this.addParameter('a', a);
+        this.addParameter('b', b);
+      }
+    }
+    const host = () => tensor([1, 2], [2]);
+    assert.equal(new Two(host(), host()).device, 'cpu');
+    assert.equal(new Linear(2, 2, { rng: new Generator(0) }).device, 'cpu');
+    const onDevice = new Two(host().to('module-test-device'), host().to('module-test-device'));
+    assert.equal(onDevice.device, 'module-test-device');
+    assert.throws(() => new Two(host(), host().to('module-test-device')).device, { name: 'DeviceMismatchError' });
   });
 });
