@@ -41,7 +41,7 @@ export interface HostedVerify {
  * session over hosts that cover every block. Many users' sessions share the hosts' one loaded copy; each session's
  * KV cache lives on its hosts, bound to this user's peer.
  * @example
- * const m = await HostedModel.open(node, validator, 'llama3', { ends: 'models/llama3' })
+ * const m = await HostedModel.open(node, validator, 'tiny', { ends: 'models/tiny' })
  * const { tokens } = await m.generate(promptIds, { maxNewTokens: 16 })
  */
 export class HostedModel {

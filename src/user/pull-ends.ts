@@ -41,8 +41,8 @@ export interface PullEndsOptions {
  * renamed); an `outDir` that exists must be empty. The config and tokenizer files are not covered by the model's
  * hash: they are checked against the sizes and sha256 the host lists, which guards the transfer, not the host.
  * @example
- * await pullEnds(node, multiaddr(bootstrap), 'llama3', 'ends/llama3')
- * const ends = await loadModel('ends/llama3', { part: 'ends' })
+ * await pullEnds(node, multiaddr(bootstrap), 'tiny', 'ends/tiny')
+ * const ends = await loadModel('ends/tiny', { part: 'ends' })
  */
 export async function pullEnds(
   node: Libp2p, validator: DialTarget, name: string, outDir: string, options: PullEndsOptions = {},

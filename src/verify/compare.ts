@@ -23,12 +23,12 @@ export type ComputeFormat = WeightFormat | 'f32';
  * Derivation. float32 rounds with unit roundoff u = 2⁻²⁴ ≈ 6.0e-8. A dot product of length n
  * summed in two different orders (another thread split, another CPU's kernel) differs by at
  * most γₙ = n·u / (1 − n·u) ≈ n·u relative to Σ|aᵢbᵢ|: the worst-case forward error of a sum,
- * ≈ 1.8e-4 at n = 3072 (GPT-2's MLP). That bound needs every rounding error to line up; they
+ * ≈ 1.8e-4 at n = 3072 (a 768-wide model's MLP). That bound needs every rounding error to line up; they
  * are independent with zero mean, so in practice they grow like √n·u: ≈ 3.3e-6 at n = 3072,
- * ≈ 6.3e-6 at n = 11008 (Llama-7B's MLP), and what is measured is smaller still.
+ * ≈ 6.3e-6 at n = 11008 (a 7B decoder's MLP), and what is measured is smaller still.
  *
  * Measured (bench/ort-drift.ts; AMD EPYC, AVX-512; sections of 2 blocks (one of 4, one of the
- * final norm and head), GPT-2 and Llama, hidden 32 … 768, 32 … 128 tokens; forward output,
+ * final norm and head), the GPT-2 layout and the shared decoder, hidden 32 … 768, 32 … 128 tokens; forward output,
  * input gradient, and each parameter gradient as its own tensor; max over inputs):
  *   - ort at 1 vs 2 intra-op threads: ≤ 3.6e-7 (4.5e-7 over the 1,000 computations of
  *     test/verify/compare.test.ts); 0 where every product stays below the size that splits.
@@ -52,7 +52,7 @@ export const ORT_TOLERANCE = 3e-5;
  * input (output − input, see `agree`'s `base`).
  *
  * bf16 is computed in float32 (each weight widened exactly), so its drift is float32's.
- * Measured (bench/compact-drift.ts; a decoding session on Llama sections of 2 blocks, hidden
+ * Measured (bench/compact-drift.ts; a decoding session on shared-decoder sections of 2 blocks, hidden
  * 256 … 768, and of 8 blocks, hidden 256; inputs the embedding of ids, or unit normal; initial
  * weights and 4× them; max over every step's output): ort 1 vs 2 threads ≤ 1.8e-6, ort vs js
  * ≤ 2.0e-6: the float32 figures above, so ORT_TOLERANCE stands (15× above).

@@ -135,7 +135,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     let s = byPool.get(poolThreads);
     if (s === undefined) {
       // every packed weight has a session and so a pool of its own: a hundred spinning pools would fight for two cores
-      // (int4 decode of a 100M Llama at 2 threads: 2.6 tok/s spinning under 'auto', 42 tok/s asleep), so they spin only when told
+      // (int4 decode of a 100M decoder at 2 threads: 2.6 tok/s spinning under 'auto', 42 tok/s asleep), so they spin only when told
       s = ort.session(matMulNBitsGraph(w), poolThreads, spinning === true);
       byPool.set(poolThreads, s);
     }

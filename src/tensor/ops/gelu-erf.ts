@@ -5,8 +5,8 @@ import { hook, hooked } from '../dispatch.ts';
 
 /**
  * The exact GELU, x · Φ(x) = x/2 · (1 + erf(x/√2)): PyTorch's nn.GELU() and transformers'
- * `gelu` activation (GPT-NeoX, Falcon), as against the tanh approximation of `gelu`
- * (GPT-2's gelu_new). The derivative is Φ(x) + x · φ(x), φ the normal density.
+ * `gelu` activation, as against the tanh approximation of `gelu`
+ * (transformers' gelu_new). The derivative is Φ(x) + x · φ(x), φ the normal density.
  */
 export function geluErf(x: Tensor): Tensor {
   if (hooked) return hook('geluErf', geluErf, [x]);

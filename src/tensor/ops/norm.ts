@@ -9,7 +9,7 @@ import { hook, hooked } from '../dispatch.ts';
 /**
  * Layer norm and RMS norm over the last dim, fused, with their analytic VJPs.
  * layerNorm: y = (x − μ)/σ · w + b, σ = sqrt(var + eps) (biased variance, as PyTorch).
- * rmsNorm:   y = x / sqrt(mean(x²) + eps) · w (as Llama's LlamaRMSNorm).
+ * rmsNorm:   y = x / sqrt(mean(x²) + eps) · w (as transformers' RMSNorm of the decoder families).
  */
 
 function checkAffine(x: Tensor, weight: Tensor | null | undefined, op: string): number {
