@@ -38,7 +38,7 @@ export async function main(argv: string[]): Promise<number> {
       return 0;
     }
     const threads = optionalIntFlag(flags, 'threads', 1);
-    if (flags.backend === 'js') setBackend('js');
+    if (typeof flags.backend === 'string' && flags.backend !== 'ort') setBackend(flags.backend);
     else if (flags.backend === 'ort' || threads !== undefined) {
       // --threads N: onnxruntime on N threads that sleep when idle (nodes sharing a machine)
       try {

@@ -4,6 +4,7 @@
  * (spec.ts) takes groups and options of its own. Parsing, validation messages and `--help` are made from these
  * declarations (parse.ts, help.ts). This module imports nothing heavy: every command's declarations load at each start.
  */
+import { backendNames } from '../tensor/index.ts';
 
 /**
  * How an option's value is read: `int` and `number` (at least `min`), `enum` (one of `choices`), `bytes` (4GiB, 512MiB),
@@ -68,7 +69,8 @@ export const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
 /** Every command takes these. */
 export const OUTPUT = group('every command takes', {
   json: flag('machine-readable: one JSON object on stdout, human progress on stderr'),
-  backend: choice(['js', 'ort'], 'the compute backend: js (bitwise reproducible) or ort (onnxruntime: fast)', { default: 'ort where it loads, else js' }),
+  // the backend registry's names (tensor/'s entry loads no native part, and main.ts imports it at every start anyway)
+  backend: choice(backendNames(), 'the compute backend: js (bitwise reproducible), ort (onnxruntime: fast)', { default: 'ort where it loads, else js' }),
   threads: int('N', 'onnxruntime threads, idle ones asleep: for nodes that share a machine', { default: 'every core' }),
   help: flag('this help'),
 });
