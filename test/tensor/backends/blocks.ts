@@ -1,0 +1,154 @@
+/**
+ * The model blocks of the conformance suite (suite.ts): block 0 of each family's fixture (test/fixtures/hf/<family>/),
+ * run on a backend as training runs it (forward and backward), as decoding runs it (a KV cache, no gradients), and as
+ * a traced step (src/tensor/trace.ts) traced on js and replayed with new inputs on the backend.
+ */
+import { join } from 'node:path';
+import { type CausalLM, KVCache, loadModel } from '../../../src/models/index.ts';
+import { type Backend, Generator, jsBackend, noGrad, randn, type Tensor, trace, withBackend } from '../../../src/tensor/index.ts';
+import type { ComputeFormat } from '../../../src/verify/index.ts';
+import { HF_FIXTURES, hfFixtureNames } from '../../helpers/hf-fixtures.ts';
+import type { Result } from './compare.ts';
+
+/** The seed of every block's inputs. */
+const SEED = 45;
+
+/** Rows [2, 32] of hidden states: 64 rows through a 64-wide block's products (262k MACs), 2·4·32·32 = 8192 scores. */
+const BLOCK_INPUT = [2, 32] as const;
+
+/** [fixture, the format its weights are held in]: each family in float32; Llama also in each compact format. */
+export const BLOCKS: readonly (readonly [string, ComputeFormat])[] = [
+  ...hfFixtureNames().map((name) => [name, 'f32'] as const),
+  ['llama', 'bf16'],
+  ['llama', 'int8'],
+  ['llama', 'int4'],
+];
+
+const loadOptions = (format: ComputeFormat) => (format === 'f32' ? {} : format === 'bf16' ? { dtype: 'bf16' as const } : { quantize: format });
+
+/**
+ * Block 0 of a fixture, its weights in `format`: a section [1, 2) of the model, which takes hidden states.
+ * @example
+ * const block = await loadBlock('llama', 'int8')
+ */
+export function loadBlock(fixture: string, format: ComputeFormat): Promise<CausalLM> {
+  return loadModel(join(HF_FIXTURES, fixture), { part: [1, 2], ...loadOptions(format) });
+}
+
+/** A block's results, and its inputs under the labels of the outputs they gave (what int8 and int4 are compared on). */
+export interface BlockRun {
+  results: Result[];
+  inputs: Result[];
+}
+
+/** One block's forward and backward: its output, its input's gradient, each parameter's gradient by name. */
+export function trainBlock(backend: Backend, block: CausalLM): BlockRun {
+  return withBackend(backend, () => {
+    const params = [...block.hfStateDict()];
+    for (const [, p] of params) p.grad = null;
+    const x = randn([...BLOCK_INPUT, block.config.hidden], { generator: new Generator(SEED) });
+    x.requiresGrad = true;
+    const y = block.forward(x);
+    y.mul(randn(y.shape, { seed: 1000 })).sum().backward();
+    const results: Result[] = [{ label: 'output', values: y.data }, { label: 'gradient of the input', values: x.grad!.data }];
+    for (const [name, p] of params) if (p.grad) results.push({ label: `gradient of ${name}`, values: p.grad.data });
+    return { results, inputs: [{ label: 'output', values: x.data }] };
+  });
+}
+
+/** Decoding steps after a prompt of 24 (2·4·24·24·16 = 73k MACs of attention over the cache). */
+const PROMPT = 24;
+const STEPS = 3;
+
+/**
+ * One block as decoding runs it, with a KV cache and no gradients: a prompt's hidden states, then one token at a time
+ * (attention over the cache time-major; Llama-like blocks take the fused decoding step where the backend has one).
+ */
+export function decodeBlock(backend: Backend, block: CausalLM): BlockRun {
+  return withBackend(backend, () => noGrad(() => {
+    const g = new Generator(SEED);
+    const cache = new KVCache(block.config.layers);
+    const run: BlockRun = { results: [], inputs: [] };
+    for (let step = 0; step <= STEPS; step++) {
+      const label = step === 0 ? 'the prompt\'s output' : `step ${step}'s output`;
+      const x = randn([1, step === 0 ? PROMPT : 1, block.config.hidden], { generator: g });
+      run.results.push({ label, values: block.forward(x, { cache }).data });
+      run.inputs.push({ label, values: x.data });
+    }
+    return run;
+  }));
+}
+
+/** The inputs of a traced step, and what they are called in results. */
+interface StepInputs {
+  tensors: Tensor[];
+  label: string;
+}
+
+/**
+ * A traced step of a block: `fn` traced once on js (with the first of `inputs`), then replayed on `backend` with each
+ * of the others (`step.run`: op by op, or as one program where the backend compiles steps), beside `fn` called on js
+ * with the same inputs, the reference. Returns the reference's results and the replays', under the same labels.
+ */
+function tracedRuns(backend: Backend, fn: (...xs: Tensor[]) => Tensor, inputs: StepInputs[]): { ref: BlockRun; got: BlockRun } {
+  const { step } = withBackend(jsBackend, () => trace(fn, inputs[0].tensors));
+  const ref: BlockRun = { results: [], inputs: [] };
+  const got: BlockRun = { results: [], inputs: [] };
+  for (const { tensors, label } of inputs.slice(1)) {
+    ref.results.push({ label, values: withBackend(jsBackend, () => fn(...tensors)).data });
+    got.results.push({ label, values: withBackend(backend, () => step.run(tensors)).data });
+    for (const run of [ref, got]) run.inputs.push({ label, values: tensors[0].data });
+  }
+  return { ref, got };
+}
+
+/** Hidden states [...rows, hidden] drawn from `g` (rows [2, 32] unless given). */
+const hidden = (g: Generator, block: CausalLM, rows: readonly number[] = BLOCK_INPUT): Tensor =>
+  randn([...rows, block.config.hidden], { generator: g });
+
+/** How many inputs a traced step is replayed with (after the one it is traced with). */
+const REPLAYS = 2;
+
+/**
+ * A block's forward without gradients (the fused products and the backend's kernels), traced on js and replayed on
+ * `backend` with new hidden states.
+ */
+export function tracedForward(backend: Backend, block: CausalLM): { ref: BlockRun; got: BlockRun } {
+  const g = new Generator(SEED);
+  const inputs = Array.from({ length: REPLAYS + 1 }, (_, i) => ({ tensors: [hidden(g, block)], label: `replay ${i}'s output` }));
+  return noGrad(() => tracedRuns(backend, (x) => block.forward(x), inputs));
+}
+
+/**
+ * A decoding step of a block with its KV cache as inputs: one token's hidden states and the keys and values of a
+ * prompt of PROMPT tokens ([1, kvHeads, PROMPT, headDim], the block's cache after that prompt on js), traced on js and
+ * replayed on `backend` with another token and another prompt's cache. The cache enters as a plain entry and the
+ * token's hidden states take gradients, so that attention concatenates the cached keys with the new ones (ops a trace
+ * records): decoding without gradients appends to a time-major cache in place (GrowingKV), host state a trace takes as
+ * it was (src/tensor/trace.ts), so that path cannot be replayed with a new cache. The grown cache is not an output:
+ * the block keeps it in its KVCache, outside the ops.
+ */
+export function tracedDecodingStep(backend: Backend, block: CausalLM): { ref: BlockRun; got: BlockRun } {
+  const g = new Generator(SEED + 1);
+  // a prompt's keys and values on js: the cache a decoding step reads
+  const prompted = (): { k: Tensor; v: Tensor; index: number } => withBackend(jsBackend, () => noGrad(() => {
+    const cache = new KVCache(block.config.layers);
+    block.forward(hidden(g, block, [1, PROMPT]), { cache });
+    const index = cache.layers.findIndex((e) => e !== null);
+    const entry = cache.layers[index]!;
+    return { k: entry.k, v: entry.v, index };
+  }));
+  const inputs = Array.from({ length: REPLAYS + 1 }, (_, i) => {
+    const { k, v } = prompted();
+    const x = hidden(g, block, [1, 1]);
+    x.requiresGrad = true;
+    return { tensors: [x, k, v], label: `step ${i}'s output` };
+  });
+  const { index } = prompted();
+  const decode = (x: Tensor, k: Tensor, v: Tensor): Tensor => {
+    const cache = new KVCache(block.config.layers);
+    cache.layers[index] = { k, v };
+    return block.forward(x, { cache });
+  };
+  return tracedRuns(backend, decode, inputs);
+}
