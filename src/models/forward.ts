@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../errors.ts';
-import { attendTimeMajor, cat, isGradEnabled, type Tensor, tensor } from '../tensor/index.ts';
+import { attendTimeMajor, cat, isGradEnabled, isTracing, type Tensor, tensor } from '../tensor/index.ts';
 import { type AttentionOptions, causalAttention } from './attention.ts';
 import { type ForwardContext, type ForwardOptions, GrowingKV, type ModelLayer } from './model.ts';
 
@@ -46,7 +46,8 @@ export function runLayers(layers: readonly ModelLayer[], ids: Tensor, options: F
  * sliding window of `options`, if any: the cache keeps every key, the window masks the old ones).
  * Grouped-query attention repeats each key/value head for `groups` query heads. The cache grows in
  * place (GrowingKV) and, where no mask, window or soft-cap applies and no gradient is wanted,
- * attendTimeMajor reads the keys where they lie: no step copies the whole cache.
+ * attendTimeMajor reads the keys where they lie: no step copies the whole cache. While a trace records, the cache is
+ * plain tensors joined with `cat` instead, so that a replay grows the cache it is given.
  */
 export function cachedAttention(
   q: Tensor,
@@ -60,8 +61,9 @@ export function cachedAttention(
   let keys = k;
   let values = v;
   const cache = ctx.cache;
-  if (cache && (k.dtype !== 'float32' || v.dtype !== 'float32')) {
-    // a model run in float64 (gradient checks): the cache as plain tensors, concatenated
+  if (cache && (k.dtype !== 'float32' || v.dtype !== 'float32' || isTracing())) {
+    // a model run in float64 (gradient checks), or traced (src/tensor/trace.ts: the grown cache a result of recorded
+    // ops, not host state a replay would take as it was): the cache as plain tensors, concatenated
     const previous = cache.layers[blockIndex];
     if (previous) {
       keys = cat([previous.k, k], 2);

@@ -1,5 +1,5 @@
 import { type Linear, Module, ModuleList } from '../nn/index.ts';
-import { cat, type Generator, gather, indexSelect, softmax, type Tensor, tensor } from '../tensor/index.ts';
+import { cat, compositeOp, type Generator, gather, indexSelect, softmax, type Tensor, tensor } from '../tensor/index.ts';
 import { proj } from './decoder-parts.ts';
 
 /**
@@ -94,41 +94,53 @@ export class SparseMoe extends Module {
   }
 
   forward(x: Tensor): Tensor {
-    const { experts, topK: k } = this.spec;
     const [b, t, h] = x.shape;
-    const n = b * t;
-    const flat = x.reshape([n, h]); // [N, H]
+    const flat = x.reshape([b * t, h]); // [N, H]
     const probs = softmax(this.gate.forward(flat), -1); // [N, E]
-    const picked = topKIndices(probs.data, n, experts, k); // [N · k], largest first
-    let weights = gather(probs, 1, tensor(picked, [n, k], 'int32')); // [N, k]
-    if (this.spec.normTopK) weights = weights.div(weights.sum(-1, true));
-    const slotWeights = weights.reshape([n * k, 1]); // [N · k, 1]: slot s = token · k + rank
-
-    // each expert hit runs on its tokens (in transformers' order: by rank, then token); its rows
-    // of the outputs are `rowOf` each slot
-    const outputs: Tensor[] = [];
-    const rowOf = new Int32Array(n * k);
-    let rows = 0;
-    for (let e = 0; e < experts; e++) {
-      const slots: number[] = [];
-      for (let j = 0; j < k; j++) for (let i = 0; i < n; i++) if (picked[i * k + j] === e) slots.push(i * k + j);
-      if (slots.length === 0) continue;
-      const tokens = tensor(Int32Array.from(slots, (s) => Math.floor(s / k)), [slots.length], 'int32');
-      const y = this.experts.at(e).forward(indexSelect(flat, 0, tokens)); // [n_e, H]
-      outputs.push(y.mul(indexSelect(slotWeights, 0, tensor(Int32Array.from(slots), [slots.length], 'int32'))));
-      slots.forEach((s, i) => (rowOf[s] = rows + i));
-      rows += slots.length;
-    }
-    const all = outputs.length === 1 ? outputs[0] : cat(outputs, 0); // [N · k, H]
-
-    // a token's output: its experts' rows added in the order of the experts' indices
-    const terms = Array.from({ length: k }, () => new Int32Array(n));
-    for (let i = 0; i < n; i++) {
-      const ranks = Array.from({ length: k }, (_, j) => j).sort((p, q) => picked[i * k + p] - picked[i * k + q]);
-      ranks.forEach((j, m) => (terms[m][i] = rowOf[i * k + j]));
-    }
-    let out = indexSelect(all, 0, tensor(terms[0], [n], 'int32'));
-    for (let m = 1; m < k; m++) out = out.add(indexSelect(all, 0, tensor(terms[m], [n], 'int32')));
-    return out.reshape([b, t, h]); // [B, T, H]
+    return routedExperts(this, flat, probs).reshape([b, t, h]); // [B, T, H]
   }
 }
+
+/**
+ * The routed part of a sparse MoE block: each token of `flat` [N, H] sent to the top-k experts of its router
+ * probabilities `probs` [N, E] (picked on the host), their outputs weighted and summed: [N, H]. One public op
+ * (compositeOp), so that a traced step records it whole and a replay picks the experts again from its new inputs;
+ * the block's experts are read at each call.
+ * @example
+ * const y = routedExperts(moe, flat, softmax(moe.gate.forward(flat), -1)) // [N, H]
+ */
+export const routedExperts = compositeOp('routedExperts', (moe: SparseMoe, flat: Tensor, probs: Tensor): Tensor => {
+  const { experts, topK: k } = moe.spec;
+  const n = flat.shape[0];
+  const picked = topKIndices(probs.data, n, experts, k); // [N · k], largest first
+  let weights = gather(probs, 1, tensor(picked, [n, k], 'int32')); // [N, k]
+  if (moe.spec.normTopK) weights = weights.div(weights.sum(-1, true));
+  const slotWeights = weights.reshape([n * k, 1]); // [N · k, 1]: slot s = token · k + rank
+
+  // each expert hit runs on its tokens (in transformers' order: by rank, then token); its rows
+  // of the outputs are `rowOf` each slot
+  const outputs: Tensor[] = [];
+  const rowOf = new Int32Array(n * k);
+  let rows = 0;
+  for (let e = 0; e < experts; e++) {
+    const slots: number[] = [];
+    for (let j = 0; j < k; j++) for (let i = 0; i < n; i++) if (picked[i * k + j] === e) slots.push(i * k + j);
+    if (slots.length === 0) continue;
+    const tokens = tensor(Int32Array.from(slots, (s) => Math.floor(s / k)), [slots.length], 'int32');
+    const y = moe.experts.at(e).forward(indexSelect(flat, 0, tokens)); // [n_e, H]
+    outputs.push(y.mul(indexSelect(slotWeights, 0, tensor(Int32Array.from(slots), [slots.length], 'int32'))));
+    slots.forEach((s, i) => (rowOf[s] = rows + i));
+    rows += slots.length;
+  }
+  const all = outputs.length === 1 ? outputs[0] : cat(outputs, 0); // [N · k, H]
+
+  // a token's output: its experts' rows added in the order of the experts' indices
+  const terms = Array.from({ length: k }, () => new Int32Array(n));
+  for (let i = 0; i < n; i++) {
+    const ranks = Array.from({ length: k }, (_, j) => j).sort((p, q) => picked[i * k + p] - picked[i * k + q]);
+    ranks.forEach((j, m) => (terms[m][i] = rowOf[i * k + j]));
+  }
+  let out = indexSelect(all, 0, tensor(terms[0], [n], 'int32'));
+  for (let m = 1; m < k; m++) out = out.add(indexSelect(all, 0, tensor(terms[m], [n], 'int32')));
+  return out; // [N, H]
+});

@@ -51,6 +51,17 @@ export function activeRecorder(): OpRecorder | null {
   return depth === 0 ? recorder : null;
 }
 
+/**
+ * True while a trace is recording (trace.ts), inside public ops too: model code that does work
+ * on the host between ops (a KV cache grown in place, fused decoding on plain buffers) steps
+ * aside for the ops path then, so that a replay recomputes it. One read; false outside a trace.
+ * @example
+ * if (isTracing()) return cat([past, k], 2) // recorded; the in-place append is not
+ */
+export function isTracing(): boolean {
+  return recorder !== null;
+}
+
 /** @internal Starts or stops recording (trace.ts); returns the previous recorder. */
 export function setRecorder(next: OpRecorder | null): OpRecorder | null {
   const previous = recorder;
@@ -96,6 +107,26 @@ export function hook<R>(name: string, op: (...args: never[]) => R, given: unknow
     depth--;
     rearm();
   }
+}
+
+/**
+ * A public op defined outside tensor/ (a composite of other ops with host code between them,
+ * such as a mixture of experts' routing): `fn` behind the door, as the engine's ops are. A
+ * trace records one call of it as one op (its tensor arguments slots, the rest attributes:
+ * class instances by reference, so a module's weights are read at each replay) and a replay
+ * calls `fn` again, host code included; outside a trace and without device tensors it calls
+ * `fn` straight away (one boolean read before it), the same arithmetic. On a device it is refused (no backend has a kernel for it).
+ * @example
+ * // values sorted on the host: a replay sorts its new input
+ * const sorted = compositeOp('sorted', (x: Tensor): Tensor => tensor(Float32Array.from(x.data).sort(), x.shape))
+ * const { step } = trace((x) => sorted(x).mul(2), [x0])
+ * step.run([x1]) // sorted(x1).mul(2)
+ */
+export function compositeOp<A extends unknown[], R>(name: string, fn: (...args: A) => R): (...args: A) => R {
+  const run = fn as unknown as (...args: unknown[]) => R;
+  const op = (...args: unknown[]): R => (hooked ? hook(name, op, args) : run(...args));
+  Object.defineProperty(op, 'name', { value: name });
+  return op as (...args: A) => R;
 }
 
 /** Calls `visit` on every tensor in an op's arguments: tensors, arrays and plain objects of them. */

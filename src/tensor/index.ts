@@ -16,6 +16,7 @@ export {
 export { type BackendName, getBackend, setBackend, withBackend } from './backends/select.ts';
 export { type Allocator, CPU, type Device, deviceOf, DeviceStorage } from './device.ts';
 export { type CompiledStep, type Slot, type SlotKind, SlotRef, trace, type TracedOp, TracedStep } from './trace.ts';
+export { compositeOp, isTracing } from './dispatch.ts';
 export { addInto } from './kernels/rows.ts';
 export { arange, drawsNothing, full, ones, type RandomOptions, rand, randint, randn, tensor, zeros } from './creation.ts';
 export { bfloat16ToFloat, type DType, type FloatArray, floatToBfloat16, floatToHalf, halfToFloat, type StorageDType, type TypedArray } from './dtype.ts';

@@ -18,13 +18,17 @@ import { Tensor } from './tensor.ts';
  * What a trace records is exactly the ops; anything else `fn` does is done once, at trace time:
  * - Host code between ops runs once: a tensor built from values `fn` read out of a traced
  *   tensor (`.data`) becomes a constant. `item()` and `toArray()` of a traced value are refused
- *   (TraceError); reading `.data` cannot be caught, so keep `fn` to ops.
+ *   (TraceError); reading `.data` cannot be caught, so keep `fn` to ops, or make the host code
+ *   an op of its own (compositeOp, dispatch.ts: a replay runs it again, as a mixture of
+ *   experts' routing in src/models/moe.ts does).
  * - Tensors that are neither inputs nor results of recorded ops (parameters, masks, tables)
  *   are constants, read by reference at every run: an optimizer's in-place update is seen.
  * - State mutated in place outside the ops (the models' growing KV cache, TimeMajorKV) is an
  *   attribute, taken as it was at trace time (a plain object's fields by value, arrays and class
  *   instances by reference): a traced decoding step takes its cache as tensor inputs and
- *   returns the grown cache as outputs (cat), as ONNX graphs bind past and present.
+ *   returns the grown cache as outputs (cat), as ONNX graphs bind past and present. The models
+ *   step aside while a trace records (isTracing): their cache is tensors joined with `cat`,
+ *   and the fused decoding step on plain buffers is not taken.
  * - A random op (dropout) holds its generator as an attribute: a replay draws the next numbers
  *   from it, as another call would.
  * - Not supported yet (each a TraceError): `backward()` inside a trace, so no optimizer step

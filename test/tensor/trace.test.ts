@@ -1,16 +1,21 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { type CausalLM, createModel, defaultPositions, type ForwardContext, gpt2Config, llamaConfig } from '../../src/models/index.ts';
+import {
+  type CausalLM, createModel, decodeRows, defaultPositions, type ForwardContext, gpt2Config, KVCache, llamaConfig, mixtralConfig,
+  type ModelConfig,
+} from '../../src/models/index.ts';
 import { Linear } from '../../src/nn/index.ts';
 import { hooked } from '../../src/tensor/dispatch.ts';
 import {
   type Backend,
   cat,
   type CompiledStep,
+  createOrtBackend,
   Generator,
   jsBackend,
   linear,
   noGrad,
+  ortAvailable,
   randint,
   randn,
   scaledDotProductAttention,
@@ -123,6 +128,86 @@ describe('traced steps', () => {
       assertSameBits(noGrad(() => step.run([x])), noGrad(() => model.forward(x)), 'logits');
     });
   }
+
+  /** A small mixture of experts: 2 of 4 experts per token. */
+  const mixtral = mixtralConfig({
+    vocabSize: 40, hidden: 32, heads: 4, kvHeads: 2, layers: 2, maxPositions: 32, experts: 4, topK: 2, intermediate: 16,
+  });
+
+  test('a mixture of experts block replays its routing: the experts the new tokens pick, bit for bit', () => {
+    const forward = block(createModel(mixtral, { seed: 5 }));
+    const ctx: ForwardContext = { positions: defaultPositions(2, 5, 0), keyMask: null, cache: null };
+    const { step } = noGrad(() => trace((x: Tensor) => forward(x, ctx), [randn([2, 5, 32], { generator: rng })]));
+    // the routed experts are one op: a replay picks them again from its own router probabilities
+    assert.ok(step.ops.some((o) => o.op === 'routedExperts'), step.ops.map((o) => o.op).join());
+    for (let i = 0; i < 3; i++) {
+      const x = randn([2, 5, 32], { generator: rng });
+      assertSameBits(noGrad(() => step.run([x])), noGrad(() => forward(x, ctx)), `run ${i}`);
+    }
+    // with gradients too: the replay's routed experts take them as a call's do
+    const x = randn([2, 5, 32], { generator: rng });
+    const { step: trained } = trace((h: Tensor) => forward(h, ctx), [x]);
+    assertSameBits(trained.run([x]), forward(x, ctx), 'with gradients');
+  });
+
+  for (const [arch, config] of [
+    ['llama', llamaConfig({ layers: 2, hidden: 32, heads: 4, kvHeads: 2, intermediate: 48, vocabSize: 64, maxPositions: 32 })],
+    ['mixtral', mixtral],
+    ['gpt2', gpt2Config({ layers: 2, hidden: 32, heads: 4, vocabSize: 64, maxPositions: 32 })],
+  ] as [string, ModelConfig][]) {
+    test(`a ${arch} decoding step without gradients replays with another token and another cache, and returns the grown cache`, () => {
+      const model = createModel(config, { seed: 6 });
+      const layer = model.layers.find((l) => l.kind === 'block')!;
+      const [kvHeads, dim, past] = [arch === 'gpt2' ? 4 : 2, 8, 6];
+      // one token after `past` cached ones: its output and the layer's cache grown by it, as a decoding step leaves it
+      const decode = (x: Tensor, pastK: Tensor, pastV: Tensor): Tensor[] => {
+        const cache = new KVCache(config.layers);
+        cache.layers[layer.blockIndex] = { k: pastK, v: pastV };
+        const y = layer.forward(x, { positions: defaultPositions(1, 1, past), keyMask: null, cache });
+        const grown = cache.layers[layer.blockIndex]!;
+        return [y, grown.k, grown.v];
+      };
+      const cached = () => randn([1, kvHeads, past, dim], { generator: rng });
+      const inputs = () => [randn([1, 1, 32], { generator: rng }), cached(), cached()];
+      const { step } = noGrad(() => trace(decode, inputs()));
+      for (let i = 0; i < 2; i++) {
+        const [x, k, v] = inputs();
+        const replayed = noGrad(() => step.run([x, k, v]));
+        const direct = noGrad(() => decode(x, k, v)); // the cache grown in place, the fused step where it applies
+        assert.deepEqual(replayed[1].shape, [1, kvHeads, past + 1, dim]);
+        replayed.forEach((t, j) => assertSameBits(t, direct[j], `run ${i} output ${j}`));
+      }
+    });
+  }
+
+  const ort = { skip: !ortAvailable() };
+  test('on a backend with fused products, a traced decoding step records ops, not the fused step or stacked rows', ort, () => {
+    const config = llamaConfig({ layers: 2, hidden: 32, heads: 4, kvHeads: 2, intermediate: 48, vocabSize: 64, maxPositions: 32 });
+    const past = 5;
+    const cached = () => randn([1, 2, past, 8], { generator: rng });
+    const row = (x: Tensor, k: Tensor, v: Tensor) => {
+      const cache = new KVCache(config.layers);
+      cache.layers[0] = { k, v };
+      return { x, cache, positions: defaultPositions(1, 1, past) };
+    };
+    // two sequences' steps through a section's first block: decodeRows stacks them (and each takes decode-step.ts) outside a trace
+    const section = createModel(config, { seed: 8, section: [1, 2] });
+    const decode = (x1: Tensor, k1: Tensor, v1: Tensor, x2: Tensor, k2: Tensor, v2: Tensor): Tensor[] => {
+      const rows = [row(x1, k1, v1), row(x2, k2, v2)];
+      return [...decodeRows(section, rows), ...rows.flatMap((r) => [r.cache.layers[0]!.k, r.cache.layers[0]!.v])];
+    };
+    const inputs = () => [0, 1].flatMap(() => [randn([1, 1, 32], { generator: rng }), cached(), cached()]);
+    withBackend(createOrtBackend({ threads: 1, minMacs: 0 }), () => {
+      const { step } = noGrad(() => trace(decode, inputs()));
+      assert.ok(step.ops.filter((o) => o.op === 'cat').length >= 4, step.ops.map((o) => o.op).join());
+      for (let i = 0; i < 2; i++) {
+        const xs = inputs();
+        const replayed = noGrad(() => step.run(xs));
+        const direct = noGrad(() => decode(...(xs as [Tensor, Tensor, Tensor, Tensor, Tensor, Tensor])));
+        replayed.forEach((t, j) => assertSameBits(t, direct[j], `run ${i} output ${j}`));
+      }
+    });
+  });
 
   test('what a trace cannot record is a typed error', () => {
     const w = randn([3, 3], { generator: rng });

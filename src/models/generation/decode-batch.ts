@@ -1,4 +1,4 @@
-import { attendTimeMajor, gatedMlp, linear, linears, Tensor } from '../../tensor/index.ts';
+import { attendTimeMajor, gatedMlp, isTracing, linear, linears, Tensor } from '../../tensor/index.ts';
 import { addRows, rmsNormRow, rotate } from './decode-step.ts';
 import { Decoder, DecoderBlock, type DecodePlan } from '../decoder.ts';
 import { type CausalLM, type ForwardContext, GrowingKV, type KVCache, type ModelLayer } from '../model.ts';
@@ -39,7 +39,8 @@ export function decodeRows(model: CausalLM, rows: readonly DecodeRow[]): Tensor[
  * positions given and in range, distinct caches.
  */
 export function canDecodeRows(model: CausalLM, rows: readonly DecodeRow[]): boolean {
-  if (rows.length < 2 || !(model instanceof Decoder) || new Set(rows.map((r) => r.cache)).size !== rows.length) return false;
+  // while a trace records, rows run through the model's forward (its ops), not on plain buffers (src/tensor/trace.ts)
+  if (rows.length < 2 || isTracing() || !(model instanceof Decoder) || new Set(rows.map((r) => r.cache)).size !== rows.length) return false;
   const ids = model.layers[0]?.kind === 'embedding';
   const { hidden, maxPositions } = model.config;
   return rows.every(({ x, positions: p }) => x.shape[0] === 1 && x.shape[1] === 1

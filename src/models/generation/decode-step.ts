@@ -1,5 +1,5 @@
 import { Linear, RMSNorm } from '../../nn/index.ts';
-import { attendTimeMajor, gatedMlp, getBackend, isGradEnabled, linear, linears, Tensor } from '../../tensor/index.ts';
+import { attendTimeMajor, gatedMlp, getBackend, isGradEnabled, isTracing, linear, linears, Tensor } from '../../tensor/index.ts';
 import { GrowingKV, type ForwardContext } from '../model.ts';
 
 /**
@@ -49,7 +49,8 @@ export function canDecodeStep(
 export function decodeStepFits(
   block: DecodeBlock, x: Tensor, ctx: ForwardContext, blockIndex: number, shape: DecodeShape, rope: { cos: Tensor },
 ): boolean {
-  if (isGradEnabled() || ctx.cache === null || ctx.keyMask !== null) return false;
+  // a trace records ops: the step on plain buffers would be taken once, as traced (src/tensor/trace.ts)
+  if (isGradEnabled() || isTracing() || ctx.cache === null || ctx.keyMask !== null) return false;
   if (x.ndim !== 3 || x.shape[0] !== 1 || x.shape[1] !== 1 || x.dtype !== 'float32' || rope.cos.shape[2] !== shape.headDim) return false;
   const { self_attn: a, mlp } = block;
   const projections = [a.q_proj, a.k_proj, a.v_proj, a.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj];

@@ -88,15 +88,20 @@ interface StepInputs {
 /**
  * A traced step of a block: `fn` traced once on js (with the first of `inputs`), then replayed on `backend` with each
  * of the others (`step.run`: op by op, or as one program where the backend compiles steps), beside `fn` called on js
- * with the same inputs, the reference. Returns the reference's results and the replays', under the same labels.
+ * with the same inputs, the reference. Returns the reference's results and the replays', under the same labels (a
+ * step that returns several tensors: each under its label and `names`' name for it).
  */
-function tracedRuns(backend: Backend, fn: (...xs: Tensor[]) => Tensor, inputs: StepInputs[]): { ref: BlockRun; got: BlockRun } {
+function tracedRuns(
+  backend: Backend, fn: (...xs: Tensor[]) => Tensor | Tensor[], inputs: StepInputs[], names: readonly string[] = [],
+): { ref: BlockRun; got: BlockRun } {
   const { step } = withBackend(jsBackend, () => trace(fn, inputs[0].tensors));
   const ref: BlockRun = { results: [], inputs: [] };
   const got: BlockRun = { results: [], inputs: [] };
+  const outputs = (out: Tensor | Tensor[], label: string): Result[] =>
+    (Array.isArray(out) ? out : [out]).map((t, i) => ({ label: i === 0 ? label : `${label}: ${names[i - 1]}`, values: t.data }));
   for (const { tensors, label } of inputs.slice(1)) {
-    ref.results.push({ label, values: withBackend(jsBackend, () => fn(...tensors)).data });
-    got.results.push({ label, values: withBackend(backend, () => step.run(tensors)).data });
+    ref.results.push(...outputs(withBackend(jsBackend, () => fn(...tensors)), label));
+    got.results.push(...outputs(withBackend(backend, () => step.run(tensors)), label));
     for (const run of [ref, got]) run.inputs.push({ label, values: tensors[0].data });
   }
   return { ref, got };
@@ -120,13 +125,12 @@ export function tracedForward(backend: Backend, block: CausalLM): { ref: BlockRu
 }
 
 /**
- * A decoding step of a block with its KV cache as inputs: one token's hidden states and the keys and values of a
- * prompt of PROMPT tokens ([1, kvHeads, PROMPT, headDim], the block's cache after that prompt on js), traced on js and
- * replayed on `backend` with another token and another prompt's cache. The cache enters as a plain entry and the
- * token's hidden states take gradients, so that attention concatenates the cached keys with the new ones (ops a trace
- * records): decoding without gradients appends to a time-major cache in place (GrowingKV), host state a trace takes as
- * it was (src/tensor/trace.ts), so that path cannot be replayed with a new cache. The grown cache is not an output:
- * the block keeps it in its KVCache, outside the ops.
+ * A decoding step of a block with its KV cache as inputs and outputs: one token's hidden states and the keys and values
+ * of a prompt of PROMPT tokens ([1, kvHeads, PROMPT, headDim], the block's cache after that prompt on js) in, the
+ * token's output and the cache grown by it out, without gradients (as decoding runs). Traced on js, replayed on
+ * `backend` with another token and another prompt's cache. While a trace records, the block keeps its cache as tensors
+ * joined by ops and skips the fused step (src/models/forward.ts, decode-step.ts), so a replay grows the cache it is
+ * given; the reference, called directly, appends in place (and takes the fused step where the backend has one).
  */
 export function tracedDecodingStep(backend: Backend, block: CausalLM): { ref: BlockRun; got: BlockRun } {
   const g = new Generator(SEED + 1);
@@ -140,15 +144,15 @@ export function tracedDecodingStep(backend: Backend, block: CausalLM): { ref: Bl
   }));
   const inputs = Array.from({ length: REPLAYS + 1 }, (_, i) => {
     const { k, v } = prompted();
-    const x = hidden(g, block, [1, 1]);
-    x.requiresGrad = true;
-    return { tensors: [x, k, v], label: `step ${i}'s output` };
+    return { tensors: [hidden(g, block, [1, 1]), k, v], label: `step ${i}'s output` };
   });
   const { index } = prompted();
-  const decode = (x: Tensor, k: Tensor, v: Tensor): Tensor => {
+  const decode = (x: Tensor, k: Tensor, v: Tensor): Tensor[] => {
     const cache = new KVCache(block.config.layers);
     cache.layers[index] = { k, v };
-    return block.forward(x, { cache });
+    const y = block.forward(x, { cache });
+    const grown = cache.layers[index]!;
+    return [y, grown.k, grown.v];
   };
-  return tracedRuns(backend, decode, inputs);
+  return noGrad(() => tracedRuns(backend, decode, inputs, ['the cache\'s keys', 'the cache\'s values']));
 }

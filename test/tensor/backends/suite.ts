@@ -23,7 +23,6 @@ import {
   type TracedStep,
   withBackend,
 } from '../../../src/tensor/index.ts';
-import type { CausalLM } from '../../../src/models/index.ts';
 import { ORT_MIN_MACS } from '../../../src/tensor/backends/ort.ts';
 import type { MatmulSpec } from '../../../src/tensor/kernels/matmul.ts';
 import { BLOCKS, decodeBlock, loadBlock, tracedDecodingStep, tracedForward, trainBlock } from './blocks.ts';
@@ -140,14 +139,6 @@ function open(name: string, options: BackendOptions): Backend | { skip: string }
   return backend;
 }
 
-/**
- * Why a mixture of experts' traced step is a todo: its router picks each token's experts in host code
- * (src/models/moe.ts: topKIndices of the gate's probabilities, read through `.data`), which a trace runs once, so a
- * replay sends new tokens to the experts the traced ones picked. It passes once routing is an op.
- */
-const ROUTING = 'a trace replays the routing it saw: the router picks experts on the host (src/models/moe.ts)';
-const routesOnHost = (block: CausalLM): boolean => ((block.config as { experts?: number }).experts ?? 0) > 0;
-
 /** The kinds of block runs: [title, what runs it]. */
 const BLOCK_RUNS = [['trained', trainBlock], ['decoding', decodeBlock]] as const;
 const TRACED_RUNS = [['forward', tracedForward], ['decoding step', tracedDecodingStep]] as const;
@@ -208,7 +199,6 @@ export function conformance(name: string, variant?: ConformanceVariant): void {
       for (const [mode, run] of TRACED_RUNS) {
         test(`${title}: block 0's traced ${mode}`, async (t) => {
           const block = await loadBlock(fixture, format);
-          if (routesOnHost(block)) t.todo(ROUTING);
           const { ref, got } = run(subject.backend, block);
           t.diagnostic(describeAgreement(assertAgree(`${title} traced ${mode}`, ref.results, got.results, tolerance[format], based ? ref.inputs : [])));
         });
