@@ -5,8 +5,8 @@ import {
   type Backend, createOrtBackend, Generator, jsBackend, noGrad, ortAvailable, packWeight, randint, randn, type Tensor, tensor,
   type WeightFormat, withBackend,
 } from '../src/tensor/index.ts';
-import { matMulNBitsGraph } from '../src/tensor/backends/ort-packed.ts';
-import { loadOrtRuntime, type OrtSession } from '../src/tensor/backends/ort-runtime.ts';
+import { matMulNBitsGraph } from '../src/tensor/backends/ort/packed.ts';
+import { loadOrtRuntime, type OrtSession } from '../src/tensor/backends/ort/runtime.ts';
 import type { PackedMatrix, QuantFormat } from '../src/tensor/quant/formats.ts';
 import { drift, ORT_TOLERANCE, ORT_TOLERANCES } from '../src/verify/compare.ts';
 

@@ -1,7 +1,7 @@
 import * as ort from 'onnxruntime-node';
-import { encodeModel, OnnxType } from '../src/tensor/backends/onnx-graph.ts';
+import { encodeModel, OnnxType } from '../src/tensor/backends/ort/onnx-graph.ts';
 import { createOrtBackend, jsBackend, matmul, noGrad, randn, withBackend } from '../src/tensor/index.ts';
-import { jsBackendWith } from '../src/tensor/backends/js.ts';
+import { jsBackendWith } from '../src/tensor/backends/js/backend.ts';
 import { gemmNN } from '../src/tensor/kernels/matmul.ts';
 import { blockedGemm } from './baselines/blocked-gemm.ts';
 import { timeBlocks, timePair } from './timing.ts';

@@ -1,8 +1,8 @@
 export { type BackwardOptions, isGradEnabled, noGrad } from './autograd.ts';
 export { type Backend, EXACT, type Tolerance, type ToleranceFormat } from './backends/backend.ts';
-export { jsBackend, jsBackendWith } from './backends/js.ts';
+export { jsBackend, jsBackendWith } from './backends/js/backend.ts';
 export { fastGemm, gemmNN, type GemmNN } from './kernels/matmul.ts';
-export { createOrtBackend, ORT_BACKEND_TOLERANCE, ortAvailable } from './backends/ort.ts';
+export { createOrtBackend, ORT_BACKEND_TOLERANCE, ortAvailable } from './backends/ort/backend.ts';
 export {
   backendDevice,
   type BackendFactory,

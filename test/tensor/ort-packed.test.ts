@@ -1,4 +1,4 @@
-// Products with compact weights on the ort backend (src/tensor/backends/ort-packed.ts): int8 and int4 through
+// Products with compact weights on the ort backend (src/tensor/backends/ort/packed.ts): int8 and int4 through
 // onnxruntime's MatMulNBits, bf16 through its dense product, each against the exact js kernel within a bound derived
 // from how onnxruntime computes.
 //
@@ -13,8 +13,8 @@
 // 2e-2, a margin of 3.5. bf16 runs the dense float32 product: 4.5e-7 relative, held under 1e-5.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { matMulNBitsGraph } from '../../src/tensor/backends/ort-packed.ts';
-import { loadOrtRuntime } from '../../src/tensor/backends/ort-runtime.ts';
+import { matMulNBitsGraph } from '../../src/tensor/backends/ort/packed.ts';
+import { loadOrtRuntime } from '../../src/tensor/backends/ort/runtime.ts';
 import {
   createOrtBackend, linear, ortAvailable, packMatrix, packWeight, randn, tensor, unpackMatrix, type WeightFormat, withBackend,
 } from '../../src/tensor/index.ts';

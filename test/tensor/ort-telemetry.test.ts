@@ -6,11 +6,11 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 // onnxruntime 1.30 starts its 1DS telemetry at the first OrtEnv unless ORT_DISABLE_TELEMETRY is
-// set: the visible trace is an empty mat-debug-<pid>.log in the temp folder (src/tensor/backends/ort-telemetry.ts).
+// set: the visible trace is an empty mat-debug-<pid>.log in the temp folder (src/tensor/backends/ort/telemetry.ts).
 for (const runtime of ['ffi', 'binding'] as const) {
   test(`the ort backend (${runtime}) starts no telemetry: no mat-debug-<pid>.log`, () => {
     const script = `
-      import { createOrtBackend } from './src/tensor/backends/ort.ts';
+      import { createOrtBackend } from './src/tensor/backends/ort/backend.ts';
       createOrtBackend({ runtime: '${runtime}', threads: 1 });
       process.stdout.write(String(process.pid));
     `;

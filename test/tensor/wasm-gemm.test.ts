@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { assembleWat, bytesModule, GEMM_BYTES_TS, GEMM_WAT } from '../../scripts/wat.mjs';
 import { Generator, setBackend, withBackend } from '../../src/tensor/index.ts';
-import { jsBackend, jsBackendWith } from '../../src/tensor/backends/js.ts';
+import { jsBackend, jsBackendWith } from '../../src/tensor/backends/js/backend.ts';
 import { GEMM_WASM, wasmGemm, wasmRuns } from '../../src/tensor/kernels/gemm-wasm.ts';
 import { fastGemm, gemmNN, type MatmulSpec, matmulJs } from '../../src/tensor/kernels/matmul.ts';
 import { referenceLogits } from '../../src/worker/engine-check.ts';

@@ -1,8 +1,8 @@
 import { InvalidArgumentError } from '../../errors.ts';
 import { CPU, type Device } from '../device.ts';
 import { type Backend, EXACT, type Tolerance } from './backend.ts';
-import { jsBackend } from './js.ts';
-import { createOrtBackend, type OrtBackendOptions } from './ort.ts';
+import { jsBackend } from './js/backend.ts';
+import { createOrtBackend, type OrtBackendOptions } from './ort/backend.ts';
 
 /**
  * Backends by name. A factory makes a backend on demand, so that registering one loads

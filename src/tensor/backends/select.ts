@@ -1,6 +1,6 @@
 import { BackendUnavailableError, InvalidArgumentError } from '../../errors.ts';
 import type { Backend } from './backend.ts';
-import type { OrtBackendOptions } from './ort.ts';
+import type { OrtBackendOptions } from './ort/backend.ts';
 import { backendDevice, createBackend, loadBackend } from './registry.ts';
 
 /**

@@ -2,7 +2,7 @@
  * The cases of the backend conformance suite (suite.ts): every op of the engine, each as seeded inputs and the op.
  * Every op comes small (js work on every backend) and, where a backend has a kernel for it, large enough to cross
  * the ort backend's thresholds (ORT_MIN_ELEMENTS = 4096 elements for an elementwise op, a softmax or a layer norm;
- * ORT_MIN_MACS = 32 × 1024 multiply-adds for a product, src/tensor/backends/ort.ts), so that its native path runs:
+ * ORT_MIN_MACS = 32 × 1024 multiply-adds for a product, src/tensor/backends/ort/backend.ts), so that its native path runs:
  * the suite's last test checks that every kernel the backend has took work. Inputs are drawn from a Generator and
  * changed only through their buffers, never through ops, so they are the same bits on every backend.
  */

@@ -23,7 +23,7 @@ import {
   type TracedStep,
   withBackend,
 } from '../../../src/tensor/index.ts';
-import { ORT_MIN_MACS } from '../../../src/tensor/backends/ort.ts';
+import { ORT_MIN_MACS } from '../../../src/tensor/backends/ort/backend.ts';
 import type { MatmulSpec } from '../../../src/tensor/kernels/matmul.ts';
 import { BLOCKS, decodeBlock, loadBlock, tracedDecodingStep, tracedForward, trainBlock } from './blocks.ts';
 import { CASES, type ConformanceCase } from './cases.ts';

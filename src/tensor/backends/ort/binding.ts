@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
-import { BackendUnavailableError } from '../../errors.ts';
-import type { Feed, OrtRuntime } from './ort-runtime.ts';
-import { disableOrtTelemetry } from './ort-telemetry.ts';
+import { BackendUnavailableError } from '../../../errors.ts';
+import type { Feed, OrtRuntime } from './runtime.ts';
+import { disableOrtTelemetry } from './telemetry.ts';
 
 /**
  * onnxruntime-node's native binding, called synchronously (its public

@@ -1,4 +1,4 @@
-import { bitsOf, blobBytes, blocksPerRow, type PackedMatrix, QUANT_BLOCK, type QuantFormat } from '../quant/formats.ts';
+import { bitsOf, blobBytes, blocksPerRow, type PackedMatrix, QUANT_BLOCK, type QuantFormat } from '../../quant/formats.ts';
 import { encodeModel, type Initializer, type NodeSpec, OnnxType } from './onnx-graph.ts';
 
 /**

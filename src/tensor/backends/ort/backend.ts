@@ -1,9 +1,9 @@
 import { availableParallelism } from 'node:os';
-import type { FloatArray } from '../dtype.ts';
-import { addRowBias, type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
-import type { TimeMajorAttentionSpec } from '../ops/attention.ts';
-import type { PackedMatrix, QuantFormat } from '../quant/formats.ts';
-import type { Backend, LinearWeight, Tolerance } from './backend.ts';
+import type { FloatArray } from '../../dtype.ts';
+import { addRowBias, type MatmulSpec, matmulJs } from '../../kernels/matmul.ts';
+import type { TimeMajorAttentionSpec } from '../../ops/attention.ts';
+import type { PackedMatrix, QuantFormat } from '../../quant/formats.ts';
+import type { Backend, LinearWeight, Tolerance } from '../backend.ts';
 import {
   batchedMatmulGraph,
   gemmGraph,
@@ -16,15 +16,15 @@ import {
   type OrtUnaryBackward,
   unaryBackwardGraph,
   unaryGraph,
-} from './ort-graphs.ts';
-import { bf16LinearChunked, type FusedWeight, fusedGatedMlpGraph, fusedLinearsGraph, matMulNBitsGraph } from './ort-packed.ts';
-import { loadOrtRuntime, type OrtRuntimeKind, type OrtSession } from './ort-runtime.ts';
+} from './graphs.ts';
+import { bf16LinearChunked, type FusedWeight, fusedGatedMlpGraph, fusedLinearsGraph, matMulNBitsGraph } from './packed.ts';
+import { loadOrtRuntime, type OrtRuntimeKind, type OrtSession } from './runtime.ts';
 
 /**
  * Matrix products, transcendental elementwise ops, softmax and layer norm through onnxruntime's CPU kernels
  * (MLAS), called synchronously so that the engine stays eager. Each op is a tiny cached
- * graph; its inputs and outputs are our own buffers (see ort-runtime.ts for the ways in).
- * Products with a compact weight: int8/int4 through MatMulNBits, one graph per weight (ort-packed.ts).
+ * graph; its inputs and outputs are our own buffers (see runtime.ts for the ways in).
+ * Products with a compact weight: int8/int4 through MatMulNBits, one graph per weight (packed.ts).
  */
 
 /** Below this many multiply-adds the native call costs more than the js kernel (measured: bench/run.ts). */

@@ -4,7 +4,7 @@
  * open until exit, never written), writes a device id and a database under
  * ~/.cache/Microsoft/DeveloperTools/.onnxruntime and /tmp/.ses, and looks up
  * mobile.events.data.microsoft.com to upload. A worker lends its compute, not its usage data:
- * both ways into onnxruntime (ort-binding.ts, ort-ffi.ts) call this before they create the env.
+ * both ways into onnxruntime (binding.ts, ffi.ts) call this before they create the env.
  * The variable is read at that first CreateEnv, not when the library loads. A value the
  * operator set is kept (ORT_DISABLE_TELEMETRY=0 turns telemetry back on).
  */

@@ -1,6 +1,6 @@
-import type { FloatArray } from '../dtype.ts';
-import { addRowBias, fastGemm, type GemmNN, type MatmulSpec, matmulJs } from '../kernels/matmul.ts';
-import { type Backend, EXACT } from './backend.ts';
+import type { FloatArray } from '../../dtype.ts';
+import { addRowBias, fastGemm, type GemmNN, type MatmulSpec, matmulJs } from '../../kernels/matmul.ts';
+import { type Backend, EXACT } from '../backend.ts';
 
 /** The js backend with `nn` as its GEMM (gemmNN, or the WebAssembly kernel: the same bits either way). */
 export function jsBackendWith(nn: GemmNN): Backend {

@@ -1,8 +1,8 @@
 import { readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import type { Feed, OrtRuntime } from './ort-runtime.ts';
-import { disableOrtTelemetry } from './ort-telemetry.ts';
+import type { Feed, OrtRuntime } from './runtime.ts';
+import { disableOrtTelemetry } from './telemetry.ts';
 
 /**
  * onnxruntime's C API called directly (through koffi, a prebuilt FFI), on the same

@@ -1,6 +1,6 @@
-import { BackendUnavailableError } from '../../errors.ts';
-import { loadOrtBinding } from './ort-binding.ts';
-import { loadOrtFfi } from './ort-ffi.ts';
+import { BackendUnavailableError } from '../../../errors.ts';
+import { loadOrtBinding } from './binding.ts';
+import { loadOrtFfi } from './ffi.ts';
 
 /** One input or output of a run: its name in the graph, our buffer and its dims. */
 export interface Feed {

@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from '../../errors.ts';
+import { InvalidArgumentError } from '../../../errors.ts';
 
 /**
  * A minimal ONNX ModelProto encoder: just enough protobuf to describe the small
