@@ -1,6 +1,16 @@
 export { type DecoderConfig, decoderConfig, type ModelConfig } from './config.ts';
-// the registry and each family's public names (classes, config makers), listed in the registry's file
-export * from './families/index.ts';
+export {
+  configFromHF, configToHF, countParameters, FAMILIES, type Family, familyNamed, familyNames, familyOf, ggufWritten, type NamedShape,
+  type SmallShape, validateConfig,
+} from './families/index.ts';
+export { GPT2, type GPT2Config, gpt2Config } from './families/gpt2.ts';
+export { Bloom, type BloomConfig, bloomConfig } from './families/bloom.ts';
+export { Falcon, type FalconConfig, falconConfig } from './families/falcon.ts';
+export { Gemma, type GemmaConfig, gemmaConfig } from './families/gemma.ts';
+export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './families/gpt-neox.ts';
+export { Llama, type LlamaConfig, llamaConfig } from './families/llama.ts';
+export { Mixtral, type MixtralConfig, mixtralConfig } from './families/mixtral.ts';
+export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './families/qwen3-moe.ts';
 export { Decoder, rotaryTables } from './decoder.ts';
 export { canDecodeRows, decodeRows, type DecodeRow } from './generation/decode-batch.ts';
 export {

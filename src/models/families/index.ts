@@ -132,14 +132,4 @@ export function ggufWritten(): string[] {
 }
 
 export type { BuildOptions, CheckpointLayout, Family, GGUFArch, NamedShape, SmallShape } from './family.ts';
-
-// each family's public names
-export { GPT2, type GPT2Config, gpt2Config } from './gpt2.ts';
-export { Bloom, type BloomConfig, bloomConfig } from './bloom.ts';
-export { Falcon, type FalconConfig, falconConfig } from './falcon.ts';
-export { Gemma, type GemmaConfig, gemmaConfig } from './gemma.ts';
-export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './gpt-neox.ts';
-export { Llama, type LlamaConfig, llamaConfig } from './llama.ts';
-export { Mixtral, type MixtralConfig, mixtralConfig } from './mixtral.ts';
-export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './qwen3-moe.ts';
 export { countParameters } from './family.ts';
