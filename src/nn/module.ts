@@ -1,5 +1,5 @@
 import { InvalidArgumentError, StateDictError } from '../errors.ts';
-import { type Device, deviceOf, noGrad, type Tensor } from '../tensor/index.ts';
+import { compositeOp, type Device, deviceOf, noGrad, type Tensor } from '../tensor/index.ts';
 
 /**
  * The base of every layer and model: named parameters and sub-modules, in the order
@@ -142,10 +142,15 @@ export class Module {
     return this.train(false);
   }
 
+  /** Clears every parameter's gradient (an op of a traced step, as an optimizer's zeroGrad). */
   zeroGrad(): void {
-    for (const p of this.parameters()) p.grad = null;
+    zeroGradOp(this);
   }
 }
+
+const zeroGradOp = compositeOp('moduleZeroGrad', (m: Module): void => {
+  for (const p of m.parameters()) p.grad = null;
+});
 
 /** An indexed list of sub-modules, named '0', '1', ... (PyTorch's nn.ModuleList). */
 export class ModuleList<M extends Module = Module> extends Module {

@@ -28,8 +28,6 @@ export interface OpRecorder {
   record(op: string, run: (...args: never[]) => unknown, args: readonly unknown[], out: unknown): void;
   /** Refuses a host read of a value the trace computes (a replay could not repeat what follows from it). */
   checkRead(t: Tensor, what: string): void;
-  /** Refuses something a trace cannot record (backward()). */
-  refuse(what: string): never;
 }
 
 /**

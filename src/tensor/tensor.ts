@@ -192,13 +192,9 @@ export class Tensor {
 
   /** Accumulates gradients of this tensor into the `.grad` of every leaf that requires one. */
   backward(grad?: Tensor, options: BackwardOptions = {}): void {
-    activeRecorder()?.refuse('backward()');
-    if (grad === undefined && this.size !== 1) {
-      throw new AutogradError(`backward() without a gradient needs a scalar, got shape [${this.shape}]`);
-    }
-    const g = grad ?? new Tensor(allocate(this.dtype, 1).fill(1), this.shape);
-    if (g.size !== this.size) throw new ShapeMismatchError('gradient shape does not match the tensor');
-    runBackward(this, g, options);
+    // in a trace, one op: a replay runs backward through the graph its own forward recorded
+    if (hooked) hook('backward', backwardOf, [this, grad, options]);
+    else backwardOf(this, grad, options);
   }
 
   // elementwise
@@ -403,4 +399,14 @@ function moveTo(x: Tensor, device: Device): Tensor {
   const handle = allocator.alloc(x.dtype, x.size);
   allocator.copyin(handle, x.data);
   return new Tensor(new DeviceStorage(backend as Backend & { readonly allocator: Allocator }, handle, x.dtype, x.size), x.shape);
+}
+
+/** Tensor.backward's work (an op of its own in a traced step: see trace.ts). */
+function backwardOf(t: Tensor, grad: Tensor | undefined, options: BackwardOptions): void {
+  if (grad === undefined && t.size !== 1) {
+    throw new AutogradError(`backward() without a gradient needs a scalar, got shape [${t.shape}]`);
+  }
+  const g = grad ?? new Tensor(allocate(t.dtype, 1).fill(1), t.shape);
+  if (g.size !== t.size) throw new ShapeMismatchError('gradient shape does not match the tensor');
+  runBackward(t, g, options);
 }

@@ -31,9 +31,12 @@ import { Tensor } from './tensor.ts';
  *   and the fused decoding step on plain buffers is not taken.
  * - A random op (dropout) holds its generator as an attribute: a replay draws the next numbers
  *   from it, as another call would.
- * - Not supported yet (each a TraceError): `backward()` inside a trace, so no optimizer step
- *   either (trace the forward; backward runs on a replay's output as on a call's); an async
- *   `fn`; a trace inside a trace; moving a traced value between devices.
+ * - A training step traces whole: `loss.backward()` is one op (a replay runs backward through
+ *   the graph its own forward recorded, into the parameters' `.grad`), and so are an optimizer's
+ *   `step()`, `zeroGrad()` and `releaseGrads()` (nn/optim: a replay updates the parameters in
+ *   place again). Other host state (a scheduler's learning rate) is taken as traced.
+ * - Not supported yet (each a TraceError): an async `fn`; a trace inside a trace; moving a
+ *   traced value between devices.
  */
 
 /** Where a slot's first value came from. */
@@ -156,10 +159,6 @@ class Recording implements OpRecorder {
     if (slot !== undefined && this.slots[slot].kind !== 'constant') {
       throw new TraceError(`${what} of a value the trace computes: a replay would not repeat what follows from it; keep the traced function to ops`);
     }
-  }
-
-  refuse(what: string): never {
-    throw new TraceError(`${what} inside a trace is not supported yet: trace the forward, and run backward and the optimizer outside it`);
   }
 }
 

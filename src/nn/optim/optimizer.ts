@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { releaseFloat32, type Tensor } from '../../tensor/index.ts';
+import { compositeOp, releaseFloat32, type Tensor } from '../../tensor/index.ts';
 
 /** A set of parameters sharing hyper-parameters (PyTorch's param groups). */
 export interface ParamGroup<H> {
@@ -15,7 +15,8 @@ export interface ResolvedGroup<H> {
 /**
  * The base of every optimizer: parameter groups, `lr` (settable, applies to all
  * groups, as a scheduler does), per-parameter state and zeroGrad. Steps run outside
- * autograd and update parameter buffers in place.
+ * autograd and update parameter buffers in place. `step`, `zeroGrad` and `releaseGrads` are
+ * ops of a traced step (compositeOp): a replay of a traced training step updates again.
  */
 export abstract class Optimizer<H extends { lr: number }> {
   readonly groups: ResolvedGroup<H>[];
@@ -49,6 +50,11 @@ export abstract class Optimizer<H extends { lr: number }> {
    * `setToNone: false` to zeros in place, which keeps the buffers (no fresh memory next step).
    */
   zeroGrad(setToNone = true): void {
+    zeroGradOp(this, setToNone);
+  }
+
+  /** @internal zeroGrad's work. */
+  clearGrads(setToNone: boolean): void {
     for (const p of this.params) {
       if (setToNone || p.grad === null) p.grad = null;
       else p.grad.data.fill(0);
@@ -61,6 +67,11 @@ export abstract class Optimizer<H extends { lr: number }> {
    * memory instead of touching fresh pages).
    */
   releaseGrads(): void {
+    releaseGradsOp(this);
+  }
+
+  /** @internal releaseGrads' work. */
+  releaseGradsNow(): void {
     for (const p of this.params) {
       if (p.grad?.data instanceof Float32Array) releaseFloat32(p.grad.data);
       p.grad = null;
@@ -69,6 +80,11 @@ export abstract class Optimizer<H extends { lr: number }> {
 
   /** Applies one update to every parameter that has a gradient. */
   step(): void {
+    stepOp(this);
+  }
+
+  /** @internal step's work. */
+  stepNow(): void {
     for (const group of this.groups) {
       for (const p of group.params) {
         if (p.grad === null) continue;
@@ -123,6 +139,12 @@ export abstract class Optimizer<H extends { lr: number }> {
     this.lr = saved.lr;
   }
 }
+
+type AnyOptimizer = Optimizer<{ lr: number }>;
+// an optimizer's state changes as ops of a traced step (tensor/'s compositeOp; one boolean read outside a trace)
+const stepOp = compositeOp('optimizerStep', (opt: AnyOptimizer): void => opt.stepNow());
+const zeroGradOp = compositeOp('zeroGrad', (opt: AnyOptimizer, setToNone: boolean): void => opt.clearGrads(setToNone));
+const releaseGradsOp = compositeOp('releaseGrads', (opt: AnyOptimizer): void => opt.releaseGradsNow());
 
 export function stateBuffer(
   state: Record<string, Float32Array | number>,
