@@ -1,14 +1,13 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { denseBlockProfile, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, smallBase } from './family.ts';
-import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
+import { denseBlockProfile, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, shellLayout, smallBase } from './family.ts';
+import { LayerNorm, type Linear, Module } from '../../nn/index.ts';
 import { Generator, type Tensor } from '../../tensor/index.ts';
 import { alibiAttention, alibiSlopes } from '../alibi.ts';
 import { firstId, num } from '../config-fields.ts';
 import { mergeHeads } from '../forward.ts';
-import { type ForwardContext, type LayerProfile, layerProfile,
-  type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
-import { GeluMLP, normalInit, proj } from '../decoder-parts.ts';
-import { DecoderLM, decoderLayers, sectionSetup } from '../decoder-layers.ts';
+import { type ForwardContext, type LayerProfile } from '../model.ts';
+import { GeluMLP, proj } from '../decoder-parts.ts';
+import { type ShellOptions, ShellLM, type ShellSpec } from '../decoder-shell.ts';
 import type { DecoderConfigBase } from '../config.ts';
 
 /**
@@ -159,68 +158,18 @@ export class BloomBlock extends Module {
   }
 }
 
-class BloomModel extends Module {
-  readonly word_embeddings: Embedding | null;
-  readonly word_embeddings_layernorm: LayerNorm | null;
-  readonly h: ModuleList<BloomBlock>;
-  readonly ln_f: LayerNorm | null;
-  constructor(c: BloomConfig, rng: Generator, parts: SectionParts) {
-    super();
-    this.word_embeddings = parts.tokenTable ? this.addModule('word_embeddings', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
-    if (this.word_embeddings) normalInit(this.word_embeddings, c.initializerRange, rng);
-    this.word_embeddings_layernorm = parts.embedding
-      ? this.addModule('word_embeddings_layernorm', new LayerNorm(c.hidden, c.normEps))
-      : null;
-    const [first, last] = parts.blocks;
-    this.h = this.addModule('h', new ModuleList(Array.from({ length: last - first }, () => new BloomBlock(c, rng)), first));
-    this.ln_f = parts.norm ? this.addModule('ln_f', new LayerNorm(c.hidden, c.normEps)) : null;
-  }
-}
+/** BLOOM's decoder shell: a LayerNorm after the token table (part of the embedding layer), no learned positions. */
+const BLOOM_SHELL: ShellSpec<BloomConfig, BloomBlock> = {
+  names: { prefix: 'transformer', table: 'word_embeddings', tableNorm: 'word_embeddings_layernorm', blocks: 'h', norm: 'ln_f', head: 'lm_head' },
+  validate: validateBloom,
+  block: (c, rng) => new BloomBlock(c, rng),
+  blockProfile: bloomBlockProfile,
+};
 
-export class Bloom extends DecoderLM {
-  readonly transformer: BloomModel;
-  readonly lm_head: Linear | null;
-
+export class Bloom extends ShellLM<BloomConfig, BloomBlock> {
   /** @param options.section build only layers [start, end), uninitialised (see sectionSetup). */
-  constructor(
-    readonly config: BloomConfig,
-    options: { seed?: number; init?: boolean; section?: ModelPart } = {},
-  ) {
-    super();
-    validateBloom(config);
-    const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
-    this.section = section;
-    this.transformer = this.addModule('transformer', new BloomModel(config, rng, parts));
-    this.lm_head
-      = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
-    this.setLayers(this.buildLayers());
-  }
-
-  private buildLayers(): ModelLayer[] {
-    const c = this.config;
-    const m = this.transformer;
-    const h = c.hidden;
-    // a block's profile, counted from its checkpoint names (a section may hold no block to count)
-    const profile = bloomBlockProfile(c);
-    const headWeight = () => this.lm_head?.weight ?? m.word_embeddings!.weight;
-    const headName = c.tieWordEmbeddings ? 'transformer.word_embeddings.weight' : 'lm_head.weight';
-    return decoderLayers({
-      blocks: c.layers, hidden: h, vocab: c.vocabSize,
-      embedding: {
-        name: 'transformer.word_embeddings',
-        namedParameters: () => [
-          ['transformer.word_embeddings.weight', m.word_embeddings!.weight],
-          ...m.word_embeddings_layernorm!.namedParameters('transformer.word_embeddings_layernorm'),
-        ],
-        forward: (ids) => m.word_embeddings_layernorm!.forward(m.word_embeddings!.forward(ids)),
-        profile: () => layerProfile(c.vocabSize * h + 2 * h, 8 * h, h),
-      },
-      blockPrefix: 'transformer.h',
-      block: (b) => m.h.byIndex(b),
-      blockProfile: () => ({ ...profile }),
-      norm: { name: 'transformer.ln_f', module: () => m.ln_f!, params: 2 * h },
-      head: { name: 'lm_head', weightName: headName, weight: headWeight },
-    });
+  constructor(config: BloomConfig, options: ShellOptions = {}) {
+    super(config, options, BLOOM_SHELL);
   }
 }
 
@@ -246,10 +195,7 @@ export const bloom: Family<BloomConfig> = {
   name: 'bloom',
   architecture: 'BloomForCausalLM',
   fixtures: ['bloom'],
-  layout: {
-    table: 'transformer.word_embeddings.weight', embedding: /^transformer\.word_embeddings_layernorm\.(weight|bias)$/, blocks: 'transformer.h',
-    norm: /^transformer\.ln_f\.(weight|bias)$/, head: 'lm_head.weight', basePrefix: 'transformer.',
-  },
+  layout: shellLayout(BLOOM_SHELL.names),
   owns: (c) => c.arch === 'bloom',
   fromHF: bloomFromHF,
   toHF: bloomToHF,

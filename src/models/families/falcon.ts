@@ -1,14 +1,13 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { denseBlockProfile, type Family, layerNormWeights, linearWeights, type NamedShape, noWindow, smallBase } from './family.ts';
-import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
+import { denseBlockProfile, type Family, layerNormWeights, linearWeights, type NamedShape, noWindow, shellLayout, smallBase } from './family.ts';
+import { LayerNorm, type Linear, Module } from '../../nn/index.ts';
 import { Generator, type Tensor } from '../../tensor/index.ts';
 import { firstId, num } from '../config-fields.ts';
 import { cachedAttention, mergeHeads } from '../forward.ts';
-import { type ForwardContext, type LayerProfile,
-  type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
+import { type ForwardContext, type LayerProfile } from '../model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
-import { GeluMLP, normalInit, proj } from '../decoder-parts.ts';
-import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from '../decoder-layers.ts';
+import { GeluMLP, proj } from '../decoder-parts.ts';
+import { type ShellOptions, ShellLM, type ShellSpec } from '../decoder-shell.ts';
 import type { DecoderConfigBase } from '../config.ts';
 
 /**
@@ -221,56 +220,18 @@ export class FalconDecoderLayer extends Module {
   }
 }
 
-class FalconModel extends Module {
-  readonly word_embeddings: Embedding | null;
-  readonly h: ModuleList<FalconDecoderLayer>;
-  readonly ln_f: LayerNorm | null;
-  constructor(c: FalconConfig, rng: Generator, parts: SectionParts) {
-    super();
-    this.word_embeddings = parts.tokenTable ? this.addModule('word_embeddings', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
-    if (this.word_embeddings) normalInit(this.word_embeddings, c.initializerRange, rng);
-    const [first, last] = parts.blocks;
-    this.h = this.addModule('h', new ModuleList(Array.from({ length: last - first }, () => new FalconDecoderLayer(c, rng)), first));
-    this.ln_f = parts.norm ? this.addModule('ln_f', new LayerNorm(c.hidden, c.normEps)) : null;
-  }
-}
+/** Falcon's decoder shell: the checkpoint's names around its blocks, its checks and its block. */
+const FALCON_SHELL: ShellSpec<FalconConfig, FalconDecoderLayer> = {
+  names: { prefix: 'transformer', table: 'word_embeddings', blocks: 'h', norm: 'ln_f', head: 'lm_head' },
+  validate: validateFalcon,
+  block: (c, rng) => new FalconDecoderLayer(c, rng),
+  blockProfile: falconBlockProfile,
+};
 
-export class Falcon extends DecoderLM {
-  readonly transformer: FalconModel;
-  readonly lm_head: Linear | null;
-
+export class Falcon extends ShellLM<FalconConfig, FalconDecoderLayer> {
   /** @param options.section build only layers [start, end), uninitialised (see sectionSetup). */
-  constructor(
-    readonly config: FalconConfig,
-    options: { seed?: number; init?: boolean; section?: ModelPart } = {},
-  ) {
-    super();
-    validateFalcon(config);
-    const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
-    this.section = section;
-    this.transformer = this.addModule('transformer', new FalconModel(config, rng, parts));
-    this.lm_head
-      = !config.tieWordEmbeddings && parts.head ? this.addModule('lm_head', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
-    this.setLayers(this.buildLayers());
-  }
-
-  private buildLayers(): ModelLayer[] {
-    const c = this.config;
-    const m = this.transformer;
-    const h = c.hidden;
-    // a block's profile, counted from its checkpoint names (a section may hold no block to count)
-    const profile = falconBlockProfile(c);
-    const headWeight = () => this.lm_head?.weight ?? m.word_embeddings!.weight;
-    const headName = c.tieWordEmbeddings ? 'transformer.word_embeddings.weight' : 'lm_head.weight';
-    return decoderLayers({
-      blocks: c.layers, hidden: h, vocab: c.vocabSize,
-      embedding: plainEmbedding('transformer.word_embeddings', () => m.word_embeddings!, c.vocabSize, h),
-      blockPrefix: 'transformer.h',
-      block: (b) => m.h.byIndex(b),
-      blockProfile: () => ({ ...profile }),
-      norm: { name: 'transformer.ln_f', module: () => m.ln_f!, params: 2 * h },
-      head: { name: 'lm_head', weightName: headName, weight: headWeight },
-    });
+  constructor(config: FalconConfig, options: ShellOptions = {}) {
+    super(config, options, FALCON_SHELL);
   }
 }
 
@@ -296,10 +257,7 @@ export const falcon: Family<FalconConfig> = {
   name: 'falcon',
   architecture: 'FalconForCausalLM',
   fixtures: ['falcon'],
-  layout: {
-    table: 'transformer.word_embeddings.weight', blocks: 'transformer.h', norm: /^transformer\.ln_f\.(weight|bias)$/, head: 'lm_head.weight',
-    basePrefix: 'transformer.',
-  },
+  layout: shellLayout(FALCON_SHELL.names),
   owns: (c) => c.arch === 'falcon',
   fromHF: falconFromHF,
   toHF: falconToHF,

@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from '../../errors.ts';
 import type { ModelConfig } from '../config.ts';
+import type { ShellNames } from '../decoder-shell.ts';
 import { type CausalLM, type LayerProfile, layerProfile, type ModelPart } from '../model.ts';
 
 /**
@@ -55,6 +56,25 @@ export interface CheckpointLayout {
   head: string;
   /** The prefix a base model's checkpoint leaves off its names (`transformer.`), if any. */
   basePrefix?: string;
+}
+
+/**
+ * Where a shell model's weights sit (decoder-shell.ts), from the names it registers them under.
+ *
+ * @example
+ * shellLayout({ prefix: 'transformer', table: 'word_embeddings', blocks: 'h', norm: 'ln_f', head: 'lm_head' }).norm;
+ * // /^transformer\.ln_f\.(weight|bias)$/
+ */
+export function shellLayout(n: ShellNames): CheckpointLayout {
+  const p = n.prefix;
+  return {
+    table: `${p}.${n.table}.weight`,
+    ...(n.tableNorm ? { embedding: new RegExp(`^${p}\\.${n.tableNorm}\\.(weight|bias)$`) } : {}),
+    blocks: `${p}.${n.blocks}`,
+    norm: new RegExp(`^${p}\\.${n.norm}\\.(weight|bias)$`),
+    head: `${n.head}.weight`,
+    basePrefix: `${p}.`,
+  };
 }
 
 /** The GGUF side of a family (llama.cpp's architecture): only the families that are read from or written to GGUF. */

@@ -1,14 +1,13 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { denseBlockProfile, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, smallBase } from './family.ts';
-import { Embedding, LayerNorm, Linear, Module, ModuleList } from '../../nn/index.ts';
+import { denseBlockProfile, type Family, layerNormWeights, linearWeights, multiHead, type NamedShape, noWindow, shellLayout, smallBase } from './family.ts';
+import { LayerNorm, type Linear, Module } from '../../nn/index.ts';
 import { Generator, type Tensor } from '../../tensor/index.ts';
 import { firstId, num } from '../config-fields.ts';
 import { cachedAttention, mergeHeads } from '../forward.ts';
-import { type ForwardContext, type LayerProfile,
-  type ModelLayer, type ModelPart, type SectionParts } from '../model.ts';
+import { type ForwardContext, type LayerProfile } from '../model.ts';
 import { applyRotary, cachedRotaryTables, type RopeScaling, ropeFromHF, type RopeSpec, ropeToHF } from '../rope.ts';
-import { GeluMLP, normalInit, proj } from '../decoder-parts.ts';
-import { DecoderLM, decoderLayers, plainEmbedding, sectionSetup } from '../decoder-layers.ts';
+import { GeluMLP, proj } from '../decoder-parts.ts';
+import { type ShellOptions, ShellLM, type ShellSpec } from '../decoder-shell.ts';
 import type { DecoderConfigBase } from '../config.ts';
 
 /**
@@ -192,57 +191,18 @@ export class GPTNeoXLayer extends Module {
   }
 }
 
-class GPTNeoXModel extends Module {
-  readonly embed_in: Embedding | null;
-  readonly layers: ModuleList<GPTNeoXLayer>;
-  readonly final_layer_norm: LayerNorm | null;
-  constructor(c: GPTNeoXConfig, rng: Generator, parts: SectionParts) {
-    super();
-    this.embed_in = parts.tokenTable ? this.addModule('embed_in', new Embedding(c.vocabSize, c.hidden, { rng })) : null;
-    if (this.embed_in) normalInit(this.embed_in, c.initializerRange, rng);
-    const [first, last] = parts.blocks;
-    this.layers = this.addModule('layers', new ModuleList(Array.from({ length: last - first }, () => new GPTNeoXLayer(c, rng)), first));
-    this.final_layer_norm = parts.norm ? this.addModule('final_layer_norm', new LayerNorm(c.hidden, c.normEps)) : null;
-  }
-}
+/** GPT-NeoX's decoder shell (its untied head is transformers' lm_head at run time, `embed_out` in checkpoints). */
+const GPT_NEOX_SHELL: ShellSpec<GPTNeoXConfig, GPTNeoXLayer> = {
+  names: { prefix: 'gpt_neox', table: 'embed_in', blocks: 'layers', norm: 'final_layer_norm', head: 'embed_out' },
+  validate: validateGPTNeoX,
+  block: (c, rng) => new GPTNeoXLayer(c, rng),
+  blockProfile: gptNeoXBlockProfile,
+};
 
-export class GPTNeoX extends DecoderLM {
-  readonly gpt_neox: GPTNeoXModel;
-  /** The untied head (transformers' lm_head at run time, `embed_out` in checkpoints), when this part holds it. */
-  readonly embed_out: Linear | null;
-
+export class GPTNeoX extends ShellLM<GPTNeoXConfig, GPTNeoXLayer> {
   /** @param options.section build only layers [start, end), uninitialised (see sectionSetup). */
-  constructor(
-    readonly config: GPTNeoXConfig,
-    options: { seed?: number; init?: boolean; section?: ModelPart } = {},
-  ) {
-    super();
-    validateGPTNeoX(config);
-    const { parts, section, rng } = sectionSetup(config.layers, config.tieWordEmbeddings, options);
-    this.section = section;
-    this.gpt_neox = this.addModule('gpt_neox', new GPTNeoXModel(config, rng, parts));
-    this.embed_out
-      = !config.tieWordEmbeddings && parts.head ? this.addModule('embed_out', proj(config.hidden, config.vocabSize, false, config, rng)) : null;
-    this.setLayers(this.buildLayers());
-  }
-
-  private buildLayers(): ModelLayer[] {
-    const c = this.config;
-    const m = this.gpt_neox;
-    const h = c.hidden;
-    // a block's profile, counted from its checkpoint names (a section may hold no block to count)
-    const profile = gptNeoXBlockProfile(c);
-    const headWeight = () => this.embed_out?.weight ?? m.embed_in!.weight;
-    const headName = c.tieWordEmbeddings ? 'gpt_neox.embed_in.weight' : 'embed_out.weight';
-    return decoderLayers({
-      blocks: c.layers, hidden: h, vocab: c.vocabSize,
-      embedding: plainEmbedding('gpt_neox.embed_in', () => m.embed_in!, c.vocabSize, h),
-      blockPrefix: 'gpt_neox.layers',
-      block: (b) => m.layers.byIndex(b),
-      blockProfile: () => ({ ...profile }),
-      norm: { name: 'gpt_neox.final_layer_norm', module: () => m.final_layer_norm!, params: 2 * h },
-      head: { name: 'embed_out', weightName: headName, weight: headWeight },
-    });
+  constructor(config: GPTNeoXConfig, options: ShellOptions = {}) {
+    super(config, options, GPT_NEOX_SHELL);
   }
 }
 
@@ -268,10 +228,7 @@ export const gptNeoX: Family<GPTNeoXConfig> = {
   name: 'gpt_neox',
   architecture: 'GPTNeoXForCausalLM',
   fixtures: ['gpt_neox'],
-  layout: {
-    table: 'gpt_neox.embed_in.weight', blocks: 'gpt_neox.layers', norm: /^gpt_neox\.final_layer_norm\.(weight|bias)$/, head: 'embed_out.weight',
-    basePrefix: 'gpt_neox.',
-  },
+  layout: shellLayout(GPT_NEOX_SHELL.names),
   owns: (c) => c.arch === 'gpt_neox',
   fromHF: gptNeoXFromHF,
   toHF: gptNeoXToHF,
