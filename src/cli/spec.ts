@@ -33,7 +33,6 @@ export interface CommandSpec {
 const archs = () => import('../models/index.ts').then((m) => m.familyNames());
 
 const seed = (fallback: number) => int('S', 'the seed of the random numbers (same seed, same run)', { min: 0, default: fallback });
-const out = (value: string, help: string) => str(value, help);
 const force = flag('replace what is at --out');
 const steps = (extra: { default?: number }) => int('N', 'training steps', extra);
 const microBatches = int('M', 'micro-batches per step, through the pipeline', { default: 1 });
@@ -41,6 +40,7 @@ const schedule = choice(['gpipe', '1f1b'], 'the pipeline schedule of the micro-b
 const dashboard = str('[HOST:]PORT|auto', 'serve the swarm\'s live web dashboard (and /metrics) there; port 0: any free port; auto: 8080, or any free port');
 const threshold = int('M', 'signatures a block of the ledger needs, of the validator set', { default: 1 });
 const amount = (help: string, fallback: string) => str('N', help, { default: fallback });
+const page = int('N', 'only that page (the "next" of an earlier answer)', { min: 0, default: 'every page' });
 const key = str('0xKEY', 'the deployer\'s private key', { default: 'TENSORLINK_DEPLOYER_KEY, or anvil\'s first account' });
 
 export const COMMANDS: readonly CommandSpec[] = [
@@ -78,7 +78,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       'max-positions': int('N', 'the longest sequence', { default: 256 }),
       'sliding-window': int('N', 'attention looks back N tokens at most (the families on the shared decoder)', { default: 'the family\'s own (none for most)' }),
       'seed': seed(0),
-      'out': out('DIR', 'where to write the model (a new or empty directory)'),
+      'out': str('DIR', 'where to write the model (a new or empty directory)'),
       force,
     },
     load: () => import('./commands/init-model.ts').then((m) => m.initModel),
@@ -89,7 +89,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     description: ['the tokenizer goes with the weights (a GGUF file of a family whose GGUF names the registry holds); every --model DIR also takes a .gguf file'],
     options: {
       model: withSpec(MODEL.model, { value: 'DIR|FILE.gguf', help: 'the model to convert' }),
-      out: out('FILE.gguf|DIR', 'what to write: a .gguf file from a directory, a directory from a .gguf file'),
+      out: str('FILE.gguf|DIR', 'what to write: a .gguf file from a directory, a directory from a .gguf file'),
       type: choice(['f32', 'f16', 'q8_0', 'q4_0'], 'the GGUF file\'s tensor type', { default: 'f32' }),
       force,
     },
@@ -101,7 +101,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     options: {
       model: MODEL.model,
       adapter: str('DIR', 'the PEFT LoRA adapter folder'),
-      out: out('DIR', 'where to write the merged model'),
+      out: str('DIR', 'where to write the merged model'),
       force,
     },
     load: () => import('./commands/merge.ts').then((m) => m.mergeCommand),
@@ -152,7 +152,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       'eval-every': int('N', 'steps between evaluations (and checkpoints)', { default: 'a fifth of --steps' }),
       'eval-size': int('N', 'held-out examples of a task an evaluation scores', { default: 200 }),
       'seed': seed(0),
-      'out': out('DIR', 'where checkpoints go (the weights, the optimizer state, where the run was); an adapter\'s in PEFT\'s layout'),
+      'out': str('DIR', 'where checkpoints go (the weights, the optimizer state, where the run was); an adapter\'s in PEFT\'s layout'),
       'resume': flag('go on from the checkpoint in --out'),
       'stop-at': int('N', 'end after step N with a checkpoint, to be continued with --resume', { default: 'at --steps' }),
       'micro-batches': microBatches,
@@ -242,7 +242,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     summary: 'the swarm as its validator sees it: peers, roles, capabilities, reputation, the sections they hold',
     options: {
       bootstrap: NETWORK.bootstrap,
-      page: int('N', 'only that page (the "next" of an earlier answer)', { min: 0, default: 'every page' }),
+      page,
     },
     load: () => import('./commands/nodes.ts').then((m) => m.statusCommand),
   },
@@ -251,7 +251,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     summary: 'the models workers host (worker --host), each with its hash, blocks, coverage and hosts',
     options: {
       bootstrap: NETWORK.bootstrap,
-      page: int('N', 'only that page (the "next" of an earlier answer)', { min: 0, default: 'every page' }),
+      page,
     },
     load: () => import('./commands/nodes.ts').then((m) => m.modelsCommand),
   },
@@ -263,7 +263,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     options: {
       bootstrap: NETWORK.bootstrap,
       listen: NETWORK.listen,
-      out: out('DIR', 'where to write the ends (a new directory)'),
+      out: str('DIR', 'where to write the ends (a new directory)'),
       hash: str('H', 'the model\'s hash, or a prefix of it in hex (when several share the name)'),
     },
     load: () => import('./commands/pull-ends.ts').then((m) => m.pullEndsCommand),
@@ -294,7 +294,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     ],
     options: {
       'rpc': str('URL', 'deploy on this Ethereum JSON-RPC endpoint instead', { default: 'a local anvil' }),
-      'out': out('FILE', 'where to write the deployment (what --contracts takes)'),
+      'out': str('FILE', 'where to write the deployment (what --contracts takes)'),
       'validators': list('ADDR,...', 'the validators\' multisig', { default: 'anvil\'s second account' }),
       'threshold': int('M', 'signatures of --validators a settlement needs', { default: 'a majority' }),
       key,
@@ -314,7 +314,7 @@ export const COMMANDS: readonly CommandSpec[] = [
     options: {
       bootstrap: NETWORK.bootstrap,
       height: int('N', 'show that block', { min: 0 }),
-      out: out('FILE', 'write the proof there'),
+      out: str('FILE', 'write the proof there'),
       threshold: withSpec(threshold, { help: 'validators\' signatures a proof needs' }),
       validators: list('ID,...', 'only these validators\' signatures count', { default: 'any' }),
     },

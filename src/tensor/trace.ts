@@ -77,28 +77,29 @@ export interface CompiledStep {
   run(inputs: readonly Tensor[]): readonly Tensor[];
 }
 
-/** Replaces every tensor in `value` (in arrays and plain objects) by what `f` makes of it. */
-function mapTensors(value: unknown, f: (t: Tensor) => unknown): unknown {
-  if (value instanceof Tensor) return f(value);
-  if (Array.isArray(value)) return value.map((v) => mapTensors(v, f));
+/** `value` with every leaf (what `isLeaf` says is one) replaced by `f(leaf)`, through arrays and plain objects. */
+function mapLeaves<L>(value: unknown, isLeaf: (v: unknown) => v is L, f: (leaf: L) => unknown): unknown {
+  if (isLeaf(value)) return f(value);
+  if (Array.isArray(value)) return value.map((v) => mapLeaves(v, isLeaf, f));
   if (isPlainObject(value)) {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = mapTensors(v, f);
+    for (const [k, v] of Object.entries(value)) out[k] = mapLeaves(v, isLeaf, f);
     return out;
   }
   return value;
 }
 
+const isTensorValue = (v: unknown): v is Tensor => v instanceof Tensor;
+const isSlotRef = (v: unknown): v is SlotRef => v instanceof SlotRef;
+
+/** Replaces every tensor in `value` (in arrays and plain objects) by what `f` makes of it. */
+function mapTensors(value: unknown, f: (t: Tensor) => unknown): unknown {
+  return mapLeaves(value, isTensorValue, f);
+}
+
 /** Replaces every SlotRef in a template by the slot's value. */
 function fill(template: unknown, values: readonly (Tensor | undefined)[]): unknown {
-  if (template instanceof SlotRef) return values[template.slot];
-  if (Array.isArray(template)) return template.map((v) => fill(v, values));
-  if (isPlainObject(template)) {
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(template)) out[k] = fill(v, values);
-    return out;
-  }
-  return template;
+  return mapLeaves(template, isSlotRef, (ref) => values[ref.slot]);
 }
 
 /** Stores what an op returned into the slots its template names. */
@@ -248,9 +249,7 @@ export class TracedStep<R = unknown> {
 }
 
 function collectSlots(template: unknown, into: Set<number>): void {
-  if (template instanceof SlotRef) into.add(template.slot);
-  else if (Array.isArray(template)) for (const v of template) collectSlots(v, into);
-  else if (isPlainObject(template)) for (const v of Object.values(template)) collectSlots(v, into);
+  mapLeaves(template, isSlotRef, (ref) => into.add(ref.slot));
 }
 
 /**
