@@ -58,7 +58,14 @@ export async function dialProtocol(node: Libp2p, target: DialTarget, protocol: s
     const to = addrs.length === 0 ? peerIdFromString((target as PeerTarget).peerId) : addrs.length === 1 ? addrs[0] : addrs;
     return await node.dialProtocol(to, protocol, { signal: within });
   } catch (cause) {
-    const why = (cause as Error).message;
+    const why = causeText(cause);
     throw new PeerUnreachableError(`cannot reach ${targetName(target)}${addrs.length > 1 ? ` at any of ${addrs.length} addresses` : ''}: ${why}`, { cause });
   }
+}
+
+/** What went wrong, in words: an error's message (or name), each of an AggregateError's, or the thrown value itself. */
+function causeText(cause: unknown): string {
+  if (cause instanceof AggregateError && cause.errors.length > 0) return cause.errors.map(causeText).join('; ');
+  if (cause instanceof Error) return cause.message || cause.name;
+  return String(cause);
 }
