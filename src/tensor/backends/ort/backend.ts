@@ -3,6 +3,7 @@ import type { FloatArray } from '../../dtype.ts';
 import { addRowBias, type MatmulSpec, matmulJs } from '../../kernels/matmul.ts';
 import type { TimeMajorAttentionSpec } from '../../ops/attention.ts';
 import type { PackedMatrix, QuantFormat } from '../../quant/formats.ts';
+import type { TracedStep } from '../../trace.ts';
 import type { Backend, LinearWeight, Tolerance } from '../backend.ts';
 import {
   batchedMatmulGraph,
@@ -18,6 +19,7 @@ import {
   unaryGraph,
 } from './graphs.ts';
 import { bf16LinearChunked, type FusedWeight, fusedGatedMlpGraph, fusedLinearsGraph, matMulNBitsGraph } from './packed.ts';
+import { compileOrtStep } from './compiled-step.ts';
 import { loadOrtRuntime, type OrtRuntimeKind, type OrtSession } from './runtime.ts';
 
 /**
@@ -68,6 +70,11 @@ export interface OrtBackendOptions {
   spinning?: boolean | 'auto';
   /** How to reach onnxruntime (default: 'ffi' where it loads, else 'binding'). */
   runtime?: OrtRuntimeKind;
+  /**
+   * Whether a traced step runs as one ONNX graph (compiled-step.ts; default true) rather than
+   * op by op on this backend's kernels.
+   */
+  compileSteps?: boolean;
 }
 
 /** Products below this many multiply-adds use a spinning pool under `spinning: 'auto'`. */
@@ -188,6 +195,9 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     tolerance: ORT_BACKEND_TOLERANCE,
     threads,
     runtime: ort.kind,
+    ...(options.compileSteps === false
+      ? {}
+      : { compileStep: (step: TracedStep) => compileOrtStep(step, (model) => ort.session(model, threads, spinning === true)) }),
     matmul(a: FloatArray, b: FloatArray, out: FloatArray, spec: MatmulSpec, bias?: FloatArray): void {
       const { batch, m, k, n, transA, transB } = spec;
       if (!(a instanceof Float32Array) || batch * m * k * n < minMacs) {

@@ -26,7 +26,7 @@ export function loadOrtBinding(): OrtRuntime {
     disableOrtTelemetry();
     initOrt();
     const tensors = (feeds: readonly Feed[]) =>
-      Object.fromEntries(feeds.map((f) => [f.name, new Tensor('float32', f.data, f.dims)]));
+      Object.fromEntries(feeds.map((f) => [f.name, new Tensor(f.data instanceof Float32Array ? 'float32' : f.data instanceof Int32Array ? 'int32' : 'int64', f.data, f.dims)]));
     loaded = {
       kind: 'binding',
       version,

@@ -40,6 +40,8 @@ const FN = {
  */
 const API_VERSION = 13;
 const FLOAT = 1;
+const INT32 = 6;
+const INT64 = 7;
 const LOG_ERROR = 3;
 const ENABLE_ALL = 99;
 
@@ -156,7 +158,8 @@ function open(): OrtRuntime | null {
   };
   const value = (feed: Feed) => {
     const shape = shapeOf(feed.dims);
-    return take(c.createTensor(cpu, feed.data, feed.data.byteLength, shape, shape.length, FLOAT, out));
+    const type = feed.data instanceof Float32Array ? FLOAT : feed.data instanceof Int32Array ? INT32 : INT64;
+    return take(c.createTensor(cpu, feed.data, feed.data.byteLength, shape, shape.length, type, out));
   };
 
   return {

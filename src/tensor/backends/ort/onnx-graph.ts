@@ -68,13 +68,13 @@ function stringField(field: number, value: string): Field {
 }
 
 /** ONNX TensorProto.DataType codes for the element types we use. */
-export const OnnxType = { float32: 1, uint8: 2, int32: 6, int64: 7, float64: 11 } as const;
+export const OnnxType = { float32: 1, uint8: 2, int32: 6, int64: 7, bool: 9, float16: 10, float64: 11 } as const;
 
-/** A graph input or output: its name, element type and shape (a string is a symbolic dim). */
+/** A graph input or output: its name, element type and shape (a string is a symbolic dim; null: not stated). */
 export interface ValueInfo {
   name: string;
   type: number;
-  shape: (number | string)[];
+  shape: (number | string)[] | null;
 }
 
 /** An attribute: an integer, a list of integers, a float ({ float: x }) or a string. */
@@ -90,11 +90,11 @@ export interface NodeSpec {
   domain?: string;
 }
 
-/** A constant tensor stored in the graph: uint8 bytes or float32 values, row-major in `dims`. */
+/** A constant tensor stored in the graph: uint8 bytes, float32, int32 or int64 values, row-major in `dims`. */
 export interface Initializer {
   name: string;
   dims: readonly number[];
-  data: Uint8Array | Float32Array;
+  data: Uint8Array | Float32Array | Int32Array | BigInt64Array;
 }
 
 /** What a graph needs beyond its nodes: constants, and operator sets other than ONNX's (domain → version). */
@@ -104,8 +104,8 @@ export interface ModelExtras {
 }
 
 function valueInfo(v: ValueInfo): Field {
-  const dims = v.shape.map((d) => bytesField(1, typeof d === 'number' ? intField(1, d) : stringField(2, d)));
-  const tensorType = concat([intField(1, v.type), bytesField(2, concat(dims))]);
+  const dims = (v.shape ?? []).map((d) => bytesField(1, typeof d === 'number' ? intField(1, d) : stringField(2, d)));
+  const tensorType = concat([intField(1, v.type), ...(v.shape === null ? [] : [bytesField(2, concat(dims))])]);
   return concat([stringField(1, v.name), bytesField(2, bytesField(1, tensorType))]);
 }
 
@@ -143,24 +143,34 @@ function node(n: NodeSpec, index: number): Field {
 
 const LITTLE_ENDIAN = new Uint8Array(Uint16Array.of(1).buffer)[0] === 1;
 
-/** Little-endian bytes of float32 values (the values' own bytes where the platform is little-endian). */
-function float32Bytes(values: Float32Array): Uint8Array {
+/** Little-endian bytes of an initializer's values (the values' own bytes where the platform is little-endian). */
+function littleEndianBytes(values: Float32Array | Int32Array | BigInt64Array): Uint8Array {
   if (LITTLE_ENDIAN) return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
-  const bytes = new Uint8Array(values.length * 4);
+  const bytes = new Uint8Array(values.byteLength);
   const view = new DataView(bytes.buffer);
-  for (let i = 0; i < values.length; i++) view.setFloat32(4 * i, values[i], true);
+  for (let i = 0; i < values.length; i++) {
+    if (values instanceof Float32Array) view.setFloat32(4 * i, values[i], true);
+    else if (values instanceof Int32Array) view.setInt32(4 * i, values[i], true);
+    else view.setBigInt64(8 * i, values[i], true);
+  }
   return bytes;
+}
+
+function elementType(data: Initializer['data']): number {
+  if (data instanceof Float32Array) return OnnxType.float32;
+  if (data instanceof Int32Array) return OnnxType.int32;
+  if (data instanceof BigInt64Array) return OnnxType.int64;
+  return OnnxType.uint8;
 }
 
 function tensor(t: Initializer): Field {
   const count = t.dims.reduce((a, d) => a * d, 1);
   if (count !== t.data.length) throw new InvalidArgumentError(`initializer '${t.name}': ${t.data.length} values do not fit [${t.dims}]`);
-  const isFloat = t.data instanceof Float32Array;
   return concat([
     ...t.dims.map((d) => intField(1, d)),
-    intField(2, isFloat ? OnnxType.float32 : OnnxType.uint8),
+    intField(2, elementType(t.data)),
     stringField(8, t.name),
-    bytesField(9, piece(isFloat ? float32Bytes(t.data as Float32Array) : (t.data as Uint8Array))),
+    bytesField(9, piece(t.data instanceof Uint8Array ? t.data : littleEndianBytes(t.data))),
   ]);
 }
 

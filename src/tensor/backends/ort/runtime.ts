@@ -2,10 +2,10 @@ import { BackendUnavailableError } from '../../../errors.ts';
 import { loadOrtBinding } from './binding.ts';
 import { loadOrtFfi } from './ffi.ts';
 
-/** One input or output of a run: its name in the graph, our buffer and its dims. */
+/** One input or output of a run: its name in the graph, our buffer (float32, int32 or int64) and its dims. */
 export interface Feed {
   name: string;
-  data: Float32Array;
+  data: Float32Array | Int32Array | BigInt64Array;
   dims: readonly number[];
 }
 

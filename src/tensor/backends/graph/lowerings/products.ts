@@ -1,0 +1,3 @@
+import type { LoweringTable } from '../lowerings.ts';
+
+export const PRODUCTS: LoweringTable = {};

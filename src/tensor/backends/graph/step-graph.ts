@@ -1,0 +1,201 @@
+import { isPlainObject } from '../../dispatch.ts';
+import { Tensor } from '../../tensor.ts';
+import { SlotRef, type TracedStep } from '../../trace.ts';
+import { encodeModel, type ValueInfo } from '../ort/onnx-graph.ts';
+import { CannotLower, GraphBuilder, GraphValue, ONNX_TYPE, type ValueType } from './builder.ts';
+import { loweringOf } from './lowerings.ts';
+
+/**
+ * A traced step (trace.ts) written as one ONNX graph, through the lowerings of its ops: the
+ * step's inputs and the constants it reads (parameters, masks) are the graph's inputs, fed at
+ * each run (so an optimizer's update between runs is seen), and the results it returns are
+ * the graph's outputs. A compact weight that a lowering takes as packed bytes (MatMulNBits)
+ * is stored in the graph instead, as it never changes. One op call lowers the same way
+ * (`lowerCall`): a device backend runs it as a graph of its own.
+ */
+
+/** A graph input: the slot it is fed from (an input of the step or a constant). */
+export interface GraphInput {
+  name: string;
+  slot: number;
+}
+
+/** A graph output: the slot it fills, with its shape and type. */
+export interface GraphOutput {
+  name: string;
+  slot: number;
+  shape: readonly number[];
+  type: ValueType;
+}
+
+export interface StepGraph {
+  model: Uint8Array;
+  inputs: readonly GraphInput[];
+  outputs: readonly GraphOutput[];
+}
+
+/** Why a step or call was not lowered: the op, and what its lowering said. */
+export interface Refusal {
+  refused: string;
+}
+
+function mapLeaves(value: unknown, isLeaf: (v: unknown) => boolean, f: (leaf: unknown) => unknown): unknown {
+  if (isLeaf(value)) return f(value);
+  if (Array.isArray(value)) return value.map((v) => mapLeaves(v, isLeaf, f));
+  if (isPlainObject(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, mapLeaves(v, isLeaf, f)]));
+  return value;
+}
+
+const sameShape = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((d, i) => d === b[i]);
+
+const info = (v: { name: string; shape: readonly number[]; type: ValueType }): ValueInfo =>
+  ({ name: v.name, type: ONNX_TYPE[v.type], shape: [...v.shape] });
+
+/** Graph values that are outputs must be distinct and not the graph's inputs: those get an Identity of their own. */
+function distinctOutputs(g: GraphBuilder, values: readonly GraphValue[], inputNames: ReadonlySet<string>): GraphValue[] {
+  const seen = new Set<string>();
+  return values.map((v) => {
+    const taken = inputNames.has(v.name) || seen.has(v.name) || g.initializers.some((i) => i.name === v.name);
+    const out = taken ? g.node('Identity', [v]) : v;
+    seen.add(out.name);
+    return out;
+  });
+}
+
+/** The names the nodes read, to declare as inputs only what the graph uses. */
+function usedNames(g: GraphBuilder): Set<string> {
+  return new Set(g.nodes.flatMap((n) => n.inputs));
+}
+
+/**
+ * The step as one ONNX graph, or the reason it cannot be (an op without a lowering, a
+ * float64 value, a call its lowering refuses).
+ * @example
+ * const lowered = lowerStep(step)
+ * if (!('refused' in lowered)) ort.session(lowered.model, threads, false)
+ */
+export function lowerStep(step: TracedStep): StepGraph | Refusal {
+  const g = new GraphBuilder();
+  const values: (GraphValue | undefined)[] = new Array(step.slots.length);
+  for (const [i, s] of step.slots.entries()) {
+    if (s.dtype === 'float64') return { refused: `slot ${i} is float64: graphs compute in float32` };
+    if (s.kind === 'input') values[i] = new GraphValue(`in${i}`, s.shape, s.dtype);
+    else if (s.kind === 'constant') values[i] = new GraphValue(`const${i}`, s.shape, s.dtype, s.tensor);
+  }
+  for (const op of step.ops) {
+    const lower = loweringOf(op.op);
+    if (lower === undefined) return { refused: `'${op.op}' has no lowering` };
+    const args = mapLeaves(op.args, (v) => v instanceof SlotRef, (ref) => values[(ref as SlotRef).slot]) as unknown[];
+    let out: unknown;
+    try {
+      out = lower(g, ...args);
+    } catch (err) {
+      if (err instanceof CannotLower) return { refused: `'${op.op}': ${err.message}` };
+      throw err;
+    }
+    const bound = bindOutputs(op.outputs, out, values, step);
+    if (bound !== null) return { refused: `'${op.op}': ${bound}` };
+  }
+  const used = usedNames(g);
+  const inputs: GraphInput[] = [];
+  const inputNames = new Set<string>();
+  for (const [slot, s] of step.slots.entries()) {
+    const v = values[slot];
+    if (s.kind === 'result' || v === undefined || (!used.has(v.name) && !step.outputSlots.includes(slot))) continue;
+    inputs.push({ name: v.name, slot });
+    inputNames.add(v.name);
+  }
+  const results = distinctOutputs(g, step.outputSlots.map((s) => values[s]!), inputNames);
+  const outputs = step.outputSlots.map((slot, i) => ({ name: results[i].name, slot, shape: results[i].shape, type: results[i].type }));
+  const inputInfos = inputs.map((i) => info(values[i.slot]!));
+  const model = encodeModel(g.nodes, inputInfos, outputs.map(info), 17, { initializers: g.initializers, opsets: g.opsets });
+  return { model, inputs, outputs };
+}
+
+/** Binds a lowering's result to the op's output template, checking every shape; returns what went wrong, or null. */
+function bindOutputs(template: unknown, out: unknown, values: (GraphValue | undefined)[], step: TracedStep): string | null {
+  if (template instanceof SlotRef) {
+    if (!(out instanceof GraphValue)) return 'its lowering returned something else than a value';
+    const slot = step.slots[template.slot];
+    if (!sameShape(out.shape, slot.shape)) return `its lowering made [${out.shape}] where the trace has [${slot.shape}]`;
+    if (out.type !== slot.dtype) return `its lowering made ${out.type} where the trace has ${slot.dtype}`;
+    values[template.slot] = out;
+    return null;
+  }
+  if (Array.isArray(template)) {
+    if (!Array.isArray(out) || out.length !== template.length) return 'its lowering returned another structure';
+    for (const [i, t] of template.entries()) {
+      const why = bindOutputs(t, out[i], values, step);
+      if (why !== null) return why;
+    }
+    return null;
+  }
+  if (isPlainObject(template)) {
+    if (!isPlainObject(out)) return 'its lowering returned another structure';
+    for (const [k, t] of Object.entries(template)) {
+      const why = bindOutputs(t, out[k], values, step);
+      if (why !== null) return why;
+    }
+  }
+  return null;
+}
+
+/** One op call as a graph: its tensors in argument order, and its result as a template of graph outputs. */
+export interface CallGraph {
+  model: Uint8Array;
+  /** The call's tensor arguments the graph reads, in the order of the graph's inputs `x0`, `x1`, …. */
+  inputs: readonly Tensor[];
+  /** What the op returns, each tensor replaced by the GraphOutput that holds it (slot: its index among the outputs). */
+  result: unknown;
+  outputs: readonly GraphOutput[];
+  /** A key for the graph: the op, its attributes, and its inputs' shapes and types (calls with the same key share it). */
+  key: string;
+}
+
+const ids = new WeakMap<Tensor, number>();
+let nextId = 0;
+/** A number per tensor whose content a graph may hold (a compact weight's bytes): graphs of two such tensors differ. */
+function idOf(t: Tensor): number {
+  let id = ids.get(t);
+  if (id === undefined) ids.set(t, (id = nextId++));
+  return id;
+}
+
+/**
+ * One call of op `op` with `args` (tensors among them) as a graph of its own, or why not.
+ * @example
+ * lowerCall('matmul', [a, b]) // { model, inputs: [a, b], outputs: [{ name, shape, type }], … }
+ */
+export function lowerCall(op: string, args: readonly unknown[]): CallGraph | Refusal {
+  const lower = loweringOf(op);
+  if (lower === undefined) return { refused: `'${op}' has no lowering` };
+  const g = new GraphBuilder();
+  const tensors: Tensor[] = [];
+  const valueArgs = mapLeaves(args, (v) => v instanceof Tensor, (t) => {
+    const x = t as Tensor;
+    tensors.push(x);
+    return new GraphValue(`x${tensors.length - 1}`, x.shape, x.dtype, x);
+  }) as unknown[];
+  if (tensors.some((t) => t.dtype === 'float64')) return { refused: `'${op}' of float64 values: graphs compute in float32` };
+  let out: unknown;
+  try {
+    out = lower(g, ...valueArgs);
+  } catch (err) {
+    if (err instanceof CannotLower) return { refused: `'${op}': ${err.message}` };
+    throw err;
+  }
+  const produced: GraphValue[] = [];
+  const result = mapLeaves(out, (v) => v instanceof GraphValue, (v) => {
+    produced.push(v as GraphValue);
+    return produced.length - 1;
+  });
+  const used = usedNames(g);
+  const inputNames = new Set(tensors.map((_, i) => `x${i}`).filter((n) => used.has(n) || produced.some((v) => v.name === n)));
+  const results = distinctOutputs(g, produced, inputNames);
+  const outputs = results.map((v, i) => ({ name: v.name, slot: i, shape: v.shape, type: v.type }));
+  const inputs = tensors.filter((_, i) => inputNames.has(`x${i}`));
+  const inputInfos = tensors.flatMap((t, i) => (inputNames.has(`x${i}`) ? [info({ name: `x${i}`, shape: t.shape, type: t.dtype })] : []));
+  const model = encodeModel(g.nodes, inputInfos, outputs.map(info), 17, { initializers: g.initializers, opsets: g.opsets });
+  const key = `${op}|${JSON.stringify(valueArgs, (_k, v) => (v instanceof GraphValue ? `${v.type}[${v.shape}]${v.tensor?.packed ? `#${idOf(v.tensor)}` : ''}` : v))}`;
+  return { model, inputs, result, outputs, key };
+}
