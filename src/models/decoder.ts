@@ -1,5 +1,5 @@
 import { Embedding, Linear, Module, ModuleList, RMSNorm } from '../nn/index.ts';
-import { gatedMlp, Generator, linears, type Tensor } from '../tensor/index.ts';
+import { gatedMlp, Generator, type LinearParams, linears, type Tensor } from '../tensor/index.ts';
 import type { DecoderConfig } from './config.ts';
 import { cachedAttention, mergeHeads, splitHeads } from './forward.ts';
 import { type BlockAttention, headsOf, normalInit, proj } from './decoder-parts.ts';
@@ -38,9 +38,15 @@ function plainLinear(l: Linear): boolean {
   return Object.getPrototypeOf(l) === Linear.prototype && !Object.hasOwn(l, 'forward');
 }
 
+/**
+ * A Linear's tensors as the fused ops take them: a plain object, so that a traced step records the weights as values
+ * of the step (constants a graph is fed), not as attributes of a module it cannot see into.
+ */
+const params = (l: Linear): LinearParams => ({ weight: l.weight, bias: l.bias });
+
 /** Each layer's output for the same input: in one native call on ort (the layers' own forwards otherwise). */
 function projections(x: Tensor, layers: Linear[]): Tensor[] {
-  return layers.every(plainLinear) ? linears(x, layers) : layers.map((l) => l.forward(x));
+  return layers.every(plainLinear) ? linears(x, layers.map(params)) : layers.map((l) => l.forward(x));
 }
 
 /** What the shared attention reads of a config (the MoE families build it from theirs); qkNorm: per-head q/k RMSNorms. */
@@ -162,7 +168,8 @@ export class DecoderMLP extends Module {
   forward(x: Tensor): Tensor {
     const { gate_proj: gate, up_proj: up, down_proj: down } = this;
     if (this.act === 'gelu') return down.forward(gate.forward(x).gelu().mul(up.forward(x)));
-    if (plainLinear(gate) && plainLinear(up) && plainLinear(down)) return gatedMlp(x, gate, up, down); // one native call on ort
+    // one native call on ort
+    if (plainLinear(gate) && plainLinear(up) && plainLinear(down)) return gatedMlp(x, params(gate), params(up), params(down));
     return down.forward(gate.forward(x).silu().mul(up.forward(x)));
   }
 }

@@ -3,6 +3,7 @@ import { CPU, type Device } from '../device.ts';
 import { type Backend, EXACT, type Tolerance } from './backend.ts';
 import { jsBackend } from './js/backend.ts';
 import { createOrtBackend, type OrtBackendOptions } from './ort/backend.ts';
+import { createWebGpuBackend, type WebGpuBackendOptions } from './webgpu/backend.ts';
 
 /**
  * Backends by name. A factory makes a backend on demand, so that registering one loads
@@ -108,3 +109,4 @@ export function backendTolerance(backend: string | Backend): Tolerance {
 
 registerBackend('js', () => jsBackend);
 registerBackend('ort', (options) => createOrtBackend(options as OrtBackendOptions));
+registerBackend('webgpu', (options) => createWebGpuBackend(options as WebGpuBackendOptions));

@@ -96,16 +96,15 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
     const bound = bindOutputs(op.outputs, out, values, step);
     if (bound !== null) return { refused: `'${op.op}': ${bound}` };
   }
+  // an output that is an input or a constant itself (a lowering that changed nothing) gets an Identity of its own
+  const fedNames = new Set(step.slots.flatMap((s, i) => (s.kind === 'result' ? [] : [values[i]!.name])));
+  const results = distinctOutputs(g, step.outputSlots.map((s) => values[s]!), fedNames);
   const used = usedNames(g);
   const inputs: GraphInput[] = [];
-  const inputNames = new Set<string>();
   for (const [slot, s] of step.slots.entries()) {
     const v = values[slot];
-    if (s.kind === 'result' || v === undefined || (!used.has(v.name) && !step.outputSlots.includes(slot))) continue;
-    inputs.push({ name: v.name, slot });
-    inputNames.add(v.name);
+    if (s.kind !== 'result' && v !== undefined && used.has(v.name)) inputs.push({ name: v.name, slot });
   }
-  const results = distinctOutputs(g, step.outputSlots.map((s) => values[s]!), inputNames);
   const outputs = step.outputSlots.map((slot, i) => ({ name: results[i].name, slot, shape: results[i].shape, type: results[i].type }));
   const inputInfos = inputs.map((i) => info(values[i.slot]!));
   const model = encodeModel(g.nodes, inputInfos, outputs.map(info), 17, { initializers: g.initializers, opsets: g.opsets });
@@ -143,13 +142,19 @@ function bindOutputs(template: unknown, out: unknown, values: (GraphValue | unde
 /** One op call as a graph: its tensors in argument order, and its result as a template of graph outputs. */
 export interface CallGraph {
   model: Uint8Array;
-  /** The call's tensor arguments the graph reads, in the order of the graph's inputs `x0`, `x1`, …. */
+  /** The call's tensor arguments the graph reads, in order, and the graph input each feeds. */
   inputs: readonly Tensor[];
-  /** What the op returns, each tensor replaced by the GraphOutput that holds it (slot: its index among the outputs). */
+  inputNames: readonly string[];
+  /** What the op returns, each tensor replaced by an OutputIndex: which of `outputs` holds it. */
   result: unknown;
   outputs: readonly GraphOutput[];
   /** A key for the graph: the op, its attributes, and its inputs' shapes and types (calls with the same key share it). */
   key: string;
+}
+
+/** Where a call's result has a tensor: the index of the graph output that holds it. */
+export class OutputIndex {
+  constructor(readonly index: number) {}
 }
 
 const ids = new WeakMap<Tensor, number>();
@@ -187,15 +192,16 @@ export function lowerCall(op: string, args: readonly unknown[]): CallGraph | Ref
   const produced: GraphValue[] = [];
   const result = mapLeaves(out, (v) => v instanceof GraphValue, (v) => {
     produced.push(v as GraphValue);
-    return produced.length - 1;
+    return new OutputIndex(produced.length - 1);
   });
   const used = usedNames(g);
   const inputNames = new Set(tensors.map((_, i) => `x${i}`).filter((n) => used.has(n) || produced.some((v) => v.name === n)));
   const results = distinctOutputs(g, produced, inputNames);
   const outputs = results.map((v, i) => ({ name: v.name, slot: i, shape: v.shape, type: v.type }));
   const inputs = tensors.filter((_, i) => inputNames.has(`x${i}`));
+  const fed = tensors.flatMap((_, i) => (inputNames.has(`x${i}`) ? [`x${i}`] : []));
   const inputInfos = tensors.flatMap((t, i) => (inputNames.has(`x${i}`) ? [info({ name: `x${i}`, shape: t.shape, type: t.dtype })] : []));
   const model = encodeModel(g.nodes, inputInfos, outputs.map(info), 17, { initializers: g.initializers, opsets: g.opsets });
   const key = `${op}|${JSON.stringify(valueArgs, (_k, v) => (v instanceof GraphValue ? `${v.type}[${v.shape}]${v.tensor?.packed ? `#${idOf(v.tensor)}` : ''}` : v))}`;
-  return { model, inputs, result, outputs, key };
+  return { model, inputs, inputNames: fed, result, outputs, key };
 }

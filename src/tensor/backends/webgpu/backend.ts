@@ -1,0 +1,173 @@
+import { DeviceOpUnsupportedError, TraceError } from '../../../errors.ts';
+import { isGradEnabled } from '../../autograd.ts';
+import { type Allocator, DeviceStorage } from '../../device.ts';
+import { forEachTensor } from '../../dispatch.ts';
+import type { DType, TypedArray } from '../../dtype.ts';
+import { addRowBias, matmulJs, type MatmulSpec } from '../../kernels/matmul.ts';
+import { Tensor } from '../../tensor.ts';
+import type { CompiledStep, TracedStep } from '../../trace.ts';
+import type { Backend, Tolerance } from '../backend.ts';
+import { type CallGraph, type GraphOutput, lowerCall, lowerStep, OutputIndex } from '../graph/step-graph.ts';
+import { type GpuSession, type GpuValue, loadWebGpuRuntime } from './runtime.ts';
+
+/**
+ * The `webgpu` backend: tensors that live on a GPU, computed by onnxruntime's WebGPU provider
+ * (runtime.ts). Its kernels are the graph lowerings (backends/graph/): an op on webgpu tensors
+ * runs as a one-op graph (cached by the op, its attributes and its inputs' shapes), and a
+ * traced step as one graph of all its ops (`compileStep`), which is how a worker runs a
+ * section: one dispatch chain per step instead of one per op. Values stay on the GPU; only
+ * `await t.toHost()` reads one back.
+ *
+ * What it does not do yet: gradients (an op on webgpu tensors that need one is refused, so a
+ * backward can never silently miss a term), float64 (refused: GPUs compute in float32), and
+ * compact weights on the device (a step's int8/int4 weights are stored in its graph, as
+ * MatMulNBits reads them).
+ */
+
+/**
+ * How far webgpu's results may lie from the js kernels' (relative L2, see Tolerance): float32
+ * sums in the GPU's order (tiled products, tree reductions) and its own exp/tanh. Measured
+ * on SwiftShader by the conformance suite (test/tensor/backends/webgpu.test.ts); int8 and
+ * int4 as ort's, whose MatMulNBits quantizes the same way.
+ */
+export const WEBGPU_TOLERANCE: Tolerance = Object.freeze({ f32: 1e-4, bf16: 1e-4, int8: 0.1, int4: 0.08 });
+
+/** A tensor's memory on the GPU: the value onnxruntime holds, replaced when host values are copied in. */
+interface GpuHandle {
+  value: GpuValue | null;
+  readonly dtype: DType;
+  readonly length: number;
+}
+
+export interface WebGpuBackendOptions {
+  /** Called with the reason when a traced step cannot be one graph (it then replays op by op on the device). */
+  onRefusal?: (why: string) => void;
+}
+
+/** Creates the webgpu backend; throws BackendUnavailableError where there is no WebGPU adapter (the message says what to install). */
+export function createWebGpuBackend(options: WebGpuBackendOptions = {}): Backend & { readonly allocator: Allocator<GpuHandle> } {
+  const gpu = loadWebGpuRuntime();
+  const calls = new Map<string, { graph: CallGraph; session: GpuSession }>();
+
+  const allocator: Allocator<GpuHandle> = {
+    alloc: (dtype, length) => ({ value: null, dtype, length }),
+    copyin(handle, src) {
+      handle.value?.dispose();
+      handle.value = gpu.upload(src, [src.length]);
+    },
+    async copyout(handle, dst) {
+      if (handle.value === null) throw new TraceError('a GPU buffer was read before anything was written to it');
+      dst.set(gpu.download(gpu.view(handle.value, [handle.length])) as TypedArray as never);
+    },
+    free(handle) {
+      handle.value?.dispose();
+      handle.value = null;
+    },
+  };
+
+  const backend: Backend & { readonly allocator: Allocator<GpuHandle> } = {
+    name: 'webgpu',
+    device: 'webgpu',
+    deterministic: false,
+    tolerance: WEBGPU_TOLERANCE,
+    allocator,
+    runOp(op, args) {
+      if (isGradEnabled()) {
+        let needsGrad = false;
+        forEachTensor(args, (t) => (needsGrad ||= t.requiresGrad));
+        if (needsGrad) {
+          throw new DeviceOpUnsupportedError(
+            `'${op}' on webgpu tensors that require gradients: training on webgpu is not supported yet; run inference under noGrad(), or train on 'cpu'`,
+            { details: { op, device: 'webgpu' } },
+          );
+        }
+      }
+      const graph = cachedCall(op, args);
+      if (graph === null) return undefined;
+      const outs = run(graph.session, graph.graph.inputs.map((t, i) => [graph.graph.inputNames[i], t] as const), graph.graph.outputs);
+      return rebuild(graph.graph.result, outs);
+    },
+    compileStep(step) {
+      return compileGpuStep(step);
+    },
+    // a device backend's ops go through runOp; host products run on the CPU context, never here
+    matmul(a, b, out, spec: MatmulSpec, bias) {
+      matmulJs(a, b, out, spec);
+      if (bias) addRowBias(out, bias);
+    },
+  };
+
+  /** A call's graph and session, made once per op, attributes and input shapes. */
+  function cachedCall(op: string, args: readonly unknown[]): { graph: CallGraph; session: GpuSession } | null {
+    const lowered = lowerCall(op, args);
+    if ('refused' in lowered) return null;
+    let entry = calls.get(lowered.key);
+    if (entry === undefined) {
+      entry = { graph: lowered, session: gpu.session(lowered.model) };
+      calls.set(lowered.key, entry);
+    }
+    // the cached graph reads the tensors of this call, in the same order
+    return { graph: { ...entry.graph, inputs: lowered.inputs }, session: entry.session };
+  }
+
+  /** Runs a session on tensors, giving back device tensors for the outputs. */
+  function run(session: GpuSession, feeds: readonly (readonly [string, Tensor])[], outputs: readonly GraphOutput[]): Tensor[] {
+    const inputs: Record<string, unknown> = {};
+    for (const [name, t] of feeds) inputs[name] = gpuValueOf(t);
+    const values = session.run(inputs, outputs.map((o) => o.name));
+    return outputs.map((o) => deviceTensor(values[o.name], o.type as DType, o.shape));
+  }
+
+  function gpuValueOf(t: Tensor): GpuValue {
+    const storage = t.deviceStorage;
+    if (storage === null || storage.backend !== backend) throw new TraceError(`a tensor on '${t.device}' was fed to a webgpu graph`);
+    const handle = storage.handle as GpuHandle;
+    if (handle.value === null) throw new TraceError('a GPU buffer was read before anything was written to it');
+    return gpu.view(handle.value, t.shape);
+  }
+
+  function deviceTensor(value: GpuValue, dtype: DType, shape: readonly number[]): Tensor {
+    const length = shape.reduce((a, d) => a * d, 1);
+    const handle: GpuHandle = { value, dtype, length };
+    return new Tensor(new DeviceStorage(backend, handle, dtype, length), [...shape]);
+  }
+
+  /**
+   * A traced step as one graph on the GPU. Its inputs are the step's inputs, on webgpu. Its
+   * constants (parameters) are read when the step is compiled: host ones are copied to the GPU
+   * once, then (an optimizer's update of a host parameter is not seen: move the model to the
+   * device instead, or trace again).
+   */
+  function compileGpuStep(step: TracedStep): CompiledStep | null {
+    const lowered = lowerStep(step);
+    if ('refused' in lowered) {
+      options.onRefusal?.(lowered.refused);
+      return null;
+    }
+    const session = gpu.session(lowered.model);
+    const constants = new Map<string, GpuValue>();
+    for (const { name, slot } of lowered.inputs) {
+      if (slot < step.inputCount) continue;
+      const t = step.slots[slot].tensor!;
+      constants.set(name, t.deviceStorage === null ? gpu.upload(t.data, t.shape) : gpuValueOf(t));
+    }
+    return {
+      run(inputs) {
+        const feeds: Record<string, unknown> = {};
+        for (const { name, slot } of lowered.inputs) feeds[name] = slot < step.inputCount ? gpuValueOf(inputs[slot]) : constants.get(name);
+        const values = session.run(feeds, lowered.outputs.map((o) => o.name));
+        return lowered.outputs.map((o) => deviceTensor(values[o.name], o.type as DType, o.shape));
+      },
+    };
+  }
+
+  return backend;
+}
+
+/** What an op returns, its GraphOutput indices replaced by the tensors computed. */
+function rebuild(template: unknown, outs: readonly Tensor[]): unknown {
+  if (template instanceof OutputIndex) return outs[template.index];
+  if (Array.isArray(template)) return template.map((t) => rebuild(t, outs));
+  if (typeof template === 'object' && template !== null) return Object.fromEntries(Object.entries(template).map(([k, v]) => [k, rebuild(v, outs)]));
+  return template;
+}
