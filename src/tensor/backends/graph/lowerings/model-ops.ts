@@ -1,4 +1,5 @@
 import type { CrossEntropyOptions } from '../../../ops/loss.ts';
+import type { Tensor } from '../../../tensor.ts';
 import { type GraphBuilder, GraphValue, refuse } from '../builder.ts';
 import type { LoweringTable } from '../lowerings.ts';
 import { axis, broadcast } from './common.ts';
@@ -165,6 +166,83 @@ function crossEntropy(g: GraphBuilder, logits: unknown, targets: unknown, option
   return g.node('Div', [total, count], { shape: [], type: x.type });
 }
 
+/** What routedExperts reads of a sparse MoE block (src/models/moe.ts' SparseMoe; typed by shape, as tensor/ does not import models/). */
+interface MoeLike {
+  spec: { experts: number; topK: number; normTopK: boolean };
+  experts: { at(e: number): Record<'gate' | 'up' | 'down', LinearLike> };
+}
+
+interface LinearLike {
+  weight: Tensor;
+  bias: Tensor | null;
+  lora: unknown;
+}
+
+function isMoe(x: unknown): x is MoeLike {
+  const m = x as Partial<MoeLike> | null;
+  return typeof m === 'object' && m !== null && typeof m.spec?.experts === 'number' && typeof m.experts?.at === 'function';
+}
+
+/**
+ * Every expert's matrix `which` [out, in] as one constant [E, in, out] (each transposed, so x [N, in] times it is
+ * [E, N, out]), baked into the graph with the values it has now: an optimizer's later update of an expert's weight is
+ * not seen by a graph built before it (build the graph again).
+ */
+function bakedExperts(g: GraphBuilder, moe: MoeLike, which: 'gate' | 'up' | 'down'): GraphValue {
+  const e = moe.spec.experts;
+  let rows = 0;
+  let cols = 0;
+  let values = new Float32Array(0);
+  for (let i = 0; i < e; i++) {
+    const l = moe.experts.at(i)[which];
+    const w = l.weight;
+    if (l.lora !== null || l.bias !== null) refuse('an expert with LoRA factors or a bias');
+    if (w.packed !== null || w.dtype !== 'float32' || w.deviceStorage !== null || w.ndim !== 2) {
+      refuse(`an expert weight that is not a float32 matrix on the host ([${w.shape}] ${w.dtype})`);
+    }
+    if (i === 0) [rows, cols, values] = [w.shape[0], w.shape[1], new Float32Array(e * w.size)];
+    if (w.shape[0] !== rows || w.shape[1] !== cols) refuse('experts of different sizes');
+    const src = w.data as Float32Array;
+    const base = i * rows * cols;
+    for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) values[base + c * rows + r] = src[r * cols + c];
+  }
+  return g.constant(values, [e, cols, rows], 'float32');
+}
+
+/**
+ * A sparse MoE block's routed experts (the compositeOp of src/models/moe.ts: moe, flat [N, H], probs [N, E]) computed
+ * densely: every expert on every row, each row's outputs weighted by its top-k routing weights (TopK, ties to the
+ * lower index as torch.topk; renormalised with normTopK) and zero for the experts it did not pick, then summed:
+ * what the sparse path computes, to float32 rounding. The experts' weights are not tensors of the step (they are the
+ * block's, an attribute of the call): they are baked into the graph as constants (bakedExperts), so a graph built
+ * before an optimizer's step computes with the weights as they were.
+ */
+function routedExperts(g: GraphBuilder, moe: unknown, flat: unknown, probs: unknown): GraphValue {
+  if (!isMoe(moe)) return refuse('routedExperts of something else than a sparse MoE block');
+  const x = value(flat, 'the rows');
+  const p = value(probs, 'the router\'s probabilities');
+  const { experts: e, topK: k, normTopK } = moe.spec;
+  const [n, h] = x.shape;
+  if (x.rank !== 2 || p.rank !== 2 || p.shape[1] !== e || p.shape[0] !== n) refuse(`rows [${x.shape}] and probabilities [${p.shape}] of ${e} experts`);
+  const [top, picked] = g.multi('TopK', [p, g.ints([k])], [{ shape: [n, k], type: p.type }, { shape: [n, k], type: 'int64' }], { axis: 1 });
+  const weights = normTopK
+    ? g.node('Div', [top, g.node('ReduceSum', [top, g.ints([1])], { shape: [n, 1], type: p.type }, { keepdims: 1 })], { shape: [n, k], type: p.type })
+    : top;
+  const experts = g.constant(BigInt64Array.from({ length: e }, (_, i) => BigInt(i)), [e], 'int64');
+  const hit = g.node('Equal', [g.reshape(picked, [n, k, 1]), experts], { shape: [n, k, e], type: 'bool' });
+  const spread = g.node('Where', [hit, g.reshape(weights, [n, k, 1]), g.scalar(0)], { shape: [n, k, e], type: p.type });
+  const routing = g.node('ReduceSum', [spread, g.ints([1])], { shape: [n, e], type: p.type }, { keepdims: 0 }); // [N, E]
+  const wg = bakedExperts(g, moe, 'gate'); // [E, H, W]
+  const inner = { shape: [e, n, wg.shape[2]], type: x.type };
+  const a = g.node('MatMul', [x, wg], inner);
+  const silu = g.node('Mul', [a, g.node('Sigmoid', [a])], inner);
+  const mid = g.node('Mul', [silu, g.node('MatMul', [x, bakedExperts(g, moe, 'up')], inner)], inner);
+  const y = g.node('MatMul', [mid, bakedExperts(g, moe, 'down')], { shape: [e, n, h], type: x.type });
+  const scale = g.reshape(g.node('Transpose', [routing], { shape: [e, n], type: p.type }, { perm: [1, 0] }), [e, n, 1]);
+  const weighted = g.node('Mul', [y, scale], { shape: [e, n, h], type: x.type });
+  return g.node('ReduceSum', [weighted, g.ints([0])], { shape: [n, h], type: x.type }, { keepdims: 0 });
+}
+
 export const MODEL_OPS: LoweringTable = {
   softmax,
   logSoftmax,
@@ -175,4 +253,5 @@ export const MODEL_OPS: LoweringTable = {
   rmsNorm,
   rotaryEmbedding,
   crossEntropy,
+  routedExperts,
 };
