@@ -52,11 +52,23 @@ const suite = () => {
 };
 const chosen = args.length > 0 ? args : [...suite(), ALONE];
 
+/**
+ * The tests' GPU where the machine names none: SwiftShader, the Vulkan GPU in software that Debian's chromium-common
+ * ships (.ci/run installs it), for the webgpu backend's tests (test/tensor/backends/webgpu.test.ts and the tests of
+ * workers on webgpu). Vulkan's loader reads these when a process starts, so they are set for every test process.
+ */
+const SWIFTSHADER = { icd: '/usr/lib/chromium/vk_swiftshader_icd.json', lib: '/usr/lib/chromium' };
+const testEnv = { ...process.env };
+if (testEnv.VK_ICD_FILENAMES === undefined && existsSync(SWIFTSHADER.icd)) {
+  testEnv.VK_ICD_FILENAMES = SWIFTSHADER.icd;
+  testEnv.LD_LIBRARY_PATH = [testEnv.LD_LIBRARY_PATH, SWIFTSHADER.lib].filter(Boolean).join(':');
+}
+
 /** Runs a command with its output held: resolves when it ends, to its exit, its output and its seconds. */
 function held(command) {
   const started = Date.now();
   return new Promise((resolve) => {
-    const child = spawn(command[0], command.slice(1), { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command[0], command.slice(1), { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], env: testEnv });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     child.stderr.on('data', (d) => (out += d));

@@ -5,7 +5,7 @@
  */
 import { join } from 'node:path';
 import { type CausalLM, KVCache, loadModel } from '../../../src/models/index.ts';
-import { type Backend, Generator, jsBackend, noGrad, randn, type Tensor, trace, withBackend } from '../../../src/tensor/index.ts';
+import { type Backend, backendDevice, Generator, jsBackend, noGrad, randn, type Tensor, trace, withBackend } from '../../../src/tensor/index.ts';
 import type { ComputeFormat } from '../../../src/verify/index.ts';
 import { HF_FIXTURES, hfFixtureNames } from '../../helpers/hf-fixtures.ts';
 import type { Result } from './compare.ts';
@@ -91,17 +91,21 @@ interface StepInputs {
  * with the same inputs, the reference. Returns the reference's results and the replays', under the same labels (a
  * step that returns several tensors: each under its label and `names`' name for it).
  */
-function tracedRuns(
+async function tracedRuns(
   backend: Backend, fn: (...xs: Tensor[]) => Tensor | Tensor[], inputs: StepInputs[], names: readonly string[] = [],
-): { ref: BlockRun; got: BlockRun } {
-  const { step } = withBackend(jsBackend, () => trace(fn, inputs[0].tensors));
+): Promise<{ ref: BlockRun; got: BlockRun }> {
+  const { step } = noGrad(() => withBackend(jsBackend, () => trace(fn, inputs[0].tensors)));
   const ref: BlockRun = { results: [], inputs: [] };
   const got: BlockRun = { results: [], inputs: [] };
-  const outputs = (out: Tensor | Tensor[], label: string): Result[] =>
-    (Array.isArray(out) ? out : [out]).map((t, i) => ({ label: i === 0 ? label : `${label}: ${names[i - 1]}`, values: t.data }));
+  const outputs = async (out: Tensor | Tensor[], label: string): Promise<Result[]> =>
+    Promise.all((Array.isArray(out) ? out : [out]).map(async (t, i) => ({ label: i === 0 ? label : `${label}: ${names[i - 1]}`, values: await t.read() })));
+  const device = backendDevice(backend);
   for (const { tensors, label } of inputs.slice(1)) {
-    ref.results.push(...outputs(withBackend(jsBackend, () => fn(...tensors)), label));
-    got.results.push(...outputs(withBackend(backend, () => step.run(tensors)), label));
+    const expected = noGrad(() => withBackend(jsBackend, () => fn(...tensors)));
+    // on a device backend the step runs where its inputs live (compiled there by the backend), and is read back after
+    const replayed = noGrad(() => (device === 'cpu' ? withBackend(backend, () => step.run(tensors)) : step.run(tensors.map((t) => t.to(device)))));
+    ref.results.push(...await outputs(expected, label));
+    got.results.push(...await outputs(replayed, label));
     for (const run of [ref, got]) run.inputs.push({ label, values: tensors[0].data });
   }
   return { ref, got };
@@ -118,10 +122,10 @@ const REPLAYS = 2;
  * A block's forward without gradients (the fused products and the backend's kernels), traced on js and replayed on
  * `backend` with new hidden states.
  */
-export function tracedForward(backend: Backend, block: CausalLM): { ref: BlockRun; got: BlockRun } {
+export function tracedForward(backend: Backend, block: CausalLM): Promise<{ ref: BlockRun; got: BlockRun }> {
   const g = new Generator(SEED);
   const inputs = Array.from({ length: REPLAYS + 1 }, (_, i) => ({ tensors: [hidden(g, block)], label: `replay ${i}'s output` }));
-  return noGrad(() => tracedRuns(backend, (x) => block.forward(x), inputs));
+  return tracedRuns(backend, (x) => block.forward(x), inputs);
 }
 
 /**
@@ -132,7 +136,7 @@ export function tracedForward(backend: Backend, block: CausalLM): { ref: BlockRu
  * joined by ops and skips the fused step (src/models/forward.ts, decode-step.ts), so a replay grows the cache it is
  * given; the reference, called directly, appends in place (and takes the fused step where the backend has one).
  */
-export function tracedDecodingStep(backend: Backend, block: CausalLM): { ref: BlockRun; got: BlockRun } {
+export function tracedDecodingStep(backend: Backend, block: CausalLM): Promise<{ ref: BlockRun; got: BlockRun }> {
   const g = new Generator(SEED + 1);
   // a prompt's keys and values on js: the cache a decoding step reads
   const prompted = (): { k: Tensor; v: Tensor; index: number } => withBackend(jsBackend, () => noGrad(() => {
@@ -154,5 +158,5 @@ export function tracedDecodingStep(backend: Backend, block: CausalLM): { ref: Bl
     const grown = cache.layers[index]!;
     return [y, grown.k, grown.v];
   };
-  return noGrad(() => tracedRuns(backend, decode, inputs, ['the cache\'s keys', 'the cache\'s values']));
+  return tracedRuns(backend, decode, inputs, ['the cache\'s keys', 'the cache\'s values']);
 }

@@ -27,6 +27,7 @@ import { ORT_MIN_MACS } from '../../../src/tensor/backends/ort/backend.ts';
 import type { MatmulSpec } from '../../../src/tensor/kernels/matmul.ts';
 import { BLOCKS, decodeBlock, loadBlock, tracedDecodingStep, tracedForward, trainBlock } from './blocks.ts';
 import { CASES, type ConformanceCase } from './cases.ts';
+import { deviceConformance } from './device-suite.ts';
 import { assertAgree, describeAgreement, type Result } from './compare.ts';
 
 /** Another configuration of a backend to test than its defaults: its options, under a label. */
@@ -126,17 +127,12 @@ function watched(backend: Backend): Watched {
 
 /** The backend `name` made through the registry (with `options`), or why it cannot be tested here. */
 function open(name: string, options: BackendOptions): Backend | { skip: string } {
-  let backend: Backend;
   try {
-    backend = createBackend(name, options);
+    return createBackend(name, options);
   } catch (err) {
     if (err instanceof Error && err.name === 'BackendUnavailableError') return { skip: `it cannot be created here: ${err.message}` };
     throw err;
   }
-  const device = backendDevice(backend);
-  // a device backend computes on tensors that live on its device (t.to(device)): not what these cases hand it
-  if (device !== 'cpu') return { skip: `a device backend ('${device}'): the suite runs the host backends` };
-  return backend;
 }
 
 /** The kinds of block runs: [title, what runs it]. */
@@ -157,6 +153,10 @@ export function conformance(name: string, variant?: ConformanceVariant): void {
   const opened = open(name, variant?.options ?? {});
   if ('skip' in opened) {
     test(`the ${label} backend conforms`, { skip: opened.skip }, () => {});
+    return;
+  }
+  if (backendDevice(opened) !== 'cpu') {
+    deviceConformance(label, name);
     return;
   }
   const subject = watched(opened);
@@ -199,7 +199,7 @@ export function conformance(name: string, variant?: ConformanceVariant): void {
       for (const [mode, run] of TRACED_RUNS) {
         test(`${title}: block 0's traced ${mode}`, async (t) => {
           const block = await loadBlock(fixture, format);
-          const { ref, got } = run(subject.backend, block);
+          const { ref, got } = await run(subject.backend, block);
           t.diagnostic(describeAgreement(assertAgree(`${title} traced ${mode}`, ref.results, got.results, tolerance[format], based ? ref.inputs : [])));
         });
       }

@@ -39,13 +39,21 @@ interface GpuHandle {
   readonly length: number;
 }
 
+/** What a webgpu backend did with the traced steps it was offered: how many it compiled, and why it refused the others. */
+export interface StepCounts {
+  compiled: number;
+  refused: string[];
+}
+
+export type WebGpuBackend = Backend & { readonly allocator: Allocator<GpuHandle>; readonly steps: StepCounts };
+
 export interface WebGpuBackendOptions {
   /** Called with the reason when a traced step cannot be one graph (it then replays op by op on the device). */
   onRefusal?: (why: string) => void;
 }
 
 /** Creates the webgpu backend; throws BackendUnavailableError where there is no WebGPU adapter (the message says what to install). */
-export function createWebGpuBackend(options: WebGpuBackendOptions = {}): Backend & { readonly allocator: Allocator<GpuHandle> } {
+export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuBackend {
   const gpu = loadWebGpuRuntime();
   const calls = new Map<string, { graph: CallGraph; session: GpuSession }>();
 
@@ -65,8 +73,10 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): Backend
     },
   };
 
-  const backend: Backend & { readonly allocator: Allocator<GpuHandle> } = {
+  const steps: StepCounts = { compiled: 0, refused: [] };
+  const backend: WebGpuBackend = {
     name: 'webgpu',
+    steps,
     device: 'webgpu',
     deterministic: false,
     tolerance: WEBGPU_TOLERANCE,
@@ -141,10 +151,12 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): Backend
   function compileGpuStep(step: TracedStep): CompiledStep | null {
     const lowered = lowerStep(step);
     if ('refused' in lowered) {
+      steps.refused.push(lowered.refused);
       options.onRefusal?.(lowered.refused);
       return null;
     }
     const session = gpu.session(lowered.model);
+    steps.compiled++;
     const constants = new Map<string, GpuValue>();
     for (const { name, slot } of lowered.inputs) {
       if (slot < step.inputCount) continue;

@@ -29,6 +29,7 @@ export interface GpuSession {
 
 interface NativeSession {
   loadModel(buffer: ArrayBuffer, offset: number, length: number, options: object): void;
+  dispose(): void;
   run(feeds: Record<string, unknown>, fetches: Record<string, null>, options: object): Record<string, GpuValue & { data?: TypedArray }>;
 }
 
@@ -81,8 +82,27 @@ function open(): WebGpuRuntime {
   if (!backends.some((b) => b.name === 'webgpu')) {
     throw new BackendUnavailableError(`this build of onnxruntime-node ${version} has no WebGPU provider on ${process.platform}-${process.arch}`);
   }
+  const sessions: NativeSession[] = [];
+  const values = new Set<GpuValue>();
+  // onnxruntime-node releases its environment in a hook of Node's teardown; sessions and GPU values still alive then
+  // are released after it, in no set order, which sometimes crashed the process on its way out (SIGSEGV after the
+  // last test): release them first, when the process says it exits
+  process.once('exit', () => {
+    for (const v of [...values]) v.dispose();
+    for (const s of sessions.splice(0)) s.dispose();
+  });
+  /** A GPU value onnxruntime made, disposed once (by its tensor's storage, or at exit). */
+  const track = (v: GpuValue): GpuValue => {
+    values.add(v);
+    const dispose = v.dispose.bind(v);
+    (v as { dispose: () => void }).dispose = () => {
+      if (values.delete(v)) dispose();
+    };
+    return v;
+  };
   const load = (model: Uint8Array, location: 'gpu-buffer' | 'cpu'): NativeSession => {
     const s = new binding.InferenceSession();
+    sessions.push(s);
     s.loadModel(model.buffer as ArrayBuffer, model.byteOffset, model.byteLength, {
       executionProviders: [{ name: 'webgpu' }],
       preferredOutputLocation: location,
@@ -116,12 +136,16 @@ function open(): WebGpuRuntime {
     session(model) {
       const s = load(model, 'gpu-buffer');
       return {
-        run: (feeds, outputs) => s.run(feeds, Object.fromEntries(outputs.map((n) => [n, null])), {}),
+        run(feeds, outputs) {
+          const out = s.run(feeds, Object.fromEntries(outputs.map((n) => [n, null])), {});
+          for (const n of outputs) track(out[n]);
+          return out;
+        },
       };
     },
     upload(data, dims) {
       const type = data instanceof Int32Array ? 'int32' : 'float32';
-      return mover(type).up.run({ x: new Tensor(type, data, [...dims]) }, { y: null }, {}).y;
+      return track(mover(type).up.run({ x: new Tensor(type, data, [...dims]) }, { y: null }, {}).y);
     },
     download(value) {
       return mover(value.type).down.run({ x: value }, { y: null }, {}).y.data!;

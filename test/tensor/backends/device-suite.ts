@@ -1,0 +1,120 @@
+/**
+ * The conformance suite (suite.ts) for a device backend, one whose tensors live in its own memory (`t.to(device)`,
+ * `await t.read()`): every op of cases.ts on tensors moved to the device (op by op: Backend.runOp) and as a step
+ * traced on js and run there (Backend.compileStep), and one block of each model family as traced steps (forward, and
+ * a decoding step with its KV cache as inputs) compiled on the device, each against js within the backend's tolerance.
+ * What a device backend does not do yet is asserted, not skipped: the ops it refuses are a DeviceOpUnsupportedError
+ * (DEVICE_REFUSED), and every traced block must compile whole (no step falls back to op by op).
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import {
+  type Backend,
+  backendDevice,
+  backendTolerance,
+  jsBackend,
+  loadBackend,
+  noGrad,
+  type Tensor,
+  type TracedStep,
+  trace,
+  withBackend,
+} from '../../../src/tensor/index.ts';
+import { BLOCKS, loadBlock, tracedDecodingStep, tracedForward } from './blocks.ts';
+import { CASES, type ConformanceCase } from './cases.ts';
+import { assertAgree, describeAgreement, type Result } from './compare.ts';
+import { inputsOf } from './suite.ts';
+
+const HOST_KV = 'its keys and values are host buffers (TimeMajorKV), not tensors: on a device the cache is tensors (cat)';
+
+/** Cases a device backend refuses, and why: each must be a DeviceOpUnsupportedError there, not a wrong number. */
+export const DEVICE_REFUSED: Readonly<Record<string, string>> = {
+  'dropout (seeded)': 'its mask is drawn from the engine\'s generator on the host',
+  'attendTimeMajor, grouped-query (4 heads over 2), prefill': HOST_KV,
+  'attendTimeMajor, grouped-query (8 heads over 2), decoding': HOST_KV,
+  'attendTimeMajor, grouped-query (2 heads over 1), small': HOST_KV,
+};
+
+const outputs = async (out: Tensor | Tensor[]): Promise<Result[]> =>
+  Promise.all((Array.isArray(out) ? out : [out]).map(async (o, i) => ({ label: `output ${i}`, values: await o.read() })));
+
+/** The case's outputs on js, without gradients: the reference. */
+const reference = (c: ConformanceCase): Promise<Result[]> => outputs(withBackend(jsBackend, () => noGrad(() => c.run(...inputsOf(c)))));
+
+/** What a device backend says it did with the steps it was offered (the webgpu backend's `steps`). */
+function stepCounts(backend: Backend): { compiled: number; refused: string[] } {
+  const steps = (backend as { steps?: { compiled: number; refused: string[] } }).steps;
+  assert.ok(steps !== undefined, `device backend '${backend.name}' does not count the steps it compiles (steps)`);
+  return steps;
+}
+
+/**
+ * Registers the device suite for the backend registered as `name`: the instance the registry shares (loadBackend),
+ * which owns the memory `t.to(device)` moves tensors into and compiles the steps that run there.
+ */
+export function deviceConformance(label: string, name: string): void {
+  const backend = loadBackend(name);
+  const device = backendDevice(backend);
+  const tolerance = backendTolerance(backend);
+  const steps = stepCounts(backend);
+
+  describe(`the ${label} backend conforms on '${device}': every op's forward on tensors moved there, op by op, against js`, () => {
+    for (const c of CASES) {
+      test(c.name, async (t) => {
+        const inputs = inputsOf(c);
+        if (inputs.some((x) => x.packed !== null)) {
+          // a compact weight does not move to a device: its products run inside traced steps (below), where it is baked
+          assert.throws(() => inputs.map((x) => x.to(device)), /compact format/);
+          return;
+        }
+        const moved = inputs.map((x) => x.to(device));
+        if (c.name in DEVICE_REFUSED) {
+          // refused by the backend, or earlier, where the case reads its device inputs as host buffers
+          const refusal = { name: /^(DeviceOpUnsupportedError|DeviceDataError)$/ };
+          assert.throws(() => noGrad(() => c.run(...moved)), refusal, DEVICE_REFUSED[c.name]);
+          return;
+        }
+        const got = await outputs(noGrad(() => c.run(...moved)));
+        t.diagnostic(describeAgreement(assertAgree(c.name, await reference(c), got, tolerance[c.format])));
+      });
+    }
+  });
+
+  describe(`the ${label} backend conforms on '${device}': every op as a step traced on js, compiled there, against js`, () => {
+    for (const c of CASES) {
+      test(c.name, async (t) => {
+        const inputs = inputsOf(c);
+        const free = inputs.filter((x) => x.packed === null);
+        const call = (...xs: Tensor[]) => {
+          let next = 0;
+          return c.run(...inputs.map((x) => (x.packed === null ? xs[next++] : x)));
+        };
+        const { step } = withBackend(jsBackend, () => noGrad(() => trace(call, free)));
+        const compiled = backend.compileStep!(step as TracedStep);
+        if (c.name in DEVICE_REFUSED) {
+          assert.equal(compiled, null, `${c.name}: expected no graph (${DEVICE_REFUSED[c.name]})`);
+          return;
+        }
+        assert.ok(compiled !== null, `${c.name} did not compile on '${device}': ${steps.refused.at(-1)}`);
+        const got = await outputs([...compiled.run(free.map((x) => x.to(device)))]);
+        t.diagnostic(describeAgreement(assertAgree(c.name, await reference(c), got, tolerance[c.format])));
+      });
+    }
+  });
+
+  describe(`the ${label} backend conforms on '${device}': one block of each model family as a traced step compiled there`, () => {
+    for (const [fixture, format] of BLOCKS) {
+      const title = `${fixture}${format === 'f32' ? '' : ` (${format} weights)`}`;
+      const based = format === 'int8' || format === 'int4';
+      for (const [mode, run] of [['forward', tracedForward], ['decoding step', tracedDecodingStep]] as const) {
+        test(`${title}: block 0's traced ${mode}`, async (t) => {
+          const block = await loadBlock(fixture, format);
+          const before = steps.compiled;
+          const { ref, got } = await run(backend, block);
+          assert.equal(steps.compiled, before + 1, `${title}'s traced ${mode} did not compile as one graph on '${device}': ${steps.refused.at(-1)}`);
+          t.diagnostic(describeAgreement(assertAgree(`${title} traced ${mode}`, ref.results, got.results, tolerance[format], based ? ref.inputs : [])));
+        });
+      }
+    }
+  });
+}
