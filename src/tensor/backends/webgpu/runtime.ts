@@ -108,6 +108,8 @@ function open(): WebGpuRuntime {
       preferredOutputLocation: location,
       graphOptimizationLevel: 'all',
       executionMode: 'sequential',
+      // warnings (which nodes onnxruntime keeps on the CPU: shape arithmetic) are not the user's to act on
+      logSeverityLevel: 3,
     });
     return s;
   };

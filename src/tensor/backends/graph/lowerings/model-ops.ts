@@ -1,3 +1,4 @@
+import { unpackMatrix } from '../../../quant/formats.ts';
 import type { CrossEntropyOptions } from '../../../ops/loss.ts';
 import type { Tensor } from '../../../tensor.ts';
 import { type GraphBuilder, GraphValue, refuse } from '../builder.ts';
@@ -197,12 +198,13 @@ function bakedExperts(g: GraphBuilder, moe: MoeLike, which: 'gate' | 'up' | 'dow
     const l = moe.experts.at(i)[which];
     const w = l.weight;
     if (l.lora !== null || l.bias !== null) refuse('an expert with LoRA factors or a bias');
-    if (w.packed !== null || w.dtype !== 'float32' || w.deviceStorage !== null || w.ndim !== 2) {
+    if (w.dtype !== 'float32' || w.deviceStorage !== null || w.ndim !== 2) {
       refuse(`an expert weight that is not a float32 matrix on the host ([${w.shape}] ${w.dtype})`);
     }
     if (i === 0) [rows, cols, values] = [w.shape[0], w.shape[1], new Float32Array(e * w.size)];
     if (w.shape[0] !== rows || w.shape[1] !== cols) refuse('experts of different sizes');
-    const src = w.data as Float32Array;
+    // a compact expert (bf16, int8, int4) as the float32 values the js kernels dequantize it to
+    const src = w.packed === null ? (w.data as Float32Array) : unpackMatrix(w.packed);
     const base = i * rows * cols;
     for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) values[base + c * rows + r] = src[r * cols + c];
   }

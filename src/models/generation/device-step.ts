@@ -1,0 +1,148 @@
+import { DeviceOpUnsupportedError, TensorLinkError } from '../../errors.ts';
+import { type Device, jsBackend, loadBackend, noGrad, type Tensor, type TracedStep, trace, withBackend, zeros } from '../../tensor/index.ts';
+import { type CausalLM, type ForwardOptions, KVCache, type LayerCache } from '../model.ts';
+import type { StepModel } from './generate.ts';
+
+/**
+ * A model (or a section) run on a device backend (webgpu), a step at a time: each call is a
+ * step traced once on the host (js) for its shapes and compiled by the device's backend into
+ * one graph (Backend.compileStep), then run there. The KV cache lives on the device: a step
+ * takes the cached keys and values as inputs and returns them grown (the models join them with
+ * `cat` while a trace records), so only the step's input goes up and its output comes down.
+ *
+ * Shapes are static in a graph today: a step is traced and compiled for each input shape and
+ * cache length it meets (a prompt, then one graph per decoded position), and the trace runs the
+ * model once on the host's js kernels. Fine for the short runs of tests and small models; a
+ * graph with a symbolic sequence dim and a cache bound in place is what long generations need
+ * (#46's note says so).
+ */
+export class DeviceRunner {
+  /** The cache on the device: per layer index of the model, its keys and values [B, kvHeads, T, D]. */
+  private readonly cache: (LayerCache | null)[];
+  private readonly steps = new Map<string, TracedStep<Tensor[]>>();
+
+  constructor(
+    readonly model: CausalLM,
+    readonly device: Device,
+  ) {
+    this.cache = new Array<LayerCache | null>(model.config.layers).fill(null);
+  }
+
+  /** Tokens the device cache holds. */
+  get cached(): number {
+    for (const e of this.cache) if (e) return e.k.shape[2];
+    return 0;
+  }
+
+  /** Forgets the cache (a new sequence). */
+  reset(): void {
+    for (const e of this.cache) {
+      e?.k.dispose();
+      e?.v.dispose();
+    }
+    this.cache.fill(null);
+  }
+
+  /**
+   * The model's output for `input` (host: ids [B, T] or hidden states [B, T, H]) after what the
+   * cache holds, read back to the host; the cache grows on the device.
+   * @example
+   * const runner = new DeviceRunner(model, 'webgpu')
+   * const logits = await runner.step(tensor([[15496, 11]], [1, 2], 'int32'))
+   */
+  async step(input: Tensor, options: Omit<ForwardOptions, 'cache'> = {}): Promise<Tensor> {
+    const past = this.cache.flatMap((e, i) => (e ? [i] : []));
+    const positions = options.positions ?? null;
+    const keyMask = options.keyMask ?? null;
+    const key = [
+      input.dtype,
+      input.shape.join('x'),
+      past.join(','),
+      this.cached,
+      positions === null ? '-' : positions.data.join(','),
+      keyMask === null ? '-' : `${keyMask.shape.join('x')}:${keyMask.data.join('')}`,
+    ].join('|');
+    let traced = this.steps.get(key);
+    if (traced === undefined) {
+      traced = this.traceStep(input, positions, keyMask, past);
+      this.steps.set(key, traced);
+    }
+    const inputs = [input.to(this.device)];
+    if (positions !== null) inputs.push(positions.to(this.device));
+    if (keyMask !== null) inputs.push(keyMask.to(this.device));
+    for (const i of past) inputs.push(this.cache[i]!.k, this.cache[i]!.v);
+    let outputs: Tensor[];
+    try {
+      outputs = noGrad(() => traced.run(inputs));
+    } catch (err) {
+      if (!(err instanceof TensorLinkError) || !/^Device/.test(err.name)) throw err;
+      // the step was not compiled, and replaying it op by op on the device met an op that cannot run there
+      const refused = (loadBackend(this.device) as { steps?: { refused: string[] } }).steps?.refused.at(-1);
+      throw new DeviceOpUnsupportedError(
+        `this model's step does not run on '${this.device}'${refused === undefined ? '' : `: ${refused}`}; run it on the CPU (--backend ort or js)`,
+        { cause: err, details: { device: this.device } },
+      );
+    }
+    const [y, ...grown] = outputs;
+    for (const t of inputs.slice(0, inputs.length - 2 * past.length)) t.dispose();
+    const layers = grown.length / 2;
+    const held = this.heldLayers(traced, layers);
+    for (let j = 0; j < layers; j++) {
+      const old = this.cache[held[j]];
+      old?.k.dispose();
+      old?.v.dispose();
+      this.cache[held[j]] = { k: grown[2 * j], v: grown[2 * j + 1] };
+    }
+    const out = await y.toHost();
+    y.dispose();
+    return out;
+  }
+
+  /** Which layer index each grown (k, v) pair of a step belongs to (noted when it was traced). */
+  private heldLayers(step: TracedStep<Tensor[]>, count: number): number[] {
+    const held = traceLayers.get(step);
+    if (held === undefined || held.length !== count) throw new Error('a traced step lost track of its cache layers');
+    return held;
+  }
+
+  /** Traces one step on the host for these shapes: inputs (x, positions?, keyMask?, past k/v…), outputs [y, k/v…]. */
+  private traceStep(input: Tensor, positions: Tensor | null, keyMask: Tensor | null, past: readonly number[]): TracedStep<Tensor[]> {
+    const dummies = past.flatMap((i) => {
+      const e = this.cache[i]!;
+      return [zeros([...e.k.shape]), zeros([...e.v.shape])];
+    });
+    let layers: number[] = [];
+    const fn = (...xs: Tensor[]): Tensor[] => {
+      let at = 1;
+      const pos = positions === null ? null : xs[at++];
+      const mask = keyMask === null ? null : xs[at++];
+      const cache = new KVCache(this.model.config.layers);
+      past.forEach((layer, j) => (cache.layers[layer] = { k: xs[at + 2 * j], v: xs[at + 2 * j + 1] }));
+      const y = this.model.forward(xs[0], { cache, positions: pos, keyMask: mask });
+      layers = cache.layers.flatMap((e, i) => (e ? [i] : []));
+      return [y, ...layers.flatMap((i) => [cache.layers[i]!.k, cache.layers[i]!.v])];
+    };
+    const hostInputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : []), ...dummies];
+    const { step } = withBackend(jsBackend, () => noGrad(() => trace(fn, hostInputs)));
+    traceLayers.set(step, layers);
+    return step;
+  }
+}
+
+/** The layer indices of the cache entries a traced step returns, in order. */
+const traceLayers = new WeakMap<TracedStep<Tensor[]>, number[]>();
+
+/**
+ * Generation's step model for a model run on a device (see DeviceRunner): `generate` and
+ * `generateWith` drive it as they drive a local model.
+ * @example
+ * const [tokens] = await generateWith(deviceStepModel(model, 'webgpu'), [prompt], { temperature: 0 })
+ */
+export function deviceStepModel(model: CausalLM, device: Device): StepModel {
+  const runner = new DeviceRunner(model, device);
+  return {
+    maxPositions: model.config.maxPositions,
+    eosTokenId: model.tokenizer?.eosTokenId ?? model.config.eosTokenId ?? null,
+    step: (ids, options) => runner.step(ids, options),
+  };
+}
