@@ -1,6 +1,6 @@
 import '../polyfills.ts';
 import { TensorLinkError } from '../errors.ts';
-import { setBackend } from '../tensor/index.ts';
+import { backendDevice, loadBackend, setBackend, setComputeDevice } from '../tensor/index.ts';
 import { optionalIntFlag, UsageError } from './args.ts';
 import { readFileSync } from 'node:fs';
 import { commandHelp, overviewHelp } from './help.ts';
@@ -38,13 +38,17 @@ export async function main(argv: string[]): Promise<number> {
       return 0;
     }
     const threads = optionalIntFlag(flags, 'threads', 1);
-    if (typeof flags.backend === 'string' && flags.backend !== 'ort') setBackend(flags.backend);
-    else if (flags.backend === 'ort' || threads !== undefined) {
+    // a device backend (webgpu) runs the model's steps; the host's work stays on the CPU context (ort where it loads)
+    const onDevice = typeof flags.backend === 'string' && backendDevice(loadBackend(flags.backend)) !== 'cpu';
+    if (onDevice) setComputeDevice(flags.backend as string);
+    if (typeof flags.backend === 'string' && flags.backend !== 'ort' && !onDevice) setBackend(flags.backend);
+    else if (flags.backend === 'ort' || onDevice || threads !== undefined) {
       // --threads N: onnxruntime on N threads that sleep when idle (nodes sharing a machine)
       try {
         setBackend('ort', threads === undefined ? {} : { threads, spinning: false });
       } catch (err) {
         if (flags.backend === 'ort') throw err;
+        if (onDevice) setBackend('js');
       }
     }
     const run = await spec.load();

@@ -13,7 +13,7 @@ export {
   loadBackend,
   registerBackend,
 } from './backends/registry.ts';
-export { type BackendName, getBackend, setBackend, withBackend } from './backends/select.ts';
+export { type BackendName, computeDevice, computeName, getBackend, setBackend, setComputeDevice, withBackend } from './backends/select.ts';
 export { type Allocator, CPU, type Device, deviceOf, DeviceStorage } from './device.ts';
 export { type CompiledStep, type Slot, type SlotKind, SlotRef, trace, type TracedOp, TracedStep } from './trace.ts';
 export { compositeOp, isTracing } from './dispatch.ts';

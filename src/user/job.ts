@@ -160,7 +160,8 @@ export class DistributedJob implements DistributedModel {
 
   /** What verification has done in this job so far. */
   get verification(): VerificationSummary | null {
-    return this.verifier ? { ...this.verifier.summary, flagged: [...this.verifier.summary.flagged] } : null;
+    const summary = this.verifier?.summary;
+    return summary ? { ...summary, flagged: [...summary.flagged], byBackend: { ...summary.byBackend } } : null;
   }
 
   /** The plan as the dashboard shows it: each section's layers and the workers holding its copies. */

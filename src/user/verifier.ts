@@ -54,6 +54,8 @@ export interface VerificationSummary {
   recorded: number;
   /** Sampled records left unchecked because the validator could not be reached (it restarts; the job goes on without it). */
   unchecked: number;
+  /** The records seen, by the backend they say computed them ('js', 'ort', 'webgpu'). */
+  byBackend: Record<string, number>;
 }
 
 export interface AuditVerdict {
@@ -72,7 +74,10 @@ export class JobVerifier {
   readonly redundancy: number;
   readonly sampler: AuditSampler;
   private sampled: { worker: PeerTarget; record: WorkRecord; sent?: string[] }[] = [];
-  readonly summary: VerificationSummary = { checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0, unchecked: 0 };
+  readonly summary: VerificationSummary = {
+    checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0, unchecked: 0, byBackend: {},
+  };
+
   /** Records returned since the last checks, handed to the ledger once those are done. */
   private observed: { worker: PeerTarget; record: WorkRecord }[] = [];
   /** Where accepted records go: the validator's ledger. */
@@ -112,6 +117,7 @@ export class JobVerifier {
   /** A checked record arrived: sampled for re-execution with the job's rate (`sent`: a decoding step's session steps so far). */
   observe(worker: PeerTarget, record: WorkRecord, sent?: () => string[]): void {
     this.observed.push({ worker, record });
+    this.summary.byBackend[record.backend] = (this.summary.byBackend[record.backend] ?? 0) + 1;
     if (this.sampler.rate === 0) return;
     const newcomer = this.newcomer !== undefined && (this.passed.get(worker.peerId) ?? 0) < this.newcomer.checks;
     if (this.sampler.pick(newcomer ? Math.max(this.sampler.rate, this.newcomer!.rate) : this.sampler.rate)) {

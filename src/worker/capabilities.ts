@@ -1,5 +1,5 @@
 import { availableParallelism, freemem } from 'node:os';
-import { getBackend } from '../tensor/index.ts';
+import { computeName } from '../tensor/index.ts';
 import { engineGflops } from './engine-check.ts';
 import { type Capabilities, tierOf } from '../p2p/index.ts';
 
@@ -11,6 +11,6 @@ export function measureCapabilities(memoryBytes?: number): Capabilities {
     gflops: Math.round(gflops * 10) / 10,
     tier: tierOf(gflops),
     cores: availableParallelism(),
-    backend: getBackend().name,
+    backend: computeName(),
   };
 }

@@ -48,7 +48,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   });
   const addrs = w.node.getMultiaddrs().map(String);
   ready(w.node.peerId.toString(), addrs, w.account);
-  out.info(`worker ${w.node.peerId.toString()} (${w.capabilities.gflops} GFLOP/s, tier ${w.capabilities.tier}) joined ${bootstrap}`);
+  out.info(`worker ${w.node.peerId.toString()} (${w.capabilities.backend}, ${w.capabilities.gflops} GFLOP/s, tier ${w.capabilities.tier}) joined ${bootstrap}`);
   for (const h of host) out.info(`hosting ${h.name} (${h.blocks ? `blocks ${h.blocks[0]}-${h.blocks[1]}` : 'every block'}) in ${hostFormat ?? 'f32'}`);
   if (fault) out.info(`this worker CHEATS on purpose (--fault ${fault.kind}:${fault.rate}), to test the network's defences`);
   await runUntilSignal(w.stop, flags);

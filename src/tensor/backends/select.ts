@@ -1,6 +1,7 @@
 import { BackendUnavailableError, InvalidArgumentError } from '../../errors.ts';
 import type { Backend } from './backend.ts';
 import type { OrtBackendOptions } from './ort/backend.ts';
+import { CPU, type Device } from '../device.ts';
 import { backendDevice, createBackend, loadBackend } from './registry.ts';
 
 /**
@@ -59,4 +60,37 @@ export function withBackend<T>(backend: BackendName | Backend, fn: () => T): T {
   } finally {
     current = previous;
   }
+}
+
+let device: Device = CPU;
+
+/**
+ * Chooses where a node runs its model's steps: 'cpu' (the CPU context above, the default) or a
+ * device backend's name ('webgpu'), which is opened now so that a missing adapter is a
+ * BackendUnavailableError at start, with what to install. Host work (the ends, tokenizing,
+ * sampling, re-running records) stays on the CPU context.
+ * @example
+ * setComputeDevice('webgpu') // a worker's sections run as graphs on the GPU
+ */
+export function setComputeDevice(next: Device): void {
+  if (next !== CPU) {
+    const b = loadBackend(next);
+    if (backendDevice(b) !== next) throw new InvalidArgumentError(`backend '${next}' computes in host memory: select it with setBackend`);
+  }
+  device = next;
+}
+
+/** Where this node runs its model's steps (see setComputeDevice). */
+export function computeDevice(): Device {
+  return device;
+}
+
+/**
+ * The name a node's work records give for how they were computed: the device backend's where
+ * steps run on a device, else the CPU context's ('js', 'ort').
+ * @example
+ * computeName() // 'ort', or 'webgpu' on a GPU worker
+ */
+export function computeName(): string {
+  return device === CPU ? getBackend().name : device;
 }

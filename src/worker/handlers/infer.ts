@@ -1,11 +1,11 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { KVCache, type ModelLayer } from '../../models/index.ts';
+import { DeviceRunner, KVCache, type ModelLayer } from '../../models/index.ts';
 import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
   STAGE_PROTOCOL, toWire, type WorkCounters,
 } from '../../p2p/index.ts';
 import { hopIn, hopOut } from '../../compress/index.ts';
-import { getBackend, noGrad } from '../../tensor/index.ts';
+import { computeDevice, computeName, noGrad } from '../../tensor/index.ts';
 import { auxHash, checkpointHash, hashTensors, recordFlops, sectionCost, signRecord } from '../../verify/index.ts';
 import { DecodeBatcher } from '../decode-batcher.ts';
 import { countSent, type Section } from '../jobs.ts';
@@ -35,28 +35,34 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       if (!session) {
         if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
         session = { cache: new KVCache(section.model.config.layers), lastUsed: Date.now(), kvBytes: 0, history: [] };
+        // a GPU worker keeps the session's cache on its device and runs each step as one graph there
+        if (computeDevice() !== 'cpu') session.device = new DeviceRunner(section.model, computeDevice());
         section.sessions.set(request.sessionId, session);
       }
       session.lastUsed = Date.now();
       const cache = session.cache;
+      const runner = session.device;
+      const cached = runner ? runner.cached : cache.length;
       // positions come from the peer: the cache never grows past the model's context, whatever it says
       const steps = input.shape[1] ?? 0;
-      if (cache.length + steps > section.model.config.maxPositions) {
-        throw new InvalidArgumentError(`session ${request.sessionId} would hold ${cache.length + steps} positions, the model has ${section.model.config.maxPositions}`);
+      if (cached + steps > section.model.config.maxPositions) {
+        throw new InvalidArgumentError(`session ${request.sessionId} would hold ${cached + steps} positions, the model has ${section.model.config.maxPositions}`);
       }
       // the cache's growth (and the inputs kept for re-running the step) is counted before it happens:
       // a session that would pass the budget is refused
       const kept = [input, positions, keyMask].reduce((sum, t) => sum + (t ? 4 * t.size : 0), 0);
       const growth = (input.shape[0] ?? 1) * steps * kvBytesPerToken(section.model.layers) + kept;
-      memory.add(job.jobId, 'kv-cache', growth, `the KV cache of session ${request.sessionId} (${cache.length + steps} positions)`);
+      memory.add(job.jobId, 'kv-cache', growth, `the KV cache of session ${request.sessionId} (${cached + steps} positions)`);
       session.kvBytes += growth;
       let out;
-      let position = cache.length;
+      let position = cached;
       session.busy = true;
       try {
         if (fault) await fault.delay();
         // a hosted span's one-token steps run batched with its other sessions' steps waiting at the same time
-        if (job.hosted && steps === 1 && input.shape[0] === 1 && !keyMask && !request.codec) {
+        if (runner) {
+          out = await runner.step(input, { positions, keyMask: keyMask ?? null });
+        } else if (job.hosted && steps === 1 && input.shape[0] === 1 && !keyMask && !request.codec) {
           ({ out, position } = await batcherOf(section, work).step(input, cache, positions));
         } else {
           out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
@@ -80,7 +86,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
         job: job.jobId, step: position, micro: 0, stage: section.range, kind: 'decode', session: request.sessionId, input: hashTensors([input]),
         aux: auxHash(positions, keyMask ?? null), config: section.configHash,
         flops: Math.round(recordFlops('decode', (section.cost ??= sectionCost(section.model.config, section.range)), input.shape[0] * (input.shape[1] ?? 1))),
-        output: hashTensors([out]), ...(request.codec ? { sent: hashTensors([sent.received]) } : {}), weights, backend: getBackend().name,
+        output: hashTensors([out]), ...(request.codec ? { sent: hashTensors([sent.received]) } : {}), weights, backend: computeName(),
         seq: (section.seq = (section.seq ?? 0) + 1),
       }, signer);
       // on ort its output is kept too (and counted): a verifier compares within tolerance, not by hash

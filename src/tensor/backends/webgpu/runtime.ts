@@ -88,8 +88,12 @@ function open(): WebGpuRuntime {
   // are released after it, in no set order, which sometimes crashed the process on its way out (SIGSEGV after the
   // last test): release them first, when the process says it exits
   process.once('exit', () => {
-    for (const v of [...values]) v.dispose();
-    for (const s of sessions.splice(0)) s.dispose();
+    try {
+      for (const v of [...values]) v.dispose();
+      for (const s of sessions.splice(0)) s.dispose();
+    } catch {
+      // the process is ending: what could not be released goes with it
+    }
   });
   /** A GPU value onnxruntime made, disposed once (by its tensor's storage, or at exit). */
   const track = (v: GpuValue): GpuValue => {
@@ -102,7 +106,6 @@ function open(): WebGpuRuntime {
   };
   const load = (model: Uint8Array, location: 'gpu-buffer' | 'cpu'): NativeSession => {
     const s = new binding.InferenceSession();
-    sessions.push(s);
     s.loadModel(model.buffer as ArrayBuffer, model.byteOffset, model.byteLength, {
       executionProviders: [{ name: 'webgpu' }],
       preferredOutputLocation: location,
@@ -111,6 +114,7 @@ function open(): WebGpuRuntime {
       // warnings (which nodes onnxruntime keeps on the CPU: shape arithmetic) are not the user's to act on
       logSeverityLevel: 3,
     });
+    sessions.push(s);
     return s;
   };
   const identity = (type: number) =>
