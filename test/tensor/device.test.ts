@@ -21,6 +21,7 @@ import {
   withBackend,
 } from '../../src/tensor/index.ts';
 import { ORT_TOLERANCES } from '../../src/verify/index.ts';
+import { WEBGPU_TOLERANCE } from '../../src/tensor/backends/webgpu/backend.ts';
 
 /**
  * A device backend made for this test: host memory behind an opaque handle (a number), an
@@ -219,6 +220,8 @@ describe('the backend registry', () => {
     assert.deepEqual(backendTolerance(counting), exact);
     // ort states the tolerances verification holds its results to
     assert.deepEqual(ORT_BACKEND_TOLERANCE, ORT_TOLERANCES);
+    // webgpu's records are re-run on a validator's CPU and compared at the same tolerances
+    assert.deepEqual(WEBGPU_TOLERANCE, ORT_TOLERANCES);
     assert.equal(jsBackend.device, 'cpu');
     const nondeterministic: Backend = { ...jsBackend, name: 'loose', deterministic: false, tolerance: undefined };
     assert.throws(() => backendTolerance(nondeterministic), { name: 'InvalidArgumentError' });

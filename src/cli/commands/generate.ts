@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
-import { generate, type GenerateOptions, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
+import { deviceStepModel, generate, type GenerateOptions, generateWith, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
+import { computeDevice } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import {
   type Flags, intFlag, numberFlag, optionalIntFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags,
@@ -60,7 +61,11 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   let verification: VerificationSummary | null = null;
   let failovers: readonly FailoverEvent[] | null = null;
   if (where.kind === 'local') {
-    tokens = (await generate(model!, promptIds, options)).tokens;
+    // --backend webgpu: each step one graph on the GPU, the KV cache there
+    const device = computeDevice();
+    tokens = device === 'cpu'
+      ? (await generate(model!, promptIds, options)).tokens
+      : (await generateWith(deviceStepModel(model!, device), [promptIds], options))[0];
   } else {
     // the network's code (libp2p, the chain client) loads only for a swarm: a local generation starts lighter
     const [{ distribute }, { joinSwarm }] = await Promise.all([import('../../user/index.ts'), import('../swarm.ts')]);
