@@ -76,5 +76,8 @@ for (const [dir, test] of [['lend', false], ['lend-test', true]]) {
     logLevel: 'warning',
   });
   copyFileSync(`${root}src/browser/index.html`, `${out}/index.html`);
+  // onnxruntime-web's WebGPU runtime (src/browser/gpu.ts), served beside the page: nothing from a CDN
+  mkdirSync(`${out}/ort`, { recursive: true });
+  for (const f of ['ort-wasm-simd-threaded.asyncify.mjs', 'ort-wasm-simd-threaded.asyncify.wasm']) copyFileSync(`${root}node_modules/onnxruntime-web/dist/${f}`, `${out}/ort/${f}`);
   process.stderr.write(`the /lend page${test ? ' (test build)' : ''} bundled into ${out}\n`);
 }

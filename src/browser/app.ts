@@ -135,10 +135,14 @@ function tableRow(cells: string[]): HTMLTableRowElement {
   return tr;
 }
 
-/** What the tab's engine measured: the js backend's speed, and the WebAssembly GEMM's where this browser runs it. */
+/** What the tab's engine measured: the js backend's speed, the WebAssembly GEMM's where this browser runs it, the GPU's where it has one. */
 interface EngineMeasured {
   gflops: number;
   wasmGflops?: number;
+  /** The GPU's adapter and speed (browser-webgpu), or why there is none. */
+  webgpu?: string;
+  webgpuGflops?: number;
+  webgpuError?: string;
 }
 
 /**
@@ -162,14 +166,19 @@ function measureEngine(): Promise<EngineMeasured> {
         ? '; WebAssembly SIMD is not available in this browser'
         : `; with its GEMM in WebAssembly SIMD (browser-wasm): ${r.wasmGflops.toFixed(2)} GFLOP/s`
           + `${r.wasmSha256 === r.logitsSha256 ? ', the same logits to the bit' : ', OTHER LOGITS: not used'}`;
-      $('engine').textContent = `js backend in a Web Worker: ${r.gflops.toFixed(2)} GFLOP/s (256³ matrix product)${wasm}`;
+      const gpu = r.webgpu === undefined
+        ? `; no GPU (browser-webgpu): ${r.webgpuError ?? 'not measured'}`
+        : `; its GPU (browser-webgpu, onnxruntime-web's WebGPU provider on ${r.webgpu}): ${r.webgpuGflops!.toFixed(2)} GFLOP/s`;
+      $('engine').textContent = `js backend in a Web Worker: ${r.gflops.toFixed(2)} GFLOP/s (256³ matrix product)${wasm}${gpu}`;
+      if (r.webgpu !== undefined) $('engine').dataset.webgpu = r.webgpu;
       $('engine').dataset.gflops = String(r.gflops);
       if (r.wasmGflops !== undefined) $('engine').dataset.wasmGflops = String(r.wasmGflops);
       $('fingerprint').textContent = `reference forward (seeded Llama, 8 tokens) in ${r.ms!.toFixed(0)} ms, logits SHA-256 ${r.logitsSha256}`;
       $('fingerprint').dataset.sha256 = r.logitsSha256;
       if (r.wasmSha256 !== undefined) $('fingerprint').dataset.wasmSha256 = r.wasmSha256;
       // the WebAssembly GEMM only where it gave the js backend's logits exactly
-      resolve(r.wasmSha256 === r.logitsSha256 ? { gflops: r.gflops, wasmGflops: r.wasmGflops } : { gflops: r.gflops });
+      const gpuMeasured = r.webgpu === undefined ? {} : { webgpu: r.webgpu, webgpuGflops: r.webgpuGflops };
+      resolve({ gflops: r.gflops, ...(r.wasmSha256 === r.logitsSha256 ? { wasmGflops: r.wasmGflops } : {}), ...gpuMeasured });
     };
   });
 }
@@ -221,10 +230,14 @@ function offerLending(node: Libp2p, key: PrivateKey, validator: Multiaddr, deplo
       const account = deployment ? await tabAccountKey() : null;
       if (deployment && !account) throw new Error('this swarm pays on a chain, and this browser keeps no account key for the tab (IndexedDB refused)');
       const chain = deployment && account ? { chain: { deployment, key: account } } : {};
-      // the WebAssembly GEMM where it runs (`?engine=js` keeps the TypeScript kernel)
+      // the GPU where WebGPU gives one, else the WebAssembly GEMM where it runs (`?engine=wasm` or `?engine=js` chooses a CPU engine)
       const measured = await engine;
-      const wasm = measured.wasmGflops !== undefined && params.get('engine') !== 'js';
-      const speed = { engine: wasm ? 'wasm' as const : 'js' as const, gflops: wasm ? measured.wasmGflops! : measured.gflops };
+      const asked = params.get('engine');
+      const gpu = measured.webgpuGflops !== undefined && (asked === null || asked === 'webgpu');
+      const wasm = !gpu && measured.wasmGflops !== undefined && asked !== 'js';
+      const speed = gpu
+        ? { engine: 'webgpu' as const, gflops: measured.webgpuGflops! }
+        : { engine: wasm ? 'wasm' as const : 'js' as const, gflops: wasm ? measured.wasmGflops! : measured.gflops };
       const worker = await lend(node, key, { memoryBytes, ...speed, validator, ...(fault ? { fault } : {}), ...chain });
       showWork(worker);
     } catch (err) {
@@ -244,9 +257,11 @@ function showWork(worker: TabWorker): void {
     const addrs = worker.node.getMultiaddrs().map(String);
     const lending = $('lending');
     lending.dataset.state = addrs.some((a) => a.includes('/p2p-circuit')) ? 'serving' : 'joining';
+    lending.dataset.backend = worker.backend;
     lending.dataset.rtc = String(peerConnectionsCreated());
+    const rtc = addrs.some((a) => a.includes('/webrtc/')) ? ' and WebRTC' : '';
     $('lend-state').textContent = lending.dataset.state === 'serving'
-      ? `serving as a worker (reached through the validator's relay${addrs.some((a) => a.includes('/webrtc/')) ? ' and WebRTC' : ''}), computing in a Web Worker`
+      ? `serving as a worker (reached through the validator's relay${rtc}), computing in a Web Worker on ${worker.backend}`
       : 'joining: waiting for a slot on the validator\'s relay';
     if (worker.failed) {
       lending.dataset.state = 'failed';

@@ -46,8 +46,8 @@ export interface StartMessage {
   seed: Uint8Array;
   validator: string;
   memoryBytes: number;
-  /** The js backend, or the js backend with its GEMM in WebAssembly (the same bits). */
-  engine: 'js' | 'wasm';
+  /** The js backend, or the js backend with its GEMM in WebAssembly (the same bits), or the tab's GPU (browser-webgpu). */
+  engine: 'js' | 'wasm' | 'webgpu';
   capabilities: Capabilities;
   addrs: string[];
   fault?: Fault;

@@ -1,12 +1,15 @@
 // The tab's engine, in a Web Worker (the page stays responsive while it computes): TensorLink's js backend with its
 // TypeScript GEMM (browser-js), and with its GEMM in WebAssembly SIMD (browser-wasm, the same bits). Measures each one's speed
 // and computes the seeded reference forward whose logits every machine must reproduce bit for bit
-// (src/worker/engine-check.ts). Posts { gflops, wasmGflops, logitsSha256, wasmSha256, ms } to the page.
+// (src/worker/engine-check.ts); then opens the GPU where WebGPU gives an adapter (browser-webgpu: onnxruntime-web's WebGPU
+// provider, gpu.ts) and measures it. Posts { gflops, wasmGflops, logitsSha256, wasmSha256, ms, webgpu | webgpuError,
+// webgpuGflops } to the page.
 import './globals.ts';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { bytesToHex } from '@noble/hashes/utils.js';
 import { fastGemm, gemmNN, jsBackend, jsBackendWith, setBackend } from '../tensor/index.ts';
 import { engineGflops, referenceLogits } from '../worker/index.ts';
+import { gpuGflops, openTabGpu } from './gpu.ts';
 
 const fingerprint = (logits: Float32Array) => bytesToHex(sha256(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)));
 
@@ -22,7 +25,9 @@ try {
     setBackend(jsBackend);
     wasm = { wasmSha256: fingerprint(referenceLogits()), wasmGflops: engineGflops() };
   }
-  postMessage({ gflops, logitsSha256, ms, ...wasm });
+  const gpu = await openTabGpu();
+  const webgpu = typeof gpu === 'string' ? { webgpuError: gpu } : { webgpu: gpu.adapter, webgpuGflops: await gpuGflops(gpu) };
+  postMessage({ gflops, logitsSha256, ms, ...wasm, ...webgpu });
 } catch (err) {
   postMessage({ error: (err as Error).message });
 }

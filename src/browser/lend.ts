@@ -1,7 +1,8 @@
 // The tab as a worker: its own libp2p node (WebRTC-direct and WebSockets to Node peers, WebRTC signalled through the
 // validator's relay to anyone, the relay itself as the fallback) carries TensorLink's worker, the same startWorker as
 // the CLI's, running in a Web Worker with the key the tab keeps in IndexedDB and the memory the visitor lends. The js
-// backend computes, so a validator re-runs its records bit for bit.
+// backend computes, so a validator re-runs its records bit for bit; on the tab's GPU (browser-webgpu) its inference
+// steps run as graphs there, and a validator compares them within onnxruntime's tolerance.
 import { circuitRelayTransport } from '@libp2p/circuit-relay-v2';
 import { identify } from '@libp2p/identify';
 import type { Libp2p, PrivateKey } from '@libp2p/interface';
@@ -32,9 +33,9 @@ export async function tabNode(key: PrivateKey, denyDial: (ma: Multiaddr) => bool
 }
 
 export interface Lending {
-  /** The memory lent, in bytes; the engine (the js backend, or with its GEMM in WebAssembly) and its measured speed. */
+  /** The memory lent, in bytes; the engine (the js backend, with its GEMM in WebAssembly, or the GPU) and its measured speed. */
   memoryBytes: number;
-  engine: 'js' | 'wasm';
+  engine: StartMessage['engine'];
   gflops: number;
   /** The address of the validator the tab is connected to (its relay). */
   validator: Multiaddr;
@@ -47,6 +48,8 @@ export interface Lending {
 /** The tab's worker as the page sees it: the latest report of its work. */
 export interface TabWorker {
   snapshot: WorkSnapshot | null;
+  /** What it computes on, as it announces it: browser-webgpu, browser-wasm or browser-js. */
+  backend: string;
   node: Libp2p;
   /** Why the Web Worker stopped, if it did. */
   failed?: string;
@@ -62,10 +65,10 @@ export async function lend(node: Libp2p, key: PrivateKey, lending: Lending): Pro
     gflops: Math.round(lending.gflops * 10) / 10,
     tier: tierOf(lending.gflops),
     cores: navigator.hardwareConcurrency || 1,
-    backend: lending.engine === 'wasm' ? 'browser-wasm' : 'browser-js',
+    backend: `browser-${lending.engine}`,
   };
   const worker = new Worker(new URL('serve.js', import.meta.url), { type: 'module' });
-  const tab: TabWorker = { snapshot: null, node };
+  const tab: TabWorker = { snapshot: null, node, backend: capabilities.backend };
   const started = resolvers();
   hostBridge(worker, node, (m) => {
     if (m.t === 'snapshot') tab.snapshot = m.snapshot;

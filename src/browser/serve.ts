@@ -8,6 +8,8 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { MIN_STAKE, NodeChain } from '../chain/index.ts';
 import { startWorker } from '../worker/index.ts';
 import { BridgeNode } from './bridge-node.ts';
+import { openTabGpu } from './gpu.ts';
+import { computeOnTabGpu } from './gpu-runner.ts';
 import type { StartMessage, ToPage, ToWorker, WorkSnapshot } from './bridge-protocol.ts';
 
 /** How often the page's view of the tab's account is read from the chain. */
@@ -18,7 +20,13 @@ let bridge: BridgeNode | null = null;
 
 async function start(s: StartMessage): Promise<void> {
   // browser-wasm: the js backend as it is (its GEMM the WebAssembly module); browser-js: with the TypeScript GEMM
-  setBackend(s.engine === 'wasm' ? jsBackend : jsBackendWith(gemmNN));
+  setBackend(s.engine === 'js' ? jsBackendWith(gemmNN) : jsBackend);
+  // browser-webgpu: a session's steps run as graphs on the GPU (gpu-runner.ts); the rest (training) on the js backend
+  if (s.engine === 'webgpu') {
+    const gpu = await openTabGpu();
+    if (typeof gpu === 'string') throw new Error(gpu);
+    computeOnTabGpu(gpu);
+  }
   bridge = new BridgeNode(post, s.peerId, s.addrs);
   // on a chain: its account stakes what it holds (a worker without stake is given no work) and claims what it earns
   const chain = s.chain ? new NodeChain(s.chain.deployment, privateKeyToAccount(s.chain.key)) : null;

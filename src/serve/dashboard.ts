@@ -19,6 +19,9 @@ const ASSETS: Record<string, string> = {
   'engine.js': 'text/javascript; charset=utf-8',
   'serve.js': 'text/javascript; charset=utf-8',
   'app.css': 'text/css; charset=utf-8',
+  // onnxruntime-web's WebGPU runtime, for a tab on its GPU (src/browser/gpu.ts)
+  'ort/ort-wasm-simd-threaded.asyncify.mjs': 'text/javascript; charset=utf-8',
+  'ort/ort-wasm-simd-threaded.asyncify.wasm': 'application/wasm',
 };
 
 /** Where the dashboard's figures come from: the swarm's validator (absent: no swarm), and what this process serves (absent: nothing). */
@@ -71,6 +74,7 @@ export function dashboardRoutes(app: FastifyInstance, source: DashboardSource): 
     app.get('/lend/app.js', asset('app.js', LEND_DIR));
     app.get('/lend/engine.js', asset('engine.js', LEND_DIR));
     app.get('/lend/serve.js', asset('serve.js', LEND_DIR));
+    for (const f of ['ort/ort-wasm-simd-threaded.asyncify.mjs', 'ort/ort-wasm-simd-threaded.asyncify.wasm']) app.get(`/lend/${f}`, asset(f, LEND_DIR));
     // where the page's libp2p dials: this validator, at every address it listens on (the page picks what a tab can open)
     app.get('/lend/validator.json', () => validator());
   }

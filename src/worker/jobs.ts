@@ -3,7 +3,7 @@ import type { SectionCost, WorkRecord } from '../verify/index.ts';
 import type { TrainingRecords } from './records.ts';
 import type { PeerId } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../errors.ts';
-import type { CausalLM, DeviceRunner, KVCache } from '../models/index.ts';
+import type { CausalLM, KVCache, StepRunner } from '../models/index.ts';
 import { type HostedSpan, newTraffic, parseJobId, type PeerTarget, type StageAssignment, type Traffic, type WeightEntry } from '../p2p/index.ts';
 import type { GradientExchange, StageExecutor } from '../pipeline/index.ts';
 import type { Tensor, WeightFormat } from '../tensor/index.ts';
@@ -69,7 +69,7 @@ export interface Training {
 export interface Session {
   cache: KVCache;
   /** On a worker that computes on a device (webgpu): the session's steps as graphs there, its KV cache there too. */
-  device?: DeviceRunner;
+  device?: StepRunner;
   lastUsed: number;
   /** Bytes the budget counts for it: its KV cache and the inputs it keeps. */
   kvBytes: number;

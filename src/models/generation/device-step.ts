@@ -16,7 +16,7 @@ import type { StepModel } from './generate.ts';
  * graph with a symbolic sequence dim and a cache bound in place is what long generations need
  * (#46's note says so).
  */
-export class DeviceRunner {
+export class DeviceRunner implements StepRunner {
   /** The cache on the device: per layer index of the model, its keys and values [B, kvHeads, T, D]. */
   private readonly cache: (LayerCache | null)[];
   private readonly steps = new Map<string, TracedStep<Tensor[]>>();
@@ -145,4 +145,35 @@ export function deviceStepModel(model: CausalLM, device: Device): StepModel {
     eosTokenId: model.tokenizer?.eosTokenId ?? model.config.eosTokenId ?? null,
     step: (ids, options) => runner.step(ids, options),
   };
+}
+
+/** What runs a session's steps on a device: a DeviceRunner, or what a platform registers for its device (the browser tab's). */
+export interface StepRunner {
+  /** Tokens its cache holds. */
+  readonly cached: number;
+  /** The model's output for `input` after what the cache holds, on the host; the cache grows. */
+  step(input: Tensor, options?: Omit<ForwardOptions, 'cache'>): Promise<Tensor>;
+  /** Forgets the cache (a new sequence). */
+  reset(): void;
+}
+
+const runnerFactories = new Map<Device, (model: CausalLM) => StepRunner>();
+
+/**
+ * Makes `device`'s sessions run on `make`'s runners instead of a DeviceRunner: a device whose
+ * runtime is asynchronous (onnxruntime-web in a browser tab) cannot compile a step synchronously.
+ * @example
+ * registerStepRunner('browser-webgpu', (model) => new TabGpuRunner(model, gpu))
+ */
+export function registerStepRunner(device: Device, make: (model: CausalLM) => StepRunner): void {
+  runnerFactories.set(device, make);
+}
+
+/**
+ * The runner of a session's steps on `device`: the one registered for it, else a DeviceRunner.
+ * @example
+ * const runner = deviceRunner(section.model, computeDevice())
+ */
+export function deviceRunner(model: CausalLM, device: Device): StepRunner {
+  return runnerFactories.get(device)?.(model) ?? new DeviceRunner(model, device);
 }

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { DeviceRunner, KVCache, type ModelLayer } from '../../models/index.ts';
+import { deviceRunner, KVCache, type ModelLayer } from '../../models/index.ts';
 import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
   STAGE_PROTOCOL, toWire, type WorkCounters,
@@ -36,7 +36,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
         if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
         session = { cache: new KVCache(section.model.config.layers), lastUsed: Date.now(), kvBytes: 0, history: [] };
         // a GPU worker keeps the session's cache on its device and runs each step as one graph there
-        if (computeDevice() !== 'cpu') session.device = new DeviceRunner(section.model, computeDevice());
+        if (computeDevice() !== 'cpu') session.device = deviceRunner(section.model, computeDevice());
         section.sessions.set(request.sessionId, session);
       }
       session.lastUsed = Date.now();

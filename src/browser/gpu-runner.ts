@@ -1,0 +1,164 @@
+// browser-webgpu: a tab's sessions run each step of its section as one ONNX graph on its GPU (onnxruntime-web's WebGPU
+// provider), as a Node GPU worker's DeviceRunner does (src/models/generation/device-step.ts), but asynchronously:
+// onnxruntime-web runs a graph with a promise. A step is traced once per shape on the host (js) and lowered to one
+// graph (the lowerings of src/tensor/backends/graph/); the model's parameters are the graph's constant inputs, fed as
+// host values. The KV cache is kept on the host: each step takes it as inputs and its grown copy comes back down.
+import { type CausalLM, type ForwardOptions, KVCache, type LayerCache, registerStepRunner, type StepRunner } from '../models/index.ts';
+import {
+  type Backend, type DType, jsBackend, noGrad, ORT_BACKEND_TOLERANCE, registerBackend, setComputeDevice, Tensor, type TracedStep, trace,
+  type TypedArray, withBackend, zeros,
+} from '../tensor/index.ts';
+import { lowerStep, type StepGraph } from '../tensor/backends/graph/step-graph.ts';
+import * as ort from 'onnxruntime-web/webgpu';
+import type { GpuGraph, TabGpu } from './gpu.ts';
+
+/** The device (and backend) name a tab on its GPU computes under: what its records and capabilities say. */
+export const BROWSER_WEBGPU = 'browser-webgpu';
+
+/** Steps compiled per model: one for each shape met (a prompt, then each decoded position); the oldest are released. */
+const MAX_STEPS = 96;
+
+/** A step traced, lowered and loaded on the GPU, with the cache layers it returns grown (in order). */
+interface GpuStep {
+  step: TracedStep<Tensor[]>;
+  graph: StepGraph;
+  session: GpuGraph;
+  layers: number[];
+  /** The step's constants (the model's parameters), as onnxruntime-web values made once. */
+  constants: Map<string, ort.Tensor>;
+}
+
+/** The compiled steps of each model, shared by its sessions (a new session meets the shapes the last one did). */
+const compiled = new WeakMap<CausalLM, Map<string, Promise<GpuStep>>>();
+
+/**
+ * A session of a section on the tab's GPU: its KV cache (on the host) and the step for each shape.
+ * @example
+ * const runner = new TabGpuRunner(model, gpu)
+ * const logits = await runner.step(ids)
+ */
+export class TabGpuRunner implements StepRunner {
+  private readonly cache: (LayerCache | null)[];
+
+  constructor(
+    readonly model: CausalLM,
+    private readonly gpu: TabGpu,
+  ) {
+    this.cache = new Array<LayerCache | null>(model.config.layers).fill(null);
+  }
+
+  get cached(): number {
+    for (const e of this.cache) if (e) return e.k.shape[2];
+    return 0;
+  }
+
+  reset(): void {
+    this.cache.fill(null);
+  }
+
+  async step(input: Tensor, options: Omit<ForwardOptions, 'cache'> = {}): Promise<Tensor> {
+    const past = this.cache.flatMap((e, i) => (e ? [i] : []));
+    const positions = options.positions ?? null;
+    const keyMask = options.keyMask ?? null;
+    const key = [
+      input.dtype, input.shape.join('x'), past.join(','), this.cached,
+      positions === null ? '-' : positions.data.join(','),
+      keyMask === null ? '-' : `${keyMask.shape.join('x')}:${keyMask.data.join('')}`,
+    ].join('|');
+    let steps = compiled.get(this.model);
+    if (steps === undefined) compiled.set(this.model, (steps = new Map()));
+    let pending = steps.get(key);
+    if (pending === undefined) {
+      pending = this.compile(input, positions, keyMask, past);
+      steps.set(key, pending);
+      pending.catch(() => steps.delete(key));
+      if (steps.size > MAX_STEPS) {
+        const [oldest, old] = steps.entries().next().value!;
+        steps.delete(oldest);
+        void old.then((s) => s.session.release()).catch(() => undefined);
+      }
+    }
+    const s = await pending;
+    const inputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : [])];
+    for (const i of past) inputs.push(this.cache[i]!.k, this.cache[i]!.v);
+    const feeds: Record<string, ort.Tensor> = {};
+    for (const { name, slot } of s.graph.inputs) feeds[name] = slot < s.step.inputCount ? ortValue(inputs[slot]) : s.constants.get(name)!;
+    const values = await s.session.run(feeds);
+    const [y, ...grown] = s.graph.outputs.map((o) => hostTensor(values[o.name], o.type as DType, o.shape));
+    s.layers.forEach((layer, j) => (this.cache[layer] = { k: grown[2 * j], v: grown[2 * j + 1] }));
+    return y;
+  }
+
+  /** Traces the step on the host for these shapes, lowers it to one graph and loads it on the GPU. */
+  private async compile(input: Tensor, positions: Tensor | null, keyMask: Tensor | null, past: readonly number[]): Promise<GpuStep> {
+    const dummies = past.flatMap((i) => [zeros([...this.cache[i]!.k.shape]), zeros([...this.cache[i]!.v.shape])]);
+    let layers: number[] = [];
+    const fn = (...xs: Tensor[]): Tensor[] => {
+      let at = 1;
+      const pos = positions === null ? null : xs[at++];
+      const mask = keyMask === null ? null : xs[at++];
+      const cache = new KVCache(this.model.config.layers);
+      past.forEach((layer, j) => (cache.layers[layer] = { k: xs[at + 2 * j], v: xs[at + 2 * j + 1] }));
+      const y = this.model.forward(xs[0], { cache, positions: pos, keyMask: mask });
+      layers = cache.layers.flatMap((e, i) => (e ? [i] : []));
+      return [y, ...layers.flatMap((i) => [cache.layers[i]!.k, cache.layers[i]!.v])];
+    };
+    const hostInputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : []), ...dummies];
+    const { step } = withBackend(jsBackend, () => noGrad(() => trace(fn, hostInputs)));
+    const graph = lowerStep(step);
+    if ('refused' in graph) throw new Error(`this section's step cannot run as one graph on ${BROWSER_WEBGPU}: ${graph.refused}`);
+    const constants = new Map<string, ort.Tensor>();
+    for (const { name, slot } of graph.inputs) if (slot >= step.inputCount) constants.set(name, constantValue(step.slots[slot].tensor!));
+    return { step, graph, session: await this.gpu.load(graph.model), layers, constants };
+  }
+}
+
+/** A host tensor as an onnxruntime-web value (its values shared, not copied). */
+function ortValue(t: Tensor): ort.Tensor {
+  return new ort.Tensor(t.dtype === 'int32' ? 'int32' : 'float32', t.data as Float32Array | Int32Array, [...t.shape]);
+}
+
+/** Parameters as onnxruntime-web values, made once per tensor for every step that reads it. */
+const constantValues = new WeakMap<Tensor, ort.Tensor>();
+function constantValue(t: Tensor): ort.Tensor {
+  let v = constantValues.get(t);
+  if (v === undefined) constantValues.set(t, (v = ortValue(t)));
+  return v;
+}
+
+/** An output read back to the host, checked against the shape and type the trace gave it. */
+function hostTensor(v: ort.Tensor, dtype: DType, shape: readonly number[]): Tensor {
+  if (v.type !== dtype || v.dims.length !== shape.length || v.dims.some((d, i) => d !== shape[i])) {
+    throw new Error(`a graph on ${BROWSER_WEBGPU} gave ${v.type} [${v.dims.join(', ')}] where the trace has ${dtype} [${shape.join(', ')}]`);
+  }
+  return new Tensor(v.data as TypedArray, [...shape]);
+}
+
+/**
+ * Makes the Web Worker's sessions run on the tab's GPU: a device backend named browser-webgpu (its tensors stay on
+ * the host: the runner is what computes there; a validator compares its records within onnxruntime's tolerance) is
+ * the node's compute device, and its sessions run as TabGpuRunners.
+ * @example
+ * const gpu = await openTabGpu()
+ * if (typeof gpu !== 'string') computeOnTabGpu(gpu)
+ */
+export function computeOnTabGpu(gpu: TabGpu): void {
+  const backend: Backend = {
+    name: BROWSER_WEBGPU,
+    device: BROWSER_WEBGPU,
+    deterministic: false,
+    tolerance: ORT_BACKEND_TOLERANCE,
+    allocator: {
+      alloc: (dtype: DType, length: number) => ({ data: (dtype === 'int32' ? new Int32Array(length) : new Float32Array(length)) as TypedArray }),
+      copyin: (h: { data: TypedArray }, src: TypedArray) => h.data.set(src as never),
+      copyout: async (h: { data: TypedArray }, dst: TypedArray) => dst.set(h.data as never),
+      free: () => undefined,
+    } as Backend['allocator'],
+    // ops on its tensors are not run one by one: a session's steps are whole graphs (TabGpuRunner)
+    runOp: () => undefined,
+    matmul: (a, b, out, spec, bias) => jsBackend.matmul(a, b, out, spec, bias),
+  };
+  registerBackend(BROWSER_WEBGPU, () => backend);
+  registerStepRunner(BROWSER_WEBGPU, (model) => new TabGpuRunner(model, gpu));
+  setComputeDevice(BROWSER_WEBGPU);
+}
