@@ -5,7 +5,7 @@
  *
  * usage: npm run bench [-- --quick] [-- --json]
  *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,families,p2p,distributed,pipeline,verify,load,ledger,failover,
- *                     links,compression,serve,quant,hosted,lora,nat]
+ *                     links,compression,serve,graph,quant,hosted,lora,nat]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -13,6 +13,7 @@ import { availableParallelism, cpus } from 'node:os';
 import { parseArgs } from 'node:util';
 import { benchElementwise } from './elementwise.ts';
 import { benchFailover } from './failover.ts';
+import { benchGraph } from './graph.ts';
 import { benchCompression } from './compression.ts';
 import { benchFamilies } from './families.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
@@ -40,7 +41,7 @@ const { values } = parseArgs({
   },
 });
 
-const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'quant', 'hosted', 'lora', 'nat', 'tab'];
+const sections = values.only?.split(',') ?? ['gemm', 'js', 'crossover', 'elementwise', 'train-step', 'gpt2', 'families', 'p2p', 'distributed', 'pipeline', 'verify', 'load', 'ledger', 'failover', 'links', 'compression', 'serve', 'graph', 'quant', 'hosted', 'lora', 'nat', 'tab'];
 const threads = [...new Set([1, Math.min(2, availableParallelism())])];
 const log = (s: string) => process.stderr.write(`${s}\n`);
 
@@ -125,6 +126,11 @@ if (sections.includes('compression')) {
 if (sections.includes('serve')) {
   log('serve: the OpenAI-compatible API (streamed /v1/completions over loopback, 1, 8, 32 clients in flight), requests/s and time to first token, vs generate in process ...');
   rows.push(...(await benchServe(values.quick)));
+}
+
+if (sections.includes('graph')) {
+  log('graph: whole steps as one ONNX graph on onnxruntime\'s CPU provider (GPT-2 forward, a Llama decoding step) vs op by op on ort ...');
+  rows.push(...benchGraph(threads));
 }
 
 if (sections.includes('quant')) {

@@ -4,9 +4,10 @@
 // is caught. The GPU is SwiftShader here (scripts/test.mjs points Vulkan at it), a real one where the machine has one.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { createModel, generate, llamaConfig } from '../../src/models/index.ts';
+import { additionTask, taskBatch } from '../../src/data/index.ts';
+import { byteLevelTokenizerJson, createModel, generate, HFTokenizer, llamaConfig, LocalTrainer } from '../../src/models/index.ts';
 import { localSwarm, type LocalSwarm } from '../../src/swarm/index.ts';
-import { setBackend } from '../../src/tensor/index.ts';
+import { Generator, setBackend } from '../../src/tensor/index.ts';
 
 // 3 blocks over 3 workers (the user keeps the ends); Llama-shaped with grouped-query attention
 const config = llamaConfig({ vocabSize: 257, hidden: 64, layers: 3, heads: 4, kvHeads: 2, intermediate: 128, maxPositions: 64 });
@@ -50,6 +51,31 @@ describe('a GPU worker beside a CPU worker and a js worker', () => {
       // each worker's records say what computed them
       assert.deepEqual(Object.keys(v.byBackend).sort(), ['js', 'ort', 'webgpu'], JSON.stringify(v.byBackend));
       assert.ok(dm.assignment.some((a) => a.peerId === swarm!.workers[0].peerId), 'the GPU worker serves a section');
+    } finally {
+      await dm.close();
+    }
+  });
+
+  test('a training job over the same three workers: one process\'s losses within 1e-5 (a webgpu worker trains on its CPU)', async () => {
+    const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
+    const steps = 3;
+    const local = new LocalTrainer(createModel(config, { seed: 46 }), { lr: 3e-3, totalSteps: steps, microBatches: 2 });
+    const task = additionTask({ seed: 2 });
+    let rng = new Generator(7);
+    const want = Array.from({ length: steps }, () => local.step(taskBatch(task, tok, rng, 8, 64)).loss);
+    const dm = await swarm!.user.distribute(createModel(config, { seed: 46 }), { strategy: 'parameter-balanced', cacheDir: null, verify: { sampleRate: 1 } });
+    try {
+      const trainer = await dm.trainer({ optimizer: { lr: 3e-3 }, totalSteps: steps, microBatches: 2 });
+      rng = new Generator(7);
+      for (let s = 0; s < steps; s++) {
+        const { loss } = await trainer.step(taskBatch(task, tok, rng, 8, 64));
+        assert.ok(Math.abs(loss - want[s]) <= 1e-5 * want[s], `step ${s + 1}: ${loss} vs ${want[s]}`);
+      }
+      const v = dm.verification!;
+      assert.deepEqual(v.flagged, [], 'no honest worker flagged');
+      assert.ok(v.checked > 0 && v.failed === 0, `${v.checked} records re-run, ${v.failed} failed`);
+      // training records say what computed them: the GPU worker's CPU context, not its GPU
+      assert.equal(v.byBackend.webgpu, undefined, JSON.stringify(v.byBackend));
     } finally {
       await dm.close();
     }
