@@ -1,9 +1,10 @@
 // browser-webgpu: a tab's sessions run each step of its section as one ONNX graph on its GPU (onnxruntime-web's WebGPU
 // provider), as a Node GPU worker's DeviceRunner does (src/models/generation/device-step.ts), but asynchronously:
 // onnxruntime-web runs a graph with a promise. A step is traced once per shape on the host (js) and lowered to one
-// graph (the lowerings of src/tensor/backends/graph/); the model's parameters are the graph's constant inputs, fed as
-// host values. The KV cache is kept on the host: each step takes it as inputs and its grown copy comes back down.
-import { type CausalLM, type ForwardOptions, KVCache, type LayerCache, registerStepRunner, type StepRunner } from '../models/index.ts';
+// graph (the lowerings of src/tensor/backends/graph/); the model's parameters are the graph's constant inputs, copied
+// to the GPU once. The KV cache stays on the GPU: a step takes it as inputs and returns it grown there, so only the
+// step's input goes up and its output comes down.
+import { type CausalLM, type ForwardOptions, KVCache, registerStepRunner, type StepRunner } from '../models/index.ts';
 import {
   type Backend, type DType, jsBackend, noGrad, ORT_BACKEND_TOLERANCE, registerBackend, setComputeDevice, Tensor, type TracedStep, trace,
   type TypedArray, withBackend, zeros,
@@ -28,32 +29,50 @@ interface GpuStep {
   constants: Map<string, ort.Tensor>;
 }
 
+/** A layer's cached keys and values on the GPU, [B, kvHeads, T, D]. */
+interface GpuLayerCache {
+  k: ort.Tensor;
+  v: ort.Tensor;
+}
+
+/** A runner collected without being reset (its session dropped) frees its cache on the GPU. */
+const unreferenced = new FinalizationRegistry<(GpuLayerCache | null)[]>((cache) => freeCache(cache));
+
+function freeCache(cache: (GpuLayerCache | null)[]): void {
+  for (const e of cache) {
+    e?.k.dispose();
+    e?.v.dispose();
+  }
+  cache.fill(null);
+}
+
 /** The compiled steps of each model, shared by its sessions (a new session meets the shapes the last one did). */
 const compiled = new WeakMap<CausalLM, Map<string, Promise<GpuStep>>>();
 
 /**
- * A session of a section on the tab's GPU: its KV cache (on the host) and the step for each shape.
+ * A session of a section on the tab's GPU: its KV cache (there) and the step for each shape.
  * @example
  * const runner = new TabGpuRunner(model, gpu)
  * const logits = await runner.step(ids)
  */
 export class TabGpuRunner implements StepRunner {
-  private readonly cache: (LayerCache | null)[];
+  private readonly cache: (GpuLayerCache | null)[];
 
   constructor(
     readonly model: CausalLM,
     private readonly gpu: TabGpu,
   ) {
-    this.cache = new Array<LayerCache | null>(model.config.layers).fill(null);
+    this.cache = new Array<GpuLayerCache | null>(model.config.layers).fill(null);
+    unreferenced.register(this, this.cache, this);
   }
 
   get cached(): number {
-    for (const e of this.cache) if (e) return e.k.shape[2];
+    for (const e of this.cache) if (e) return e.k.dims[2];
     return 0;
   }
 
   reset(): void {
-    this.cache.fill(null);
+    freeCache(this.cache);
   }
 
   async step(input: Tensor, options: Omit<ForwardOptions, 'cache'> = {}): Promise<Tensor> {
@@ -79,19 +98,26 @@ export class TabGpuRunner implements StepRunner {
       }
     }
     const s = await pending;
-    const inputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : [])];
+    const inputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : [])].map(ortValue);
     for (const i of past) inputs.push(this.cache[i]!.k, this.cache[i]!.v);
     const feeds: Record<string, ort.Tensor> = {};
-    for (const { name, slot } of s.graph.inputs) feeds[name] = slot < s.step.inputCount ? ortValue(inputs[slot]) : s.constants.get(name)!;
+    for (const { name, slot } of s.graph.inputs) feeds[name] = slot < s.step.inputCount ? inputs[slot] : s.constants.get(name)!;
     const values = await s.session.run(feeds);
-    const [y, ...grown] = s.graph.outputs.map((o) => hostTensor(values[o.name], o.type as DType, o.shape));
-    s.layers.forEach((layer, j) => (this.cache[layer] = { k: grown[2 * j], v: grown[2 * j + 1] }));
-    return y;
+    const [first, ...rest] = s.graph.outputs;
+    const grown = rest.map((o) => checked(values[o.name], o.type as DType, o.shape));
+    s.layers.forEach((layer, j) => {
+      const old = this.cache[layer];
+      old?.k.dispose();
+      old?.v.dispose();
+      this.cache[layer] = { k: grown[2 * j], v: grown[2 * j + 1] };
+    });
+    const y = checked(values[first.name], first.type as DType, first.shape);
+    return new Tensor(y.data as TypedArray, [...first.shape]);
   }
 
   /** Traces the step on the host for these shapes, lowers it to one graph and loads it on the GPU. */
   private async compile(input: Tensor, positions: Tensor | null, keyMask: Tensor | null, past: readonly number[]): Promise<GpuStep> {
-    const dummies = past.flatMap((i) => [zeros([...this.cache[i]!.k.shape]), zeros([...this.cache[i]!.v.shape])]);
+    const dummies = past.flatMap((i) => [zeros([...this.cache[i]!.k.dims]), zeros([...this.cache[i]!.v.dims])]);
     let layers: number[] = [];
     const fn = (...xs: Tensor[]): Tensor[] => {
       let at = 1;
@@ -108,8 +134,22 @@ export class TabGpuRunner implements StepRunner {
     const graph = lowerStep(step);
     if ('refused' in graph) throw new Error(`this section's step cannot run as one graph on ${BROWSER_WEBGPU}: ${graph.refused}`);
     const constants = new Map<string, ort.Tensor>();
-    for (const { name, slot } of graph.inputs) if (slot >= step.inputCount) constants.set(name, constantValue(step.slots[slot].tensor!));
-    return { step, graph, session: await this.gpu.load(graph.model), layers, constants };
+    for (const { name, slot } of graph.inputs) if (slot >= step.inputCount) constants.set(name, await this.constantValue(step.slots[slot].tensor!));
+    // the grown cache stays on the GPU; the step's output comes down
+    const session = await this.gpu.load(graph.model, graph.outputs.slice(1).map((o) => o.name));
+    return { step, graph, session, layers, constants };
+  }
+
+  /** A parameter on the GPU, copied there once for every step (and session) that reads it. */
+  private constantValue(t: Tensor): Promise<ort.Tensor> {
+    let v = onGpu.get(t);
+    if (v === undefined) {
+      v = this.gpu.upload(t.data as Float32Array | Int32Array, t.shape);
+      onGpu.set(t, v);
+      // freed on the GPU when the host tensor is collected (its model dropped)
+      void v.then((value) => released.register(t, value));
+    }
+    return v;
   }
 }
 
@@ -118,20 +158,16 @@ function ortValue(t: Tensor): ort.Tensor {
   return new ort.Tensor(t.dtype === 'int32' ? 'int32' : 'float32', t.data as Float32Array | Int32Array, [...t.shape]);
 }
 
-/** Parameters as onnxruntime-web values, made once per tensor for every step that reads it. */
-const constantValues = new WeakMap<Tensor, ort.Tensor>();
-function constantValue(t: Tensor): ort.Tensor {
-  let v = constantValues.get(t);
-  if (v === undefined) constantValues.set(t, (v = ortValue(t)));
-  return v;
-}
+/** Parameters on the GPU, by host tensor. */
+const onGpu = new WeakMap<Tensor, Promise<ort.Tensor>>();
+const released = new FinalizationRegistry<ort.Tensor>((value) => value.dispose());
 
-/** An output read back to the host, checked against the shape and type the trace gave it. */
-function hostTensor(v: ort.Tensor, dtype: DType, shape: readonly number[]): Tensor {
+/** An output, checked against the shape and type the trace gave it. */
+function checked(v: ort.Tensor, dtype: DType, shape: readonly number[]): ort.Tensor {
   if (v.type !== dtype || v.dims.length !== shape.length || v.dims.some((d, i) => d !== shape[i])) {
     throw new Error(`a graph on ${BROWSER_WEBGPU} gave ${v.type} [${v.dims.join(', ')}] where the trace has ${dtype} [${shape.join(', ')}]`);
   }
-  return new Tensor(v.data as TypedArray, [...shape]);
+  return v;
 }
 
 /**

@@ -8,16 +8,26 @@ import { encodeModel, OnnxType } from '../tensor/backends/ort/onnx-graph.ts';
 /** The runtime files the page server serves under /lend/ort/ (the WebGPU build's; see scripts/build-dashboard.mjs). */
 export const ORT_FILES = ['ort-wasm-simd-threaded.asyncify.mjs', 'ort-wasm-simd-threaded.asyncify.wasm'] as const;
 
-/** A graph loaded on the tab's GPU: host values in and out (onnxruntime-web copies them to and from the GPU). */
+/** A graph loaded on the tab's GPU: values on the host or the GPU in; its outputs on the host, or the GPU where asked. */
 export type GpuGraph = ort.InferenceSession;
 
 /** The tab's GPU, opened (see openTabGpu). */
 export interface TabGpu {
   /** What the browser says of its adapter (vendor, architecture). */
   adapter: string;
-  /** Loads a graph on the GPU. */
-  load(model: Uint8Array): Promise<GpuGraph>;
+  /** Loads a graph on the GPU; the outputs named in `onGpu` stay there (their values' `dispose()` frees them). */
+  load(model: Uint8Array, onGpu?: readonly string[]): Promise<GpuGraph>;
+  /** A GPU copy of host values, shaped `dims` (its `dispose()` frees it). */
+  upload(data: Float32Array | Int32Array, dims: readonly number[]): Promise<ort.Tensor>;
 }
+
+/** What this file uses of a GPUDevice (TypeScript's DOM library has no WebGPU types). */
+interface GpuDeviceLike {
+  createBuffer(descriptor: { size: number; usage: number }): { destroy(): void };
+  queue: { writeBuffer(buffer: unknown, offset: number, data: ArrayBufferView): void };
+}
+/** GPUBufferUsage.STORAGE | COPY_SRC | COPY_DST: what onnxruntime-web reads, and copies from and to. */
+const STORAGE_USAGE = 0x80 | 0x04 | 0x08;
 
 interface GpuAdapterLike {
   info?: { vendor?: string; architecture?: string; description?: string };
@@ -27,6 +37,8 @@ interface NavigatorGpu {
 }
 
 let opened: Promise<TabGpu | string> | undefined;
+/** Sessions kept for the Web Worker's life (see open). */
+const keep: GpuGraph[] = [];
 
 /**
  * Opens the GPU once per Web Worker: a WebGPU adapter, onnxruntime-web's WebGPU provider, and a
@@ -51,8 +63,9 @@ async function open(): Promise<TabGpu | string> {
   ort.env.wasm.numThreads = 1;
   ort.env.wasm.proxy = false;
   ort.env.logLevel = 'error';
-  const load = (model: Uint8Array) => ort.InferenceSession.create(model, {
+  const load = (model: Uint8Array, onGpu: readonly string[] = []) => ort.InferenceSession.create(model, {
     executionProviders: ['webgpu'], graphOptimizationLevel: 'all', executionMode: 'sequential', logSeverityLevel: 3,
+    ...(onGpu.length > 0 ? { preferredOutputLocation: Object.fromEntries(onGpu.map((n) => [n, 'gpu-buffer' as const])) } : {}),
   });
   // a check that the provider computes: [2, 3] · [3, 2]
   const probe = await load(encodeModel(
@@ -65,9 +78,19 @@ async function open(): Promise<TabGpu | string> {
     b: new ort.Tensor('float32', Float32Array.of(1, 0, 0, 1, 1, 1), [3, 2]),
   });
   const y = [...(out.y.data as Float32Array)];
-  await probe.release();
+  // the probe is kept: onnxruntime-web lets its GPU device go with its last session, and the buffers made on it below
+  // (a section's weights) must outlive every session
+  keep.push(probe);
   if (y.join() !== '4,5,10,11') return `WebGPU computed [${y.join()}] for a product whose answer is [4,5,10,11]`;
-  return { adapter: [info.vendor, info.architecture, info.description].filter((x) => x).join(' ') || 'unnamed', load };
+  // onnxruntime-web's device, made by the session above: where the tab's own buffers (weights) are made
+  const device = (await ort.env.webgpu.device) as unknown as GpuDeviceLike;
+  const upload = async (data: Float32Array | Int32Array, dims: readonly number[]) => {
+    const buffer = device.createBuffer({ size: Math.ceil(data.byteLength / 16) * 16, usage: STORAGE_USAGE });
+    device.queue.writeBuffer(buffer, 0, data);
+    const dataType = data instanceof Int32Array ? 'int32' as const : 'float32' as const;
+    return ort.Tensor.fromGpuBuffer(buffer as never, { dataType, dims, dispose: () => buffer.destroy() }) as ort.Tensor;
+  };
+  return { adapter: [info.vendor, info.architecture, info.description].filter((x) => x).join(' ') || 'unnamed', load, upload };
 }
 
 /**
