@@ -120,7 +120,8 @@ export const inferenceHandlers: Record<string, StageHandler> = {
   'session-status': {
     run: ({ body, job }) => {
       const session = sectionOf(job).sessions.get(parseSessionId(body.sessionId));
-      return control('session-status', { position: session?.cache.length ?? 0, busy: session?.busy === true });
+      // a session on a device holds its cache in its runner
+      return control('session-status', { position: session?.device?.cached ?? session?.cache.length ?? 0, busy: session?.busy === true });
     },
   },
   'close': {
