@@ -226,6 +226,8 @@ export class JobTable {
     const session = job.section?.sessions.get(sessionId);
     if (!session) return;
     job.section!.sessions.delete(sessionId);
+    // a session on a device frees its cache there now, not when its runner is collected
+    session.device?.reset();
     memory.add(job.jobId, 'kv-cache', -session.kvBytes, 'closing a session');
   }
 
