@@ -4,12 +4,13 @@
 // graph (the lowerings of src/tensor/backends/graph/); the model's parameters are the graph's constant inputs, copied
 // to the GPU once. The KV cache stays on the GPU: a step takes it as inputs and returns it grown there, so only the
 // step's input goes up and its output comes down.
-import { type CausalLM, type ForwardOptions, KVCache, registerStepRunner, type StepRunner } from '../models/index.ts';
+import { DeviceOpUnsupportedError } from '../errors.ts';
+import { type CausalLM, type ForwardOptions, registerStepRunner, type StepRunner, traceCachedStep } from '../models/index.ts';
 import {
-  type Backend, type DType, jsBackend, noGrad, ORT_BACKEND_TOLERANCE, registerBackend, setComputeDevice, Tensor, type TracedStep, trace,
-  type TypedArray, withBackend, zeros,
+  type Backend, type DType, jsBackend, lowerStep, ORT_BACKEND_TOLERANCE, registerBackend, setComputeDevice, type StepGraph, Tensor, type TracedStep,
+  type TypedArray,
 } from '../tensor/index.ts';
-import { lowerStep, type StepGraph } from '../tensor/backends/graph/step-graph.ts';
+
 import * as ort from 'onnxruntime-web/webgpu';
 import type { GpuGraph, TabGpu } from './gpu.ts';
 
@@ -117,22 +118,14 @@ export class TabGpuRunner implements StepRunner {
 
   /** Traces the step on the host for these shapes, lowers it to one graph and loads it on the GPU. */
   private async compile(input: Tensor, positions: Tensor | null, keyMask: Tensor | null, past: readonly number[]): Promise<GpuStep> {
-    const dummies = past.flatMap((i) => [zeros([...this.cache[i]!.k.dims]), zeros([...this.cache[i]!.v.dims])]);
-    let layers: number[] = [];
-    const fn = (...xs: Tensor[]): Tensor[] => {
-      let at = 1;
-      const pos = positions === null ? null : xs[at++];
-      const mask = keyMask === null ? null : xs[at++];
-      const cache = new KVCache(this.model.config.layers);
-      past.forEach((layer, j) => (cache.layers[layer] = { k: xs[at + 2 * j], v: xs[at + 2 * j + 1] }));
-      const y = this.model.forward(xs[0], { cache, positions: pos, keyMask: mask });
-      layers = cache.layers.flatMap((e, i) => (e ? [i] : []));
-      return [y, ...layers.flatMap((i) => [cache.layers[i]!.k, cache.layers[i]!.v])];
-    };
-    const hostInputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : []), ...dummies];
-    const { step } = withBackend(jsBackend, () => noGrad(() => trace(fn, hostInputs)));
+    const shapes = past.map((layer) => ({ layer, k: this.cache[layer]!.k.dims, v: this.cache[layer]!.v.dims }));
+    const { step, layers } = traceCachedStep(this.model, input, positions, keyMask, shapes);
     const graph = lowerStep(step);
-    if ('refused' in graph) throw new Error(`this section's step cannot run as one graph on ${BROWSER_WEBGPU}: ${graph.refused}`);
+    if ('refused' in graph) {
+      throw new DeviceOpUnsupportedError(`this section's step cannot run as one graph on ${BROWSER_WEBGPU}: ${graph.refused}`, {
+        details: { device: BROWSER_WEBGPU },
+      });
+    }
     const constants = new Map<string, ort.Tensor>();
     for (const { name, slot } of graph.inputs) if (slot >= step.inputCount) constants.set(name, await this.constantValue(step.slots[slot].tensor!));
     // the grown cache stays on the GPU; the step's output comes down

@@ -3,7 +3,7 @@
 // from a CDN. `openTabGpu` says why not where this browser gives no adapter or the provider does not start, and the
 // tab then computes on its CPU engines (browser-wasm, browser-js).
 import * as ort from 'onnxruntime-web/webgpu';
-import { encodeModel, OnnxType } from '../tensor/backends/ort/onnx-graph.ts';
+import { encodeModel, OnnxType } from '../tensor/index.ts';
 
 /** The runtime files the page server serves under /lend/ort/ (the WebGPU build's; see scripts/build-dashboard.mjs). */
 export const ORT_FILES = ['ort-wasm-simd-threaded.asyncify.mjs', 'ort-wasm-simd-threaded.asyncify.wasm'] as const;

@@ -35,7 +35,9 @@ export {
 } from './model.ts';
 export { byteLevelTokenizerJson, HFTokenizer, type Tokenizer } from './tokenizer.ts';
 export { generate, generateBatch, type GenerateOptions, generateWith, localStepModel, type RowOptions, type StepModel } from './generation/generate.ts';
-export { DeviceRunner, deviceRunner, deviceStepModel, registerStepRunner, type StepRunner } from './generation/device-step.ts';
+export {
+  DeviceRunner, deviceRunner, deviceStepModel, type PastShape, registerStepRunner, type StepRunner, traceCachedStep,
+} from './generation/device-step.ts';
 export { sampleToken, type SamplingOptions } from './generation/sampling.ts';
 export {
   countTargets,

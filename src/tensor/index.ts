@@ -86,3 +86,6 @@ export { Generator, ZeroGenerator } from './random.ts';
 export { drainPool, poolStats, releaseFloat32 } from './pool.ts';
 export { type Shape, sizeOf } from './shape.ts';
 export { Tensor } from './tensor.ts';
+// a traced step as one ONNX graph (the lowerings every graph backend shares: ort's compileStep, webgpu, the tab's GPU)
+export { encodeModel, OnnxType } from './backends/ort/onnx-graph.ts';
+export { lowerStep, type Refusal, type StepGraph } from './backends/graph/step-graph.ts';

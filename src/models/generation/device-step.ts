@@ -107,26 +107,51 @@ export class DeviceRunner implements StepRunner {
 
   /** Traces one step on the host for these shapes: inputs (x, positions?, keyMask?, past k/v…), outputs [y, k/v…]. */
   private traceStep(input: Tensor, positions: Tensor | null, keyMask: Tensor | null, past: readonly number[]): TracedStep<Tensor[]> {
-    const dummies = past.flatMap((i) => {
-      const e = this.cache[i]!;
-      return [zeros([...e.k.shape]), zeros([...e.v.shape])];
-    });
-    let layers: number[] = [];
-    const fn = (...xs: Tensor[]): Tensor[] => {
-      let at = 1;
-      const pos = positions === null ? null : xs[at++];
-      const mask = keyMask === null ? null : xs[at++];
-      const cache = new KVCache(this.model.config.layers);
-      past.forEach((layer, j) => (cache.layers[layer] = { k: xs[at + 2 * j], v: xs[at + 2 * j + 1] }));
-      const y = this.model.forward(xs[0], { cache, positions: pos, keyMask: mask });
-      layers = cache.layers.flatMap((e, i) => (e ? [i] : []));
-      return [y, ...layers.flatMap((i) => [cache.layers[i]!.k, cache.layers[i]!.v])];
-    };
-    const hostInputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : []), ...dummies];
-    const { step } = withBackend(jsBackend, () => noGrad(() => trace(fn, hostInputs)));
+    const shapes = past.map((layer) => ({ layer, k: this.cache[layer]!.k.shape, v: this.cache[layer]!.v.shape }));
+    const { step, layers } = traceCachedStep(this.model, input, positions, keyMask, shapes);
     traceLayers.set(step, layers);
     return step;
   }
+}
+
+/** The cache a step starts from: for each layer that holds one, the shapes of its keys and values. */
+export interface PastShape {
+  layer: number;
+  k: readonly number[];
+  v: readonly number[];
+}
+
+/**
+ * One step of `model` traced on the host (js) for these shapes, with its KV cache as inputs and
+ * outputs: inputs (x, positions?, keyMask?, then each past layer's k and v), outputs [y, then
+ * k and v of each layer the cache holds after the step, in `layers` order]. The past values
+ * are zeros of the shapes given: a trace records ops, not values. What a device runner (this
+ * file's DeviceRunner, the tab's) compiles and runs.
+ * @example
+ * const { step, layers } = traceCachedStep(model, ids, null, null, [])  // a prompt: no past
+ */
+export function traceCachedStep(
+  model: CausalLM,
+  input: Tensor,
+  positions: Tensor | null,
+  keyMask: Tensor | null,
+  past: readonly PastShape[],
+): { step: TracedStep<Tensor[]>; layers: number[] } {
+  const dummies = past.flatMap((p) => [zeros([...p.k]), zeros([...p.v])]);
+  let layers: number[] = [];
+  const fn = (...xs: Tensor[]): Tensor[] => {
+    let at = 1;
+    const pos = positions === null ? null : xs[at++];
+    const mask = keyMask === null ? null : xs[at++];
+    const cache = new KVCache(model.config.layers);
+    past.forEach((p, j) => (cache.layers[p.layer] = { k: xs[at + 2 * j], v: xs[at + 2 * j + 1] }));
+    const y = model.forward(xs[0], { cache, positions: pos, keyMask: mask });
+    layers = cache.layers.flatMap((e, i) => (e ? [i] : []));
+    return [y, ...layers.flatMap((i) => [cache.layers[i]!.k, cache.layers[i]!.v])];
+  };
+  const hostInputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : []), ...dummies];
+  const { step } = withBackend(jsBackend, () => noGrad(() => trace(fn, hostInputs)));
+  return { step, layers };
 }
 
 /** The layer indices of the cache entries a traced step returns, in order. */
