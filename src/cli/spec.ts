@@ -226,6 +226,9 @@ export const COMMANDS: readonly CommandSpec[] = [
       'bootstrap': NETWORK.bootstrap,
       'listen': withSpec(NETWORK.listen, { help: 'where the worker listens', default: 'loopback, any free port' }),
       'memory': bytes('memory this worker offers', { default: 'what the machine has free' }),
+      'gpu-memory': bytes('with --backend webgpu: memory it lends on the GPU (a section must fit there and in --memory)', {
+        default: 'as --memory',
+      }),
       'models': str('DIR', 'checkpoints this worker holds: loads of them move no weights'),
       'host': repeatable('[NAME=]DIR|FILE.gguf[:FIRST-LAST]', 'serve these blocks of a model on this disk to anyone'),
       'host-auto': flag('host what the swarm lacks, among the checkpoints under --models'),

@@ -1,5 +1,5 @@
 import { createModel, llamaConfig } from '../models/index.ts';
-import { matmul, noGrad, randn, tensor } from '../tensor/index.ts';
+import { type Device, jsBackend, matmul, noGrad, randn, type Tensor, tensor, trace, withBackend } from '../tensor/index.ts';
 
 /**
  * What a machine's engine does, measured the same way wherever it runs (a Node worker, a browser tab): its speed, and a
@@ -18,6 +18,39 @@ export function engineGflops(): number {
   for (let i = 0; i < runs; i++) noGrad(() => matmul(a, b));
   const seconds = (performance.now() - t0) / 1000 / runs;
   return (2 * n * n * n) / seconds / 1e9;
+}
+
+/**
+ * GFLOP/s of a device (webgpu): a chain of four 256³ products traced once and run as one graph there, its inputs on the
+ * device and one value read back per run (a warm-up, then the mean of 3): the device's arithmetic with one dispatch
+ * chain per step, as a section's steps run on it.
+ */
+export function deviceGflops(device: Device): number {
+  const n = 256;
+  const chain = 4;
+  const a = randn([n, n], { seed: 1 });
+  const b = randn([n, n], { seed: 2 });
+  const fn = (x: Tensor, w: Tensor) => {
+    let y = x;
+    for (let i = 0; i < chain; i++) y = matmul(y, w);
+    return y.narrow(0, 0, 1).narrow(1, 0, 1);
+  };
+  const { step } = withBackend(jsBackend, () => noGrad(() => trace(fn, [a, b])));
+  const inputs = [a.to(device), b.to(device)];
+  const once = () => {
+    const out = noGrad(() => step.run(inputs));
+    // reading one value back waits for the GPU's work (onnxruntime-node's WebGPU provider copies out before it returns)
+    const storage = out.deviceStorage;
+    if (storage !== null) void storage.backend.allocator.copyout(storage.handle, new Float32Array(1));
+    out.dispose();
+  };
+  once();
+  const runs = 3;
+  const t0 = performance.now();
+  for (let i = 0; i < runs; i++) once();
+  const seconds = (performance.now() - t0) / 1000 / runs;
+  for (const t of inputs) t.dispose();
+  return (chain * 2 * n * n * n) / seconds / 1e9;
 }
 
 /** The logits [1, 8, 257] of a small seeded Llama (2 blocks, hidden 64) on 8 fixed tokens: the same bytes on every machine (js backend). */

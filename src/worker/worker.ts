@@ -52,6 +52,8 @@ export interface WorkerOptions {
   /** Listen for browser tabs too: WebRTC-direct beside TCP (the CLI's worker does). */
   browsers?: boolean;
   memoryBytes?: number;
+  /** On a worker that computes on a device (--backend webgpu): the memory it lends there (--gpu-memory); a section must fit both. */
+  deviceMemoryBytes?: number;
   /** Hugging Face checkpoint directories this worker holds (`--models`): loads of their weights need no transfer. */
   modelsDir?: string;
   /** Named models it hosts for anyone (`--host [NAME=]PATH[:FIRST-LAST]`), loaded from its disk at start. */
@@ -89,7 +91,7 @@ export interface WorkerOptions {
 export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const log = options.log ?? createLogger({ level: 'silent' });
   const own = options.own;
-  const capabilities = own?.capabilities ?? measureCapabilities(options.memoryBytes);
+  const capabilities = own?.capabilities ?? measureCapabilities(options.memoryBytes, options.deviceMemoryBytes);
   const memory = new MemoryBudget(capabilities.memoryBytes);
   // the checkpoints it holds are indexed (hashes cached in the data directory) before it offers itself
   const models = options.modelsDir

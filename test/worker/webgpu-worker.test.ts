@@ -8,6 +8,8 @@ import { additionTask, taskBatch } from '../../src/data/index.ts';
 import { byteLevelTokenizerJson, createModel, generate, HFTokenizer, llamaConfig, LocalTrainer } from '../../src/models/index.ts';
 import { localSwarm, type LocalSwarm } from '../../src/swarm/index.ts';
 import { Generator, setBackend } from '../../src/tensor/index.ts';
+import { listWorkers } from '../../src/user/peers.ts';
+import { multiaddr } from '@multiformats/multiaddr';
 
 // 3 blocks over 3 workers (the user keeps the ends); Llama-shaped with grouped-query attention
 const config = llamaConfig({ vocabSize: 257, hidden: 64, layers: 3, heads: 4, kvHeads: 2, intermediate: 128, maxPositions: 64 });
@@ -22,7 +24,9 @@ async function swarmOf(faultOnGpu: boolean): Promise<LocalSwarm> {
     workers: 3,
     threads: 1,
     handleSignals: false,
-    workerArgs: BACKENDS.map((b) => ['--backend', b, ...(b === 'webgpu' && faultOnGpu ? ['--fault', 'noise'] : [])]),
+    workerArgs: BACKENDS.map((b) => [
+      '--backend', b, ...(b === 'webgpu' ? ['--gpu-memory', '1GiB'] : []), ...(b === 'webgpu' && faultOnGpu ? ['--fault', 'noise'] : []),
+    ]),
   });
 }
 
@@ -34,6 +38,16 @@ describe('a GPU worker beside a CPU worker and a js worker', () => {
   });
   after(async () => {
     await swarm?.close();
+  });
+
+  test('the GPU worker announces its device: backend webgpu, the memory it lends there, GFLOP/s measured on it', async () => {
+    const listed = await listWorkers(swarm!.user.node, multiaddr(swarm!.bootstrap));
+    const gpu = listed.find((p) => p.peerId === swarm!.workers[0].peerId)?.capabilities;
+    assert.equal(gpu?.backend, 'webgpu');
+    assert.equal(gpu?.memoryBytes, 2 ** 30, '--gpu-memory 1GiB: the least of the host\'s and the device\'s');
+    assert.ok(gpu!.gflops > 0);
+    const cpu = listed.find((p) => p.peerId === swarm!.workers[1].peerId)?.capabilities;
+    assert.equal(cpu?.backend, 'ort');
   });
 
   test('one generation over webgpu, ort and js workers: one process\'s greedy tokens; every decoding record re-run passes', async () => {

@@ -10,6 +10,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   const bootstrap = requiredString(flags, 'bootstrap');
   parseAddr(bootstrap, 'bootstrap');
   const memory = stringFlag(flags, 'memory');
+  const gpuMemory = stringFlag(flags, 'gpu-memory');
   const listen = stringFlag(flags, 'listen');
   const faultText = stringFlag(flags, 'fault');
   let fault;
@@ -43,6 +44,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
     listen: listen ? [listen] : undefined,
     announce: announceFlags(flags),
     memoryBytes: memory ? parseBytes(memory) : undefined,
+    ...(gpuMemory ? { deviceMemoryBytes: parseBytes(gpuMemory) } : {}),
     requestsPerSecond: optionalIntFlag(flags, 'max-requests', 1),
     log: createLogger({ level: logLevel(flags), peer: 'worker' }),
   });
