@@ -69,7 +69,16 @@ export function cachedAttention(
       keys = cat([previous.k, k], 2);
       values = cat([previous.v, v], 2);
     }
-    cache.layers[blockIndex] = { k: keys.detach(), v: values.detach() };
+    const slot = previous?.slot;
+    if (previous && slot) {
+      // a bounded cache: attend over its C slots and the new key (the keys mask says which slots count), and write
+      // the new key and value into the slot `slot` marks: k + (new − k) · slot, the same C slots out
+      cache.layers[blockIndex] = {
+        k: previous.k.add(k.sub(previous.k).mul(slot)).detach(),
+        v: previous.v.add(v.sub(previous.v).mul(slot)).detach(),
+        slot,
+      };
+    } else cache.layers[blockIndex] = { k: keys.detach(), v: values.detach() };
   } else if (cache) {
     const previous = cache.layers[blockIndex];
     const entry = GrowingKV.append(previous, k, v);

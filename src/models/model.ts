@@ -8,6 +8,13 @@ import type { Tokenizer } from './tokenizer.ts';
 export interface LayerCache {
   readonly k: Tensor;
   readonly v: Tensor;
+  /**
+   * A bounded cache (a device's decoding step, generation/device-step.ts): `k` and `v` hold a fixed
+   * number of slots C, the keys mask says which are filled, and a step of one token writes its key
+   * and value into the slot this one-hot float [1, 1, C, 1] marks instead of growing the cache, so
+   * one traced step serves every position. Only while a trace records.
+   */
+  readonly slot?: Tensor;
 }
 
 /** Positions a layer's cache grows by at least, when it must grow. */

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../errors.ts';
-import { bfloat16ToFloat, cat, floatToBfloat16, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
+import { bfloat16ToFloat, cat, floatToBfloat16, indexSelect, isTracing, rotaryEmbedding, type Tensor, tensor } from '../tensor/index.ts';
 
 /**
  * Rotary position embeddings as transformers 5.17 computes them (modeling_rope_utils.py): the
@@ -244,11 +244,36 @@ export function rotaryTablesFor(positions: Tensor, spec: RopeSpec): { cos: Tenso
 
 const tableCache = new WeakMap<Tensor, Map<string, { cos: Tensor; sin: Tensor }>>();
 
+/** Models with at most this many positions trace their rotary tables as rows of the whole table (2 × 16384 × dim floats at most). */
+const TRACED_TABLE_POSITIONS = 16384;
+/** The whole table of each spec: positions 0 … maxPositions − 1, [maxPositions, rotaryDim]. */
+const wholeTables = new Map<string, { cos: Tensor; sin: Tensor }>();
+
+function tracedTables(positions: Tensor, spec: RopeSpec, key: string): { cos: Tensor; sin: Tensor } {
+  let whole = wholeTables.get(key);
+  if (whole === undefined) {
+    const n = spec.maxPositions;
+    const all = rotaryTablesFor(tensor(Int32Array.from({ length: n }, (_, i) => i), [1, n], 'int32'), spec);
+    whole = { cos: all.cos.reshape([n, spec.rotaryDim]), sin: all.sin.reshape([n, spec.rotaryDim]) };
+    if (wholeTables.size > 16) wholeTables.clear();
+    wholeTables.set(key, whole);
+  }
+  const [b, t] = positions.shape;
+  const rows = positions.reshape([b * t]);
+  return {
+    cos: indexSelect(whole.cos, 0, rows).reshape([b, t, spec.rotaryDim]),
+    sin: indexSelect(whole.sin, 0, rows).reshape([b, t, spec.rotaryDim]),
+  };
+}
+
 /**
  * rotaryTablesFor, computed once per positions tensor and spec (every block of a forward
  * shares them; positions tensors are not mutated).
  */
 export function cachedRotaryTables(positions: Tensor, spec: RopeSpec, key = JSON.stringify(spec)): { cos: Tensor; sin: Tensor } {
+  // while a trace records, the tables are rows of the whole table picked by the positions (an op): a replay computes the
+  // rows of its own positions, the same bits rotaryTablesFor gives them
+  if (isTracing() && spec.scaling?.type !== 'dynamic' && spec.maxPositions <= TRACED_TABLE_POSITIONS) return tracedTables(positions, spec, key);
   let bySpec = tableCache.get(positions);
   if (!bySpec) {
     bySpec = new Map();

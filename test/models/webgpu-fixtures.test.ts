@@ -10,8 +10,8 @@ import { describe, test } from 'node:test';
 import { loadModel } from '../../src/models/index.ts';
 import { DeviceRunner, deviceStepModel } from '../../src/models/generation/device-step.ts';
 import { generateWith } from '../../src/models/generation/generate.ts';
-import { createBackend, jsBackend, noGrad, withBackend } from '../../src/tensor/index.ts';
-import { readHFReference } from '../helpers/hf-fixtures.ts';
+import { createBackend, jsBackend, loadBackend, noGrad, withBackend } from '../../src/tensor/index.ts';
+import { hfFixtureNames, readHFReference } from '../helpers/hf-fixtures.ts';
 import { relErr } from '../helpers/weights.ts';
 
 const FIXTURES = ['gpt2', 'llama3', 'qwen3', 'mixtral'];
@@ -36,6 +36,28 @@ describe('the transformers fixtures on --backend webgpu', () => {
       assert.ok(logitsErr < 1e-4, `${name}: logits relative error ${logitsErr}`);
       assert.deepEqual(tokens, ref.greedy, `${name}: greedy tokens`);
       assert.ok(fromOrt < INT4_FROM_ORT, `${name}: int4 logits ${fromOrt} from ort's`);
+    });
+  }
+});
+
+describe('every family decoding on --backend webgpu', () => {
+  for (const name of hfFixtureNames()) {
+    test(`${name}: transformers' 24 greedy tokens, the KV cache on the device; one graph for every position where it can be`, async (t) => {
+      const ref = readHFReference(name);
+      const model = await loadModel(ref.dir);
+      const steps = (loadBackend('webgpu') as unknown as { steps: { compiled: number } }).steps;
+      const before = steps.compiled;
+      const [tokens] = await generateWith(deviceStepModel(model, 'webgpu'), [ref.prompt], {
+        maxNewTokens: ref.greedy.length, temperature: 0, stopTokens: [],
+      });
+      const graphs = steps.compiled - before;
+      t.diagnostic(`${graphs} graphs for a prompt of ${ref.prompt.length} and ${ref.greedy.length} tokens`);
+      assert.deepEqual(tokens, ref.greedy, `${name}: greedy tokens`);
+      // a bounded cache: the prompt's graph, then one per power-of-two capacity (32, 64); a sliding window or ALiBi masks by
+      // index in the cache, so those families compile a step per position
+      const bounded = (model.config as { slidingWindow?: number }).slidingWindow === undefined && model.config.arch !== 'bloom';
+      if (bounded) assert.ok(graphs <= 3, `${name}: ${graphs} graphs`);
+      else assert.equal(graphs, ref.greedy.length, `${name}: a graph per step`);
     });
   }
 });

@@ -1,5 +1,5 @@
 import { DeviceOpUnsupportedError, TensorLinkError } from '../../errors.ts';
-import { type Device, jsBackend, loadBackend, noGrad, type Tensor, type TracedStep, trace, withBackend, zeros } from '../../tensor/index.ts';
+import { cat, type Device, jsBackend, loadBackend, noGrad, type Tensor, tensor, type TracedStep, trace, withBackend, zeros } from '../../tensor/index.ts';
 import { type CausalLM, type ForwardOptions, KVCache, type LayerCache } from '../model.ts';
 import type { StepModel } from './generate.ts';
 
@@ -19,19 +19,24 @@ import type { StepModel } from './generate.ts';
 export class DeviceRunner implements StepRunner {
   /** The cache on the device: per layer index of the model, its keys and values [B, kvHeads, T, D]. */
   private readonly cache: (LayerCache | null)[];
-  private readonly steps = new Map<string, TracedStep<Tensor[]>>();
+  /** The model's traced steps by shape, shared by every runner of the model (a worker's sessions): each compiled once. */
+  private readonly steps: Map<string, TracedStep<Tensor[]>>;
 
   constructor(
     readonly model: CausalLM,
     readonly device: Device,
   ) {
     this.cache = new Array<LayerCache | null>(model.config.layers).fill(null);
+    let steps = modelSteps.get(model);
+    if (steps === undefined) modelSteps.set(model, (steps = new Map()));
+    this.steps = steps;
   }
 
-  /** Tokens the device cache holds. */
+  /** Tokens the device cache holds (its tensors may have room for more: a bounded cache). */
+  private filled = 0;
+
   get cached(): number {
-    for (const e of this.cache) if (e) return e.k.shape[2];
-    return 0;
+    return this.filled;
   }
 
   /** Forgets the cache (a new sequence). */
@@ -41,6 +46,7 @@ export class DeviceRunner implements StepRunner {
       e?.v.dispose();
     }
     this.cache.fill(null);
+    this.filled = 0;
   }
 
   /**
@@ -52,6 +58,9 @@ export class DeviceRunner implements StepRunner {
    */
   async step(input: Tensor, options: Omit<ForwardOptions, 'cache'> = {}): Promise<Tensor> {
     const past = this.cache.flatMap((e, i) => (e ? [i] : []));
+    if (input.shape[1] === 1 && past.length > 0 && boundedDecoding(this.model)) return this.boundedStep(input, options, past);
+    // the exact path takes the cache as long as it is filled
+    this.fit(this.filled);
     const positions = options.positions ?? null;
     const keyMask = options.keyMask ?? null;
     const key = [
@@ -71,19 +80,7 @@ export class DeviceRunner implements StepRunner {
     if (positions !== null) inputs.push(positions.to(this.device));
     if (keyMask !== null) inputs.push(keyMask.to(this.device));
     for (const i of past) inputs.push(this.cache[i]!.k, this.cache[i]!.v);
-    let outputs: Tensor[];
-    try {
-      outputs = noGrad(() => traced.run(inputs));
-    } catch (err) {
-      if (!(err instanceof TensorLinkError) || !/^Device/.test(err.name)) throw err;
-      // the step was not compiled, and replaying it op by op on the device met an op that cannot run there
-      const refused = (loadBackend(this.device) as { steps?: { refused: string[] } }).steps?.refused.at(-1);
-      throw new DeviceOpUnsupportedError(
-        `this model's step does not run on '${this.device}'${refused === undefined ? '' : `: ${refused}`}; run it on the CPU (--backend ort or js)`,
-        { cause: err, details: { device: this.device } },
-      );
-    }
-    const [y, ...grown] = outputs;
+    const [y, ...grown] = this.run(traced, inputs);
     for (const t of inputs.slice(0, inputs.length - 2 * past.length)) t.dispose();
     const layers = grown.length / 2;
     const held = this.heldLayers(traced, layers);
@@ -93,9 +90,98 @@ export class DeviceRunner implements StepRunner {
       old?.v.dispose();
       this.cache[held[j]] = { k: grown[2 * j], v: grown[2 * j + 1] };
     }
+    this.filled = grown[0]?.shape[2] ?? this.filled;
     const out = await y.toHost();
     y.dispose();
     return out;
+  }
+
+  /**
+   * One token's step on a bounded cache: the cache's tensors hold C slots (a power of two, grown
+   * when full), the keys mask says which are filled, and the step writes the new key and value
+   * into slot `filled`: one graph for every position up to C (forward.ts, LayerCache.slot).
+   */
+  private async boundedStep(input: Tensor, options: Omit<ForwardOptions, 'cache'>, past: readonly number[]): Promise<Tensor> {
+    const b = input.shape[0];
+    const at = this.filled;
+    const capacity = Math.max(MIN_SLOTS, 2 ** Math.ceil(Math.log2(at + 1)));
+    this.fit(Math.max(capacity, this.capacity()));
+    const slots = this.capacity();
+    const positions = options.positions ?? tensor(new Int32Array(b).fill(at), [b, 1], 'int32');
+    // the keys: the filled slots (as the caller's mask says, if it gave one), the empty ones, then the new key
+    const given = options.keyMask ?? null;
+    const mask = new Int32Array(b * (slots + 1));
+    for (let r = 0; r < b; r++) {
+      for (let j = 0; j < at; j++) mask[r * (slots + 1) + j] = given === null ? 1 : given.data[r * (at + 1) + j];
+      mask[r * (slots + 1) + slots] = given === null ? 1 : given.data[r * (at + 1) + at];
+    }
+    const keyMask = tensor(mask, [b, slots + 1], 'int32');
+    const slot = zeros([1, 1, slots, 1]);
+    slot.data[at] = 1;
+    const key = ['bounded', input.dtype, input.shape.join('x'), past.join(','), slots].join('|');
+    let traced = this.steps.get(key);
+    if (traced === undefined) {
+      traced = this.traceStep(input, positions, keyMask, past, slot);
+      this.steps.set(key, traced);
+    }
+    const inputs = [input, positions, keyMask, slot].map((t) => t.to(this.device));
+    for (const i of past) inputs.push(this.cache[i]!.k, this.cache[i]!.v);
+    const [y, ...grown] = this.run(traced, inputs);
+    for (const t of inputs.slice(0, 4)) t.dispose();
+    const held = this.heldLayers(traced, grown.length / 2);
+    held.forEach((layer, j) => {
+      const old = this.cache[layer];
+      old?.k.dispose();
+      old?.v.dispose();
+      this.cache[layer] = { k: grown[2 * j], v: grown[2 * j + 1] };
+    });
+    this.filled = at + 1;
+    const out = await y.toHost();
+    y.dispose();
+    return out;
+  }
+
+  /** Slots the cache's tensors have (0 when empty). */
+  private capacity(): number {
+    for (const e of this.cache) if (e) return e.k.shape[2];
+    return 0;
+  }
+
+  /** Gives the cache's tensors `slots` slots on the device: the filled ones kept, empty ones added (zeros) or cut. */
+  private fit(slots: number): void {
+    const have = this.capacity();
+    if (have === slots || have === 0) return;
+    this.cache.forEach((e, i) => {
+      if (e === null) return;
+      const resize = (t: Tensor) => {
+        if (slots < have) return noGrad(() => t.narrow(2, 0, slots));
+        const [b, h, , d] = t.shape;
+        const room = zeros([b, h, slots - have, d]).to(this.device);
+        const grown = noGrad(() => cat([t, room], 2));
+        room.dispose();
+        return grown;
+      };
+      const k = resize(e.k);
+      const v = resize(e.v);
+      e.k.dispose();
+      e.v.dispose();
+      this.cache[i] = { k, v };
+    });
+  }
+
+  /** Runs a traced step on the device; a step the device cannot take is a DeviceOpUnsupportedError that says why. */
+  private run(traced: TracedStep<Tensor[]>, inputs: Tensor[]): Tensor[] {
+    try {
+      return noGrad(() => traced.run(inputs));
+    } catch (err) {
+      if (!(err instanceof TensorLinkError) || !/^Device/.test(err.name)) throw err;
+      // the step was not compiled, and replaying it op by op on the device met an op that cannot run there
+      const refused = (loadBackend(this.device) as { steps?: { refused: string[] } }).steps?.refused.at(-1);
+      throw new DeviceOpUnsupportedError(
+        `this model's step does not run on '${this.device}'${refused === undefined ? '' : `: ${refused}`}; run it on the CPU (--backend ort or js)`,
+        { cause: err, details: { device: this.device } },
+      );
+    }
   }
 
   /** Which layer index each grown (k, v) pair of a step belongs to (noted when it was traced). */
@@ -106,9 +192,11 @@ export class DeviceRunner implements StepRunner {
   }
 
   /** Traces one step on the host for these shapes: inputs (x, positions?, keyMask?, past k/v…), outputs [y, k/v…]. */
-  private traceStep(input: Tensor, positions: Tensor | null, keyMask: Tensor | null, past: readonly number[]): TracedStep<Tensor[]> {
+  private traceStep(
+    input: Tensor, positions: Tensor | null, keyMask: Tensor | null, past: readonly number[], slot: Tensor | null = null,
+  ): TracedStep<Tensor[]> {
     const shapes = past.map((layer) => ({ layer, k: this.cache[layer]!.k.shape, v: this.cache[layer]!.v.shape }));
-    const { step, layers } = traceCachedStep(this.model, input, positions, keyMask, shapes);
+    const { step, layers } = traceCachedStep(this.model, input, positions, keyMask, shapes, slot);
     traceLayers.set(step, layers);
     return step;
   }
@@ -136,6 +224,7 @@ export function traceCachedStep(
   positions: Tensor | null,
   keyMask: Tensor | null,
   past: readonly PastShape[],
+  slot: Tensor | null = null,
 ): { step: TracedStep<Tensor[]>; layers: number[] } {
   const dummies = past.flatMap((p) => [zeros([...p.k]), zeros([...p.v])]);
   let layers: number[] = [];
@@ -143,15 +232,32 @@ export function traceCachedStep(
     let at = 1;
     const pos = positions === null ? null : xs[at++];
     const mask = keyMask === null ? null : xs[at++];
+    const written = slot === null ? undefined : xs[at++];
     const cache = new KVCache(model.config.layers);
-    past.forEach((p, j) => (cache.layers[p.layer] = { k: xs[at + 2 * j], v: xs[at + 2 * j + 1] }));
+    past.forEach((p, j) => (cache.layers[p.layer] = { k: xs[at + 2 * j], v: xs[at + 2 * j + 1], ...(written ? { slot: written } : {}) }));
     const y = model.forward(xs[0], { cache, positions: pos, keyMask: mask });
     layers = cache.layers.flatMap((e, i) => (e ? [i] : []));
     return [y, ...layers.flatMap((i) => [cache.layers[i]!.k, cache.layers[i]!.v])];
   };
-  const hostInputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : []), ...dummies];
+  const hostInputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : []), ...(slot ? [slot] : []), ...dummies];
   const { step } = withBackend(jsBackend, () => noGrad(() => trace(fn, hostInputs)));
   return { step, layers };
+}
+
+/** Traced steps by model and key (see DeviceRunner.steps). */
+const modelSteps = new WeakMap<CausalLM, Map<string, TracedStep<Tensor[]>>>();
+
+/** A bounded cache has at least this many slots (then 64, 128, …): a graph for each, not one per position. */
+const MIN_SLOTS = 32;
+
+/**
+ * Whether a model's decoding steps can run on a bounded cache (one graph for every position): not where the keys a
+ * token sees depend on its index in the cache rather than its position (a sliding window, masked by index; BLOOM's
+ * ALiBi, a bias by distance computed on the host).
+ */
+function boundedDecoding(model: CausalLM): boolean {
+  const c = model.config as { slidingWindow?: number; arch: string };
+  return c.slidingWindow === undefined && c.arch !== 'bloom';
 }
 
 /** The layer indices of the cache entries a traced step returns, in order. */
