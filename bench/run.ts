@@ -130,7 +130,7 @@ if (sections.includes('serve')) {
 
 if (sections.includes('graph')) {
   log('graph: whole steps as one ONNX graph on onnxruntime\'s CPU provider (GPT-2 forward, a Llama decoding step) vs op by op on ort ...');
-  rows.push(...benchGraph(threads));
+  rows.push(...(await benchGraph(threads)));
 }
 
 if (sections.includes('quant')) {
