@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
+import { peerIdFromString } from '@libp2p/peer-id';
 import { launchNode } from '../../src/swarm/index.ts';
 import { additionTask, taskBatch } from '../../src/data/index.ts';
 import { byteLevelTokenizerJson, createModel, generate, HFTokenizer, llamaConfig, LocalTrainer } from '../../src/models/index.ts';
@@ -115,6 +116,17 @@ describe('workers behind NAT routers', () => {
     const expected = batches().map((x) => local.step(x).loss);
     const prompt = [5, 17, 2, 9];
     const { tokens } = await generate(reference, prompt, { maxNewTokens: 8, temperature: 0 });
+
+    // the user's own links to the homes are WebRTC too before the job starts (a dial that took longer than WEBRTC_DIAL_MS
+    // on a loaded machine leaves the user's traffic with a home on the relay, where it would count as the validator's)
+    for (const w of found) {
+      const webrtc = w.addrs.filter((x) => x.includes('/p2p-circuit/webrtc')).map((x) => multiaddr(x));
+      await waitFor(`the user's WebRTC connection to ${w.peerId.slice(-6)}`, async () => {
+        if (user.getConnections(peerIdFromString(w.peerId)).some((c) => c.status === 'open' && c.direct)) return true;
+        await user.dial(webrtc, { signal: AbortSignal.timeout(15_000) }).catch(() => null);
+        return user.getConnections(peerIdFromString(w.peerId)).some((c) => c.status === 'open' && c.direct);
+      }, 60_000);
+    }
 
     // where home 0's bytes go and come from while the job runs: the other home's router (direct), or the validator (the relay)
     const [otherHome, validatorIp] = [mesh.hosts[2].ip, mesh.hosts[0].ip];
