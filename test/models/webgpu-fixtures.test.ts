@@ -1,6 +1,6 @@
 // The transformers fixtures of gpt2, llama3, qwen3 and mixtral on the webgpu backend (on SwiftShader here: see
 // scripts/test.mjs), each step a graph traced on the host and compiled on the device (DeviceRunner): the logits within
-// 1e-4 relative of float32 transformers, the 24 greedy tokens with the KV cache on the device equal to transformers',
+// 1e-4 relative of float32 transformers (and every family's 24 greedy tokens, the KV cache on the device, below),
 // and at int4 the logits within INT4_FROM_ORT of `--backend ort --quantize int4`'s (ort's MatMulNBits quantizes the
 // activations to int8 blocks; the graphs on the GPU dequantize the weights of a mixture's experts exactly). Measured on
 // SwiftShader: logits 3.6e-7 to 7.7e-7 from transformers; int4 5.5e-3 (gpt2) to 0.107 (mixtral) from ort's, and 2.6e-7
@@ -20,21 +20,18 @@ const INT4_FROM_ORT = 0.15;
 
 describe('the transformers fixtures on --backend webgpu', () => {
   for (const name of FIXTURES) {
-    test(`${name}: logits and 24 greedy tokens equal transformers', int4 within the stated tolerance`, async (t) => {
+    // (their 24 greedy tokens: below, with every family's)
+    test(`${name}: logits equal transformers', int4 within the stated tolerance`, async (t) => {
       const ref = readHFReference(name);
       const model = await loadModel(ref.dir);
       const logits = await new DeviceRunner(model, 'webgpu').step(ref.inputIds);
       const logitsErr = relErr(logits.data, ref.logits.data);
-      const [tokens] = await generateWith(deviceStepModel(model, 'webgpu'), [ref.prompt], {
-        maxNewTokens: ref.greedy.length, temperature: 0, stopTokens: [],
-      });
       const q = await loadModel(ref.dir, { quantize: 'int4' });
       const onGpu = await new DeviceRunner(q, 'webgpu').step(ref.inputIds);
       const fromOrt = relErr(onGpu.data, withBackend(createBackend('ort'), () => noGrad(() => q.forward(ref.inputIds))).data);
       const fromJs = relErr(onGpu.data, withBackend(jsBackend, () => noGrad(() => q.forward(ref.inputIds))).data);
       t.diagnostic(`logits ${logitsErr.toExponential(2)}; int4 from ort ${fromOrt.toExponential(2)}, from js ${fromJs.toExponential(2)}`);
       assert.ok(logitsErr < 1e-4, `${name}: logits relative error ${logitsErr}`);
-      assert.deepEqual(tokens, ref.greedy, `${name}: greedy tokens`);
       assert.ok(fromOrt < INT4_FROM_ORT, `${name}: int4 logits ${fromOrt} from ort's`);
     });
   }

@@ -157,10 +157,10 @@ export class OutputIndex {
   constructor(readonly index: number) {}
 }
 
-const ids = new WeakMap<Tensor, number>();
+const ids = new WeakMap<object, number>();
 let nextId = 0;
-/** A number per tensor whose content a graph may hold (a compact weight's bytes): graphs of two such tensors differ. */
-function idOf(t: Tensor): number {
+/** A number per object whose content a graph may hold (a compact weight's bytes, a module's weights): their graphs differ. */
+function idOf(t: object): number {
   let id = ids.get(t);
   if (id === undefined) ids.set(t, (id = nextId++));
   return id;
@@ -202,6 +202,28 @@ export function lowerCall(op: string, args: readonly unknown[]): CallGraph | Ref
   const fed = tensors.flatMap((_, i) => (inputNames.has(`x${i}`) ? [`x${i}`] : []));
   const inputInfos = tensors.flatMap((t, i) => (inputNames.has(`x${i}`) ? [info({ name: `x${i}`, shape: t.shape, type: t.dtype })] : []));
   const model = encodeModel(g.nodes, inputInfos, outputs.map(info), 17, { initializers: g.initializers, opsets: g.opsets });
-  const key = `${op}|${JSON.stringify(valueArgs, (_k, v) => (v instanceof GraphValue ? `${v.type}[${v.shape}]${v.tensor?.packed ? `#${idOf(v.tensor)}` : ''}` : v))}`;
-  return { model, inputs, inputNames: fed, result, outputs, key };
+  return { model, inputs, inputNames: fed, result, outputs, key: callKey(op, args) };
+}
+
+/**
+ * The key of a call's graph, without lowering it: the op, its tensors' types and shapes (and which compact weight, whose
+ * bytes a graph holds), its other arguments by value, and an object that is not plain data (a module whose weights a
+ * lowering stores) by identity. Calls with the same key share a graph.
+ * @example
+ * callKey('matmul', [a, b]) // 'matmul|["float32[2,3]","float32[3,4]"]'
+ */
+export function callKey(op: string, args: readonly unknown[]): string {
+  const described = mapLeaves(args, (v) => v instanceof Tensor, (t) => {
+    const x = t as Tensor;
+    return `${x.dtype}[${x.shape}]${x.packed ? `#${idOf(x)}` : ''}`;
+  });
+  return `${op}|${JSON.stringify(described, (_k, v: unknown) =>
+    (typeof v === 'object' && v !== null && !Array.isArray(v) && !isPlainObject(v) ? `@${idOf(v)}` : v))}`;
+}
+
+/** The tensors among a call's arguments, in the order lowerCall names them x0, x1, …. */
+export function callTensors(args: readonly unknown[]): Tensor[] {
+  const tensors: Tensor[] = [];
+  mapLeaves(args, (v) => v instanceof Tensor, (t) => tensors.push(t as Tensor));
+  return tensors;
 }

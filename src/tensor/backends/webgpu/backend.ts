@@ -7,7 +7,7 @@ import { addRowBias, matmulJs, type MatmulSpec } from '../../kernels/matmul.ts';
 import { Tensor } from '../../tensor.ts';
 import type { CompiledStep, TracedStep } from '../../trace.ts';
 import type { Backend, Tolerance } from '../backend.ts';
-import { type CallGraph, type GraphOutput, lowerCall, lowerStep, OutputIndex } from '../graph/step-graph.ts';
+import { type CallGraph, callKey, callTensors, type GraphOutput, lowerCall, lowerStep, OutputIndex } from '../graph/step-graph.ts';
 import { type GpuSession, type GpuValue, loadWebGpuRuntime } from './runtime.ts';
 
 /**
@@ -109,17 +109,19 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
     },
   };
 
-  /** A call's graph and session, made once per op, attributes and input shapes. */
+  /** A call's graph and session, made once per key (callKey: the op, its attributes, its inputs' shapes); null where it has no lowering. */
   function cachedCall(op: string, args: readonly unknown[]): { graph: CallGraph; session: GpuSession } | null {
-    const lowered = lowerCall(op, args);
-    if ('refused' in lowered) return null;
-    let entry = calls.get(lowered.key);
+    const key = callKey(op, args);
+    let entry = calls.get(key);
     if (entry === undefined) {
+      const lowered = lowerCall(op, args);
+      if ('refused' in lowered) return null;
       entry = { graph: lowered, session: gpu.session(lowered.model) };
-      calls.set(lowered.key, entry);
+      calls.set(key, entry);
     }
-    // the cached graph reads the tensors of this call, in the same order
-    return { graph: { ...entry.graph, inputs: lowered.inputs }, session: entry.session };
+    // the cached graph reads this call's tensors: those its inputs name (x0, x1, … in argument order)
+    const tensors = callTensors(args);
+    return { graph: { ...entry.graph, inputs: entry.graph.inputNames.map((n) => tensors[Number(n.slice(1))]) }, session: entry.session };
   }
 
   /** Runs a session on tensors, giving back device tensors for the outputs. */
