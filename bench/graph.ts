@@ -1,6 +1,7 @@
 import { createModel, deviceStepModel, generate, generateWith, gpt2Config, KVCache, llamaConfig } from '../src/models/index.ts';
 import { createOrtBackend, jsBackend, noGrad, randint, setBackend, type Tensor, tensor, trace, withBackend } from '../src/tensor/index.ts';
 import type { Row } from './gemm.ts';
+import { time } from './models.ts';
 
 /**
  * Whole steps as one graph on the CPU (#46): a step traced once and run as one ONNX graph on
@@ -39,28 +40,18 @@ export async function benchGraph(threads: number[], runs = 5): Promise<Row[]> {
     const label = `${t} thread${t > 1 ? 's' : ''}`;
     const compiled = createOrtBackend({ threads: t });
     const opByOp = createOrtBackend({ threads: t, compileSteps: false });
-    const time = (fn: () => void) => {
-      fn();
-      const times: number[] = [];
-      for (let i = 0; i < runs; i++) {
-        const t0 = performance.now();
-        fn();
-        times.push(performance.now() - t0);
-      }
-      return times.sort((a, b) => a - b)[Math.floor(runs / 2)];
-    };
-    const graphForward = time(() => withBackend(compiled, () => noGrad(() => forward.run([ids]))));
-    const plainForward = time(() => withBackend(opByOp, () => noGrad(() => gpt2.forward(ids))));
+    const graphForward = time(() => withBackend(compiled, () => noGrad(() => forward.run([ids]))), runs);
+    const plainForward = time(() => withBackend(opByOp, () => noGrad(() => gpt2.forward(ids))), runs);
     rows.push({
       section: 'graph', case: `GPT-2 124M forward 1×128 as one graph, ${label}`, value: graphForward, unit: 'ms',
       reference: 'ort op by op', referenceValue: plainForward, ratio: graphForward / plainForward, target: '< 1',
     });
-    const graphDecode = time(() => withBackend(compiled, () => noGrad(() => decodeStep.run([token, ...past]))));
+    const graphDecode = time(() => withBackend(compiled, () => noGrad(() => decodeStep.run([token, ...past]))), runs);
     const plainDecode = time(() => withBackend(opByOp, () => noGrad(() => {
       const cache = new KVCache(llama.config.layers);
       for (let i = 0; i < llama.config.layers; i++) cache.layers[i] = { k: past[2 * i], v: past[2 * i + 1] };
       llama.forward(token, { cache });
-    })));
+    })), runs);
     rows.push({
       section: 'graph', case: `Llama ~100M decoding step (128 cached) as one graph, ${label}`, value: graphDecode, unit: 'ms',
       reference: 'ort op by op (fused decoding step)', referenceValue: plainDecode, ratio: graphDecode / plainDecode, target: '< 1',

@@ -37,7 +37,8 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)];
 }
 
-function time(fn: () => void, runs: number): number {
+/** The median milliseconds of `runs` calls of `fn`, after one to warm up. */
+export function time(fn: () => void, runs: number): number {
   fn();
   const times: number[] = [];
   for (let i = 0; i < runs; i++) {
