@@ -3,6 +3,7 @@
 // memory to lend and the tab becomes a worker (lend.ts). `?start=1&memory=256MiB` starts at once. Bundled by esbuild
 // for the browser (scripts/build-dashboard.mjs); nothing is fetched at run time but what the validator serves.
 import './globals.ts';
+import { chooseEngine } from './engine-choice.ts';
 import { peerConnectionsCreated, RTC_BUDGET } from './rtc-budget.ts';
 import type { Connection, Libp2p, PrivateKey } from '@libp2p/interface';
 import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
@@ -230,14 +231,8 @@ function offerLending(node: Libp2p, key: PrivateKey, validator: Multiaddr, deplo
       const account = deployment ? await tabAccountKey() : null;
       if (deployment && !account) throw new Error('this swarm pays on a chain, and this browser keeps no account key for the tab (IndexedDB refused)');
       const chain = deployment && account ? { chain: { deployment, key: account } } : {};
-      // the GPU where WebGPU gives one, else the WebAssembly GEMM where it runs (`?engine=wasm` or `?engine=js` chooses a CPU engine)
-      const measured = await engine;
-      const asked = params.get('engine');
-      const gpu = measured.webgpuGflops !== undefined && (asked === null || asked === 'webgpu');
-      const wasm = !gpu && measured.wasmGflops !== undefined && asked !== 'js';
-      const speed = gpu
-        ? { engine: 'webgpu' as const, gflops: measured.webgpuGflops! }
-        : { engine: wasm ? 'wasm' as const : 'js' as const, gflops: wasm ? measured.wasmGflops! : measured.gflops };
+      // the GPU where it is faster than the CPU's engine, else the WebAssembly GEMM where it runs (`?engine=` chooses)
+      const speed = chooseEngine(await engine, params.get('engine'));
       const worker = await lend(node, key, { memoryBytes, ...speed, validator, ...(fault ? { fault } : {}), ...chain });
       showWork(worker);
     } catch (err) {

@@ -34,7 +34,8 @@ describe('browser tabs on their GPU (browser-webgpu) and a Node worker serve one
     const page = await context.newPage();
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(e.message));
-    await page.goto(`${swarm.dashboard}/lend?start=1&memory=256MiB`);
+    // SwiftShader is slower than the tab's WebAssembly, so the tab would choose that: ?engine=webgpu asks for the GPU
+    await page.goto(`${swarm.dashboard}/lend?start=1&memory=256MiB&engine=webgpu`);
     await page.locator('#lending[data-state="serving"]').waitFor({ timeout: 120_000 }).catch(async () => {
       throw new Error(`the tab did not start serving: ${await page.locator('#lend-panel').innerText()} ${errors.join('; ')}`);
     });
