@@ -83,17 +83,10 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
     else if (s.kind === 'constant') values[i] = new GraphValue(`const${i}`, s.shape, s.dtype, s.tensor);
   }
   for (const op of step.ops) {
-    const lower = loweringOf(op.op);
-    if (lower === undefined) return { refused: `'${op.op}' has no lowering` };
     const args = mapLeaves(op.args, (v) => v instanceof SlotRef, (ref) => values[(ref as SlotRef).slot]) as unknown[];
-    let out: unknown;
-    try {
-      out = lower(g, ...args);
-    } catch (err) {
-      if (err instanceof CannotLower) return { refused: `'${op.op}': ${err.message}` };
-      throw err;
-    }
-    const bound = bindOutputs(op.outputs, out, values, step);
+    const lowered = lowerOne(g, op.op, args);
+    if ('refused' in lowered) return lowered;
+    const bound = bindOutputs(op.outputs, lowered.out, values, step);
     if (bound !== null) return { refused: `'${op.op}': ${bound}` };
   }
   // an output that is an input or a constant itself (a lowering that changed nothing) gets an Identity of its own
@@ -109,6 +102,18 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
   const inputInfos = inputs.map((i) => info(values[i.slot]!));
   const model = encodeModel(g.nodes, inputInfos, outputs.map(info), 17, { initializers: g.initializers, opsets: g.opsets });
   return { model, inputs, outputs };
+}
+
+/** One op's lowering written into `g` with `args` (graph values in place of tensors): what it returns, or why not. */
+function lowerOne(g: GraphBuilder, op: string, args: readonly unknown[]): { out: unknown } | Refusal {
+  const lower = loweringOf(op);
+  if (lower === undefined) return { refused: `'${op}' has no lowering` };
+  try {
+    return { out: lower(g, ...args) };
+  } catch (err) {
+    if (err instanceof CannotLower) return { refused: `'${op}': ${err.message}` };
+    throw err;
+  }
 }
 
 /** Binds a lowering's result to the op's output template, checking every shape; returns what went wrong, or null. */
@@ -172,8 +177,6 @@ function idOf(t: object): number {
  * lowerCall('matmul', [a, b]) // { model, inputs: [a, b], outputs: [{ name, shape, type }], … }
  */
 export function lowerCall(op: string, args: readonly unknown[]): CallGraph | Refusal {
-  const lower = loweringOf(op);
-  if (lower === undefined) return { refused: `'${op}' has no lowering` };
   const g = new GraphBuilder();
   const tensors: Tensor[] = [];
   const valueArgs = mapLeaves(args, (v) => v instanceof Tensor, (t) => {
@@ -182,13 +185,9 @@ export function lowerCall(op: string, args: readonly unknown[]): CallGraph | Ref
     return new GraphValue(`x${tensors.length - 1}`, x.shape, x.dtype, x);
   }) as unknown[];
   if (tensors.some((t) => t.dtype === 'float64')) return { refused: `'${op}' of float64 values: graphs compute in float32` };
-  let out: unknown;
-  try {
-    out = lower(g, ...valueArgs);
-  } catch (err) {
-    if (err instanceof CannotLower) return { refused: `'${op}': ${err.message}` };
-    throw err;
-  }
+  const lowered = lowerOne(g, op, valueArgs);
+  if ('refused' in lowered) return lowered;
+  const out = lowered.out;
   const produced: GraphValue[] = [];
   const result = mapLeaves(out, (v) => v instanceof GraphValue, (v) => {
     produced.push(v as GraphValue);
