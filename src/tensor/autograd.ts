@@ -105,6 +105,7 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
   if (!root.requiresGrad) {
     throw new AutogradError('backward() on a tensor that does not require grad (no graph was recorded)');
   }
+  if (root.deviceStorage !== null) return runDeviceBackward(root, grad, options);
   const order = topologicalOrder(root);
   const grads = new Map<Tensor, Tensor>([[root, grad]]);
   const uses = options.releaseActivations && !options.retainGraph ? bufferUses(order) : null;
@@ -164,13 +165,7 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
         else recycle(g);
         continue;
       }
-      if (node.vjp === null) {
-        throw new AutogradError(
-          `the graph through '${node.op}' was already freed by an earlier backward(); pass { retainGraph: true } to keep it`,
-        );
-      }
-      const inputGrads = node.vjp(g);
-      if (!options.retainGraph) node.vjp = null;
+      const inputGrads = runVjp(node, g, options);
       if (g !== grad) recycle(g, inputGrads);
       if (t !== root) releaseOutput(t);
       node.inputs.forEach((input, i) => {
@@ -203,6 +198,55 @@ export function runBackward(root: Tensor, grad: Tensor, options: BackwardOptions
           if (!pinned.has(buffer) && !adopted.has(buffer)) release(x.data);
         }
       }
+    }
+  } finally {
+    gradEnabled = previous;
+  }
+}
+
+/** A node's vector-Jacobian product on `g`, freeing it unless the graph is kept. */
+function runVjp(node: GradNode, g: Tensor, options: BackwardOptions): (Tensor | null)[] {
+  if (node.vjp === null) {
+    throw new AutogradError(`the graph through '${node.op}' was already freed by an earlier backward(); pass { retainGraph: true } to keep it`);
+  }
+  const inputGrads = node.vjp(g);
+  if (!options.retainGraph) node.vjp = null;
+  return inputGrads;
+}
+
+/**
+ * Backward through a graph of tensors on a device (their nodes' products run there: webgpu records one per op, its
+ * call's lowering differentiated): gradients are summed with the device's own `add`, and the host's buffer reuse
+ * (releaseActivations) does not apply, as the device's allocator owns that memory.
+ */
+/** a + b on their device's backend (inside backward, an op of its own, nested ops do not dispatch by device). */
+function deviceAdd(a: Tensor, b: Tensor): Tensor {
+  const sum = a.deviceStorage?.backend.runOp?.('add', [a, b]);
+  if (sum === undefined) throw new AutogradError(`gradients on '${a.device}' cannot be summed there (its backend has no 'add')`);
+  return sum as Tensor;
+}
+
+function runDeviceBackward(root: Tensor, grad: Tensor, options: BackwardOptions): void {
+  const order = topologicalOrder(root);
+  const grads = new Map<Tensor, Tensor>([[root, grad]]);
+  const previous = gradEnabled;
+  gradEnabled = false;
+  try {
+    for (const t of order) {
+      const g = grads.get(t);
+      grads.delete(t);
+      if (g === undefined) continue;
+      if (t.node === null) {
+        t.grad = t.grad === null ? g : deviceAdd(t.grad, g);
+        continue;
+      }
+      const inputGrads = runVjp(t.node, g, options);
+      t.node.inputs.forEach((input, i) => {
+        const ig = inputGrads[i];
+        if (ig === null || ig === undefined || !input.requiresGrad) return;
+        const prev = grads.get(input);
+        grads.set(input, prev === undefined ? ig : deviceAdd(prev, ig));
+      });
     }
   } finally {
     gradEnabled = previous;

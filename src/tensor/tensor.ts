@@ -193,7 +193,7 @@ export class Tensor {
   /** Accumulates gradients of this tensor into the `.grad` of every leaf that requires one. */
   backward(grad?: Tensor, options: BackwardOptions = {}): void {
     // in a trace, one op: a replay runs backward through the graph its own forward recorded
-    if (hooked) hook('backward', backwardOf, [this, grad, options]);
+    if (hooked) hook('backward', backwardOf, [this, grad, options], true);
     else backwardOf(this, grad, options);
   }
 
@@ -406,7 +406,11 @@ function backwardOf(t: Tensor, grad: Tensor | undefined, options: BackwardOption
   if (grad === undefined && t.size !== 1) {
     throw new AutogradError(`backward() without a gradient needs a scalar, got shape [${t.shape}]`);
   }
-  const g = grad ?? new Tensor(allocate(t.dtype, 1).fill(1), t.shape);
+  const seed = (): Tensor => {
+    const one = new Tensor(allocate(t.dtype, 1).fill(1), t.shape);
+    return t.deviceStorage === null ? one : one.to(t.device);
+  };
+  const g = grad ?? seed();
   if (g.size !== t.size) throw new ShapeMismatchError('gradient shape does not match the tensor');
   runBackward(t, g, options);
 }

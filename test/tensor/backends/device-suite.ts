@@ -15,6 +15,7 @@ import {
   jsBackend,
   loadBackend,
   noGrad,
+  randn,
   type Tensor,
   type TracedStep,
   trace,
@@ -23,7 +24,7 @@ import {
 import { BLOCKS, loadBlock, tracedDecodingStep, tracedForward } from './blocks.ts';
 import { CASES, type ConformanceCase } from './cases.ts';
 import { assertAgree, describeAgreement, type Result } from './compare.ts';
-import { inputsOf } from './suite.ts';
+import { evaluate, inputsOf } from './suite.ts';
 
 const HOST_KV = 'its keys and values are host buffers (TimeMajorKV), not tensors: on a device the cache is tensors (cat)';
 
@@ -37,6 +38,28 @@ export const DEVICE_REFUSED: Readonly<Record<string, string>> = {
 
 const outputs = async (out: Tensor | Tensor[]): Promise<Result[]> =>
   Promise.all((Array.isArray(out) ? out : [out]).map(async (o, i) => ({ label: `output ${i}`, values: await o.read() })));
+
+/**
+ * The case run on tensors moved to `device` as the suite's `evaluate` runs it on the host: its outputs, then the
+ * gradient of Σᵢ outputᵢ · wᵢ (the same seeded w, moved there) to every float input, through the device's backward.
+ */
+async function evaluateOn(device: string, c: ConformanceCase): Promise<Result[]> {
+  const inputs = inputsOf(c).map((x) => {
+    if (x.dtype === 'int32') return x.to(device);
+    const moved = x.to('float32').to(device);
+    if (c.noGrad !== true) moved.requiresGrad = true;
+    return moved;
+  });
+  const ran = c.noGrad === true ? noGrad(() => c.run(...inputs)) : c.run(...inputs);
+  const outs = Array.isArray(ran) ? ran : [ran];
+  const results = await outputs(outs);
+  const graded = outs.filter((o) => o.requiresGrad);
+  if (graded.length === 0) return results;
+  const loss = graded.map((o, i) => o.mul(randn(o.shape, { seed: 1000 + i }).to(device)).sum()).reduce((a, b) => a.add(b));
+  loss.backward();
+  for (const [i, x] of inputs.entries()) if (x.grad) results.push({ label: `gradient of input ${i}`, values: await x.grad.read() });
+  return results;
+}
 
 /** The case's outputs on js, without gradients: the reference. */
 const reference = (c: ConformanceCase): Promise<Result[]> => outputs(withBackend(jsBackend, () => noGrad(() => c.run(...inputsOf(c)))));
@@ -58,7 +81,7 @@ export function deviceConformance(label: string, name: string): void {
   const tolerance = backendTolerance(backend);
   const steps = stepCounts(backend);
 
-  describe(`the ${label} backend conforms on '${device}': every op's forward on tensors moved there, op by op, against js`, () => {
+  describe(`the ${label} backend conforms on '${device}': every op, forward and backward, on tensors moved there, op by op, against js`, () => {
     for (const c of CASES) {
       test(c.name, async (t) => {
         const inputs = inputsOf(c);
@@ -67,15 +90,14 @@ export function deviceConformance(label: string, name: string): void {
           assert.throws(() => inputs.map((x) => x.to(device)), /compact format/);
           return;
         }
-        const moved = inputs.map((x) => x.to(device));
         if (c.name in DEVICE_REFUSED) {
           // refused by the backend, or earlier, where the case reads its device inputs as host buffers
           const refusal = { name: /^(DeviceOpUnsupportedError|DeviceDataError)$/ };
-          assert.throws(() => noGrad(() => c.run(...moved)), refusal, DEVICE_REFUSED[c.name]);
+          assert.throws(() => noGrad(() => c.run(...inputs.map((x) => x.to(device)))), refusal, DEVICE_REFUSED[c.name]);
           return;
         }
-        const got = await outputs(noGrad(() => c.run(...moved)));
-        t.diagnostic(describeAgreement(assertAgree(c.name, await reference(c), got, tolerance[c.format])));
+        const got = await evaluateOn(device, c);
+        t.diagnostic(describeAgreement(assertAgree(c.name, evaluate(jsBackend, c), got, tolerance[c.format])));
       });
     }
   });

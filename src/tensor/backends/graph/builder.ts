@@ -65,7 +65,20 @@ export class GraphBuilder {
   readonly initializers: Initializer[] = [];
   /** Operator sets other than ONNX's that nodes use (domain → version). */
   readonly opsets: Record<string, number> = {};
+  /** Every value the graph knows by name (nodes' outputs, constants, and inputs told with `know`), for gradients.ts. */
+  readonly values = new Map<string, GraphValue>();
   private count = 0;
+
+  /** Tells the builder of values made outside it (the graph's inputs); returns them. */
+  know<T extends GraphValue>(v: T): T {
+    this.values.set(v.name, v);
+    return v;
+  }
+
+  /** The data of a constant (initializer) named `name`, if it is one. */
+  constantData(name: string): Float32Array | Int32Array | BigInt64Array | Uint8Array | undefined {
+    return this.initializers.find((i) => i.name === name)?.data;
+  }
 
   /** A fresh value name. */
   fresh(prefix = 'v'): string {
@@ -98,7 +111,7 @@ export class GraphBuilder {
     attributes?: Record<string, AttributeValue>,
     domain?: string,
   ): GraphValue[] {
-    const values = outs.map((o) => new GraphValue(this.fresh(), [...o.shape], o.type));
+    const values = outs.map((o) => this.know(new GraphValue(this.fresh(), [...o.shape], o.type)));
     this.nodes.push({ op, inputs: inputs.map((v) => v?.name ?? ''), outputs: values.map((v) => v.name), attributes, domain });
     if (domain !== undefined && domain !== '' && this.opsets[domain] === undefined) this.opsets[domain] = 1;
     return values;
@@ -106,7 +119,7 @@ export class GraphBuilder {
 
   /** A constant tensor in the graph (an initializer). */
   constant(values: Float32Array | Int32Array | BigInt64Array | Uint8Array, shape: readonly number[], type: ValueType): GraphValue {
-    const v = new GraphValue(this.fresh('k'), [...shape], type);
+    const v = this.know(new GraphValue(this.fresh('k'), [...shape], type));
     this.initializers.push({ name: v.name, dims: [...shape], data: values });
     return v;
   }

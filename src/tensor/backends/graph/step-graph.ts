@@ -1,5 +1,4 @@
 import { isPlainObject } from '../../dispatch.ts';
-import { Tensor } from '../../tensor.ts';
 import { SlotRef, type TracedStep } from '../../trace.ts';
 import { encodeModel, type ValueInfo } from '../ort/onnx-graph.ts';
 import { CannotLower, GraphBuilder, GraphValue, ONNX_TYPE, type ValueType } from './builder.ts';
@@ -39,7 +38,7 @@ export interface Refusal {
   refused: string;
 }
 
-function mapLeaves(value: unknown, isLeaf: (v: unknown) => boolean, f: (leaf: unknown) => unknown): unknown {
+export function mapLeaves(value: unknown, isLeaf: (v: unknown) => boolean, f: (leaf: unknown) => unknown): unknown {
   if (isLeaf(value)) return f(value);
   if (Array.isArray(value)) return value.map((v) => mapLeaves(v, isLeaf, f));
   if (isPlainObject(value)) return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, mapLeaves(v, isLeaf, f)]));
@@ -48,11 +47,11 @@ function mapLeaves(value: unknown, isLeaf: (v: unknown) => boolean, f: (leaf: un
 
 const sameShape = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((d, i) => d === b[i]);
 
-const info = (v: { name: string; shape: readonly number[]; type: ValueType }): ValueInfo =>
+export const info = (v: { name: string; shape: readonly number[]; type: ValueType }): ValueInfo =>
   ({ name: v.name, type: ONNX_TYPE[v.type], shape: [...v.shape] });
 
 /** Graph values that are outputs must be distinct and not the graph's inputs: those get an Identity of their own. */
-function distinctOutputs(g: GraphBuilder, values: readonly GraphValue[], inputNames: ReadonlySet<string>): GraphValue[] {
+export function distinctOutputs(g: GraphBuilder, values: readonly GraphValue[], inputNames: ReadonlySet<string>): GraphValue[] {
   const seen = new Set<string>();
   return values.map((v) => {
     const taken = inputNames.has(v.name) || seen.has(v.name) || g.initializers.some((i) => i.name === v.name);
@@ -63,7 +62,7 @@ function distinctOutputs(g: GraphBuilder, values: readonly GraphValue[], inputNa
 }
 
 /** The names the nodes read, to declare as inputs only what the graph uses. */
-function usedNames(g: GraphBuilder): Set<string> {
+export function usedNames(g: GraphBuilder): Set<string> {
   return new Set(g.nodes.flatMap((n) => n.inputs));
 }
 
@@ -105,7 +104,7 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
 }
 
 /** One op's lowering written into `g` with `args` (graph values in place of tensors): what it returns, or why not. */
-function lowerOne(g: GraphBuilder, op: string, args: readonly unknown[]): { out: unknown } | Refusal {
+export function lowerOne(g: GraphBuilder, op: string, args: readonly unknown[]): { out: unknown } | Refusal {
   const lower = loweringOf(op);
   if (lower === undefined) return { refused: `'${op}' has no lowering` };
   try {
@@ -142,87 +141,4 @@ function bindOutputs(template: unknown, out: unknown, values: (GraphValue | unde
     }
   }
   return null;
-}
-
-/** One op call as a graph: its tensors in argument order, and its result as a template of graph outputs. */
-export interface CallGraph {
-  model: Uint8Array;
-  /** The call's tensor arguments the graph reads, in order, and the graph input each feeds. */
-  inputs: readonly Tensor[];
-  inputNames: readonly string[];
-  /** What the op returns, each tensor replaced by an OutputIndex: which of `outputs` holds it. */
-  result: unknown;
-  outputs: readonly GraphOutput[];
-  /** A key for the graph: the op, its attributes, and its inputs' shapes and types (calls with the same key share it). */
-  key: string;
-}
-
-/** Where a call's result has a tensor: the index of the graph output that holds it. */
-export class OutputIndex {
-  constructor(readonly index: number) {}
-}
-
-const ids = new WeakMap<object, number>();
-let nextId = 0;
-/** A number per object whose content a graph may hold (a compact weight's bytes, a module's weights): their graphs differ. */
-function idOf(t: object): number {
-  let id = ids.get(t);
-  if (id === undefined) ids.set(t, (id = nextId++));
-  return id;
-}
-
-/**
- * One call of op `op` with `args` (tensors among them) as a graph of its own, or why not.
- * @example
- * lowerCall('matmul', [a, b]) // { model, inputs: [a, b], outputs: [{ name, shape, type }], … }
- */
-export function lowerCall(op: string, args: readonly unknown[]): CallGraph | Refusal {
-  const g = new GraphBuilder();
-  const tensors: Tensor[] = [];
-  const valueArgs = mapLeaves(args, (v) => v instanceof Tensor, (t) => {
-    const x = t as Tensor;
-    tensors.push(x);
-    return new GraphValue(`x${tensors.length - 1}`, x.shape, x.dtype, x);
-  }) as unknown[];
-  if (tensors.some((t) => t.dtype === 'float64')) return { refused: `'${op}' of float64 values: graphs compute in float32` };
-  const lowered = lowerOne(g, op, valueArgs);
-  if ('refused' in lowered) return lowered;
-  const out = lowered.out;
-  const produced: GraphValue[] = [];
-  const result = mapLeaves(out, (v) => v instanceof GraphValue, (v) => {
-    produced.push(v as GraphValue);
-    return new OutputIndex(produced.length - 1);
-  });
-  const used = usedNames(g);
-  const inputNames = new Set(tensors.map((_, i) => `x${i}`).filter((n) => used.has(n) || produced.some((v) => v.name === n)));
-  const results = distinctOutputs(g, produced, inputNames);
-  const outputs = results.map((v, i) => ({ name: v.name, slot: i, shape: v.shape, type: v.type }));
-  const inputs = tensors.filter((_, i) => inputNames.has(`x${i}`));
-  const fed = tensors.flatMap((_, i) => (inputNames.has(`x${i}`) ? [`x${i}`] : []));
-  const inputInfos = tensors.flatMap((t, i) => (inputNames.has(`x${i}`) ? [info({ name: `x${i}`, shape: t.shape, type: t.dtype })] : []));
-  const model = encodeModel(g.nodes, inputInfos, outputs.map(info), 17, { initializers: g.initializers, opsets: g.opsets });
-  return { model, inputs, inputNames: fed, result, outputs, key: callKey(op, args) };
-}
-
-/**
- * The key of a call's graph, without lowering it: the op, its tensors' types and shapes (and which compact weight, whose
- * bytes a graph holds), its other arguments by value, and an object that is not plain data (a module whose weights a
- * lowering stores) by identity. Calls with the same key share a graph.
- * @example
- * callKey('matmul', [a, b]) // 'matmul|["float32[2,3]","float32[3,4]"]'
- */
-export function callKey(op: string, args: readonly unknown[]): string {
-  const described = mapLeaves(args, (v) => v instanceof Tensor, (t) => {
-    const x = t as Tensor;
-    return `${x.dtype}[${x.shape}]${x.packed ? `#${idOf(x)}` : ''}`;
-  });
-  return `${op}|${JSON.stringify(described, (_k, v: unknown) =>
-    (typeof v === 'object' && v !== null && !Array.isArray(v) && !isPlainObject(v) ? `@${idOf(v)}` : v))}`;
-}
-
-/** The tensors among a call's arguments, in the order lowerCall names them x0, x1, …. */
-export function callTensors(args: readonly unknown[]): Tensor[] {
-  const tensors: Tensor[] = [];
-  mapLeaves(args, (v) => v instanceof Tensor, (t) => tensors.push(t as Tensor));
-  return tensors;
 }

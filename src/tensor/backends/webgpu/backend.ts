@@ -1,13 +1,13 @@
 import { DeviceOpUnsupportedError, TraceError } from '../../../errors.ts';
-import { isGradEnabled } from '../../autograd.ts';
+import { isGradEnabled, record } from '../../autograd.ts';
 import { type Allocator, DeviceStorage } from '../../device.ts';
-import { forEachTensor } from '../../dispatch.ts';
 import type { DType, TypedArray } from '../../dtype.ts';
 import { addRowBias, matmulJs, type MatmulSpec } from '../../kernels/matmul.ts';
 import { Tensor } from '../../tensor.ts';
 import type { CompiledStep, TracedStep } from '../../trace.ts';
 import type { Backend, Tolerance } from '../backend.ts';
-import { type CallGraph, callKey, callTensors, type GraphOutput, lowerCall, lowerStep, OutputIndex } from '../graph/step-graph.ts';
+import { type CallGraph, callKey, callTensors, gradientNeeds, lowerCall, lowerCallGradient, OutputIndex } from '../graph/call-graph.ts';
+import { type GraphOutput, lowerStep } from '../graph/step-graph.ts';
 import { type GpuSession, type GpuValue, loadWebGpuRuntime } from './runtime.ts';
 
 /**
@@ -18,8 +18,9 @@ import { type GpuSession, type GpuValue, loadWebGpuRuntime } from './runtime.ts'
  * section: one dispatch chain per step instead of one per op. Values stay on the GPU; only
  * `await t.toHost()` reads one back.
  *
- * What it does not do yet: gradients (an op on webgpu tensors that need one is refused, so a
- * backward can never silently miss a term), float64 (refused: GPUs compute in float32), and
+ * Gradients: an op on webgpu tensors that need one records an autograd node whose backward runs
+ * the gradient of its lowering (graph/gradients.ts) as a graph on the GPU; an op whose gradient
+ * cannot be written is refused at the op. What it does not do yet: float64 (refused: GPUs compute in float32), and
  * compact weights on the device (a step's int8/int4 weights are stored in its graph, as
  * MatMulNBits reads them).
  */
@@ -84,20 +85,11 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
     tolerance: WEBGPU_TOLERANCE,
     allocator,
     runOp(op, args) {
-      if (isGradEnabled()) {
-        let needsGrad = false;
-        forEachTensor(args, (t) => (needsGrad ||= t.requiresGrad));
-        if (needsGrad) {
-          throw new DeviceOpUnsupportedError(
-            `'${op}' on webgpu tensors that require gradients: training on webgpu is not supported yet; run inference under noGrad(), or train on 'cpu'`,
-            { details: { op, device: 'webgpu' } },
-          );
-        }
-      }
-      const graph = cachedCall(op, args);
-      if (graph === null) return undefined;
-      const outs = run(graph.session, graph.graph.inputs.map((t, i) => [graph.graph.inputNames[i], t] as const), graph.graph.outputs);
-      return rebuild(graph.graph.result, outs);
+      const call = cachedCall(op, args);
+      if (call === null) return undefined;
+      const outs = run(call.session, callFeeds(call.graph, callTensors(args)), call.graph.outputs);
+      if (isGradEnabled()) recordGradients(op, args, outs);
+      return rebuild(call.graph.result, outs);
     },
     compileStep(step) {
       return compileGpuStep(step);
@@ -119,9 +111,44 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
       entry = { graph: lowered, session: gpu.session(lowered.model) };
       calls.set(key, entry);
     }
-    // the cached graph reads this call's tensors: those its inputs name (x0, x1, … in argument order)
+    return entry;
+  }
+
+  /** A call graph's feeds: its inputs x<i> are the call's tensors (and, for a gradient graph, the output's gradient last). */
+  const callFeeds = (graph: CallGraph, tensors: readonly Tensor[]) =>
+    graph.inputNames.map((n) => [n, tensors[Number(n.slice(1))]] as const);
+
+  /** Gradient graphs by call and output, their sessions made at the first backward through them. */
+  const gradients = new Map<string, { graph: CallGraph; session: GpuSession | null }>();
+
+  /**
+   * Records an autograd node on each float output of a call whose tensors need gradients: its backward runs the call's
+   * gradient graph (lowerCallGradient) on the device. The graph is made here, so an op whose gradient cannot be
+   * written is refused at the op, not later in backward.
+   */
+  function recordGradients(op: string, args: readonly unknown[], outs: readonly Tensor[]): void {
     const tensors = callTensors(args);
-    return { graph: { ...entry.graph, inputs: entry.graph.inputNames.map((n) => tensors[Number(n.slice(1))]) }, session: entry.session };
+    const needs = gradientNeeds(op, tensors);
+    if (!needs.some(Boolean)) return;
+    outs.forEach((out, k) => {
+      if (out.dtype !== 'float32') return;
+      const key = `${k}:${needs.map(Number).join('')}|${callKey(op, args)}`;
+      let entry = gradients.get(key);
+      if (entry === undefined) {
+        const lowered = lowerCallGradient(op, args, k, needs);
+        if ('refused' in lowered) {
+          throw new DeviceOpUnsupportedError(`'${op}' on webgpu tensors that require gradients: ${lowered.refused}`, { details: { op, device: 'webgpu' } });
+        }
+        gradients.set(key, (entry = { graph: lowered, session: null }));
+      }
+      const gradient = entry;
+      record(out, op, tensors.filter((_, i) => needs[i]), (dy) => {
+        gradient.session ??= gpu.session(gradient.graph.model);
+        const grads = run(gradient.session, callFeeds(gradient.graph, [...tensors, dy]), gradient.graph.outputs);
+        const result = gradient.graph.result as (OutputIndex | null)[];
+        return result.flatMap((i, k) => (needs[k] ? [i === null ? null : grads[i.index]] : []));
+      });
+    });
   }
 
   /** Runs a session on tensors, giving back device tensors for the outputs. */
