@@ -8,6 +8,7 @@
 import '../src/polyfills.ts';
 import { readFileSync } from 'node:fs';
 import { heldOutLoss } from '../src/data/index.ts';
+import { GraphDecoder } from '../src/models/generation/graph-decode.ts';
 import { type CausalLM, KVCache, loadModel } from '../src/models/index.ts';
 import { createOrtBackend, noGrad, packedBytes, setBackend, tensor } from '../src/tensor/index.ts';
 
@@ -18,8 +19,13 @@ export interface ChildJob {
   /** Ours: hold the matrices as int8 / int4 (the file's Q8_0 / Q4_0 blocks as they are). */
   quantize?: 'int8' | 'int4';
   threads: number;
-  /** Ours: onnxruntime's spinning pool (absent: the backend's default, 'auto'). */
+  /** Ours: onnxruntime's spinning pool (absent: the backend's default, 'auto'; the whole-step graph's: off). */
   spinning?: boolean;
+  /**
+   * Ours: decode with the whole step as one onnxruntime graph (graph-decode.ts: one session, a bounded cache of
+   * prompt + tokens slots, the prompt fed a token at a time) instead of op by op.
+   */
+  wholeStep?: boolean;
   prompt: number[];
   /** Tokens to decode after the prompt (the first comes from the prompt's pass). */
   tokens: number;
@@ -45,6 +51,8 @@ export interface ChildResult {
   /** Bytes of the weights as held (ours only). */
   weightBytes?: number;
   heldOut?: { loss: number; perplexity: number; tokens: number };
+  /** The whole-step graph's decode steps: ms per step inside onnxruntime's run and in the js around it; compile s. */
+  profile?: { runMs: number; glueMs: number; compileSeconds: number };
 }
 
 function status(field: 'VmHWM' | 'VmRSS'): number {
@@ -59,10 +67,48 @@ function heldBytes(model: CausalLM): number {
   return bytes;
 }
 
+const argmax = (v: Float32Array) => {
+  let best = 0;
+  for (let i = 1; i < v.length; i++) if (v[i] > v[best]) best = i;
+  return best;
+};
+
+/** Ours with the whole step as one onnxruntime graph (GraphDecoder); the speeds and profile are the best round's. */
+function wholeStep(job: ChildJob, model: CausalLM, loadedRss: number): ChildResult {
+  const capacity = job.prompt.length + job.tokens;
+  const decoder = new GraphDecoder(model, { capacity, threads: job.threads, spinning: job.spinning ?? false });
+  let tokens: number[] = [];
+  let promptSeconds = Infinity;
+  let decodeSeconds = Infinity;
+  let profile = { runMs: 0, glueMs: 0 };
+  for (let round = 0; round < job.rounds; round++) {
+    decoder.reset();
+    let t = performance.now();
+    let logits: Float32Array = new Float32Array();
+    for (const id of job.prompt) logits = decoder.step(id);
+    tokens = [argmax(logits)];
+    promptSeconds = Math.min(promptSeconds, (performance.now() - t) / 1000);
+    const { runMs, glueMs, steps } = decoder.profile;
+    t = performance.now();
+    while (tokens.length < job.tokens) tokens.push(argmax(decoder.step(tokens[tokens.length - 1])));
+    const seconds = (performance.now() - t) / 1000;
+    if (seconds < decodeSeconds) {
+      const n = decoder.profile.steps - steps;
+      decodeSeconds = seconds;
+      profile = { runMs: (decoder.profile.runMs - runMs) / n, glueMs: (decoder.profile.glueMs - glueMs) / n };
+    }
+  }
+  return {
+    tokens, tokensPerSecond: (job.tokens - 1) / decodeSeconds, promptSeconds, peakRss: status('VmHWM'), loadedRss, weightBytes: heldBytes(model),
+    profile: { ...profile, compileSeconds: decoder.profile.compileMs / 1000 },
+  };
+}
+
 async function ours(job: ChildJob): Promise<ChildResult> {
   setBackend(createOrtBackend({ threads: job.threads, ...(job.spinning !== undefined ? { spinning: job.spinning } : {}) }));
   const model = await loadModel(job.file, job.quantize ? { quantize: job.quantize } : {});
   const loadedRss = status('VmRSS');
+  if (job.wholeStep) return wholeStep(job, model, loadedRss);
   let tokens: number[] = [];
   let promptSeconds = Infinity;
   let decodeSeconds = Infinity;
@@ -72,10 +118,7 @@ async function ours(job: ChildJob): Promise<ChildResult> {
       noGrad(() => {
         const logits = model.forward(tensor(Int32Array.from(ids), [1, ids.length], 'int32'), { cache });
         const v = logits.shape[2];
-        const last = logits.data.subarray((ids.length - 1) * v, ids.length * v) as Float32Array;
-        let best = 0;
-        for (let i = 1; i < v; i++) if (last[i] > last[best]) best = i;
-        return best;
+        return argmax(logits.data.subarray((ids.length - 1) * v, ids.length * v) as Float32Array);
       });
     let t = performance.now();
     tokens = [next(job.prompt)];

@@ -6,6 +6,7 @@ import { byteLevelTokenizerJson, configToHF, createModel, hfToGGUF, HFTokenizer,
 import { createOrtBackend, Generator, setBackend } from '../src/tensor/index.ts';
 import type { Row } from './gemm.ts';
 import type { ChildJob, ChildResult } from './quant-child.ts';
+import { cpuTargets, wholeStepRows } from './quant-targets.ts';
 
 /**
  * Compact weights against llama.cpp on the same weights: a Llama-shaped model of about 100M parameters (byte-level
@@ -14,6 +15,8 @@ import type { ChildJob, ChildResult } from './quant-child.ts';
  * runs the same file. Each variant runs in its own process: decode tokens/s (one token a step after the prompt,
  * KV cache), peak resident memory (VmHWM), held-out perplexity on fortunes, greedy tokens. Above 1 thread, ours at
  * int8 / int4 also runs with onnxruntime's spinning pool off (the backend's 'auto' spins for products this small).
+ * Ours at int8 / int4 also decodes with the whole step as one onnxruntime graph (quant-targets.ts), against which
+ * the CPU targets of #46 are stated, met or not.
  *
  * llama.cpp comes from bench/llama-cpp (its own package, ~730 MB of prebuilt binaries, kept out of the root
  * install): `npm ci --prefix bench/llama-cpp`. Without it the llama.cpp rows are skipped with that message.
@@ -46,12 +49,12 @@ const GREEDY = 24;
 const EVAL_SEQ = 128;
 const EVAL_WINDOWS = 16;
 
-const FORMATS = [
+export const FORMATS = [
   { ours: 'f32', gguf: 'F32', type: 'f32' },
   { ours: 'int8', gguf: 'Q8_0', type: 'q8_0' },
   { ours: 'int4', gguf: 'Q4_0', type: 'q4_0' },
 ] as const;
-type Format = (typeof FORMATS)[number]['ours'];
+export type Format = (typeof FORMATS)[number]['ours'];
 
 const OUT = fileURLToPath(new URL('./out/quant/', import.meta.url));
 const LLAMA_DIR = fileURLToPath(new URL('./llama-cpp/', import.meta.url));
@@ -73,7 +76,7 @@ interface Prepared {
 }
 
 /** Trains (or reuses a model trained with the same settings earlier) and exports it to GGUF at the three formats. */
-async function prepare(steps: number): Promise<Prepared> {
+export async function prepare(steps: number): Promise<Prepared> {
   const dir = `${OUT}llama-100m-${steps}-steps/`;
   const stamp = `${dir}prepared.json`;
   const files = Object.fromEntries(FORMATS.map((f) => [f.ours, `${dir}model-${f.type}.gguf`])) as Record<Format, string>;
@@ -169,6 +172,9 @@ export async function benchQuant(threads: number[], quick = false): Promise<Row[
     value: p.lastLoss, unit: 'nats (train loss)', reference: 'first step', referenceValue: p.firstLoss, ratio: p.lastLoss / p.firstLoss,
   }];
   const lastThreads = threads[threads.length - 1];
+  /** The whole-step graph's runs by format and threads, and llama.cpp's, for the CPU targets. */
+  const graphs: Record<'int8' | 'int4', Record<number, ChildResult>> = { int8: {}, int4: {} };
+  const llamaAt: Record<number, Partial<Record<Format, ChildResult>>> = {};
   const ours: Partial<Record<Format, ChildResult>> = {};
   const theirs: Partial<Record<Format, ChildResult>> = {};
   for (const t of threads) {
@@ -210,6 +216,8 @@ export async function benchQuant(threads: number[], quick = false): Promise<Row[
         });
       }
     }
+    const wholeStep = await wholeStepRows(rows, label, { ...base, heldOut: undefined }, p.files, oursAt, theirsAt, runChild);
+    for (const [f, o] of wholeStep) graphs[f][t] = o;
     if (t > 1) {
       // onnxruntime's 'auto' spinning pool spins for products this small; on a busy 2-core VM a spinning thread
       // fights for the core, so the quantized formats also run with spinning off
@@ -231,6 +239,7 @@ export async function benchQuant(threads: number[], quick = false): Promise<Row[
         });
       }
     }
+    llamaAt[t] = theirsAt;
     const f32 = oursAt.f32!;
     for (const f of ['int8', 'int4'] as const) {
       const o = oursAt[f]!;
@@ -246,6 +255,8 @@ export async function benchQuant(threads: number[], quick = false): Promise<Row[
       });
     }
   }
+
+  rows.push(...cpuTargets(threads, graphs, llamaAt));
 
   // memory held by the weights, against the float32 weights
   for (const f of ['int8', 'int4'] as const) {
