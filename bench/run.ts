@@ -27,6 +27,7 @@ import { benchLora } from './lora.ts';
 import { benchNat } from './nat.ts';
 import { benchTab } from './tab.ts';
 import { benchP2p } from './p2p.ts';
+import { benchPerplexity } from './perplexity.ts';
 import { benchPipeline } from './pipeline.ts';
 import { benchQuant } from './quant.ts';
 import { benchServe } from './serve.ts';
@@ -136,6 +137,10 @@ if (sections.includes('graph')) {
 if (sections.includes('quant')) {
   log('quant: a ~100M Llama trained briefly on fortunes, ours at f32/int8/int4 vs llama.cpp at F32/Q8_0/Q4_0 on its GGUF exports: decode, peak RSS, perplexity, greedy tokens ...');
   rows.push(...(await benchQuant(threads, values.quick)));
+}
+if (sections.includes('perplexity')) {
+  log('perplexity: a small Llama trained on fortunes until its greedy text is words, held-out perplexity at f32/bf16/int8/int4 on js, ort, webgpu and llama.cpp (GGUF F32/BF16/Q8_0/Q4_0) ...');
+  rows.push(...(await benchPerplexity(values.quick)));
 }
 if (sections.includes('hosted')) {
   log('hosted: a model two hosts serve, used by 1, 4 and 8 users at once (a session each, or batched at a gateway) ...');
