@@ -160,3 +160,42 @@ export function tracedDecodingStep(backend: Backend, block: CausalLM): Promise<{
   };
   return tracedRuns(backend, decode, inputs, ['the cache\'s keys', 'the cache\'s values']);
 }
+
+/**
+ * A block's training step as a traced step: forward, and backward of Σ output · w (w seeded, a constant of the step),
+ * traced on js and replayed on `backend` with new hidden states (op by op, or as one graph of forward and backward
+ * where the backend compiles steps: graph/step-backward.ts), beside the same step called on js. Compared: the output
+ * and every parameter's gradient, which the step adds into `.grad` (cleared before each run). Float32 blocks only: a
+ * compact weight is frozen, and a gradient through it is not lowered.
+ */
+export async function tracedTraining(backend: Backend, block: CausalLM): Promise<{ ref: BlockRun; got: BlockRun }> {
+  const g = new Generator(SEED + 2);
+  const params = [...block.hfStateDict()].filter(([, p]) => p.requiresGrad);
+  const clear = () => params.forEach(([, p]) => (p.grad = null));
+  const weights = withBackend(jsBackend, () => randn([...BLOCK_INPUT, block.config.hidden], { seed: 1000 }));
+  const stepFn = (x: Tensor): Tensor => {
+    const y = block.forward(x);
+    y.mul(weights).sum().backward();
+    return y;
+  };
+  const { step } = withBackend(jsBackend, () => trace(stepFn, [hidden(g, block)]));
+  const device = backendDevice(backend);
+  const ref: BlockRun = { results: [], inputs: [] };
+  const got: BlockRun = { results: [], inputs: [] };
+  const collect = async (run: BlockRun, y: Tensor, label: string) => {
+    run.results.push({ label, values: await y.read() });
+    for (const [name, p] of params) if (p.grad) run.results.push({ label: `${label}: gradient of ${name}`, values: await p.grad.read() });
+    run.inputs.push({ label, values: new Float32Array(0) });
+  };
+  for (let i = 1; i <= REPLAYS; i++) {
+    const x = hidden(g, block);
+    const label = `replay ${i}'s output`;
+    clear();
+    await collect(ref, withBackend(jsBackend, () => stepFn(x)), label);
+    clear();
+    const y = device === 'cpu' ? withBackend(backend, () => step.run([x])) : step.run([x.to(device)]);
+    await collect(got, y, label);
+  }
+  clear();
+  return { ref, got };
+}

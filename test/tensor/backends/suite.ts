@@ -25,7 +25,7 @@ import {
 } from '../../../src/tensor/index.ts';
 import { ORT_MIN_MACS } from '../../../src/tensor/backends/ort/backend.ts';
 import type { MatmulSpec } from '../../../src/tensor/kernels/matmul.ts';
-import { BLOCKS, decodeBlock, loadBlock, tracedDecodingStep, tracedForward, trainBlock } from './blocks.ts';
+import { BLOCKS, decodeBlock, loadBlock, tracedDecodingStep, tracedForward, tracedTraining, trainBlock } from './blocks.ts';
 import { CASES, type ConformanceCase } from './cases.ts';
 import { deviceConformance } from './device-suite.ts';
 import { assertAgree, describeAgreement, type Result } from './compare.ts';
@@ -137,7 +137,7 @@ function open(name: string, options: BackendOptions): Backend | { skip: string }
 
 /** The kinds of block runs: [title, what runs it]. */
 const BLOCK_RUNS = [['trained', trainBlock], ['decoding', decodeBlock]] as const;
-const TRACED_RUNS = [['forward', tracedForward], ['decoding step', tracedDecodingStep]] as const;
+const TRACED_RUNS = [['forward', tracedForward], ['decoding step', tracedDecodingStep], ['training step', tracedTraining]] as const;
 
 /**
  * Registers the suite for the registered backend `name` (made by `createBackend(name, variant.options)`, held to the
@@ -197,6 +197,7 @@ export function conformance(name: string, variant?: ConformanceVariant): void {
       const title = `${fixture}${format === 'f32' ? '' : ` (${format} weights)`}`;
       const based = format === 'int8' || format === 'int4';
       for (const [mode, run] of TRACED_RUNS) {
+        if (run === tracedTraining && format !== 'f32') continue;
         test(`${title}: block 0's traced ${mode}`, async (t) => {
           const block = await loadBlock(fixture, format);
           const { ref, got } = await run(subject.backend, block);

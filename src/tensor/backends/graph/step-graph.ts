@@ -3,6 +3,8 @@ import { SlotRef, type TracedStep } from '../../trace.ts';
 import { encodeModel, type ValueInfo } from '../ort/onnx-graph.ts';
 import { CannotLower, GraphBuilder, GraphValue, ONNX_TYPE, type ValueType } from './builder.ts';
 import { loweringOf } from './lowerings.ts';
+import { lowerBackward, type StepGradients } from './step-backward.ts';
+import type { Tensor } from '../../tensor.ts';
 
 /**
  * A traced step (trace.ts) written as one ONNX graph, through the lowerings of its ops: the
@@ -31,6 +33,11 @@ export interface StepGraph {
   model: Uint8Array;
   inputs: readonly GraphInput[];
   outputs: readonly GraphOutput[];
+  /**
+   * Where the step calls `backward()`: the gradient of each parameter, outputs of the graph after `outputs`, which
+   * the backend that runs it adds into the parameter's `.grad` (step-backward.ts).
+   */
+  gradients: readonly { name: string; tensor: Tensor; shape: readonly number[] }[];
 }
 
 /** Why a step or call was not lowered: the op, and what its lowering said. */
@@ -78,10 +85,16 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
   const values: (GraphValue | undefined)[] = new Array(step.slots.length);
   for (const [i, s] of step.slots.entries()) {
     if (s.dtype === 'float64') return { refused: `slot ${i} is float64: graphs compute in float32` };
-    if (s.kind === 'input') values[i] = new GraphValue(`in${i}`, s.shape, s.dtype);
-    else if (s.kind === 'constant') values[i] = new GraphValue(`const${i}`, s.shape, s.dtype, s.tensor);
+    if (s.kind === 'input') values[i] = g.know(new GraphValue(`in${i}`, s.shape, s.dtype));
+    else if (s.kind === 'constant') values[i] = g.know(new GraphValue(`const${i}`, s.shape, s.dtype, s.tensor));
   }
+  const gradients: StepGradients = new Map();
   for (const op of step.ops) {
+    if (op.op === 'backward') {
+      const why = lowerBackward(g, op.args, values, step, gradients);
+      if (why !== null) return { refused: why };
+      continue;
+    }
     const args = mapLeaves(op.args, (v) => v instanceof SlotRef, (ref) => values[(ref as SlotRef).slot]) as unknown[];
     const lowered = lowerOne(g, op.op, args);
     if ('refused' in lowered) return lowered;
@@ -90,7 +103,9 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
   }
   // an output that is an input or a constant itself (a lowering that changed nothing) gets an Identity of its own
   const fedNames = new Set(step.slots.flatMap((s, i) => (s.kind === 'result' ? [] : [values[i]!.name])));
-  const results = distinctOutputs(g, step.outputSlots.map((s) => values[s]!), fedNames);
+  const grads = [...gradients.values()];
+  const all = distinctOutputs(g, [...step.outputSlots.map((s) => values[s]!), ...grads], fedNames);
+  const results = all.slice(0, step.outputSlots.length);
   const used = usedNames(g);
   const inputs: GraphInput[] = [];
   for (const [slot, s] of step.slots.entries()) {
@@ -99,8 +114,11 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
   }
   const outputs = step.outputSlots.map((slot, i) => ({ name: results[i].name, slot, shape: results[i].shape, type: results[i].type }));
   const inputInfos = inputs.map((i) => info(values[i.slot]!));
-  const model = encodeModel(g.nodes, inputInfos, outputs.map(info), 17, { initializers: g.initializers, opsets: g.opsets });
-  return { model, inputs, outputs };
+  const params = [...gradients.keys()];
+  const gradOutputs = all.slice(step.outputSlots.length).map((v, i) => ({ name: v.name, tensor: params[i], shape: v.shape }));
+  const declared = [...outputs.map(info), ...gradOutputs.map((o) => info({ ...o, type: 'float32' }))];
+  const model = encodeModel(g.nodes, inputInfos, declared, 17, { initializers: g.initializers, opsets: g.opsets });
+  return { model, inputs, outputs, gradients: gradOutputs };
 }
 
 /** One op's lowering written into `g` with `args` (graph values in place of tensors): what it returns, or why not. */

@@ -1,4 +1,5 @@
 import { allocate, type DType } from '../../dtype.ts';
+import { addInto } from '../../kernels/rows.ts';
 import { Tensor } from '../../tensor.ts';
 import type { CompiledStep, TracedStep } from '../../trace.ts';
 import { lowerStep } from '../graph/step-graph.ts';
@@ -33,10 +34,16 @@ export function compileOrtStep(
         return { name, data: t.data as Float32Array | Int32Array, dims: t.shape };
       });
       const outs = lowered.outputs.map((o) => new Tensor(allocate(o.type as DType, o.shape.reduce((a, d) => a * d, 1)), [...o.shape]));
-      session.run(
-        feeds,
-        lowered.outputs.map((o, i) => ({ name: o.name, data: outs[i].data as Float32Array | Int32Array, dims: o.shape })),
-      );
+      const grads = lowered.gradients.map((o) => new Float32Array(o.tensor.size));
+      session.run(feeds, [
+        ...lowered.outputs.map((o, i) => ({ name: o.name, data: outs[i].data as Float32Array | Int32Array, dims: o.shape })),
+        ...lowered.gradients.map((o, i) => ({ name: o.name, data: grads[i], dims: o.shape })),
+      ]);
+      // backward in the step: its gradients added into the parameters' .grad, as backward() does
+      lowered.gradients.forEach(({ tensor: p }, i) => {
+        if (p.grad === null) p.grad = new Tensor(grads[i], p.shape);
+        else addInto(p.grad.data as Float32Array, grads[i]);
+      });
       return outs;
     },
   };

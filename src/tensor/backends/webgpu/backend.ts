@@ -3,6 +3,7 @@ import { isGradEnabled, record } from '../../autograd.ts';
 import { type Allocator, DeviceStorage } from '../../device.ts';
 import type { DType, TypedArray } from '../../dtype.ts';
 import { addRowBias, matmulJs, type MatmulSpec } from '../../kernels/matmul.ts';
+import { addInto } from '../../kernels/rows.ts';
 import { Tensor } from '../../tensor.ts';
 import type { CompiledStep, TracedStep } from '../../trace.ts';
 import type { Backend, Tolerance } from '../backend.ts';
@@ -209,7 +210,19 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
       run(inputs) {
         const feeds: Record<string, unknown> = {};
         for (const { name, slot } of lowered.inputs) feeds[name] = slot < step.inputCount ? gpuValueOf(inputs[slot]) : constants.get(name);
-        const values = session.run(feeds, lowered.outputs.map((o) => o.name));
+        const values = session.run(feeds, [...lowered.outputs, ...lowered.gradients].map((o) => o.name));
+        // backward in the step: its gradients added into the parameters' .grad (on the GPU for a parameter there)
+        for (const { name, tensor: p, shape } of lowered.gradients) {
+          if (p.deviceStorage !== null) {
+            const grad = deviceTensor(values[name], 'float32', shape);
+            p.grad = p.grad === null ? grad : (backend.runOp!('add', [p.grad, grad]) as Tensor);
+          } else {
+            const host = new Float32Array(gpu.download(values[name]) as Float32Array);
+            values[name].dispose();
+            if (p.grad === null) p.grad = new Tensor(host, p.shape);
+            else addInto(p.grad.data as Float32Array, host);
+          }
+        }
         return lowered.outputs.map((o) => deviceTensor(values[o.name], o.type as DType, o.shape));
       },
     };
