@@ -1,12 +1,13 @@
 // `npm test`'s runner: typechecks, lints and builds dist/ side by side (the build so that every node a test starts
 // runs compiled JavaScript, not TypeScript through tsx: `npm run build:test`, the CLI's bundle made by esbuild from
 // src/ without tsc's emit, which would compile again what the typecheck compiles; test/cli/build.test.ts runs the
-// whole `npm run build`), then runs the test files three at a time on two cores (each
-// its own process; the longest first, by test/durations.json; most of them wait on sockets and timers part of the
-// time), then the demo's file alone (its 5-minute gate measures the demo, not its neighbours), and ends with the ten
-// slowest files. Exits non-zero if a check or any file failed. (Four at a time with the checks beside the tests was
-// slower on 2 cores: 555 s for the files instead of 440.) The test files run as JavaScript that esbuild bundled
-// (our code only; packages stay imports) into .test-build/, which starts a file's process in a third of the
+// whole `npm run build`), then runs the test files three at a time on two cores (each its own process; the longest
+// first, by test/durations.json; most of them wait on sockets and timers part of the time), then the demo's file
+// beside a few files that mostly wait (its 5-minute gate measures the demo, not a neighbour's computing), and ends with
+// the ten slowest files. Files that mostly wait also run beside the checks, from the moment the build is done
+// (BESIDE_CHECKS, BESIDE_DEMO). Exits non-zero if a check or any file failed. (Four at a time with the checks beside
+// the tests was slower on 2 cores: 555 s for the files instead of 440.) The test files run as JavaScript that esbuild
+// bundled (our code only; packages stay imports) into .test-build/, which starts a file's process in a third of the
 // CPU that tsx's on-the-fly compiling takes; --tsx runs them through tsx instead.
 //   node scripts/test.mjs [FILE...] [--concurrency N] [--no-build] [--no-checks] [--save-durations] [--tsx]
 import { spawn } from 'node:child_process';
@@ -19,6 +20,20 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 const root = fileURLToPath(new URL('..', import.meta.url));
 const DURATIONS = `${root}test/durations.json`;
 const ALONE = 'test/demo.test.ts';
+/**
+ * Files that spend most of their time waiting (on timers, other hosts' processes, NAT routers: a tenth of their time
+ * on the CPU or less, 6 of 61 s for the NAT file in CI), run one after another beside the demo, which leaves about a
+ * third of a core idle, rather than taking a lane of the pool for that long. Their seconds add up to about the demo's.
+ */
+const BESIDE_DEMO = ['test/p2p/nat.test.ts', 'test/p2p/links.test.ts'];
+/**
+ * Files that mostly wait too (on the validator forgetting a killed worker, a deadline passing: 10 of 50 s on the CPU for
+ * the failover file, 2 of 10-17 s for the others), run one after another from the moment the build is done, beside the
+ * typecheck and the lint (which leave a core idle once the lint is done), and on beside the pool if the checks end
+ * first: a fourth process that asks little of the CPU, where the pool would give each a lane of three. None of them
+ * times what it asserts closer than 10 s.
+ */
+const BESIDE_CHECKS = ['test/user/failover.test.ts', 'test/p2p/swarm.test.ts', 'test/ledger/validators.test.ts', 'test/serve/openai.test.ts'];
 const TIME = existsSync('/usr/bin/time') ? '/usr/bin/time' : null;
 
 const args = process.argv.slice(2);
@@ -83,13 +98,6 @@ async function npmRun(name) {
   return code === 0;
 }
 
-// the checks and the build side by side, before the tests
-const checks = Promise.all([...(checked ? ['typecheck', 'lint'] : []), ...(build ? ['build:test'] : [])].map(npmRun));
-if (!(await checks).every(Boolean)) {
-  process.stderr.write('the checks or the build failed: the tests were not run\n');
-  process.exit(1);
-}
-
 /** Bundles the test files into .test-build/ (each module's `import.meta.url` the URL of its source): file → its bundle. */
 async function bundleTests(files) {
   const outdir = join(root, '.test-build');
@@ -127,20 +135,40 @@ async function runFile(file) {
   return { file, seconds, cpu, ok };
 }
 
+/** Set when a check failed: a lane starts no other file. */
+let stopping = false;
+
+/** Runs `files` `width` at a time, the longest first. */
 async function pool(files, width) {
   const queue = byLength(files);
   const results = [];
   const lane = async () => {
-    for (let file = queue.shift(); file !== undefined; file = queue.shift()) results.push(await runFile(file));
+    for (let file = queue.shift(); file !== undefined && !stopping; file = queue.shift()) results.push(await runFile(file));
   };
   await Promise.all(Array.from({ length: Math.max(1, width) }, lane));
   return results;
 }
 
-const bundled = viaTsx ? new Map() : await bundleTests(chosen);
+// the checks, the build and the tests' bundle side by side; once the build is done, the files of BESIDE_CHECKS start
+// one after another beside the checks (they run on into the pool's time if the checks end first)
 const started = Date.now();
-const results = await pool(chosen.filter((f) => f !== ALONE), concurrency);
-if (chosen.includes(ALONE)) results.push(...(await pool([ALONE], 1)));
+const building = build ? npmRun('build:test') : Promise.resolve(true);
+const checks = Promise.all([building, ...(checked ? ['typecheck', 'lint'] : []).map(npmRun)]);
+const bundled = viaTsx ? new Map() : await bundleTests(chosen);
+const demo = chosen.includes(ALONE);
+const early = chosen.filter((f) => BESIDE_CHECKS.includes(f));
+const beside = demo ? chosen.filter((f) => BESIDE_DEMO.includes(f)) : [];
+const earlyResults = (await building) ? pool(early, 1) : Promise.resolve([]);
+if (!(await checks).every(Boolean)) {
+  // a file already started ends as it would (its hooks stop what it started); no other starts
+  stopping = true;
+  const ran = await earlyResults;
+  process.stderr.write(`the checks or the build failed: ${ran.length > 0 ? 'no other test file was run' : 'the tests were not run'}\n`);
+  process.exit(1);
+}
+const results = await pool(chosen.filter((f) => f !== ALONE && !early.includes(f) && !beside.includes(f)), concurrency);
+if (demo) results.push(...(await Promise.all([pool([ALONE], 1), pool(beside, 1)])).flat());
+results.push(...(await earlyResults));
 const failed = results.filter((r) => !r.ok);
 const slowest = [...results].sort((a, b) => b.seconds - a.seconds).slice(0, 10);
 process.stdout.write(`\nthe ten slowest test files (of ${results.length}; ${((Date.now() - started) / 1000).toFixed(0)} s in all, ${concurrency} at a time):\n`);

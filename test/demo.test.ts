@@ -7,8 +7,9 @@ import { swarmGone } from './helpers/processes.ts';
 const BIN = fileURLToPath(new URL('../bin/tensorlink.js', import.meta.url));
 
 /**
- * The demo as a user meets it: `npm test` runs this file after the others, alone on the machine, so that its 5-minute
- * gate measures the demo rather than the test files that would share the cores with it. Ctrl-C during the demo is
+ * The demo as a user meets it: `npm test` runs this file after the others, beside only files that mostly wait (BESIDE_DEMO
+ * in scripts/test.mjs), so that its 5-minute gate measures the demo rather than the test files that would share the cores
+ * with it. Ctrl-C during the demo is
  * test/cli/demo-interrupt.test.ts, which has no clock and runs with the others.
  */
 describe('tensorlink demo', () => {
