@@ -89,3 +89,4 @@ export { Tensor } from './tensor.ts';
 // a traced step as one ONNX graph (the lowerings every graph backend shares: ort's compileStep, webgpu, the tab's GPU)
 export { encodeModel, OnnxType } from './backends/ort/onnx-graph.ts';
 export { lowerStep, type Refusal, type StepGraph } from './backends/graph/step-graph.ts';
+export type { GraphOptimizer } from './backends/graph/step-training.ts';

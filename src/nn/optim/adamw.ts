@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { type Tensor, tensor } from '../../tensor/index.ts';
+import { type GraphOptimizer, type Tensor, tensor } from '../../tensor/index.ts';
+import { TraceError } from '../../errors.ts';
 import { Optimizer, type ParamGroup, stateBuffer } from './optimizer.ts';
 
 export interface AdamWOptions {
@@ -23,7 +24,7 @@ const DEFAULTS: AdamWOptions = { lr: 1e-3, betas: [0.9, 0.999], eps: 1e-8, weigh
  * const opt = new AdamW(model.parameters(), { lr: 3e-4 })
  * loss.backward(); opt.step(); opt.zeroGrad()
  */
-export class AdamW extends Optimizer<AdamWOptions> {
+export class AdamW extends Optimizer<AdamWOptions> implements GraphOptimizer {
   constructor(params: Tensor[] | ParamGroup<AdamWOptions>[], options: Partial<AdamWOptions> = {}) {
     super(params, { ...DEFAULTS, ...options });
   }
@@ -56,6 +57,33 @@ export class AdamW extends Optimizer<AdamWOptions> {
     if (moments.size !== 2 * p.size) throw new InvalidArgumentError(`the moments of a parameter of ${p.size} values must hold ${2 * p.size}`);
     const d = moments.data as Float32Array;
     this.setState(p, { exp_avg: d.slice(0, p.size), exp_avg_sq: d.slice(p.size), step });
+  }
+
+  /**
+   * The graph form of `p`'s update (a traced training step compiled as one graph: tensor/backends/graph/
+   * step-training.ts): its moment buffers, read and written in place by the graph, and this step's scalars, computed
+   * before each run as `update` computes them (the learning rate as it is then: a scheduler's change is seen).
+   */
+  adamwGraph(p: Tensor): { m: Float32Array; v: Float32Array; scalars: () => Float32Array } | null {
+    const group = this.groups.find((g) => g.params.includes(p));
+    if (group === undefined) return null;
+    if (this.getState(p) === undefined) this.setState(p, {});
+    const state = this.getState(p)!;
+    const m = stateBuffer(state, 'exp_avg', p.size);
+    const v = stateBuffer(state, 'exp_avg_sq', p.size);
+    const scalars = (): Float32Array => {
+      const s = this.getState(p);
+      if (s?.exp_avg !== m || s.exp_avg_sq !== v) {
+        throw new TraceError('the optimizer\'s state was replaced (restored from a checkpoint) since the step was compiled: trace it again');
+      }
+      const h = group.options;
+      const [b1, b2] = h.betas;
+      const step = ((s.step as number | undefined) ?? 0) + 1;
+      s.step = step;
+      const decay = h.weightDecay !== 0 ? 1 - h.lr * h.weightDecay : 1;
+      return Float32Array.of(decay, b1, 1 - b1, b2, 1 - b2, h.lr / (1 - b1 ** step), Math.sqrt(1 - b2 ** step), h.eps);
+    };
+    return { m, v, scalars };
   }
 
   protected update(

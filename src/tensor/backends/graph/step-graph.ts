@@ -3,7 +3,7 @@ import { SlotRef, type TracedStep } from '../../trace.ts';
 import { encodeModel, type ValueInfo } from '../ort/onnx-graph.ts';
 import { CannotLower, GraphBuilder, GraphValue, ONNX_TYPE, type ValueType } from './builder.ts';
 import { loweringOf } from './lowerings.ts';
-import { lowerBackward, type StepGradients } from './step-backward.ts';
+import { type HostFeed, StepTraining } from './step-training.ts';
 import type { Tensor } from '../../tensor.ts';
 
 /**
@@ -34,10 +34,13 @@ export interface StepGraph {
   inputs: readonly GraphInput[];
   outputs: readonly GraphOutput[];
   /**
-   * Where the step calls `backward()`: the gradient of each parameter, outputs of the graph after `outputs`, which
-   * the backend that runs it adds into the parameter's `.grad` (step-backward.ts).
+   * A training step's (step-training.ts) outputs after `outputs`: gradients the backend adds into a parameter's
+   * `.grad`, and new values it writes over a parameter or an optimizer's state buffer, in place.
    */
-  gradients: readonly { name: string; tensor: Tensor; shape: readonly number[] }[];
+  training: readonly { name: string; kind: 'grad' | 'write'; target: Tensor | Float32Array; shape: readonly number[] }[];
+  /** Inputs besides the slots: buffers read at each run (an optimizer's moments) and host values computed before it. */
+  extraInputs: readonly { name: string; source: Float32Array; shape: readonly number[] }[];
+  feeds: readonly HostFeed[];
 }
 
 /** Why a step or call was not lowered: the op, and what its lowering said. */
@@ -88,10 +91,10 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
     if (s.kind === 'input') values[i] = g.know(new GraphValue(`in${i}`, s.shape, s.dtype));
     else if (s.kind === 'constant') values[i] = g.know(new GraphValue(`const${i}`, s.shape, s.dtype, s.tensor));
   }
-  const gradients: StepGradients = new Map();
+  const training = new StepTraining(g, values, step);
   for (const op of step.ops) {
-    if (op.op === 'backward') {
-      const why = lowerBackward(g, op.args, values, step, gradients);
+    if (StepTraining.OPS.has(op.op)) {
+      const why = training.lower(op.op, op.args);
       if (why !== null) return { refused: why };
       continue;
     }
@@ -103,8 +106,8 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
   }
   // an output that is an input or a constant itself (a lowering that changed nothing) gets an Identity of its own
   const fedNames = new Set(step.slots.flatMap((s, i) => (s.kind === 'result' ? [] : [values[i]!.name])));
-  const grads = [...gradients.values()];
-  const all = distinctOutputs(g, [...step.outputSlots.map((s) => values[s]!), ...grads], fedNames);
+  const trained = training.outputs();
+  const all = distinctOutputs(g, [...step.outputSlots.map((s) => values[s]!), ...trained.map((t) => t.value)], fedNames);
   const results = all.slice(0, step.outputSlots.length);
   const used = usedNames(g);
   const inputs: GraphInput[] = [];
@@ -113,12 +116,15 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
     if (s.kind !== 'result' && v !== undefined && used.has(v.name)) inputs.push({ name: v.name, slot });
   }
   const outputs = step.outputSlots.map((slot, i) => ({ name: results[i].name, slot, shape: results[i].shape, type: results[i].type }));
-  const inputInfos = inputs.map((i) => info(values[i.slot]!));
-  const params = [...gradients.keys()];
-  const gradOutputs = all.slice(step.outputSlots.length).map((v, i) => ({ name: v.name, tensor: params[i], shape: v.shape }));
-  const declared = [...outputs.map(info), ...gradOutputs.map((o) => info({ ...o, type: 'float32' }))];
+  const extraInputs = training.extraInputs.filter((e) => used.has(e.value.name))
+    .map((e) => ({ name: e.value.name, source: e.source, shape: e.value.shape }));
+  const feeds = training.feeds.filter((f) => used.has(f.name));
+  const inputInfos = [...inputs.map((i) => info(values[i.slot]!)), ...[...extraInputs, ...feeds].map((e) => info({ ...e, type: 'float32' }))];
+  const trainingOutputs = all.slice(step.outputSlots.length)
+    .map((v, i) => ({ name: v.name, kind: trained[i].kind, target: trained[i].target, shape: v.shape }));
+  const declared = [...outputs.map(info), ...trainingOutputs.map((o) => info({ ...o, type: 'float32' }))];
   const model = encodeModel(g.nodes, inputInfos, declared, 17, { initializers: g.initializers, opsets: g.opsets });
-  return { model, inputs, outputs, gradients: gradOutputs };
+  return { model, inputs, outputs, training: trainingOutputs, extraInputs, feeds };
 }
 
 /** One op's lowering written into `g` with `args` (graph values in place of tensors): what it returns, or why not. */

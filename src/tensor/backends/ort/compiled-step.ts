@@ -1,8 +1,8 @@
 import { allocate, type DType } from '../../dtype.ts';
-import { addInto } from '../../kernels/rows.ts';
 import { Tensor } from '../../tensor.ts';
 import type { CompiledStep, TracedStep } from '../../trace.ts';
 import { lowerStep } from '../graph/step-graph.ts';
+import { applyTrainingOutputs } from '../graph/step-training.ts';
 import type { OrtSession } from './runtime.ts';
 
 /**
@@ -33,17 +33,16 @@ export function compileOrtStep(
         const t = slot < step.inputCount ? inputs[slot] : step.slots[slot].tensor!;
         return { name, data: t.data as Float32Array | Int32Array, dims: t.shape };
       });
+      // a training step's moments (read in place) and its hyper-parameters for this run
+      for (const e of lowered.extraInputs) feeds.push({ name: e.name, data: e.source, dims: e.shape });
+      for (const f of lowered.feeds) feeds.push({ name: f.name, data: f.value(), dims: f.shape });
       const outs = lowered.outputs.map((o) => new Tensor(allocate(o.type as DType, o.shape.reduce((a, d) => a * d, 1)), [...o.shape]));
-      const grads = lowered.gradients.map((o) => new Float32Array(o.tensor.size));
+      const trained = lowered.training.map((o) => new Float32Array(o.shape.reduce((a, d) => a * d, 1)));
       session.run(feeds, [
         ...lowered.outputs.map((o, i) => ({ name: o.name, data: outs[i].data as Float32Array | Int32Array, dims: o.shape })),
-        ...lowered.gradients.map((o, i) => ({ name: o.name, data: grads[i], dims: o.shape })),
+        ...lowered.training.map((o, i) => ({ name: o.name, data: trained[i], dims: o.shape })),
       ]);
-      // backward in the step: its gradients added into the parameters' .grad, as backward() does
-      lowered.gradients.forEach(({ tensor: p }, i) => {
-        if (p.grad === null) p.grad = new Tensor(grads[i], p.shape);
-        else addInto(p.grad.data as Float32Array, grads[i]);
-      });
+      applyTrainingOutputs(lowered.training, trained);
       return outs;
     },
   };

@@ -3,12 +3,12 @@ import { isGradEnabled, record } from '../../autograd.ts';
 import { type Allocator, DeviceStorage } from '../../device.ts';
 import type { DType, TypedArray } from '../../dtype.ts';
 import { addRowBias, matmulJs, type MatmulSpec } from '../../kernels/matmul.ts';
-import { addInto } from '../../kernels/rows.ts';
 import { Tensor } from '../../tensor.ts';
 import type { CompiledStep, TracedStep } from '../../trace.ts';
 import type { Backend, Tolerance } from '../backend.ts';
 import { type CallGraph, callKey, callTensors, gradientNeeds, lowerCall, lowerCallGradient, OutputIndex } from '../graph/call-graph.ts';
-import { type GraphOutput, lowerStep } from '../graph/step-graph.ts';
+import { type GraphOutput, lowerStep, type StepGraph } from '../graph/step-graph.ts';
+import { applyTrainingOutputs } from '../graph/step-training.ts';
 import { type GpuSession, type GpuValue, loadWebGpuRuntime } from './runtime.ts';
 
 /**
@@ -178,18 +178,20 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
    * Host constants of compiled steps (a model's parameters) as copied to the GPU, once per
    * tensor for every step that reads it (a model's graphs for each shape share its weights).
    */
-  const uploaded = new WeakMap<Tensor, GpuValue>();
-  const upload = (t: Tensor): GpuValue => {
-    let v = uploaded.get(t);
-    if (v === undefined) uploaded.set(t, (v = gpu.upload(t.data, t.shape)));
+  const uploaded = new WeakMap<object, GpuValue>();
+  const upload = (key: Tensor | Float32Array, shape: readonly number[]): GpuValue => {
+    let v = uploaded.get(key);
+    if (v === undefined) uploaded.set(key, (v = gpu.upload(key instanceof Tensor ? key.data : key, shape)));
     return v;
   };
 
   /**
    * A traced step as one graph on the GPU. Its inputs are the step's inputs, on webgpu. Its
-   * constants (parameters) are read when the step is compiled: a host one is copied to the GPU
-   * the first time a step reads it, and that copy is what every step computes with (an
-   * optimizer's later update of the host tensor is not seen: trace and compile again).
+   * constants (parameters) are copied to the GPU the first time a step reads them, and that
+   * copy is what every step computes with (an update of the host tensor by other code is not
+   * seen: trace and compile again). A training step's updates (step-training.ts) are kept on
+   * the GPU for the next run and written back to the host parameters and moments after each
+   * run, so the host copies stay true (a download of the trained weights and moments per step).
    */
   function compileGpuStep(step: TracedStep): CompiledStep | null {
     const lowered = lowerStep(step);
@@ -200,32 +202,55 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
     }
     const session = gpu.session(lowered.model);
     steps.compiled++;
-    const constants = new Map<string, GpuValue>();
-    for (const { name, slot } of lowered.inputs) {
-      if (slot < step.inputCount) continue;
-      const t = step.slots[slot].tensor!;
-      constants.set(name, t.deviceStorage === null ? upload(t) : gpuValueOf(t));
-    }
+    const constant = (t: Tensor): GpuValue => (t.deviceStorage === null ? upload(t, t.shape) : gpuValueOf(t));
     return {
       run(inputs) {
         const feeds: Record<string, unknown> = {};
-        for (const { name, slot } of lowered.inputs) feeds[name] = slot < step.inputCount ? gpuValueOf(inputs[slot]) : constants.get(name);
-        const values = session.run(feeds, [...lowered.outputs, ...lowered.gradients].map((o) => o.name));
-        // backward in the step: its gradients added into the parameters' .grad (on the GPU for a parameter there)
-        for (const { name, tensor: p, shape } of lowered.gradients) {
-          if (p.deviceStorage !== null) {
-            const grad = deviceTensor(values[name], 'float32', shape);
-            p.grad = p.grad === null ? grad : (backend.runOp!('add', [p.grad, grad]) as Tensor);
-          } else {
-            const host = new Float32Array(gpu.download(values[name]) as Float32Array);
-            values[name].dispose();
-            if (p.grad === null) p.grad = new Tensor(host, p.shape);
-            else addInto(p.grad.data as Float32Array, host);
-          }
+        for (const { name, slot } of lowered.inputs) {
+          feeds[name] = slot < step.inputCount ? gpuValueOf(inputs[slot]) : constant(step.slots[slot].tensor!);
         }
+        for (const e of lowered.extraInputs) feeds[e.name] = upload(e.source, e.shape);
+        const hyper = lowered.feeds.map((f) => gpu.upload(f.value(), f.shape));
+        lowered.feeds.forEach((f, i) => (feeds[f.name] = hyper[i]));
+        const values = session.run(feeds, [...lowered.outputs, ...lowered.training].map((o) => o.name));
+        for (const h of hyper) h.dispose();
+        applyOnGpu(lowered.training, values);
         return lowered.outputs.map((o) => deviceTensor(values[o.name], o.type as DType, o.shape));
       },
     };
+  }
+
+  /**
+   * A training step's outputs (step-training.ts) after a run: for a parameter on the GPU, its gradient summed there
+   * and its new value swapped into its memory; for host parameters and moments, the new values kept as their GPU copy
+   * and written back to the host, and gradients added into the host `.grad`.
+   */
+  function applyOnGpu(outputs: StepGraph['training'], values: Record<string, GpuValue>): void {
+    const host: { kind: 'grad' | 'write'; target: Tensor | Float32Array; shape: readonly number[] }[] = [];
+    const hostValues: Float32Array[] = [];
+    for (const o of outputs) {
+      const value = values[o.name];
+      const storage = o.target instanceof Tensor ? o.target.deviceStorage : null;
+      if (storage !== null && o.target instanceof Tensor) {
+        const p = o.target;
+        if (o.kind === 'grad') {
+          const grad = deviceTensor(value, 'float32', o.shape);
+          p.grad = p.grad === null ? grad : (backend.runOp!('add', [p.grad, grad]) as Tensor);
+        } else {
+          const handle = storage.handle as GpuHandle;
+          handle.value?.dispose();
+          handle.value = value;
+        }
+        continue;
+      }
+      host.push(o);
+      hostValues.push(new Float32Array(gpu.download(value) as Float32Array));
+      if (o.kind === 'write') {
+        uploaded.get(o.target)?.dispose();
+        uploaded.set(o.target, value);
+      } else value.dispose();
+    }
+    applyTrainingOutputs(host, hostValues);
   }
 
   return backend;

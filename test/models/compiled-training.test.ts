@@ -1,0 +1,90 @@
+// A whole training step as one graph (#46): forward, cross-entropy, backward, AdamW's step and zeroGrad, traced once
+// on js and compiled as one ONNX graph (src/tensor/backends/graph/step-training.ts) on onnxruntime's CPU provider and
+// on the webgpu backend (SwiftShader here), against the same steps called directly on js: each step's loss within
+// 1e-5 relative, and the trained weights and AdamW moments within ORT_TOLERANCE (relative L2) after the last step.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { type CausalLM, createModel, gpt2Config, llamaConfig } from '../../src/models/index.ts';
+import { AdamW } from '../../src/nn/index.ts';
+import { compileOrtStep } from '../../src/tensor/backends/ort/compiled-step.ts';
+import { loadOrtRuntime } from '../../src/tensor/backends/ort/runtime.ts';
+import { crossEntropy, Generator, jsBackend, loadBackend, randint, type Tensor, trace, type TracedStep, withBackend } from '../../src/tensor/index.ts';
+import { drift, ORT_TOLERANCE } from '../../src/verify/index.ts';
+
+const STEPS = 4;
+const CONFIGS = {
+  gpt2: gpt2Config({ layers: 2, hidden: 32, heads: 4, vocabSize: 64, maxPositions: 32 }),
+  llama: llamaConfig({ layers: 2, hidden: 32, heads: 4, kvHeads: 2, intermediate: 64, vocabSize: 64, maxPositions: 32 }),
+};
+
+/** A model and its AdamW, and the training step that calls both. */
+function trainer(name: keyof typeof CONFIGS) {
+  const model = createModel(CONFIGS[name], { seed: 7 });
+  const opt = new AdamW(model.parameters(), { lr: 1e-2, weightDecay: 0.1 });
+  const run = (ids: Tensor, targets: Tensor): Tensor => {
+    const loss = crossEntropy(model.forward(ids), targets);
+    loss.backward();
+    opt.step();
+    opt.zeroGrad();
+    return loss;
+  };
+  return { model, opt, run };
+}
+
+/** One batch, STEPS times: the loss falls as the model learns it. */
+const batches = () => {
+  const g = new Generator(11);
+  const batch = [randint(0, 64, [2, 8], { generator: g }), randint(0, 64, [2, 8], { generator: g })];
+  return Array.from({ length: STEPS }, () => batch);
+};
+
+/**
+ * What the steps left: every parameter and its moments, by name. GPT-2's key bias (the middle third of c_attn.bias) is
+ * left out: its gradient is exactly zero in exact arithmetic (adding q·b_k to every score of a row leaves the softmax
+ * as it was), so in floats it is rounding noise, which Adam divides by its own square root into steps of ±lr whose
+ * signs no two engines share. The losses show what it does to the model (nothing).
+ */
+function state(model: CausalLM, opt: AdamW): Map<string, Float32Array> {
+  const out = new Map<string, Float32Array>();
+  for (const [name, p] of model.namedParameters()) {
+    const parts = [p.data as Float32Array, ...(opt.momentParts(p)?.parts ?? [])];
+    const keyBias = name.endsWith('attn.c_attn.bias') ? p.size / 3 : 0;
+    parts.forEach((x, i) => out.set(`${name} ${['', 'm', 'v'][i]}`, keyBias ? Float32Array.of(...x.slice(0, keyBias), ...x.slice(2 * keyBias)) : x));
+  }
+  return out;
+}
+
+type Compile = (step: TracedStep) => { run(inputs: readonly Tensor[]): readonly Tensor[] } | null;
+const ort = loadOrtRuntime();
+const engines: Record<string, { compile: Compile; move: (t: Tensor) => Tensor }> = {
+  'ort (CPU provider)': { compile: (step) => compileOrtStep(step, (m) => ort.session(m, 1, false)), move: (t) => t },
+  'webgpu': { compile: (step) => loadBackend('webgpu').compileStep!(step), move: (t) => t.to('webgpu') },
+};
+
+describe('a training step (forward, loss, backward, AdamW, zeroGrad) as one graph', () => {
+  for (const name of Object.keys(CONFIGS) as (keyof typeof CONFIGS)[]) {
+    for (const [engine, { compile, move }] of Object.entries(engines)) {
+      test(`${name} on ${engine}: the losses of ${STEPS} steps, the weights and moments after them, equal js's`, async (t) => {
+        const data = batches();
+        const direct = trainer(name);
+        const expected = withBackend(jsBackend, () => data.map(([ids, targets]) => direct.run(ids, targets).item()));
+        const traced = trainer(name);
+        // the trace runs the first step on js; the others run as one graph each
+        const { step, output } = withBackend(jsBackend, () => trace(traced.run, data[0]));
+        const compiled = compile(step as TracedStep);
+        assert.ok(compiled !== null, `${name}'s training step did not compile on ${engine}`);
+        const losses = [output.item()];
+        for (const inputs of data.slice(1)) losses.push((await compiled.run(inputs.map(move))[0].read())[0]);
+        t.diagnostic(`losses ${losses.map((l) => l.toFixed(6)).join(' ')} (js ${expected.map((l) => l.toFixed(6)).join(' ')})`);
+        losses.forEach((l, i) => assert.ok(Math.abs(l - expected[i]) <= 1e-5 * Math.abs(expected[i]), `step ${i}: ${l} against ${expected[i]}`));
+        assert.ok(expected[STEPS - 1] < expected[0], 'the steps learned');
+        const [got, want] = [state(traced.model, traced.opt), state(direct.model, direct.opt)];
+        assert.deepEqual([...got.keys()], [...want.keys()], 'the same parameters and moments');
+        const drifts = [...got].map(([key, g]) => [key, drift(want.get(key)!, g)] as const).sort((a, b) => b[1] - a[1]);
+        t.diagnostic(`weights and moments: largest relative L2 drift ${drifts[0][1].toExponential(2)} (${drifts[0][0]})`);
+        assert.ok(drifts[0][1] <= ORT_TOLERANCE, `${drifts[0][0]} drifted ${drifts[0][1]} (> ${ORT_TOLERANCE})`);
+        for (const p of traced.model.parameters()) assert.equal(p.grad, null, 'zeroGrad in the graph left no gradient');
+      });
+    }
+  }
+});
