@@ -1,33 +1,47 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
 
 function cli(...args: string[]) {
-  // two demos run back to back while another test file shares the two cores: minutes, not seconds
   const r = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', timeout: 240_000 });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
+/** `node NODE-ARGS` as its own process, not waited for: resolves to its exit code and output once it exits. */
+function started(nodeArgs: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  // two demos at once while other test files share the two cores: minutes, not seconds
+  const child = spawn(process.execPath, nodeArgs, { stdio: ['ignore', 'pipe', 'pipe'], timeout: 240_000 });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
+}
+
 describe('tensorlink CLI', () => {
-  test('on the js backend the demo is bitwise reproducible; where onnxruntime cannot load, it runs on js alone', () => {
+  test('on the js backend the demo is bitwise reproducible; where onnxruntime cannot load, it runs on js alone', async () => {
     // an honest swarm of one worker (3 steps are too few to be sure of catching the demo's cheater; generation would then stop
     // on it): the whole demo, at its smallest (the demo at its size: test/demo.test.ts; a swarm of several workers giving one
     // process's results bit for bit: test/user/training-across-workers.test.ts). The second run cannot load onnxruntime, so it
-    // falls back to js by itself, its workers too: the same loss bit for bit shows both
+    // falls back to js by itself, its workers too: the same loss bit for bit shows both. The three runs are independent
+    // (each its own swarm and chain on free ports) and run at once.
     const demo = ['demo', '--json', '--steps', '3', '--workers', '1', '--cheat', 'none'];
-    const a = JSON.parse(cli(...demo, '--backend', 'js').stdout);
     const preload = fileURLToPath(new URL('../helpers/no-ort.cjs', import.meta.url));
-    const r = spawnSync(process.execPath, ['--require', preload, BIN, ...demo], { encoding: 'utf8', timeout: 240_000 });
-    assert.equal(r.status, 0, r.stderr);
+    const [js, r, forced] = await Promise.all([
+      started([BIN, ...demo, '--backend', 'js']),
+      started(['--require', preload, BIN, ...demo]),
+      started(['--require', preload, BIN, 'demo', '--backend', 'ort']),
+    ]);
+    const a = JSON.parse(js.stdout);
+    assert.equal(r.code, 0, r.stderr);
     const b = JSON.parse(r.stdout);
     assert.equal(a.backend, 'js');
     assert.equal(b.backend, 'js');
     assert.equal(a.finalLoss, b.finalLoss);
-    const forced = spawnSync(process.execPath, ['--require', preload, BIN, 'demo', '--backend', 'ort'], { encoding: 'utf8' });
-    assert.equal(forced.status, 1);
+    assert.equal(forced.code, 1);
     assert.match(forced.stderr, /onnxruntime-node could not be loaded/);
   });
 
