@@ -1,12 +1,13 @@
 // Issue #32 through the CLI across worker processes: `train --adapter` over `--local 3` (three worker processes, 1F1B),
 // stopped and resumed from its adapter checkpoint, gives this process's losses, held-out loss and adapter, bit for bit.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { readSafetensors } from '../../src/io/index.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
@@ -15,12 +16,19 @@ function cli(...args: string[]): Record<string, unknown> {
   assert.equal(r.status, 0, r.stderr);
   return JSON.parse(r.stdout) as Record<string, unknown>;
 }
+const exec = promisify(execFile);
+/** cli(), not waited for: resolves to its JSON once it exits 0. */
+async function started(...args: string[]): Promise<Record<string, unknown>> {
+  const r = await exec(process.execPath, [BIN, ...args, '--backend', 'js', '--json'], { encoding: 'utf8', timeout: 240_000 })
+    .catch((err: { code?: number; stderr?: string }) => assert.fail(`exited ${err.code}: ${err.stderr}`));
+  return JSON.parse(r.stdout) as Record<string, unknown>;
+}
 
 describe('LoRA across worker processes through the CLI', () => {
   const dir = mkdtempSync(join(tmpdir(), 'tl-lora-workers-'));
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  test('train --adapter across 3 worker processes (1F1B) equals this process, bit for bit, and resumes from its checkpoint', () => {
+  test('train --adapter across 3 worker processes (1F1B) equals this process, bit for bit, and resumes from its checkpoint', async () => {
     const base = join(dir, 'base3');
     cli('init-model', '--arch', 'llama', '--layers', '3', '--hidden', '32', '--heads', '4', '--kv-heads', '2', '--max-positions', '64', '--out', base, '--seed', '4');
     const job = [
@@ -29,11 +37,13 @@ describe('LoRA across worker processes through the CLI', () => {
     ];
     const across = ['--local', '3', '--schedule', '1f1b', '--strategy', 'parameter-balanced'];
     type Run = { losses: number[]; loss: number; stages: unknown[] };
-    const one = cli('train', ...job, '--out', join(dir, 'one')) as Run;
     // across workers: stopped after 2 steps (its checkpoint the adapter and AdamW's state of the factors), then resumed on
-    // a new swarm to the end
+    // a new swarm to the end; the one process's run goes on meanwhile (most of the first part is its swarm starting)
     const three = join(dir, 'three');
-    const half = cli('train', ...job, ...across, '--stop-at', '2', '--out', three) as Run;
+    const [one, half] = await Promise.all([
+      started('train', ...job, '--out', join(dir, 'one')) as Promise<Run>,
+      started('train', ...job, ...across, '--stop-at', '2', '--out', three) as Promise<Run>,
+    ]);
     const resumed = cli('train', ...job, ...across, '--out', three, '--resume') as Run;
     process.stderr.write(`LoRA losses, one process ${one.losses.join(', ')}; 3 worker processes ${resumed.losses.join(', ')}\n`);
     assert.equal(resumed.stages.length, 5, 'the user\'s two ends and three workers');
