@@ -42,6 +42,11 @@ export interface ChildResult {
   tokens: number[];
   /** Decode speed over the tokens after the first (one token a step, KV cache), best round. */
   tokensPerSecond: number;
+  /**
+   * CPU time of the whole process (all its threads) per decoded token, least of the rounds: less swayed than the
+   * speed by other work on a shared machine (a spinning pool's waiting counts).
+   */
+  cpuMsPerToken: number;
   /** Prompt pass and first token, best round. */
   promptSeconds: number;
   /** VmHWM after the decode, in bytes. */
@@ -54,6 +59,12 @@ export interface ChildResult {
   /** The whole-step graph's decode steps: ms per step inside onnxruntime's run and in the js around it; compile s. */
   profile?: { runMs: number; glueMs: number; compileSeconds: number };
 }
+
+/** CPU time of this process so far (user + system, all threads), in ms. */
+const cpuMs = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+};
 
 function status(field: 'VmHWM' | 'VmRSS'): number {
   const m = new RegExp(`^${field}:\\s+(\\d+) kB$`, 'm').exec(readFileSync('/proc/self/status', 'utf8'));
@@ -81,6 +92,7 @@ function wholeStep(job: ChildJob, model: CausalLM, loadedRss: number): ChildResu
   let promptSeconds = Infinity;
   let decodeSeconds = Infinity;
   let profile = { runMs: 0, glueMs: 0 };
+  let cpuPerToken = Infinity;
   for (let round = 0; round < job.rounds; round++) {
     decoder.reset();
     let t = performance.now();
@@ -90,8 +102,10 @@ function wholeStep(job: ChildJob, model: CausalLM, loadedRss: number): ChildResu
     promptSeconds = Math.min(promptSeconds, (performance.now() - t) / 1000);
     const { runMs, glueMs, steps } = decoder.profile;
     t = performance.now();
+    const cpu = cpuMs();
     while (tokens.length < job.tokens) tokens.push(argmax(decoder.step(tokens[tokens.length - 1])));
     const seconds = (performance.now() - t) / 1000;
+    cpuPerToken = Math.min(cpuPerToken, (cpuMs() - cpu) / (job.tokens - 1));
     if (seconds < decodeSeconds) {
       const n = decoder.profile.steps - steps;
       decodeSeconds = seconds;
@@ -99,8 +113,8 @@ function wholeStep(job: ChildJob, model: CausalLM, loadedRss: number): ChildResu
     }
   }
   return {
-    tokens, tokensPerSecond: (job.tokens - 1) / decodeSeconds, promptSeconds, peakRss: status('VmHWM'), loadedRss, weightBytes: heldBytes(model),
-    profile: { ...profile, compileSeconds: decoder.profile.compileMs / 1000 },
+    tokens, tokensPerSecond: (job.tokens - 1) / decodeSeconds, cpuMsPerToken: cpuPerToken, promptSeconds, peakRss: status('VmHWM'), loadedRss,
+    weightBytes: heldBytes(model), profile: { ...profile, compileSeconds: decoder.profile.compileMs / 1000 },
   };
 }
 
@@ -112,6 +126,7 @@ async function ours(job: ChildJob): Promise<ChildResult> {
   let tokens: number[] = [];
   let promptSeconds = Infinity;
   let decodeSeconds = Infinity;
+  let cpuPerToken = Infinity;
   for (let round = 0; round < job.rounds; round++) {
     const cache = new KVCache(model.config.layers);
     const next = (ids: number[]) =>
@@ -124,11 +139,14 @@ async function ours(job: ChildJob): Promise<ChildResult> {
     tokens = [next(job.prompt)];
     promptSeconds = Math.min(promptSeconds, (performance.now() - t) / 1000);
     t = performance.now();
+    const cpu = cpuMs();
     while (tokens.length < job.tokens) tokens.push(next([tokens[tokens.length - 1]]));
     decodeSeconds = Math.min(decodeSeconds, (performance.now() - t) / 1000);
+    cpuPerToken = Math.min(cpuPerToken, (cpuMs() - cpu) / (job.tokens - 1));
   }
   const result: ChildResult = {
-    tokens, tokensPerSecond: (job.tokens - 1) / decodeSeconds, promptSeconds, peakRss: status('VmHWM'), loadedRss, weightBytes: heldBytes(model),
+    tokens, tokensPerSecond: (job.tokens - 1) / decodeSeconds, cpuMsPerToken: cpuPerToken, promptSeconds, peakRss: status('VmHWM'), loadedRss,
+    weightBytes: heldBytes(model),
   };
   if (job.heldOut) {
     const { data, seqLen, windows } = job.heldOut;
@@ -163,21 +181,27 @@ async function llamaCpp(job: ChildJob): Promise<ChildResult> {
   let tokens: number[] = [];
   let promptSeconds = Infinity;
   let decodeSeconds = Infinity;
+  let cpuPerToken = Infinity;
   for (let round = 0; round < job.rounds; round++) {
     await sequence.clearHistory();
     tokens = [];
     let t = performance.now();
+    let cpu = cpuMs();
     for await (const token of sequence.evaluate(job.prompt, { temperature: 0 })) {
       tokens.push(Number(token));
       if (tokens.length === 1) {
         promptSeconds = Math.min(promptSeconds, (performance.now() - t) / 1000);
         t = performance.now();
+        cpu = cpuMs();
       }
       if (tokens.length >= job.tokens) break;
     }
     decodeSeconds = Math.min(decodeSeconds, (performance.now() - t) / 1000);
+    cpuPerToken = Math.min(cpuPerToken, (cpuMs() - cpu) / (job.tokens - 1));
   }
-  const result: ChildResult = { tokens, tokensPerSecond: (job.tokens - 1) / decodeSeconds, promptSeconds, peakRss: status('VmHWM'), loadedRss };
+  const result: ChildResult = {
+    tokens, tokensPerSecond: (job.tokens - 1) / decodeSeconds, cpuMsPerToken: cpuPerToken, promptSeconds, peakRss: status('VmHWM'), loadedRss,
+  };
   if (job.heldOut) {
     // each window from an empty cache, as ours: −log p(target) from llama.cpp's full next-token distribution
     const { data, windows } = job.heldOut;
