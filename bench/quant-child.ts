@@ -10,7 +10,10 @@ import { readFileSync } from 'node:fs';
 import { heldOutLoss } from '../src/data/index.ts';
 import { GraphDecoder } from '../src/models/generation/graph-decode.ts';
 import { type CausalLM, KVCache, loadModel } from '../src/models/index.ts';
-import { createOrtBackend, noGrad, packedBytes, setBackend, tensor } from '../src/tensor/index.ts';
+import { ACCURACY_LEVEL } from '../src/tensor/backends/ort/packed.ts';
+import { loadOrtRuntime } from '../src/tensor/backends/ort/runtime.ts';
+import { createOrtBackend, encodeModel, noGrad, OnnxType, packedBytes, setBackend, tensor } from '../src/tensor/index.ts';
+import { bitsOf, blobBytes, blocksPerRow, QUANT_BLOCK, type QuantFormat } from '../src/tensor/quant/formats.ts';
 
 export interface ChildJob {
   engine: 'ours' | 'llama.cpp';
@@ -26,6 +29,11 @@ export interface ChildJob {
    * prompt + tokens slots, the prompt fed a token at a time) instead of op by op.
    */
   wholeStep?: boolean;
+  /**
+   * Ours: time only the products of a token's step: one graph of a MatMulNBits per int8/int4 matrix of the model
+   * (as the whole-step graph has them), run `tokens` − 1 times on a one-row input.
+   */
+  productsOnly?: boolean;
   prompt: number[];
   /** Tokens to decode after the prompt (the first comes from the prompt's pass). */
   tokens: number;
@@ -56,6 +64,8 @@ export interface ChildResult {
   /** Bytes of the weights as held (ours only). */
   weightBytes?: number;
   heldOut?: { loss: number; perplexity: number; tokens: number };
+  /** productsOnly: how many MatMulNBits the graph has. */
+  products?: number;
   /** The whole-step graph's decode steps: ms per step inside onnxruntime's run and in the js around it; compile s. */
   profile?: { runMs: number; glueMs: number; compileSeconds: number };
 }
@@ -118,11 +128,50 @@ function wholeStep(job: ChildJob, model: CausalLM, loadedRss: number): ChildResu
   };
 }
 
+/** The model's int8/int4 products alone, as one graph of MatMulNBits nodes (see ChildJob.productsOnly). */
+function productsOnly(job: ChildJob, model: CausalLM, loadedRss: number): ChildResult {
+  const mats = [...model.hfStateDict().values()].flatMap((t) => (t.packed && t.packed.format !== 'bf16' ? [t.packed] : []));
+  const widths = [...new Set(mats.map((p) => p.cols))];
+  const nodes = mats.map((p, i) => ({
+    op: 'MatMulNBits', domain: 'com.microsoft', inputs: [`a${p.cols}`, `b${i}`, `s${i}`], outputs: [`y${i}`],
+    attributes: { K: p.cols, N: p.rows, bits: bitsOf(p.format as QuantFormat), block_size: QUANT_BLOCK, accuracy_level: ACCURACY_LEVEL },
+  }));
+  const initializers = mats.flatMap((p, i) => [
+    { name: `b${i}`, dims: [p.rows, blocksPerRow(p.cols), blobBytes(p.format as QuantFormat)], data: p.data as Uint8Array },
+    { name: `s${i}`, dims: [p.rows * blocksPerRow(p.cols)], data: p.scales },
+  ]);
+  const graph = encodeModel(
+    nodes,
+    widths.map((k) => ({ name: `a${k}`, type: OnnxType.float32, shape: [1, k] })),
+    mats.map((p, i) => ({ name: `y${i}`, type: OnnxType.float32, shape: [1, p.rows] })),
+    17,
+    { initializers, opsets: { 'com.microsoft': 1 } },
+  );
+  const session = loadOrtRuntime('ffi').session(graph, job.threads, job.spinning ?? false);
+  const inputs = widths.map((k) => ({ name: `a${k}`, data: new Float32Array(k).fill(0.01), dims: [1, k] }));
+  const outputs = mats.map((p, i) => ({ name: `y${i}`, data: new Float32Array(p.rows), dims: [1, p.rows] }));
+  const runs = job.tokens - 1;
+  let seconds = Infinity;
+  let cpuPerToken = Infinity;
+  for (let round = 0; round < job.rounds; round++) {
+    const t = performance.now();
+    const cpu = cpuMs();
+    for (let i = 0; i < runs; i++) session.run(inputs, outputs);
+    seconds = Math.min(seconds, (performance.now() - t) / 1000);
+    cpuPerToken = Math.min(cpuPerToken, (cpuMs() - cpu) / runs);
+  }
+  return {
+    tokens: [], tokensPerSecond: runs / seconds, cpuMsPerToken: cpuPerToken, promptSeconds: 0, peakRss: status('VmHWM'), loadedRss,
+    weightBytes: heldBytes(model), products: mats.length,
+  };
+}
+
 async function ours(job: ChildJob): Promise<ChildResult> {
   setBackend(createOrtBackend({ threads: job.threads, ...(job.spinning !== undefined ? { spinning: job.spinning } : {}) }));
   const model = await loadModel(job.file, job.quantize ? { quantize: job.quantize } : {});
   const loadedRss = status('VmRSS');
   if (job.wholeStep) return wholeStep(job, model, loadedRss);
+  if (job.productsOnly) return productsOnly(job, model, loadedRss);
   let tokens: number[] = [];
   let promptSeconds = Infinity;
   let decodeSeconds = Infinity;

@@ -4,8 +4,9 @@ import type { ChildJob, ChildResult } from './quant-child.ts';
 /**
  * The quant section's whole-step rows and the CPU targets of #46: ours at int8 / int4 decoding with the whole step
  * as one onnxruntime graph (graph-decode.ts), against llama.cpp on the same file in the same run and against ours op
- * by op; then each target, met or not: int4 decode ≥ 1.0× llama.cpp Q4_0 on 1 and 2 threads, peak memory (VmHWM)
- * ≤ 1.2× llama.cpp's at int8 and int4, both with whole-step graphs.
+ * by op, and the step's int8/int4 products alone (the floor of a graph of MatMulNBits); then each target, met or not:
+ * int4 decode ≥ 1.0× llama.cpp Q4_0 on 1 and 2 threads, peak memory (VmHWM) ≤ 1.2× llama.cpp's at int8 and int4, both
+ * with whole-step graphs.
  */
 
 type Compact = 'int8' | 'int4';
@@ -49,6 +50,15 @@ export async function wholeStepRows(
       section: 'quant', case: `decode ours ${f}, whole-step graph, vs llama.cpp ${GGUF[f]}, ${label} (${detail}; ${cpu})`,
       value: o.tokensPerSecond, unit: 'tok/s', reference: l ? `llama.cpp ${GGUF[f]}` : 'llama.cpp (not installed)',
       referenceValue: l?.tokensPerSecond ?? Number.NaN, ratio: l ? o.tokensPerSecond / l.tokensPerSecond : Number.NaN,
+    });
+    // the floor of any graph built of MatMulNBits: the step's products alone, against llama.cpp's whole step
+    const products = await run({ ...job, engine: 'ours', file: files[f], quantize: f, productsOnly: true });
+    rows.push({
+      section: 'quant', case: `ours ${f}: the ${products.products} products of a token's step alone (one graph of MatMulNBits, one row), `
+        + `vs llama.cpp ${GGUF[f]}'s whole step, ${label} (CPU time a token ${products.cpuMsPerToken.toFixed(2)} ms`
+        + `${l ? ` against ${l.cpuMsPerToken.toFixed(2)} ms` : ''})`,
+      value: products.tokensPerSecond, unit: 'steps/s', reference: l ? `llama.cpp ${GGUF[f]} tok/s` : 'llama.cpp (not installed)',
+      referenceValue: l?.tokensPerSecond ?? Number.NaN, ratio: l ? products.tokensPerSecond / l.tokensPerSecond : Number.NaN,
     });
     rows.push({
       section: 'quant', case: `peak RSS (VmHWM, whole process) ours ${f}, whole-step graph, vs llama.cpp ${GGUF[f]}, ${label} `
