@@ -96,10 +96,13 @@ function table(results: Results, set: 'slice' | 'full'): string[] {
 
 function trainingRows(m: TrainedModel): Row[] {
   const model = `Llama ${CONFIG.layers}×${CONFIG.hidden} (${(m.params / 1e6).toFixed(2)}M parameters, not the quant section's ~100M: see perplexity-model.ts)`;
+  const stages = (m.stages ?? []).map((s) => `${s.steps} of batch ${s.batch} at lr ${s.lr} in ${s.seconds.toFixed(0)} s`).join(', then ');
   return [{
     section: 'perplexity',
-    case: `training: ${model}, ${m.steps} steps of ${m.batch}×${m.seq} fortune bytes in ${m.trainSeconds.toFixed(0)} s, made (with the check, `
-      + `the sample and 4 GGUF exports) in ${m.makeSeconds.toFixed(0)} s on ${m.made}; train loss ${m.firstLoss.toFixed(2)} → ${m.lastLoss.toFixed(2)}`,
+    case: `training: ${model}, ${m.steps} steps (${stages}) of ${m.seq}-byte fortune windows in ${m.trainSeconds.toFixed(0)} s, made `
+      + `(with the checks, the samples and the GGUF exports) in ${m.makeSeconds.toFixed(0)} s, finished ${m.made}; `
+      + `train loss ${m.firstLoss.toFixed(2)} → ${m.lastLoss.toFixed(2)} (mean of the last 50 steps), `
+      + `held-out perplexity ${m.heldOut.perplexity.toFixed(3)} (f32, the first ${m.heldOut.tokens} held-out bytes)`,
     value: m.lastLoss, unit: 'nats (train loss)', reference: 'first step', referenceValue: m.firstLoss, ratio: m.lastLoss / m.firstLoss,
   }, {
     section: 'perplexity',
