@@ -152,13 +152,19 @@ results.references ??= {};
 const llama = llamaModule();
 if (!only.has('llama')) log('llama.cpp: not run now (--only)');
 else if ('skip' in llama) skip('llama.cpp', llama.skip);
-else if (llama.gpu === null && !software) skip('llama.cpp', 'neither @node-llama-cpp/linux-x64-vulkan nor -cuda is installed beside node-llama-cpp');
-else {
-  const gpu = software ? false : llama.gpu ?? false;
-  results.references.llama = await section(`llama.cpp Q4_0 (${gpu === false ? 'CPU' : gpu})`, big ? 60 : 20, () => runLlama({
+else if (!llama.builds.includes('vulkan') && !llama.builds.includes('cuda')) {
+  skip('llama.cpp', 'neither @node-llama-cpp/linux-x64-vulkan nor -cuda is installed beside node-llama-cpp');
+} else {
+  // Vulkan (the API our backend runs on) where it is there, also on a software adapter: the GPU run's code path
+  const gpu = llama.builds.includes('vulkan') ? 'vulkan' : 'cuda';
+  results.references.llama = await section(`llama.cpp Q4_0 (${gpu})`, big ? 60 : 20, () => runLlama({
     module: llama.module, file: gguf, gpu, batches: [one, many], newTokens: NEW_TOKENS, repeats: software ? 1 : shape.repeats, prefill,
     threads: software ? 2 : threads,
   }), 0);
+  const seen = results.references.llama;
+  if (seen && !software && !seen.devices.some((d) => /nvidia/i.test(d))) {
+    results.notes.push(`llama.cpp saw no NVIDIA GPU (devices: ${seen.devices.join(', ') || 'none'}): its figures are not the GPU's`);
+  }
 }
 const torch = torchDevice(software);
 if (!only.has('torch')) log('transformers + PyTorch: not run now (--only)');

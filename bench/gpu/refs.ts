@@ -130,14 +130,16 @@ export function runTorch(job: TorchJob): Promise<TorchResult> {
 }
 
 /** node-llama-cpp's entry module: TL_LLAMA_MODULE, the carried copy (run.sh's TL_CARRY), or bench/llama-cpp's install. */
-export function llamaModule(): { module: string; gpu: 'vulkan' | 'cuda' | null } | { skip: string } {
+export function llamaModule(): { module: string; builds: ('vulkan' | 'cuda' | 'cpu')[] } | { skip: string } {
   const roots = [process.env.TL_CARRY ? join(process.env.TL_CARRY, 'llama', 'node_modules') : null, join(REPO, 'bench', 'llama-cpp', 'node_modules')];
   for (const root of roots) {
     if (root === null) continue;
     const module = process.env.TL_LLAMA_MODULE ?? join(root, 'node-llama-cpp', 'dist', 'index.js');
     if (!existsSync(module)) continue;
-    const gpu = existsSync(join(root, '@node-llama-cpp', 'linux-x64-vulkan')) ? 'vulkan' : existsSync(join(root, '@node-llama-cpp', 'linux-x64-cuda')) ? 'cuda' : null;
-    return { module, gpu };
+    // node-llama-cpp's prebuilt binaries beside it: its GPU builds, and the CPU one (carried copies have no CPU build)
+    const built = { vulkan: 'linux-x64-vulkan', cuda: 'linux-x64-cuda', cpu: 'linux-x64' } as const;
+    const builds = (Object.keys(built) as (keyof typeof built)[]).filter((b) => existsSync(join(root, '@node-llama-cpp', built[b])));
+    return { module, builds };
   }
   return { skip: 'node-llama-cpp is not here: `npm ci --prefix bench/llama-cpp` on a machine with a registry, or carry it (bench/gpu/pack.sh)' };
 }

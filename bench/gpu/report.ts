@@ -54,7 +54,7 @@ export function printReport(r: Results, log: (s: string) => void): void {
   const torch = r.references?.torch ?? undefined;
   const lDecode = (b: number) => llama?.decode.find((d) => d.batch === b)?.tokensPerSecond;
   const tDecode = (b: number) => torch?.decode?.find((d) => d.batch === b)?.tokensPerSecond;
-  const llamaName = `llama.cpp Q4_0${llama?.gpu ? ` ${llama.gpu}` : ' CPU'}`;
+  const llamaName = `llama.cpp Q4_0 ${llama?.gpu || 'CPU'}`;
   const torchName = `PyTorch bf16 ${torch?.device === 'cpu' ? 'CPU' : 'CUDA'}`;
   const lines: Line[] = [];
   for (const b of [1, 16]) {
@@ -94,7 +94,7 @@ export function printReport(r: Results, log: (s: string) => void): void {
   if (r.model) console.log(`model: Llama ${JSON.stringify(r.model.shape)}, ${(r.model.parameters / 1e6).toFixed(1)}M parameters, random (seed 0); int4 reads ${(r.model.int4BytesPerToken / 1e6).toFixed(1)} MB of weights per token`);
   console.log('ratio: ours over the reference (above 1: ours faster). decode: a 4-token prompt (1 token per row at batch 16), then 28 tokens; median of repeats after a run that traces and compiles.');
   if (torch) console.log(`PyTorch ${torch.torch}, transformers ${torch.transformers ?? 'missing'} on ${torch.device}${torch.errors.length ? `; errors: ${torch.errors.join('; ')}` : ''}`);
-  if (llama) console.log(`llama.cpp: ${llama.gpu || 'CPU'} on ${llama.devices.join(', ') || 'the CPU'}, ${llama.gpuLayers} layers on the GPU${llama.errors.length ? `; errors: ${llama.errors.join('; ')}` : ''}`);
+  if (llama) console.log(`llama.cpp: ${llama.gpu || 'CPU'} build, GPU devices: ${llama.devices.join(', ') || 'none'}, ${llama.gpuLayers} layers offloaded${llama.errors.length ? `; errors: ${llama.errors.join('; ')}` : ''}`);
   for (const note of r.notes) console.log(`note: ${note}`);
   for (const s of r.skipped) console.log(`skipped: ${s}`);
   if (r.software) console.log('software adapter (--allow-software): these figures show the script runs; they say nothing about a GPU.');
