@@ -11,6 +11,7 @@ export { GPTNeoX, type GPTNeoXConfig, gptNeoXConfig } from './families/gpt-neox.
 export { Llama, type LlamaConfig, llamaConfig } from './families/llama.ts';
 export { Mixtral, type MixtralConfig, mixtralConfig } from './families/mixtral.ts';
 export { Qwen3Moe, type Qwen3MoeConfig, qwen3MoeConfig } from './families/qwen3-moe.ts';
+export { SparseMoe } from './moe.ts';
 export { Decoder, rotaryTables } from './decoder.ts';
 export { canDecodeRows, decodeRows, type DecodeRow } from './generation/decode-batch.ts';
 export {

@@ -1,7 +1,8 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { type AdamW, gradNormSquared, scaleGrads } from '../nn/index.ts';
 import { layerParameters, type ModelLayer, runLayers, trainingOptimizer } from '../models/index.ts';
-import { addInto, noGrad, type Tensor, tensor, zeros } from '../tensor/index.ts';
+import { addInto, type Backend, noGrad, type Tensor, tensor, zeros } from '../tensor/index.ts';
+import { DeviceSection } from './device-stage.ts';
 
 export interface ExecutorOptions {
   lr: number;
@@ -27,6 +28,11 @@ export interface ExecutorOptions {
    * for an ordered reduction among replicas (ReduceGroup.micros) that adds them in the batch's order.
    */
   keepMicros?: boolean;
+  /**
+   * A device backend (webgpu) to run the forwards and backwards on, each micro-batch shape's as one graph there
+   * (device-stage.ts); the optimizer steps on the host. Not with `tied`.
+   */
+  device?: Backend;
 }
 
 /**
@@ -106,6 +112,8 @@ export class StageExecutor {
   private readonly saved = new Map<number, Saved>();
   /** Each micro-batch's contribution to the gradients this step (keepMicros). */
   private readonly micros = new Map<number, Map<string, Tensor>>();
+  /** Where the forwards and backwards run on a device (options.device), null on the CPU. */
+  private readonly device: DeviceSection | null;
 
   constructor(
     readonly layers: readonly ModelLayer[],
@@ -117,6 +125,8 @@ export class StageExecutor {
     this.named = new Map([...all].filter(([, p]) => p.requiresGrad));
     this.frozen = new Map([...all].filter(([, p]) => !p.requiresGrad));
     this.optimizer = trainingOptimizer([...this.named.values()], options);
+    if (options.device && options.tied) throw new InvalidArgumentError('a section with tied parameters trains on the CPU');
+    this.device = options.device ? new DeviceSection(layers, maxPositions, options.device, [...this.named.values()]) : null;
   }
 
   /** Micro-batches whose forward ran and whose backward has not. */
@@ -132,6 +142,11 @@ export class StageExecutor {
   forward(micro: number, input: Tensor): Tensor {
     const leaf = input.dtype === 'int32' ? input : input.detach();
     if (leaf.dtype !== 'int32') leaf.requiresGrad = true;
+    if (this.device) {
+      // the backward's graph runs the forward again: nothing is held between the two but the input
+      this.saved.set(micro, { input: leaf, output: null });
+      return this.device.forward(leaf);
+    }
     if (this.options.recompute) {
       this.saved.set(micro, { input: leaf, output: null });
       return noGrad(() => this.run(leaf));
@@ -146,21 +161,28 @@ export class StageExecutor {
     const s = this.saved.get(micro);
     if (!s) throw new InvalidArgumentError(`backward of micro-batch ${micro} before its forward`);
     this.saved.delete(micro);
-    const output = s.output ?? this.run(s.input);
-    if (grad.shape.length !== output.shape.length || grad.shape.some((d, i) => d !== output.shape[i])) {
-      throw new InvalidArgumentError(`the gradient [${grad.shape}] does not match the output [${output.shape}] of micro-batch ${micro}`);
+    let onDevice: Tensor | null = null;
+    let run: () => void;
+    if (this.device) {
+      const device = this.device;
+      run = () => void (onDevice = device.backward(s.input, grad));
+    } else {
+      const output = s.output ?? this.run(s.input);
+      if (grad.shape.length !== output.shape.length || grad.shape.some((d, i) => d !== output.shape[i])) {
+        throw new InvalidArgumentError(`the gradient [${grad.shape}] does not match the output [${output.shape}] of micro-batch ${micro}`);
+      }
+      // a frozen section under nothing that trains (the user's embedding in an adapter job) recorded no graph: nothing flows back
+      run = () => {
+        if (output.requiresGrad) output.backward(grad, { releaseActivations: true });
+      };
     }
     const tied = this.options.tied;
-    // a frozen section under nothing that trains (the user's embedding in an adapter job) recorded no graph: nothing flows back
-    const run = () => {
-      if (output.requiresGrad) output.backward(grad, { releaseActivations: true });
-    };
     if (this.options.onContribution || (this.options.keepMicros && !tied)) this.contribute(micro, run);
     else if (tied?.role === 'user') tied.ties.holdBack(micro, run);
     else if (tied) tied.ties.combine(micro, run);
     else run();
     if (s.input.dtype === 'int32') return null;
-    return s.input.grad ?? zeros(s.input.shape);
+    return onDevice ?? s.input.grad ?? zeros(s.input.shape);
   }
 
   /** Runs a backward with the gradients set aside, hands its contribution on, then adds it to them. */
@@ -232,6 +254,12 @@ export class StageExecutor {
     this.optimizer.step();
     this.optimizer.releaseGrads();
     this.micros.clear();
+    this.weightsChanged();
+  }
+
+  /** The weights changed on the host (a step, an average of local steps): a device reads them again. */
+  weightsChanged(): void {
+    this.device?.refresh();
   }
 
   /** How many AdamW steps a parameter has taken (null before the first). */

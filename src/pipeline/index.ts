@@ -6,3 +6,4 @@ export { type Activation, isPassed, type Passed, type StageHandle } from './hand
 export { LocalStage } from './local-stage.ts';
 export { type PipelineStage, PipelineTrainer, type PipelineStepResult, type PipelineTrainerOptions } from './trainer.ts';
 export { localPipeline, sectionCopy, sectionWeights, userEnds } from './ends.ts';
+export { DeviceSection } from './device-stage.ts';

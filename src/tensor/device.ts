@@ -27,6 +27,8 @@ export interface Allocator<H = unknown> {
   copyin(handle: H, src: TypedArray): void;
   /** Reads the buffer into `dst` (its length is the buffer's). */
   copyout(handle: H, dst: TypedArray): Promise<void>;
+  /** Reads the buffer into `dst` at once, where the device allows a synchronous read (onnxruntime-node's WebGPU does). */
+  copyoutSync?(handle: H, dst: TypedArray): void;
   free(handle: H): void;
 }
 

@@ -8,7 +8,10 @@ import { type CausalLM, createModel, gpt2Config, llamaConfig } from '../../src/m
 import { AdamW } from '../../src/nn/index.ts';
 import { compileOrtStep } from '../../src/tensor/backends/ort/compiled-step.ts';
 import { loadOrtRuntime } from '../../src/tensor/backends/ort/runtime.ts';
-import { crossEntropy, Generator, jsBackend, loadBackend, randint, type Tensor, trace, type TracedStep, withBackend } from '../../src/tensor/index.ts';
+import { StageExecutor } from '../../src/pipeline/index.ts';
+import {
+  crossEntropy, Generator, jsBackend, loadBackend, randint, randn, type Tensor, trace, type TracedStep, withBackend,
+} from '../../src/tensor/index.ts';
 import { drift, ORT_TOLERANCE } from '../../src/verify/index.ts';
 
 const STEPS = 4;
@@ -87,4 +90,33 @@ describe('a training step (forward, loss, backward, AdamW, zeroGrad) as one grap
       });
     }
   }
+});
+
+test('a pipeline stage trains on webgpu (StageExecutor with a device): outputs, input gradients and weights after two steps of two micro-batches equal js\'s', (t) => {
+  const blocks = (m: CausalLM) => m.layers.filter((l) => l.kind === 'block');
+  const [a, b] = [createModel(CONFIGS.llama, { seed: 7 }), createModel(CONFIGS.llama, { seed: 7 })];
+  const g = new Generator(13);
+  withBackend(jsBackend, () => {
+    const cpu = new StageExecutor(blocks(a), 32, { lr: 1e-2 });
+    const gpu = new StageExecutor(blocks(b), 32, { lr: 1e-2, device: loadBackend('webgpu') });
+    let worst = 0;
+    const agree = (label: string, want: Tensor, got: Tensor) => {
+      const d = drift(want.data as Float32Array, got.data as Float32Array);
+      worst = Math.max(worst, d);
+      assert.ok(d <= ORT_TOLERANCE, `${label}: ${d}`);
+    };
+    for (let step = 0; step < 2; step++) {
+      for (let micro = 0; micro < 2; micro++) {
+        const x = randn([2, 8, 32], { generator: g });
+        agree(`step ${step} micro ${micro} output`, cpu.forward(micro, x), gpu.forward(micro, x));
+        const dy = randn([2, 8, 32], { generator: g });
+        agree(`step ${step} micro ${micro} input gradient`, cpu.backward(micro, dy)!, gpu.backward(micro, dy)!);
+      }
+      for (const [name, p] of cpu.named) agree(`step ${step} gradient of ${name}`, p.grad!, gpu.named.get(name)!.grad!);
+      cpu.step(1, 1e-2);
+      gpu.step(1, 1e-2);
+    }
+    for (const [name, p] of cpu.named) agree(`weights of ${name}`, p, gpu.named.get(name)!);
+    t.diagnostic(`largest relative L2 drift ${worst.toExponential(2)}`);
+  });
 });

@@ -3,6 +3,7 @@ import type { FloatArray } from '../dtype.ts';
 import type { MatmulSpec } from '../kernels/matmul.ts';
 import type { TimeMajorAttentionSpec } from '../ops/attention.ts';
 import type { PackedMatrix, WeightFormat } from '../quant/formats.ts';
+import type { Tensor } from '../tensor.ts';
 import type { CompiledStep, TracedStep } from '../trace.ts';
 
 /** A weight [rows, cols] of a fused product (y = x · Wᵀ): float32 `values`, or a compact matrix. */
@@ -56,6 +57,12 @@ export interface Backend {
    * the host on its own. Kernels call other kernels directly, not the public ops.
    */
   runOp?(op: string, args: readonly unknown[]): unknown;
+  /**
+   * Host tensors whose values changed outside this backend's steps (an optimizer's step on the host): a backend that
+   * keeps a copy of them (webgpu: the parameters its compiled steps read) drops it, so that its next step reads them
+   * again.
+   */
+  forget?(tensors: readonly Tensor[]): void;
   /**
    * Takes a whole traced step (see trace.ts) to run as one program (an ONNX graph, a chain of
    * GPU dispatches) instead of op by op. Called once per step and backend, when the step first

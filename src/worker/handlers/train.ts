@@ -4,8 +4,8 @@ import {
   parseReduce, parseSetMoments, parseStep, parseTrainCompute, parseTrainSetup, sendMessage, STAGE_PROTOCOL, type TrainCompute, toWire,
 } from '../../p2p/index.ts';
 import { type CausalLM, weightsWithAdapter } from '../../models/index.ts';
-import { GradientExchange, type GradientPayload, type ReduceGroup, StageExecutor } from '../../pipeline/index.ts';
-import { getBackend, type Tensor } from '../../tensor/index.ts';
+import { DeviceSection, GradientExchange, type GradientPayload, type ReduceGroup, StageExecutor } from '../../pipeline/index.ts';
+import { computeDevice, computeName, getBackend, loadBackend, type Tensor } from '../../tensor/index.ts';
 import { gradsHash, hashTensors, sectionCost, type WorkRecord } from '../../verify/index.ts';
 import { DctTopkCodec, type DctTopkOptions, type HopPart, hopIn, hopOut } from '../../compress/index.ts';
 import { passKey, PassInbox } from '../passes.ts';
@@ -129,10 +129,13 @@ export const trainingHandlers: Record<string, StageHandler> = {
       for (const p of request.peers) job.delegates.add(p);
       // each backward's contribution is hashed into its record (and a cheating worker alters it first); on
       // ort it is kept too, for a verifier to compare within tolerance
-      const backend = getBackend().name;
+      // a GPU worker trains on its GPU (forward and backward as graphs there) where the section allows it
+      const onDevice = computeDevice() !== 'cpu' && DeviceSection.refusal(section.model) === null;
+      const backend = onDevice ? computeName() : getBackend().name;
       let contribution = { hash: '', tensors: null as Map<string, Tensor> | null };
       const executor: StageExecutor = new StageExecutor(section.model.layers, section.model.config.maxPositions, {
         ...request,
+        ...(onDevice ? { device: loadBackend(computeName()) } : {}),
         onContribution: (_micro, c) => {
           fault?.contribution(c);
           const tensors = request.keepState && backend !== 'js' ? new Map([...c].map(([n, t]) => [n, t.clone()])) : null;
@@ -261,6 +264,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const group = parseReduce(body);
       const training = trainingOf(job);
       await training.exchange.average(training.executor, group, holderSender(job, group, context));
+      training.executor.weightsChanged();
       training.records.invalidate();
       sectionOf(job).weightsHash = undefined;
       return control('synced', { weights: training.records.weightsHash() });

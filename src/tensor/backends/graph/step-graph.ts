@@ -3,8 +3,7 @@ import { SlotRef, type TracedStep } from '../../trace.ts';
 import { encodeModel, type ValueInfo } from '../ort/onnx-graph.ts';
 import { CannotLower, GraphBuilder, GraphValue, ONNX_TYPE, type ValueType } from './builder.ts';
 import { loweringOf } from './lowerings.ts';
-import { type HostFeed, StepTraining } from './step-training.ts';
-import type { Tensor } from '../../tensor.ts';
+import { type HostFeed, StepTraining, type TrainingEntry } from './step-training.ts';
 
 /**
  * A traced step (trace.ts) written as one ONNX graph, through the lowerings of its ops: the
@@ -37,7 +36,7 @@ export interface StepGraph {
    * A training step's (step-training.ts) outputs after `outputs`: gradients the backend adds into a parameter's
    * `.grad`, and new values it writes over a parameter or an optimizer's state buffer, in place.
    */
-  training: readonly { name: string; kind: 'grad' | 'write'; target: Tensor | Float32Array; shape: readonly number[] }[];
+  training: readonly TrainingEntry[];
   /** Inputs besides the slots: buffers read at each run (an optimizer's moments) and host values computed before it. */
   extraInputs: readonly { name: string; source: Float32Array; shape: readonly number[] }[];
   feeds: readonly HostFeed[];
@@ -121,7 +120,7 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
   const feeds = training.feeds.filter((f) => used.has(f.name));
   const inputInfos = [...inputs.map((i) => info(values[i.slot]!)), ...[...extraInputs, ...feeds].map((e) => info({ ...e, type: 'float32' }))];
   const trainingOutputs = all.slice(step.outputSlots.length)
-    .map((v, i) => ({ name: v.name, kind: trained[i].kind, target: trained[i].target, shape: v.shape }));
+    .map((v, i) => ({ kind: trained[i].kind, target: trained[i].target, name: v.name, shape: v.shape }) as TrainingEntry);
   const declared = [...outputs.map(info), ...trainingOutputs.map((o) => info({ ...o, type: 'float32' }))];
   const model = encodeModel(g.nodes, inputInfos, declared, 17, { initializers: g.initializers, opsets: g.opsets });
   return { model, inputs, outputs, training: trainingOutputs, extraInputs, feeds };

@@ -36,12 +36,19 @@ export interface HostFeed {
   value: () => Float32Array;
 }
 
-/** Where an output goes after a run: added into a parameter's `.grad`, or written over a parameter or a state buffer. */
-export interface TrainingOutput {
-  value: GraphValue;
-  kind: 'grad' | 'write';
-  target: Tensor | Float32Array;
-}
+/**
+ * Where an output goes after a run: added into a parameter's `.grad` ('grad'), into the `.grad` of the run's input
+ * `target` (an index among the step's inputs: 'inputGrad', where that input requires a gradient), or written over a
+ * parameter or a state buffer ('write').
+ */
+export type TrainingTarget
+  = | { kind: 'grad' | 'write'; target: Tensor | Float32Array }
+    | { kind: 'inputGrad'; target: number };
+
+type TrainingOutput = TrainingTarget & { value: GraphValue };
+
+/** A training output of a lowered step: its graph output's name and shape, and where it goes. */
+export type TrainingEntry = TrainingTarget & { name: string; shape: readonly number[] };
 
 const isOptimizer = (o: unknown): o is GraphOptimizer =>
   typeof o === 'object' && o !== null && typeof (o as GraphOptimizer).adamwGraph === 'function';
@@ -53,6 +60,8 @@ const HIDDEN_WEIGHTS = new Set(['routedExperts']);
 export class StepTraining {
   static readonly OPS: ReadonlySet<string> = new Set(['backward', 'optimizerStep', 'zeroGrad', 'releaseGrads']);
   private readonly gradients = new Map<Tensor, GraphValue>();
+  /** The gradient of each float input of the step that a backward reached, by input index. */
+  private readonly inputGradients = new Map<number, GraphValue>();
   private readonly writes: TrainingOutput[] = [];
   readonly feeds: HostFeed[] = [];
   /** Tensors and buffers the graph reads besides the step's slots (moments), by graph input name. */
@@ -70,6 +79,7 @@ export class StepTraining {
       if (op === 'backward') return this.backward(args);
       if (op === 'optimizerStep') return this.optimizerStep(args[0]);
       this.gradients.clear();
+      this.inputGradients.clear();
       return null;
     } catch (err) {
       if (err instanceof CannotLower) return `${op}: ${err.message}`;
@@ -80,7 +90,8 @@ export class StepTraining {
   /** The outputs the runner handles after each run: gradients left (into .grad), then writes. */
   outputs(): TrainingOutput[] {
     const grads = [...this.gradients].map(([target, value]): TrainingOutput => ({ value, kind: 'grad', target }));
-    return [...grads, ...this.writes];
+    const inputs = [...this.inputGradients].map(([target, value]): TrainingOutput => ({ value, kind: 'inputGrad', target }));
+    return [...grads, ...inputs, ...this.writes];
   }
 
   private backward(args: readonly unknown[]): string | null {
@@ -102,10 +113,17 @@ export class StepTraining {
       params.push(t);
       wrt.push(values[i]!);
     }
-    differentiate(g, wrt, [[loss, dy]]).forEach((grad, i) => {
+    // the step's float inputs too: the runner adds their gradients into the run's inputs that require one
+    const inputs = this.step.slots.flatMap((s, i) => (s.kind === 'input' && s.dtype === 'float32' ? [i] : []));
+    const grads = differentiate(g, [...wrt, ...inputs.map((i) => values[i]!)], [[loss, dy]]);
+    const sum = (before: GraphValue | undefined, grad: GraphValue) => (before === undefined ? grad : g.node('Add', [before, grad]));
+    grads.forEach((grad, i) => {
       if (grad === null) return;
-      const before = this.gradients.get(params[i]);
-      this.gradients.set(params[i], before === undefined ? grad : g.node('Add', [before, grad]));
+      if (i < params.length) this.gradients.set(params[i], sum(this.gradients.get(params[i]), grad));
+      else {
+        const slot = inputs[i - params.length];
+        this.inputGradients.set(slot, sum(this.inputGradients.get(slot), grad));
+      }
     });
     return null;
   }
@@ -151,19 +169,18 @@ export class StepTraining {
 }
 
 /**
- * Applies a training step's outputs on the host after a run (the ort backend; webgpu for host parameters): each
- * gradient added into its parameter's `.grad`, each new value written over its parameter or state buffer.
+ * Applies a training step's outputs on the host after a run (the ort backend; webgpu for host tensors): each gradient
+ * added into its parameter's (or the run's input's) `.grad`, each new value written over its parameter or buffer.
  */
-export function applyTrainingOutputs(
-  outputs: readonly { kind: 'grad' | 'write'; target: Tensor | Float32Array; shape: readonly number[] }[],
-  values: readonly Float32Array[],
-): void {
-  outputs.forEach(({ kind, target, shape }, i) => {
+export function applyTrainingOutputs(outputs: readonly TrainingEntry[], values: readonly Float32Array[], inputs: readonly Tensor[]): void {
+  outputs.forEach((o, i) => {
     const value = values[i];
-    if (kind === 'write') (target instanceof Float32Array ? target : (target.data as Float32Array)).set(value);
-    else if (target instanceof Tensor) {
-      if (target.grad === null) target.grad = new Tensor(value, [...shape]);
-      else addInto(target.grad.data as Float32Array, value);
+    if (o.kind === 'write') (o.target instanceof Float32Array ? o.target : (o.target.data as Float32Array)).set(value);
+    else {
+      const t = o.kind === 'inputGrad' ? inputs[o.target] : o.target;
+      if (!(t instanceof Tensor) || (o.kind === 'inputGrad' && !t.requiresGrad)) return;
+      if (t.grad === null) t.grad = new Tensor(value, [...o.shape]);
+      else addInto(t.grad.data as Float32Array, value);
     }
   });
 }

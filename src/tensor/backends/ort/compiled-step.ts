@@ -42,7 +42,7 @@ export function compileOrtStep(
         ...lowered.outputs.map((o, i) => ({ name: o.name, data: outs[i].data as Float32Array | Int32Array, dims: o.shape })),
         ...lowered.training.map((o, i) => ({ name: o.name, data: trained[i], dims: o.shape })),
       ]);
-      applyTrainingOutputs(lowered.training, trained);
+      applyTrainingOutputs(lowered.training, trained, inputs);
       return outs;
     },
   };

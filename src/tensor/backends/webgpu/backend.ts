@@ -8,7 +8,7 @@ import type { CompiledStep, TracedStep } from '../../trace.ts';
 import type { Backend, Tolerance } from '../backend.ts';
 import { type CallGraph, callKey, callTensors, gradientNeeds, lowerCall, lowerCallGradient, OutputIndex } from '../graph/call-graph.ts';
 import { type GraphOutput, lowerStep, type StepGraph } from '../graph/step-graph.ts';
-import { applyTrainingOutputs } from '../graph/step-training.ts';
+import { applyTrainingOutputs, type TrainingEntry } from '../graph/step-training.ts';
 import { type GpuSession, type GpuValue, loadWebGpuRuntime } from './runtime.ts';
 
 /**
@@ -68,6 +68,9 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
       handle.value = gpu.upload(src, [src.length]);
     },
     async copyout(handle, dst) {
+      allocator.copyoutSync!(handle, dst);
+    },
+    copyoutSync(handle, dst) {
       if (handle.value === null) throw new TraceError('a GPU buffer was read before anything was written to it');
       dst.set(gpu.download(gpu.view(handle.value, [handle.length])) as TypedArray as never);
     },
@@ -94,6 +97,12 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
     },
     compileStep(step) {
       return compileGpuStep(step);
+    },
+    forget(tensors) {
+      for (const t of tensors) {
+        uploaded.get(t)?.dispose();
+        uploaded.delete(t);
+      }
     },
     // a device backend's ops go through runOp; host products run on the CPU context, never here
     matmul(a, b, out, spec: MatmulSpec, bias) {
@@ -214,7 +223,7 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
         lowered.feeds.forEach((f, i) => (feeds[f.name] = hyper[i]));
         const values = session.run(feeds, [...lowered.outputs, ...lowered.training].map((o) => o.name));
         for (const h of hyper) h.dispose();
-        applyOnGpu(lowered.training, values);
+        applyOnGpu(lowered.training, values, inputs);
         return lowered.outputs.map((o) => deviceTensor(values[o.name], o.type as DType, o.shape));
       },
     };
@@ -225,32 +234,33 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
    * and its new value swapped into its memory; for host parameters and moments, the new values kept as their GPU copy
    * and written back to the host, and gradients added into the host `.grad`.
    */
-  function applyOnGpu(outputs: StepGraph['training'], values: Record<string, GpuValue>): void {
-    const host: { kind: 'grad' | 'write'; target: Tensor | Float32Array; shape: readonly number[] }[] = [];
+  function applyOnGpu(outputs: StepGraph['training'], values: Record<string, GpuValue>, inputs: readonly Tensor[]): void {
+    const host: TrainingEntry[] = [];
     const hostValues: Float32Array[] = [];
     for (const o of outputs) {
       const value = values[o.name];
-      const storage = o.target instanceof Tensor ? o.target.deviceStorage : null;
-      if (storage !== null && o.target instanceof Tensor) {
-        const p = o.target;
-        if (o.kind === 'grad') {
-          const grad = deviceTensor(value, 'float32', o.shape);
-          p.grad = p.grad === null ? grad : (backend.runOp!('add', [p.grad, grad]) as Tensor);
-        } else {
+      const t = o.kind === 'inputGrad' ? inputs[o.target] : o.target;
+      const storage = t instanceof Tensor ? t.deviceStorage : null;
+      if (o.kind === 'inputGrad' && !inputs[o.target].requiresGrad) value.dispose();
+      else if (storage !== null && t instanceof Tensor) {
+        if (o.kind === 'write') {
           const handle = storage.handle as GpuHandle;
           handle.value?.dispose();
           handle.value = value;
+        } else {
+          const grad = deviceTensor(value, 'float32', o.shape);
+          t.grad = t.grad === null ? grad : (backend.runOp!('add', [t.grad, grad]) as Tensor);
         }
-        continue;
+      } else {
+        host.push(o);
+        hostValues.push(new Float32Array(gpu.download(value) as Float32Array));
+        if (o.kind === 'write') {
+          uploaded.get(o.target)?.dispose();
+          uploaded.set(o.target, value);
+        } else value.dispose();
       }
-      host.push(o);
-      hostValues.push(new Float32Array(gpu.download(value) as Float32Array));
-      if (o.kind === 'write') {
-        uploaded.get(o.target)?.dispose();
-        uploaded.set(o.target, value);
-      } else value.dispose();
     }
-    applyTrainingOutputs(host, hostValues);
+    applyTrainingOutputs(host, hostValues, inputs);
   }
 
   return backend;
