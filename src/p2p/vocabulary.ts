@@ -22,6 +22,11 @@ export interface Capabilities {
   tier: Tier;
   cores: number;
   backend: string;
+  /**
+   * On a worker that computes on a device (backend webgpu): its adapter as the machine reports it (onnxruntime does
+   * not say which it chose) and the read bandwidth measured there (GB/s, a reduction over 64 MiB as one graph).
+   */
+  device?: { adapter: string; bandwidthGBs: number };
 }
 
 /** A section a worker holds for a job: its layers, the format its matrices are held in, and its weights' bytes. */
@@ -208,7 +213,14 @@ export function parseCapabilities(v: unknown): Capabilities {
     tier,
     cores: finite(o.cores, 'capabilities.cores', 1, 4096),
     backend,
+    ...(o.device === undefined ? {} : { device: parseDevice(o.device) }),
   };
+}
+
+function parseDevice(v: unknown): { adapter: string; bandwidthGBs: number } {
+  const o = obj(v, 'capabilities.device');
+  if (typeof o.adapter !== 'string' || o.adapter.length > 128) fail('capabilities.device.adapter must be a string of at most 128 characters');
+  return { adapter: o.adapter, bandwidthGBs: finite(o.bandwidthGBs, 'capabilities.device.bandwidthGBs', 0, 1e6) };
 }
 
 export function parseRoles(v: unknown): Role[] {

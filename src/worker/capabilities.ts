@@ -1,12 +1,14 @@
 import { availableParallelism, freemem } from 'node:os';
 import { computeDevice, computeName } from '../tensor/index.ts';
-import { deviceGflops, engineGflops } from './engine-check.ts';
+import { adapterName } from './adapter-name.ts';
+import { deviceBandwidth, deviceGflops, engineGflops } from './engine-check.ts';
 import { type Capabilities, tierOf } from '../p2p/index.ts';
 
 /**
  * Measures this machine's engine: GFLOP/s of a 256³ product (a short run), cores, memory offered. On a worker that
  * computes on a device (--backend webgpu) the GFLOP/s are the device's (deviceGflops) and the memory offered is the
- * least of the host's and the device's (`deviceMemoryBytes`, --gpu-memory): a section's weights are held in both.
+ * least of the host's and the device's (`deviceMemoryBytes`, --gpu-memory): a section's weights are held in both; it
+ * also announces the device's adapter (as the machine reports it) and its measured read bandwidth.
  */
 export function measureCapabilities(memoryBytes?: number, deviceMemoryBytes?: number): Capabilities {
   const device = computeDevice();
@@ -18,5 +20,6 @@ export function measureCapabilities(memoryBytes?: number, deviceMemoryBytes?: nu
     tier: tierOf(gflops),
     cores: availableParallelism(),
     backend: computeName(),
+    ...(device === 'cpu' ? {} : { device: { adapter: adapterName(), bandwidthGBs: Math.round(deviceBandwidth(device) * 10) / 10 } }),
   };
 }

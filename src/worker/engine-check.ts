@@ -53,6 +53,30 @@ export function deviceGflops(device: Device): number {
   return (chain * 2 * n * n * n) / seconds / 1e9;
 }
 
+/**
+ * Read bandwidth of a device in GB/s: a tensor on the device summed by one graph there (a warm-up, then the best of
+ * 3), from 4 MiB up to 256 MiB while a run takes under 5 ms (a fast GPU's dispatch would hide a small read): what a
+ * decoding step, which reads every weight once, is bound by.
+ */
+export function deviceBandwidth(device: Device): number {
+  for (let rows = 1024; ; rows *= 8) {
+    const x = randn([rows, 1024], { seed: 3 });
+    const { step } = withBackend(jsBackend, () => noGrad(() => trace((v: Tensor) => v.sum(), [x])));
+    const input = x.to(device);
+    let best = Infinity;
+    for (let i = 0; i < 4; i++) {
+      const t0 = performance.now();
+      const out = noGrad(() => step.run([input]));
+      const storage = out.deviceStorage;
+      if (storage !== null) void storage.backend.allocator.copyout(storage.handle, new Float32Array(1));
+      out.dispose();
+      if (i > 0) best = Math.min(best, (performance.now() - t0) / 1000);
+    }
+    input.dispose();
+    if (best >= 0.005 || rows >= 65536) return (4 * x.size) / best / 1e9;
+  }
+}
+
 /** The logits [1, 8, 257] of a small seeded Llama (2 blocks, hidden 64) on 8 fixed tokens: the same bytes on every machine (js backend). */
 export function referenceLogits(): Float32Array {
   const config = llamaConfig({ vocabSize: 257, hidden: 64, layers: 2, heads: 4, kvHeads: 2, intermediate: 96, maxPositions: 32 });

@@ -42,12 +42,18 @@ describe('a GPU worker beside a CPU worker and a js worker', () => {
     await swarm?.close();
   });
 
-  test('the GPU worker announces its device: backend webgpu, the memory it lends there, GFLOP/s measured on it', async () => {
+  test('the GPU worker announces its device: backend webgpu, the memory it lends there, GFLOP/s and bandwidth measured on it, its adapter', async () => {
     const listed = await listWorkers(swarm!.user.node, multiaddr(swarm!.bootstrap));
     const gpu = listed.find((p) => p.peerId === swarm!.workers[0].peerId)?.capabilities;
     assert.equal(gpu?.backend, 'webgpu');
     assert.equal(gpu?.memoryBytes, 2 ** 30, '--gpu-memory 1GiB: the least of the host\'s and the device\'s');
     assert.ok(gpu!.gflops > 0);
+    // its adapter as the machine reports it (SwiftShader where the test runner points Vulkan at it), and its bandwidth
+    const adapter = gpu?.device?.adapter ?? '';
+    if (/swiftshader/i.test(process.env.VK_ICD_FILENAMES ?? '')) assert.match(adapter, /SwiftShader/);
+    else assert.ok(adapter.length > 0);
+    assert.ok((gpu?.device?.bandwidthGBs ?? 0) > 0, JSON.stringify(gpu?.device));
+    assert.equal(listed.find((p) => p.peerId === swarm!.workers[1].peerId)?.capabilities?.device, undefined, 'a CPU worker has no device');
     const cpu = listed.find((p) => p.peerId === swarm!.workers[1].peerId)?.capabilities;
     assert.equal(cpu?.backend, 'ort');
   });
