@@ -95,6 +95,16 @@ export function printReport(r: Results, log: (s: string) => void): void {
   console.log('ratio: ours over the reference (above 1: ours faster). decode: a 4-token prompt (1 token per row at batch 16), then 28 tokens; median of repeats after a run that traces and compiles.');
   if (torch) console.log(`PyTorch ${torch.torch}, transformers ${torch.transformers ?? 'missing'} on ${torch.device}${torch.errors.length ? `; errors: ${torch.errors.join('; ')}` : ''}`);
   if (llama) console.log(`llama.cpp: ${llama.gpu || 'CPU'} build, GPU devices: ${llama.devices.join(', ') || 'none'}, ${llama.gpuLayers} layers offloaded${llama.errors.length ? `; errors: ${llama.errors.join('; ')}` : ''}`);
+  // the same weights: int4's greedy tokens should follow llama.cpp's Q4_0 (and, up to bf16's rounding, PyTorch's)
+  const ours1 = o.decodeInt4B1?.tokens;
+  const agree = (theirs: number[] | undefined) => {
+    if (!ours1 || !theirs) return 'not measured';
+    const n = Math.min(ours1.length, theirs.length);
+    const first = ours1.findIndex((t, i) => i < n && t !== theirs[i]);
+    return `${first === -1 ? n : first} of ${n} equal`;
+  };
+  console.log(`greedy tokens, int4 batch 1: llama.cpp Q4_0 ${agree(llama?.decode.find((d) => d.batch === 1)?.tokens)}, `
+    + `PyTorch bf16 ${agree(torch?.decode?.find((d) => d.batch === 1)?.tokens)}`);
   for (const note of r.notes) console.log(`note: ${note}`);
   for (const s of r.skipped) console.log(`skipped: ${s}`);
   if (r.software) console.log('software adapter (--allow-software): these figures show the script runs; they say nothing about a GPU.');
