@@ -133,13 +133,16 @@ const byLength = (files) => [...files].sort((a, b) => (known[b] ?? 0) - (known[a
 const [NODE_MAJOR, NODE_MINOR] = process.versions.node.split('.').map(Number);
 const FORCE_EXIT = NODE_MAJOR >= 22 || (NODE_MAJOR === 20 && NODE_MINOR >= 14) ? ['--test-force-exit'] : [];
 
-/** The CPU seconds a cgroup's processes used; the cgroup is removed (left where a process of it still runs). */
+/** Cgroups that a process of their file still held when it ended: removed again once every file has run. */
+const leftGroups = [];
+
+/** The CPU seconds a cgroup's processes used; the cgroup is removed (tried again at the end where a process of it still runs). */
 function groupSeconds(group) {
   const seconds = Number(readFileSync(`${group}/cpuacct.usage`, 'utf8')) / 1e9;
   try {
     rmdirSync(group);
   } catch {
-    // a process the file started outlives it; the kernel removes nothing by itself, and the figure is read already
+    leftGroups.push(group);
   }
   return seconds;
 }
@@ -202,6 +205,13 @@ if (!(await checks).every(Boolean)) {
 const results = await pool(chosen.filter((f) => f !== ALONE && !early.includes(f) && !beside.includes(f)), concurrency);
 if (demo) results.push(...(await Promise.all([pool([ALONE], 1), pool(beside, 1)])).flat());
 results.push(...(await earlyResults));
+for (const group of leftGroups) {
+  try {
+    rmdirSync(group);
+  } catch {
+    // still held: a process a file started outlives every file (the kernel keeps an empty cgroup until it is removed)
+  }
+}
 const failed = results.filter((r) => !r.ok);
 const slowest = [...results].sort((a, b) => b.seconds - a.seconds).slice(0, 10);
 process.stdout.write(`\nthe ten slowest test files (of ${results.length}; ${((Date.now() - started) / 1000).toFixed(0)} s in all, ${concurrency} at a time):\n`);
