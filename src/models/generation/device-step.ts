@@ -10,11 +10,11 @@ import type { StepModel } from './generate.ts';
  * takes the cached keys and values as inputs and returns them grown (the models join them with
  * `cat` while a trace records), so only the step's input goes up and its output comes down.
  *
- * Shapes are static in a graph today: a step is traced and compiled for each input shape and
- * cache length it meets (a prompt, then one graph per decoded position), and the trace runs the
- * model once on the host's js kernels. Fine for the short runs of tests and small models; a
- * graph with a symbolic sequence dim and a cache bound in place is what long generations need
- * (#46's note says so).
+ * Shapes are static in a graph: a step is traced (the trace runs the model once on the host's js
+ * kernels) and compiled for each shape it meets. So that a few graphs serve every length, where
+ * the model's masks allow it (not a sliding window, not ALiBi): a first prompt is padded at its
+ * end to a power of two of positions (32, 64, …), and decoding runs on a bounded cache (one graph
+ * per capacity, below). Elsewhere, a graph per prompt length and per decoded position.
  */
 export class DeviceRunner implements StepRunner {
   /** The cache on the device: per layer index of the model, its keys and values [B, kvHeads, T, D]. */
@@ -59,6 +59,26 @@ export class DeviceRunner implements StepRunner {
   async step(input: Tensor, options: Omit<ForwardOptions, 'cache'> = {}): Promise<Tensor> {
     const past = this.cache.flatMap((e, i) => (e ? [i] : []));
     if (input.shape[1] === 1 && past.length > 0 && boundedDecoding(this.model)) return this.boundedStep(input, options, past);
+    const t = input.shape[1];
+    const bucket = Math.max(MIN_SLOTS, 2 ** Math.ceil(Math.log2(t)));
+    const plain = startsPlain(options, input.shape[0], t);
+    if (past.length === 0 && t > 1 && bucket > t && plain && boundedDecoding(this.model)) {
+      // a prompt padded at its end to a power of two (from MIN_SLOTS): one graph per bucket, not per length; causal
+      // attention keeps the padding out of the real positions, and its keys are masked out as empty slots after
+      const y = this.exactStep(padTime(input, bucket), {}, past);
+      this.filled = t;
+      const out = await noGrad(() => y.narrow(1, 0, t)).toHost();
+      y.dispose();
+      return out;
+    }
+    const y = this.exactStep(input, options, past);
+    const out = await y.toHost();
+    y.dispose();
+    return out;
+  }
+
+  /** A step on the cache as it is filled (no bounded slots): its output, on the device. */
+  private exactStep(input: Tensor, options: Omit<ForwardOptions, 'cache'>, past: readonly number[]): Tensor {
     // the exact path takes the cache as long as it is filled
     this.fit(this.filled);
     const positions = options.positions ?? null;
@@ -91,9 +111,7 @@ export class DeviceRunner implements StepRunner {
       this.cache[held[j]] = { k: grown[2 * j], v: grown[2 * j + 1] };
     }
     this.filled = grown[0]?.shape[2] ?? this.filled;
-    const out = await y.toHost();
-    y.dispose();
-    return out;
+    return y;
   }
 
   /**
@@ -200,6 +218,23 @@ export class DeviceRunner implements StepRunner {
     traceLayers.set(step, layers);
     return step;
   }
+}
+
+/** A prompt at positions 0 … t − 1 of every row with every key kept: what a prompt with no options is. */
+function startsPlain(options: Omit<ForwardOptions, 'cache'>, b: number, t: number): boolean {
+  const { positions, keyMask } = options;
+  if (keyMask && keyMask.data.some((v) => v !== 1)) return false;
+  if (positions && (positions.size !== b * t || positions.data.some((p, i) => p !== i % t))) return false;
+  return true;
+}
+
+/** `x` (ids [B, T] or hidden states [B, T, H], on the host) with zeros after its T positions, to `length`. */
+function padTime(x: Tensor, length: number): Tensor {
+  const [b, t] = x.shape;
+  const width = x.size / (b * t);
+  const out = zeros([b, length, ...x.shape.slice(2)], x.dtype);
+  for (let r = 0; r < b; r++) out.data.set(x.data.subarray(r * t * width, (r + 1) * t * width), r * length * width);
+  return out;
 }
 
 /** The cache a step starts from: for each layer that holds one, the shapes of its keys and values. */
