@@ -7,7 +7,8 @@ import { createModel, deviceStepModel, generate, generateWith, llamaConfig } fro
 import { jsBackend, loadBackend, withBackend } from '../../src/tensor/index.ts';
 
 test('prompts of 5 and 11 tokens decode on webgpu with one prompt graph and one decoding graph, as js decodes them', async (t) => {
-  const model = createModel(llamaConfig({ vocabSize: 97, hidden: 32, layers: 2, heads: 4, kvHeads: 2, intermediate: 64, maxPositions: 64 }), { seed: 3 });
+  const config = llamaConfig({ vocabSize: 97, hidden: 32, layers: 2, heads: 4, kvHeads: 2, intermediate: 64, maxPositions: 64 });
+  const model = createModel(config, { seed: 3 });
   const steps = (loadBackend('webgpu') as unknown as { steps: { compiled: number } }).steps;
   const counts: number[] = [];
   for (const prompt of [[5, 9, 2, 44, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]]) {
