@@ -2,7 +2,7 @@ import { InvalidArgumentError } from '../errors.ts';
 import type { Module } from '../nn/index.ts';
 import { type ModelLayer, runLayers, SparseMoe } from '../models/index.ts';
 import {
-  type Backend, backendDevice, type CompiledStep, jsBackend, noGrad, type Tensor, tensor, trace, type TracedStep, withBackend,
+  type Backend, backendDevice, type CompiledStep, noGrad, type Tensor, tensor, trace, type TracedStep,
 } from '../tensor/index.ts';
 
 /** A device tensor's values on the host, read at once (the stage protocol's handlers run between awaits of their own). */
@@ -19,7 +19,7 @@ function hostCopy(t: Tensor): Tensor {
 
 /**
  * A training section's forward and backward on a device (a worker with `--backend webgpu`), each micro-batch shape's
- * steps traced once on js and compiled as one graph there: the forward (no gradients), and the backward as forward
+ * steps traced once on the CPU context and compiled as one graph there: the forward (no gradients), and the backward as forward
  * and backward together (the forward recomputed inside the graph: activation checkpointing, so no activations are
  * held between the two), whose parameter gradients the graph adds into the host `.grad` and whose input gradient it
  * gives back. The optimizer steps on the host (the executor's AdamW, as on a CPU worker: records, replicas and
@@ -52,7 +52,7 @@ export class DeviceSection {
     return runLayers(this.layers, input, {}, this.maxPositions);
   }
 
-  /** The compiled steps for inputs shaped as `input` (traced on js the first time, with `grad` shaped as the output). */
+  /** The compiled steps for inputs shaped as `input` (traced on the host the first time, with `grad` shaped as the output). */
   private stepsFor(input: Tensor, grad: Tensor | null): { forward: CompiledStep; backward: CompiledStep } {
     const key = `${input.dtype}[${input.shape}]`;
     let entry = this.steps.get(key);
@@ -63,20 +63,20 @@ export class DeviceSection {
       return compiled;
     };
     const host = input.dtype === 'int32' ? input : input.detach();
-    const forward = withBackend(jsBackend, () => noGrad(() => trace((x: Tensor) => this.run(x), [host]))).step;
+    const forward = noGrad(() => trace((x: Tensor) => this.run(x), [host])).step;
     const outShape = forward.slots[forward.outputSlots[0]].shape;
-    const seed = grad ?? withBackend(jsBackend, () => noGrad(() => this.run(host)));
+    const seed = grad ?? noGrad(() => this.run(host));
     if (seed.shape.some((d, i) => d !== outShape[i])) throw new InvalidArgumentError(`a gradient [${seed.shape}] for an output [${outShape}]`);
     // tracing runs the step once on js: the parameters' gradients it adds are put back as they were
     const before = this.params.map((p) => p.grad);
     for (const p of this.params) p.grad = null;
     const leaf = host.dtype === 'int32' ? host : host.detach();
     if (leaf.dtype !== 'int32') leaf.requiresGrad = true;
-    const backward = withBackend(jsBackend, () => trace((x: Tensor, g: Tensor) => {
+    const backward = trace((x: Tensor, g: Tensor) => {
       const y = this.run(x);
       y.backward(g);
       return y;
-    }, [leaf, seed.detach()])).step;
+    }, [leaf, seed.detach()]).step;
     this.params.forEach((p, i) => (p.grad = before[i]));
     entry = { forward: compile(forward, 'forward'), backward: compile(backward, 'backward') };
     this.steps.set(key, entry);

@@ -1,11 +1,11 @@
 import { DeviceOpUnsupportedError, TensorLinkError } from '../../errors.ts';
-import { cat, type Device, jsBackend, loadBackend, noGrad, type Tensor, tensor, type TracedStep, trace, withBackend, zeros } from '../../tensor/index.ts';
+import { cat, type Device, loadBackend, noGrad, type Tensor, tensor, type TracedStep, trace, zeros } from '../../tensor/index.ts';
 import { type CausalLM, type ForwardOptions, KVCache, type LayerCache } from '../model.ts';
 import type { StepModel } from './generate.ts';
 
 /**
  * A model (or a section) run on a device backend (webgpu), a step at a time: each call is a
- * step traced once on the host (js) for its shapes and compiled by the device's backend into
+ * step traced once on the host (its CPU context) for its shapes and compiled by the device's backend into
  * one graph (Backend.compileStep), then run there. The KV cache lives on the device: a step
  * takes the cached keys and values as inputs and returns them grown (the models join them with
  * `cat` while a trace records), so only the step's input goes up and its output comes down.
@@ -245,7 +245,7 @@ export interface PastShape {
 }
 
 /**
- * One step of `model` traced on the host (js) for these shapes, with its KV cache as inputs and
+ * One step of `model` traced on the host (its CPU context) for these shapes, with its KV cache as inputs and
  * outputs: inputs (x, positions?, keyMask?, then each past layer's k and v), outputs [y, then
  * k and v of each layer the cache holds after the step, in `layers` order]. The past values
  * are zeros of the shapes given: a trace records ops, not values. What a device runner (this
@@ -275,7 +275,8 @@ export function traceCachedStep(
     return [y, ...layers.flatMap((i) => [cache.layers[i]!.k, cache.layers[i]!.v])];
   };
   const hostInputs = [input, ...(positions ? [positions] : []), ...(keyMask ? [keyMask] : []), ...(slot ? [slot] : []), ...dummies];
-  const { step } = withBackend(jsBackend, () => noGrad(() => trace(fn, hostInputs)));
+  // traced on the CPU context (ort where it loads: a large model's trace runs its step once on the host)
+  const { step } = noGrad(() => trace(fn, hostInputs));
   return { step, layers };
 }
 
