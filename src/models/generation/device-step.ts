@@ -60,7 +60,8 @@ export class DeviceRunner implements StepRunner {
     const past = this.cache.flatMap((e, i) => (e ? [i] : []));
     if (input.shape[1] === 1 && past.length > 0 && boundedDecoding(this.model)) return this.boundedStep(input, options, past);
     const t = input.shape[1];
-    const bucket = Math.max(MIN_SLOTS, 2 ** Math.ceil(Math.log2(t)));
+    // never past the model's positions (a learned position table ends there)
+    const bucket = Math.min(Math.max(MIN_SLOTS, 2 ** Math.ceil(Math.log2(t))), this.model.config.maxPositions);
     const plain = startsPlain(options, input.shape[0], t);
     if (past.length === 0 && t > 1 && bucket > t && plain && boundedDecoding(this.model)) {
       // a prompt padded at its end to a power of two (from MIN_SLOTS): one graph per bucket, not per length; causal
