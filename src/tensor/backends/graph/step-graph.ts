@@ -3,7 +3,7 @@ import { SlotRef, type TracedStep } from '../../trace.ts';
 import { encodeModel, type ValueInfo } from '../ort/onnx-graph.ts';
 import { CannotLower, GraphBuilder, GraphValue, ONNX_TYPE, type ValueType } from './builder.ts';
 import { loweringOf } from './lowerings.ts';
-import { type HostFeed, StepTraining, type TrainingEntry } from './step-training.ts';
+import { type HostEffects, type HostFeed, StepTraining, type TrainingEntry } from './step-training.ts';
 
 /**
  * A traced step (trace.ts) written as one ONNX graph, through the lowerings of its ops: the
@@ -40,6 +40,8 @@ export interface StepGraph {
   /** Inputs besides the slots: buffers read at each run (an optimizer's moments) and host values computed before it. */
   extraInputs: readonly { name: string; source: Float32Array; shape: readonly number[] }[];
   feeds: readonly HostFeed[];
+  /** What the runner does on the host around a run: guards before it, gradients left cleared after it. */
+  effects: HostEffects;
 }
 
 /** Why a step or call was not lowered: the op, and what its lowering said. */
@@ -90,6 +92,8 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
     if (s.kind === 'input') values[i] = g.know(new GraphValue(`in${i}`, s.shape, s.dtype));
     else if (s.kind === 'constant') values[i] = g.know(new GraphValue(`const${i}`, s.shape, s.dtype, s.tensor));
   }
+  // the graph's inputs as declared (an optimizer's update in the step later replaces a parameter's value in `values`)
+  const fed = [...values];
   const training = new StepTraining(g, values, step);
   for (const op of step.ops) {
     if (StepTraining.OPS.has(op.op)) {
@@ -104,26 +108,26 @@ export function lowerStep(step: TracedStep): StepGraph | Refusal {
     if (bound !== null) return { refused: `'${op.op}': ${bound}` };
   }
   // an output that is an input or a constant itself (a lowering that changed nothing) gets an Identity of its own
-  const fedNames = new Set(step.slots.flatMap((s, i) => (s.kind === 'result' ? [] : [values[i]!.name])));
+  const fedNames = new Set(step.slots.flatMap((s, i) => (s.kind === 'result' ? [] : [fed[i]!.name])));
   const trained = training.outputs();
   const all = distinctOutputs(g, [...step.outputSlots.map((s) => values[s]!), ...trained.map((t) => t.value)], fedNames);
   const results = all.slice(0, step.outputSlots.length);
   const used = usedNames(g);
   const inputs: GraphInput[] = [];
   for (const [slot, s] of step.slots.entries()) {
-    const v = values[slot];
+    const v = fed[slot];
     if (s.kind !== 'result' && v !== undefined && used.has(v.name)) inputs.push({ name: v.name, slot });
   }
   const outputs = step.outputSlots.map((slot, i) => ({ name: results[i].name, slot, shape: results[i].shape, type: results[i].type }));
   const extraInputs = training.extraInputs.filter((e) => used.has(e.value.name))
     .map((e) => ({ name: e.value.name, source: e.source, shape: e.value.shape }));
   const feeds = training.feeds.filter((f) => used.has(f.name));
-  const inputInfos = [...inputs.map((i) => info(values[i.slot]!)), ...[...extraInputs, ...feeds].map((e) => info({ ...e, type: 'float32' }))];
+  const inputInfos = [...inputs.map((i) => info(fed[i.slot]!)), ...[...extraInputs, ...feeds].map((e) => info({ ...e, type: 'float32' }))];
   const trainingOutputs = all.slice(step.outputSlots.length)
     .map((v, i) => ({ kind: trained[i].kind, target: trained[i].target, name: v.name, shape: v.shape }) as TrainingEntry);
   const declared = [...outputs.map(info), ...trainingOutputs.map((o) => info({ ...o, type: 'float32' }))];
   const model = encodeModel(g.nodes, inputInfos, declared, 17, { initializers: g.initializers, opsets: g.opsets });
-  return { model, inputs, outputs, training: trainingOutputs, extraInputs, feeds };
+  return { model, inputs, outputs, training: trainingOutputs, extraInputs, feeds, effects: training.effects };
 }
 
 /** One op's lowering written into `g` with `args` (graph values in place of tensors): what it returns, or why not. */

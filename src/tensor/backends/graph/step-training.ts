@@ -37,12 +37,12 @@ export interface HostFeed {
 }
 
 /**
- * Where an output goes after a run: added into a parameter's `.grad` ('grad'), into the `.grad` of the run's input
- * `target` (an index among the step's inputs: 'inputGrad', where that input requires a gradient), or written over a
- * parameter or a state buffer ('write').
+ * Where an output goes after a run: added into a parameter's `.grad` ('grad'), put in place of it ('setGrad': the
+ * step cleared it first), added into the `.grad` of the run's input `target` (an index among the step's inputs:
+ * 'inputGrad', where that input requires a gradient), or written over a parameter or a state buffer ('write').
  */
 export type TrainingTarget
-  = | { kind: 'grad' | 'write'; target: Tensor | Float32Array }
+  = | { kind: 'grad' | 'setGrad' | 'write'; target: Tensor | Float32Array }
     | { kind: 'inputGrad'; target: number };
 
 type TrainingOutput = TrainingTarget & { value: GraphValue };
@@ -50,26 +50,47 @@ type TrainingOutput = TrainingTarget & { value: GraphValue };
 /** A training output of a lowered step: its graph output's name and shape, and where it goes. */
 export type TrainingEntry = TrainingTarget & { name: string; shape: readonly number[] };
 
+/** A parameter's gradient as the step leaves it: cleared by zeroGrad (to null or zeros) or not, and what backward added since. */
+interface ParamGrad {
+  cleared: boolean;
+  setToNone: boolean;
+  added: GraphValue | null;
+}
+
+/** What the runner does on the host around a run, besides feeding inputs and applying outputs. */
+export interface HostEffects {
+  /** Checks before a run: a state the graph cannot follow is a TraceError, before anything changed. */
+  guards: (() => void)[];
+  /** Gradients the step cleared and left cleared (zeroGrad last): set to null, or their values to zeros. */
+  clears: { target: Tensor; setToNone: boolean }[];
+}
+
 const isOptimizer = (o: unknown): o is GraphOptimizer =>
   typeof o === 'object' && o !== null && typeof (o as GraphOptimizer).adamwGraph === 'function';
 
 /** Ops whose lowering stores the weights of a module it is given (model-ops.ts' routedExperts): no gradient reaches them. */
 const HIDDEN_WEIGHTS = new Set(['routedExperts']);
 
-/** The training ops' part of one step's lowering (step-graph.ts calls it for the ops in TRAINING_OPS). */
+/** The training ops' part of one step's lowering (step-graph.ts calls it for the ops in StepTraining.OPS). */
 export class StepTraining {
   static readonly OPS: ReadonlySet<string> = new Set(['backward', 'optimizerStep', 'zeroGrad', 'releaseGrads']);
-  private readonly gradients = new Map<Tensor, GraphValue>();
+  /** The parameters backward reached or zeroGrad cleared, and their gradients as the step has them so far. */
+  private readonly grads = new Map<Tensor, ParamGrad>();
   /** The gradient of each float input of the step that a backward reached, by input index. */
   private readonly inputGradients = new Map<number, GraphValue>();
-  private readonly writes: TrainingOutput[] = [];
+  /** Each parameter's moments as the step has them so far (after an update: its outputs). */
+  private readonly moments = new Map<Tensor, { m: GraphValue; v: GraphValue }>();
+  /** The last value written over each parameter and state buffer. */
+  private readonly writes = new Map<Tensor | Float32Array, TrainingOutput>();
   readonly feeds: HostFeed[] = [];
   /** Tensors and buffers the graph reads besides the step's slots (moments), by graph input name. */
   readonly extraInputs: { value: GraphValue; source: Float32Array }[] = [];
+  readonly effects: HostEffects = { guards: [], clears: [] };
 
   constructor(
     private readonly g: GraphBuilder,
-    private readonly values: readonly (GraphValue | undefined)[],
+    /** The step's values by slot: an optimizer's update replaces a parameter's, so later ops read the new one. */
+    private readonly values: (GraphValue | undefined)[],
     private readonly step: TracedStep,
   ) {}
 
@@ -77,9 +98,12 @@ export class StepTraining {
   lower(op: string, args: readonly unknown[]): string | null {
     try {
       if (op === 'backward') return this.backward(args);
-      if (op === 'optimizerStep') return this.optimizerStep(args[0]);
-      this.gradients.clear();
-      this.inputGradients.clear();
+      const opt = args[0];
+      if (!isOptimizer(opt)) return `${op} of an optimizer without a graph form (AdamW has one)`;
+      if (op === 'optimizerStep') return this.optimizerStep(opt);
+      // zeroGrad(setToNone) and releaseGrads(): the optimizer's parameters only, as eager clears them
+      const setToNone = op === 'releaseGrads' || args[1] !== false;
+      for (const p of opt.params) this.grads.set(p, { cleared: true, setToNone, added: null });
       return null;
     } catch (err) {
       if (err instanceof CannotLower) return `${op}: ${err.message}`;
@@ -87,11 +111,15 @@ export class StepTraining {
     }
   }
 
-  /** The outputs the runner handles after each run: gradients left (into .grad), then writes. */
+  /** The outputs the runner handles after each run (gradients, input gradients, then writes); `effects` beside them. */
   outputs(): TrainingOutput[] {
-    const grads = [...this.gradients].map(([target, value]): TrainingOutput => ({ value, kind: 'grad', target }));
+    const grads: TrainingOutput[] = [];
+    for (const [target, e] of this.grads) {
+      if (e.added !== null) grads.push({ value: e.added, kind: e.cleared ? 'setGrad' : 'grad', target });
+      else if (e.cleared) this.effects.clears.push({ target, setToNone: e.setToNone });
+    }
     const inputs = [...this.inputGradients].map(([target, value]): TrainingOutput => ({ value, kind: 'inputGrad', target }));
-    return [...grads, ...inputs, ...this.writes];
+    return [...grads, ...inputs, ...this.writes.values()];
   }
 
   private backward(args: readonly unknown[]): string | null {
@@ -111,16 +139,19 @@ export class StepTraining {
       const t = s.tensor;
       if (s.kind !== 'constant' || t === null || !t.requiresGrad || t.node !== null || s.dtype !== 'float32') continue;
       params.push(t);
+      // after an optimizer's update in the same step, the parameter's value is the update's output
       wrt.push(values[i]!);
     }
     // the step's float inputs too: the runner adds their gradients into the run's inputs that require one
     const inputs = this.step.slots.flatMap((s, i) => (s.kind === 'input' && s.dtype === 'float32' ? [i] : []));
     const grads = differentiate(g, [...wrt, ...inputs.map((i) => values[i]!)], [[loss, dy]]);
-    const sum = (before: GraphValue | undefined, grad: GraphValue) => (before === undefined ? grad : g.node('Add', [before, grad]));
+    const sum = (before: GraphValue | null | undefined, grad: GraphValue) => (before ? g.node('Add', [before, grad]) : grad);
     grads.forEach((grad, i) => {
       if (grad === null) return;
-      if (i < params.length) this.gradients.set(params[i], sum(this.gradients.get(params[i]), grad));
-      else {
+      if (i < params.length) {
+        const e = this.grads.get(params[i]) ?? { cleared: false, setToNone: true, added: null };
+        this.grads.set(params[i], { ...e, added: sum(e.added, grad) });
+      } else {
         const slot = inputs[i - params.length];
         this.inputGradients.set(slot, sum(this.inputGradients.get(slot), grad));
       }
@@ -128,41 +159,64 @@ export class StepTraining {
     return null;
   }
 
-  private optimizerStep(opt: unknown): string | null {
-    if (!isOptimizer(opt)) return 'an optimizer without a graph form (AdamW has one)';
+  /**
+   * AdamW's update of each of the optimizer's parameters that has a gradient, as eager steps it: the gradient is what
+   * backward added in the step, plus the one the parameter held before the run unless the step cleared it (fed then).
+   */
+  private optimizerStep(opt: GraphOptimizer): string | null {
     const { g } = this;
     const slotOf = new Map(this.step.slots.flatMap((s, i) => (s.kind === 'constant' && s.tensor ? [[s.tensor, i] as const] : [])));
     for (const p of opt.params) {
-      const grad = this.gradients.get(p);
-      if (grad === undefined) continue;
+      const e = this.grads.get(p);
+      if (e === undefined || e.added === null) {
+        // eager skips a parameter whose .grad is null; one cleared to zeros would still decay and move with momentum
+        if (e?.cleared && !e.setToNone) return 'an optimizer step after zeroGrad(false) with no backward between';
+        if (e === undefined) {
+          this.effects.guards.push(() => {
+            if (p.grad !== null) {
+              throw new TraceError('a compiled training step met a gradient it did not compute (a .grad left from before the step): call zeroGrad() first');
+            }
+          });
+        }
+        continue;
+      }
       const state = opt.adamwGraph(p);
       const slot = slotOf.get(p);
       if (state === null || slot === undefined) return 'a parameter without a graph form of its update';
       const id = this.feeds.length;
+      let grad = e.added;
+      if (!e.cleared) {
+        // what .grad held before the run (zeros where null) is part of the gradient eager steps with
+        const before = g.know(new GraphValue(`grad0_${id}`, p.shape, 'float32'));
+        const held = (): Float32Array => (p.grad?.data as Float32Array | undefined) ?? new Float32Array(p.size);
+        this.feeds.push({ name: before.name, shape: p.shape, value: held });
+        grad = g.node('Add', [before, grad]);
+      }
       const scalars = g.know(new GraphValue(`adam_h${id}`, [8], 'float32'));
-      this.feeds.push({
-        name: scalars.name,
-        shape: [8],
-        value: () => {
-          if (p.grad !== null) throw new TraceError('a compiled training step runs with gradients cleared: call zeroGrad() before it');
-          return state.scalars();
-        },
-      });
-      const [m, v] = (['m', 'v'] as const).map((k) => {
-        const value = g.know(new GraphValue(`adam_${k}${id}`, p.shape, 'float32'));
-        this.extraInputs.push({ value, source: state[k] });
-        return value;
-      });
+      this.feeds.push({ name: scalars.name, shape: [8], value: () => state.scalars() });
+      let moments = this.moments.get(p);
+      if (moments === undefined) {
+        const [m, v] = (['m', 'v'] as const).map((k) => {
+          const value = g.know(new GraphValue(`adam_${k}${id}`, p.shape, 'float32'));
+          this.extraInputs.push({ value, source: state[k] });
+          return value;
+        });
+        moments = { m, v };
+      }
       const one = { shape: [1], type: 'float32' as const };
       const [decay, b1, c1, b2, c2, stepSize, bc2, eps] = g.multi('Split', [scalars], Array.from({ length: 8 }, () => one), { axis: 0 });
-      const param = this.values[slot]!;
       const mul = (a: GraphValue, b: GraphValue) => g.node('Mul', [a, b], { shape: p.shape });
       const add = (a: GraphValue, b: GraphValue) => g.node('Add', [a, b], { shape: p.shape });
-      const m2 = add(mul(m, b1), mul(grad, c1));
-      const v2 = add(mul(v, b2), mul(mul(grad, grad), c2));
+      const m2 = add(mul(moments.m, b1), mul(grad, c1));
+      const v2 = add(mul(moments.v, b2), mul(mul(grad, grad), c2));
       const denom = add(g.node('Div', [g.node('Sqrt', [v2]), bc2], { shape: p.shape }), eps);
-      const p2 = g.node('Sub', [mul(param, decay), g.node('Div', [mul(m2, stepSize), denom], { shape: p.shape })], { shape: p.shape });
-      this.writes.push({ value: p2, kind: 'write', target: p }, { value: m2, kind: 'write', target: state.m }, { value: v2, kind: 'write', target: state.v });
+      const p2 = g.node('Sub', [mul(this.values[slot]!, decay), g.node('Div', [mul(m2, stepSize), denom], { shape: p.shape })], { shape: p.shape });
+      // later ops of the step read the updated parameter and moments
+      this.values[slot] = p2;
+      this.moments.set(p, { m: m2, v: v2 });
+      this.writes.set(p, { value: p2, kind: 'write', target: p });
+      this.writes.set(state.m, { value: m2, kind: 'write', target: state.m });
+      this.writes.set(state.v, { value: v2, kind: 'write', target: state.v });
     }
     return null;
   }
@@ -170,17 +224,30 @@ export class StepTraining {
 
 /**
  * Applies a training step's outputs on the host after a run (the ort backend; webgpu for host tensors): each gradient
- * added into its parameter's (or the run's input's) `.grad`, each new value written over its parameter or buffer.
+ * added into (or put in place of) its parameter's or the run's input's `.grad`, each new value written over its
+ * parameter or buffer; then the gradients the step left cleared.
  */
-export function applyTrainingOutputs(outputs: readonly TrainingEntry[], values: readonly Float32Array[], inputs: readonly Tensor[]): void {
+export function applyTrainingOutputs(
+  outputs: readonly TrainingEntry[], values: readonly Float32Array[], inputs: readonly Tensor[], clears: HostEffects['clears'] = [],
+): void {
   outputs.forEach((o, i) => {
     const value = values[i];
     if (o.kind === 'write') (o.target instanceof Float32Array ? o.target : (o.target.data as Float32Array)).set(value);
     else {
       const t = o.kind === 'inputGrad' ? inputs[o.target] : o.target;
       if (!(t instanceof Tensor) || (o.kind === 'inputGrad' && !t.requiresGrad)) return;
-      if (t.grad === null) t.grad = new Tensor(value, [...o.shape]);
+      if (t.grad === null || o.kind === 'setGrad') t.grad = new Tensor(value, [...o.shape]);
       else addInto(t.grad.data as Float32Array, value);
     }
   });
+  clearGradients(clears);
+}
+
+/** The gradients a step left cleared, as zeroGrad leaves them (null, or zeros in place). */
+export function clearGradients(clears: HostEffects['clears']): void {
+  for (const { target, setToNone } of clears) {
+    if (setToNone || target.grad === null) target.grad = null;
+    else if (target.grad.deviceStorage === null) (target.grad.data as Float32Array).fill(0);
+    else target.grad = null;
+  }
 }

@@ -29,6 +29,7 @@ export function compileOrtStep(
   const session = open(lowered.model);
   return {
     run(inputs) {
+      for (const guard of lowered.effects.guards) guard();
       const feeds = lowered.inputs.map(({ name, slot }) => {
         const t = slot < step.inputCount ? inputs[slot] : step.slots[slot].tensor!;
         return { name, data: t.data as Float32Array | Int32Array, dims: t.shape };
@@ -42,7 +43,7 @@ export function compileOrtStep(
         ...lowered.outputs.map((o, i) => ({ name: o.name, data: outs[i].data as Float32Array | Int32Array, dims: o.shape })),
         ...lowered.training.map((o, i) => ({ name: o.name, data: trained[i], dims: o.shape })),
       ]);
-      applyTrainingOutputs(lowered.training, trained, inputs);
+      applyTrainingOutputs(lowered.training, trained, inputs, lowered.effects.clears);
       return outs;
     },
   };

@@ -8,7 +8,7 @@ import type { CompiledStep, TracedStep } from '../../trace.ts';
 import type { Backend, Tolerance } from '../backend.ts';
 import { type CallGraph, callKey, callTensors, gradientNeeds, lowerCall, lowerCallGradient, OutputIndex } from '../graph/call-graph.ts';
 import { type GraphOutput, lowerStep, type StepGraph } from '../graph/step-graph.ts';
-import { applyTrainingOutputs, type TrainingEntry } from '../graph/step-training.ts';
+import { applyTrainingOutputs, clearGradients, type TrainingEntry } from '../graph/step-training.ts';
 import { type GpuSession, type GpuValue, loadWebGpuRuntime } from './runtime.ts';
 
 /**
@@ -214,6 +214,7 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
     const constant = (t: Tensor): GpuValue => (t.deviceStorage === null ? upload(t, t.shape) : gpuValueOf(t));
     return {
       run(inputs) {
+        for (const guard of lowered.effects.guards) guard();
         const feeds: Record<string, unknown> = {};
         for (const { name, slot } of lowered.inputs) {
           feeds[name] = slot < step.inputCount ? gpuValueOf(inputs[slot]) : constant(step.slots[slot].tensor!);
@@ -224,6 +225,7 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
         const values = session.run(feeds, [...lowered.outputs, ...lowered.training].map((o) => o.name));
         for (const h of hyper) h.dispose();
         applyOnGpu(lowered.training, values, inputs);
+        clearGradients(lowered.effects.clears);
         return lowered.outputs.map((o) => deviceTensor(values[o.name], o.type as DType, o.shape));
       },
     };
@@ -249,7 +251,10 @@ export function createWebGpuBackend(options: WebGpuBackendOptions = {}): WebGpuB
           handle.value = value;
         } else {
           const grad = deviceTensor(value, 'float32', o.shape);
-          t.grad = t.grad === null ? grad : (backend.runOp!('add', [t.grad, grad]) as Tensor);
+          const old = t.grad;
+          t.grad = old === null || o.kind === 'setGrad' ? grad : (backend.runOp!('add', [old, grad]) as Tensor);
+          if (old !== null) old.dispose();
+          if (t.grad !== grad) grad.dispose();
         }
       } else {
         host.push(o);
