@@ -244,7 +244,17 @@ export function rotaryTablesFor(positions: Tensor, spec: RopeSpec): { cos: Tenso
 
 const tableCache = new WeakMap<Tensor, Map<string, { cos: Tensor; sin: Tensor }>>();
 
-/** Models with at most this many positions trace their rotary tables as rows of the whole table (2 × 16384 × dim floats at most). */
+/** The largest of a host tensor's values (positions, as traced). */
+function maxOf(t: Tensor): number {
+  let m = -Infinity;
+  for (const v of t.data) m = Math.max(m, v);
+  return m;
+}
+
+/**
+ * While a trace records, rotary tables are rows of a whole table of this many positions at most (2 × 16384 × dim floats;
+ * the model's own count where smaller): a step at positions beyond it takes its tables as constants of the trace.
+ */
 const TRACED_TABLE_POSITIONS = 16384;
 /** The whole table of each spec: positions 0 … maxPositions − 1, [maxPositions, rotaryDim]. */
 const wholeTables = new Map<string, { cos: Tensor; sin: Tensor }>();
@@ -252,7 +262,7 @@ const wholeTables = new Map<string, { cos: Tensor; sin: Tensor }>();
 function tracedTables(positions: Tensor, spec: RopeSpec, key: string): { cos: Tensor; sin: Tensor } {
   let whole = wholeTables.get(key);
   if (whole === undefined) {
-    const n = spec.maxPositions;
+    const n = Math.min(spec.maxPositions, TRACED_TABLE_POSITIONS);
     const all = rotaryTablesFor(tensor(Int32Array.from({ length: n }, (_, i) => i), [1, n], 'int32'), spec);
     whole = { cos: all.cos.reshape([n, spec.rotaryDim]), sin: all.sin.reshape([n, spec.rotaryDim]) };
     if (wholeTables.size > 16) wholeTables.clear();
@@ -273,7 +283,10 @@ function tracedTables(positions: Tensor, spec: RopeSpec, key: string): { cos: Te
 export function cachedRotaryTables(positions: Tensor, spec: RopeSpec, key = JSON.stringify(spec)): { cos: Tensor; sin: Tensor } {
   // while a trace records, the tables are rows of the whole table picked by the positions (an op): a replay computes the
   // rows of its own positions, the same bits rotaryTablesFor gives them
-  if (isTracing() && spec.scaling?.type !== 'dynamic' && spec.maxPositions <= TRACED_TABLE_POSITIONS) return tracedTables(positions, spec, key);
+  // (a dynamic scaling depends on the sequence's length, not only each position: its tables are constants of the trace)
+  if (isTracing() && spec.scaling?.type !== 'dynamic' && maxOf(positions) < Math.min(spec.maxPositions, TRACED_TABLE_POSITIONS)) {
+    return tracedTables(positions, spec, key);
+  }
   let bySpec = tableCache.get(positions);
   if (!bySpec) {
     bySpec = new Map();

@@ -141,6 +141,12 @@ export class DeviceRunner implements StepRunner {
     let traced = this.steps.get(key);
     if (traced === undefined) {
       traced = this.traceStep(input, positions, keyMask, past, slot);
+      // a step that does not read its positions holds position-dependent values as constants (rotary tables computed on
+      // the host): it would give every later position the traced one's, so this model decodes a graph per position
+      if (!traced.ops.some((op) => op.inputSlots.includes(1))) {
+        unbounded.add(this.model);
+        return this.step(input, options);
+      }
       this.steps.set(key, traced);
     }
     const inputs = [input, positions, keyMask, slot].map((t) => t.to(this.device));
@@ -294,8 +300,11 @@ const MIN_SLOTS = 32;
  */
 function boundedDecoding(model: CausalLM): boolean {
   const c = model.config as { slidingWindow?: number; arch: string };
-  return c.slidingWindow === undefined && c.arch !== 'bloom';
+  return c.slidingWindow === undefined && c.arch !== 'bloom' && !unbounded.has(model);
 }
+
+/** Models whose bounded step did not read its positions (see boundedStep): they decode a graph per position. */
+const unbounded = new WeakSet<CausalLM>();
 
 /** The layer indices of the cache entries a traced step returns, in order. */
 const traceLayers = new WeakMap<TracedStep<Tensor[]>, number[]>();
