@@ -296,6 +296,11 @@ const attention: ConformanceCase[] = [
     mask.data[12] = 1;
     return [normal(g, [2, 2, 6, 8]), normal(g, [2, 2, 12, 8]), normal(g, [2, 2, 12, 8]), mask];
   }, (a, k, v, m) => scaledDotProductAttention(a, k, v, { causal: true, mask: m })),
+  // left padding: the first keys masked, so the first queries (padding) have no key left: their rows are zeros
+  f32('scaledDotProductAttention, causal, the first keys masked (rows with no key)', (g) => {
+    const mask = tensor(Int32Array.from({ length: 2 * 8 }, (_, i) => (i % 8 < 3 ? 0 : 1)), [2, 1, 1, 8], 'int32');
+    return [normal(g, [2, 2, 8, 8]), normal(g, [2, 2, 8, 8]), normal(g, [2, 2, 8, 8]), mask];
+  }, (a, k, v, m) => scaledDotProductAttention(a, k, v, { causal: true, mask: m })),
   f32('scaledDotProductAttention, grouped-query (4 heads over 2)', (g) => [normal(g, [2, 4, 24, 16]), normal(g, [2, 2, 40, 16]), normal(g, [2, 2, 40, 16])],
     (a, k, v) => scaledDotProductAttention(a, repeatKv(k, 2), repeatKv(v, 2), { causal: true })),
   ...([

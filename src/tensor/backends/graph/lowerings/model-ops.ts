@@ -52,6 +52,8 @@ function maskedSoftmax(g: GraphBuilder, scores: unknown, scale: unknown, causal:
   const [tq, tk] = x.shape.slice(2);
   let s = scale === 1 ? x : g.node('Mul', [x, g.scalar(scale)]);
   let keep: GraphValue | null = null;
+  /** Where the causal mask allows a key (1) or not (0): with a user's mask too, a row blocked by it keeps no future key. */
+  let causalKeep: GraphValue | null = null;
   if (causal) {
     const offset = tk - tq;
     const bias = new Float32Array(tq * tk);
@@ -64,14 +66,15 @@ function maskedSoftmax(g: GraphBuilder, scores: unknown, scale: unknown, causal:
       }
     }
     s = g.node('Add', [s, g.constant(bias, [tq, tk], 'float32')], { shape: x.shape, type: x.type });
+    causalKeep = g.constant(allowed, [tq, tk], 'float32');
     // with fewer keys than queries, the first queries see no key at all
-    if (offset < 0) keep = g.constant(allowed, [tq, tk], 'float32');
+    if (offset < 0) keep = causalKeep;
   }
   if (m !== null) {
     if (m.type !== 'int32' && m.type !== 'float32') refuse(`an attention mask of ${m.type}`);
     const blocked = g.node('Equal', [m, g.scalar(0, m.type)], { shape: m.shape, type: 'bool' });
     s = g.node('Where', [blocked, g.scalar(BLOCKED), s], { shape: x.shape, type: x.type });
-    const base = keep ?? g.scalar(1);
+    const base = causalKeep ?? g.scalar(1);
     keep = g.node('Where', [blocked, g.scalar(0), base], { shape: broadcast(m.shape, base.shape), type: 'float32' });
   }
   const p = g.node('Softmax', [s], { shape: x.shape, type: x.type }, { axis: 3 });
