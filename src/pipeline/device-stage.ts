@@ -2,7 +2,7 @@ import { InvalidArgumentError } from '../errors.ts';
 import type { Module } from '../nn/index.ts';
 import { type ModelLayer, runLayers, SparseMoe } from '../models/index.ts';
 import {
-  type Backend, backendDevice, type CompiledStep, noGrad, type Tensor, tensor, trace, type TracedStep,
+  type Backend, backendDevice, type CompiledStep, noGrad, type Tensor, tensor, trace, type TracedStep, zeros,
 } from '../tensor/index.ts';
 
 /** A device tensor's values on the host, read at once (the stage protocol's handlers run between awaits of their own). */
@@ -30,14 +30,17 @@ export class DeviceSection {
    * Why a section cannot train on a device (it then trains on the CPU), or null: a compact (int8/int4) weight, whose
    * gradient is not lowered, or a mixture of experts, whose experts its graph stores.
    */
-  static refusal(model: Module): string | null {
+  static refusal(model: Module, backend: Backend): string | null {
+    if (backend.compileStep === undefined || backend.allocator?.copyoutSync === undefined) {
+      return `backend '${backend.name}' does not run whole steps and read results back at once`;
+    }
     for (const [, m] of model.namedModules()) if (m instanceof SparseMoe) return 'a mixture of experts (its experts are stored in the graph)';
     for (const [name, p] of model.namedParameters()) if (p.packed !== null) return `a compact weight (${name})`;
     return null;
   }
 
   private readonly device: string;
-  private readonly steps = new Map<string, { forward: CompiledStep; backward: CompiledStep }>();
+  private readonly steps = new Map<string, { forward: CompiledStep; backward: CompiledStep; out: readonly number[] }>();
 
   constructor(
     private readonly layers: readonly ModelLayer[],
@@ -52,54 +55,71 @@ export class DeviceSection {
     return runLayers(this.layers, input, {}, this.maxPositions);
   }
 
-  /** The compiled steps for inputs shaped as `input` (traced on the host the first time, with `grad` shaped as the output). */
-  private stepsFor(input: Tensor, grad: Tensor | null): { forward: CompiledStep; backward: CompiledStep } {
+  /**
+   * The compiled steps for inputs shaped as `input` (traced on the host the first time), or null where the device
+   * refuses them (an op without a lowering or a gradient there): the section then trains on the CPU.
+   */
+  private stepsFor(input: Tensor): { forward: CompiledStep; backward: CompiledStep; out: readonly number[] } | null {
     const key = `${input.dtype}[${input.shape}]`;
-    let entry = this.steps.get(key);
-    if (entry !== undefined) return entry;
-    const compile = (step: TracedStep, what: string): CompiledStep => {
-      const compiled = this.backend.compileStep?.(step) ?? null;
-      if (compiled === null) throw new InvalidArgumentError(`this section's ${what} cannot run as one graph on '${this.device}'; train it on the CPU`);
-      return compiled;
-    };
+    const known = this.steps.get(key);
+    if (known !== undefined) return known;
     const host = input.dtype === 'int32' ? input : input.detach();
     const forward = noGrad(() => trace((x: Tensor) => this.run(x), [host])).step;
-    const outShape = forward.slots[forward.outputSlots[0]].shape;
-    const seed = grad ?? noGrad(() => this.run(host));
-    if (seed.shape.some((d, i) => d !== outShape[i])) throw new InvalidArgumentError(`a gradient [${seed.shape}] for an output [${outShape}]`);
-    // tracing runs the step once on js: the parameters' gradients it adds are put back as they were
+    const out = forward.slots[forward.outputSlots[0]].shape;
+    // tracing runs the step once on the host: the parameters' gradients it adds are put back as they were
     const before = this.params.map((p) => p.grad);
-    for (const p of this.params) p.grad = null;
-    const leaf = host.dtype === 'int32' ? host : host.detach();
-    if (leaf.dtype !== 'int32') leaf.requiresGrad = true;
-    const backward = trace((x: Tensor, g: Tensor) => {
-      const y = this.run(x);
-      y.backward(g);
-      return y;
-    }, [leaf, seed.detach()]).step;
-    this.params.forEach((p, i) => (p.grad = before[i]));
-    entry = { forward: compile(forward, 'forward'), backward: compile(backward, 'backward') };
+    let backward: TracedStep;
+    try {
+      for (const p of this.params) p.grad = null;
+      const leaf = host.dtype === 'int32' ? host : host.detach();
+      if (leaf.dtype !== 'int32') leaf.requiresGrad = true;
+      backward = trace((x: Tensor, g: Tensor) => {
+        const y = this.run(x);
+        y.backward(g);
+        return y;
+      }, [leaf, zeros([...out])]).step;
+    } finally {
+      this.params.forEach((p, i) => (p.grad = before[i]));
+    }
+    const [f, b] = [this.backend.compileStep?.(forward) ?? null, this.backend.compileStep?.(backward) ?? null];
+    if (f === null || b === null) return null;
+    const entry = { forward: f, backward: b, out };
     this.steps.set(key, entry);
     return entry;
   }
 
-  /** The section's output for `input` (host tensors in and out). */
-  forward(input: Tensor): Tensor {
-    const { forward } = this.stepsFor(input, null);
-    const [y] = forward.run([input.to(this.device)]);
-    return hostCopy(y);
+  /** The section's output for `input` (host tensors in and out), or null where the device refuses the section's steps. */
+  forward(input: Tensor): Tensor | null {
+    const steps = this.stepsFor(input);
+    if (steps === null) return null;
+    const x = input.to(this.device);
+    const [y] = steps.forward.run([x]);
+    x.dispose();
+    const out = hostCopy(y);
+    y.dispose();
+    return out;
   }
 
   /**
    * The backward of `input` given the gradient of its output: the parameters' gradients added into their `.grad` (on
-   * the host), and the gradient of the input returned (null for token ids).
+   * the host), and the gradient of the input returned (null for token ids). Its forward ran on the device.
    */
   backward(input: Tensor, grad: Tensor): Tensor | null {
-    const { backward } = this.stepsFor(input, grad);
+    const steps = this.stepsFor(input);
+    if (steps === null) throw new InvalidArgumentError(`the backward of a section whose forward did not run on '${this.device}'`);
+    if (grad.shape.length !== steps.out.length || grad.shape.some((d, i) => d !== steps.out[i])) {
+      throw new InvalidArgumentError(`the gradient [${grad.shape}] does not match the section's output [${steps.out}]`);
+    }
     const x = input.to(this.device);
+    const dy = grad.to(this.device);
     if (x.dtype !== 'int32') x.requiresGrad = true;
-    backward.run([x, grad.to(this.device)]);
-    return x.grad === null ? null : hostCopy(x.grad);
+    const [y] = steps.backward.run([x, dy]);
+    y.dispose();
+    dy.dispose();
+    const dx = x.grad === null ? null : hostCopy(x.grad);
+    x.grad?.dispose();
+    x.dispose();
+    return dx;
   }
 
   /** The weights changed on the host (an optimizer's step): the device reads them again at the next step. */

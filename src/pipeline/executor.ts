@@ -112,8 +112,8 @@ export class StageExecutor {
   private readonly saved = new Map<number, Saved>();
   /** Each micro-batch's contribution to the gradients this step (keepMicros). */
   private readonly micros = new Map<number, Map<string, Tensor>>();
-  /** Where the forwards and backwards run on a device (options.device), null on the CPU. */
-  private readonly device: DeviceSection | null;
+  /** Where the forwards and backwards run on a device (options.device), null on the CPU (or once the device refused). */
+  private device: DeviceSection | null;
 
   constructor(
     readonly layers: readonly ModelLayer[],
@@ -127,6 +127,11 @@ export class StageExecutor {
     this.optimizer = trainingOptimizer([...this.named.values()], options);
     if (options.device && options.tied) throw new InvalidArgumentError('a section with tied parameters trains on the CPU');
     this.device = options.device ? new DeviceSection(layers, maxPositions, options.device, [...this.named.values()]) : null;
+  }
+
+  /** The device backend's name where forwards and backwards run there, null on the CPU. */
+  get deviceName(): string | null {
+    return this.device === null ? null : (this.options.device?.name ?? null);
   }
 
   /** Micro-batches whose forward ran and whose backward has not. */
@@ -144,8 +149,13 @@ export class StageExecutor {
     if (leaf.dtype !== 'int32') leaf.requiresGrad = true;
     if (this.device) {
       // the backward's graph runs the forward again: nothing is held between the two but the input
-      this.saved.set(micro, { input: leaf, output: null });
-      return this.device.forward(leaf);
+      const output = this.device.forward(leaf);
+      if (output !== null) {
+        this.saved.set(micro, { input: leaf, output: null });
+        return output;
+      }
+      // the device refused this section's steps: it trains on the CPU from here on (its records say so)
+      this.device = null;
     }
     if (this.options.recompute) {
       this.saved.set(micro, { input: leaf, output: null });

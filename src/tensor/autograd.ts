@@ -232,20 +232,36 @@ function runDeviceBackward(root: Tensor, grad: Tensor, options: BackwardOptions)
   const previous = gradEnabled;
   gradEnabled = false;
   try {
+    // device memory is freed as soon as a gradient is used up (not when it is collected): never the caller's `grad`
+    const release = (x: Tensor) => {
+      if (x !== grad) x.dispose();
+    };
     for (const t of order) {
       const g = grads.get(t);
       grads.delete(t);
       if (g === undefined) continue;
       if (t.node === null) {
-        t.grad = t.grad === null ? g : deviceAdd(t.grad, g);
+        if (t.grad === null) t.grad = g;
+        else {
+          const sum = deviceAdd(t.grad, g);
+          release(t.grad);
+          release(g);
+          t.grad = sum;
+        }
         continue;
       }
       const inputGrads = runVjp(t.node, g, options);
+      release(g);
       t.node.inputs.forEach((input, i) => {
         const ig = inputGrads[i];
         if (ig === null || ig === undefined || !input.requiresGrad) return;
         const prev = grads.get(input);
-        grads.set(input, prev === undefined ? ig : deviceAdd(prev, ig));
+        if (prev === undefined) grads.set(input, ig);
+        else {
+          grads.set(input, deviceAdd(prev, ig));
+          release(prev);
+          release(ig);
+        }
       });
     }
   } finally {

@@ -3,8 +3,8 @@ import { basename, join } from 'node:path';
 
 /**
  * The GPU a worker computes on, as this machine reports it: onnxruntime-node's WebGPU provider does not say which
- * adapter it chose, so this reads what the Vulkan loader is pointed at and what the kernel lists: SwiftShader where
- * VK_ICD_FILENAMES names it, an NVIDIA GPU's model from its driver (/proc/driver/nvidia), else the first display
+ * adapter it chose, so this reads what the Vulkan loader is pointed at and what the kernel lists: SwiftShader or
+ * lavapipe where VK_ICD_FILENAMES names them, an NVIDIA GPU's model from its driver (/proc/driver/nvidia), else the first display
  * device's PCI vendor and device ids (/sys/class/drm). Where it finds nothing it says so.
  * @example
  * adapterName() // 'NVIDIA H100 80GB HBM3', or 'SwiftShader (Vulkan in software)'
@@ -12,6 +12,7 @@ import { basename, join } from 'node:path';
 export function adapterName(env: NodeJS.ProcessEnv = process.env): string {
   const icd = env.VK_ICD_FILENAMES ?? env.VK_DRIVER_FILES;
   if (icd && /swiftshader/i.test(icd)) return 'SwiftShader (Vulkan in software)';
+  if (icd && /lvp|lavapipe/i.test(icd)) return 'lavapipe (Vulkan in software)';
   const nvidia = '/proc/driver/nvidia/gpus';
   for (const bus of list(nvidia)) {
     const model = read(join(nvidia, bus, 'information'))?.match(/^Model:\s*(.+)$/m)?.[1]?.trim();

@@ -49,7 +49,8 @@ export class TrainingRecords {
     readonly jobId: string,
     readonly range: [number, number],
     private readonly signer: RecordSigner,
-    readonly backend: string,
+    /** What computed the records: the CPU context's backend, or the device's where the executor runs there. */
+    private readonly backendOf: () => string,
     private readonly executor: StageExecutor,
     /** Whether computations keep what re-running them needs, and steps the state they started from (verification on). */
     readonly keepState: boolean,
@@ -71,6 +72,11 @@ export class TrainingRecords {
   }
 
   /** Signs a computation of the current step over `tokens` tokens (its FLOPs follow from them). */
+  /** The backend the next record names. */
+  get backend(): string {
+    return this.backendOf();
+  }
+
   sign(fields: Omit<WorkFields, 'peer' | 'job' | 'stage' | 'backend' | 'seq' | 'step'> & { step?: number }, tokens = 0): WorkRecord {
     const flops = Math.round(recordFlops(fields.kind, this.setup.cost, tokens));
     const { config } = this.setup;

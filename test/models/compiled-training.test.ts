@@ -4,11 +4,11 @@
 // 1e-5 relative, and the trained weights and AdamW moments within ORT_TOLERANCE (relative L2) after the last step.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { type CausalLM, createModel, gpt2Config, llamaConfig } from '../../src/models/index.ts';
+import { type CausalLM, createModel, gpt2Config, llamaConfig, qwen3MoeConfig } from '../../src/models/index.ts';
 import { AdamW } from '../../src/nn/index.ts';
 import { compileOrtStep } from '../../src/tensor/backends/ort/compiled-step.ts';
 import { loadOrtRuntime } from '../../src/tensor/backends/ort/runtime.ts';
-import { StageExecutor } from '../../src/pipeline/index.ts';
+import { DeviceSection, StageExecutor } from '../../src/pipeline/index.ts';
 import {
   crossEntropy, Generator, jsBackend, loadBackend, randint, randn, type Tensor, trace, type TracedStep, withBackend,
 } from '../../src/tensor/index.ts';
@@ -118,5 +118,23 @@ test('a pipeline stage trains on webgpu (StageExecutor with a device): outputs, 
     }
     for (const [name, p] of cpu.named) agree(`weights of ${name}`, p, gpu.named.get(name)!);
     t.diagnostic(`largest relative L2 drift ${worst.toExponential(2)}`);
+  });
+});
+
+test('a stage whose steps the device refuses (a mixture\'s experts are stored in its graph) trains on the CPU instead, as js does', () => {
+  const config = qwen3MoeConfig({ vocabSize: 64, hidden: 32, heads: 4, kvHeads: 2, layers: 1, maxPositions: 32, experts: 4, topK: 2 });
+  const blocks = (m: CausalLM) => m.layers.filter((l) => l.kind === 'block');
+  const [a, b] = [createModel(config, { seed: 8 }), createModel(config, { seed: 8 })];
+  assert.match(DeviceSection.refusal(b, loadBackend('webgpu')) ?? '', /mixture/);
+  withBackend(jsBackend, () => {
+    const cpu = new StageExecutor(blocks(a), 32, { lr: 1e-2 });
+    // given the device anyway (the worker would not): the first forward finds the refusal and goes on on the CPU
+    const gpu = new StageExecutor(blocks(b), 32, { lr: 1e-2, device: loadBackend('webgpu') });
+    assert.equal(gpu.deviceName, 'webgpu');
+    const x = randn([2, 4, 32], { seed: 21 });
+    const dy = randn([2, 4, 32], { seed: 22 });
+    assert.ok(drift(cpu.forward(0, x).data as Float32Array, gpu.forward(0, x).data as Float32Array) <= ORT_TOLERANCE);
+    assert.equal(gpu.deviceName, null, 'the records of what follows name the CPU context');
+    assert.ok(drift(cpu.backward(0, dy)!.data as Float32Array, gpu.backward(0, dy)!.data as Float32Array) <= ORT_TOLERANCE);
   });
 });

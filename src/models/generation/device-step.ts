@@ -68,8 +68,10 @@ export class DeviceRunner implements StepRunner {
       // attention keeps the padding out of the real positions, and its keys are masked out as empty slots after
       const y = this.exactStep(padTime(input, bucket), {}, past);
       this.filled = t;
-      const out = await noGrad(() => y.narrow(1, 0, t)).toHost();
+      const real = noGrad(() => y.narrow(1, 0, t));
       y.dispose();
+      const out = await real.toHost();
+      real.dispose();
       return out;
     }
     const y = this.exactStep(input, options, past);

@@ -129,16 +129,18 @@ export const trainingHandlers: Record<string, StageHandler> = {
       for (const p of request.peers) job.delegates.add(p);
       // each backward's contribution is hashed into its record (and a cheating worker alters it first); on
       // ort it is kept too, for a verifier to compare within tolerance
-      // a GPU worker trains on its GPU (forward and backward as graphs there) where the section allows it
-      const onDevice = computeDevice() !== 'cpu' && DeviceSection.refusal(section.model) === null;
-      const backend = onDevice ? computeName() : getBackend().name;
+      // a GPU worker trains on its GPU (forward and backward as graphs there) where its backend and the section allow it;
+      // records name what computed them (the CPU context again if the device refuses the section's steps)
+      const device = computeDevice() === 'cpu' ? null : loadBackend(computeName());
+      const onDevice = device !== null && DeviceSection.refusal(section.model, device) === null;
+      const host = getBackend().name;
       let contribution = { hash: '', tensors: null as Map<string, Tensor> | null };
       const executor: StageExecutor = new StageExecutor(section.model.layers, section.model.config.maxPositions, {
         ...request,
-        ...(onDevice ? { device: loadBackend(computeName()) } : {}),
+        ...(onDevice ? { device } : {}),
         onContribution: (_micro, c) => {
           fault?.contribution(c);
-          const tensors = request.keepState && backend !== 'js' ? new Map([...c].map(([n, t]) => [n, t.clone()])) : null;
+          const tensors = request.keepState && records.backend !== 'js' ? new Map([...c].map(([n, t]) => [n, t.clone()])) : null;
           contribution = { hash: gradsHash(executor, c), tensors };
         },
       });
@@ -146,7 +148,8 @@ export const trainingHandlers: Record<string, StageHandler> = {
       const cost = sectionCost(section.model.config, section.range);
       const decay = request.weightDecay === undefined ? {} : { weightDecay: request.weightDecay };
       const setup = { config: section.configHash, cost, ...decay };
-      const records = new TrainingRecords(job.jobId, section.range, signer, backend, executor, request.keepState, setup, account);
+      const backendOf = () => executor.deviceName ?? host;
+      const records = new TrainingRecords(job.jobId, section.range, signer, backendOf, executor, request.keepState, setup, account);
       const exchange = new GradientExchange(codec);
       if (request.syncEvery > 1) exchange.anchor(executor);
       section.training = {
