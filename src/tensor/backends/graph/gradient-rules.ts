@@ -235,10 +235,20 @@ export const GRADIENT_RULES: Readonly<Record<string, GradientRule>> = {
     return [div(g, spread(g, gy(c), x.shape, axes), g.scalar(count))];
   },
   ReduceMax(g, c) {
+    // the gradient goes to the first maximum, as js's max gives it (ArgMax takes the first of equal values)
     const x = inputOf(c, 0);
     const axes = reduceAxes(g, c, false);
-    const hit = g.cast(g.node('Equal', [x, spread(g, c.outputs[0], x.shape, axes)], { type: 'bool' }), 'float32');
-    return [mul(g, hit, spread(g, gy(c), x.shape, axes))];
+    const one = axes.length === 1;
+    if (!one && axes.length !== x.rank) {
+      const hit = g.cast(g.node('Equal', [x, spread(g, c.outputs[0], x.shape, axes)], { type: 'bool' }), 'float32');
+      return [mul(g, hit, spread(g, gy(c), x.shape, axes))];
+    }
+    const flat = one ? x : g.reshape(x, [1, x.size]);
+    const axis = one ? axes[0] : 1;
+    const kept = flat.shape.map((d, i) => (i === axis ? 1 : d));
+    const first = g.node('ArgMax', [flat], { shape: kept, type: 'int64' }, { axis, keepdims: 1, select_last_index: 0 });
+    const grad = g.node('ScatterElements', [zeros(g, flat.shape), first, g.reshape(gy(c), kept)], { shape: flat.shape }, { axis });
+    return [g.reshape(grad, x.shape)];
   },
   Softmax(g, c) {
     const y = c.outputs[0];
