@@ -1,10 +1,10 @@
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { SWIFTSHADER } from '../src/tensor/backends/webgpu/runtime.ts';
 import type { Row } from './gemm.ts';
 import type { Engine, PerplexityJob, PerplexityResult } from './perplexity-child.ts';
 import { CONFIG, type Format, FORMATS, PROMPT, type TrainedModel, trainedModel } from './perplexity-model.ts';
+import { runTsChild } from './child-json.ts';
 
 /**
  * The compact formats' accuracy on a model that has learned something: the small Llama of perplexity-model.ts, trained
@@ -55,24 +55,7 @@ function childEnv(engine: Engine): { env: NodeJS.ProcessEnv; adapter: string } {
 
 function runChild(job: PerplexityJob): Promise<PerplexityResult> {
   const script = fileURLToPath(new URL('./perplexity-child.ts', import.meta.url));
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), script, JSON.stringify(job)], {
-      stdio: ['ignore', 'pipe', 'pipe'], env: childEnv(job.engine).env,
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const line = out.trim().split('\n').pop() ?? '';
-      if (code !== 0 || !line.startsWith('{')) {
-        reject(new Error(`${label(job.engine, job.format)} exited with ${code}: ${err.trim().split('\n').slice(-4).join(' | ')}`));
-      } else {
-        resolve(JSON.parse(line) as PerplexityResult);
-      }
-    });
-  });
+  return runTsChild<PerplexityResult>(script, job, label(job.engine, job.format), childEnv(job.engine).env);
 }
 
 type Results = Partial<Record<Engine, Partial<Record<Format, PerplexityResult>>>>;

@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { fortunesDataset, textBatch } from '../src/data/index.ts';
@@ -7,6 +6,7 @@ import { createOrtBackend, Generator, setBackend } from '../src/tensor/index.ts'
 import type { Row } from './gemm.ts';
 import type { ChildJob, ChildResult } from './quant-child.ts';
 import { cpuTargets, wholeStepRows } from './quant-targets.ts';
+import { runTsChild } from './child-json.ts';
 
 /**
  * Compact weights against llama.cpp on the same weights: a Llama-shaped model of about 100M parameters (byte-level
@@ -126,24 +126,7 @@ export async function prepare(steps: number): Promise<Prepared> {
 /** Runs one variant in its own process (see quant-child.ts). */
 function runChild(job: ChildJob): Promise<ChildResult> {
   const script = fileURLToPath(new URL('./quant-child.ts', import.meta.url));
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), script, JSON.stringify(job)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const line = out.trim().split('\n').pop() ?? '';
-      if (code !== 0 || !line.startsWith('{')) {
-        reject(new Error(`${job.engine} on ${job.file} (${job.threads} threads) exited with ${code}: ${err.trim().split('\n').slice(-5).join(' | ')}`));
-      } else {
-        resolve(JSON.parse(line) as ChildResult);
-      }
-    });
-  });
+  return runTsChild<ChildResult>(script, job, `${job.engine} on ${job.file} (${job.threads} threads)`);
 }
 
 function firstDifference(a: number[], b: number[], n: number): number {

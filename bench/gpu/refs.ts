@@ -1,9 +1,10 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadBackend, tensor } from '../../src/tensor/index.ts';
 import type { LlamaJob, LlamaResult } from './llama-child.ts';
+import { runJson } from '../child-json.ts';
 
 /**
  * What the GPU bench measures against, and what it runs on: the adapter onnxruntime's WebGPU
@@ -67,23 +68,6 @@ const PEAKS: [RegExp, number][] = [
 export function peakBandwidth(gpu: string | null): number | null {
   if (gpu === null) return null;
   return PEAKS.find(([re]) => re.test(gpu))?.[1] ?? null;
-}
-
-/** Runs a command, resolving with its last stdout line as JSON; rejects with the end of its stderr. */
-function runJson<T>(command: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const line = out.trim().split('\n').pop() ?? '';
-      if (code !== 0 || !line.startsWith('{')) reject(new Error(`exited with ${code}: ${err.trim().split('\n').slice(-4).join(' | ')}`));
-      else resolve(JSON.parse(line) as T);
-    });
-  });
 }
 
 export interface TorchJob {
