@@ -14,6 +14,7 @@ import '../src/polyfills.ts';
 import { fortunesDataset, type HeldOutLoss, heldOutLoss } from '../src/data/index.ts';
 import { byteLevelTokenizerJson, DeviceRunner, HFTokenizer, loadModel } from '../src/models/index.ts';
 import { createOrtBackend, jsBackend, setBackend, type Tensor } from '../src/tensor/index.ts';
+import { openLlamaCpp, windowLosses } from './llama-cpp-cpu.ts';
 
 export type Engine = 'js' | 'ort' | 'webgpu' | 'llama.cpp';
 
@@ -63,42 +64,13 @@ async function ours(job: PerplexityJob, data: Int32Array): Promise<PerplexityRes
   return { slice, ...(full ? { full } : {}), seconds: (performance.now() - started) / 1000 };
 }
 
-type Scored = [number, { generateNext: { probabilities: boolean } }];
-
-interface LlamaSequence {
-  controlledEvaluate(input: Scored[]): Promise<({ next?: { probabilities?: Map<number, number> } } | undefined)[]>;
-  clearHistory(): Promise<void>;
-}
-
 async function llamaCpp(job: PerplexityJob, data: Int32Array): Promise<PerplexityResult> {
-  const { getLlama } = (await import(job.llamaModule!)) as {
-    getLlama(o: object): Promise<{
-      loadModel(o: object): Promise<{ createContext(o: object): Promise<{ getSequence(): LlamaSequence }> }>;
-    }>;
-  };
-  const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error', maxThreads: job.threads });
-  const model = await llama.loadModel({ modelPath: job.file, gpuLayers: 0 });
   const { seqLen } = job;
-  const context = await model.createContext({
-    contextSize: Math.max(256, seqLen), batchSize: Math.max(256, seqLen), threads: { ideal: job.threads, min: job.threads },
-  });
-  const sequence = context.getSequence();
+  const sequence = await openLlamaCpp(job.llamaModule!, job.file, job.threads, seqLen);
   const available = Math.floor((data.length - 1) / seqLen);
   // −log p(target) of every window, from an empty cache each, as ours
-  const losses: number[] = [];
   const started = performance.now();
-  const upTo = job.full ? available : Math.min(job.slice, available);
-  for (let w = 0; w < upTo; w++) {
-    await sequence.clearHistory();
-    const items = [...data.subarray(w * seqLen, (w + 1) * seqLen)].map((id): Scored => [id, { generateNext: { probabilities: true } }]);
-    const out = await sequence.controlledEvaluate(items);
-    let total = 0;
-    for (let i = 0; i < seqLen; i++) {
-      const p = out[i]?.next?.probabilities?.get(data[w * seqLen + i + 1]) ?? 0;
-      total -= Math.log(Math.max(p, 1e-30));
-    }
-    losses.push(total);
-  }
+  const losses = await windowLosses(sequence, data, seqLen, job.full ? available : Math.min(job.slice, available));
   const over = (n: number): HeldOutLoss => {
     const loss = losses.slice(0, n).reduce((s, x) => s + x, 0) / (n * seqLen);
     return { loss, perplexity: Math.exp(loss), tokens: n * seqLen };

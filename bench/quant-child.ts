@@ -14,6 +14,7 @@ import { ACCURACY_LEVEL } from '../src/tensor/backends/ort/packed.ts';
 import { loadOrtRuntime } from '../src/tensor/backends/ort/runtime.ts';
 import { createOrtBackend, encodeModel, noGrad, OnnxType, packedBytes, setBackend, tensor } from '../src/tensor/index.ts';
 import { bitsOf, blobBytes, blocksPerRow, QUANT_BLOCK, type QuantFormat } from '../src/tensor/quant/formats.ts';
+import { openLlamaCpp, windowLosses } from './llama-cpp-cpu.ts';
 
 export interface ChildJob {
   engine: 'ours' | 'llama.cpp';
@@ -204,28 +205,9 @@ async function ours(job: ChildJob): Promise<ChildResult> {
   return result;
 }
 
-type Scored = [number, { generateNext?: { probabilities?: boolean } }];
-
-interface LlamaSequence {
-  evaluate(tokens: number[], options: { temperature: number }): AsyncGenerator<number>;
-  controlledEvaluate(input: Scored[]):
-  Promise<({ next?: { probabilities?: Map<number, number> } } | undefined)[]>;
-  clearHistory(): Promise<void>;
-}
-
 async function llamaCpp(job: ChildJob): Promise<ChildResult> {
-  const { getLlama } = (await import(job.llamaModule!)) as {
-    getLlama(o: object): Promise<{
-      loadModel(o: object): Promise<{ createContext(o: object): Promise<{ getSequence(): LlamaSequence }> }>;
-    }>;
-  };
-  const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error', maxThreads: job.threads });
-  const model = await llama.loadModel({ modelPath: job.file, gpuLayers: 0 });
   const seqLen = job.heldOut?.seqLen ?? 0;
-  const context = await model.createContext({
-    contextSize: Math.max(256, seqLen), batchSize: Math.max(256, seqLen), threads: { ideal: job.threads, min: job.threads },
-  });
-  const sequence = context.getSequence();
+  const sequence = await openLlamaCpp(job.llamaModule!, job.file, job.threads, seqLen);
   const loadedRss = status('VmRSS');
   let tokens: number[] = [];
   let promptSeconds = Infinity;
@@ -254,18 +236,9 @@ async function llamaCpp(job: ChildJob): Promise<ChildResult> {
   if (job.heldOut) {
     // each window from an empty cache, as ours: −log p(target) from llama.cpp's full next-token distribution
     const { data, windows } = job.heldOut;
-    const available = Math.min(windows, Math.floor((data.length - 1) / seqLen));
-    let total = 0;
-    for (let w = 0; w < available; w++) {
-      await sequence.clearHistory();
-      const input = data.slice(w * seqLen, (w + 1) * seqLen);
-      const items = input.map((id): Scored => [id, { generateNext: { probabilities: true } }]);
-      const out = await sequence.controlledEvaluate(items);
-      for (let i = 0; i < seqLen; i++) {
-        const p = out[i]?.next?.probabilities?.get(data[w * seqLen + i + 1]) ?? 0;
-        total -= Math.log(Math.max(p, 1e-30));
-      }
-    }
+    const losses = await windowLosses(sequence, data, seqLen, windows);
+    const available = losses.length;
+    const total = losses.reduce((sum, x) => sum + x, 0);
     const count = available * seqLen;
     result.heldOut = { loss: total / count, perplexity: Math.exp(total / count), tokens: count };
   }
