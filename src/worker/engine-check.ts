@@ -1,5 +1,5 @@
 import { createModel, llamaConfig } from '../models/index.ts';
-import { type Device, jsBackend, matmul, noGrad, randn, type Tensor, tensor, trace, withBackend } from '../tensor/index.ts';
+import { type Device, jsBackend, matmul, noGrad, randn, type Tensor, tensor, trace, type TracedStep, withBackend } from '../tensor/index.ts';
 
 /**
  * What a machine's engine does, measured the same way wherever it runs (a Node worker, a browser tab): its speed, and a
@@ -21,6 +21,17 @@ export function engineGflops(): number {
 }
 
 /**
+ * Runs a traced step whose one output is a small tensor on a device, and waits for the device's work: reading one value
+ * back does (onnxruntime-node's WebGPU provider copies out before it returns).
+ */
+function runToEnd(step: TracedStep<Tensor>, inputs: Tensor[]): void {
+  const out = noGrad(() => step.run(inputs));
+  const storage = out.deviceStorage;
+  if (storage !== null) void storage.backend.allocator.copyout(storage.handle, new Float32Array(1));
+  out.dispose();
+}
+
+/**
  * GFLOP/s of a device (webgpu): a chain of four 256³ products traced once and run as one graph there, its inputs on the
  * device and one value read back per run (a warm-up, then the mean of 3): the device's arithmetic with one dispatch
  * chain per step, as a section's steps run on it.
@@ -37,13 +48,7 @@ export function deviceGflops(device: Device): number {
   };
   const { step } = withBackend(jsBackend, () => noGrad(() => trace(fn, [a, b])));
   const inputs = [a.to(device), b.to(device)];
-  const once = () => {
-    const out = noGrad(() => step.run(inputs));
-    // reading one value back waits for the GPU's work (onnxruntime-node's WebGPU provider copies out before it returns)
-    const storage = out.deviceStorage;
-    if (storage !== null) void storage.backend.allocator.copyout(storage.handle, new Float32Array(1));
-    out.dispose();
-  };
+  const once = () => runToEnd(step, inputs);
   once();
   const runs = 3;
   const t0 = performance.now();
@@ -67,10 +72,7 @@ export function deviceBandwidth(device: Device): number {
     let best = Infinity;
     for (let i = 0; i < 4; i++) {
       const t0 = performance.now();
-      const out = noGrad(() => step.run([input]));
-      const storage = out.deviceStorage;
-      if (storage !== null) void storage.backend.allocator.copyout(storage.handle, new Float32Array(1));
-      out.dispose();
+      runToEnd(step, [input]);
       if (i > 0) best = Math.min(best, (performance.now() - t0) / 1000);
     }
     input.dispose();

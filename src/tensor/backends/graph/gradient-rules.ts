@@ -1,7 +1,7 @@
 import type { AttributeValue } from '../ort/onnx-graph.ts';
 import { type GraphBuilder, type GraphValue, refuse } from './builder.ts';
 import type { GradientContext, GradientRule } from './gradients.ts';
-import { axis as positive } from './lowerings/common.ts';
+import { broadcast, axis as positive } from './lowerings/common.ts';
 
 /**
  * The vector-Jacobian product of each ONNX op type the lowerings write (gradients.ts walks them): given the gradient
@@ -54,13 +54,7 @@ const div = (g: GraphBuilder, a: GraphValue, b: GraphValue) => g.node('Div', [a,
 const sub = (g: GraphBuilder, a: GraphValue, b: GraphValue) => g.node('Sub', [a, b], { shape: broadcastOf(a, b) });
 const neg = (g: GraphBuilder, a: GraphValue) => g.node('Neg', [a]);
 
-function broadcastOf(a: GraphValue, b: GraphValue): number[] {
-  const n = Math.max(a.rank, b.rank);
-  return Array.from({ length: n }, (_, i) => {
-    const x = a.shape[a.rank - n + i] ?? 1;
-    return x === 1 ? (b.shape[b.rank - n + i] ?? 1) : x;
-  });
-}
+const broadcastOf = (a: GraphValue, b: GraphValue): number[] => broadcast(a.shape, b.shape);
 
 /** The two last dims swapped. */
 function swapLast(g: GraphBuilder, x: GraphValue): GraphValue {
