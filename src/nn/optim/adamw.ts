@@ -76,12 +76,8 @@ export class AdamW extends Optimizer<AdamWOptions> implements GraphOptimizer {
       if (s?.exp_avg !== m || s.exp_avg_sq !== v) {
         throw new TraceError('the optimizer\'s state was replaced (restored from a checkpoint) since the step was compiled: trace it again');
       }
-      const h = group.options;
-      const [b1, b2] = h.betas;
-      const step = ((s.step as number | undefined) ?? 0) + 1;
-      s.step = step;
-      const decay = h.weightDecay !== 0 ? 1 - h.lr * h.weightDecay : 1;
-      return Float32Array.of(decay, b1, 1 - b1, b2, 1 - b2, h.lr / (1 - b1 ** step), Math.sqrt(1 - b2 ** step), h.eps);
+      const { decay, b1, c1, b2, c2, stepSize, bc2Sqrt, eps } = nextStep(s, group.options);
+      return Float32Array.of(decay, b1, c1, b2, c2, stepSize, bc2Sqrt, eps);
     };
     return { m, v, scalars };
   }
@@ -92,19 +88,11 @@ export class AdamW extends Optimizer<AdamWOptions> implements GraphOptimizer {
     state: Record<string, Float32Array | number>,
     h: AdamWOptions,
   ): void {
-    const [b1, b2] = h.betas;
-    const step = ((state.step as number | undefined) ?? 0) + 1;
-    state.step = step;
+    const { decay, b1, c1, b2, c2, stepSize, bc2Sqrt, eps } = nextStep(state, h);
     const m = stateBuffer(state, 'exp_avg', p.size);
     const v = stateBuffer(state, 'exp_avg_sq', p.size);
     const w = p.data;
     const g = grad.data;
-    const decay = h.weightDecay !== 0 ? 1 - h.lr * h.weightDecay : 1;
-    const stepSize = h.lr / (1 - b1 ** step);
-    const bc2Sqrt = Math.sqrt(1 - b2 ** step);
-    const eps = h.eps;
-    const c1 = 1 - b1;
-    const c2 = 1 - b2;
     // One fused pass in double precision, rounded to float32 once per stored value.
     for (let i = 0; i < w.length; i++) {
       const gi = g[i];
@@ -115,4 +103,18 @@ export class AdamW extends Optimizer<AdamWOptions> implements GraphOptimizer {
       w[i] = w[i] * decay - (stepSize * mi) / (Math.sqrt(vi) / bc2Sqrt + eps);
     }
   }
+}
+
+/** Advances a parameter's step count and gives that step's scalars (the host's update and the graph form share them). */
+function nextStep(state: Record<string, Float32Array | number>, h: AdamWOptions) {
+  const [b1, b2] = h.betas;
+  const step = ((state.step as number | undefined) ?? 0) + 1;
+  state.step = step;
+  return {
+    decay: h.weightDecay !== 0 ? 1 - h.lr * h.weightDecay : 1,
+    b1, c1: 1 - b1, b2, c2: 1 - b2,
+    stepSize: h.lr / (1 - b1 ** step),
+    bc2Sqrt: Math.sqrt(1 - b2 ** step),
+    eps: h.eps,
+  };
 }
