@@ -2,7 +2,8 @@ export { agree, type ComputeBackend, type ComputeFormat, drift, formatOfWeights,
 export { hashArrays, hashNamed, hashTensors } from './hash.ts';
 export {
   bytesSignatureValid, checkRecord, type Expectation, parseRecord, RECORD_KINDS, type RecordKind, recordBytes, recordId, type RecordSigner,
-  signatureValid, signBytes, signRecord, type WorkFields, type WorkRecord,
+  signatureValid, signBytes, signRecord, type WorkFields, type WorkRecord, type ChunkCheck, checkChunk, ChunkCommitter, closedChunks,
+  COMMIT_CHUNK, COMMIT_TOPK, commitChunk,
 } from './records/index.ts';
 export { auxHash, type Bundle, checkpointHash, compactWeightOf, maxBundleBytes, reexecute, sessionStepHash, type Verdict } from './reexec.ts';
 export { type Standing, Reputation } from './reputation.ts';

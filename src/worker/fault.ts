@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from '../errors.ts';
-import { Generator, type Tensor, tensor, zeros } from '../tensor/index.ts';
+import { type CausalLM, createModel } from '../models/index.ts';
+import { Generator, packWeight, type Tensor, tensor, unpackMatrix, zeros } from '../tensor/index.ts';
 
 /**
  * Ways a worker can cheat or fail, for testing the network's defences (`tensorlink worker --fault`):
@@ -11,10 +12,19 @@ import { Generator, type Tensor, tensor, zeros } from '../tensor/index.ts';
  * - replay: returns the output of an earlier micro-batch;
  * - free-ride: contributes zero gradients (as a replica, it sends zeros to the others);
  * - slow: holds each computation SLOW_FAULT_MS before running it (alive and answering, far slower
- *   than it announced: the user's deadlines must treat it as lost).
+ *   than it announced: the user's deadlines must treat it as lost);
+ * - substitute:int4 / substitute:other: a host serves a cheaper model than the one it announces: its hosted blocks'
+ *   matrices held in int4 (whatever format it announces), or the weights of another seed of the same shape; it still
+ *   announces, and signs in its records, the hash of the checkpoint it loaded. Written `substitute:int4` (no rate: the
+ *   model it holds is the one it computes with, every time).
  */
 export const CHEAT_KINDS = ['noise', 'skip', 'stale', 'scale-grad', 'zero', 'replay', 'free-ride'] as const;
-export const FAULT_KINDS = [...CHEAT_KINDS, 'slow'] as const;
+export const FAULT_KINDS = [...CHEAT_KINDS, 'slow', 'substitute'] as const;
+/** What a `substitute` host computes with instead of the model it announces. */
+export const SUBSTITUTES = ['int4', 'other'] as const;
+export type Substitute = (typeof SUBSTITUTES)[number];
+/** The seed of the weights a `substitute:other` host computes with. */
+const OTHER_SEED = 7919;
 
 /** How long a `slow` worker holds a computation: far past any deadline a plan gives a small model. */
 export const SLOW_FAULT_MS = 120_000;
@@ -24,13 +34,21 @@ export interface Fault {
   kind: FaultKind;
   /** The share of its computations it cheats on (default 1). */
   rate: number;
+  /** A `substitute` fault: what it computes with. */
+  substitute?: Substitute;
 }
 
-/** Parses `KIND[:RATE]`, with a message naming the kinds when it is not one. */
+/** Parses `KIND[:RATE]` or `substitute:int4|other`, with a message naming the kinds when it is not one. */
 export function parseFault(text: string): Fault {
   const [kind, rateText] = text.split(':');
   if (!(FAULT_KINDS as readonly string[]).includes(kind)) {
-    throw new InvalidArgumentError(`--fault takes KIND[:RATE] with KIND one of ${FAULT_KINDS.join(', ')}; got '${text}'`);
+    throw new InvalidArgumentError(`--fault takes KIND[:RATE] or substitute:${SUBSTITUTES.join('|')}, with KIND one of ${CHEAT_KINDS.join(', ')}, slow; got '${text}'`);
+  }
+  if (kind === 'substitute') {
+    if (!(SUBSTITUTES as readonly string[]).includes(rateText ?? '') || text.split(':').length !== 2) {
+      throw new InvalidArgumentError(`--fault substitute takes what the host computes with instead: substitute:int4 or substitute:other; got '${text}'`);
+    }
+    return { kind, rate: 1, substitute: rateText as Substitute };
   }
   const rate = rateText === undefined ? 1 : Number(rateText);
   if (!(rate > 0 && rate <= 1)) throw new InvalidArgumentError(`the rate of --fault ${kind} must be within (0, 1], got '${rateText}'`);
@@ -100,6 +118,30 @@ export class FaultInjector {
   async delay(): Promise<void> {
     if (this.fault.kind !== 'slow' || !this.fires()) return;
     await new Promise((r) => setTimeout(r, SLOW_FAULT_MS).unref());
+  }
+
+  /**
+   * A hosted section as a `substitute` host computes with it (in place): its matrices held in int4, or another seed's
+   * weights. Nothing for any other fault.
+   */
+  substitute(model: CausalLM, range: [number, number]): void {
+    const how = this.fault.substitute;
+    if (this.fault.kind !== 'substitute' || !how) return;
+    this.cheated++;
+    if (how === 'other') {
+      const other = createModel(model.config, { seed: OTHER_SEED, section: range }).stateDict();
+      for (const [name, t] of model.stateDict()) {
+        const o = other.get(name);
+        if (!o) continue;
+        // held as the announced format holds it: only the values are another model's
+        if (t.packed) packWeight(t, t.packed.format, o.data as Float32Array);
+        else (t.data as Float32Array).set(o.data as Float32Array);
+      }
+      return;
+    }
+    for (const [, t] of model.hfStateDict()) {
+      if (t.ndim === 2 && t.packed?.format !== 'int4') packWeight(t, 'int4', t.packed ? unpackMatrix(t.packed) : t.data);
+    }
   }
 
   /** Whether it skips this optimizer step (stale). */

@@ -6,6 +6,8 @@ import {
 } from '../models/index.ts';
 import { CHUNK_BYTES, hostedJobId, type HostedSpan, type Logger, type ManifestEntry, manifestHash, parseSessionId } from '../p2p/index.ts';
 import type { WeightFormat } from '../tensor/index.ts';
+import { checkpointHash } from '../verify/index.ts';
+import type { FaultInjector } from './fault.ts';
 import type { JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
 
@@ -66,6 +68,8 @@ export async function hostModel(
     jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; cacheDir?: string | null; throughput?: number;
     /** Validators that may fetch what re-running a session's steps needs (its bootstrap validator). */
     verifiers?: string[];
+    /** A worker that cheats on purpose (`--fault substitute:…` computes with another model than it announces). */
+    fault?: FaultInjector | null;
   },
 ): Promise<HostedSpan> {
   const weights = openModelWeights(spec.path, ctx.cacheDir);
@@ -97,6 +101,11 @@ export async function hostModel(
     // its records name the config as a user states it (Hugging Face form), as a job's do
     const configHash = createHash('sha256').update(JSON.stringify(configToHF(model.config))).digest('hex');
     job.section = { model, range, configHash, held: { format: span.format, bytes }, sessions: new Map() };
+    if (ctx.fault?.fault.kind === 'substitute') {
+      // it signs the hash of what it loaded and announced, and computes with something else
+      job.section.weightsHash = checkpointHash(model);
+      ctx.fault.substitute(model, range);
+    }
     span.state = 'online';
     hostedFiles.set(span, spec.path);
     ctx.log.info('hosting', { model: spec.name, hash: hash.slice(0, 12), blocks: [first, last], format: span.format, bytes });

@@ -1,5 +1,5 @@
 import type { PassInbox } from './passes.ts';
-import type { SectionCost, WorkRecord } from '../verify/index.ts';
+import type { ChunkCommitter, SectionCost, WorkRecord } from '../verify/index.ts';
 import type { TrainingRecords } from './records.ts';
 import type { PeerId } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../errors.ts';
@@ -77,6 +77,8 @@ export interface Session {
   history: { input: Tensor; positions: Tensor; keyMask: Tensor | null; record: WorkRecord; output?: Tensor }[];
   /** A step of it is being computed now (asked by a user whose step is late: is it still here, or behind?). */
   busy?: boolean;
+  /** Its chunk of positions under way, committed as it closes (activation commitments: verify/records/commit.ts). */
+  committer?: ChunkCommitter;
 }
 
 /** A built section, its inference sessions (each with a KV cache) and its training state. */

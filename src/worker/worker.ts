@@ -198,7 +198,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   // its validator re-runs sampled steps of hosted sessions, as it does jobs'
   const validatorId = validator.getComponents().find((c) => c.code === 421)?.value; // its /p2p/ id
   const verifiers = validatorId ? [validatorId] : [];
-  const hostCtx = { jobs, memory, self, log, throughput, verifiers };
+  const hostCtx = { jobs, memory, self, log, throughput, verifiers, fault };
   for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, hostCtx);
   await announce();
   // the slot is taken once the validator knows it as a worker (its relay serves only peers it knows); then announced again

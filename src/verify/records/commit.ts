@@ -10,7 +10,8 @@
  * As TOPLOC's code: the indices are reduced by the largest modulus ≤ 65497 that keeps them distinct; the polynomial is
  * found by Newton's divided differences and stored in the monomial basis (here lowest degree first, big-endian 16-bit
  * words); the check counts exponent mismatches and takes the mean and median (sorted[n/2]) of |Δmantissa| where the
- * exponents agree. Pure arithmetic: no thresholds here (they are calibrated per backend and format where they are used).
+ * exponents agree. One difference from TOPLOC's check: a sign that differs counts with the exponent mismatches
+ * (TOPLOC compares exponent and mantissa bits only, so a chunk with every sign flipped would pass). Pure arithmetic: no thresholds here (they are calibrated per backend and format where they are used).
  */
 
 /** Positions per committed chunk. */
@@ -31,11 +32,48 @@ export function bf16Bits(x: number): number {
   return ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16) & 0xffff;
 }
 
-/** The indices of the k values of largest magnitude, largest first (ties: the lower index first). */
+/**
+ * The indices of the k values of largest magnitude, largest first (ties: the lower index first; NaN ranks last). One
+ * pass with a bounded min-heap of the best k so far: O(n log k), most values rejected by one comparison.
+ */
 export function topkIndices(values: Float32Array, k: number): number[] {
-  const order = Array.from({ length: values.length }, (_, i) => i);
-  order.sort((a, b) => Math.abs(values[b]) - Math.abs(values[a]) || a - b);
-  return order.slice(0, Math.min(k, values.length));
+  const n = Math.min(k, values.length);
+  if (n <= 0) return [];
+  const mag = (i: number) => {
+    const a = Math.abs(values[i]);
+    return a === a ? a : -1; // NaN below everything
+  };
+  // heap[0] is the worst kept: the smallest magnitude, and among equals the highest index
+  const heap: number[] = [];
+  const worse = (a: number, b: number) => mag(a) < mag(b) || (mag(a) === mag(b) && a > b);
+  const down = (at: number) => {
+    for (;;) {
+      const l = 2 * at + 1;
+      const r = l + 1;
+      let w = at;
+      if (l < heap.length && worse(heap[l], heap[w])) w = l;
+      if (r < heap.length && worse(heap[r], heap[w])) w = r;
+      if (w === at) return;
+      [heap[at], heap[w]] = [heap[w], heap[at]];
+      at = w;
+    }
+  };
+  for (let i = 0; i < values.length; i++) {
+    if (heap.length < n) {
+      heap.push(i);
+      for (let at = heap.length - 1; at > 0;) {
+        const up = (at - 1) >> 1;
+        if (!worse(heap[at], heap[up])) break;
+        [heap[at], heap[up]] = [heap[up], heap[at]];
+        at = up;
+      }
+    } else if (mag(i) > mag(heap[0])) {
+      // a later index never wins a tie: only a strictly larger magnitude enters
+      heap[0] = i;
+      down(0);
+    }
+  }
+  return heap.sort((a, b) => mag(b) - mag(a) || a - b);
 }
 
 /** The largest modulus m ≤ COMMIT_PRIME under which `indices` stay distinct. */
@@ -58,15 +96,16 @@ export function injectiveModulus(indices: readonly number[]): number {
 
 const mod = (x: number): number => ((x % COMMIT_PRIME) + COMMIT_PRIME) % COMMIT_PRIME;
 
+/** The inverses of 1 … p − 1 in the field, built once (inv[i] = −(p div i)·inv[p mod i]): 256 KB. */
+let inverses: Uint16Array | null = null;
+
 function inverse(a: number): number {
-  // Fermat: a^(p−2) mod p; every product stays below 2^32, exact in a double
-  let result = 1;
-  let base = mod(a);
-  for (let e = COMMIT_PRIME - 2; e > 0; e >>= 1) {
-    if (e & 1) result = (result * base) % COMMIT_PRIME;
-    base = (base * base) % COMMIT_PRIME;
+  if (!inverses) {
+    inverses = new Uint16Array(COMMIT_PRIME);
+    inverses[1] = 1;
+    for (let i = 2; i < COMMIT_PRIME; i++) inverses[i] = (COMMIT_PRIME - ((Math.floor(COMMIT_PRIME / i) * inverses[COMMIT_PRIME % i]) % COMMIT_PRIME)) % COMMIT_PRIME;
   }
-  return result;
+  return inverses[mod(a)];
 }
 
 /** The coefficients (lowest degree first) of the polynomial of degree < n through (xs[i], ys[i]) over the field. */
@@ -113,6 +152,7 @@ export function commitChunk(values: Float32Array, k = COMMIT_TOPK): Uint8Array {
 
 /** How a recomputed chunk compares with a commitment: exponent mismatches, and |Δmantissa| where the exponents agree. */
 export interface ChunkCheck {
+  /** Values whose sign or exponent differ from the committed ones (an index the worker did not commit counts here). */
   expMismatches: number;
   /** Mean and median of |Δmantissa| (in units of bfloat16's last bit) over the agreeing exponents; Infinity if none agree. */
   mantMean: number;
@@ -135,10 +175,69 @@ export function checkChunk(values: Float32Array, proof: Uint8Array, k = COMMIT_T
   for (const i of topkIndices(values, k)) {
     const committed = evaluate(coefficients, i % m);
     const mine = bf16Bits(values[i]);
-    if ((committed & 0x7f80) !== (mine & 0x7f80)) expMismatches++;
+    if ((committed & 0xff80) !== (mine & 0xff80)) expMismatches++;
     else diffs.push(Math.abs((committed & 0x7f) - (mine & 0x7f)));
   }
   if (diffs.length === 0) return { expMismatches, mantMean: Infinity, mantMedian: Infinity };
   diffs.sort((a, b) => a - b);
   return { expMismatches, mantMean: diffs.reduce((a, b) => a + b, 0) / diffs.length, mantMedian: diffs[diffs.length >> 1] };
+}
+
+/**
+ * The chunks a computation over positions [from, from + steps) closes: each j whose last position 32j + 31 it
+ * computes. A record of that computation carries their commitments, chunk by chunk and row by row.
+ * @example
+ * closedChunks(30, 4) // [0]: positions 30 … 33 close chunk 0 (0 … 31)
+ */
+export function closedChunks(from: number, steps: number): number[] {
+  const out: number[] = [];
+  for (let j = Math.ceil((from + 1) / COMMIT_CHUNK) - 1; COMMIT_CHUNK * j + COMMIT_CHUNK - 1 < from + steps; j++) {
+    if (COMMIT_CHUNK * j + COMMIT_CHUNK - 1 >= from) out.push(j);
+  }
+  return out;
+}
+
+/**
+ * A session's chunk under way, row by row: each computation's values ([rows, steps, width], positions in order) are
+ * pushed, and a chunk whose COMMIT_CHUNK positions were all pushed is committed. A push that does not follow the last
+ * one (a gap) starts over at its own position: a chunk is only committed whole.
+ * @example
+ * const c = new ChunkCommitter(1, hidden); c.push(values, 0, 32) // [258 bytes]: chunk 0 of row 0
+ */
+export class ChunkCommitter {
+  private readonly buffer: Float32Array;
+  /** The next position expected, and the first position of the open chunk held in the buffer. */
+  private next = 0;
+  private start = 0;
+
+  constructor(
+    readonly rows: number,
+    readonly width: number,
+  ) {
+    this.buffer = new Float32Array(rows * COMMIT_CHUNK * width);
+  }
+
+  /** Adds positions [from, from + steps) of every row; returns the commitments of the chunks they closed. */
+  push(values: Float32Array, from: number, steps: number): Uint8Array[] {
+    const { rows, width, buffer } = this;
+    if (values.length !== rows * steps * width) throw new RangeError(`${values.length} values are not [${rows}, ${steps}, ${width}]`);
+    if (from !== this.next) this.start = from;
+    const proofs: Uint8Array[] = [];
+    for (let t = 0; t < steps; t++) {
+      const p = from + t;
+      const slot = p % COMMIT_CHUNK;
+      for (let b = 0; b < rows; b++) {
+        buffer.set(values.subarray((b * steps + t) * width, (b * steps + t + 1) * width), (b * COMMIT_CHUNK + slot) * width);
+      }
+      if (slot === COMMIT_CHUNK - 1) {
+        // whole only if the open chunk began at its first position
+        if (this.start <= p - slot) {
+          for (let b = 0; b < rows; b++) proofs.push(commitChunk(buffer.subarray(b * COMMIT_CHUNK * width, (b + 1) * COMMIT_CHUNK * width)));
+        }
+        this.start = p + 1;
+      }
+    }
+    this.next = from + steps;
+    return proofs;
+  }
 }

@@ -6,5 +6,8 @@
  */
 export {
   bytesSignatureValid, checkRecord, type Expectation, parseRecord, RECORD_KINDS, type RecordKind, recordBytes, recordId, type RecordSigner,
-  signatureValid, signBytes, signRecord, type WorkFields, type WorkRecord,
+  signatureValid, signBytes, signRecord, type WorkFields, type WorkRecord, MAX_RECORD_COMMITS,
 } from './record.ts';
+export {
+  bf16Bits, type ChunkCheck, checkChunk, ChunkCommitter, closedChunks, COMMIT_CHUNK, COMMIT_PRIME, COMMIT_TOPK, commitChunk,
+} from './commit.ts';

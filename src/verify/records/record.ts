@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { InvalidMessageError, VerificationError } from '../../errors.ts';
+import { COMMIT_TOPK } from './commit.ts';
 import { signEd25519, verifyEd25519 } from './ed25519.ts';
 
 /** What a worker computed: one micro-batch's forward or backward at one step, an optimizer step, a decoding step. */
@@ -58,6 +59,11 @@ export interface WorkFields {
   peer: string;
   /** The worker's count of records for this job: a replayed record repeats a number. */
   seq: number;
+  /**
+   * A forward or decoding step that closed chunks of COMMIT_CHUNK positions: their activation commitments (commit.ts),
+   * base64, 2 + 2·COMMIT_TOPK bytes each, chunk by chunk and within a chunk row by row (see `closedChunks`).
+   */
+  commits?: string;
 }
 
 export interface WorkRecord extends WorkFields {
@@ -68,8 +74,21 @@ export interface WorkRecord extends WorkFields {
 /** The order fields are signed in: the record's canonical form does not depend on how an object was built. */
 const FIELDS: readonly (keyof WorkFields)[] = [
   'job', 'step', 'micro', 'stage', 'kind', 'session', 'input', 'output', 'weights', 'grads', 'state', 'after', 'scale', 'lr', 'weightDecay',
-  'from', 'aux', 'config', 'flops', 'backend', 'peer', 'seq', 'sent',
+  'from', 'aux', 'config', 'flops', 'backend', 'peer', 'seq', 'sent', 'commits',
 ];
+
+/** The most commitments one record may carry (a prefill of 4,096 positions of 32 rows, or any shape under it). */
+export const MAX_RECORD_COMMITS = 4096;
+const COMMITS = /^[A-Za-z0-9+/]*={0,2}$/;
+
+function commits(v: unknown): string | undefined {
+  if (v === undefined) return undefined;
+  const bytes = 2 + 2 * COMMIT_TOPK;
+  if (typeof v !== 'string' || v.length > Math.ceil((MAX_RECORD_COMMITS * bytes) / 3) * 4 || !COMMITS.test(v) || (v.length * 3) / 4 < bytes) {
+    throw new InvalidMessageError(`record.commits must be base64 of 1 to ${MAX_RECORD_COMMITS} commitments`);
+  }
+  return v;
+}
 
 /**
  * The bytes a record's signature covers: its fields in a fixed order, as JSON.
@@ -194,6 +213,7 @@ export function parseRecord(v: unknown): WorkRecord {
     backend: text(m.backend, 'backend'),
     peer: text(m.peer, 'peer'),
     seq: count(m.seq, 'seq'),
+    commits: commits(m.commits),
     sig: text(m.sig, 'sig'),
   };
   for (const k of Object.keys(r) as (keyof WorkRecord)[]) if (r[k] === undefined) delete r[k];

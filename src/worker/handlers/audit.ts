@@ -63,7 +63,7 @@ function pieces(records: TrainingRecords, kept: KeptComputation): Map<string, { 
  * What re-running a decoding step needs: the section's weights and every input of its
  * session up to that step (the validator rebuilds the KV cache from them).
  */
-function decodeBundle(job: JobEntry, sessionId: string, step: number): { record: WorkRecord; parts: Map<string, Piece> } {
+function decodeBundle(job: JobEntry, sessionId: string, step: number, withWeights = true): { record: WorkRecord; parts: Map<string, Piece> } {
   const section = sectionOf(job);
   const session = section.sessions.get(sessionId);
   if (!session) throw new InvalidMessageError(`session ${sessionId} is no longer kept`);
@@ -71,7 +71,7 @@ function decodeBundle(job: JobEntry, sessionId: string, step: number): { record:
   if (upTo < 0) throw new InvalidMessageError(`session ${sessionId} has no decoding step at position ${step}`);
   const parts = new Map<string, { entry: PartEntry; tensor: Tensor }>();
   const add = (part: string, tensor: Tensor, name: string) => parts.set(`${part}:${name}`, { entry: entryOf(part, tensor, name), tensor });
-  for (const [n, t] of weightsWithAdapter(section.model)) add('weight', t, n);
+  if (withWeights) for (const [n, t] of weightsWithAdapter(section.model)) add('weight', t, n);
   session.history.slice(0, upTo + 1).forEach((h, i) => {
     add('input', h.input, String(i));
     add('positions', h.positions, String(i));
@@ -92,9 +92,9 @@ export const auditHandlers: Record<string, StageHandler> = {
   'audit-index': {
     verifiers: true,
     run: ({ body, job }) => {
-      const { kind, step, micro, session } = parseAudit(body, false);
+      const { kind, step, micro, session, weights } = parseAudit(body, false);
       if (kind === 'decode') {
-        const { record, parts } = decodeBundle(job, session!, step);
+        const { record, parts } = decodeBundle(job, session!, step, weights !== false);
         return control('audit', { record, parts: [...parts.values()].map((p) => p.entry) });
       }
       const { records } = trainingOf(job);

@@ -7,6 +7,7 @@ import {
 import { hopIn, hopOut } from '../../compress/index.ts';
 import { computeDevice, computeName, noGrad } from '../../tensor/index.ts';
 import { auxHash, checkpointHash, hashTensors, recordFlops, sectionCost, signRecord } from '../../verify/index.ts';
+import { commitStep } from '../commitments.ts';
 import { DecodeBatcher } from '../decode-batcher.ts';
 import { countSent, type Section } from '../jobs.ts';
 import { control, NONE, sectionOf, type StageHandler } from './types.ts';
@@ -82,12 +83,14 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const weights = (section.weightsHash ??= checkpointHash(section.model));
       // encoded once: the frame that leaves, and what its receiver computes on (its hash in the record)
       const sent = hopOut(out, request.codec);
+      // the chunks of positions this step closed, committed (a validator checks a sampled one by one prefill)
+      const commits = commitStep(session, input, out, position);
       const record = signRecord({
         job: job.jobId, step: position, micro: 0, stage: section.range, kind: 'decode', session: request.sessionId, input: hashTensors([input]),
         aux: auxHash(positions, keyMask ?? null), config: section.configHash,
         flops: Math.round(recordFlops('decode', (section.cost ??= sectionCost(section.model.config, section.range)), input.shape[0] * (input.shape[1] ?? 1))),
         output: hashTensors([out]), ...(request.codec ? { sent: hashTensors([sent.received]) } : {}), weights, backend: computeName(),
-        seq: (section.seq = (section.seq ?? 0) + 1),
+        seq: (section.seq = (section.seq ?? 0) + 1), ...(commits ? { commits } : {}),
       }, signer);
       // on ort its output is kept too (and counted): a verifier compares within tolerance, not by hash
       if (record.backend !== 'js') {

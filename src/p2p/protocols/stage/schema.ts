@@ -422,6 +422,8 @@ export interface AuditRequest {
   session?: string;
   part?: AuditPart;
   name?: string;
+  /** A decoding step's bundle without the section's weights (a validator that holds them already: `weights: false`). */
+  weights?: boolean;
 }
 
 /** Which kept computation an audit asks about (and, for audit-part, which piece of it). */
@@ -430,6 +432,7 @@ export function parseAudit(m: Record<string, unknown>, withPart: boolean): Audit
   if (kind !== 'forward' && kind !== 'backward' && kind !== 'step' && kind !== 'decode') fail(`kind must be forward, backward, step or decode, got '${kind}'`);
   const out: AuditRequest = { kind, step: int(m.step, 'step', 0), micro: parseMicro(m) };
   if (kind === 'decode') out.session = parseSessionId(m.session);
+  if (m.weights === false) out.weights = false;
   if (withPart) {
     const part = str(m.part, 'part', 16) as AuditPart;
     if (!AUDIT_PARTS.includes(part)) fail(`part must be one of ${AUDIT_PARTS.join(', ')}`);
