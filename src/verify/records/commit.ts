@@ -11,7 +11,8 @@
  * found by Newton's divided differences and stored in the monomial basis (here lowest degree first, big-endian 16-bit
  * words); the check counts exponent mismatches and takes the mean and median (sorted[n/2]) of |Δmantissa| where the
  * exponents agree. One difference from TOPLOC's check: a sign that differs counts with the exponent mismatches
- * (TOPLOC compares exponent and mantissa bits only, so a chunk with every sign flipped would pass). Pure arithmetic: no thresholds here (they are calibrated per backend and format where they are used).
+ * (TOPLOC compares exponent and mantissa bits only, so a chunk with every sign flipped would pass). Pure arithmetic:
+ * no thresholds here (they are calibrated per backend and format where they are used).
  */
 
 /** Positions per committed chunk. */
@@ -103,7 +104,8 @@ function inverse(a: number): number {
   if (!inverses) {
     inverses = new Uint16Array(COMMIT_PRIME);
     inverses[1] = 1;
-    for (let i = 2; i < COMMIT_PRIME; i++) inverses[i] = (COMMIT_PRIME - ((Math.floor(COMMIT_PRIME / i) * inverses[COMMIT_PRIME % i]) % COMMIT_PRIME)) % COMMIT_PRIME;
+    const p = COMMIT_PRIME;
+    for (let i = 2; i < p; i++) inverses[i] = (p - ((Math.floor(p / i) * inverses[p % i]) % p)) % p;
   }
   return inverses[mod(a)];
 }
@@ -232,7 +234,8 @@ export class ChunkCommitter {
       if (slot === COMMIT_CHUNK - 1) {
         // whole only if the open chunk began at its first position
         if (this.start <= p - slot) {
-          for (let b = 0; b < rows; b++) proofs.push(commitChunk(buffer.subarray(b * COMMIT_CHUNK * width, (b + 1) * COMMIT_CHUNK * width)));
+          const size = COMMIT_CHUNK * width;
+          for (let b = 0; b < rows; b++) proofs.push(commitChunk(buffer.subarray(b * size, (b + 1) * size)));
         }
         this.start = p + 1;
       }

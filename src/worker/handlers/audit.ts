@@ -63,7 +63,9 @@ function pieces(records: TrainingRecords, kept: KeptComputation): Map<string, { 
  * What re-running a decoding step needs: the section's weights and every input of its
  * session up to that step (the validator rebuilds the KV cache from them).
  */
-function decodeBundle(job: JobEntry, sessionId: string, step: number, withWeights = true): { record: WorkRecord; parts: Map<string, Piece> } {
+function decodeBundle(
+  job: JobEntry, sessionId: string, step: number, withWeights = true,
+): { record: WorkRecord; parts: Map<string, Piece> } {
   const section = sectionOf(job);
   const session = section.sessions.get(sessionId);
   if (!session) throw new InvalidMessageError(`session ${sessionId} is no longer kept`);
