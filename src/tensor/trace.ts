@@ -226,6 +226,45 @@ export class TracedStep<R = unknown> {
     return fill(this.outputTemplate, values) as R;
   }
 
+  /**
+   * Runs the step op by op even where its backend compiled it, calling `onOp(i, op, outputs)` after
+   * op i with the tensors it wrote (its outputSlots' values, in order): every intermediate value of
+   * one run, for a commitment to them (a dispute's leaves, verify/dispute.ts). Values are freed after
+   * their last reader as in `run`; `onOp` reads them before that.
+   */
+  replay(inputs: readonly Tensor[], onOp: (i: number, op: TracedOp, outputs: readonly Tensor[]) => void): R {
+    if (activeRecorder() !== null) throw new TraceError('a traced step cannot run inside another trace yet');
+    this.checkInputs(inputs);
+    const values: (Tensor | undefined)[] = new Array<Tensor | undefined>(this.slots.length);
+    inputs.forEach((t, i) => (values[i] = t));
+    this.slots.forEach((s, i) => {
+      if (s.kind === 'constant') values[i] = s.tensor ?? undefined;
+    });
+    this.ops.forEach((op, i) => {
+      bind(op.outputs, op.run(...(fill(op.args, values) as unknown[])), values, op.op);
+      onOp(i, op, op.outputSlots.map((s) => values[s]!));
+      for (const s of this.lastUses[i]) values[s] = undefined;
+    });
+    return fill(this.outputTemplate, values) as R;
+  }
+
+  /**
+   * Runs op i alone on the values given for its input slots (`inputs`: slot → tensor; a constant
+   * not given is read as traced): its outputs, in outputSlots order. What a referee re-runs.
+   */
+  runOp(i: number, inputs: ReadonlyMap<number, Tensor>): Tensor[] {
+    const op = this.ops[i];
+    if (op === undefined) throw new TraceError(`this step has ${this.ops.length} ops, not an op ${i}`);
+    const values: (Tensor | undefined)[] = new Array<Tensor | undefined>(this.slots.length);
+    for (const s of op.inputSlots) {
+      const t = inputs.get(s) ?? (this.slots[s].kind === 'constant' ? this.slots[s].tensor ?? undefined : undefined);
+      if (t === undefined) throw new TraceError(`op ${i} ('${op.op}') reads slot ${s}, which was not given`);
+      values[s] = t;
+    }
+    bind(op.outputs, op.run(...(fill(op.args, values) as unknown[])), values, op.op);
+    return op.outputSlots.map((s) => values[s]!);
+  }
+
   private checkInputs(inputs: readonly Tensor[]): void {
     if (inputs.length !== this.inputCount) throw new TraceError(`this step takes ${this.inputCount} inputs, got ${inputs.length}`);
     inputs.forEach((t, i) => {

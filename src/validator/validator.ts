@@ -9,6 +9,7 @@ import { modelIndex } from './hosted-models.ts';
 import { EventLog, JobBoard } from './overview.ts';
 import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
 import { audit } from './audit.ts';
+import { disputeHandler } from './dispute.ts';
 import { PEER_TTL_MS, Registry } from './registry.ts';
 import { Slots } from './slots.ts';
 import { LedgerService } from './ledger-service.ts';
@@ -143,6 +144,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       }
       return { type: 'audit-result', ...verdict };
     },
+    // two workers' records of the same forward disagree: settled by bisection to one op, re-run alone (dispute.ts)
+    'dispute': disputeHandler(node, reputation, log, events),
   }));
   const overview = (): Overview => {
     const show = ledger.summary();

@@ -10,6 +10,7 @@ import type { RecordSigner } from '../verify/index.ts';
 import { ChunkStore } from './chunk-store.ts';
 import type { FaultInjector } from './fault.ts';
 import { auditHandlers } from './handlers/audit.ts';
+import { disputeHandlers } from './handlers/dispute.ts';
 import { inferenceHandlers } from './handlers/infer.ts';
 import { loadHandlers } from './handlers/load.ts';
 import { trainingHandlers } from './handlers/train.ts';
@@ -24,7 +25,9 @@ import { PeerStreams } from './peer-streams.ts';
 const ANSWER_TRAFFIC: Record<string, 'weights' | 'audits'> = { 'weight': 'weights', 'moments': 'weights', 'audit-part': 'audits' };
 
 /** Every stage request type and its handler: the one dispatch table of the stage protocol. */
-const HANDLERS: Record<string, StageHandler> = { ...loadHandlers, ...inferenceHandlers, ...trainingHandlers, ...auditHandlers };
+const HANDLERS: Record<string, StageHandler> = {
+  ...loadHandlers, ...inferenceHandlers, ...trainingHandlers, ...auditHandlers, ...disputeHandlers,
+};
 
 export interface StageServer {
   /** Frees sessions idle for longer than `idleMs`; returns how many were freed. */

@@ -1,0 +1,346 @@
+import type { Libp2p } from '@libp2p/interface';
+import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError } from '../errors.ts';
+import { configFromHF, createModel, type ModelConfig, runLayers } from '../models/index.ts';
+import {
+  dialProtocol, encodeControl, errorFromWire, type Frame, fromWire, isWireError, jobConfigHash, type Logger, obj, parseJobId,
+  parsePeerTarget, type PeerTarget, publicKeyOf, receiveFrames, RequestTable, sendMessage, STAGE_PROTOCOL,
+} from '../p2p/index.ts';
+import { type DType, noGrad, type Tensor, trace, type TracedStep, withBackend, zeros } from '../tensor/index.ts';
+import { bisect, type DisputeOutcome, judgeOp, leafOf, producers, traceHash, verifyProof } from '../verify/dispute.ts';
+import { agree, hashTensors, parseRecord, recordId, type Reputation, signatureValid, type WorkRecord } from '../verify/index.ts';
+import type { EventLog } from './overview.ts';
+
+/** How long a side of a dispute has for each answer: one that does not answer in time loses. */
+export const DISPUTE_TIMEOUT_MS = 30_000;
+
+/** What a side commits to when a dispute opens (the worker's `dispute-commit`). */
+export interface Commit {
+  record: unknown;
+  root: string;
+  size: number;
+  trace: string;
+  /** The slot of the section's output. */
+  output: number;
+  input: { shape: number[]; dtype: DType };
+}
+
+/** One leaf as a side sends it: the slot's value hash and its Merkle proof. */
+export interface Leaf {
+  slot: number;
+  value: string;
+  proof: string[];
+}
+
+/** One side of a dispute as the referee talks to it (over the stage protocol, or in a test, in memory). */
+export interface DisputeSide {
+  readonly peer: string;
+  readonly record: WorkRecord;
+  /** Bytes it sent the referee so far. */
+  readonly bytes: number;
+  open(): Promise<Commit>;
+  leaves(slots: number[]): Promise<Leaf[]>;
+  value(slot: number): Promise<Tensor>;
+  close(): Promise<void>;
+}
+
+/** What a dispute cost: ops in the step and ops re-run, slots compared, leaves and values fetched, bytes received. */
+export interface DisputeCost {
+  ops: number;
+  opsRerun: number;
+  compared: number;
+  leaves: number;
+  values: number;
+  bytes: number;
+}
+
+export interface DisputeVerdict extends DisputeOutcome {
+  /** 'exact' where both records are js (leaves compared bitwise), 'tolerance' otherwise. */
+  mode: 'exact' | 'tolerance';
+  cost: DisputeCost;
+}
+
+type Name = 'a' | 'b';
+class SideFailed extends Error {
+  constructor(readonly sides: Name[], message: string) {
+    super(message);
+  }
+}
+
+/** Both sides' answers at once; a side that fails (or times out) makes the dispute end with it losing. */
+async function both<T>(what: string, fa: () => Promise<T>, fb: () => Promise<T>): Promise<[T, T]> {
+  const [ra, rb] = await Promise.allSettled([fa(), fb()]);
+  const failed = ([['a', ra], ['b', rb]] as const).filter(([, r]) => r.status === 'rejected');
+  if (failed.length > 0) {
+    const why = failed.map(([n, r]) => `side ${n}: ${((r as PromiseRejectedResult).reason as Error).message}`).join('; ');
+    throw new SideFailed(failed.map(([n]) => n), `did not ${what}: ${why}`);
+  }
+  return [(ra as PromiseFulfilledResult<T>).value, (rb as PromiseFulfilledResult<T>).value];
+}
+
+const traces = new Map<string, TracedStep<Tensor>>();
+
+/** The referee's own trace of the section on js at the input's shape (a forward on zeros; cached per shape). */
+function refereeTrace(config: ModelConfig, range: [number, number], input: Commit['input']): TracedStep<Tensor> {
+  const key = `${JSON.stringify(config)}|${range}|${input.dtype}[${input.shape}]`;
+  let step = traces.get(key);
+  if (step) return step;
+  const [b, t] = input.shape;
+  const wanted = input.dtype === 'int32' ? 2 : 3;
+  const fits = input.shape.length === wanted && b >= 1 && b <= 256 && t >= 1 && t <= config.maxPositions;
+  if (!fits || (wanted === 3 && input.shape[2] !== config.hidden)) {
+    throw new InvalidMessageError(`a section of [${range}) does not take a ${input.dtype} input of shape [${input.shape}]`);
+  }
+  const model = createModel(config, { section: range });
+  step = withBackend('js', () => noGrad(() => trace((x: Tensor) => runLayers(model.layers, x, {}, config.maxPositions), [zeros(input.shape, input.dtype)]).step));
+  if (traces.size >= 16) traces.delete(traces.keys().next().value!);
+  traces.set(key, step);
+  return step;
+}
+
+/** Whether two values agree: bitwise for integers, within ort's tolerance for floats. */
+function close(x: Tensor, y: Tensor): boolean {
+  if (x.dtype !== 'float32' || y.dtype !== 'float32') return hashTensors([x]) === hashTensors([y]);
+  return agree('ort', x.data as Float32Array, y.data as Float32Array);
+}
+
+/**
+ * Settles a dispute between two workers' records of the same forward (same job, section, input and
+ * weights; different outputs): each commits to its step's values, the referee checks both traces
+ * against its own, takes each side's signed output as its output slot's value, bisects to an op
+ * whose inputs agree and whose outputs differ, and re-runs that op alone on js: from the agreed
+ * inputs (both js: bitwise), or from each side's own inputs (a side off js: within tolerance).
+ */
+export async function settle(config: ModelConfig, sides: Record<Name, DisputeSide>, cost: DisputeCost): Promise<DisputeOutcome & { mode: DisputeVerdict['mode'] }> {
+  const { a, b } = sides;
+  const mode = a.record.backend === 'js' && b.record.backend === 'js' ? 'exact' : 'tolerance';
+  const commits = await both('commit to their values', () => a.open(), () => b.open());
+  const c: Record<Name, Commit> = { a: commits[0], b: commits[1] };
+  const names: Name[] = ['a', 'b'];
+  // a side whose kept record is another, or whose step is not the section's, loses at once
+  // (a record that does not parse, or an input the section does not take, is '' and matches nothing)
+  const or = (f: () => string): string => {
+    try {
+      return f();
+    } catch {
+      return '';
+    }
+  };
+  const refTrace = (n: Name) => or(() => traceHash(refereeTrace(config, sides[n].record.stage, c[n].input)));
+  const bad = names.filter((n) => or(() => recordId(parseRecord(c[n].record))) !== recordId(sides[n].record) || c[n].trace !== refTrace(n));
+  if (bad.length > 0) return { losers: bad, mode, reason: 'its committed step is not the record\'s forward of the section (another record, or another trace)' };
+  const step = refereeTrace(config, a.record.stage, c.a.input);
+  cost.ops = step.ops.length;
+  const from = producers(step);
+  const outSlot = step.outputSlots[0];
+  const misfit = names.filter((n) => c[n].output !== outSlot || c[n].size !== step.slots.length);
+  if (misfit.length > 0) throw new SideFailed(misfit, 'its commitment names another output slot or number of values');
+  const hashes: Record<Name, Map<number, string>> = { a: new Map(), b: new Map() };
+  const leafOfSide = async (n: Name, slot: number): Promise<string> => {
+    const known = hashes[n].get(slot);
+    if (known !== undefined) return known;
+    const [leaf] = await sides[n].leaves([slot]);
+    cost.leaves++;
+    if (!leaf || leaf.slot !== slot || typeof leaf.value !== 'string' || !verifyProof(c[n].root, c[n].size, slot, leafOf(slot, leaf.value), leaf.proof)) {
+      throw new SideFailed([n], `its leaf of slot ${slot} is not in the tree it committed to`);
+    }
+    // the output it signed is its output slot's value: a side is bound by its signature first
+    const value = slot === outSlot ? sides[n].record.output : leaf.value;
+    hashes[n].set(slot, value);
+    return value;
+  };
+  const values: Record<Name, Map<number, Tensor>> = { a: new Map(), b: new Map() };
+  const valueOf = async (n: Name, slot: number): Promise<Tensor> => {
+    const known = values[n].get(slot);
+    if (known) return known;
+    const want = await leafOfSide(n, slot);
+    const t = await sides[n].value(slot);
+    cost.values++;
+    if (hashTensors([t]) !== want) throw new SideFailed([n], `its value of slot ${slot} does not hash as it committed${slot === outSlot ? ' (the output it signed)' : ''}`);
+    values[n].set(slot, t);
+    return t;
+  };
+  const pair = <T>(what: string, f: (n: Name) => Promise<T>) => both(what, () => f('a'), () => f('b'));
+  // the step's input is the one both records name
+  const inputs = await pair('show their input leaf', (n) => leafOfSide(n, 0));
+  const wrongInput = names.filter((n, k) => inputs[k] !== sides[n].record.input);
+  if (wrongInput.length > 0) return { losers: wrongInput, mode, reason: 'its committed input is not the one its record names' };
+  const differs = async (slot: number): Promise<boolean> => {
+    const [ha, hb] = await pair(`show slot ${slot}`, (n) => leafOfSide(n, slot));
+    if (ha === hb) return false;
+    if (mode === 'exact' || step.slots[slot].kind !== 'result') return true;
+    const [va, vb] = await pair(`hand over slot ${slot}`, (n) => valueOf(n, slot));
+    return !close(va, vb);
+  };
+  const found = await bisect(step, from[outSlot], differs, cost);
+  if (found.kind === 'slot') {
+    return { losers: [], mode, inconclusive: true, reason: `the sides computed with different ${step.slots[found.slot].kind}s (slot ${found.slot}): not a dispute over an op; re-execute` };
+  }
+  const op = { index: found.op, name: step.ops[found.op].op };
+  const rerun = (inputsOf: Map<number, Tensor>) => {
+    cost.opsRerun++;
+    return withBackend('js', () => noGrad(() => step.runOp(found.op, inputsOf)));
+  };
+  const opInputs = async (n: Name) => {
+    const slots = step.ops[found.op].inputSlots;
+    return new Map(await Promise.all(slots.map(async (s) => [s, await valueOf(n, s)] as const)));
+  };
+  const outSlots = step.ops[found.op].outputSlots;
+  if (mode === 'exact') {
+    // the inputs agree bit for bit: fetched from one side, checked against its leaves (which are the other's)
+    const outs = rerun(await opInputs('a'));
+    const mine = outs.map((t) => hashTensors([t]));
+    const [oa, ob] = await pair('show the op\'s outputs', (n) => Promise.all(outSlots.map((s) => leafOfSide(n, s))));
+    return { ...judgeOp(op, { a: oa.every((h, k) => h === mine[k]), b: ob.every((h, k) => h === mine[k]) }), mode };
+  }
+  // across backends: each side's outputs must be what the op gives from its own inputs, within tolerance
+  const [ia, ib] = await pair('hand over the op\'s inputs', opInputs);
+  const [oa, ob] = await pair('hand over the op\'s outputs', (n) => Promise.all(outSlots.map((s) => valueOf(n, s))));
+  const [ra, rb] = [rerun(ia), rerun(ib)];
+  return { ...judgeOp(op, { a: ra.every((t, k) => close(t, oa[k])), b: rb.every((t, k) => close(t, ob[k])) }), mode };
+}
+
+/**
+ * Runs a dispute to its end: a side that fails to answer, answers late (past its timeout) or
+ * answers with something its commitment does not prove loses; both sides are closed after.
+ */
+export async function runDispute(config: ModelConfig, sides: Record<Name, DisputeSide>): Promise<DisputeVerdict> {
+  const cost: DisputeCost = { ops: 0, opsRerun: 0, compared: 0, leaves: 0, values: 0, bytes: 0 };
+  let outcome: DisputeOutcome & { mode: DisputeVerdict['mode'] };
+  const mode = sides.a.record.backend === 'js' && sides.b.record.backend === 'js' ? 'exact' : 'tolerance';
+  try {
+    outcome = await settle(config, sides, cost);
+  } catch (err) {
+    if (!(err instanceof SideFailed)) throw err;
+    outcome = { losers: err.sides, mode, reason: err.message };
+  } finally {
+    await Promise.all([sides.a.close(), sides.b.close()]);
+  }
+  cost.bytes = sides.a.bytes + sides.b.bytes;
+  return { ...outcome, cost };
+}
+
+/** A side of a dispute over the stage protocol: a worker answering for the values of a forward it signed. */
+async function remoteSide(node: Libp2p, worker: PeerTarget, record: WorkRecord, timeoutMs: number): Promise<DisputeSide> {
+  const stream = await dialProtocol(node, worker, STAGE_PROTOCOL);
+  const table = new RequestTable<Frame>(worker.peerId);
+  let bytes = 0;
+  receiveFrames(stream, (frame) => {
+    bytes += frame.kind === 'tensor' ? frame.tensor.bytes.byteLength : JSON.stringify(frame.message).length;
+    const id = frame.kind === 'tensor' ? frame.tensor.requestId : (frame.message as { id?: unknown } | null)?.id;
+    if (frame.kind === 'control' && isWireError(frame.message)) table.reject(id, errorFromWire(frame.message, worker.peerId));
+    else table.resolve(id, frame);
+  });
+  stream.addEventListener('close', () => table.rejectAll(new PeerUnreachableError(`${worker.peerId} closed the dispute stream`)));
+  const which = { jobId: record.job, kind: record.kind, step: record.step, micro: record.micro };
+  const call = async (header: Record<string, unknown>): Promise<Frame> => {
+    const { id, answer } = table.open(timeoutMs);
+    sendMessage(stream, [encodeControl({ ...header, ...which, id, tensors: 0 })]).catch((cause: unknown) => {
+      table.reject(id, new PeerUnreachableError(`${worker.peerId}: cannot send on the dispute stream`, { cause }));
+    });
+    return answer;
+  };
+  const message = async (header: Record<string, unknown>) => {
+    const frame = await call(header);
+    if (frame.kind !== 'control') throw new InvalidMessageError(`${String(header.type)}: expected a control answer`);
+    return frame.message as Record<string, unknown>;
+  };
+  return {
+    peer: worker.peerId,
+    record,
+    get bytes() {
+      return bytes;
+    },
+    open: async () => (await message({ type: 'dispute-open' })) as unknown as Commit,
+    leaves: async (slots) => {
+      const m = await message({ type: 'dispute-leaves', slots });
+      if (!Array.isArray(m.leaves)) throw new InvalidMessageError('dispute-leaves: no leaves');
+      return m.leaves as Leaf[];
+    },
+    value: async (slot) => {
+      const frame = await call({ type: 'dispute-value', slot });
+      if (frame.kind !== 'tensor') throw new InvalidMessageError('dispute-value: expected a tensor');
+      return fromWire(frame.tensor);
+    },
+    close: async () => {
+      await call({ type: 'dispute-close' }).catch(() => {});
+      await stream.close().catch(() => {});
+    },
+  };
+}
+
+/** What a user (or a check that disagreed) asks the validator to settle: two workers' records of the same forward. */
+export interface DisputeRequest {
+  jobId: string;
+  /** The model's config (Hugging Face form): the user's, not the workers' word. */
+  config: Record<string, unknown>;
+  a: { worker: PeerTarget; record: WorkRecord };
+  b: { worker: PeerTarget; record: WorkRecord };
+}
+
+/** Parses a `dispute` control message (a typed error naming what is wrong). */
+export function parseDispute(m: Record<string, unknown>): DisputeRequest {
+  const side = (v: unknown, what: string) => {
+    const s = obj(v, what);
+    return { worker: parsePeerTarget(s.worker, `${what}.worker`), record: parseRecord(s.record) };
+  };
+  return { jobId: parseJobId(m.jobId), config: obj(m.config, 'config'), a: side(m.a, 'a'), b: side(m.b, 'b') };
+}
+
+/**
+ * Settles a dispute between two workers' forward records (see `settle`) and scores both: a loser's
+ * reputation takes a failed check naming the op, a winner a passed one; an inconclusive end moves
+ * nothing. Both records must be signed by their workers, of the request's job and config, and of
+ * the same computation (section, micro-batch, input, weights) with different outputs.
+ */
+export async function dispute(
+  node: Libp2p,
+  reputation: Reputation,
+  req: DisputeRequest,
+  timeoutMs = DISPUTE_TIMEOUT_MS,
+): Promise<DisputeVerdict & { peers: Record<Name, string> }> {
+  const { a, b } = req;
+  for (const s of [a, b]) {
+    const r = s.record;
+    if (r.peer !== s.worker.peerId || !signatureValid(r, publicKeyOf(s.worker.peerId))) {
+      throw new InvalidMessageError(`a disputed record is not signed by ${s.worker.peerId}`);
+    }
+    if (r.job !== req.jobId || (r.config !== undefined && jobConfigHash(req.config) !== r.config)) {
+      throw new InvalidArgumentError('a disputed record is of another job or config');
+    }
+    if (r.kind !== 'forward') throw new InvalidArgumentError(`only forward records are disputed, not '${r.kind}'`);
+  }
+  const [x, y] = [a.record, b.record];
+  if (`${x.stage}` !== `${y.stage}` || x.micro !== y.micro || x.step !== y.step || x.input !== y.input || x.weights !== y.weights) {
+    throw new InvalidArgumentError('the disputed records are not of the same computation (section, micro-batch, input and weights)');
+  }
+  if (x.output === y.output) throw new InvalidArgumentError('the disputed records agree: there is nothing to settle');
+  const peers = { a: a.worker.peerId, b: b.worker.peerId };
+  const open = async (s: typeof a): Promise<DisputeSide> => {
+    try {
+      return await remoteSide(node, s.worker, s.record, timeoutMs);
+    } catch (err) {
+      // out of reach: it cannot answer for its values, and loses when the referee asks
+      const fail = () => Promise.reject(err as Error);
+      return { peer: s.worker.peerId, record: s.record, bytes: 0, open: fail, leaves: fail, value: fail, close: async () => {} };
+    }
+  };
+  const verdict = await runDispute(configFromHF(req.config), { a: await open(a), b: await open(b) });
+  if (!verdict.inconclusive) {
+    for (const n of ['a', 'b'] as const) {
+      const lost = verdict.losers.includes(n);
+      reputation.check(peers[n], !lost, lost ? `dispute over forward ${x.step}:${x.micro}: ${verdict.reason}` : undefined);
+    }
+  }
+  return { ...verdict, peers };
+}
+
+/** The validator's `dispute` handler: settles, logs the op it ended at and its cost, and lists the loser's failed check. */
+export function disputeHandler(node: Libp2p, reputation: Reputation, log: Logger, events: EventLog) {
+  return async (m: Record<string, unknown>) => {
+    const v = await dispute(node, reputation, parseDispute(m));
+    const op = v.op ? `op ${v.op.index} '${v.op.name}'` : 'no op';
+    log.warn('dispute-settled', { losers: v.losers.map((n) => v.peers[n]), op, reason: v.reason, mode: v.mode, ...v.cost });
+    for (const n of v.losers) events.add('check-failed', v.peers[n], `dispute: ${v.reason}`);
+    return { type: 'dispute-result', ...v, losers: v.losers.map((n) => v.peers[n]) };
+  };
+}
