@@ -26,6 +26,7 @@ describe('disputes by bisection over the network (js backend)', () => {
       const model = createModel(config, { seed: 5 });
       const weights = sectionWeights(model, range);
       const x = randn([2, 8, 32], { generator: new Generator(1) });
+      const g = randn([2, 8, 32], { generator: new Generator(2) });
       const jobId = 'job-dispute';
       // the same section and micro-batch on both workers, verification on (each keeps what a dispute needs)
       const records: WorkRecord[] = [];
@@ -34,6 +35,9 @@ describe('disputes by bisection over the network (js backend)', () => {
         await stage.load(configToHF(config), range, tensorSource(weights), { verifiers: [validator.node.peerId.toString()] });
         await stage.call({ type: 'train-setup', lr: 1e-3, peers: [], keepState: true }, []);
         records.push(parseRecord(recordOf(await stage.call({ type: 'train-forward', micro: 0 }, [x]))));
+        // a step taken since: the disputed forward is the last step's, recomputed with the weights that step started from
+        await stage.call({ type: 'train-backward', micro: 0 }, [g]);
+        await stage.call({ type: 'step', scale: 1, lr: 1e-3 }, []);
       }
       assert.notEqual(records[0].output, records[1].output, 'the copies disagree');
       const side = (i: number) => {
