@@ -1,63 +1,20 @@
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError } from '../errors.ts';
-import { configFromHF, createModel, type ModelConfig, runLayers } from '../models/index.ts';
+import { configFromHF, type ModelConfig } from '../models/index.ts';
 import {
   dialProtocol, encodeControl, errorFromWire, type Frame, fromWire, isWireError, jobConfigHash, type Logger, obj, parseJobId,
   parsePeerTarget, type PeerTarget, publicKeyOf, receiveFrames, RequestTable, sendMessage, STAGE_PROTOCOL,
 } from '../p2p/index.ts';
-import { type DType, noGrad, type Tensor, trace, type TracedStep, withBackend, zeros } from '../tensor/index.ts';
-import { bisect, type DisputeOutcome, judgeOp, leafOf, producers, traceHash, verifyProof } from '../verify/dispute.ts';
-import { agree, hashTensors, parseRecord, recordId, type Reputation, signatureValid, type WorkRecord } from '../verify/index.ts';
+import { noGrad, type Tensor, withBackend } from '../tensor/index.ts';
+import {
+  bisect, close, type Commit, type DisputeCost, type DisputeOutcome, type DisputeSide, type DisputeVerdict, judgeOp, type Leaf, leafOf,
+  producers, refereeTrace, traceHash, verifyProof,
+} from '../verify/dispute.ts';
+import { hashTensors, parseRecord, recordId, type Reputation, signatureValid, type WorkRecord } from '../verify/index.ts';
 import type { EventLog } from './overview.ts';
 
 /** How long a side of a dispute has for each answer: one that does not answer in time loses. */
 export const DISPUTE_TIMEOUT_MS = 30_000;
-
-/** What a side commits to when a dispute opens (the worker's `dispute-commit`). */
-export interface Commit {
-  record: unknown;
-  root: string;
-  size: number;
-  trace: string;
-  /** The slot of the section's output. */
-  output: number;
-  input: { shape: number[]; dtype: DType };
-}
-
-/** One leaf as a side sends it: the slot's value hash and its Merkle proof. */
-export interface Leaf {
-  slot: number;
-  value: string;
-  proof: string[];
-}
-
-/** One side of a dispute as the referee talks to it (over the stage protocol, or in a test, in memory). */
-export interface DisputeSide {
-  readonly peer: string;
-  readonly record: WorkRecord;
-  /** Bytes it sent the referee so far. */
-  readonly bytes: number;
-  open(): Promise<Commit>;
-  leaves(slots: number[]): Promise<Leaf[]>;
-  value(slot: number): Promise<Tensor>;
-  close(): Promise<void>;
-}
-
-/** What a dispute cost: ops in the step and ops re-run, slots compared, leaves and values fetched, bytes received. */
-export interface DisputeCost {
-  ops: number;
-  opsRerun: number;
-  compared: number;
-  leaves: number;
-  values: number;
-  bytes: number;
-}
-
-export interface DisputeVerdict extends DisputeOutcome {
-  /** 'exact' where both records are js (leaves compared bitwise), 'tolerance' otherwise. */
-  mode: 'exact' | 'tolerance';
-  cost: DisputeCost;
-}
 
 type Name = 'a' | 'b';
 class SideFailed extends Error {
@@ -75,32 +32,6 @@ async function both<T>(what: string, fa: () => Promise<T>, fb: () => Promise<T>)
     throw new SideFailed(failed.map(([n]) => n), `did not ${what}: ${why}`);
   }
   return [(ra as PromiseFulfilledResult<T>).value, (rb as PromiseFulfilledResult<T>).value];
-}
-
-const traces = new Map<string, TracedStep<Tensor>>();
-
-/** The referee's own trace of the section on js at the input's shape (a forward on zeros; cached per shape). */
-function refereeTrace(config: ModelConfig, range: [number, number], input: Commit['input']): TracedStep<Tensor> {
-  const key = `${JSON.stringify(config)}|${range}|${input.dtype}[${input.shape}]`;
-  let step = traces.get(key);
-  if (step) return step;
-  const [b, t] = input.shape;
-  const wanted = input.dtype === 'int32' ? 2 : 3;
-  const fits = input.shape.length === wanted && b >= 1 && b <= 256 && t >= 1 && t <= config.maxPositions;
-  if (!fits || (wanted === 3 && input.shape[2] !== config.hidden)) {
-    throw new InvalidMessageError(`a section of [${range}) does not take a ${input.dtype} input of shape [${input.shape}]`);
-  }
-  const model = createModel(config, { section: range });
-  step = withBackend('js', () => noGrad(() => trace((x: Tensor) => runLayers(model.layers, x, {}, config.maxPositions), [zeros(input.shape, input.dtype)]).step));
-  if (traces.size >= 16) traces.delete(traces.keys().next().value!);
-  traces.set(key, step);
-  return step;
-}
-
-/** Whether two values agree: bitwise for integers, within ort's tolerance for floats. */
-function close(x: Tensor, y: Tensor): boolean {
-  if (x.dtype !== 'float32' || y.dtype !== 'float32') return hashTensors([x]) === hashTensors([y]);
-  return agree('ort', x.data as Float32Array, y.data as Float32Array);
 }
 
 /**

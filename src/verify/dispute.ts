@@ -1,5 +1,10 @@
 import { createHash } from 'node:crypto';
 import { InvalidMessageError } from '../errors.ts';
+import { createModel, type ModelConfig, runLayers } from '../models/index.ts';
+import { type DType, noGrad, type Tensor, trace, type TracedStep, withBackend, zeros } from '../tensor/index.ts';
+import { agree } from './compare.ts';
+import { hashTensors } from './hash.ts';
+import type { WorkRecord } from './records/index.ts';
 
 /**
  * Disputes by bisection (after Verde, Gensyn's refereed delegation, arXiv 2502.19405): when two
@@ -7,7 +12,8 @@ import { InvalidMessageError } from '../errors.ts';
  * step it computed (a Merkle root over one leaf per slot of the trace: the step's input, its
  * constants, and each op's results), and a referee bisects the ops to the first one whose inputs
  * agree and whose outputs differ, then re-runs that op alone. This file is the pure part: the
- * leaves, the tree and its proofs, the shape of a trace, and the search.
+ * leaves, the tree and its proofs, the shape of a trace, the search, the referee's own trace, and
+ * what a side answers (DisputeSide); validator/dispute.ts runs a dispute over the network.
  */
 
 /** The sha256 of a string, hex. */
@@ -193,4 +199,76 @@ export function judgeOp(op: { index: number; name: string }, matches: { a: boole
   if (losers.length === 0) return { losers: [], op, inconclusive: true, reason: `${at}: both sides' outputs are what the op gives` };
   const who = losers.length === 2 ? 'neither side\'s' : `side ${losers[0]}'s`;
   return { losers: [...losers], op, reason: `${at}: ${who} output is not what the op gives from its inputs` };
+}
+
+/** What a side commits to when a dispute opens (the worker's `dispute-commit`). */
+export interface Commit {
+  record: unknown;
+  root: string;
+  size: number;
+  trace: string;
+  /** The slot of the section's output. */
+  output: number;
+  input: { shape: number[]; dtype: DType };
+}
+
+/** One leaf as a side sends it: the slot's value hash and its Merkle proof. */
+export interface Leaf {
+  slot: number;
+  value: string;
+  proof: string[];
+}
+
+/** One side of a dispute as the referee talks to it (over the stage protocol, or in a test, in memory). */
+export interface DisputeSide {
+  readonly peer: string;
+  readonly record: WorkRecord;
+  /** Bytes it sent the referee so far. */
+  readonly bytes: number;
+  open(): Promise<Commit>;
+  leaves(slots: number[]): Promise<Leaf[]>;
+  value(slot: number): Promise<Tensor>;
+  close(): Promise<void>;
+}
+
+/** What a dispute cost: ops in the step and ops re-run, slots compared, leaves and values fetched, bytes received. */
+export interface DisputeCost {
+  ops: number;
+  opsRerun: number;
+  compared: number;
+  leaves: number;
+  values: number;
+  bytes: number;
+}
+
+export interface DisputeVerdict extends DisputeOutcome {
+  /** 'exact' where both records are js (leaves compared bitwise), 'tolerance' otherwise. */
+  mode: 'exact' | 'tolerance';
+  cost: DisputeCost;
+}
+
+const traces = new Map<string, TracedStep<Tensor>>();
+
+/** The referee's own trace of the section on js at the input's shape (a forward on zeros; cached per shape). */
+export function refereeTrace(config: ModelConfig, range: [number, number], input: Commit['input']): TracedStep<Tensor> {
+  const key = `${JSON.stringify(config)}|${range}|${input.dtype}[${input.shape}]`;
+  let step = traces.get(key);
+  if (step) return step;
+  const [b, t] = input.shape;
+  const wanted = input.dtype === 'int32' ? 2 : 3;
+  const fits = input.shape.length === wanted && b >= 1 && b <= 256 && t >= 1 && t <= config.maxPositions;
+  if (!fits || (wanted === 3 && input.shape[2] !== config.hidden)) {
+    throw new InvalidMessageError(`a section of [${range}) does not take a ${input.dtype} input of shape [${input.shape}]`);
+  }
+  const model = createModel(config, { section: range });
+  step = withBackend('js', () => noGrad(() => trace((x: Tensor) => runLayers(model.layers, x, {}, config.maxPositions), [zeros(input.shape, input.dtype)]).step));
+  if (traces.size >= 16) traces.delete(traces.keys().next().value!);
+  traces.set(key, step);
+  return step;
+}
+
+/** Whether two values agree: bitwise for integers, within ort's tolerance for floats. */
+export function close(x: Tensor, y: Tensor): boolean {
+  if (x.dtype !== 'float32' || y.dtype !== 'float32') return hashTensors([x]) === hashTensors([y]);
+  return agree('ort', x.data as Float32Array, y.data as Float32Array);
 }

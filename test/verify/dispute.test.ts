@@ -3,8 +3,8 @@ import { generateKeyPairSync } from 'node:crypto';
 import { describe, test } from 'node:test';
 import { createModel, gpt2Config, type ModelLayer } from '../../src/models/index.ts';
 import { createOrtBackend, Generator, ortAvailable, randn, setBackend, type Tensor, tensor, withBackend } from '../../src/tensor/index.ts';
-import { type Commit, type DisputeSide, runDispute } from '../../src/validator/dispute.ts';
-import { bisect, leafOf, MerkleTree, type StepShape, verifyProof } from '../../src/verify/dispute.ts';
+import { runDispute } from '../../src/validator/dispute.ts';
+import { bisect, type Commit, type DisputeSide, leafOf, MerkleTree, type StepShape, verifyProof } from '../../src/verify/dispute.ts';
 import { hashTensors, signRecord, type WorkRecord } from '../../src/verify/index.ts';
 import { commitForward, type ForwardCommitment } from '../../src/worker/handlers/dispute.ts';
 
