@@ -36,7 +36,7 @@ export interface SessionRouter {
    * and audits what it computed), and the
    * hashes of every step its session on that host was sent so far (what the validator checks its kept inputs against).
    */
-  onRecord?(hop: RouteHop, record: WorkRecord, sent: () => string[]): void;
+  onRecord?(hop: RouteHop, record: WorkRecord, sent: () => string[], input: Tensor): void;
 }
 
 /** How many times one step may re-route before the session gives up (each try avoids every host that failed before). */
@@ -105,9 +105,10 @@ export class HostedSession {
           }
           x = done.output;
           hop.sent.push(step);
-          const sent = hop.sent;
+          // the steps up to this one, hashed when asked (a check made later still names this step's past only)
+          const sent = hop.sent.slice();
           const hashes = () => sent.map((s) => sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
-          this.router.onRecord?.(hop.hop, record, hashes);
+          this.router.onRecord?.(hop.hop, record, hashes, step.x);
           break;
         } catch (err) {
           if (!(err instanceof PeerUnreachableError) || tries >= MAX_REROUTES) throw err;

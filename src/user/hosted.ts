@@ -17,6 +17,7 @@ export type { RouteHop } from './hosted-session.ts';
 export { routeOver, type RouteOptions } from './hosted-routing.ts';
 import { listPeers } from './peers.ts';
 import { DEFAULT_SAMPLE_RATE } from './verifier.ts';
+import { ChunkSampler, DEFAULT_CHUNK_RATE } from './hosted-checks.ts';
 import { RemoteStage } from './remote-stage.ts';
 
 /** One page of the validator's index of hosted models (`tensorlink models`). */
@@ -26,7 +27,16 @@ export async function listModels(node: Libp2p, validator: DialTarget, page = 0):
 
 /** How a hosted model's steps are checked. */
 export interface HostedVerify {
-  /** The share of the steps hosts sign that the validator re-runs. Default DEFAULT_SAMPLE_RATE (0.05); 0: none. */
+  /**
+   * How the validator checks hosts: 'commit' (default) checks the activation commitments of sampled chunks of 32
+   * positions by one prefill of each host's blocks over the session (no weights move; any backend); 'reexec' re-runs
+   * sampled steps one by one with the weights the host hands over (bit for bit on js).
+   */
+  mode?: 'commit' | 'reexec';
+  /**
+   * The share the validator checks: of the chunks hosts commit to (default DEFAULT_CHUNK_RATE, 0.37), or with 'reexec'
+   * of the steps hosts sign (default DEFAULT_SAMPLE_RATE, 0.05); 0: none.
+   */
   sampleRate?: number;
   /**
    * Security level k (DCI's "pay more for more subgraphs"): every step runs on k routes over different hosts and their
@@ -81,7 +91,8 @@ export class HostedModel {
       throw new InvalidArgumentError(`the ends are of a model with ${ends.config.layers} blocks; '${name}' has ${entry.layers}`);
     }
     const model = new HostedModel(node, validator, entry, ends);
-    model.sampleRate = options.verify?.sampleRate ?? DEFAULT_SAMPLE_RATE;
+    model.mode = options.verify?.mode ?? 'commit';
+    model.sampleRate = options.verify?.sampleRate ?? (model.mode === 'commit' ? DEFAULT_CHUNK_RATE : DEFAULT_SAMPLE_RATE);
     const k = options.verify?.redundancy ?? 1;
     if (!Number.isInteger(k) || k < 1) throw new InvalidArgumentError(`the security level (redundancy) must be an integer ≥ 1, got ${k}`);
     model.redundancy = k;
@@ -89,8 +100,9 @@ export class HostedModel {
     return model;
   }
 
-  /** The share of hosts' signed steps the validator re-runs (HostedVerify). */
-  private sampleRate = DEFAULT_SAMPLE_RATE;
+  /** How hosts are checked, and the share of their chunks (or steps) checked (HostedVerify). */
+  private mode: 'commit' | 'reexec' = 'commit';
+  private sampleRate = DEFAULT_CHUNK_RATE;
   /** Routes each step runs on (HostedVerify.redundancy). */
   private redundancy = 1;
   /** Where accepted steps go (the `ledger` option); null: they are not recorded. */
@@ -101,7 +113,7 @@ export class HostedModel {
    * What checking the hosts did: records re-run, failed, left unchecked (the validator unreachable), steps whose
    * routes were compared (redundancy), the hosts caught.
    */
-  readonly verification = { checked: 0, failed: 0, unchecked: 0, compared: 0, flagged: [] as string[] };
+  readonly verification = { checked: 0, failed: 0, unchecked: 0, compared: 0, flagged: [] as string[], chunks: 0 };
   /** Hosts of the routes the step under way dropped (redundancy): their results were never taken. */
   private readonly dropped = new Set<string>();
   /** Steps handed to the ledger (the `ledger` option) and their FLOPs: what the user's escrow pays for. */
@@ -135,15 +147,18 @@ export class HostedModel {
     const signed: SignedStep[] = [];
     const lanes: Lane[] = [];
     const opened: Lane[] = [];
+    const sampler = new ChunkSampler(this.mode === 'commit' ? this.sampleRate : 0);
     try {
       for (const route of routes) {
         const lane: Lane = { session: null!, last: [] };
-        lane.session = await HostedSession.open(this.router(tokens, audits, signed, lane, lanes), route);
+        lane.session = await HostedSession.open(this.router(tokens, audits, signed, lane, lanes, sampler), route);
         lanes.push(lane);
         opened.push(lane);
         this.onSession?.(lane.session);
       }
       const out = await generateWith(this.stepModel(lanes), prompts, options);
+      // each host's sampled chunks checked by one prefill, while the hosts still keep the session
+      for (const c of sampler.take()) audits.push(this.audit(c.hop, c.last, c.sent(), { checks: c.checks, chunks: c.chunks }));
       // the sampled steps are re-run while the hosts still keep the session
       await Promise.all(audits);
       this.accept(signed);
@@ -225,12 +240,18 @@ export class HostedModel {
     return this.ledger ? this.ledger.drain() : null;
   }
 
-  /** Asks the validator to re-run one step a host signed; a failed check excludes the host. Null: left unchecked. */
-  private async audit(hop: RouteHop, record: WorkRecord, sent: string[]): Promise<boolean | null> {
+  /**
+   * Asks the validator to re-run one step a host signed, or (`commit`) to check the sampled chunks of the host's
+   * session up to `record`; a failed check excludes the host. Null: left unchecked.
+   */
+  private async audit(
+    hop: RouteHop, record: WorkRecord, sent: string[], commit?: { checks: WorkRecord[]; chunks: number[] },
+  ): Promise<boolean | null> {
     const { entry } = this;
     const jobId = hostedJobId({ name: entry.name, hash: entry.hash, layers: hop.layers });
     const message = {
       type: 'audit', jobId, worker: { peerId: hop.peerId, addrs: hop.addrs }, config: configToHF(this.ends.config), optimizer: { lr: 0 }, record, sent,
+      ...(commit ? { commit } : {}),
     };
     let answer: Record<string, unknown>;
     try {
@@ -244,6 +265,7 @@ export class HostedModel {
       return null;
     }
     this.verification.checked++;
+    if (commit) this.verification.chunks += typeof answer.chunks === 'number' ? answer.chunks : 0;
     if (answer.ok === true) return true;
     this.verification.failed++;
     if (!this.excluded.has(hop.peerId)) {
@@ -279,7 +301,9 @@ export class HostedModel {
    * What a lane's session routes by: failed spans go to other hosts (preferring ones no other lane uses); each step a
    * host signed is kept for the ledger and for comparing lanes, and sampled for a re-run.
    */
-  private router(tokens: number, audits: Promise<unknown>[], signed: SignedStep[], lane: Lane, lanes: Lane[]): SessionRouter {
+  private router(
+    tokens: number, audits: Promise<unknown>[], signed: SignedStep[], lane: Lane, lanes: Lane[], sampler: ChunkSampler,
+  ): SessionRouter {
     return {
       stageFor: (hop) => this.stageFor(hop),
       reroute: async (from, to, avoid) => {
@@ -287,10 +311,11 @@ export class HostedModel {
         return (others.length > 0 ? await this.route({ tokens, from, to, avoid: new Set([...avoid, ...others]) }) : null)
           ?? this.route({ tokens, from, to, avoid });
       },
-      onRecord: (hop, record, sent) => {
+      onRecord: (hop, record, sent, input) => {
         if (this.ledger) signed.push({ hop, record });
         if (this.redundancy > 1) lane.last.push({ hop, record, sent });
-        if (this.sampleRate > 0 && Math.random() < this.sampleRate) audits.push(this.audit(hop, record, sent()));
+        if (this.mode === 'commit') sampler.offer(hop, record, sent, input);
+        else if (this.sampleRate > 0 && Math.random() < this.sampleRate) audits.push(this.audit(hop, record, sent()));
       },
     };
   }

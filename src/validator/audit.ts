@@ -5,10 +5,34 @@ import {
   RequestTable, sendMessage, STAGE_PROTOCOL, TRAIN_REQUEST_TIMEOUT_MS, type WireAdapter,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
+import { type CausalLM, configFromHF } from '../models/index.ts';
 import {
-  type Bundle, compactWeightOf, maxBundleBytes, parseRecord, recordId, reexecute, type Reputation, signatureValid, type Verdict,
-  type WorkRecord,
+  type Bundle, checkCommitments, checkpointHash, compactWeightOf, formatOfWeights, maxBundleBytes, parseRecord, rebuildSection, recordId,
+  reexecute, type Reputation, signatureValid, type Verdict, type WorkRecord,
 } from '../verify/index.ts';
+import { SectionCache } from './sections.ts';
+
+/**
+ * A commitment check of a session (AuditRequest.commit): the section from the cache, or rebuilt from the weights the
+ * worker handed over and checked against the hash its records name (then cached), and one prefill over the session.
+ */
+function checkSession(req: AuditRequest, bundle: Bundle, cached: CausalLM | undefined, sections: SectionCache, key: string): Verdict {
+  const { record } = req;
+  try {
+    let section = cached;
+    if (!section) {
+      const built = rebuildSection(configFromHF(req.config), record.stage, bundle.weights, req.adapter);
+      if (typeof built === 'string') return { ok: false, reason: built };
+      if (checkpointHash(built) !== record.weights) return { ok: false, reason: 'the weights it handed over are not the weights its records name' };
+      sections.set(key, (section = built));
+    }
+    const format = formatOfWeights(section.stateDict().values());
+    const { checks, chunks } = req.commit!;
+    return checkCommitments(section, { last: record, checks, chunks, history: bundle.history!, sent: req.sent }, format);
+  } catch (err) {
+    return { ok: false, inconclusive: true, reason: `the check could not run: ${(err as Error).message}` };
+  }
+}
 
 /** Parts a worker may list for one record: a section's weights and moments, or a session's steps. */
 const MAX_AUDIT_PARTS = 20_000;
@@ -25,6 +49,12 @@ export interface AuditRequest {
   sent?: string[];
   /** The job's LoRA adapter (rank, alpha, targets): the section is rebuilt with it. */
   adapter?: WireAdapter;
+  /**
+   * Check activation commitments instead of re-running the record (a decoding step): the records of the session that
+   * carry the sampled chunks (`checks`, signed by the worker) and the chunks to check; `record` is the session's last
+   * step to recompute up to. The section is the validator's (cached by job and weights): only the inputs move.
+   */
+  commit?: { checks: WorkRecord[]; chunks: number[] };
 }
 
 export interface AuditVerdict extends Verdict {
@@ -62,11 +92,19 @@ async function openAuditStream(node: Libp2p, worker: PeerTarget, jobId: string) 
  * worker's reputation: a user cannot frame a worker, whose signed record and kept inputs
  * are the evidence.
  */
-export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequest): Promise<AuditVerdict> {
+export async function audit(
+  node: Libp2p, reputation: Reputation, req: AuditRequest, sections = new SectionCache(),
+): Promise<AuditVerdict> {
   const { record, worker } = req;
-  if (record.peer !== worker.peerId || !signatureValid(record, publicKeyOf(worker.peerId))) {
-    throw new InvalidMessageError(`the record to audit is not signed by ${worker.peerId}`);
+  for (const r of [record, ...(req.commit?.checks ?? [])]) {
+    if (r.peer !== worker.peerId || !signatureValid(r, publicKeyOf(worker.peerId))) {
+      throw new InvalidMessageError(`the record to audit is not signed by ${worker.peerId}`);
+    }
   }
+  if (req.commit && record.kind !== 'decode') throw new InvalidArgumentError('commitments are checked for decoding steps only');
+  // the validator's own copy of the section (fetched once per job and weights): a commitment check then moves no weights
+  const sectionKey = `${req.jobId}:${record.weights}:${record.config ?? ''}`;
+  const cached = req.commit ? sections.get(sectionKey) : undefined;
   // what the user says about the job must be what the worker signed: a user cannot frame a worker with another config
   if (record.job !== req.jobId) throw new InvalidArgumentError(`the record is of job ${record.job}, not ${req.jobId}`);
   if (record.config !== undefined && jobConfigHash(req.config, req.adapter) !== record.config) {
@@ -87,7 +125,10 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
   const limit = maxBundleBytes(req.config, record.stage);
   let bytes = 0;
   try {
-    const which = { kind: record.kind, step: record.step, micro: record.micro, ...(record.session ? { session: record.session } : {}) };
+    const which = {
+      kind: record.kind, step: record.step, micro: record.micro, ...(record.session ? { session: record.session } : {}),
+      ...(cached ? { weights: false } : {}),
+    };
     let index: Record<string, unknown>;
     try {
       const frame = await client.call({ type: 'audit-index', ...which });
@@ -147,6 +188,7 @@ export async function audit(node: Libp2p, reputation: Reputation, req: AuditRequ
       if (history.some((h) => !h || !h.input || !h.positions)) return finish({ ok: false, reason: 'it handed over an incomplete session' });
       bundle.history = history.map((h) => ({ input: h.input!, positions: h.positions!, keyMask: h.keyMask }));
     }
+    if (req.commit) return finish(checkSession(req, bundle, cached, sections, sectionKey));
     return finish(reexecute(record, bundle));
   } catch (err) {
     return finish({ ok: false, reason: `its bundle could not be read: ${(err as Error).message}` }, true);

@@ -10,6 +10,7 @@ import { EventLog, JobBoard } from './overview.ts';
 import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
 import { audit } from './audit.ts';
 import { disputeHandler } from './dispute.ts';
+import { SectionCache } from './sections.ts';
 import { PEER_TTL_MS, Registry } from './registry.ts';
 import { Slots } from './slots.ts';
 import { LedgerService } from './ledger-service.ts';
@@ -68,6 +69,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   const registry = new Registry(log, (kind, peer, roles) => events.add(kind, peer, roles.join(', ')));
   const reputation = new Reputation();
   const auditSlots = new Slots(MAX_CONCURRENT_AUDITS);
+  // the sections commitment checks run on, fetched once per job and weights
+  const sections = new SectionCache();
   const withStanding = (p: PeerRecord): PeerRecord => {
     if (!p.roles.includes('worker')) return p;
     const s: Standing = reputation.standing(p.peerId);
@@ -129,12 +132,15 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     'overview': () => ({ type: 'overview', ...overview() }),
     // re-runs a record a user sampled (or two redundant workers disagree on) and scores its worker
     'audit': async (m) => {
-      const request = parseAuditMessage(m);
+      const { commit, ...request } = parseAuditMessage(m);
       const record = parseRecord(request.record);
       const worker = request.worker;
+      const checks = commit ? { commit: { checks: commit.checks.map(parseRecord), chunks: commit.chunks } } : {};
       // re-executions take CPU and memory: a few at a time, whoever asks
-      const verdict = await auditSlots.run(() => audit(node, reputation, { ...request, record }));
-      const what = `${record.kind === 'step' ? 'update' : record.kind} of step ${record.step}${record.kind === 'step' ? '' : `, micro-batch ${record.micro}`}, job ${record.job.slice(0, 8)}`;
+      const verdict = await auditSlots.run(() => audit(node, reputation, { ...request, record, ...checks }, sections));
+      const what = commit
+        ? `chunk(s) ${commit.chunks.join(', ')} of session ${record.session?.slice(0, 8)}, job ${record.job.slice(0, 12)}`
+        : `${record.kind === 'step' ? 'update' : record.kind} of step ${record.step}${record.kind === 'step' ? '' : `, micro-batch ${record.micro}`}, job ${record.job.slice(0, 8)}`;
       if (verdict.ok) events.add('check-passed', worker.peerId, what);
       else if (!verdict.unavailable && !verdict.inconclusive) events.add('check-failed', worker.peerId, `${what}: ${verdict.reason}`);
       if (!verdict.ok) log.warn('worker-flagged', { peer: worker.peerId, record: `${record.kind} ${record.step}:${record.micro}`, reason: verdict.reason });

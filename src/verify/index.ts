@@ -5,7 +5,10 @@ export {
   signatureValid, signBytes, signRecord, type WorkFields, type WorkRecord, type ChunkCheck, checkChunk, ChunkCommitter, closedChunks,
   COMMIT_CHUNK, COMMIT_TOPK, commitChunk,
 } from './records/index.ts';
-export { auxHash, type Bundle, checkpointHash, compactWeightOf, maxBundleBytes, reexecute, sessionStepHash, type Verdict } from './reexec.ts';
+export {
+  auxHash, type Bundle, checkpointHash, compactWeightOf, maxBundleBytes, rebuildSection, reexecute, sessionStepHash, type Verdict,
+} from './reexec.ts';
+export { checkCommitments, COMMIT_THRESHOLDS, type CommitBound, type SessionStep, withinBound } from './commitment.ts';
 export { type Standing, Reputation } from './reputation.ts';
 export { AuditSampler, expectedStepsToCatch, stepCatchProbability, stepsToCatch } from './sampling.ts';
 export { gradsHash, optimizerHash, weightsHash } from './state.ts';

@@ -107,10 +107,8 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
   }
   const stated = flopsProblem(record, config, bundle);
   if (stated) return fail(stated);
-  const model = createModel(config, { section: bundle.range });
-  if (bundle.adapter) adaptModel(model, bundle.adapter, { part: true });
-  const unfit = loadWeights(model, bundle.weights);
-  if (unfit) return fail(unfit);
+  const model = rebuildSection(config, bundle.range, bundle.weights, bundle.adapter);
+  if (typeof model === 'string') return fail(model);
   const format = formatOfWeights(bundle.weights.values());
   if (record.kind === 'decode') return reexecuteDecode(record, bundle, model, backend, format);
   const captured: Map<string, Tensor>[] = [];
@@ -179,6 +177,18 @@ function reexecuteOn(record: WorkRecord, bundle: Bundle, backend: 'js' | 'ort'):
 /** The sha256 of a model's weights (and its adapter's) in checkpoint-name order, as decoding records name them. */
 export function checkpointHash(model: CausalLM): string {
   return hashNamed([...weightsWithAdapter(model)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+/**
+ * The section of layers `range` of a model of `config` (with the job's adapter), holding `weights` as the worker held
+ * them (loadWeights); or why it cannot hold them.
+ */
+export function rebuildSection(
+  config: ModelConfig, range: [number, number], weights: Map<string, Tensor>, adapter?: LoraConfig,
+): CausalLM | string {
+  const model = createModel(config, { section: range });
+  if (adapter) adaptModel(model, adapter, { part: true });
+  return loadWeights(model, weights) ?? model;
 }
 
 /**

@@ -2,10 +2,10 @@ import { basename, extname, resolve } from 'node:path';
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, UnauthorizedError } from '../errors.ts';
 import {
-  CheckpointWeights, configToHF, defaultCacheDir, GGUFWeights, heldBytes, isGGUF, loadModel, type ModelWeights,
+  CheckpointWeights, configToHF, defaultCacheDir, GGUFWeights, heldBytes, isGGUF, loadModel, type ModelWeights, weightsWithAdapter,
 } from '../models/index.ts';
 import { CHUNK_BYTES, hostedJobId, type HostedSpan, type Logger, type ManifestEntry, manifestHash, parseSessionId } from '../p2p/index.ts';
-import type { WeightFormat } from '../tensor/index.ts';
+import { packedTensor, type Tensor, type WeightFormat } from '../tensor/index.ts';
 import { checkpointHash } from '../verify/index.ts';
 import type { FaultInjector } from './fault.ts';
 import type { JobTable } from './jobs.ts';
@@ -104,6 +104,9 @@ export async function hostModel(
     if (ctx.fault?.fault.kind === 'substitute') {
       // it signs the hash of what it loaded and announced, and computes with something else
       job.section.weightsHash = checkpointHash(model);
+      const keep = (t: Tensor) => (t.packed ? packedTensor(t.packed) : t.detach().clone());
+      const kept = [...weightsWithAdapter(model)].map(([n, t]): [string, Tensor] => [n, keep(t)]);
+      job.section.announced = new Map(kept);
       ctx.fault.substitute(model, range);
     }
     span.state = 'online';

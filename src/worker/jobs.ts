@@ -92,6 +92,11 @@ export interface Section {
   held: { format: WeightFormat | 'f32'; bytes: number };
   /** The hash of its weights for decoding records (a section that trains hashes through its records). */
   weightsHash?: string;
+  /**
+   * A host cheating on purpose (`--fault substitute:…`): the weights it announced, kept aside to hand over in audits
+   * while it computes with others (the strongest form of the cheat: an audit that fetches weights sees the right ones).
+   */
+  announced?: Map<string, Tensor>;
   /** Decoding records signed so far. */
   seq?: number;
   /** What its computations cost (records state their FLOPs). */

@@ -28,7 +28,7 @@ describe('continuous batching on a host', () => {
       for (const p of prompts) want.push((await generate(local, p, options)).tokens);
       const at = validator.node.getMultiaddrs()[0];
       // one user's every step is re-run by the validator: a batched step's record is its own step's, bit for bit on js
-      const open = (i: number) => HostedModel.open(user, at, 'llama3', { ends: ref.dir, ...(i === 0 ? { verify: { sampleRate: 1 } } : {}) });
+      const open = (i: number) => HostedModel.open(user, at, 'llama3', { ends: ref.dir, ...(i === 0 ? { verify: { mode: 'reexec' as const, sampleRate: 1 } } : {}) });
       const models = await Promise.all(prompts.map((_, i) => open(i)));
       try {
         const before = host.stages.work();

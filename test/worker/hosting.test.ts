@@ -134,13 +134,13 @@ describe('hosted models', () => {
     }
   });
 
-  test('a cheating host is caught by the validator re-running its steps, and left out; an honest one takes its blocks', async () => {
+  test('a cheating host is caught by the validator re-running its steps (--verify reexec), and left out; an honest one takes its blocks', async () => {
     const swarm = await hostedSwarm(['0-0', ['1-1', 'noise:1']]);
     const { ref, validator, hosts, local } = swarm;
     try {
       const options = { maxNewTokens: 8, temperature: 0, stopTokens: [] };
       const want = await generate(local, ref.prompt, options);
-      const model = await swarm.open(swarm.users[0], { verify: { sampleRate: 1 } });
+      const model = await swarm.open(swarm.users[0], { verify: { mode: 'reexec', sampleRate: 1 } });
       const cheater = hosts[1].node.peerId.toString();
       // the only host of block 1 cheats: caught, left out, and then nothing covers block 1
       await assert.rejects(model.generate(ref.prompt, options), { name: 'PlanInfeasibleError', message: /hosts caught cheating are left out/ });

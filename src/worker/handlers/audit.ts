@@ -73,7 +73,7 @@ function decodeBundle(
   if (upTo < 0) throw new InvalidMessageError(`session ${sessionId} has no decoding step at position ${step}`);
   const parts = new Map<string, { entry: PartEntry; tensor: Tensor }>();
   const add = (part: string, tensor: Tensor, name: string) => parts.set(`${part}:${name}`, { entry: entryOf(part, tensor, name), tensor });
-  if (withWeights) for (const [n, t] of weightsWithAdapter(section.model)) add('weight', t, n);
+  if (withWeights) for (const [n, t] of section.announced ?? weightsWithAdapter(section.model)) add('weight', t, n);
   session.history.slice(0, upTo + 1).forEach((h, i) => {
     add('input', h.input, String(i));
     add('positions', h.positions, String(i));

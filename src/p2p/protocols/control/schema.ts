@@ -127,6 +127,20 @@ export interface AuditMessage {
   sent?: string[];
   /** The job's LoRA adapter, as its load named it (the worker's records name the config with it). */
   adapter?: WireAdapter;
+  /** A commitment check of a session's sampled chunks: the records carrying them (parsed by verify/) and the chunks. */
+  commit?: { checks: unknown[]; chunks: number[] };
+}
+
+/** Records one commitment check may carry, and chunks it may ask for. */
+export const MAX_COMMIT_CHECKS = 256;
+export const MAX_COMMIT_CHUNKS = 4096;
+
+function parseCommit(v: unknown): { checks: unknown[]; chunks: number[] } {
+  const m = obj(v, 'commit');
+  const checks = list(m.checks, 'commit.checks', MAX_COMMIT_CHECKS, (c) => c);
+  const chunks = list(m.chunks, 'commit.chunks', MAX_COMMIT_CHUNKS, (c, what) => int(c, what, 0, 1_000_000));
+  if (checks.length === 0 || chunks.length === 0) throw new InvalidMessageError('commit: at least one record and one chunk to check');
+  return { checks, chunks };
 }
 
 export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {
@@ -142,6 +156,7 @@ export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {
     record: m.record,
     ...(m.sent === undefined ? {} : { sent: list(m.sent, 'sent', 15_000, (v, what) => str(v, what, 64)) }),
     ...(m.adapter === undefined ? {} : { adapter: parseAdapter(m.adapter) }),
+    ...(m.commit === undefined ? {} : { commit: parseCommit(m.commit) }),
   };
 }
 

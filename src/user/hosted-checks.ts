@@ -1,0 +1,76 @@
+import type { Tensor } from '../tensor/index.ts';
+import { closedChunks, stepsToCatch, type WorkRecord } from '../verify/index.ts';
+import type { RouteHop } from './hosted-session.ts';
+
+/**
+ * The share of committed chunks a hosted model's sessions have checked by default: 0.37, the least that catches a host
+ * cheating on every chunk within 10 chunks with probability 99% (1 − 0.63¹⁰ > 0.99; stepsToCatch(0.37, 1, 0.99) = 10).
+ * A session's sampled chunks on one host are checked together by one prefill at the validator, so the cost is about one
+ * prefill of the session's positions up to its last sampled chunk, per host, whatever the share.
+ */
+export const DEFAULT_CHUNK_RATE = 0.37;
+
+/** The sampled chunks of one host's part of a session, and what checking them needs. */
+export interface ChunkChecks {
+  hop: RouteHop;
+  /** The host's records that carry the sampled chunks' commitments. */
+  checks: WorkRecord[];
+  chunks: number[];
+  /** The last of those records, and the hashes of the steps its session was sent up to it. */
+  last: WorkRecord;
+  sent: () => string[];
+}
+
+/**
+ * Samples the chunks hosts commit to (each chunk a record closes, independently, at `rate`) and gathers them per host
+ * and session, for one commitment check each when the session's steps are done (`take`).
+ * @example
+ * const sampler = new ChunkSampler(0.37); sampler.offer(hop, record, sent, input); for (const c of sampler.take()) audit(c)
+ */
+export class ChunkSampler {
+  private readonly pending = new Map<string, ChunkChecks>();
+  /** Chunks offered and chunks sampled so far. */
+  offered = 0;
+  sampled = 0;
+
+  constructor(
+    readonly rate: number,
+    private readonly random: () => number = Math.random,
+  ) {
+    if (!(rate >= 0 && rate <= 1)) throw new RangeError(`a chunk sample rate must be within [0, 1], got ${rate}`);
+  }
+
+  /** A record a host signed for a step of `input` ([rows, steps, …]): the chunks it closed are each sampled. */
+  offer(hop: RouteHop, record: WorkRecord, sent: () => string[], input: Tensor): void {
+    if (record.commits === undefined || record.session === undefined) return;
+    const chunks = closedChunks(record.step, input.shape[1] ?? 1);
+    this.offered += chunks.length;
+    const picked = chunks.filter(() => this.rate > 0 && (this.rate >= 1 || this.random() < this.rate));
+    if (picked.length === 0) return;
+    this.sampled += picked.length;
+    const key = `${hop.peerId}/${record.job}/${record.session}`;
+    const open = this.pending.get(key);
+    if (!open) {
+      this.pending.set(key, { hop, checks: [record], chunks: picked, last: record, sent });
+      return;
+    }
+    open.checks.push(record);
+    open.chunks.push(...picked);
+    if (record.step >= open.last.step) {
+      open.last = record;
+      open.sent = sent;
+    }
+  }
+
+  /** The checks gathered so far, one per host and session; the sampler starts empty again. */
+  take(): ChunkChecks[] {
+    const out = [...this.pending.values()];
+    this.pending.clear();
+    return out;
+  }
+
+  /** Chunks a host cheating on every one needs to cheat on before it is caught with probability `confidence`. */
+  chunksToCatch(confidence = 0.99): number {
+    return stepsToCatch(this.rate, 1, confidence);
+  }
+}

@@ -1,0 +1,63 @@
+// Activation commitments (#47): hosts commit to every chunk of 32 positions they compute (TOPLOC's 258 bytes per row
+// and chunk); the validator checks sampled chunks by one prefill of the host's blocks over the session, with the
+// weights the host announced, and no weights move after the first check of a span. A host that computes with a cheaper
+// model than it announces (int4 matrices, or another seed's weights) is caught within its first sampled chunks; the
+// honest hosts never are; with the cheater left out the tokens are one process's.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { generate, loadModel } from '../../src/models/index.ts';
+import { createNode } from '../../src/p2p/index.ts';
+import { ortAvailable, setBackend } from '../../src/tensor/index.ts';
+import { HostedModel } from '../../src/user/index.ts';
+import { startValidator } from '../../src/validator/index.ts';
+import { parseFault, parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
+import { readHFReference } from '../helpers/hf-fixtures.ts';
+
+const ref = readHFReference('llama3');
+/** 40 new tokens after the fixture's prompt: the session passes position 31, so each host closes chunk 0. */
+const options = { maxNewTokens: 40, temperature: 0, stopTokens: [] };
+
+describe('activation commitments on onnxruntime: a host computing with another model than it announces is caught', { skip: ortAvailable() ? false : 'onnxruntime does not load on this machine' }, () => {
+  for (const fault of ['substitute:int4', 'substitute:other']) {
+    test(`--fault ${fault}: flagged within its first sampled chunks; no honest host flagged; with an honest host the tokens are one process's`, async () => {
+      setBackend('ort', { threads: 1 });
+      const validator = await startValidator();
+      const boot = validator.node.getMultiaddrs()[0].toString();
+      const host = (span: string, f?: string) => startWorker({ bootstrap: boot, host: [parseHostSpec(`llama3=${ref.dir}:${span}`)], ...(f ? { fault: parseFault(f) } : {}) });
+      const hosts: Worker[] = [await host('0-0'), await host('1-1', fault)];
+      const user = await createNode();
+      try {
+        const local = await loadModel(ref.dir);
+        const want = await generate(local, ref.prompt, options);
+        // every committed chunk checked: the test does not depend on which ones a random draw picks
+        const model = await HostedModel.open(user, validator.node.getMultiaddrs()[0], 'llama3', { ends: ref.dir, verify: { sampleRate: 1 } });
+        const cheater = hosts[1].node.peerId.toString();
+        // the only host of block 1 cheats: caught when the session's chunks are checked, left out, and nothing covers block 1
+        await assert.rejects(model.generate(ref.prompt, options), { name: 'PlanInfeasibleError', message: /hosts caught cheating are left out/ });
+        assert.deepEqual(model.verification.flagged, [cheater]);
+        assert.ok(model.verification.chunks <= 10, `${model.verification.chunks} chunks checked before it was caught`);
+        assert.equal(validator.reputation.standing(cheater).excluded, true);
+        // caught by its commitments: the weights it hands over are the ones it announced (the cheat keeps them aside)
+        const failedCheck = validator.overview().events.find((e) => e.kind === 'check-failed');
+        assert.match(failedCheck?.detail ?? '', /chunk 0 \(positions 0-31\), row 0: \d+ of 128 values differ in sign or exponent/);
+        process.stderr.write(`commitments: the validator's log: ${failedCheck?.detail}\n`);
+        // an honest host of block 1 joins: one process's tokens, every chunk checked passes
+        hosts.push(await host('1-1'));
+        const failed = model.verification.failed;
+        const checked = model.verification.checked;
+        const { tokens } = await model.generate(ref.prompt, options);
+        assert.deepEqual(tokens, want.tokens);
+        assert.equal(model.verification.failed, failed, 'the honest hosts pass');
+        assert.equal(model.verification.checked, checked + 2, 'one check per host and session');
+        for (const h of [hosts[0], hosts[2]]) assert.notEqual(validator.reputation.standing(h.node.peerId.toString()).excluded, true);
+        process.stderr.write(`commitments: --fault ${fault} caught (${model.verification.failed} failed check), ${model.verification.chunks} chunks checked in all\n`);
+        await model.close();
+      } finally {
+        await user.stop();
+        await Promise.all(hosts.map((h) => h.stop().catch(() => {})));
+        await validator.stop();
+        setBackend('js');
+      }
+    });
+  }
+});
