@@ -113,7 +113,11 @@ export class HostedModel {
    * What checking the hosts did: records re-run, failed, left unchecked (the validator unreachable), steps whose
    * routes were compared (redundancy), the hosts caught.
    */
-  readonly verification = { checked: 0, failed: 0, unchecked: 0, compared: 0, flagged: [] as string[], chunks: 0 };
+  readonly verification = {
+    checked: 0, failed: 0, unchecked: 0, compared: 0, flagged: [] as string[],
+    /** Chunks checked, and the largest difference from their commitments among those that passed. */
+    chunks: 0, worst: { expMismatches: 0, mantMean: 0, mantMedian: 0 },
+  };
   /** Hosts of the routes the step under way dropped (redundancy): their results were never taken. */
   private readonly dropped = new Set<string>();
   /** Steps handed to the ledger (the `ledger` option) and their FLOPs: what the user's escrow pays for. */
@@ -266,7 +270,14 @@ export class HostedModel {
     }
     this.verification.checked++;
     if (commit) this.verification.chunks += typeof answer.chunks === 'number' ? answer.chunks : 0;
-    if (answer.ok === true) return true;
+    if (answer.ok === true) {
+      const w = answer.worst as Record<string, unknown> | undefined;
+      const v = this.verification.worst;
+      if (w && typeof w === 'object') {
+        for (const k of ['expMismatches', 'mantMean', 'mantMedian'] as const) if (typeof w[k] === 'number') v[k] = Math.max(v[k], w[k]);
+      }
+      return true;
+    }
     this.verification.failed++;
     if (!this.excluded.has(hop.peerId)) {
       this.excluded.add(hop.peerId);

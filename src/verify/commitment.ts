@@ -51,7 +51,7 @@ export function checkCommitments(
   section: CausalLM,
   req: { last: WorkRecord; checks: WorkRecord[]; chunks: number[]; history: SessionStep[]; sent?: string[] },
   format: ComputeFormat,
-): Verdict & { chunks?: number } {
+): Verdict & { chunks?: number; worst?: ChunkCheck } {
   const { last, checks, history, sent } = req;
   const fail = (reason: string): Verdict => ({ ok: false, reason });
   if (history.length === 0) return fail('the bundle has no inputs');
@@ -74,6 +74,8 @@ export function checkCommitments(
   const bound = COMMIT_THRESHOLDS[format];
   const wanted = new Set(req.chunks);
   let checked = 0;
+  // the largest of each statistic over the chunks that passed: how close honest drift came to the bounds
+  const worst: ChunkCheck = { expMismatches: 0, mantMean: 0, mantMedian: 0 };
   for (const record of checks) {
     const i = starts.indexOf(record.step);
     if (i < 0 || record.session !== last.session || record.job !== last.job || record.peer !== last.peer) {
@@ -93,6 +95,9 @@ export function checkCommitments(
         const mine = values.subarray((b * total + j * COMMIT_CHUNK) * width, (b * total + (j + 1) * COMMIT_CHUNK) * width);
         const check = checkChunk(mine, proofs.subarray(at, at + PROOF_BYTES));
         checked++;
+        worst.expMismatches = Math.max(worst.expMismatches, check.expMismatches);
+        worst.mantMean = Math.max(worst.mantMean, check.mantMean);
+        worst.mantMedian = Math.max(worst.mantMedian, check.mantMedian);
         if (!withinBound(check, bound)) {
           return fail(
             `chunk ${j} (positions ${j * COMMIT_CHUNK}-${(j + 1) * COMMIT_CHUNK - 1}), row ${b}: ${check.expMismatches} of ${COMMIT_TOPK} values `
@@ -103,7 +108,7 @@ export function checkCommitments(
     }
   }
   if (checked === 0) return fail('none of the chunks asked for is committed in the records given');
-  return { ok: true, reason: `${checked} chunk(s) within their commitments`, chunks: checked };
+  return { ok: true, reason: `${checked} chunk(s) within their commitments`, chunks: checked, worst };
 }
 
 /**
