@@ -118,6 +118,7 @@ export class HostedModel {
     /** Chunks checked, and the largest difference from their commitments among those that passed. */
     chunks: 0, worst: { expMismatches: 0, mantMean: 0, mantMedian: 0 },
   };
+
   /** Hosts of the routes the step under way dropped (redundancy): their results were never taken. */
   private readonly dropped = new Set<string>();
   /** Steps handed to the ledger (the `ledger` option) and their FLOPs: what the user's escrow pays for. */
