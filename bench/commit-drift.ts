@@ -1,111 +1,264 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { argv } from 'node:process';
-import { type CausalLM, createModel, type LlamaConfig, llamaConfig } from '../src/models/index.ts';
+import { type CausalLM, createModel, DeviceRunner, gpt2Config, KVCache, llamaConfig, type ModelConfig } from '../src/models/index.ts';
 import { sectionCopy } from '../src/pipeline/index.ts';
 import {
-  type Backend, createOrtBackend, Generator, jsBackend, loadBackend, noGrad, packWeight, randn, type Tensor, trace, type WeightFormat,
-  withBackend,
+  type Backend, createOrtBackend, Generator, jsBackend, loadBackend, noGrad, ortAvailable, packWeight, randint, randn, type Tensor, tensor,
+  trace, type TracedStep, type WeightFormat, withBackend,
 } from '../src/tensor/index.ts';
+import { drift } from '../src/verify/compare.ts';
 import { type ChunkCheck, checkChunk, COMMIT_CHUNK, commitChunk } from '../src/verify/records/commit.ts';
 
 /**
- * What activation commitments (src/verify/records/commit.ts, TOPLOC's encoding) see: #47's calibration, a first pass.
- * A section of 2 Llama blocks computes 32 positions of hidden states; the worker commits to the chunk (its output, or
- * what the section added: output − input) and a validator recomputes it on js in float32 and checks the commitment.
- * Rows: honest workers on other backends (ort at 1 and 2 threads, webgpu where an adapter is at hand) and cheats
- * (noise of relative size ν on the output, the input returned (skip), zeros, the matrices held in int8 or int4 where f32
- * is announced, another model of the same shape). Each cell: exponent mismatches of 128, mean / median |Δmantissa|, the
- * worst over the chunks of SEEDS inputs. Thresholds are not set here; this shows where honest drift and cheats lie.
+ * The calibration of activation-commitment thresholds (#47, src/verify/records/commit.ts after TOPLOC): per announced
+ * weight format (f32, bf16, int8, int4), how far honest workers' commitments lie from a validator's recomputation, and
+ * how far cheats' do. A chunk is COMMIT_CHUNK (32) positions of one row; its values are what the section added to its
+ * input (output − input), flattened, top-128 by |x|. The validator recomputes the section by one causal prefill with the
+ * announced weights on js or on ort (1 thread, default sizes) and checks the worker's commitment (checkChunk).
+ *   - Honest workers, all computing in the announced format: js, ort at 1 and 2 threads (eager), ort as one compiled
+ *     graph, ort decoding token by token with a KV cache (the real path of a hosted session), and where an adapter is at
+ *     hand webgpu as one graph and webgpu decoding through a DeviceRunner (small cases; SwiftShader here). Pairs whose
+ *     two sides are the same computation (js → js, ort 1 thread → ort) are left out: they agree bit for bit.
+ *   - Cheats (each made on js and on ort, checked by both validators): noise 1e-3 and 1e-2 relative to the output
+ *     (worker/fault.ts's noisy), skip (the input returned), zero, replay (another input's output), substitute:int4
+ *     (matrices held in int4 while a finer format is announced), substitute:int8 (for f32, bf16), substitute:other (the
+ *     section of another seed, same shape and format).
+ * Sections: Llama of 2 and 8 blocks at hidden 256 and 2 at 512, GPT-2 layout 2 blocks at 256; initial weights and 4×
+ * (sharper, as after training); inputs unit normal hidden states or the embedding of random ids; SEEDS inputs each of
+ * 2 rows × 64 positions (4 chunks). Prints, per format, the worst honest figures (max over every chunk) and per cheat
+ * the smallest (the best cheat), with the chunks that pass PROPOSED; writes every chunk's figures to
+ * bench/out/commit-drift.json. Also the relative L2 drift of output − input over each input (compare.ts's `drift`).
  *
- * Run: node --import tsx bench/commit-drift.ts [--hidden N] (VK_ICD_FILENAMES and LD_LIBRARY_PATH for SwiftShader)
+ * Run: VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json LD_LIBRARY_PATH=/usr/lib/chromium \
+ *      node --import tsx bench/commit-drift.ts [--seeds N] [--only NAME] [--no-webgpu]
  */
 
-const hiddenArg = argv.indexOf('--hidden');
-const HIDDEN = hiddenArg > 0 ? Number(argv[hiddenArg + 1]) : 256;
-const SEEDS = 4;
-const config: LlamaConfig = llamaConfig({
-  vocabSize: 512, hidden: HIDDEN, layers: 2, heads: 8, kvHeads: 4, intermediate: Math.round((HIDDEN * 8) / 3), maxPositions: 256,
-});
+type Format = 'f32' | WeightFormat;
+const FORMATS: readonly Format[] = ['f32', 'bf16', 'int8', 'int4'];
+type Thresholds = { exp: number; mean: number; median: number };
+/** The thresholds proposed from this bench's figures (see /work/notes/calib47.md): a chunk passes when all three hold. */
+const PROPOSED: Record<Format, Thresholds> = {
+  f32: { exp: 3, mean: 0.06, median: 1 },
+  bf16: { exp: 3, mean: 0.06, median: 1 },
+  int8: { exp: 40, mean: 2.9, median: 2 },
+  int4: { exp: 40, mean: 2.9, median: 2 },
+};
+const flag = (name: string) => argv.indexOf(name);
+const SEEDS = flag('--seeds') > 0 ? Number(argv[flag('--seeds') + 1]) : 2;
+const ROWS = 2;
+const POSITIONS = 64;
 
-/** The blocks of a seeded Llama (layers [1, L + 1)), matrices held in `format` where given. */
-function section(seed: number, format?: WeightFormat): CausalLM {
+/** webgpu: none, one graph per input, or that and decoding (f32 and int8 on the first input only: ~15 s a session on SwiftShader). */
+interface Case { name: string; config: ModelConfig; input: 'embed' | 'normal'; decode: boolean; webgpu: false | 'graph' | 'decode' }
+const llama = (hidden: number, layers: number, range = 0.02) => llamaConfig({
+  vocabSize: 512, hidden, layers, heads: 8, kvHeads: 4, intermediate: Math.round((hidden * 8) / 3), maxPositions: 128,
+  initializerRange: range,
+});
+const gpt2 = (hidden: number, range = 0.02) =>
+  gpt2Config({ vocabSize: 512, hidden, layers: 2, heads: 8, maxPositions: 128, initializerRange: range });
+const CASES: Case[] = [
+  { name: 'llama h256 2blk normal', config: llama(256, 2), input: 'normal', decode: true, webgpu: 'decode' },
+  { name: 'llama h256 2blk embed', config: llama(256, 2), input: 'embed', decode: true, webgpu: false },
+  { name: 'llama h256 2blk w×4 normal', config: llama(256, 2, 0.08), input: 'normal', decode: false, webgpu: false },
+  { name: 'llama h256 2blk w×4 embed', config: llama(256, 2, 0.08), input: 'embed', decode: true, webgpu: 'graph' },
+  { name: 'llama h256 8blk embed', config: llama(256, 8), input: 'embed', decode: true, webgpu: false },
+  { name: 'llama h256 8blk w×4 normal', config: llama(256, 8, 0.08), input: 'normal', decode: true, webgpu: false },
+  { name: 'llama h512 2blk embed', config: llama(512, 2), input: 'embed', decode: false, webgpu: false },
+  { name: 'llama h512 2blk w×4 normal', config: llama(512, 2, 0.08), input: 'normal', decode: true, webgpu: false },
+  { name: 'gpt2 h256 2blk embed', config: gpt2(256), input: 'embed', decode: true, webgpu: false },
+  { name: 'gpt2 h256 2blk w×4 normal', config: gpt2(256, 0.08), input: 'normal', decode: false, webgpu: 'graph' },
+];
+
+/** The blocks of a seeded model (layers [1, L + 1)), the 2-D matrices held in `format`. */
+function section(config: ModelConfig, seed: number, format: Format): CausalLM {
   const part = sectionCopy(createModel(config, { seed }), [1, config.layers + 1]);
-  if (format) for (const [, t] of part.hfStateDict()) if (t.ndim === 2) packWeight(t, format);
+  if (format !== 'f32') for (const [, t] of part.hfStateDict()) if (t.ndim === 2) packWeight(t, format);
   return part;
 }
 
-type Worker = (x: Tensor) => Float32Array;
+type Run = (model: CausalLM, x: Tensor) => Float32Array | Promise<Float32Array>;
+const positionsOf = (from: number, t: number) => tensor(Array.from({ length: ROWS * t }, (_, i) => from + (i % t)), [ROWS, t], 'int32');
+const prefill = (backend: Backend): Run => (model, x) =>
+  withBackend(backend, () => noGrad(() => (model.forward(x).data as Float32Array).slice()));
+/** Token by token with a KV cache, both rows at once, on `backend`: the outputs laid out as a prefill's [ROWS, T, H]. */
+const decode = (backend: Backend): Run => (model, x) => withBackend(backend, () => noGrad(() => {
+  const [, t, h] = x.shape;
+  const xs = x.data as Float32Array;
+  const out = new Float32Array(xs.length);
+  const cache = new KVCache(model.config.layers);
+  for (let p = 0; p < t; p++) {
+    const step = new Float32Array(ROWS * h);
+    for (let b = 0; b < ROWS; b++) step.set(xs.subarray((b * t + p) * h, (b * t + p + 1) * h), b * h);
+    const y = model.forward(tensor(step, [ROWS, 1, h]), { cache, positions: positionsOf(p, 1) }).data as Float32Array;
+    for (let b = 0; b < ROWS; b++) out.set(y.subarray(b * h, (b + 1) * h), (b * t + p) * h);
+  }
+  return out;
+}));
+/** The forward traced on js and run as one graph on `backend` (ort's CPU graph, or webgpu). */
+const traced = new WeakMap<CausalLM, TracedStep<Tensor>>();
+const graph = (backend: Backend): Run => async (model, x) => {
+  let step = traced.get(model);
+  if (!step) traced.set(model, (step = withBackend(jsBackend, () => noGrad(() => trace((v: Tensor) => model.forward(v), [x]))).step));
+  // a webgpu step runs where its inputs live; an ort step on host tensors under ort
+  const y = backend.name === 'webgpu' ? noGrad(() => step.run([x.to('webgpu')])) : withBackend(backend, () => noGrad(() => step.run([x])));
+  const out = (await y.read()) as Float32Array;
+  if (backend.name === 'webgpu') y.dispose();
+  return out.slice();
+};
+/** Decoding on webgpu as a GPU worker's sessions do (DeviceRunner: the cache on the device, each step one graph). */
+const deviceDecode: Run = async (model, x) => {
+  const [, t, h] = x.shape;
+  const xs = x.data as Float32Array;
+  const out = new Float32Array(xs.length);
+  const runner = new DeviceRunner(model, 'webgpu');
+  for (let p = 0; p < t; p++) {
+    const step = new Float32Array(ROWS * h);
+    for (let b = 0; b < ROWS; b++) step.set(xs.subarray((b * t + p) * h, (b * t + p + 1) * h), b * h);
+    const y = (await runner.step(tensor(step, [ROWS, 1, h]), { positions: positionsOf(p, 1) })).data as Float32Array;
+    for (let b = 0; b < ROWS; b++) out.set(y.subarray(b * h, (b + 1) * h), (b * t + p) * h);
+  }
+  runner.reset();
+  return out;
+};
 
-const on = (backend: Backend, model: CausalLM): Worker => (x) =>
-  withBackend(backend, () => noGrad(() => model.forward(x).data as Float32Array));
+function inputOf(c: Case, seed: number): Tensor {
+  const h = c.config.hidden;
+  if (c.input === 'normal') return randn([ROWS, POSITIONS, h], { seed });
+  const embed = createModel(c.config, { seed: 1 }).layers[0];
+  const ids = randint(0, c.config.vocabSize, [ROWS, POSITIONS], { generator: new Generator(seed) });
+  const ctx = { positions: positionsOf(0, POSITIONS), keyMask: null, cache: null };
+  return withBackend(jsBackend, () => noGrad(() => embed.forward(ids, ctx)));
+}
 
-function noisy(nu: number, honest: Worker): Worker {
+/** x + ν·rms(x)·N(0, 1) per element (worker/fault.ts's noisy, ν = 1e-3 there). */
+function noisy(y: Float32Array, nu: number, rng: Generator): Float32Array {
+  let sq = 0;
+  for (const v of y) sq += v * v;
+  const sigma = (nu * Math.sqrt(sq)) / Math.sqrt(y.length);
+  return y.map((v) => v + sigma * rng.normal());
+}
+
+/** The ROWS × (POSITIONS / COMMIT_CHUNK) chunks of output − input, each [COMMIT_CHUNK × H] flattened. */
+function chunksOf(y: Float32Array, x: Float32Array): Float32Array[] {
+  const added = y.map((v, i) => v - x[i]);
+  const size = (y.length / ROWS / POSITIONS) * COMMIT_CHUNK;
+  return Array.from({ length: y.length / size }, (_, j) => added.subarray(j * size, (j + 1) * size));
+}
+
+interface Row { case: string; format: Format; kind: 'honest' | 'cheat'; name: string; validator: string; drift: number; checks: ChunkCheck[] }
+const rows: Row[] = [];
+
+type Validators = Map<string, Float32Array>;
+/** Commits `got`'s chunks as the worker would and checks them against each validator's (but `skip`, the same computation). */
+function check(c: Case, format: Format, kind: Row['kind'], name: string, x: Float32Array, got: Float32Array, validators: Validators, skip?: string): void {
+  const proofs = chunksOf(got, x).map((v) => commitChunk(v));
+  for (const [vname, want] of validators) {
+    if (vname === skip) continue;
+    const checks = chunksOf(want, x).map((v, j) => checkChunk(v, proofs[j]));
+    rows.push({ case: c.name, format, kind, name, validator: vname, drift: drift(want, got, x), checks });
+  }
+}
+
+async function measure(c: Case, format: Format, b: { ort1: Backend; ort2: Backend; gpu: Backend | null }): Promise<void> {
+  const model = section(c.config, 1, format);
+  const honest: [string, Run, string?][] = [
+    ['js', prefill(jsBackend), 'js'], ['ort 1 thr', prefill(b.ort1), 'ort'], ['ort 2 thr', prefill(b.ort2)], ['ort graph', graph(b.ort1)],
+  ];
+  if (c.decode) honest.push(['ort decode', decode(b.ort1)]);
+  if (c.webgpu && b.gpu) honest.push(['webgpu graph', graph(b.gpu)]);
+  const gpuDecode = c.webgpu === 'decode' && b.gpu !== null && (format === 'f32' || format === 'int8');
+  const subs: [string, CausalLM][] = [['substitute:other', section(c.config, 2, format)]];
+  if (format !== 'int4') subs.push(['substitute:int4', section(c.config, 1, 'int4')]);
+  if (format === 'f32' || format === 'bf16') subs.push(['substitute:int8', section(c.config, 1, 'int8')]);
+  const xs = Array.from({ length: SEEDS }, (_, s) => inputOf(c, 100 + s));
+  const js = prefill(jsBackend);
+  const ort = prefill(b.ort1);
+  const outs = xs.map((x) => ({ js: js(model, x) as Float32Array, ort: ort(model, x) as Float32Array }));
   const rng = new Generator(9);
-  return (x) => {
-    const y = honest(x);
-    let norm = 0;
-    for (const v of y) norm += v * v;
-    const scale = (nu * Math.sqrt(norm)) / Math.sqrt(y.length);
-    return y.map((v) => v + scale * rng.normal());
-  };
+  for (const [s, x] of xs.entries()) {
+    const xd = x.data as Float32Array;
+    const validators = new Map([['js', outs[s].js], ['ort', outs[s].ort]]);
+    for (const [name, run, same] of gpuDecode && s === 0 ? [...honest, ['webgpu decode', deviceDecode] as const] : honest) {
+      let y: Float32Array;
+      try {
+        y = await run(model, x);
+      } catch (e) {
+        if (s === 0) console.log(`  ${c.name} ${format} ${name}: not run (${(e as Error).message.split('\n')[0].slice(0, 120)})`);
+        continue;
+      }
+      check(c, format, 'honest', name, xd, y, validators, same);
+    }
+    for (const [on, y] of [['js', outs[s].js], ['ort', outs[s].ort]] as const) {
+      check(c, format, 'cheat', `noise 1e-3 (${on})`, xd, noisy(y, 1e-3, rng), validators);
+      check(c, format, 'cheat', `noise 1e-2 (${on})`, xd, noisy(y, 1e-2, rng), validators);
+      check(c, format, 'cheat', `replay (${on})`, xd, outs[(s + 1) % SEEDS][on], validators);
+      for (const [name, m] of subs) check(c, format, 'cheat', `${name} (${on})`, xd, await (on === 'js' ? js : ort)(m, x), validators);
+    }
+    check(c, format, 'cheat', 'skip', xd, xd.slice(), validators);
+    check(c, format, 'cheat', 'zero', xd, new Float32Array(xd.length), validators);
+  }
 }
 
-/** The section as a GPU worker runs it: its forward traced on the host and compiled as one graph on webgpu; null without an adapter. */
-function onWebgpu(model: CausalLM): Worker | null {
-  let backend: Backend;
-  try {
-    backend = loadBackend('webgpu');
-  } catch {
-    return null;
+const passes = (k: ChunkCheck, t: Thresholds) => k.expMismatches <= t.exp && k.mantMean <= t.mean && k.mantMedian <= t.median;
+const num = (x: number, d = 2) => (x === Infinity ? '∞' : Number.isInteger(x) ? String(x) : x.toFixed(d));
+const sci = (x: number) => (x === 0 ? '0' : x === Infinity ? '∞' : x.toExponential(1));
+
+function summary(): void {
+  for (const format of FORMATS) {
+    const of = rows.filter((r) => r.format === format);
+    if (of.length === 0) continue;
+    const t = PROPOSED[format];
+    const honest = of.filter((r) => r.kind === 'honest');
+    const hc = honest.flatMap((r) => r.checks);
+    console.log(`\n${format}: ${hc.length} honest chunks; proposed exp ≤ ${t.exp}, mean ≤ ${t.mean}, median ≤ ${t.median}`);
+    const head = (what: string, m: string, last: string) => console.log(`${what.padEnd(30)} ${'chunks'.padStart(6)} ${`${m} exp`.padStart(7)} `
+      + `${`${m} mean`.padStart(8)} ${`${m} med`.padStart(7)} ${`${m} L2`.padStart(8)} ${last.padStart(5)}`);
+    head('honest worker → validator', 'max', 'fail');
+    const groups = new Map<string, Row[]>();
+    for (const r of honest) groups.set(`${r.name} → ${r.validator}`, [...(groups.get(`${r.name} → ${r.validator}`) ?? []), r]);
+    const line = (name: string, rs: Row[], best: boolean) => {
+      const ks = rs.flatMap((r) => r.checks);
+      const pick = best ? Math.min : Math.max;
+      const fails = ks.filter((k) => (best ? passes(k, t) : !passes(k, t))).length;
+      console.log(`${name.padEnd(30)} ${String(ks.length).padStart(6)} ${num(pick(...ks.map((k) => k.expMismatches))).padStart(7)} `
+        + `${num(pick(...ks.map((k) => k.mantMean))).padStart(8)} ${num(pick(...ks.map((k) => k.mantMedian))).padStart(7)} `
+        + `${sci(pick(...rs.map((r) => r.drift))).padStart(8)} ${String(fails).padStart(5)}`);
+    };
+    for (const [name, rs] of groups) line(name, rs, false);
+    line('ALL HONEST', honest, false);
+    head('cheat (min over chunks)', 'min', 'pass');
+    const kinds = new Map<string, Row[]>();
+    for (const r of of.filter((r) => r.kind === 'cheat')) {
+      const kind = r.name.replace(/ \((js|ort)\)$/, '');
+      kinds.set(kind, [...(kinds.get(kind) ?? []), r]);
+    }
+    for (const [kind, rs] of kinds) line(kind, rs, true);
   }
-  return (x) => {
-    const { step } = noGrad(() => trace((v: Tensor) => model.forward(v), [x]));
-    const compiled = backend.compileStep?.(step);
-    if (!compiled) throw new Error('the section did not compile on webgpu');
-    const [y] = compiled.run([x.to('webgpu')]);
-    const out = new Float32Array(y.size);
-    backend.allocator!.copyoutSync!(y.deviceStorage!.handle, out);
-    y.dispose();
-    return out;
-  };
 }
 
-/** The worst (largest) of each figure over the checks. */
-const worst = (checks: ChunkCheck[]): ChunkCheck => ({
-  expMismatches: Math.max(...checks.map((c) => c.expMismatches)),
-  mantMean: Math.max(...checks.map((c) => c.mantMean)),
-  mantMedian: Math.max(...checks.map((c) => c.mantMedian)),
-});
-
-const reference = section(1);
-const validator = on(jsBackend, reference);
-const workers: [string, Worker | null][] = [
-  ['honest: ort, 1 thread', on(createOrtBackend({ threads: 1, minMacs: 0, minElements: 0 }), reference)],
-  ['honest: ort, 2 threads', on(createOrtBackend({ threads: 2, minMacs: 0, minElements: 0 }), reference)],
-  ['honest: js again', validator],
-  ['honest: webgpu (one graph)', onWebgpu(reference)],
-  ['cheat: noise 1e-4', noisy(1e-4, validator)],
-  ['cheat: noise 1e-3', noisy(1e-3, validator)],
-  ['cheat: skip (returns its input)', (x) => x.data as Float32Array],
-  ['cheat: zeros', (x) => new Float32Array(x.size)],
-  ['cheat: int8 computed, f32 announced', on(jsBackend, section(1, 'int8'))],
-  ['cheat: int4 computed, f32 announced', on(jsBackend, section(1, 'int4'))],
-  ['cheat: another model (seed 2)', on(jsBackend, section(2))],
-];
-
-const inputs = Array.from({ length: SEEDS }, (_, s) => randn([1, COMMIT_CHUNK, HIDDEN], { seed: 100 + s }));
-const fmt = (c: ChunkCheck) => `${String(c.expMismatches).padStart(3)} / ${c.mantMean.toFixed(2).padStart(5)} / ${String(c.mantMedian).padStart(3)}`;
-console.log(`Llama section, 2 blocks, hidden ${HIDDEN}, ${COMMIT_CHUNK} positions; worst over ${SEEDS} inputs: exponent mismatches of 128 / mean / median |Δmantissa|`);
-console.log(`${'worker'.padEnd(40)} ${'output'.padEnd(20)} output − input`);
-for (const [name, worker] of workers) {
-  if (worker === null) continue;
-  const outputs: ChunkCheck[] = [];
-  const added: ChunkCheck[] = [];
-  for (const x of inputs) {
-    const want = validator(x);
-    const got = worker(x);
-    const xin = x.data as Float32Array;
-    outputs.push(checkChunk(want, commitChunk(got)));
-    added.push(checkChunk(want.map((v, i) => v - xin[i]), commitChunk(got.map((v, i) => v - xin[i]))));
+if (!ortAvailable()) {
+  console.log('onnxruntime does not load here: nothing to calibrate');
+} else {
+  const started = performance.now();
+  let gpu: Backend | null = null;
+  if (flag('--no-webgpu') < 0) {
+    try {
+      gpu = loadBackend('webgpu');
+    } catch (e) {
+      console.log(`webgpu rows skipped: ${(e as Error).message.split('\n')[0]}`);
+    }
   }
-  console.log(`${name.padEnd(40)} ${fmt(worst(outputs)).padEnd(20)} ${fmt(worst(added))}`);
+  const b = { ort1: createOrtBackend({ threads: 1 }), ort2: createOrtBackend({ threads: 2 }), gpu };
+  const only = flag('--only');
+  for (const c of only < 0 ? CASES : CASES.filter((x) => x.name.includes(argv[only + 1]))) {
+    const t0 = performance.now();
+    for (const format of FORMATS) await measure(c, format, b);
+    console.log(`${c.name}: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  }
+  summary();
+  const seconds = (performance.now() - started) / 1000;
+  console.log(`\n${rows.filter((r) => r.kind === 'honest').reduce((s, r) => s + r.checks.length, 0)} honest chunks checked in all; ${seconds.toFixed(0)} s`);
+  mkdirSync('bench/out', { recursive: true });
+  const json = { proposed: PROPOSED, seeds: SEEDS, rows: ROWS, positions: POSITIONS, seconds, results: rows };
+  writeFileSync('bench/out/commit-drift.json', JSON.stringify(json, (_, v) => (v === Infinity ? 'Infinity' : v)));
 }
