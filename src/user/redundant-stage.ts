@@ -1,4 +1,5 @@
 import { InvalidArgumentError, InvalidMessageError, VerificationError } from '../errors.ts';
+import type { PeerTarget } from '../p2p/index.ts';
 import { type Activation, isPassed, type ReduceGroup, type StageHandle } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { agree, type WorkRecord } from '../verify/index.ts';
@@ -25,17 +26,33 @@ function sameStep(a: Recorded<null>, b: Recorded<null>): boolean {
   return x.input === y.input && x.state === y.state && x.output === y.output && x.after === y.after;
 }
 
+/** Two copies' records of the same computation, for a dispute. */
+export interface DisputedCopy {
+  worker: PeerTarget;
+  record: WorkRecord;
+}
+
+/**
+ * What a verifier offers that settles two disagreeing forwards by bisection (the validator's `dispute`,
+ * validator/dispute.ts): the peers that lost, or inconclusive (then the records are re-executed). It counts
+ * the losers as flagged and excluded, as `audit` does for a failed check.
+ */
+export interface Disputes {
+  dispute(a: DisputedCopy, b: DisputedCopy): Promise<{ losers: string[]; inconclusive?: boolean; reason: string }>;
+}
+
 /**
  * One section of a training job on k workers (security level k) that compute the same
- * micro-batches: each result is accepted only when the copies agree. When they do not, the
- * validator re-runs every copy's record from what that worker kept; the workers whose record
+ * micro-batches: each result is accepted only when the copies agree. When two forwards do not and the
+ * verifier settles disputes (Disputes), the validator bisects to one op and re-runs it; otherwise (or
+ * when that is inconclusive) it re-runs every copy's record from what that worker kept; the workers whose record
  * does not reproduce are flagged (`onFlag` excludes them from the job) and the step goes on
  * with a result that did. With k = 1 it is one worker, its records checked on arrival.
  */
 export class RedundantStage implements StageHandle {
   constructor(
     readonly lanes: RemoteTrainStage[],
-    private readonly verifier: JobVerifier,
+    private readonly verifier: JobVerifier & Partial<Disputes>,
     private readonly onFlag: (lane: RemoteTrainStage, reason: string) => Promise<void>,
   ) {
     for (const lane of lanes) lane.onRecord = (stage, record) => verifier.observe(stage.worker, record);
@@ -83,6 +100,8 @@ export class RedundantStage implements StageHandle {
     if (results.length === 1) return results[0].value;
     this.verifier.summary.compared++;
     if (results.every((r) => same(r, results[0]))) return results[0].value;
+    const won = await this.disputed(what, lanes, results);
+    if (won) return won.value;
     const verdicts = await Promise.all(results.map((r, i) => this.verifier.audit(lanes[i].worker, r.record)));
     let accepted: Recorded<T> | null = null;
     for (const [i, v] of verdicts.entries()) {
@@ -95,6 +114,33 @@ export class RedundantStage implements StageHandle {
       if (verdicts[i].ok && r !== accepted && !same(r, accepted)) await this.flag(lanes[i], `${what}: disagrees with a reproduced result`);
     }
     return accepted.value;
+  }
+
+  /**
+   * Two forwards that disagree, settled by a dispute where the verifier offers them: the losers are
+   * flagged and the other copy's result is taken. Null (re-execute as before) for anything else, or
+   * when the dispute cannot decide or the validator cannot hold one.
+   */
+  private async disputed<T>(what: string, lanes: RemoteTrainStage[], results: Recorded<T>[]): Promise<Recorded<T> | null> {
+    const dispute = this.verifier.dispute?.bind(this.verifier);
+    if (!dispute || results.length !== 2 || results.some((r) => r.record.kind !== 'forward')) return null;
+    const copy = (i: number): DisputedCopy => {
+      const { peerId, addrs } = lanes[i].worker;
+      return { worker: { peerId, addrs }, record: results[i].record };
+    };
+    let verdict;
+    try {
+      verdict = await dispute(copy(0), copy(1));
+    } catch {
+      return null;
+    }
+    if (verdict.inconclusive || verdict.losers.length === 0) return null;
+    const winner = results.findIndex((_, i) => !verdict.losers.includes(lanes[i].peerId));
+    for (const lane of lanes) {
+      if (verdict.losers.includes(lane.peerId)) await this.flag(lane, `${what}: lost a dispute: ${verdict.reason}`);
+    }
+    if (winner < 0) throw new VerificationError(`both copies of ${this.primary?.label ?? 'a section'}'s ${what} lost a dispute: ${verdict.reason}`);
+    return results[winner];
   }
 
   private async flag(lane: RemoteTrainStage, reason: string): Promise<void> {

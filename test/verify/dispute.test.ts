@@ -3,6 +3,8 @@ import { generateKeyPairSync } from 'node:crypto';
 import { describe, test } from 'node:test';
 import { createModel, gpt2Config, type ModelLayer } from '../../src/models/index.ts';
 import { createOrtBackend, Generator, ortAvailable, randn, setBackend, type Tensor, tensor, withBackend } from '../../src/tensor/index.ts';
+import { RedundantStage } from '../../src/user/redundant-stage.ts';
+import type { JobVerifier } from '../../src/user/verifier.ts';
 import { runDispute } from '../../src/validator/dispute.ts';
 import { bisect, type Commit, type DisputeSide, leafOf, MerkleTree, type StepShape, verifyProof } from '../../src/verify/dispute.ts';
 import { hashTensors, signRecord, type WorkRecord } from '../../src/verify/index.ts';
@@ -143,5 +145,37 @@ describe('disputes by bisection: a tiny section settled in memory', () => {
     const jsCheat = noisy(y);
     const w = await runDispute(config, { a: side('A', record('A', 'js', jsCheat), honest), b: side('B', record('B', 'ort', theirs.values[theirs.output]), theirs) });
     assert.deepEqual(w.losers, ['a'], w.reason);
+  });
+});
+
+describe('disputes by bisection: the trigger', () => {
+  setBackend('js');
+  const seed = keyPair();
+  const y = randn([1, 2, 4], { generator: new Generator(4) });
+  const fields = { job: 'j', step: 0, micro: 0, stage: range, seq: 0, input: 'a'.repeat(64), weights: 'c'.repeat(64), kind: 'forward' as const, backend: 'js' };
+  const lane = (peer: string, value: Tensor) => ({
+    peerId: peer, label: peer, worker: { peerId: peer, addrs: [] }, onRecord: null,
+    forwardRecorded: async () => ({ value, record: signRecord({ ...fields, output: hashTensors([value]) }, { peer, seed }) }),
+  });
+  const verifier = (verdict: { losers: string[]; inconclusive?: boolean; reason: string }, audits: string[]) => ({
+    summary: { compared: 0 }, excluded: new Set<string>(), observe: () => {}, forget: () => {},
+    audit: async (w: { peerId: string }) => (audits.push(w.peerId), { ok: w.peerId === 'A', reason: w.peerId === 'A' ? 'reproduced' : 'not' }),
+    dispute: async () => verdict,
+  }) as unknown as JobVerifier;
+
+  test('two forwards that disagree: a dispute settles them, the loser is flagged, the winner\'s result goes on; inconclusive falls back to re-execution', async () => {
+    const flagged: string[] = [];
+    const audits: string[] = [];
+    const lanes = () => [lane('A', y), lane('B', noisy(y))] as unknown as ConstructorParameters<typeof RedundantStage>[0];
+    const onFlag = async (l: { peerId: string }, reason: string) => void flagged.push(`${l.peerId}: ${reason}`);
+    const settled = new RedundantStage(lanes(), verifier({ losers: ['B'], reason: 'op 37 \'add\'' }, audits), onFlag);
+    assert.equal(await settled.forward(0, y), y);
+    assert.deepEqual(flagged, ['B: forward of micro-batch 0: lost a dispute: op 37 \'add\'']);
+    assert.deepEqual(audits, [], 'nothing re-executed');
+    flagged.length = 0;
+    const unsure = new RedundantStage(lanes(), verifier({ losers: [], inconclusive: true, reason: 'both match' }, audits), onFlag);
+    assert.equal(await unsure.forward(0, y), y);
+    assert.deepEqual(audits.sort(), ['A', 'B'], 're-executed as before');
+    assert.equal(flagged.length, 1);
   });
 });
