@@ -142,7 +142,9 @@ export async function runDispute(config: ModelConfig, sides: Record<Name, Disput
     outcome = await settle(config, sides, cost);
   } catch (err) {
     if (!(err instanceof SideFailed)) throw err;
-    outcome = { losers: err.sides, mode, reason: err.message };
+    // both silent at once is more likely the referee's own trouble (its network) than two cheats: no evidence
+    const silent = err.sides.length === 2;
+    outcome = { losers: silent ? [] : err.sides, mode, reason: err.message, ...(silent ? { inconclusive: true } : {}) };
   } finally {
     await Promise.all([sides.a.close(), sides.b.close()]);
   }

@@ -124,11 +124,14 @@ describe('disputes by bisection: a tiny section settled in memory', () => {
     assert.equal(v.cost.opsRerun, 1);
   });
 
-  test('a side that does not answer loses', async () => {
+  test('a side that does not answer loses (both silent: inconclusive)', async () => {
     const v = await runDispute(config, { a: side('A', record('A', 'js', y), honest), b: side('B', record('B', 'js', noisy(y)), null) });
     assert.deepEqual(v.losers, ['b']);
     assert.match(v.reason, /did not commit/);
     assert.equal(v.cost.opsRerun, 0);
+    // both silent: no evidence either way
+    const none = await runDispute(config, { a: side('A', record('A', 'js', y), null), b: side('B', record('B', 'js', noisy(y)), null) });
+    assert.deepEqual([none.losers, none.inconclusive], [[], true]);
   });
 
   test('ort against js, noise on the ort side\'s output: leaves compared within tolerance, the last op re-run from each side\'s inputs', { skip: !ortAvailable() }, async () => {
