@@ -33,6 +33,7 @@ import { benchQuant } from './quant.ts';
 import { benchServe } from './serve.ts';
 import { benchStack } from './stack.ts';
 import { benchVerify } from './verify.ts';
+import { benchVerifyHosted } from './verify-hosted.ts';
 
 const { values } = parseArgs({
   options: {
@@ -97,6 +98,8 @@ if (sections.includes('pipeline')) {
 if (sections.includes('verify')) {
   log('verify: training with sampled re-execution at p = 0.01, 0.05, 0.1 and with redundancy 2 vs p = 0 ...');
   rows.push(...(await benchVerify(values.quick ? 3 : 24)));
+  log('verify: hosted inference checked by activation commitments (chunk rate 0.37 and 1) and by re-execution (0.05) vs no checks ...');
+  rows.push(...(await benchVerifyHosted(values.quick ? 2 : 8)));
 }
 
 if (sections.includes('load')) {

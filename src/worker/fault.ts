@@ -124,12 +124,13 @@ export class FaultInjector {
    * A hosted section as a `substitute` host computes with it (in place): its matrices held in int4, or another seed's
    * weights. Nothing for any other fault.
    */
-  substitute(model: CausalLM, range: [number, number]): void {
+  substitute(model: CausalLM): void {
     const how = this.fault.substitute;
     if (this.fault.kind !== 'substitute' || !how) return;
     this.cheated++;
     if (how === 'other') {
-      const other = createModel(model.config, { seed: OTHER_SEED, section: range }).stateDict();
+      // the whole model drawn from another seed (a section is built uninitialised), its weights taken by name
+      const other = createModel(model.config, { seed: OTHER_SEED }).stateDict();
       for (const [name, t] of model.stateDict()) {
         const o = other.get(name);
         if (!o) continue;

@@ -107,7 +107,7 @@ export async function hostModel(
       const keep = (t: Tensor) => (t.packed ? packedTensor(t.packed) : t.detach().clone());
       const kept = [...weightsWithAdapter(model)].map(([n, t]): [string, Tensor] => [n, keep(t)]);
       job.section.announced = new Map(kept);
-      ctx.fault.substitute(model, range);
+      ctx.fault.substitute(model);
     }
     span.state = 'online';
     hostedFiles.set(span, spec.path);

@@ -40,41 +40,45 @@ export function bf16Bits(x: number): number {
 export function topkIndices(values: Float32Array, k: number): number[] {
   const n = Math.min(k, values.length);
   if (n <= 0) return [];
-  const mag = (i: number) => {
-    const a = Math.abs(values[i]);
-    return a === a ? a : -1; // NaN below everything
-  };
-  // heap[0] is the worst kept: the smallest magnitude, and among equals the highest index
-  const heap: number[] = [];
-  const worse = (a: number, b: number) => mag(a) < mag(b) || (mag(a) === mag(b) && a > b);
-  const down = (at: number) => {
-    for (;;) {
-      const l = 2 * at + 1;
-      const r = l + 1;
-      let w = at;
-      if (l < heap.length && worse(heap[l], heap[w])) w = l;
-      if (r < heap.length && worse(heap[r], heap[w])) w = r;
-      if (w === at) return;
-      [heap[at], heap[w]] = [heap[w], heap[at]];
-      at = w;
-    }
-  };
+  const mag = new Float32Array(values.length);
   for (let i = 0; i < values.length; i++) {
-    if (heap.length < n) {
-      heap.push(i);
-      for (let at = heap.length - 1; at > 0;) {
+    const a = Math.abs(values[i]);
+    mag[i] = a === a ? a : -1; // NaN below everything
+  }
+  // heap[0] is the worst kept: the smallest magnitude, and among equals the highest index
+  const heap = new Int32Array(n);
+  let size = 0;
+  const worse = (a: number, b: number) => mag[a] < mag[b] || (mag[a] === mag[b] && a > b);
+  for (let i = 0; i < values.length; i++) {
+    if (size < n) {
+      let at = size++;
+      heap[at] = i;
+      while (at > 0) {
         const up = (at - 1) >> 1;
         if (!worse(heap[at], heap[up])) break;
-        [heap[at], heap[up]] = [heap[up], heap[at]];
+        const t = heap[at];
+        heap[at] = heap[up];
+        heap[up] = t;
         at = up;
       }
-    } else if (mag(i) > mag(heap[0])) {
+    } else if (mag[i] > mag[heap[0]]) {
       // a later index never wins a tie: only a strictly larger magnitude enters
       heap[0] = i;
-      down(0);
+      for (let at = 0; ;) {
+        const l = 2 * at + 1;
+        const r = l + 1;
+        let w = at;
+        if (l < size && worse(heap[l], heap[w])) w = l;
+        if (r < size && worse(heap[r], heap[w])) w = r;
+        if (w === at) break;
+        const t = heap[at];
+        heap[at] = heap[w];
+        heap[w] = t;
+        at = w;
+      }
     }
   }
-  return heap.sort((a, b) => mag(b) - mag(a) || a - b);
+  return Array.from(heap).sort((a, b) => mag[b] - mag[a] || a - b);
 }
 
 /** The largest modulus m ≤ COMMIT_PRIME under which `indices` stay distinct. */
@@ -97,6 +101,17 @@ export function injectiveModulus(indices: readonly number[]): number {
 
 const mod = (x: number): number => ((x % COMMIT_PRIME) + COMMIT_PRIME) % COMMIT_PRIME;
 
+const INV_PRIME = 1 / COMMIT_PRIME;
+
+/** a·b mod p for residues a, b < p: the product is below 2^32 (exact in a double); the quotient by a multiply, corrected. */
+function mulmod(a: number, b: number): number {
+  const t = a * b;
+  let r = t - Math.floor(t * INV_PRIME) * COMMIT_PRIME;
+  if (r < 0) r += COMMIT_PRIME;
+  else if (r >= COMMIT_PRIME) r -= COMMIT_PRIME;
+  return r;
+}
+
 /** The inverses of 1 … p − 1 in the field, built once (inv[i] = −(p div i)·inv[p mod i]): 256 KB. */
 let inverses: Uint16Array | null = null;
 
@@ -107,32 +122,45 @@ function inverse(a: number): number {
     const p = COMMIT_PRIME;
     for (let i = 2; i < p; i++) inverses[i] = (p - ((Math.floor(p / i) * inverses[p % i]) % p)) % p;
   }
-  return inverses[mod(a)];
+  return inverses[a >= 0 && a < COMMIT_PRIME ? a : mod(a)];
 }
 
 /** The coefficients (lowest degree first) of the polynomial of degree < n through (xs[i], ys[i]) over the field. */
 export function interpolate(xs: readonly number[], ys: readonly number[]): number[] {
   const n = xs.length;
-  // Newton's divided differences, in place
-  const c = ys.map(mod);
+  const p = COMMIT_PRIME;
+  const x = Float64Array.from(xs, mod);
+  // Newton's divided differences, in place (every product of two residues stays below 2^32: exact in a double)
+  const c = Float64Array.from(ys, mod);
   for (let j = 1; j < n; j++) {
-    for (let i = n - 1; i >= j; i--) c[i] = (mod(c[i] - c[i - 1]) * inverse(xs[i] - xs[i - j])) % COMMIT_PRIME;
+    for (let i = n - 1; i >= j; i--) {
+      const d = c[i] - c[i - 1];
+      c[i] = mulmod(d < 0 ? d + p : d, inverse(x[i] - x[i - j]));
+    }
   }
   // to the monomial basis: P = c[n−1]; P = P·(x − x_j) + c[j] for j = n−2 … 0
-  const poly = new Array<number>(n).fill(0);
+  const poly = new Float64Array(n);
   poly[0] = c[n - 1];
   for (let j = n - 2; j >= 0; j--) {
-    for (let d = n - 1; d >= 1; d--) poly[d] = mod(poly[d - 1] - ((poly[d] * xs[j]) % COMMIT_PRIME));
-    poly[0] = mod(c[j] - ((poly[0] * xs[j]) % COMMIT_PRIME));
+    const xj = x[j];
+    for (let d = n - 1; d >= 1; d--) {
+      const v = poly[d - 1] - mulmod(poly[d], xj);
+      poly[d] = v < 0 ? v + p : v;
+    }
+    const v = c[j] - mulmod(poly[0], xj);
+    poly[0] = v < 0 ? v + p : v;
   }
-  return poly;
+  return Array.from(poly);
 }
 
 /** The polynomial (coefficients lowest degree first) at x, over the field (Horner). */
 export function evaluate(coefficients: readonly number[], x: number): number {
   let y = 0;
   const at = mod(x);
-  for (let d = coefficients.length - 1; d >= 0; d--) y = (y * at + coefficients[d]) % COMMIT_PRIME;
+  for (let d = coefficients.length - 1; d >= 0; d--) {
+    y = mulmod(y, at) + coefficients[d];
+    if (y >= COMMIT_PRIME) y -= COMMIT_PRIME;
+  }
   return y;
 }
 
