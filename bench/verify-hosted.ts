@@ -64,7 +64,8 @@ export async function benchVerifyHosted(rounds: number): Promise<Row[]> {
     await open('commitments, chunk rate 0.37', { mode: 'commit', sampleRate: 0.37 });
     await open('commitments, every chunk', { mode: 'commit', sampleRate: 1 });
     await open('re-execution, step rate 0.05', { mode: 'reexec', sampleRate: 0.05 });
-    const prompts = (r: number) => Array.from({ length: ROWS }, (_, i) => Array.from({ length: PROMPT }, (_, k) => (17 * i + 31 * k + 7 * r) % 256));
+    const prompt = (r: number, i: number) => Array.from({ length: PROMPT }, (_, k) => (17 * i + 31 * k + 7 * r) % 256);
+    const prompts = (r: number) => Array.from({ length: ROWS }, (_, i) => prompt(r, i));
     const options = { maxNewTokens: NEW, temperature: 0, stopTokens: [] };
     // warm: every mode once (the validator fetches each span's weights for its first check)
     for (const m of modes) await m.model.generateBatch(prompts(0), options);
