@@ -264,6 +264,7 @@ export class JobTrainer {
         return result!;
       } catch (err) {
         this.verifier.discardSampled();
+        if (err instanceof CaughtError) return await this.rollback(err.failed);
         if (!isLoss(err)) {
           this.broken = err as Error;
           throw err;
@@ -299,7 +300,14 @@ export class JobTrainer {
         this.inner.beforeFlush = null; // a replay settles each step's checks at once
         failed = [];
         for (const b of this.batches) {
-          result = await this.replay(b);
+          try {
+            result = await this.replay(b);
+          } catch (err) {
+            // a replica scored out during the replay (src/user/scoring.ts): planned again without it
+            if (!(err instanceof CaughtError)) throw err;
+            failed = err.failed;
+            break;
+          }
           this.verifier.summary.replayedSteps++;
           failed = await this.verifier.auditSampled();
           if (failed.length > 0) break;
@@ -315,9 +323,13 @@ export class JobTrainer {
   }
 }
 
-/** The last step's re-runs found a worker out: the step under way stops before its flush. */
-class CaughtError extends Error {
+/**
+ * Workers found out: by the last step's re-runs (the step under way stops before its flush), or
+ * by the scores of their replicas' changes before an average (src/user/scoring.ts). The job is
+ * rolled back and replayed without them.
+ */
+export class CaughtError extends Error {
   constructor(readonly failed: AuditVerdict[]) {
-    super(`${failed.map((f) => f.peer).join(', ')} failed re-execution`);
+    super(`${failed.map((f) => `${f.peer} (${f.reason})`).join(', ')} found out`);
   }
 }

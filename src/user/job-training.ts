@@ -5,7 +5,7 @@ import { addTraffic, type Traffic } from '../p2p/index.ts';
 import { type PipelineStage, PipelineTrainer, type ScheduleName, type StageHandle, userEnds } from '../pipeline/index.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
 import { deadlineMs, retryOnLoss } from './failover.ts';
-import { JobTrainer, type TrainingFailover } from './job-trainer.ts';
+import { CaughtError, JobTrainer, type TrainingFailover } from './job-trainer.ts';
 import { ownEndLayers, ownEnds } from './job-stage.ts';
 import type { JobPlacement } from './placement.ts';
 import type { ProgressReporter } from './progress.ts';
@@ -13,6 +13,7 @@ import type { JobRecovery } from './recovery.ts';
 import { RedundantStage } from './redundant-stage.ts';
 import { RemoteTrainStage } from './remote-train.ts';
 import type { Replanner } from './replanner.ts';
+import { ReplicaScorer, type ScoreOptions } from './scoring.ts';
 import type { JobVerifier } from './verifier.ts';
 
 export interface DistributedTrainerOptions {
@@ -64,6 +65,12 @@ export interface DistributedTrainerOptions {
    * factors are small), off otherwise (each replica's sum is sent: within float rounding of one process).
    */
   orderedReplicas?: boolean;
+  /**
+   * Scored contributions (with replicas and `syncEvery` > 1): before each average, every replica's
+   * change is scored on the held-out micro-batch `score.batch(round)` gives, and a replica scored
+   * below the floor in 2 rounds is excluded and the job replayed without it (src/user/scoring.ts).
+   */
+  score?: ScoreOptions;
 }
 
 /**
@@ -129,6 +136,8 @@ export class JobTraining {
   private snapshot: Snapshot | null = null;
   /** The optimizer every holder runs (re-execution runs the same), once start() ran. */
   optimizerSettings: { lr: number; weightDecay?: number } | null = null;
+  /** Scores the replicas' changes before each average (DistributedTrainerOptions.score), once start() ran. */
+  scorer: ReplicaScorer | null = null;
 
   constructor(private readonly ctx: TrainingContext) {}
 
@@ -151,6 +160,13 @@ export class JobTraining {
     }
     if (this.pipeline) throw new InvalidArgumentError('this distributed model already has a trainer');
     if (!verifier) throw new InvalidArgumentError('this job was made without a verifier: distribute() makes one');
+    if (o.score) {
+      if (replicas < 2 || (o.syncEvery ?? 1) < 2) throw new InvalidArgumentError('scoring replicas\' changes needs replicas that take local steps (replicas ≥ 2, syncEvery ≥ 2)');
+      const ends = keepEnds ? ownEnds(placement.source) : null;
+      this.scorer = new ReplicaScorer(o.score, ends && {
+        first: ends.layers.slice(0, 1), last: ends.layers.slice(ends.layers.length - 2), maxPositions: ends.config.maxPositions,
+      });
+    }
     const { lr, weightDecay } = o.optimizer;
     this.optimizerSettings = { lr, ...(weightDecay === undefined ? {} : { weightDecay }) };
     // the user's ends as they start: a rollback restores them
@@ -323,6 +339,19 @@ export class JobTraining {
       ...sync,
       ...(ordered ? { orderedReplicas: true } : {}),
     });
+    const scorer = this.scorer;
+    if (scorer) {
+      this.pipeline.beforeAverage = async (step, lrSum) => {
+        const { excluded } = await scorer.round(handles, step, lrSum);
+        if (excluded.length === 0) return;
+        // out of this job: the rollback plans it again without them and replays every step
+        for (const peer of excluded) {
+          verifier.excluded.add(peer);
+          if (!verifier.summary.flagged.includes(peer)) verifier.summary.flagged.push(peer);
+        }
+        throw new CaughtError(excluded.map((peer) => ({ ok: false, peer, reason: scorer.reputation.standing(peer).reason ?? 'scored out' })));
+      };
+    }
     return this.pipeline;
   }
 

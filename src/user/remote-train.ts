@@ -210,6 +210,18 @@ export class RemoteTrainStage implements StageHandle {
     return record;
   }
 
+  /** Scoring (src/user/scoring.ts): its trained weights' change since the round's anchor, parameter by parameter. */
+  async trialDelta(): Promise<Map<string, Float32Array>> {
+    const out = new Map<string, Float32Array>();
+    for (const name of this.names) out.set(name, (await tensorAnswer(await this.call({ type: 'trial-delta', name }), 'trial-delta')).data as Float32Array);
+    return out;
+  }
+
+  /** A forward without records or training, at the round's anchor or at anchor + scale·(its change): scoring's held-out pass. */
+  async trialForward(input: Tensor, weights: 'anchor' | 'current', scale = 1): Promise<Tensor> {
+    return tensorAnswer(await this.call({ type: 'trial-forward', weights, scale }, [input]), 'trial-forward');
+  }
+
   async weights(): Promise<Map<string, Tensor>> {
     const out = new Map<string, Tensor>();
     for (const name of this.names) out.set(name, await this.stage.weight(name));

@@ -15,9 +15,9 @@ import { noGrad } from '../tensor/index.ts';
  *   score_i       = improvement_i / max_{j ∈ E} |improvement_j| + agreement_i     (in [−2, 2])
  *   score_i       = FLAGGED_SCORE (−3), below every attainable score, when i is flagged
  *
- * The first term is Templar's gradient score (tplr, `compute_improvement_metrics` in
- * tplr/evaluation.py: the validator applies a miner's gradient and scores loss before − loss
- * after on a batch the miner did not pick), normalised by the round's largest improvement so
+ * The first term is Templar's gradient score (tplr-ai/templar, `neurons/validator.py` l.1843 at
+ * c2397ac; once `compute_improvement_metrics` in tplr/evaluation.py: the validator applies a
+ * miner's gradient and scores loss before − loss after on a batch the miner did not pick), normalised by the round's largest improvement so
  * that it does not depend on the loss's scale or on lr. Every gradient is stepped at the same
  * length ν, as Templar's sign step is blind to a gradient's scale: a replica cannot score more
  * by inflating its gradient, nor less for a batch with a small loss; what counts is the
@@ -190,7 +190,9 @@ function isFiniteGradient(grads: Map<string, Float32Array>): boolean {
  * Scores each replica's gradient by the held-out loss it removes and by its agreement with the
  * others (the formula is in this file's header comment); free riders score below honest replicas.
  * Scores are in the order of `replicas`. `lossAfter` is called once per distinct, non-zero,
- * finite gradient, with that gradient rescaled to the common length ν.
+ * finite gradient, with that gradient rescaled to the common length ν, the replica's index and
+ * the factor it was rescaled by (ν/‖g_i‖: a caller that holds the gradient elsewhere, as a job
+ * whose replicas hold their own changes, applies it there).
  *
  * @param lossBefore the held-out loss at the current weights
  * @param lossAfter the held-out loss after a plain SGD step w − lr·g (see {@link heldOutLossAfter}), deterministic
@@ -201,7 +203,7 @@ function isFiniteGradient(grads: Map<string, Float32Array>): boolean {
 export function scoreContributions(
   replicas: ReplicaGradients[],
   lossBefore: number,
-  lossAfter: (grads: Map<string, Float32Array>) => number,
+  lossAfter: (grads: Map<string, Float32Array>, index: number, factor: number) => number,
 ): ContributionScore[] {
   const peers = new Set(replicas.map((r) => r.peer));
   if (peers.size !== replicas.length) throw new InvalidArgumentError('a peer appears twice among the replicas');
@@ -226,7 +228,8 @@ export function scoreContributions(
     else {
       let value = groupImprovement.get(groupOf[i]);
       if (value === undefined) {
-        value = lossBefore - lossAfter(rescaled(replicas[i].grads, common! / norms[i]));
+        const factor = common! / norms[i];
+        value = lossBefore - lossAfter(rescaled(replicas[i].grads, factor), i, factor);
         if (!Number.isFinite(value)) value = Number.NEGATIVE_INFINITY;
         if (groupOf[i] >= 0) groupImprovement.set(groupOf[i], value);
       }

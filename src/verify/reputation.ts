@@ -1,3 +1,5 @@
+import { InvalidArgumentError } from '../errors.ts';
+
 /** A worker's standing with a validator: its score, its checks, and whether it is kept out of work. */
 export interface Standing {
   /** An exponential moving average of its checks: 1 passed, 0 failed; a newcomer starts at `initial`. */
@@ -8,6 +10,16 @@ export interface Standing {
   excluded: boolean;
   /** Why it was flagged (the first failed check), for `status`. */
   reason?: string;
+  /** Scored rounds (`Reputation.score`): how many, their values' moving average, and the leaky count of rounds below the floor. */
+  rounds?: { count: number; average: number; below: number };
+}
+
+/** How soft scores (`Reputation.score`) turn into an exclusion. */
+export interface ScoreRule {
+  /** A round's value below this counts against the worker. */
+  floor: number;
+  /** Rounds below the floor, net of good rounds (each forgives one), that exclude it (default 2). */
+  rounds?: number;
 }
 
 /**
@@ -37,6 +49,40 @@ export class Reputation {
       s.failed++;
       s.excluded = true;
       s.reason ??= reason;
+    }
+    this.peers.set(peer, s);
+    return s;
+  }
+
+  /**
+   * Adds one round's soft score (a contribution score, from noisy evidence: a held-out loss on
+   * a small batch), unlike `check`'s exclude-on-one: the value goes into a moving average
+   * (α, as the checks' score), a round below `floor` adds one to a leaky count and a round at
+   * or above it takes one off (never below 0), and the worker is excluded only once the count
+   * reaches `rounds` (default 2): one bad round never excludes, a steady cheater is out within
+   * `rounds` rounds. A round below the floor also counts as a failed check in `score`.
+   *
+   * @example
+   * const r = new Reputation();
+   * r.score('12D3…', -3, { floor: 0 }); // below, not yet excluded
+   * r.score('12D3…', -3, { floor: 0 }).excluded; // true
+   */
+  score(peer: string, value: number, rule: ScoreRule, reason?: string): Standing {
+    const limit = rule.rounds ?? 2;
+    if (!Number.isInteger(limit) || limit < 1) throw new InvalidArgumentError(`rounds must be an integer ≥ 1, got ${limit}`);
+    if (Number.isNaN(value)) throw new InvalidArgumentError('a round\'s score is NaN');
+    const s = { ...this.standing(peer) };
+    const before = s.rounds ?? { count: 0, average: value, below: 0 };
+    const bad = value < rule.floor;
+    s.rounds = {
+      count: before.count + 1,
+      average: before.count === 0 ? value : (1 - this.alpha) * before.average + this.alpha * value,
+      below: bad ? before.below + 1 : Math.max(0, before.below - 1),
+    };
+    s.score = (1 - this.alpha) * s.score + this.alpha * (bad ? 0 : 1);
+    if (s.rounds.below >= limit && !s.excluded) {
+      s.excluded = true;
+      s.reason ??= reason ?? `${s.rounds.below} rounds scored below ${rule.floor}`;
     }
     this.peers.set(peer, s);
     return s;

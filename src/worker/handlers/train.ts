@@ -11,6 +11,7 @@ import { DctTopkCodec, type DctTopkOptions, type HopPart, hopIn, hopOut } from '
 import { passKey, PassInbox } from '../passes.ts';
 import { countSent, type JobEntry } from '../jobs.ts';
 import { TrainingRecords } from '../records.ts';
+import { fixChange, takeTrialAnchor, trialHandlers } from './trial.ts';
 import { control, NONE, sectionOf, type StageContext, type StageHandler, type StageReply, type StageRequest, trainingOf } from './types.ts';
 
 /**
@@ -105,6 +106,7 @@ let passes = 0;
  * assignment), the optimizer step, and reading and restoring weights and optimizer state.
  */
 export const trainingHandlers: Record<string, StageHandler> = {
+  ...trialHandlers,
   'train-setup': {
     run: ({ body, job }, { memory, signer, fault }) => {
       const section = sectionOf(job);
@@ -116,9 +118,9 @@ export const trainingHandlers: Record<string, StageHandler> = {
       // of the weights it trains only: a frozen base (under an adapter) has neither
       const bytes = 4 * section.model.trainableParameters().reduce((n, p) => n + p.size, 0);
       const snapshot = request.keepState ? 4 * bytes : 0;
-      // local steps keep the weights they started from (the anchor of the next average), and an average
-      // holds the weights' change and the sum of all holders' changes besides
-      const anchor = request.syncEvery > 1 ? 3 * bytes : 0;
+      // local steps keep the weights they started from (the anchor of the next average, and scoring's copy of it), and
+      // an average holds the weights' change and the sum of all holders' changes besides
+      const anchor = request.syncEvery > 1 ? 4 * bytes : 0;
       memory.holdAll(
         job.jobId,
         { gradients: bytes, optimizer: 2 * bytes + anchor, activations: 0, snapshot },
@@ -157,6 +159,7 @@ export const trainingHandlers: Record<string, StageHandler> = {
         contribution: () => contribution, forwardInputs: new Map(), passes: new PassInbox(),
         micros: { bytes: request.keepMicros ? bytes : 0, held: 0 },
       };
+      if (request.syncEvery > 1) takeTrialAnchor(section.training);
       return control('train-ready', { names: [...executor.named.keys()] });
     },
   },
@@ -266,9 +269,12 @@ export const trainingHandlers: Record<string, StageHandler> = {
     run: async ({ body, job }, context) => {
       const group = parseReduce(body);
       const training = trainingOf(job);
+      // the change it sends is the one its scoring saw (a faulty worker's, altered once)
+      fixChange(training, context.fault);
       await training.exchange.average(training.executor, group, holderSender(job, group, context));
       training.executor.weightsChanged();
       training.records.invalidate();
+      takeTrialAnchor(training);
       sectionOf(job).weightsHash = undefined;
       return control('synced', { weights: training.records.weightsHash() });
     },
