@@ -56,6 +56,8 @@ export interface VerificationSummary {
   unchecked: number;
   /** The records seen, by the backend they say computed them ('js', 'ort', 'webgpu'). */
   byBackend: Record<string, number>;
+  /** Disagreements between redundant copies settled by a dispute (bisection to one op) rather than re-running both. */
+  disputes: number;
 }
 
 export interface AuditVerdict {
@@ -75,7 +77,7 @@ export class JobVerifier {
   readonly sampler: AuditSampler;
   private sampled: { worker: PeerTarget; record: WorkRecord; sent?: string[] }[] = [];
   readonly summary: VerificationSummary = {
-    checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0, unchecked: 0, byBackend: {},
+    checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0, unchecked: 0, byBackend: {}, disputes: 0,
   };
 
   /** Records returned since the last checks, handed to the ledger once those are done. */
@@ -123,6 +125,28 @@ export class JobVerifier {
     if (this.sampler.pick(newcomer ? Math.max(this.sampler.rate, this.newcomer!.rate) : this.sampler.rate)) {
       this.sampled.push({ worker, record, ...(sent ? { sent: sent() } : {}) });
     }
+  }
+
+  /**
+   * Asks the validator to settle two copies' forwards that disagree by bisection (validator/dispute.ts): it bisects
+   * their per-op values to one op and re-runs it alone. The losers are flagged and excluded, as a failed check's
+   * worker is; an inconclusive dispute moves nothing (the caller re-runs the records instead).
+   */
+  async dispute(
+    a: { worker: PeerTarget; record: WorkRecord }, b: { worker: PeerTarget; record: WorkRecord },
+  ): Promise<{ losers: string[]; inconclusive?: boolean; reason: string }> {
+    const { jobId, config } = this.context();
+    const side = (s: typeof a) => ({ worker: { peerId: s.worker.peerId, addrs: s.worker.addrs }, record: s.record });
+    const answer = await request(this.node, this.validator, { type: 'dispute', jobId, config, a: side(a), b: side(b) }, TRAIN_REQUEST_TIMEOUT_MS);
+    const losers = Array.isArray(answer.losers) ? answer.losers.filter((l): l is string => typeof l === 'string') : [];
+    const reason = typeof answer.reason === 'string' ? answer.reason : 'no reason given';
+    if (answer.inconclusive === true) return { losers: [], inconclusive: true, reason };
+    this.summary.disputes++;
+    for (const peer of losers) {
+      this.excluded.add(peer);
+      if (!this.summary.flagged.includes(peer)) this.summary.flagged.push(peer);
+    }
+    return { losers, reason };
   }
 
   /** Asks the validator to re-run one record of `worker`; a failed check flags the worker. */
