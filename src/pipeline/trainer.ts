@@ -93,14 +93,14 @@ export class PipelineTrainer {
   beforeFlush: (() => Promise<void>) | null = null;
   /**
    * Local steps: runs before each average the schedule takes (not one `sync` asks for), with
-   * the step it follows (1, 2, …: the same in a replay) and the sum of the learning rates of the
-   * steps since the last average, while every replica still holds its own change: the job's
+   * the step it follows (1, 2, …: the same in a replay) and the learning rates of the steps
+   * since the last average, while every replica still holds its own change: the job's
    * scorer scores them here. A rejection fails the step after its optimizer steps (the job is
    * rolled back).
    */
-  beforeAverage: ((step: number, lrSum: number) => Promise<void>) | null = null;
-  /** The learning rates of the steps since the last average, added up: how far AdamW can have moved a weight since. */
-  private lrSum = 0;
+  beforeAverage: ((step: number, lrs: readonly number[]) => Promise<void>) | null = null;
+  /** The learning rates of the steps since the last average, in order: how far AdamW can have moved a weight since. */
+  private lrs: number[] = [];
   private readonly lambda: LrLambda;
   /** Parameters with the same holders; `replicas`: the holders are replicas of one stage (not a tie across stages). */
   private readonly groups: { names: string[]; holders: StageHandle[]; replicas: boolean }[];
@@ -271,9 +271,9 @@ export class PipelineTrainer {
     await Promise.all(this.stages.flatMap((st) => st.replicas.map((h) => guard(h, h.step(scaleOf(st, h), lr)))));
     const every = this.options.syncEvery ?? 1;
     this.unaveraged++;
-    this.lrSum += lr;
+    this.lrs.push(lr);
     if (local && ((this.stepCount + 1) % every === 0 || this.stepCount + 1 === this.options.totalSteps)) {
-      if (this.beforeAverage) await this.beforeAverage(this.stepCount + 1, this.lrSum);
+      if (this.beforeAverage) await this.beforeAverage(this.stepCount + 1, this.lrs);
       await this.average(guard);
     }
     this.stepCount++;
@@ -355,7 +355,7 @@ export class PipelineTrainer {
       }
     }));
     this.unaveraged = 0;
-    this.lrSum = 0;
+    this.lrs = [];
   }
 
   /** Moves the learning-rate schedule to `step` (resuming a job). */

@@ -163,9 +163,10 @@ export class JobTraining {
     if (o.score) {
       if (replicas < 2 || (o.syncEvery ?? 1) < 2) throw new InvalidArgumentError('scoring replicas\' changes needs replicas that take local steps (replicas ≥ 2, syncEvery ≥ 2)');
       const ends = keepEnds ? ownEnds(placement.source) : null;
-      this.scorer = new ReplicaScorer(o.score, ends && {
+      const layers = ends && {
         first: ends.layers.slice(0, 1), last: ends.layers.slice(ends.layers.length - 2), maxPositions: ends.config.maxPositions,
-      });
+      };
+      this.scorer = new ReplicaScorer(o.score, layers, o.optimizer.weightDecay);
     }
     const { lr, weightDecay } = o.optimizer;
     this.optimizerSettings = { lr, ...(weightDecay === undefined ? {} : { weightDecay }) };
@@ -341,8 +342,8 @@ export class JobTraining {
     });
     const scorer = this.scorer;
     if (scorer) {
-      this.pipeline.beforeAverage = async (step, lrSum) => {
-        const { excluded } = await scorer.round(handles, step, lrSum);
+      this.pipeline.beforeAverage = async (step, lrs) => {
+        const { excluded } = await scorer.round(handles, step, lrs);
         if (excluded.length === 0) return;
         // out of this job: the rollback plans it again without them and replays every step
         for (const peer of excluded) {

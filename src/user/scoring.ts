@@ -19,14 +19,13 @@ import type { RemoteTrainStage } from './remote-train.ts';
  * the other replicas' (ν_s, the median ‖Δ‖ of the section, steps every change at one length, so a
  * replica gains nothing by inflating its change); a zero, non-finite or duplicate change scores
  * FLAGGED_SCORE (−3). That length is also why the score alone cannot see a replica that sends a
- * scaled change (to weigh more in the average). So a replica whose ‖Δ‖ is more than
- * `maxNormRatio` times the median of the others' that scored at or above the floor this round,
- * and whose largest |Δ| is more than `maxStepRatio` times the sum of the round's learning rates
- * (AdamW moves a weight about lr a step at most), scores FLAGGED_SCORE for the round too: both,
- * so that an honest replica's noisy length alone never counts against it. Each round's value
- * goes to `Reputation.score`: a replica is excluded only once it has scored below the floor in
- * `rounds` rounds net of its good ones (default 2), so one unlucky round never excludes an
- * honest replica.
+ * scaled change (to weigh more in the average). AdamW bounds how far an honest replica can move
+ * any weight: |Δw| ≤ Σ_t lr_t·(adamStepBound(t) + weightDecay·maxWeight) over the round's steps
+ * t, whatever its gradients (see adamStepBound). A replica whose largest |Δ| passes that bound
+ * (`stepRatio` > 1) scores FLAGGED_SCORE for the round: no honest AdamW trajectory gets there.
+ * Each round's value goes to `Reputation.score`: a replica is excluded only once it has scored
+ * below the floor in `rounds` rounds net of its good ones (default 2), so one unlucky round
+ * never excludes an honest replica.
  *
  * Cost per round, for S sections of R replicas: 1 + S·R forwards of one micro-batch
  * through every section, and each replica's Δ fetched by the user (the bytes of one dense
@@ -42,10 +41,8 @@ export interface ScoreOptions {
   floor?: number;
   /** Rounds below the floor, net of good ones, that exclude a replica (default 2). */
   rounds?: number;
-  /** A change longer than this many times the median of the others' may be scaled (default MAX_NORM_RATIO). */
-  maxNormRatio?: number;
-  /** … and is, when its largest |Δ| is also more than this many times the round's learning rates added up (default MAX_STEP_RATIO). */
-  maxStepRatio?: number;
+  /** The largest |w| of a matrix the job trains (weight decay moves a weight by lr·decay·|w| a step; default MAX_WEIGHT). */
+  maxWeight?: number;
   /** Told after every round (figures, progress). */
   onRound?: (report: RoundReport) => void;
 }
@@ -60,21 +57,27 @@ export interface ScoreOptions {
  */
 export const SCORE_FLOOR = -1.5;
 
-/**
- * Largest ‖Δ‖ over the median of the other replicas' in a round an honest replica may have. Honest
- * replicas of a section step with the same AdamW at the same rate on as many micro-batches, but
- * on 1 micro-batch a step their changes' lengths differ: 0.63–1.58 over 480 measured rounds of
- * two honest replicas, against 1.65–3.15 for a replica that sends twice its change (`--fault
- * scale-grad`); the bound is about their geometric mean (README).
- */
-export const MAX_NORM_RATIO = 1.6;
+/** The largest |w| assumed of a trained matrix's entries (weights of a few hundredths to a few tenths are usual). */
+export const MAX_WEIGHT = 2;
+
+/** AdamW's betas (the job's optimizer keeps the defaults). */
+const BETAS = [0.9, 0.999] as const;
 
 /**
- * Largest max |Δ| / Σ lr an honest replica may have: bias-corrected AdamW moves a weight at most
- * about lr a step (exactly lr for a gradient of constant sign), plus weight decay. Measured:
- * honest 0.37–1.12, twice the change 1.32–2.01; the bound is about their geometric mean.
+ * The largest |m̂_t/√v̂_t| bias-corrected Adam can reach at its step t, for any gradients: by
+ * Cauchy–Schwarz, |m_t| ≤ (1−β₁)·√(Σ_{k<t} (β₁²/β₂)^k)·√(v_t/(1−β₂)), and the bias corrections
+ * multiply it by √(1−β₂^t)/(1−β₁^t). 1 at t = 1 (the first step is lr·sign(g)), about 1.01 up to
+ * t = 8, 1.16 at t = 20, 1.46 at 40, 2.0 at 80, 5.8 at 1,000. ε only makes the step shorter.
+ *
+ * @example
+ * adamStepBound(1) // 1 (up to rounding): the first step is lr·sign(g)
  */
-export const MAX_STEP_RATIO = 1.2;
+export function adamStepBound(t: number, [b1, b2]: readonly [number, number] = BETAS): number {
+  if (!Number.isInteger(t) || t < 1) throw new InvalidArgumentError(`an Adam step count is an integer ≥ 1, got ${t}`);
+  const q = (b1 * b1) / b2;
+  const sum = q === 1 ? t : (1 - q ** t) / (1 - q);
+  return ((1 - b1) / Math.sqrt(1 - b2)) * Math.sqrt(sum) * (Math.sqrt(1 - b2 ** t) / (1 - b1 ** t));
+}
 
 /** One replica of one section in one round. */
 export interface ReplicaRound {
@@ -85,12 +88,12 @@ export interface ReplicaRound {
   score: number;
   improvement: number;
   agreement: number;
-  /** ‖Δ‖, and over the median of the others' that scored at or above the floor (null: none did). */
+  /** ‖Δ‖, and over the median of the other replicas' (null: none is non-zero); for the record, not decisive. */
   norm: number;
   normRatio: number | null;
-  /** max |Δ| over the sum of the round's learning rates. */
+  /** max |Δ| over the most honest AdamW could have moved a weight this round: above 1, the change was not AdamW's. */
   stepRatio: number;
-  /** What went to its reputation: the score, or FLAGGED_SCORE for a scaled change. */
+  /** What went to its reputation: the score, or FLAGGED_SCORE for a change past the bound. */
   value: number;
   standing: Standing;
 }
@@ -103,6 +106,9 @@ export interface RoundReport {
   /** Peers excluded by this round. */
   excluded: string[];
 }
+
+/** AdamW's weight decay of matrices when the job gives none (trainingOptimizer's). */
+const DEFAULT_MATRIX_DECAY = 0.1;
 
 /** The user's own layers of a job that keeps its ends (privacy 'ends'), for the held-out pass. */
 export interface UserEndLayers {
@@ -136,20 +142,25 @@ export class ReplicaScorer {
   readonly reports: RoundReport[] = [];
   readonly floor: number;
   readonly rounds: number;
-  readonly maxNormRatio: number;
-  readonly maxStepRatio: number;
+  readonly maxWeight: number;
 
   constructor(
     private readonly options: ScoreOptions,
     /** The user's ends (null: the workers hold them, the first section takes token ids and the last returns logits). */
     private readonly ends: UserEndLayers | null,
+    /** The job's AdamW weight decay of matrices (the optimizer's default when not given). */
+    private readonly weightDecay = DEFAULT_MATRIX_DECAY,
   ) {
     this.floor = options.floor ?? SCORE_FLOOR;
     this.rounds = options.rounds ?? 2;
-    this.maxNormRatio = options.maxNormRatio ?? MAX_NORM_RATIO;
-    this.maxStepRatio = options.maxStepRatio ?? MAX_STEP_RATIO;
-    if (!(this.maxNormRatio > 1)) throw new InvalidArgumentError(`maxNormRatio must be > 1, got ${this.maxNormRatio}`);
-    if (!(this.maxStepRatio > 0)) throw new InvalidArgumentError(`maxStepRatio must be > 0, got ${this.maxStepRatio}`);
+    this.maxWeight = options.maxWeight ?? MAX_WEIGHT;
+    if (!(this.maxWeight >= 0)) throw new InvalidArgumentError(`maxWeight must be ≥ 0, got ${this.maxWeight}`);
+  }
+
+  /** The most honest AdamW moves a weight in a round of steps ending at `step` (1-based) at learning rates `lrs`. */
+  private stepBound(step: number, lrs: readonly number[]): number {
+    const first = step - lrs.length + 1;
+    return lrs.reduce((sum, lr, j) => sum + lr * (adamStepBound(first + j) + this.weightDecay * this.maxWeight), 0);
   }
 
   /**
@@ -171,10 +182,12 @@ export class ReplicaScorer {
   }
 
   /**
-   * Scores the round that ended with step `step` in `sections` (each section's replicas, in the pipeline's order): every
-   * replica's change, fetched, scored and added to its reputation. Call it before the average.
+   * Scores the round of steps at learning rates `lrs` that ended with step `step`, in `sections`
+   * (each section's replicas, in the pipeline's order): every replica's change, fetched, scored
+   * and added to its reputation. Call it before the average.
    */
-  async round(sections: RemoteTrainStage[][], step: number, lrSum: number): Promise<RoundReport> {
+  async round(sections: RemoteTrainStage[][], step: number, lrs: readonly number[]): Promise<RoundReport> {
+    const bound = this.stepBound(step, lrs);
     const batch = this.options.batch(step);
     const lossBefore = await this.pass(sections, batch, null);
     const replicas: ReplicaRound[] = [];
@@ -194,16 +207,15 @@ export class ReplicaScorer {
       for (const [r, factor] of asked) losses.set(r, await this.pass(sections, batch, { section: s, replica: r, scale: factor }));
       const scores = scoreContributions(entries, lossBefore, (_g, r) => losses.get(r)!);
       const norms = deltas.map((d) => Math.sqrt(squaredNorm(d)));
-      const steps = deltas.map((d) => maxAbs(d) / lrSum);
+      const steps = deltas.map((d) => maxAbs(d) / bound);
       scores.forEach((sc, r) => {
-        const others = norms.filter((_, j) => j !== r && scores[j].score >= this.floor && scores[j].score !== FLAGGED_SCORE);
-        const ref = median(others);
+        const ref = median(norms.filter((_, j) => j !== r));
         const normRatio = ref === undefined || ref === 0 ? null : norms[r] / ref;
-        const scaled = normRatio !== null && normRatio > this.maxNormRatio && steps[r] > this.maxStepRatio;
+        const scaled = steps[r] > 1;
         const value = scaled ? FLAGGED_SCORE : sc.score;
         const was = this.reputation.excluded(sc.peer);
         const reason = scaled
-          ? `its change was ${normRatio!.toFixed(2)}× the other replicas' and moved a weight ${steps[r].toFixed(2)}× the learning rate (more than ${this.maxNormRatio}× and ${this.maxStepRatio}×)`
+          ? `its change moved a weight ${steps[r].toFixed(2)}× as far as AdamW can in a round`
           : `its change scored below ${this.floor} on held-out data in ${this.rounds} rounds`;
         const standing = this.reputation.score(sc.peer, value, { floor: this.floor, rounds: this.rounds }, reason);
         if (standing.excluded && !was) excluded.push(sc.peer);

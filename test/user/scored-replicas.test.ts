@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { fortunesDataset, type TextCodec, textBatch } from '../../src/data/index.ts';
-import { createModel, gpt2Config } from '../../src/models/index.ts';
+import { createModel, gpt2Config, trainingOptimizer } from '../../src/models/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
-import { Generator, setBackend } from '../../src/tensor/index.ts';
+import { Generator, setBackend, tensor } from '../../src/tensor/index.ts';
 import { distribute } from '../../src/user/index.ts';
-import { type RoundReport, SCORE_FLOOR } from '../../src/user/scoring.ts';
+import { adamStepBound, type RoundReport, SCORE_FLOOR } from '../../src/user/scoring.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { Reputation } from '../../src/verify/index.ts';
 import { parseTrialForward } from '../../src/worker/handlers/trial.ts';
@@ -70,7 +70,7 @@ async function run(fault: FaultKind | null): Promise<Run> {
 
 function describeRounds(name: string, r: Run): string {
   const one = (p: RoundReport['replicas'][number]) => `s${p.section}r${p.replica}${p.peer === r.cheater ? '*' : ''} score ${p.score.toFixed(3)} `
-    + `(impr ${p.improvement.toExponential(2)}, cos ${p.agreement.toFixed(3)}) ‖Δ‖ ratio ${p.normRatio?.toFixed(3) ?? '-'}, max|Δ|/Σlr ${p.stepRatio.toFixed(3)} → ${p.value.toFixed(2)}`;
+    + `(impr ${p.improvement.toExponential(2)}, cos ${p.agreement.toFixed(3)}) ‖Δ‖ ratio ${p.normRatio?.toFixed(3) ?? '-'}, max|Δ| over the AdamW bound ${p.stepRatio.toFixed(3)} → ${p.value.toFixed(2)}`;
   return r.rounds.map((x) => `${name}, average after step ${x.step}: ${x.replicas.map(one).join('; ')}`).join('\n');
 }
 
@@ -86,6 +86,27 @@ describe('soft scores and the trial forward\'s message', () => {
     assert.equal(r.score('b', -3, { floor: 0, rounds: 1 }).excluded, true);
     assert.throws(() => r.score('c', Number.NaN, { floor: 0 }), { name: 'InvalidArgumentError' });
     assert.equal(r.check('d', false, 'bad').excluded, true);
+  });
+
+  test('AdamW never moves a weight further than lr·adamStepBound(t) a step, whatever its gradients (steady, noisy, spiking after quiet)', () => {
+    assert.ok(Math.abs(adamStepBound(1) - 1) < 1e-12);
+    const rng = new Generator(3);
+    const n = 64;
+    const p = tensor(new Float32Array(n), [n]);
+    p.requiresGrad = true;
+    const opt = trainingOptimizer([p], { lr: 1e-2 });
+    let worst = 0;
+    for (let t = 1; t <= 300; t++) {
+      // coordinate i: constant sign, noise, or 1e-4 for a long time and then a spike of 1e4 at step 100 + i
+      const g = Float32Array.from({ length: n }, (_, i) => (i % 3 === 0 ? 1 : i % 3 === 1 ? rng.normal() : t === 100 + i ? 1e4 : 1e-4));
+      p.grad = tensor(g, [n]);
+      const before = (p.data as Float32Array).slice();
+      opt.step();
+      const moved = Math.max(...(p.data as Float32Array).map((w, i) => Math.abs(w - before[i])));
+      worst = Math.max(worst, moved / (1e-2 * adamStepBound(t)));
+    }
+    console.log(`AdamW's largest step over lr·bound in 300 steps: ${worst.toFixed(4)}`);
+    assert.ok(worst <= 1 + 1e-5 && worst > 0.5, `${worst}`);
   });
 
   test('a trial forward runs at the anchor or at anchor + scale·change; anything else is a typed error', () => {
