@@ -1,6 +1,4 @@
-import type { Tensor } from '../tensor/index.ts';
 import { closedChunks, stepsToCatch, type WorkRecord } from '../verify/index.ts';
-import type { RouteHop } from './hosted-session.ts';
 
 /**
  * The share of committed chunks a hosted model's sessions have checked by default: 0.37, the least that catches a host
@@ -10,15 +8,15 @@ import type { RouteHop } from './hosted-session.ts';
  */
 export const DEFAULT_CHUNK_RATE = 0.37;
 
-/** The sampled chunks of one host's part of a session, and what checking them needs. */
-export interface ChunkChecks {
-  hop: RouteHop;
+/** The sampled chunks of one host's (or worker's) part of a session, and what checking them needs. */
+export interface ChunkChecks<H extends { peerId: string }> {
+  hop: H;
   /** The host's records that carry the sampled chunks' commitments. */
   checks: WorkRecord[];
   chunks: number[];
   /** The last of those records, and the hashes of the steps its session was sent up to it. */
   last: WorkRecord;
-  sent: () => string[];
+  sent: string[];
 }
 
 /**
@@ -27,8 +25,8 @@ export interface ChunkChecks {
  * @example
  * const sampler = new ChunkSampler(0.37); sampler.offer(hop, record, sent, input); for (const c of sampler.take()) audit(c)
  */
-export class ChunkSampler {
-  private readonly pending = new Map<string, ChunkChecks>();
+export class ChunkSampler<H extends { peerId: string }> {
+  private readonly pending = new Map<string, ChunkChecks<H>>();
   /** Chunks offered and chunks sampled so far. */
   offered = 0;
   sampled = 0;
@@ -40,8 +38,11 @@ export class ChunkSampler {
     if (!(rate >= 0 && rate <= 1)) throw new RangeError(`a chunk sample rate must be within [0, 1], got ${rate}`);
   }
 
-  /** A record a host signed for a step of `input` ([rows, steps, …]): the chunks it closed are each sampled. */
-  offer(hop: RouteHop, record: WorkRecord, sent: () => string[], input: Tensor): void {
+  /**
+   * A record a host signed for a step of `input` ([rows, steps, …]): the chunks it closed are each sampled. `sent` (the
+   * hashes of the session's steps up to this one) is called only when a chunk is picked.
+   */
+  offer(hop: H, record: WorkRecord, sent: () => string[], input: { shape: readonly number[] }): void {
     if (record.commits === undefined || record.session === undefined) return;
     const chunks = closedChunks(record.step, input.shape[1] ?? 1);
     this.offered += chunks.length;
@@ -51,19 +52,19 @@ export class ChunkSampler {
     const key = `${hop.peerId}/${record.job}/${record.session}`;
     const open = this.pending.get(key);
     if (!open) {
-      this.pending.set(key, { hop, checks: [record], chunks: picked, last: record, sent });
+      this.pending.set(key, { hop, checks: [record], chunks: picked, last: record, sent: sent() });
       return;
     }
     open.checks.push(record);
     open.chunks.push(...picked);
     if (record.step >= open.last.step) {
       open.last = record;
-      open.sent = sent;
+      open.sent = sent();
     }
   }
 
   /** The checks gathered so far, one per host and session; the sampler starts empty again. */
-  take(): ChunkChecks[] {
+  take(): ChunkChecks<H>[] {
     const out = [...this.pending.values()];
     this.pending.clear();
     return out;

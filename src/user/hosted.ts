@@ -39,6 +39,12 @@ export interface HostedVerify {
    */
   sampleRate?: number;
   /**
+   * With 'commit': the share of the steps that close no chunk (a session's last positions after its last whole chunk,
+   * all of a session shorter than 32) re-run as with 'reexec'. Default DEFAULT_SAMPLE_RATE (0.05), 0 when sampleRate is
+   * 0.
+   */
+  tailRate?: number;
+  /**
    * Security level k (DCI's "pay more for more subgraphs"): every step runs on k routes over different hosts and their
    * results are compared before the user takes one (bit for bit on js); when they differ the validator re-runs every
    * host's step and the routes with a host caught are dropped. Default 1.
@@ -93,6 +99,7 @@ export class HostedModel {
     const model = new HostedModel(node, validator, entry, ends);
     model.mode = options.verify?.mode ?? 'commit';
     model.sampleRate = options.verify?.sampleRate ?? (model.mode === 'commit' ? DEFAULT_CHUNK_RATE : DEFAULT_SAMPLE_RATE);
+    model.tailRate = options.verify?.tailRate ?? (model.sampleRate === 0 ? 0 : DEFAULT_SAMPLE_RATE);
     const k = options.verify?.redundancy ?? 1;
     if (!Number.isInteger(k) || k < 1) throw new InvalidArgumentError(`the security level (redundancy) must be an integer ≥ 1, got ${k}`);
     model.redundancy = k;
@@ -103,6 +110,7 @@ export class HostedModel {
   /** How hosts are checked, and the share of their chunks (or steps) checked (HostedVerify). */
   private mode: 'commit' | 'reexec' = 'commit';
   private sampleRate = DEFAULT_CHUNK_RATE;
+  private tailRate = DEFAULT_SAMPLE_RATE;
   /** Routes each step runs on (HostedVerify.redundancy). */
   private redundancy = 1;
   /** Where accepted steps go (the `ledger` option); null: they are not recorded. */
@@ -152,7 +160,7 @@ export class HostedModel {
     const signed: SignedStep[] = [];
     const lanes: Lane[] = [];
     const opened: Lane[] = [];
-    const sampler = new ChunkSampler(this.mode === 'commit' ? this.sampleRate : 0);
+    const sampler = new ChunkSampler<RouteHop>(this.mode === 'commit' ? this.sampleRate : 0);
     try {
       for (const route of routes) {
         const lane: Lane = { session: null!, last: [] };
@@ -163,7 +171,7 @@ export class HostedModel {
       }
       const out = await generateWith(this.stepModel(lanes), prompts, options);
       // each host's sampled chunks checked by one prefill, while the hosts still keep the session
-      for (const c of sampler.take()) audits.push(this.audit(c.hop, c.last, c.sent(), { checks: c.checks, chunks: c.chunks }));
+      for (const c of sampler.take()) audits.push(this.audit(c.hop, c.last, c.sent, { checks: c.checks, chunks: c.chunks }));
       // the sampled steps are re-run while the hosts still keep the session
       await Promise.all(audits);
       this.accept(signed);
@@ -314,7 +322,7 @@ export class HostedModel {
    * host signed is kept for the ledger and for comparing lanes, and sampled for a re-run.
    */
   private router(
-    tokens: number, audits: Promise<unknown>[], signed: SignedStep[], lane: Lane, lanes: Lane[], sampler: ChunkSampler,
+    tokens: number, audits: Promise<unknown>[], signed: SignedStep[], lane: Lane, lanes: Lane[], sampler: ChunkSampler<RouteHop>,
   ): SessionRouter {
     return {
       stageFor: (hop) => this.stageFor(hop),
@@ -326,8 +334,11 @@ export class HostedModel {
       onRecord: (hop, record, sent, input) => {
         if (this.ledger) signed.push({ hop, record });
         if (this.redundancy > 1) lane.last.push({ hop, record, sent });
+        // with commitments, a step that closes a chunk is sampled by its chunks; one that closes none (a session's tail)
+        // is re-run at tailRate
+        const rate = this.mode === 'reexec' ? this.sampleRate : record.commits === undefined ? this.tailRate : 0;
         if (this.mode === 'commit') sampler.offer(hop, record, sent, input);
-        else if (this.sampleRate > 0 && Math.random() < this.sampleRate) audits.push(this.audit(hop, record, sent()));
+        if (rate > 0 && Math.random() < rate) audits.push(this.audit(hop, record, sent()));
       },
     };
   }

@@ -72,7 +72,9 @@ export class SessionSteps {
   }
 
   /** `came`: what the record must name for the tensor that came back (its output, or with a codec what it sent); none mid-chain. */
-  private check(worker: StageAssignment, raw: unknown, input: string, came: { output: string } | { sent: string } | null): WorkRecord {
+  private check(
+    worker: StageAssignment, raw: unknown, input: string, came: { output: string } | { sent: string } | null, shape?: readonly number[],
+  ): WorkRecord {
     const record = parseRecord(raw);
     const aux = this.aux!;
     checkRecord(record, publicKeyOf(worker.peerId), {
@@ -87,7 +89,9 @@ export class SessionSteps {
     const list = this.sent.get(worker.peerId) ?? [];
     list.push(sessionStepHash(input, aux));
     this.sent.set(worker.peerId, list);
-    this.ctx.verifier?.observe(worker, record, () => [...list]);
+    // the hashes up to this step (the list grows with the session's later steps)
+    const upTo = list.length;
+    this.ctx.verifier?.observe(worker, record, () => list.slice(0, upTo), shape ? { shape } : undefined);
     return record;
   }
 
@@ -159,7 +163,7 @@ export class SessionSteps {
       let input = sent.input;
       answer.records.forEach((raw, i) => {
         const came = i === route.length - 1 ? cameBack(sent.codec, hashTensors([answer.output])) : null;
-        const record = this.check(route[i].where, raw, input, came);
+        const record = this.check(route[i].where, raw, input, came, x.shape);
         input = passedOn(sent.codec, record);
       });
       out = answer.output;
@@ -195,7 +199,7 @@ export class SessionSteps {
     const run = async (s: JobStage) => {
       const deadline = this.ctx.deadlineMs(x.shape[0] * (x.shape[1] ?? 1));
       const { output, record, input, expect } = await s.remote.forwardRecorded(this.sessionId, x, positions, keyMask, deadline);
-      return { s, output, record: this.check(s.where, record, input, expect) };
+      return { s, output, record: this.check(s.where, record, input, expect, x.shape) };
     };
     if (copies.length === 1) return (await run(copies[0])).output;
     const verifier = this.ctx.verifier!;

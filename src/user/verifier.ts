@@ -3,6 +3,8 @@ import { InvalidArgumentError, PeerUnreachableError, VerificationError } from '.
 import { type DialTarget, type PeerTarget, request, TRAIN_REQUEST_TIMEOUT_MS, type WireAdapter } from '../p2p/index.ts';
 import { LedgerSubmitter } from './ledger-submitter.ts';
 import { AuditSampler, type WorkRecord } from '../verify/index.ts';
+import { Generator } from '../tensor/index.ts';
+import { ChunkSampler, DEFAULT_CHUNK_RATE } from './hosted-checks.ts';
 
 /** How a job checks its workers. */
 export interface VerifyOptions {
@@ -13,6 +15,12 @@ export interface VerifyOptions {
   redundancy?: number;
   /** The share of records a validator re-executes (default DEFAULT_SAMPLE_RATE; 0: none). */
   sampleRate?: number;
+  /**
+   * The share of the chunks of 32 positions that decoding steps commit to which the validator checks by one prefill
+   * of the worker's section (activation commitments; default DEFAULT_CHUNK_RATE, 0.37, or 0 when sampleRate is 0). A
+   * decoding step that closes a chunk is checked this way; the others are re-executed at sampleRate.
+   */
+  chunkRate?: number;
   /** Seeds which records are sampled (default: random; workers cannot predict it either way). */
   seed?: number;
   /**
@@ -58,6 +66,8 @@ export interface VerificationSummary {
   byBackend: Record<string, number>;
   /** Disagreements between redundant copies settled by a dispute (bisection to one op) rather than re-running both. */
   disputes: number;
+  /** Chunks of decoding sessions checked against their activation commitments. */
+  chunks: number;
 }
 
 export interface AuditVerdict {
@@ -77,7 +87,7 @@ export class JobVerifier {
   readonly sampler: AuditSampler;
   private sampled: { worker: PeerTarget; record: WorkRecord; sent?: string[] }[] = [];
   readonly summary: VerificationSummary = {
-    checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0, unchecked: 0, byBackend: {}, disputes: 0,
+    checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0, unchecked: 0, byBackend: {}, disputes: 0, chunks: 0,
   };
 
   /** Records returned since the last checks, handed to the ledger once those are done. */
@@ -86,6 +96,8 @@ export class JobVerifier {
   private readonly ledger: LedgerSubmitter;
   /** Workers this job no longer trusts: flagged by the validator, or that did not hand over what they signed. */
   readonly excluded = new Set<string>();
+  /** Decoding sessions' chunks sampled for commitment checks. */
+  private readonly chunks: ChunkSampler<PeerTarget>;
   private readonly newcomer: { rate: number; checks: number } | undefined;
   /** Re-runs each worker has passed in this job. */
   private readonly passed = new Map<string, number>();
@@ -105,6 +117,9 @@ export class JobVerifier {
     if (!Number.isInteger(k) || k < 1) throw new InvalidArgumentError(`redundancy must be an integer ≥ 1, got ${k}`);
     this.redundancy = k;
     this.sampler = new AuditSampler(options.sampleRate ?? DEFAULT_SAMPLE_RATE, options.seed);
+    const rng = new Generator(options.seed ?? Math.floor(Math.random() * 2 ** 31));
+    const chunkRate = options.chunkRate ?? (this.sampler.rate === 0 ? 0 : DEFAULT_CHUNK_RATE);
+    this.chunks = new ChunkSampler<PeerTarget>(chunkRate, () => rng.uniform());
     this.newcomer = options.newcomer;
     this.ledger = new LedgerSubmitter(node, validator, (n) => {
       this.summary.recorded += n;
@@ -116,10 +131,18 @@ export class JobVerifier {
     return this.sampler.rate > 0 || this.redundancy > 1;
   }
 
-  /** A checked record arrived: sampled for re-execution with the job's rate (`sent`: a decoding step's session steps so far). */
-  observe(worker: PeerTarget, record: WorkRecord, sent?: () => string[]): void {
+  /**
+   * A checked record arrived: sampled for re-execution with the job's rate (`sent`: a decoding step's session steps so
+   * far), or, a decoding step that closed chunks of its session (`input`: the step's [rows, positions]), its chunks
+   * sampled for a commitment check.
+   */
+  observe(worker: PeerTarget, record: WorkRecord, sent?: () => string[], input?: { shape: readonly number[] }): void {
     this.observed.push({ worker, record });
     this.summary.byBackend[record.backend] = (this.summary.byBackend[record.backend] ?? 0) + 1;
+    if (record.commits !== undefined && sent && input && this.chunks.rate > 0) {
+      this.chunks.offer(worker, record, sent, input);
+      return;
+    }
     if (this.sampler.rate === 0) return;
     const newcomer = this.newcomer !== undefined && (this.passed.get(worker.peerId) ?? 0) < this.newcomer.checks;
     if (this.sampler.pick(newcomer ? Math.max(this.sampler.rate, this.newcomer!.rate) : this.sampler.rate)) {
@@ -149,12 +172,17 @@ export class JobVerifier {
     return { losers, reason };
   }
 
-  /** Asks the validator to re-run one record of `worker`; a failed check flags the worker. */
-  async audit(worker: PeerTarget, record: WorkRecord, sent?: string[]): Promise<AuditVerdict> {
+  /**
+   * Asks the validator to re-run one record of `worker`, or (`commit`) to check the sampled chunks of its decoding
+   * session up to `record` by one prefill; a failed check flags the worker.
+   */
+  async audit(
+    worker: PeerTarget, record: WorkRecord, sent?: string[], commit?: { checks: WorkRecord[]; chunks: number[] },
+  ): Promise<AuditVerdict> {
     const { jobId, config, optimizer, adapter } = this.context();
     const message = {
       type: 'audit', jobId, worker: { peerId: worker.peerId, addrs: worker.addrs }, config, optimizer, record,
-      ...(sent ? { sent } : {}), ...(adapter ? { adapter } : {}),
+      ...(sent ? { sent } : {}), ...(adapter ? { adapter } : {}), ...(commit ? { commit } : {}),
     };
     const answer = await request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS);
     const reason = typeof answer.reason === 'string' ? answer.reason : '';
@@ -163,6 +191,7 @@ export class JobVerifier {
     // replaces it if the job still needs it
     if (answer.unavailable === true) throw new PeerUnreachableError(`the validator could not reach ${worker.peerId} to re-run its record: ${reason}`);
     this.summary.checked++;
+    if (commit) this.summary.chunks += typeof answer.chunks === 'number' ? answer.chunks : 0;
     const ok = answer.ok === true;
     if (ok) this.passed.set(worker.peerId, (this.passed.get(worker.peerId) ?? 0) + 1);
     if (!ok) {
@@ -176,7 +205,12 @@ export class JobVerifier {
 
   /** Re-runs the records sampled since the last call, AUDIT_CONCURRENCY at a time; the verdicts that failed. */
   async auditSampled(): Promise<AuditVerdict[]> {
-    const batch = this.sampled;
+    // each worker's sampled chunks of a session: one commitment check (one prefill) each
+    const chunked = this.chunks.take()
+      .map((c) => ({ worker: c.hop, record: c.last, sent: c.sent, commit: { checks: c.checks, chunks: c.chunks } }));
+    const batch: { worker: PeerTarget; record: WorkRecord; sent?: string[]; commit?: { checks: WorkRecord[]; chunks: number[] } }[] = [
+      ...this.sampled, ...chunked,
+    ];
     const observed = this.observed;
     this.sampled = [];
     this.observed = [];
@@ -184,10 +218,10 @@ export class JobVerifier {
     let next = 0;
     const lane = async () => {
       while (next < batch.length) {
-        const { worker, record, sent } = batch[next++];
+        const { worker, record, sent, commit } = batch[next++];
         let v: AuditVerdict;
         try {
-          v = await this.audit(worker, record, sent);
+          v = await this.audit(worker, record, sent, commit);
         } catch (err) {
           // users and workers talk directly: a validator that is down (restarting) leaves records unchecked, not the job stopped
           if (!(err instanceof PeerUnreachableError)) throw err;
@@ -223,6 +257,7 @@ export class JobVerifier {
 
   /** Forgets sampled records (a step that failed, or a job rolled back). */
   discardSampled(): void {
+    this.chunks.take();
     this.sampled = [];
     this.observed = [];
   }

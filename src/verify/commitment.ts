@@ -2,7 +2,7 @@ import type { CausalLM } from '../models/index.ts';
 import { cat, noGrad, type Tensor } from '../tensor/index.ts';
 import type { ComputeFormat } from './compare.ts';
 import { hashTensors } from './hash.ts';
-import { type ChunkCheck, checkChunk, closedChunks, COMMIT_CHUNK, COMMIT_TOPK, type WorkRecord } from './records/index.ts';
+import { type ChunkCheck, checkChunk, closedChunks, COMMIT_BYTES, COMMIT_CHUNK, COMMIT_TOPK, type WorkRecord } from './records/index.ts';
 import { auxHash, sessionStepHash, type Verdict } from './reexec.ts';
 import { KVCache } from '../models/index.ts';
 
@@ -18,10 +18,10 @@ export interface CommitBound {
  * PROVISIONAL: set before the full calibration.
  */
 export const COMMIT_THRESHOLDS: Readonly<Record<ComputeFormat, CommitBound>> = {
-  f32: { exp: 8, mean: 1, median: 1 },
-  bf16: { exp: 8, mean: 1, median: 1 },
-  int8: { exp: 38, mean: 10, median: 8 },
-  int4: { exp: 38, mean: 10, median: 8 },
+  f32: { exp: 4, mean: 0.016, median: 0.0015 },
+  bf16: { exp: 4, mean: 0.016, median: 0.0015 },
+  int8: { exp: 40, mean: 3.2, median: 2.4 },
+  int4: { exp: 40, mean: 3.2, median: 2.4 },
 };
 
 /** Whether a chunk's check is within the bound. */
@@ -36,7 +36,7 @@ export interface SessionStep {
   keyMask: Tensor | null;
 }
 
-const PROOF_BYTES = 2 + 2 * COMMIT_TOPK;
+const PROOF_BYTES = COMMIT_BYTES();
 
 /**
  * Checks the sampled chunks of a session's activation commitments by ONE prefill of the section over every input the
@@ -101,7 +101,8 @@ export function checkCommitments(
         if (!withinBound(check, bound)) {
           return fail(
             `chunk ${j} (positions ${j * COMMIT_CHUNK}-${(j + 1) * COMMIT_CHUNK - 1}), row ${b}: ${check.expMismatches} of ${COMMIT_TOPK} values `
-            + `differ in sign or exponent, |Δmantissa| mean ${check.mantMean.toFixed(2)} median ${check.mantMedian} (${format} bounds ${bound.exp}, ${bound.mean}, ${bound.median})`,
+            + `differ in sign or exponent; |Δ| in bfloat16 units: mean ${check.mantMean.toPrecision(3)}, median ${check.mantMedian.toPrecision(3)} `
+            + `(${format} bounds ${bound.exp}, ${bound.mean}, ${bound.median})`,
           );
         }
       }

@@ -5,10 +5,10 @@
 // honest hosts never are; with the cheater left out the tokens are one process's.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { generate, loadModel } from '../../src/models/index.ts';
+import { createModel, generate, llamaConfig, loadModel } from '../../src/models/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
 import { ortAvailable, setBackend } from '../../src/tensor/index.ts';
-import { HostedModel } from '../../src/user/index.ts';
+import { distribute, HostedModel } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { parseFault, parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
 import { readHFReference } from '../helpers/hf-fixtures.ts';
@@ -29,8 +29,8 @@ describe('activation commitments on onnxruntime: a host computing with another m
       try {
         const local = await loadModel(ref.dir);
         const want = await generate(local, ref.prompt, options);
-        // every committed chunk checked: the test does not depend on which ones a random draw picks
-        const model = await HostedModel.open(user, validator.node.getMultiaddrs()[0], 'llama3', { ends: ref.dir, verify: { sampleRate: 1 } });
+        // every committed chunk checked, no step re-run: the test does not depend on which ones a random draw picks
+        const model = await HostedModel.open(user, validator.node.getMultiaddrs()[0], 'llama3', { ends: ref.dir, verify: { sampleRate: 1, tailRate: 0 } });
         const cheater = hosts[1].node.peerId.toString();
         // the only host of block 1 cheats: caught when the session's chunks are checked, left out, and nothing covers block 1
         await assert.rejects(model.generate(ref.prompt, options), { name: 'PlanInfeasibleError', message: /hosts caught cheating are left out/ });
@@ -60,4 +60,40 @@ describe('activation commitments on onnxruntime: a host computing with another m
       }
     });
   }
+});
+
+describe('activation commitments in a private job\'s generation (ort)', { skip: ortAvailable() ? false : 'onnxruntime does not load on this machine' }, () => {
+  test('a worker adding noise of 1e-3 to its outputs is caught by the chunks it commits to (no step re-run); the job is planned again without it and the tokens are one process\'s', async () => {
+    setBackend('ort', { threads: 1 });
+    const config = llamaConfig({ vocabSize: 257, hidden: 64, layers: 3, heads: 4, kvHeads: 2, intermediate: 128, maxPositions: 64 });
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const workers: Worker[] = [];
+    for (let i = 0; i < 4; i++) workers.push(await startWorker({ bootstrap: boot, ...(i === 1 ? { fault: parseFault('noise') } : {}) }));
+    const user = await createNode();
+    try {
+      const prompt = [5, 17, 42, 9, 88, 3];
+      const jobOptions = { maxNewTokens: 40, temperature: 0, stopTokens: [] };
+      const want = await generate(createModel(config, { seed: 47 }), prompt, jobOptions);
+      // commitments alone: every chunk checked, no decoding step re-run
+      const dm = await distribute(user, boot, createModel(config, { seed: 47 }), { strategy: 'parameter-balanced', cacheDir: null, verify: { sampleRate: 0, chunkRate: 1 } });
+      const cheater = workers[1].node.peerId.toString();
+      assert.ok(dm.assignment.some((a) => a.peerId === cheater), 'the cheater holds a section');
+      const { tokens } = await dm.generate(prompt, jobOptions);
+      assert.deepEqual(tokens, want.tokens);
+      const v = dm.verification!;
+      assert.deepEqual(v.flagged, [cheater]);
+      assert.ok(v.chunks >= 1 && v.replayedSteps > 0, JSON.stringify(v));
+      assert.ok(!dm.assignment.some((a) => a.peerId === cheater));
+      const failedCheck = validator.overview().events.find((e) => e.kind === 'check-failed');
+      assert.match(failedCheck?.detail ?? '', /chunk 0 \(positions 0-31\)/);
+      process.stderr.write(`commitments in a job: noise 1e-3 caught: ${failedCheck?.detail}\n`);
+      await dm.close();
+    } finally {
+      await user.stop();
+      await Promise.all(workers.map((w) => w.stop()));
+      await validator.stop();
+      setBackend('js');
+    }
+  });
 });

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { InvalidMessageError, VerificationError } from '../../errors.ts';
-import { COMMIT_TOPK } from './commit.ts';
+import { COMMIT_BYTES } from './commit.ts';
 import { signEd25519, verifyEd25519 } from './ed25519.ts';
 
 /** What a worker computed: one micro-batch's forward or backward at one step, an optimizer step, a decoding step. */
@@ -61,7 +61,7 @@ export interface WorkFields {
   seq: number;
   /**
    * A forward or decoding step that closed chunks of COMMIT_CHUNK positions: their activation commitments (commit.ts),
-   * base64, 2 + 2·COMMIT_TOPK bytes each, chunk by chunk and within a chunk row by row (see `closedChunks`).
+   * base64, COMMIT_BYTES() each, chunk by chunk and within a chunk row by row (see `closedChunks`).
    */
   commits?: string;
 }
@@ -83,7 +83,7 @@ const COMMITS = /^[A-Za-z0-9+/]*={0,2}$/;
 
 function commits(v: unknown): string | undefined {
   if (v === undefined) return undefined;
-  const bytes = 2 + 2 * COMMIT_TOPK;
+  const bytes = COMMIT_BYTES();
   if (typeof v !== 'string' || v.length > Math.ceil((MAX_RECORD_COMMITS * bytes) / 3) * 4 || !COMMITS.test(v) || (v.length * 3) / 4 < bytes) {
     throw new InvalidMessageError(`record.commits must be base64 of 1 to ${MAX_RECORD_COMMITS} commitments`);
   }
