@@ -48,14 +48,15 @@ export interface ScoreOptions {
 }
 
 /**
- * The floor of a round's value. An honest replica's score is its improvement over the round's
- * largest, in [−1, 1], plus its cosine with the others' changes: once the loss has flattened, a
- * held-out micro-batch cannot tell honest changes apart and the first term is noise (−1 is
- * common), while the cosine stays about ≥ −0.1, so honest scores stay near or above −1 (the worst
- * of 600 measured: −1.10, README); a zero, copied, non-finite or scaled change scores −3. The
- * floor sits between.
+ * The floor of a round's value: −2, the lowest score a change that is not flagged can get, so
+ * that only flagged rounds (−3: a zero, copied or non-finite change, or one past AdamW's reach)
+ * count against a replica. An honest replica's score is its improvement over the round's largest,
+ * in [−1, 1], plus its cosine with the others' changes. Once the loss has flattened, a held-out
+ * micro-batch of a few windows cannot tell changes apart and the first term is noise: honest
+ * scores went to −1.15 in honest jobs and to −1.56 beside a cheater left in the job (README), so
+ * no floor above −2 keeps them all. The scores still go into the moving average `Standing.rounds`.
  */
-export const SCORE_FLOOR = -1.5;
+export const SCORE_FLOOR = -2;
 
 /** The largest |w| assumed of a trained matrix's entries (weights of a few hundredths to a few tenths are usual). */
 export const MAX_WEIGHT = 2;
