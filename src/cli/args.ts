@@ -84,15 +84,28 @@ export function planFlags(flags: Flags, defaultStrategy: StrategyName): { strate
   return { strategy: strategy as StrategyName, privacy };
 }
 
-/** `--redundancy K` and `--verify-rate P`, as train and generate take them. */
-export function verifyFlags(flags: Flags): { redundancy: number; sampleRate?: number } {
+/**
+ * `--redundancy K`, `--verify-rate P`, `--verify commit|exact` and `--chunk-rate P`, as train and generate take them:
+ * with `--verify exact` no decoding step is checked by its commitments (every sampled one is re-run).
+ */
+export function verifyFlags(flags: Flags): { redundancy: number; sampleRate?: number; chunkRate?: number; exact?: boolean } {
   const redundancy = intFlag(flags, 'redundancy', 1);
   if (redundancy > 1 && flags.replicas !== undefined && flags.replicas !== '1') throw new UsageError('--redundancy and --replicas cannot be combined yet');
-  const raw = flags['verify-rate'];
-  if (raw === undefined) return { redundancy };
-  const sampleRate = numberFlag(flags, 'verify-rate', 0);
-  if (sampleRate > 1) throw new UsageError(`--verify-rate is a share of records within [0, 1], got '${String(raw)}'`);
-  return { redundancy, sampleRate };
+  const share = (flag: string) => {
+    const raw = flags[flag];
+    if (raw === undefined) return undefined;
+    const p = numberFlag(flags, flag, 0);
+    if (p > 1) throw new UsageError(`--${flag} is a share within [0, 1], got '${String(raw)}'`);
+    return p;
+  };
+  const sampleRate = share('verify-rate');
+  const mode = stringFlag(flags, 'verify') ?? 'commit';
+  if (mode !== 'commit' && mode !== 'exact') throw new UsageError(`--verify is commit or exact, got '${mode}'`);
+  const chunkRate = mode === 'exact' ? 0 : share('chunk-rate');
+  return {
+    redundancy, ...(sampleRate === undefined ? {} : { sampleRate }), ...(chunkRate === undefined ? {} : { chunkRate }),
+    ...(mode === 'exact' ? { exact: true } : {}),
+  };
 }
 
 /** Where `auto` serves a dashboard: this port on 127.0.0.1 when it is free, else any free one. */

@@ -104,6 +104,8 @@ export const FORMAT = group('format', {
 export const VERIFICATION = group('verification', {
   'redundancy': int('K', 'run each section on K workers and compare their results bit for bit (js)', { default: 1 }),
   'verify-rate': num('P', 'the share of records, within [0, 1], the validator re-runs', { default: 0.05 }),
+  'verify': choice(['commit', 'exact'], 'how decoding is checked: commit (activation commitments of sampled chunks, one prefill at the validator) or exact (sampled steps re-run, bit for bit on js)', { default: 'commit' }),
+  'chunk-rate': num('P', 'the share of the chunks of 32 positions hosts and workers commit to that the validator checks', { default: 0.37 }),
 });
 
 /** A node's chain (an Ethereum JSON-RPC endpoint and the deployed contracts). */

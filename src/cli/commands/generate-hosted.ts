@@ -35,9 +35,12 @@ export async function loadEnds(
 export async function openHosted(
   Hosted: typeof HostedModelClass, access: { node: Libp2p; bootstrap: string }, name: string, ends: CausalLM, flags: Flags, out: Output,
 ): Promise<HostedModelClass> {
-  const { redundancy, sampleRate } = verifyFlags(flags);
+  const { redundancy, sampleRate, chunkRate, exact } = verifyFlags(flags);
   const paid = stringFlag(flags, 'contracts') !== undefined;
-  const model = await Hosted.open(access.node, access.bootstrap, name, { ends, verify: { redundancy, sampleRate }, ledger: paid });
+  // --verify exact re-runs sampled steps at --verify-rate; by default sampled chunks are checked at --chunk-rate, and
+  // the steps that close none at --verify-rate
+  const verify = exact ? { redundancy, mode: 'reexec' as const, sampleRate } : { redundancy, mode: 'commit' as const, sampleRate: chunkRate, tailRate: sampleRate };
+  const model = await Hosted.open(access.node, access.bootstrap, name, { ends, verify, ledger: paid });
   try {
     out.info(`${name} (${model.entry.hash.slice(0, 12)}…): ${model.entry.layers} blocks on ${new Set(model.entry.hosts.map((h) => h.peerId)).size} hosts`);
     if (paid) await payForJob(flags, { jobId: hostedModelJob(model.entry), user: access.node.peerId.toString() }, out);
