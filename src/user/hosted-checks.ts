@@ -1,4 +1,4 @@
-import { closedChunks, stepsToCatch, type WorkRecord } from '../verify/index.ts';
+import { closedChunks, COMMIT_CHUNK, stepsToCatch, type WorkRecord } from '../verify/index.ts';
 
 /**
  * The share of committed chunks a hosted model's sessions have checked by default: 0.37, the least that catches a host
@@ -27,6 +27,8 @@ export interface ChunkChecks<H extends { peerId: string }> {
  */
 export class ChunkSampler<H extends { peerId: string }> {
   private readonly pending = new Map<string, ChunkChecks<H>>();
+  /** Per host and session: its steps since the last chunk it closed, which no commitment covers (yet). */
+  private readonly uncovered = new Map<string, { hop: H; record: WorkRecord; sent: () => string[] }[]>();
   /** Chunks offered and chunks sampled so far. */
   offered = 0;
   sampled = 0;
@@ -43,13 +45,20 @@ export class ChunkSampler<H extends { peerId: string }> {
    * hashes of the session's steps up to this one) is called only when a chunk is picked.
    */
   offer(hop: H, record: WorkRecord, sent: () => string[], input: { shape: readonly number[] }): void {
-    if (record.commits === undefined || record.session === undefined) return;
-    const chunks = closedChunks(record.step, input.shape[1] ?? 1);
+    if (record.session === undefined) return;
+    const steps = input.shape[1] ?? 1;
+    const key = `${hop.peerId}/${record.job}/${record.session}`;
+    // a step ending inside a chunk is covered only once that chunk closes: until then it is the session's tail
+    const tail = this.uncovered.get(key) ?? [];
+    if (record.commits !== undefined) tail.length = 0;
+    if ((record.step + steps) % COMMIT_CHUNK !== 0) tail.push({ hop, record, sent });
+    this.uncovered.set(key, tail);
+    if (record.commits === undefined) return;
+    const chunks = closedChunks(record.step, steps);
     this.offered += chunks.length;
     const picked = chunks.filter(() => this.rate > 0 && (this.rate >= 1 || this.random() < this.rate));
     if (picked.length === 0) return;
     this.sampled += picked.length;
-    const key = `${hop.peerId}/${record.job}/${record.session}`;
     const open = this.pending.get(key);
     if (!open) {
       this.pending.set(key, { hop, checks: [record], chunks: picked, last: record, sent: sent() });
@@ -67,6 +76,16 @@ export class ChunkSampler<H extends { peerId: string }> {
   take(): ChunkChecks<H>[] {
     const out = [...this.pending.values()];
     this.pending.clear();
+    return out;
+  }
+
+  /**
+   * The steps of each session that no closed chunk covers (its last positions after its last whole chunk, or all of a
+   * session shorter than COMMIT_CHUNK), for re-running a share of them; they are forgotten here.
+   */
+  takeTails(): { hop: H; record: WorkRecord; sent: () => string[] }[] {
+    const out = [...this.uncovered.values()].flat();
+    this.uncovered.clear();
     return out;
   }
 

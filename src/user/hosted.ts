@@ -172,6 +172,10 @@ export class HostedModel {
       const out = await generateWith(this.stepModel(lanes), prompts, options);
       // each host's sampled chunks checked by one prefill, while the hosts still keep the session
       for (const c of sampler.take()) audits.push(this.audit(c.hop, c.last, c.sent, { checks: c.checks, chunks: c.chunks }));
+      // the steps no closed chunk covers (a session's tail) are re-run at tailRate
+      for (const t of sampler.takeTails()) {
+        if (this.tailRate > 0 && Math.random() < this.tailRate) audits.push(this.audit(t.hop, t.record, t.sent()));
+      }
       // the sampled steps are re-run while the hosts still keep the session
       await Promise.all(audits);
       this.accept(signed);
@@ -334,11 +338,9 @@ export class HostedModel {
       onRecord: (hop, record, sent, input) => {
         if (this.ledger) signed.push({ hop, record });
         if (this.redundancy > 1) lane.last.push({ hop, record, sent });
-        // with commitments, a step that closes a chunk is sampled by its chunks; one that closes none (a session's tail)
-        // is re-run at tailRate
-        const rate = this.mode === 'reexec' ? this.sampleRate : record.commits === undefined ? this.tailRate : 0;
+        // with commitments, the chunks a step closes are sampled (and the steps left uncovered at the end, the tail)
         if (this.mode === 'commit') sampler.offer(hop, record, sent, input);
-        if (rate > 0 && Math.random() < rate) audits.push(this.audit(hop, record, sent()));
+        else if (this.sampleRate > 0 && Math.random() < this.sampleRate) audits.push(this.audit(hop, record, sent()));
       },
     };
   }

@@ -139,7 +139,9 @@ export class JobVerifier {
   observe(worker: PeerTarget, record: WorkRecord, sent?: () => string[], input?: { shape: readonly number[] }): void {
     this.observed.push({ worker, record });
     this.summary.byBackend[record.backend] = (this.summary.byBackend[record.backend] ?? 0) + 1;
-    if (record.commits !== undefined && sent && input && this.chunks.rate > 0) {
+    // a decoding step is sampled by the chunks it closes; a step inside a chunk waits: covered once its chunk closes,
+    // else (the session's tail) sampled for re-execution at the end
+    if (record.kind === 'decode' && sent && input && this.chunks.rate > 0) {
       this.chunks.offer(worker, record, sent, input);
       return;
     }
@@ -208,6 +210,11 @@ export class JobVerifier {
     // each worker's sampled chunks of a session: one commitment check (one prefill) each
     const chunked = this.chunks.take()
       .map((c) => ({ worker: c.hop, record: c.last, sent: c.sent, commit: { checks: c.checks, chunks: c.chunks } }));
+    // the steps of a session no closed chunk covers: re-run at the job's rate
+    for (const t of this.chunks.takeTails()) {
+      if (this.sampler.rate === 0 || !this.sampler.pick(this.sampler.rate)) continue;
+      this.sampled.push({ worker: t.hop, record: t.record, sent: t.sent() });
+    }
     const batch: { worker: PeerTarget; record: WorkRecord; sent?: string[]; commit?: { checks: WorkRecord[]; chunks: number[] } }[] = [
       ...this.sampled, ...chunked,
     ];
@@ -258,6 +265,7 @@ export class JobVerifier {
   /** Forgets sampled records (a step that failed, or a job rolled back). */
   discardSampled(): void {
     this.chunks.take();
+    this.chunks.takeTails();
     this.sampled = [];
     this.observed = [];
   }
