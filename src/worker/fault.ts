@@ -7,10 +7,10 @@ import { Generator, packWeight, type Tensor, tensor, unpackMatrix, zeros } from 
  * - noise: adds noise of relative size 1e-3 to its outputs (forward outputs, input gradients);
  * - skip: returns its input (or the gradient it was given) instead of running its layers;
  * - stale: never applies its optimizer steps (and says so in its step records);
- * - scale-grad: multiplies its parameters' gradients by 2;
+ * - scale-grad: multiplies its parameters' gradients by 2 (in a job with local steps, the change it sends: user/scoring.ts);
  * - zero: returns zeros;
  * - replay: returns the output of an earlier micro-batch;
- * - free-ride: contributes zero gradients (as a replica, it sends zeros to the others);
+ * - free-ride: contributes zero gradients (as a replica, it sends zeros to the others; with local steps, no change);
  * - slow: holds each computation SLOW_FAULT_MS before running it (alive and answering, far slower
  *   than it announced: the user's deadlines must treat it as lost);
  * - substitute:int4 / substitute:other: a host serves a cheaper model than the one it announces: its hosted blocks'

@@ -22,7 +22,9 @@ import type { ModelIndex } from './model-index.ts';
 import { PeerStreams } from './peer-streams.ts';
 
 /** What a tensor answer carries, for the job's traffic: weights, a verifier's evidence, or (any other) activations. */
-const ANSWER_TRAFFIC: Record<string, 'weights' | 'audits'> = { 'weight': 'weights', 'moments': 'weights', 'audit-part': 'audits' };
+const ANSWER_TRAFFIC: Record<string, 'weights' | 'audits'> = {
+  'weight': 'weights', 'moments': 'weights', 'trial-delta': 'weights', 'audit-part': 'audits', 'dispute-value': 'audits',
+};
 
 /** Every stage request type and its handler: the one dispatch table of the stage protocol. */
 const HANDLERS: Record<string, StageHandler> = {
