@@ -170,8 +170,7 @@ export class HostedModel {
         this.onSession?.(lane.session);
       }
       const out = await generateWith(this.stepModel(lanes), prompts, options);
-      // each host's sampled chunks checked by one prefill, while the hosts still keep the session
-      for (const c of sampler.take()) audits.push(this.audit(c.hop, c.last, c.sent, { checks: c.checks, chunks: c.chunks }));
+      // the sampled chunks were checked as they closed (each host's session prefilled once, as it went)
       // the steps no closed chunk covers (a session's tail) are re-run at tailRate
       for (const t of sampler.takeTails()) {
         if (this.tailRate > 0 && Math.random() < this.tailRate) audits.push(this.audit(t.hop, t.record, t.sent()));
@@ -262,7 +261,7 @@ export class HostedModel {
    * session up to `record`; a failed check excludes the host. Null: left unchecked.
    */
   private async audit(
-    hop: RouteHop, record: WorkRecord, sent: string[], commit?: { checks: WorkRecord[]; chunks: number[] },
+    hop: RouteHop, record: WorkRecord, sent: string[], commit?: { checks: WorkRecord[]; chunks: number[]; keep?: boolean },
   ): Promise<boolean | null> {
     const { entry } = this;
     const jobId = hostedJobId({ name: entry.name, hash: entry.hash, layers: hop.layers });
@@ -328,6 +327,8 @@ export class HostedModel {
   private router(
     tokens: number, audits: Promise<unknown>[], signed: SignedStep[], lane: Lane, lanes: Lane[], sampler: ChunkSampler<RouteHop>,
   ): SessionRouter {
+    // each host's commitment checks of a session, one after another
+    const chains = new Map<string, Promise<unknown>>();
     return {
       stageFor: (hop) => this.stageFor(hop),
       reroute: async (from, to, avoid) => {
@@ -338,9 +339,19 @@ export class HostedModel {
       onRecord: (hop, record, sent, input) => {
         if (this.ledger) signed.push({ hop, record });
         if (this.redundancy > 1) lane.last.push({ hop, record, sent });
-        // with commitments, the chunks a step closes are sampled (and the steps left uncovered at the end, the tail)
-        if (this.mode === 'commit') sampler.offer(hop, record, sent, input);
-        else if (this.sampleRate > 0 && Math.random() < this.sampleRate) audits.push(this.audit(hop, record, sent()));
+        // with commitments, the chunks a step closes are sampled and checked at once, while the session goes on: the
+        // validator prefills each host's session as it goes (keep), a check at a time per host and session, in order;
+        // the steps left uncovered at the end (the tail) are re-run at tailRate
+        if (this.mode === 'commit') {
+          sampler.offer(hop, record, sent, input);
+          for (const c of sampler.take()) {
+            const key = `${hop.peerId}/${record.session}`;
+            const commit = { checks: c.checks, chunks: c.chunks, keep: true };
+            const check = (chains.get(key) ?? Promise.resolve()).then(() => this.audit(c.hop, c.last, c.sent, commit));
+            chains.set(key, check.catch(() => null));
+            audits.push(check);
+          }
+        } else if (this.sampleRate > 0 && Math.random() < this.sampleRate) audits.push(this.audit(hop, record, sent()));
       },
     };
   }

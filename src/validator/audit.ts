@@ -8,15 +8,17 @@ import type { Tensor } from '../tensor/index.ts';
 import { type CausalLM, configFromHF } from '../models/index.ts';
 import {
   type Bundle, checkCommitments, checkpointHash, compactWeightOf, formatOfWeights, maxBundleBytes, parseRecord, rebuildSection, recordId,
-  reexecute, type Reputation, signatureValid, type Verdict, type WorkRecord,
+  reexecute, type Reputation, type SessionPrefill, signatureValid, type Verdict, type WorkRecord,
 } from '../verify/index.ts';
-import { SectionCache } from './sections.ts';
+import { SectionCache, SessionPrefills } from './sections.ts';
 
 /**
  * A commitment check of a session (AuditRequest.commit): the section from the cache, or rebuilt from the weights the
  * worker handed over and checked against the hash its records name (then cached), and one prefill over the session.
  */
-function checkSession(req: AuditRequest, bundle: Bundle, cached: CausalLM | undefined, sections: SectionCache, key: string): Verdict {
+function checkSession(
+  req: AuditRequest, bundle: Bundle, cached: CausalLM | undefined, sections: SectionCache, key: string, prior?: SessionPrefill,
+): Verdict & { prefill?: SessionPrefill } {
   const { record } = req;
   try {
     let section = cached;
@@ -28,7 +30,7 @@ function checkSession(req: AuditRequest, bundle: Bundle, cached: CausalLM | unde
     }
     const format = formatOfWeights(section.stateDict().values());
     const { checks, chunks } = req.commit!;
-    return checkCommitments(section, { last: record, checks, chunks, history: bundle.history!, sent: req.sent }, format);
+    return checkCommitments(section, { last: record, checks, chunks, history: bundle.history!, sent: req.sent }, format, prior);
   } catch (err) {
     return { ok: false, inconclusive: true, reason: `the check could not run: ${(err as Error).message}` };
   }
@@ -52,9 +54,11 @@ export interface AuditRequest {
   /**
    * Check activation commitments instead of re-running the record (a decoding step): the records of the session that
    * carry the sampled chunks (`checks`, signed by the worker) and the chunks to check; `record` is the session's last
-   * step to recompute up to. The section is the validator's (cached by job and weights): only the inputs move.
+   * step to recompute up to. The section is the validator's (cached by job and weights): only the inputs move. `keep`:
+   * the session is checked as it goes; its prefill is kept for the next check, which fetches and prefills only the
+   * steps after.
    */
-  commit?: { checks: WorkRecord[]; chunks: number[] };
+  commit?: { checks: WorkRecord[]; chunks: number[]; keep?: boolean };
 }
 
 export interface AuditVerdict extends Verdict {
@@ -93,9 +97,22 @@ async function openAuditStream(node: Libp2p, worker: PeerTarget, jobId: string) 
  * are the evidence.
  */
 export async function audit(
-  node: Libp2p, reputation: Reputation, req: AuditRequest, sections = new SectionCache(),
+  node: Libp2p, reputation: Reputation, req: AuditRequest, sections = new SectionCache(), sessions = new SessionPrefills(),
 ): Promise<AuditVerdict> {
   const { record, worker } = req;
+  // a session checked as it goes: one check at a time, each going on from the last one's prefill
+  if (req.commit?.keep) {
+    const key = `${worker.peerId}/${req.jobId}/${record.session}/${record.weights}`;
+    return sessions.serial(key, () => auditOnce(node, reputation, req, sections, { sessions, key }));
+  }
+  return auditOnce(node, reputation, req, sections);
+}
+
+async function auditOnce(
+  node: Libp2p, reputation: Reputation, req: AuditRequest, sections: SectionCache, going?: { sessions: SessionPrefills; key: string },
+): Promise<AuditVerdict> {
+  const { record, worker } = req;
+  const prior = going?.sessions.get(going.key);
   for (const r of [record, ...(req.commit?.checks ?? [])]) {
     if (r.peer !== worker.peerId || !signatureValid(r, publicKeyOf(worker.peerId))) {
       throw new InvalidMessageError(`the record to audit is not signed by ${worker.peerId}`);
@@ -127,8 +144,9 @@ export async function audit(
   try {
     const which = {
       kind: record.kind, step: record.step, micro: record.micro, ...(record.session ? { session: record.session } : {}),
-      ...(cached ? { weights: false } : {}),
+      ...(cached ? { weights: false } : {}), ...(prior && cached ? { from: prior.steps } : {}),
     };
+    const first = prior && cached ? prior.steps : 0;
     let index: Record<string, unknown>;
     try {
       const frame = await client.call({ type: 'audit-index', ...which });
@@ -149,8 +167,8 @@ export async function audit(
     if (req.sent) bundle.sent = req.sent;
     const history: { input?: Tensor; positions?: Tensor; keyMask: Tensor | null }[] = [];
     const at = (name: string) => {
-      const i = Number(name);
-      if (!Number.isSafeInteger(i) || i < 0 || i > 1_000_000) throw new InvalidMessageError(`audit: '${name}' is not a step of a session`);
+      const i = Number(name) - first;
+      if (!Number.isSafeInteger(i) || i < 0 || i > 1_000_000) throw new InvalidMessageError(`audit: '${name}' is not a step of a session asked for`);
       history[i] ??= { keyMask: null };
       return history[i];
     };
@@ -188,7 +206,13 @@ export async function audit(
       if (history.some((h) => !h || !h.input || !h.positions)) return finish({ ok: false, reason: 'it handed over an incomplete session' });
       bundle.history = history.map((h) => ({ input: h.input!, positions: h.positions!, keyMask: h.keyMask }));
     }
-    if (req.commit) return finish(checkSession(req, bundle, cached, sections, sectionKey));
+    if (req.commit) {
+      const v = checkSession(req, bundle, cached, sections, sectionKey, first > 0 ? prior : undefined);
+      if (going && v.ok && v.prefill) going.sessions.set(going.key, v.prefill);
+      else going?.sessions.delete(going.key);
+      delete v.prefill;
+      return finish(v);
+    }
     return finish(reexecute(record, bundle));
   } catch (err) {
     return finish({ ok: false, reason: `its bundle could not be read: ${(err as Error).message}` }, true);

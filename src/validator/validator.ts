@@ -10,7 +10,7 @@ import { EventLog, JobBoard } from './overview.ts';
 import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
 import { audit } from './audit.ts';
 import { disputeHandler } from './dispute.ts';
-import { SectionCache } from './sections.ts';
+import { SectionCache, SessionPrefills } from './sections.ts';
 import { PEER_TTL_MS, Registry } from './registry.ts';
 import { Slots } from './slots.ts';
 import { LedgerService } from './ledger-service.ts';
@@ -71,6 +71,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   const auditSlots = new Slots(MAX_CONCURRENT_AUDITS);
   // the sections commitment checks run on, fetched once per job and weights
   const sections = new SectionCache();
+  // the hosted sessions it checks as they go, each one's prefill so far
+  const sessions = new SessionPrefills();
   const withStanding = (p: PeerRecord): PeerRecord => {
     if (!p.roles.includes('worker')) return p;
     const s: Standing = reputation.standing(p.peerId);
@@ -135,9 +137,9 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       const { commit, ...request } = parseAuditMessage(m);
       const record = parseRecord(request.record);
       const worker = request.worker;
-      const checks = commit ? { commit: { checks: commit.checks.map(parseRecord), chunks: commit.chunks } } : {};
+      const checks = commit ? { commit: { ...commit, checks: commit.checks.map(parseRecord) } } : {};
       // re-executions take CPU and memory: a few at a time, whoever asks
-      const verdict = await auditSlots.run(() => audit(node, reputation, { ...request, record, ...checks }, sections));
+      const verdict = await auditSlots.run(() => audit(node, reputation, { ...request, record, ...checks }, sections, sessions));
       const what = commit
         ? `chunk(s) ${commit.chunks.join(', ')} of session ${record.session?.slice(0, 8)}, job ${record.job.slice(0, 12)}`
         : `${record.kind === 'step' ? 'update' : record.kind} of step ${record.step}${record.kind === 'step' ? '' : `, micro-batch ${record.micro}`}, job ${record.job.slice(0, 8)}`;

@@ -1,21 +1,28 @@
-import type { CausalLM } from '../models/index.ts';
+import { type CausalLM, KVCache } from '../models/index.ts';
 import { cat, noGrad, type Tensor } from '../tensor/index.ts';
 import type { ComputeFormat } from './compare.ts';
 import { hashTensors } from './hash.ts';
 import { type ChunkCheck, checkChunk, closedChunks, COMMIT_BYTES, COMMIT_CHUNK, COMMIT_TOPK, type WorkRecord } from './records/index.ts';
 import { auxHash, sessionStepHash, type Verdict } from './reexec.ts';
-import { KVCache } from '../models/index.ts';
 
-/** The most a checked chunk may differ from its commitment and pass: sign-or-exponent mismatches of 128, mean and median |Δmantissa|. */
+/** The most a checked chunk may differ from its commitment and pass: sign-or-exponent mismatches of 128, mean and median |Δ|. */
 export interface CommitBound {
   exp: number;
+  /** Mean and median |Δ| in units of bfloat16's last place, over the values whose sign and exponent agree. */
   mean: number;
   median: number;
 }
 
 /**
- * The bounds a recomputed chunk is held to, by the format the section's matrices are held in (see bench/commit-drift.ts).
- * PROVISIONAL: set before the full calibration.
+ * The bounds a recomputed chunk is held to, by the format the section's matrices are held in. From bench/commit-drift.ts
+ * (the README, "Activation commitments", has the figures): each bound lies between the worst honest difference across
+ * js, ort (1 and 2 threads, compiled graphs, decoding against a prefill) and webgpu, and the closest cheat to catch.
+ * - f32 and bf16 (computed in float32): honest at most 0 mismatches, mean 0.0079 (one value at the top-k boundary),
+ *   median 7.6e-5; noise of 1e-3 at least median 0.028, int8 for f32 0.34: the median bound 0.0015 is 20× above the
+ *   one and 18× below the other, the mean bound 0.016 2× above the honest outlier.
+ * - int8 and int4 (MatMulNBits quantizes activations: other backends round differently): honest at most 15
+ *   mismatches, mean 1.95, median 1.34; int4 for int8 at least 14, 5.3, 4.3; another model, zeros, the input
+ *   returned, a replay ≥ 120 mismatches. Noise below about 1e-2 passes, as ORT_TOLERANCES lets it.
  */
 export const COMMIT_THRESHOLDS: Readonly<Record<ComputeFormat, CommitBound>> = {
   f32: { exp: 4, mean: 0.016, median: 0.0015 },
@@ -36,14 +43,34 @@ export interface SessionStep {
   keyMask: Tensor | null;
 }
 
+/**
+ * What a validator holds of a session it checks as it goes: the section's KV cache over the steps it prefilled, the
+ * hashes of those steps, and what the section added at the positions of the chunk still open (its values are needed
+ * when that chunk closes). A later check prefills only the steps after.
+ */
+export interface SessionPrefill {
+  cache: KVCache;
+  /** Steps prefilled, and the positions they hold. */
+  steps: number;
+  position: number;
+  /** The hashes of those steps as the user sent them. */
+  sent: string[];
+  /** Output − input at positions [32·⌊position/32⌋, position), [rows, n, width] (null before any step). */
+  open: Float32Array | null;
+  rows: number;
+  width: number;
+}
+
 const PROOF_BYTES = COMMIT_BYTES();
 
 /**
- * Checks the sampled chunks of a session's activation commitments by ONE prefill of the section over every input the
+ * Checks the sampled chunks of a session's activation commitments by ONE prefill of the section over the inputs the
  * session was sent (TOPLOC's check): `section` computes with the weights the worker announced (in their format), on
  * the validator's own backend; each record in `checks` (signed by the worker, of this session) carries the commitments
  * of the chunks its step closed, and those in `chunks` are compared with what the prefill gives, row by row, under
- * COMMIT_THRESHOLDS[format]. `sent` (the hashes of the steps as the user sent them) ties the inputs to the session.
+ * COMMIT_THRESHOLDS[format]. `sent` (the hashes of every step as the user sent them) ties the inputs to the session.
+ * With `prior` (a check of the same session made before), `history` holds only the steps after it: only those are
+ * prefilled, and `prior` is brought up to the session's last step.
  * @example
  * const verdict = checkCommitments(section, { last, checks, chunks: [0, 3], history, sent }, 'f32')
  */
@@ -51,26 +78,32 @@ export function checkCommitments(
   section: CausalLM,
   req: { last: WorkRecord; checks: WorkRecord[]; chunks: number[]; history: SessionStep[]; sent?: string[] },
   format: ComputeFormat,
-): Verdict & { chunks?: number; worst?: ChunkCheck } {
+  prior?: SessionPrefill,
+): Verdict & { chunks?: number; worst?: ChunkCheck; prefill?: SessionPrefill } {
   const { last, checks, history, sent } = req;
   const fail = (reason: string): Verdict => ({ ok: false, reason });
   if (history.length === 0) return fail('the bundle has no inputs');
+  const before = prior?.steps ?? 0;
   const stepHash = (h: SessionStep) => sessionStepHash(hashTensors([h.input]), auxHash(h.positions, h.keyMask));
-  if (sent && (sent.length !== history.length || history.some((h, i) => stepHash(h) !== sent[i]))) {
+  if (sent && (sent.length !== before + history.length || history.some((h, i) => stepHash(h) !== sent[before + i]))) {
     return fail('the inputs it kept are not the ones its session was sent');
   }
-  // where each step starts in the cache
+  if (prior && sent && prior.sent.some((h, i) => sent[i] !== h)) return fail('its session was sent other steps than the ones checked before');
+  // where each new step starts in the cache
   const starts: number[] = [];
-  let total = 0;
+  let end = prior?.position ?? 0;
   for (const h of history) {
-    starts.push(total);
-    total += h.input.shape[1] ?? 1;
+    starts.push(end);
+    end += h.input.shape[1] ?? 1;
   }
   const lastIn = history.at(-1)!;
   if (hashTensors([lastIn.input]) !== last.input || (last.aux !== undefined && auxHash(lastIn.positions, lastIn.keyMask) !== last.aux)) {
     return fail('the inputs it kept are not the ones its record names');
   }
-  const { values, width, rows } = prefill(section, history, total);
+  const state = prefill(section, history, end, prior);
+  // the values from the open chunk's first position on: [rows, end − base, width]
+  const { values, base, rows, width } = state;
+  const span = end - base;
   const bound = COMMIT_THRESHOLDS[format];
   const wanted = new Set(req.chunks);
   let checked = 0;
@@ -79,7 +112,7 @@ export function checkCommitments(
   for (const record of checks) {
     const i = starts.indexOf(record.step);
     if (i < 0 || record.session !== last.session || record.job !== last.job || record.peer !== last.peer) {
-      return fail(`its record at position ${record.step} is not a step of the session it kept`);
+      return fail(`its record at position ${record.step} is not a step of the session checked now`);
     }
     const h = history[i];
     if (sessionStepHash(record.input, record.aux ?? '') !== stepHash(h)) return fail(`its record at position ${record.step} names other inputs than it kept`);
@@ -90,10 +123,11 @@ export function checkCommitments(
     }
     for (const [c, j] of closed.entries()) {
       if (!wanted.has(j)) continue;
+      if (j * COMMIT_CHUNK < base) return fail(`chunk ${j} was checked before`);
       for (let b = 0; b < rows; b++) {
         const at = (c * rows + b) * PROOF_BYTES;
-        const mine = values.subarray((b * total + j * COMMIT_CHUNK) * width, (b * total + (j + 1) * COMMIT_CHUNK) * width);
-        const check = checkChunk(mine, proofs.subarray(at, at + PROOF_BYTES));
+        const from = (b * span + j * COMMIT_CHUNK - base) * width;
+        const check = checkChunk(values.subarray(from, from + COMMIT_CHUNK * width), proofs.subarray(at, at + PROOF_BYTES));
         checked++;
         worst.expMismatches = Math.max(worst.expMismatches, check.expMismatches);
         worst.mantMean = Math.max(worst.mantMean, check.mantMean);
@@ -109,33 +143,49 @@ export function checkCommitments(
     }
   }
   if (checked === 0) return fail('none of the chunks asked for is committed in the records given');
-  return { ok: true, reason: `${checked} chunk(s) within their commitments`, chunks: checked, worst };
+  // what a later check of the session goes on from: the cache, and the open chunk's values
+  const openFrom = COMMIT_CHUNK * Math.floor(end / COMMIT_CHUNK);
+  const open = new Float32Array(rows * (end - openFrom) * width);
+  for (let b = 0; b < rows; b++) {
+    open.set(values.subarray((b * span + openFrom - base) * width, (b * span + span) * width), b * (end - openFrom) * width);
+  }
+  const next: SessionPrefill = {
+    cache: state.cache, steps: before + history.length, position: end, sent: [...(sent ?? [])], open, rows, width,
+  };
+  return { ok: true, reason: `${checked} chunk(s) within their commitments`, chunks: checked, worst, prefill: next };
 }
 
 /**
- * What the section adds to every position of the session, [rows, total, width] flattened: one forward over all the
- * inputs at once when the last step's key mask covers them all (or there is none), else step by step with a KV cache.
+ * What the section adds to the new positions, prepended with the open chunk's values `prior` kept: [rows, end − base,
+ * width] with base the open chunk's first position. One forward over all the new inputs at once when the last step's
+ * key mask covers them all (or there is none), else step by step; always on the prior's KV cache, or a fresh one.
  */
-function prefill(section: CausalLM, history: SessionStep[], total: number): { values: Float32Array; width: number; rows: number } {
+function prefill(section: CausalLM, history: SessionStep[], end: number, prior?: SessionPrefill) {
+  const cache = prior?.cache ?? new KVCache(section.config.layers);
   const lastMask = history.at(-1)!.keyMask;
-  const whole = history.every((h) => h.input.dtype === history[0].input.dtype) && (lastMask === null || lastMask.shape[1] === total);
-  let x: Tensor;
+  const whole = history.every((h) => h.input.dtype === history[0].input.dtype) && (lastMask === null || lastMask.shape[1] === end);
+  const x = history.length === 1 ? history[0].input : cat(history.map((h) => h.input), 1);
   let y: Tensor;
   if (whole) {
-    x = history.length === 1 ? history[0].input : cat(history.map((h) => h.input), 1);
     const positions = history.length === 1 ? history[0].positions : cat(history.map((h) => h.positions), 1);
-    y = noGrad(() => section.forward(x, { cache: new KVCache(section.config.layers), positions, keyMask: lastMask }));
+    y = noGrad(() => section.forward(x, { cache, positions, keyMask: lastMask }));
   } else {
-    const cache = new KVCache(section.config.layers);
-    const outs = history.map((h) => noGrad(() => section.forward(h.input, { cache, positions: h.positions, keyMask: h.keyMask })));
-    x = cat(history.map((h) => h.input), 1);
-    y = cat(outs, 1);
+    y = cat(history.map((h) => noGrad(() => section.forward(h.input, { cache, positions: h.positions, keyMask: h.keyMask }))), 1);
   }
-  const [rows, , width] = y.shape;
+  const [rows, steps, width] = y.shape;
   const out = y.data as Float32Array;
-  if (x.dtype !== 'float32' || x.size !== y.size) return { values: out, width, rows };
-  const xin = x.data as Float32Array;
-  const values = new Float32Array(out.length);
-  for (let i = 0; i < out.length; i++) values[i] = out[i] - xin[i];
-  return { values, width, rows };
+  const added = x.dtype === 'float32' && x.size === y.size ? x.data as Float32Array : null;
+  const start = prior?.position ?? 0;
+  const base = COMMIT_CHUNK * Math.floor(start / COMMIT_CHUNK);
+  const kept = start - base;
+  const span = kept + steps;
+  const values = new Float32Array(rows * span * width);
+  for (let b = 0; b < rows; b++) {
+    if (kept > 0 && prior?.open) values.set(prior.open.subarray(b * kept * width, (b + 1) * kept * width), b * span * width);
+    for (let i = 0; i < steps * width; i++) {
+      const at = b * steps * width + i;
+      values[(b * span + kept) * width + i] = added ? out[at] - added[at] : out[at];
+    }
+  }
+  return { values, base, rows, width, cache };
 }

@@ -8,7 +8,7 @@ export {
 export {
   auxHash, type Bundle, checkpointHash, compactWeightOf, maxBundleBytes, rebuildSection, reexecute, sessionStepHash, type Verdict,
 } from './reexec.ts';
-export { checkCommitments, COMMIT_THRESHOLDS, type CommitBound, type SessionStep, withinBound } from './commitment.ts';
+export { checkCommitments, COMMIT_THRESHOLDS, type CommitBound, type SessionPrefill, type SessionStep, withinBound } from './commitment.ts';
 export { type Standing, Reputation } from './reputation.ts';
 export { AuditSampler, expectedStepsToCatch, stepCatchProbability, stepsToCatch } from './sampling.ts';
 export { gradsHash, optimizerHash, weightsHash } from './state.ts';

@@ -64,7 +64,7 @@ function pieces(records: TrainingRecords, kept: KeptComputation): Map<string, { 
  * session up to that step (the validator rebuilds the KV cache from them).
  */
 function decodeBundle(
-  job: JobEntry, sessionId: string, step: number, withWeights = true,
+  job: JobEntry, sessionId: string, step: number, withWeights = true, from = 0,
 ): { record: WorkRecord; parts: Map<string, Piece> } {
   const section = sectionOf(job);
   const session = section.sessions.get(sessionId);
@@ -74,10 +74,12 @@ function decodeBundle(
   const parts = new Map<string, { entry: PartEntry; tensor: Tensor }>();
   const add = (part: string, tensor: Tensor, name: string) => parts.set(`${part}:${name}`, { entry: entryOf(part, tensor, name), tensor });
   if (withWeights) for (const [n, t] of section.announced ?? weightsWithAdapter(section.model)) add('weight', t, n);
-  session.history.slice(0, upTo + 1).forEach((h, i) => {
-    add('input', h.input, String(i));
-    add('positions', h.positions, String(i));
-    if (h.keyMask) add('mask', h.keyMask, String(i));
+  if (from > upTo) throw new InvalidMessageError(`session ${sessionId}: steps from ${from} asked, its step at position ${step} is its ${upTo}th`);
+  // the steps are named by their index in the session
+  session.history.slice(from, upTo + 1).forEach((h, i) => {
+    add('input', h.input, String(from + i));
+    add('positions', h.positions, String(from + i));
+    if (h.keyMask) add('mask', h.keyMask, String(from + i));
   });
   const output = session.history[upTo].output;
   if (output) add('output', output, '');
@@ -94,9 +96,9 @@ export const auditHandlers: Record<string, StageHandler> = {
   'audit-index': {
     verifiers: true,
     run: ({ body, job }) => {
-      const { kind, step, micro, session, weights } = parseAudit(body, false);
+      const { kind, step, micro, session, weights, from } = parseAudit(body, false);
       if (kind === 'decode') {
-        const { record, parts } = decodeBundle(job, session!, step, weights !== false);
+        const { record, parts } = decodeBundle(job, session!, step, weights !== false, from);
         return control('audit', { record, parts: [...parts.values()].map((p) => p.entry) });
       }
       const { records } = trainingOf(job);
@@ -107,8 +109,10 @@ export const auditHandlers: Record<string, StageHandler> = {
   'audit-part': {
     verifiers: true,
     run: ({ body, job }) => {
-      const { kind, step, micro, part, name, session } = parseAudit(body, true);
-      const all = kind === 'decode' ? decodeBundle(job, session!, step).parts : pieces(trainingOf(job).records, keptOf(trainingOf(job).records, kind, step, micro));
+      const { kind, step, micro, part, name, session, weights, from } = parseAudit(body, true);
+      const all = kind === 'decode'
+        ? decodeBundle(job, session!, step, weights !== false, from).parts
+        : pieces(trainingOf(job).records, keptOf(trainingOf(job).records, kind, step, micro));
       const piece = all.get(`${part}:${name ?? ''}`);
       if (!piece) throw new InvalidMessageError(`the record of ${kind} ${step}:${micro} has no part ${part}${name ? ` '${name}'` : ''}`);
       const packed = piece.tensor.packed;

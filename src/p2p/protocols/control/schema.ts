@@ -127,20 +127,23 @@ export interface AuditMessage {
   sent?: string[];
   /** The job's LoRA adapter, as its load named it (the worker's records name the config with it). */
   adapter?: WireAdapter;
-  /** A commitment check of a session's sampled chunks: the records carrying them (parsed by verify/) and the chunks. */
-  commit?: { checks: unknown[]; chunks: number[] };
+  /**
+   * A commitment check of a session's sampled chunks: the records carrying them (parsed by verify/) and the chunks;
+   * `keep`: the session is checked as it goes, and the validator keeps its prefill for the next check.
+   */
+  commit?: { checks: unknown[]; chunks: number[]; keep?: boolean };
 }
 
 /** Records one commitment check may carry, and chunks it may ask for. */
 export const MAX_COMMIT_CHECKS = 256;
 export const MAX_COMMIT_CHUNKS = 4096;
 
-function parseCommit(v: unknown): { checks: unknown[]; chunks: number[] } {
+function parseCommit(v: unknown): { checks: unknown[]; chunks: number[]; keep?: boolean } {
   const m = obj(v, 'commit');
   const checks = list(m.checks, 'commit.checks', MAX_COMMIT_CHECKS, (c) => c);
   const chunks = list(m.chunks, 'commit.chunks', MAX_COMMIT_CHUNKS, (c, what) => int(c, what, 0, 1_000_000));
   if (checks.length === 0 || chunks.length === 0) throw new InvalidMessageError('commit: at least one record and one chunk to check');
-  return { checks, chunks };
+  return { checks, chunks, ...(m.keep === true ? { keep: true } : {}) };
 }
 
 export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {

@@ -424,6 +424,8 @@ export interface AuditRequest {
   name?: string;
   /** A decoding step's bundle without the section's weights (a validator that holds them already: `weights: false`). */
   weights?: boolean;
+  /** A decoding step's bundle from this step of its session on (a validator that prefilled the steps before). */
+  from?: number;
 }
 
 /** Which kept computation an audit asks about (and, for audit-part, which piece of it). */
@@ -433,6 +435,7 @@ export function parseAudit(m: Record<string, unknown>, withPart: boolean): Audit
   const out: AuditRequest = { kind, step: int(m.step, 'step', 0), micro: parseMicro(m) };
   if (kind === 'decode') out.session = parseSessionId(m.session);
   if (m.weights === false) out.weights = false;
+  if (m.from !== undefined) out.from = int(m.from, 'from', 0, 1_000_000);
   if (withPart) {
     const part = str(m.part, 'part', 16) as AuditPart;
     if (!AUDIT_PARTS.includes(part)) fail(`part must be one of ${AUDIT_PARTS.join(', ')}`);
