@@ -5,7 +5,7 @@ import { addTraffic, type Traffic } from '../p2p/index.ts';
 import { type PipelineStage, PipelineTrainer, type ScheduleName, type StageHandle, userEnds } from '../pipeline/index.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
 import { deadlineMs, retryOnLoss } from './failover.ts';
-import { CaughtError, JobTrainer, type TrainingFailover } from './job-trainer.ts';
+import { JobTrainer, type TrainingFailover } from './job-trainer.ts';
 import { ownEndLayers, ownEnds } from './job-stage.ts';
 import type { JobPlacement } from './placement.ts';
 import type { ProgressReporter } from './progress.ts';
@@ -340,19 +340,7 @@ export class JobTraining {
       ...sync,
       ...(ordered ? { orderedReplicas: true } : {}),
     });
-    const scorer = this.scorer;
-    if (scorer) {
-      this.pipeline.beforeAverage = async (step, lrs) => {
-        const { excluded } = await scorer.round(handles, step, lrs);
-        if (excluded.length === 0) return;
-        // out of this job: the rollback plans it again without them and replays every step
-        for (const peer of excluded) {
-          verifier.excluded.add(peer);
-          if (!verifier.summary.flagged.includes(peer)) verifier.summary.flagged.push(peer);
-        }
-        throw new CaughtError(excluded.map((peer) => ({ ok: false, peer, reason: scorer.reputation.standing(peer).reason ?? 'scored out' })));
-      };
-    }
+    if (this.scorer) this.pipeline.beforeAverage = this.scorer.beforeAverage(handles, verifier);
     return this.pipeline;
   }
 

@@ -3,7 +3,9 @@ import { countTargets, microBatchLoss, type ModelLayer, runLayers, type Training
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { FLAGGED_SCORE, scoreContributions } from '../verify/contribution.ts';
 import { Reputation, type Standing } from '../verify/reputation.ts';
+import { CaughtError } from './job-trainer.ts';
 import type { RemoteTrainStage } from './remote-train.ts';
+import type { JobVerifier } from './verifier.ts';
 
 /**
  * Scored contributions in a running job (Gauntlet, after Templar's validator): in a job whose
@@ -187,6 +189,22 @@ export class ReplicaScorer {
    * (each section's replicas, in the pipeline's order): every replica's change, fetched, scored
    * and added to its reputation. Call it before the average.
    */
+  /**
+   * What a job runs before each average (PipelineTrainer.beforeAverage): a round over its replicas; the replicas it
+   * excludes leave the job (flagged by its verifier) and a CaughtError has the job rolled back and replayed without them.
+   */
+  beforeAverage(sections: RemoteTrainStage[][], verifier: JobVerifier): (step: number, lrs: readonly number[]) => Promise<void> {
+    return async (step, lrs) => {
+      const { excluded } = await this.round(sections, step, lrs);
+      if (excluded.length === 0) return;
+      for (const peer of excluded) {
+        verifier.excluded.add(peer);
+        if (!verifier.summary.flagged.includes(peer)) verifier.summary.flagged.push(peer);
+      }
+      throw new CaughtError(excluded.map((peer) => ({ ok: false, peer, reason: this.reputation.standing(peer).reason ?? 'scored out' })));
+    };
+  }
+
   async round(sections: RemoteTrainStage[][], step: number, lrs: readonly number[]): Promise<RoundReport> {
     const bound = this.stepBound(step, lrs);
     const batch = this.options.batch(step);

@@ -12,6 +12,7 @@ import {
 } from '../verify/dispute.ts';
 import { hashTensors, parseRecord, recordId, type Reputation, signatureValid, type WorkRecord } from '../verify/index.ts';
 import type { EventLog } from './overview.ts';
+import type { Settler } from './settlement.ts';
 
 /** How long a side of a dispute has for each answer: one that does not answer in time loses. */
 export const DISPUTE_TIMEOUT_MS = 30_000;
@@ -268,12 +269,19 @@ export async function dispute(
 }
 
 /** The validator's `dispute` handler: settles, logs the op it ended at and its cost, and lists the loser's failed check. */
-export function disputeHandler(node: Libp2p, reputation: Reputation, log: Logger, events: EventLog) {
+export function disputeHandler(node: Libp2p, reputation: Reputation, log: Logger, events: EventLog, settler: Settler | null = null) {
   return async (m: Record<string, unknown>) => {
-    const v = await dispute(node, reputation, parseDispute(m));
+    const req = parseDispute(m);
+    const v = await dispute(node, reputation, req);
     const op = v.op ? `op ${v.op.index} '${v.op.name}'` : 'no op';
     log.warn('dispute-settled', { losers: v.losers.map((n) => v.peers[n]), op, reason: v.reason, mode: v.mode, ...v.cost });
-    for (const n of v.losers) events.add('check-failed', v.peers[n], `dispute: ${v.reason}`);
+    for (const n of v.losers) {
+      events.add('check-failed', v.peers[n], `dispute: ${v.reason}`);
+      // a lost dispute is evidence, as a failed re-execution is: the loser's stake is cut (in the background), its record the evidence
+      const record = n === 'a' ? req.a.record : req.b.record;
+      settler?.slash(record).then(() => events.add('slashed', v.peers[n], `stake cut for a lost dispute (${op})`))
+        .catch((err: unknown) => log.warn('slash-failed', { peer: v.peers[n], error: (err as Error).message }));
+    }
     return { type: 'dispute-result', ...v, losers: v.losers.map((n) => v.peers[n]) };
   };
 }

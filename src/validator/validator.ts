@@ -153,7 +153,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       return { type: 'audit-result', ...verdict };
     },
     // two workers' records of the same forward disagree: settled by bisection to one op, re-run alone (dispute.ts)
-    'dispute': disputeHandler(node, reputation, log, events),
+    'dispute': disputeHandler(node, reputation, log, events, settler),
   }));
   const overview = (): Overview => {
     const show = ledger.summary();
