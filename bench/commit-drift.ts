@@ -7,6 +7,7 @@ import {
   trace, type TracedStep, type WeightFormat, withBackend,
 } from '../src/tensor/index.ts';
 import { drift } from '../src/verify/compare.ts';
+import { COMMIT_THRESHOLDS, type CommitBound } from '../src/verify/commitment.ts';
 import { type ChunkCheck, checkChunk, COMMIT_CHUNK, commitChunk } from '../src/verify/records/commit.ts';
 
 /**
@@ -26,7 +27,7 @@ import { type ChunkCheck, checkChunk, COMMIT_CHUNK, commitChunk } from '../src/v
  * Sections: Llama of 2 and 8 blocks at hidden 256 and 2 at 512, GPT-2 layout 2 blocks at 256; initial weights and 4×
  * (sharper, as after training); inputs unit normal hidden states or the embedding of random ids; SEEDS inputs each of
  * 2 rows × 64 positions (4 chunks). Prints, per format, the worst honest figures (max over every chunk) and per cheat
- * the smallest (the best cheat), with the chunks that pass PROPOSED; writes every chunk's figures to
+ * the smallest (the best cheat), with the chunks that pass COMMIT_THRESHOLDS; writes every chunk's figures to
  * bench/out/commit-drift.json. Also the relative L2 drift of output − input over each input (compare.ts's `drift`).
  *
  * Run: VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json LD_LIBRARY_PATH=/usr/lib/chromium \
@@ -36,17 +37,9 @@ import { type ChunkCheck, checkChunk, COMMIT_CHUNK, commitChunk } from '../src/v
 
 type Format = 'f32' | WeightFormat;
 const FORMATS: readonly Format[] = ['f32', 'bf16', 'int8', 'int4'];
-type Thresholds = { exp: number; mean: number; median: number };
-/**
- * The thresholds proposed from this bench's figures (--seeds 3: 3,856 honest chunks, none over them; the geometric mean of
- * the worst honest figure and the smallest cheat each is to catch): a chunk passes when all three hold.
- */
-const PROPOSED: Record<Format, Thresholds> = {
-  f32: { exp: 3, mean: 0.04, median: 2 },
-  bf16: { exp: 3, mean: 0.04, median: 2 },
-  int8: { exp: 45, mean: 3.5, median: 3 },
-  int4: { exp: 50, mean: 5, median: 4 },
-};
+type Thresholds = CommitBound;
+/** The bounds the validator applies (src/verify/commitment.ts): every chunk is judged by them, honest and cheat alike. */
+const PROPOSED: Readonly<Record<Format, Thresholds>> = COMMIT_THRESHOLDS;
 const flag = (name: string) => argv.indexOf(name);
 const SEEDS = flag('--seeds') > 0 ? Number(argv[flag('--seeds') + 1]) : 2;
 const ROWS = 2;
@@ -218,7 +211,7 @@ function summary(): void {
     const t = PROPOSED[format];
     const honest = of.filter((r) => r.kind === 'honest');
     const hc = honest.flatMap((r) => r.checks);
-    console.log(`\n${format}: ${hc.length} honest chunks; proposed exp ≤ ${t.exp}, mean ≤ ${t.mean}, median ≤ ${t.median}`);
+    console.log(`\n${format}: ${hc.length} honest chunks; bounds exp ≤ ${t.exp}, mean ≤ ${t.mean}, median ≤ ${t.median}`);
     const head = (what: string, m: string, last: string) => console.log(`${what.padEnd(30)} ${'chunks'.padStart(6)} ${`${m} exp`.padStart(7)} `
       + `${`${m} mean`.padStart(8)} ${`${m} med`.padStart(7)} ${`${m} L2`.padStart(8)} ${last.padStart(5)}`);
     head('honest worker → validator', 'max', 'fail');
