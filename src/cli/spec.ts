@@ -161,6 +161,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       'snapshot-every': int('N', 'steps between the copies of the job a failover rebuilds from', { min: 0, default: 'every 30 s' }),
       'compress-grads': str('dct-topk[:k=N,chunk=N,bits=N]', 'replicas exchange DCT top-k gradients with error feedback (k=32, chunk=64, bits=8)', { default: 'none' }),
       'sync-every': int('N', 'replicas take N local steps, then average their weights\' changes', { default: 1 }),
+      'score': flag('with --sync-every N: score every replica\'s change on held-out data before each average; one scored out leaves the job'),
       'compress-activations': str('fp16|int8', 'hops carry activations and their gradients in this format', { default: 'none' }),
       'adapter': str('lora[:r=8,alpha=16,targets=…]|DIR', 'train a LoRA adapter over the frozen model (compact with --quantize/--dtype: QLoRA)'),
       ...NETWORK,

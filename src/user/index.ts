@@ -28,3 +28,4 @@ export {
   STATE_FILE, type StepReport, type TrainerState, type TrainingOptions, type TrainingResult, type TrainingSource, taskSource, textData,
   textSource, writeOptimizer, writeOptimizerStreamed, writeState,
 } from './training/index.ts';
+export { type ReplicaRound, type RoundReport, type ScoreOptions } from './scoring.ts';

@@ -8,9 +8,10 @@ import {
   partBytes, readAdapterConfig, weightFormat,
 } from '../../models/index.ts';
 import {
-  type AdapterOption, distribute, jobRunner, localRunner, readState, type Runner, runTraining, STATE_FILE, taskSource, textData, textSource,
-  type TrainerState, type TrainingSource, type VerifyOptions,
+  type AdapterOption, distribute, jobRunner, localRunner, readState, type RoundReport, type Runner, runTraining, STATE_FILE, taskSource,
+  textData, textSource, type TrainerState, type TrainingSource, type VerifyOptions,
 } from '../../user/index.ts';
+import { Generator } from '../../tensor/index.ts';
 import type { StrategyName } from '../../plan/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import { joinSwarm } from '../swarm.ts';
@@ -87,6 +88,8 @@ interface PipelineFlags {
   compressActivations: 'fp16' | 'int8' | undefined;
   /** Local steps between the replicas' averages (1: gradients summed every step). */
   syncEvery: number;
+  /** Score the replicas' changes on held-out data before each average (`--score`). */
+  score: boolean;
 }
 
 function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
@@ -104,7 +107,9 @@ function pipelineFlags(flags: Flags, microBatches: number): PipelineFlags {
   if (syncEvery > MAX_SYNC_EVERY) throw new UsageError(`--sync-every must be at most ${MAX_SYNC_EVERY}, got ${syncEvery}`);
   if (syncEvery > 1 && replicas < 2) throw new UsageError('--sync-every N averages the replicas of each section: it needs --replicas R with R ≥ 2');
   const verify = verifyFlags(flags);
-  return { schedule, strategy, privacy, replicas, verify, snapshotEvery, compressGrads, compressActivations, syncEvery };
+  const score = flags.score === true || flags.score === 'true';
+  if (score && syncEvery < 2) throw new UsageError('--score scores the replicas\' local steps before each average: it needs --replicas R --sync-every N with N ≥ 2');
+  return { schedule, strategy, privacy, replicas, verify, snapshotEvery, compressGrads, compressActivations, syncEvery, score };
 }
 
 async function distributedRunner(s: JobSettings, flags: Flags, p: PipelineFlags, out: Output): Promise<Runner> {
@@ -135,7 +140,15 @@ async function distributedRunner(s: JobSettings, flags: Flags, p: PipelineFlags,
       ...(compressActivations ? { compressActivations } : {}),
       ...(syncEvery > 1 ? { syncEvery } : {}),
     };
-    const options = { optimizer: { lr: s.lr }, totalSteps, microBatches, schedule, replicas, snapshotEvery, ...compression };
+    // --score: each round's held-out batch drawn from a generator of the round's step (a replay draws the same)
+    const seed = intFlag(flags, 'seed', 0, 0);
+    const rounds = (r: RoundReport) => {
+      const gone = r.excluded.length > 0 ? `; excluded ${r.excluded.map((x) => `…${x.slice(-6)}`).join(', ')}` : '';
+      out.info(`  scored replicas after step ${r.step}: ${r.replicas.map((x) => `…${x.peer.slice(-6)} ${x.value.toFixed(2)}`).join(', ')}${gone}`);
+    };
+    const held = (step: number) => s.source.heldOutBatch(new Generator(seed * 7919 + step));
+    const score = p.score ? { score: { batch: held, onRound: rounds } } : {};
+    const options = { optimizer: { lr: s.lr }, totalSteps, microBatches, schedule, replicas, snapshotEvery, ...compression, ...score };
     const trainer = await dm.trainer(options);
     const sent = syncEvery > 1 ? `take ${syncEvery} local steps, then average their weights' changes` : 'exchange gradients every step';
     if (compressGrads) {

@@ -22,6 +22,8 @@ export interface Evaluation {
 export interface TrainingSource {
   name: string;
   batch(rng: Generator): Batch;
+  /** A batch of held-out data no step trains on (what a replica's change is scored on: user/scoring.ts). */
+  heldOutBatch(rng: Generator): Batch;
   evaluate(model: Evaluator): Promise<Evaluation>;
 }
 
@@ -36,6 +38,7 @@ export function taskSource(task: Task, tok: Tokenizer, batchSize: number, evalSi
   return {
     name: `task:${task.name}`,
     batch: (rng) => taskBatch(task, tok, rng, batchSize, pad),
+    heldOutBatch: (rng) => taskBatch({ ...task, train: task.test }, tok, rng, batchSize, pad),
     evaluate: async ({ generator }) => {
       const examples = task.test.slice(0, evalSize);
       const options = { terminator: task.terminator, maxNewTokens: maxAnswer, batchSize: 250 };
@@ -57,6 +60,7 @@ export function textSource(path: string, data: TextDataset, batchSize: number, s
   return {
     name: `data:${path}`,
     batch: (rng) => textBatch(data.train, rng, batchSize, seqLen),
+    heldOutBatch: (rng) => textBatch(data.heldOut.length > seqLen + 2 ? data.heldOut : data.train, rng, batchSize, seqLen),
     evaluate: async (m) => {
       const heldOut = data.heldOut.length > seqLen + 2 ? data.heldOut : data.train;
       const r = await heldOutLoss(async (ids) => m.logits(ids), heldOut, { seqLen, batchSize, windows: Math.ceil(EVAL_TOKENS / seqLen) });
