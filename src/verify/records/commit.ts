@@ -133,30 +133,44 @@ function inverse(a: number): number {
 
 /** The coefficients (lowest degree first) of the polynomial of degree < n through (xs[i], ys[i]) over the field. */
 export function interpolate(xs: readonly number[], ys: readonly number[]): number[] {
+  return interpolateAll(xs, [ys])[0];
+}
+
+/**
+ * interpolate for several value sets over the same points at once: the divided differences' inverses and the basis
+ * change's steps are shared (a commitment interpolates a word's high and low halves over the same indices).
+ */
+export function interpolateAll(xs: readonly number[], yss: readonly (readonly number[])[]): number[][] {
   const n = xs.length;
   const p = COMMIT_PRIME;
   const x = Float64Array.from(xs, mod);
   // Newton's divided differences, in place (every product of two residues stays below 2^32: exact in a double)
-  const c = Float64Array.from(ys, mod);
+  const cs = yss.map((ys) => Float64Array.from(ys, mod));
   for (let j = 1; j < n; j++) {
     for (let i = n - 1; i >= j; i--) {
-      const d = c[i] - c[i - 1];
-      c[i] = mulmod(d < 0 ? d + p : d, inverse(x[i] - x[i - j]));
+      const dx = x[i] - x[i - j];
+      const inv = inverse(dx < 0 ? dx + p : dx);
+      for (const c of cs) {
+        const d = c[i] - c[i - 1];
+        c[i] = mulmod(d < 0 ? d + p : d, inv);
+      }
     }
   }
   // to the monomial basis: P = c[n−1]; P = P·(x − x_j) + c[j] for j = n−2 … 0
-  const poly = new Float64Array(n);
-  poly[0] = c[n - 1];
-  for (let j = n - 2; j >= 0; j--) {
-    const xj = x[j];
-    for (let d = n - 1; d >= 1; d--) {
-      const v = poly[d - 1] - mulmod(poly[d], xj);
-      poly[d] = v < 0 ? v + p : v;
+  return cs.map((c) => {
+    const poly = new Float64Array(n);
+    poly[0] = c[n - 1];
+    for (let j = n - 2; j >= 0; j--) {
+      const xj = x[j];
+      for (let d = n - 1; d >= 1; d--) {
+        const v = poly[d - 1] - mulmod(poly[d], xj);
+        poly[d] = v < 0 ? v + p : v;
+      }
+      const v = c[j] - mulmod(poly[0], xj);
+      poly[0] = v < 0 ? v + p : v;
     }
-    const v = c[j] - mulmod(poly[0], xj);
-    poly[0] = v < 0 ? v + p : v;
-  }
-  return Array.from(poly);
+    return Array.from(poly);
+  });
 }
 
 /** The polynomial (coefficients lowest degree first) at x, over the field (Horner). */
@@ -180,8 +194,7 @@ export function commitChunk(values: Float32Array, k = COMMIT_TOPK): Uint8Array {
   const m = injectiveModulus(indices);
   const xs = indices.map((i) => i % m);
   const bits = new Uint32Array(Float32Array.from(indices, (i) => values[i]).buffer);
-  const high = interpolate(xs, Array.from(bits, (b) => b >>> 16));
-  const low = interpolate(xs, Array.from(bits, (b) => b & 0xffff));
+  const [high, low] = interpolateAll(xs, [Array.from(bits, (b) => b >>> 16), Array.from(bits, (b) => b & 0xffff)]);
   const out = new Uint8Array(COMMIT_BYTES(k));
   const view = new DataView(out.buffer);
   view.setUint16(0, m);
