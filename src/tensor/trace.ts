@@ -206,24 +206,14 @@ export class TracedStep<R = unknown> {
    * const y1 = step.run([x1]) // bit for bit mlp.forward(x1) on js
    */
   run(inputs: readonly Tensor[]): R {
-    if (activeRecorder() !== null) throw new TraceError('a traced step cannot run inside another trace yet');
-    this.checkInputs(inputs);
-    const values: (Tensor | undefined)[] = new Array<Tensor | undefined>(this.slots.length);
-    inputs.forEach((t, i) => (values[i] = t));
-    this.slots.forEach((s, i) => {
-      if (s.kind === 'constant') values[i] = s.tensor ?? undefined;
-    });
+    const values = this.start(inputs);
     const compiled = this.compiledFor(inputs);
     if (compiled !== null) {
       const outs = compiled.run(inputs);
       this.outputSlots.forEach((s, i) => (values[s] = outs[i]));
       return fill(this.outputTemplate, values) as R;
     }
-    this.ops.forEach((op, i) => {
-      bind(op.outputs, op.run(...(fill(op.args, values) as unknown[])), values, op.op);
-      for (const s of this.lastUses[i]) values[s] = undefined;
-    });
-    return fill(this.outputTemplate, values) as R;
+    return this.eager(values);
   }
 
   /**
@@ -233,6 +223,11 @@ export class TracedStep<R = unknown> {
    * their last reader as in `run`; `onOp` reads them before that.
    */
   replay(inputs: readonly Tensor[], onOp: (i: number, op: TracedOp, outputs: readonly Tensor[]) => void): R {
+    return this.eager(this.start(inputs), onOp);
+  }
+
+  /** The slots' values before the first op: the inputs (checked against the trace's) and the constants. */
+  private start(inputs: readonly Tensor[]): (Tensor | undefined)[] {
     if (activeRecorder() !== null) throw new TraceError('a traced step cannot run inside another trace yet');
     this.checkInputs(inputs);
     const values: (Tensor | undefined)[] = new Array<Tensor | undefined>(this.slots.length);
@@ -240,9 +235,14 @@ export class TracedStep<R = unknown> {
     this.slots.forEach((s, i) => {
       if (s.kind === 'constant') values[i] = s.tensor ?? undefined;
     });
+    return values;
+  }
+
+  /** Every op in order on `values`, each value freed after its last reader (`onOp` sees an op's outputs first). */
+  private eager(values: (Tensor | undefined)[], onOp?: (i: number, op: TracedOp, outputs: readonly Tensor[]) => void): R {
     this.ops.forEach((op, i) => {
       bind(op.outputs, op.run(...(fill(op.args, values) as unknown[])), values, op.op);
-      onOp(i, op, op.outputSlots.map((s) => values[s]!));
+      onOp?.(i, op, op.outputSlots.map((s) => values[s]!));
       for (const s of this.lastUses[i]) values[s] = undefined;
     });
     return fill(this.outputTemplate, values) as R;
