@@ -345,7 +345,7 @@ export class HostedModel {
         if (this.mode === 'commit') {
           sampler.offer(hop, record, sent, input);
           for (const c of sampler.take()) {
-            const key = `${hop.peerId}/${record.session}`;
+            const key = `${c.hop.peerId}/${c.last.session}`;
             const commit = { checks: c.checks, chunks: c.chunks, keep: true };
             const check = (chains.get(key) ?? Promise.resolve()).then(() => this.audit(c.hop, c.last, c.sent, commit));
             chains.set(key, check.catch(() => null));
