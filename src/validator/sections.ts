@@ -47,15 +47,17 @@ export class SectionCache {
   }
 }
 
-/** Sessions a validator checks as they go at once, and how long one it heard nothing of is kept. */
+/** Sessions a validator checks as they go at once, the bytes their prefills hold in all, and how long an idle one is kept. */
 export const MAX_SESSION_PREFILLS = 32;
+export const SESSION_PREFILL_BYTES = 2 * 2 ** 30;
 export const SESSION_PREFILL_IDLE_MS = 5 * 60_000;
 
 /**
  * The sessions a validator checks as they go (a hosted session's host checked at each sampled chunk): each one's
  * prefill so far (its KV cache, the open chunk's values), so that the next check prefills only the steps after. The
- * least recently used goes past MAX_SESSION_PREFILLS, and any idle for SESSION_PREFILL_IDLE_MS; a session whose state
- * is gone is checked from its first step again. Checks of one session run one at a time, in the order they came.
+ * least recently used goes past MAX_SESSION_PREFILLS or SESSION_PREFILL_BYTES, and any idle for SESSION_PREFILL_IDLE_MS;
+ * a session whose state is gone is checked from its first step again. Checks of one session run one at a time, in the
+ * order they came.
  */
 export class SessionPrefills {
   private readonly held = new Map<string, { prefill: SessionPrefill; at: number }>();
@@ -73,7 +75,12 @@ export class SessionPrefills {
   set(key: string, prefill: SessionPrefill, now = Date.now()): void {
     this.held.delete(key);
     this.held.set(key, { prefill, at: now });
-    while (this.held.size > MAX_SESSION_PREFILLS) this.held.delete(this.held.keys().next().value!);
+    let bytes = [...this.held.values()].reduce((sum, v) => sum + v.prefill.bytes, 0);
+    while (this.held.size > MAX_SESSION_PREFILLS || (bytes > SESSION_PREFILL_BYTES && this.held.size > 1)) {
+      const [oldest, v] = this.held.entries().next().value!;
+      this.held.delete(oldest);
+      bytes -= v.prefill.bytes;
+    }
   }
 
   delete(key: string): void {

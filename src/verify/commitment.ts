@@ -61,6 +61,8 @@ export interface SessionPrefill {
   open: Float32Array | null;
   rows: number;
   width: number;
+  /** About what it holds: its KV cache and the open chunk's values. */
+  bytes: number;
 }
 
 const PROOF_BYTES = COMMIT_BYTES();
@@ -151,8 +153,10 @@ export function checkCommitments(
   for (let b = 0; b < rows; b++) {
     open.set(values.subarray((b * span + openFrom - base) * width, (b * span + span) * width), b * (end - openFrom) * width);
   }
+  const kvPerToken = section.layers.reduce((sum, l) => sum + l.profile().kvBytesPerToken, 0);
   const next: SessionPrefill = {
     cache: state.cache, steps: before + history.length, position: end, sent: [...(sent ?? [])], open, rows, width,
+    bytes: rows * end * kvPerToken + open.byteLength,
   };
   return { ok: true, reason: `${checked} chunk(s) within their commitments`, chunks: checked, worst, prefill: next };
 }
