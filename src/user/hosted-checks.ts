@@ -1,10 +1,10 @@
 import { closedChunks, COMMIT_CHUNK, stepsToCatch, type WorkRecord } from '../verify/index.ts';
 
 /**
- * The share of committed chunks a hosted model's sessions have checked by default: 0.37, the least that catches a host
- * cheating on every chunk within 10 chunks with probability 99% (1 − 0.63¹⁰ > 0.99; stepsToCatch(0.37, 1, 0.99) = 10).
- * A session's sampled chunks on one host are checked together by one prefill at the validator, so the cost is about one
- * prefill of the session's positions up to its last sampled chunk, per host, whatever the share.
+ * The share of committed chunks checked by default (hosted sessions, and jobs' decoding): 0.37, the least that catches a
+ * worker cheating on every chunk within 10 chunks with probability 99% (1 − 0.63¹⁰ > 0.99; stepsToCatch(0.37, 1, 0.99)
+ * = 10). The validator prefills each worker's session once, as it goes (hosted) or at its end (jobs), so the cost is
+ * about one prefill of the session's positions up to its last sampled chunk, per worker, whatever the share.
  */
 export const DEFAULT_CHUNK_RATE = 0.37;
 
@@ -21,7 +21,8 @@ export interface ChunkChecks<H extends { peerId: string }> {
 
 /**
  * Samples the chunks hosts commit to (each chunk a record closes, independently, at `rate`) and gathers them per host
- * and session, for one commitment check each when the session's steps are done (`take`).
+ * and session (`take`: a hosted session takes them after each record, a job when its session ends), and keeps the
+ * steps no closed chunk covers yet (`takeTails`: a session's tail, re-run instead).
  * @example
  * const sampler = new ChunkSampler(0.37); sampler.offer(hop, record, sent, input); for (const c of sampler.take()) audit(c)
  */

@@ -29,8 +29,9 @@ export async function listModels(node: Libp2p, validator: DialTarget, page = 0):
 export interface HostedVerify {
   /**
    * How the validator checks hosts: 'commit' (default) checks the activation commitments of sampled chunks of 32
-   * positions by one prefill of each host's blocks over the session (no weights move; any backend); 'reexec' re-runs
-   * sampled steps one by one with the weights the host hands over (bit for bit on js).
+   * positions as they close, prefilling each host's blocks over the session once as it goes (no weights move after
+   * the span's first check; any backend); 'reexec' re-runs sampled steps one by one with the weights the host hands
+   * over (bit for bit on js).
    */
   mode?: 'commit' | 'reexec';
   /**
