@@ -12,7 +12,6 @@ import type { Row } from './gemm.ts';
 
 const ROWS = 4;
 const PROMPT = 16;
-const NEW = 113; // 16 + 113 − 1 = 128 positions: 4 chunks per row and host
 const TARGET_PERCENT = 2;
 const log = (s: string) => process.stderr.write(`  verify-hosted: ${s}\n`);
 
@@ -36,17 +35,20 @@ const mean = (v: number[]) => v.reduce((a, b) => a + b, 0) / v.length;
 
 /**
  * The cost of checking hosted inference: a hosted Llama (6 blocks × 256) on three in-process hosts (onnxruntime, one
- * thread), the validator its own process (its own core, as its own machine). Sessions of 4 rows × 128 positions (4
+ * thread), the validator its own process (its own core, as its own machine). Sessions of 4 rows × `positions` (128: 4
  * chunks per row and host) taken in turns by: no checks; activation commitments at the default chunk rate (0.37: a
  * host cheating on every chunk is caught within 10 with 99%) and at 1 (every chunk); and today's re-execution at its
  * default rate (0.05 of steps, each re-run step by step with the weights fetched). The figure: the session's wall time
  * over the unchecked one's (the user waits for its checks before the hosts drop the session), and the validator's CPU
  * seconds per session against the session's.
  */
-export async function benchVerifyHosted(rounds: number): Promise<Row[]> {
+export async function benchVerifyHosted(rounds: number, positions = 128): Promise<Row[]> {
+  // 16 + NEW − 1 positions: 4 chunks per row and host at 128
+  const NEW = positions - PROMPT + 1;
   setBackend('ort', { threads: 1, spinning: false });
   const dir = mkdtempSync(join(tmpdir(), 'tl-bench-verify-hosted-'));
-  const config = llamaConfig({ vocabSize: 256, hidden: 256, layers: 6, heads: 8, kvHeads: 4, intermediate: 688, maxPositions: 256 });
+  const maxPositions = Math.max(256, positions);
+  const config = llamaConfig({ vocabSize: 256, hidden: 256, layers: 6, heads: 8, kvHeads: 4, intermediate: 688, maxPositions });
   await saveModel(createModel(config, { seed: 1 }), join(dir, 'bench'));
   const validator = await launchNode(['validator', '--backend', 'ort', '--threads', '1', '--parent-pid', String(process.pid)], 60_000);
   const boot = validator.addrs[0];
@@ -81,7 +83,7 @@ export async function benchVerifyHosted(rounds: number): Promise<Row[]> {
       log(`round ${r}: ${modes.map((m) => `${m.label} ${m.wall.at(-1)!.toFixed(2)} s`).join(', ')}`);
     }
     for (const m of modes) if (m.model.verification.failed > 0) throw new Error(`${m.label}: an honest host failed a check`);
-    return report(modes, rounds);
+    return report(modes, rounds, positions);
   } finally {
     await Promise.all(modes.map((m) => m.model.close().catch(() => {})));
     await node.stop();
@@ -91,10 +93,10 @@ export async function benchVerifyHosted(rounds: number): Promise<Row[]> {
   }
 }
 
-function report(modes: Mode[], rounds: number): Row[] {
+function report(modes: Mode[], rounds: number, positions: number): Row[] {
   const [none] = modes;
   const t0 = mean(none.wall);
-  const shape = `Llama 6 × 256 on 3 hosts, ${ROWS} rows × ${PROMPT + NEW - 1} positions; mean of ${rounds}`;
+  const shape = `Llama 6 × 256 on 3 hosts, ${ROWS} rows × ${positions} positions; mean of ${rounds}`;
   const rows: Row[] = [{
     section: 'verify', case: `hosted session, no checks (${shape})`, value: t0, unit: 's', reference: 'itself', referenceValue: t0, ratio: 1,
   }];
