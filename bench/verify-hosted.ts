@@ -47,7 +47,7 @@ export async function benchVerifyHosted(rounds: number, positions = 128): Promis
   const NEW = positions - PROMPT + 1;
   setBackend('ort', { threads: 1, spinning: false });
   const dir = mkdtempSync(join(tmpdir(), 'tl-bench-verify-hosted-'));
-  const maxPositions = Math.max(256, positions);
+  const maxPositions = Math.max(256, positions + 1);
   const config = llamaConfig({ vocabSize: 256, hidden: 256, layers: 6, heads: 8, kvHeads: 4, intermediate: 688, maxPositions });
   await saveModel(createModel(config, { seed: 1 }), join(dir, 'bench'));
   const validator = await launchNode(['validator', '--backend', 'ort', '--threads', '1', '--parent-pid', String(process.pid)], 60_000);
