@@ -17,6 +17,8 @@ interface SentStep {
   x: Tensor;
   positions: Tensor;
   keyMask: Tensor | null;
+  /** Its hash as an audit names it (sessionStepHash), once asked for. */
+  hash?: string;
 }
 
 /** A hop of a session's route: the host, its stage stream, and every step sent to it so far. */
@@ -105,9 +107,11 @@ export class HostedSession {
           }
           x = done.output;
           hop.sent.push(step);
-          // the steps up to this one, hashed when asked (a check made later still names this step's past only)
-          const sent = hop.sent.slice();
-          const hashes = () => sent.map((s) => sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
+          // the steps up to this one, hashed when asked, each once (a check made later still names this step's past only)
+          const sent = hop.sent;
+          const upTo = sent.length;
+          const hashOf = (s: SentStep) => (s.hash ??= sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
+          const hashes = () => sent.slice(0, upTo).map(hashOf);
           this.router.onRecord?.(hop.hop, record, hashes, step.x);
           break;
         } catch (err) {
