@@ -1,6 +1,7 @@
 import type { Libp2p } from '@libp2p/interface';
 import { type HostedModelEntry, type PeerRecord, roundTrip } from '../p2p/index.ts';
 import type { RouteHop } from './hosted-session.ts';
+import { median } from '../verify/index.ts';
 
 /** What a route is for, and what predicts its latency. */
 export interface RouteOptions {
@@ -78,13 +79,6 @@ export function routeOver(model: HostedModelEntry, peers: readonly PeerRecord[],
   const route: RouteHop[] = [];
   for (let at = to; at > from; at = via.get(at)!.at) route.unshift(via.get(at)!.hop);
   return route;
-}
-
-function median(values: number[]): number | undefined {
-  if (values.length === 0) return undefined;
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
 /** A user's round trip to a host is measured again after this long. */

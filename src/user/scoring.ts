@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { countTargets, microBatchLoss, type ModelLayer, runLayers, type TrainingBatch } from '../models/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
-import { FLAGGED_SCORE, scoreContributions } from '../verify/contribution.ts';
+import { FLAGGED_SCORE, median, scoreContributions } from '../verify/contribution.ts';
 import { Reputation, type Standing } from '../verify/reputation.ts';
 import { CaughtError } from './job-trainer.ts';
 import type { RemoteTrainStage } from './remote-train.ts';
@@ -132,13 +132,6 @@ function maxAbs(delta: Map<string, Float32Array>): number {
   return m;
 }
 
-function median(values: number[]): number | undefined {
-  if (values.length === 0) return undefined;
-  const v = [...values].sort((x, y) => x - y);
-  const m = v.length >> 1;
-  return v.length % 2 === 1 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 /** Scores a job's replicas round by round (see ScoreOptions) and keeps their standing. */
 export class ReplicaScorer {
   readonly reputation = new Reputation();
@@ -185,11 +178,6 @@ export class ReplicaScorer {
   }
 
   /**
-   * Scores the round of steps at learning rates `lrs` that ended with step `step`, in `sections`
-   * (each section's replicas, in the pipeline's order): every replica's change, fetched, scored
-   * and added to its reputation. Call it before the average.
-   */
-  /**
    * What a job runs before each average (PipelineTrainer.beforeAverage): a round over its replicas; the replicas it
    * excludes leave the job (flagged by its verifier) and a CaughtError has the job rolled back and replayed without them.
    */
@@ -205,6 +193,11 @@ export class ReplicaScorer {
     };
   }
 
+  /**
+   * Scores the round of steps at learning rates `lrs` that ended with step `step`, in `sections`
+   * (each section's replicas, in the pipeline's order): every replica's change, fetched, scored
+   * and added to its reputation. Call it before the average.
+   */
   async round(sections: RemoteTrainStage[][], step: number, lrs: readonly number[]): Promise<RoundReport> {
     const bound = this.stepBound(step, lrs);
     const batch = this.options.batch(step);

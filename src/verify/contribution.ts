@@ -162,8 +162,12 @@ export function duplicateGroups(replicas: readonly ReplicaGradients[]): number[]
   return groups.sort((a, b) => a[0] - b[0]);
 }
 
-/** The median of some numbers (the mean of the middle two for an even count); undefined for none. */
-function median(values: number[]): number | undefined {
+/**
+ * The median of some numbers (the mean of the middle two for an even count); undefined for none.
+ * @example
+ * median([3, 1, 2, 10]) // 2.5
+ */
+export function median(values: number[]): number | undefined {
   if (values.length === 0) return undefined;
   const v = [...values].sort((x, y) => x - y);
   const m = v.length >> 1;

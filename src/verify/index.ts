@@ -12,5 +12,8 @@ export { checkCommitments, COMMIT_THRESHOLDS, type CommitBound, type SessionPref
 export { type Standing, Reputation } from './reputation.ts';
 export { AuditSampler, expectedStepsToCatch, stepCatchProbability, stepsToCatch } from './sampling.ts';
 export { gradsHash, optimizerHash, weightsHash } from './state.ts';
-export { cosineSimilarity, type ContributionScore, duplicateGroups, FLAGGED_SCORE, heldOutLoss, heldOutLossAfter, type ReplicaGradients, scoreContributions } from './contribution.ts';
+export {
+  cosineSimilarity, type ContributionScore, duplicateGroups, FLAGGED_SCORE, heldOutLoss, heldOutLossAfter, median, type ReplicaGradients,
+  scoreContributions,
+} from './contribution.ts';
 export { recordFlops, type SectionCost, sectionCost, STEP_FLOPS_PER_PARAM } from './flops.ts';
