@@ -1,4 +1,4 @@
-import { closedChunks, COMMIT_CHUNK, stepsToCatch, type WorkRecord } from '../verify/index.ts';
+import { closedChunks, COMMIT_CHUNK, type WorkRecord } from '../verify/index.ts';
 
 /**
  * The share of committed chunks checked by default (hosted sessions, and jobs' decoding): 0.37, the least that catches a
@@ -30,9 +30,6 @@ export class ChunkSampler<H extends { peerId: string }> {
   private readonly pending = new Map<string, ChunkChecks<H>>();
   /** Per host and session: its steps since the last chunk it closed, which no commitment covers (yet). */
   private readonly uncovered = new Map<string, { hop: H; record: WorkRecord; sent: () => string[] }[]>();
-  /** Chunks offered and chunks sampled so far. */
-  offered = 0;
-  sampled = 0;
 
   constructor(
     readonly rate: number,
@@ -56,10 +53,8 @@ export class ChunkSampler<H extends { peerId: string }> {
     this.uncovered.set(key, tail);
     if (record.commits === undefined) return;
     const chunks = closedChunks(record.step, steps);
-    this.offered += chunks.length;
     const picked = chunks.filter(() => this.rate > 0 && (this.rate >= 1 || this.random() < this.rate));
     if (picked.length === 0) return;
-    this.sampled += picked.length;
     const open = this.pending.get(key);
     if (!open) {
       this.pending.set(key, { hop, checks: [record], chunks: picked, last: record, sent: sent() });
@@ -88,10 +83,5 @@ export class ChunkSampler<H extends { peerId: string }> {
     const out = [...this.uncovered.values()].flat();
     this.uncovered.clear();
     return out;
-  }
-
-  /** Chunks a host cheating on every one needs to cheat on before it is caught with probability `confidence`. */
-  chunksToCatch(confidence = 0.99): number {
-    return stepsToCatch(this.rate, 1, confidence);
   }
 }

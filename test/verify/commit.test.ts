@@ -6,21 +6,13 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
-  bf16Bits, checkChunk, ChunkCommitter, closedChunks, COMMIT_BYTES, COMMIT_PRIME, commitChunk, evaluate, injectiveModulus, interpolate,
+  checkChunk, ChunkCommitter, closedChunks, COMMIT_BYTES, COMMIT_PRIME, commitChunk, evaluate, injectiveModulus, interpolate,
   topkIndices,
 } from '../../src/verify/records/commit.ts';
 
 /** A chunk of 32 positions × 64 hidden values, with a few large outliers as hidden states have. */
 const chunk = (seed: number): Float32Array =>
   Float32Array.from({ length: 32 * 64 }, (_, i) => Math.sin(i * 1.3 + seed) * (1 + (i % 7)) * (i % 97 === 0 ? 20 : 1));
-
-test('bfloat16 bits: rounded to nearest even, NaN kept', () => {
-  assert.equal(bf16Bits(1), 0x3f80);
-  assert.equal(bf16Bits(-2), 0xc000);
-  assert.equal(bf16Bits(NaN), 0x7fc0);
-  assert.equal(bf16Bits(1 + 2 ** -8), 0x3f80, 'a tie rounds to the even mantissa');
-  assert.equal(bf16Bits(1 + 3 * 2 ** -8), 0x3f82);
-});
 
 test('the polynomial over the field of 65497 passes through every committed point', () => {
   const xs = [3, 10, 7, 100, 2, 65496];

@@ -31,14 +31,6 @@ export const COMMIT_BYTES = (k = COMMIT_TOPK): number => 2 + 4 * k;
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
 
-/** The bfloat16 bit pattern of `x` (rounded to nearest, ties to even; NaN stays NaN). */
-export function bf16Bits(x: number): number {
-  f32[0] = x;
-  const bits = u32[0];
-  if ((bits & 0x7f800000) === 0x7f800000 && (bits & 0x007fffff) !== 0) return 0x7fc0;
-  return ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16) & 0xffff;
-}
-
 /**
  * The indices of the k values of largest magnitude, largest first (ties: the lower index first; NaN ranks last). One
  * pass with a bounded min-heap of the best k so far: O(n log k), most values rejected by one comparison.

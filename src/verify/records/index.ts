@@ -9,5 +9,5 @@ export {
   signatureValid, signBytes, signRecord, type WorkFields, type WorkRecord, MAX_RECORD_COMMITS,
 } from './record.ts';
 export {
-  bf16Bits, type ChunkCheck, checkChunk, ChunkCommitter, closedChunks, COMMIT_BYTES, COMMIT_CHUNK, COMMIT_PRIME, COMMIT_TOPK, commitChunk,
+  type ChunkCheck, checkChunk, ChunkCommitter, closedChunks, COMMIT_BYTES, COMMIT_CHUNK, COMMIT_PRIME, COMMIT_TOPK, commitChunk,
 } from './commit.ts';
