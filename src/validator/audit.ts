@@ -1,9 +1,6 @@
 import type { Libp2p } from '@libp2p/interface';
-import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError } from '../errors.ts';
-import {
-  dialProtocol, encodeControl, errorFromWire, type Frame, fromWire, isWireError, jobConfigHash, type PeerTarget, publicKeyOf, receiveFrames,
-  RequestTable, sendMessage, STAGE_PROTOCOL, TRAIN_REQUEST_TIMEOUT_MS, type WireAdapter,
-} from '../p2p/index.ts';
+import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
+import { fromWire, jobConfigHash, type PeerTarget, publicKeyOf, TRAIN_REQUEST_TIMEOUT_MS, type WireAdapter } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { type CausalLM, configFromHF } from '../models/index.ts';
 import {
@@ -11,6 +8,7 @@ import {
   reexecute, type Reputation, type SessionPrefill, signatureValid, type Verdict, type WorkRecord,
 } from '../verify/index.ts';
 import { SectionCache, SessionPrefills } from './sections.ts';
+import { openStageStream } from './stage-stream.ts';
 
 /**
  * A commitment check of a session (AuditRequest.commit): the section from the cache, or rebuilt from the weights the
@@ -67,28 +65,6 @@ export interface AuditVerdict extends Verdict {
   unavailable?: boolean;
 }
 
-/** A stage stream to a worker for the audits of one job: requests matched to answers by id. */
-async function openAuditStream(node: Libp2p, worker: PeerTarget, jobId: string) {
-  const stream = await dialProtocol(node, worker, STAGE_PROTOCOL);
-  const table = new RequestTable<Frame>(worker.peerId);
-  receiveFrames(stream, (frame) => {
-    const id = frame.kind === 'tensor' ? frame.tensor.requestId : (frame.message as { id?: unknown } | null)?.id;
-    if (frame.kind === 'control' && isWireError(frame.message)) table.reject(id, errorFromWire(frame.message, worker.peerId));
-    else table.resolve(id, frame);
-  });
-  stream.addEventListener('close', () => table.rejectAll(new PeerUnreachableError(`${worker.peerId} closed the audit stream`)));
-  const call = async (header: Record<string, unknown>): Promise<Frame> => {
-    const { id, answer } = table.open(TRAIN_REQUEST_TIMEOUT_MS);
-    try {
-      await sendMessage(stream, [encodeControl({ ...header, id, jobId, tensors: 0 })]);
-    } catch (cause) {
-      table.reject(id, new PeerUnreachableError(`${worker.peerId}: cannot send on the audit stream`, { cause }));
-    }
-    return answer;
-  };
-  return { call, close: () => stream.close().catch(() => {}) };
-}
-
 /**
  * Re-runs one record: checks the user's copy is signed by the worker, fetches from the
  * worker what re-running it needs (its kept record must be the same record), re-executes it
@@ -135,7 +111,7 @@ async function auditOnce(
   };
   let client;
   try {
-    client = await openAuditStream(node, worker, req.jobId);
+    client = await openStageStream(node, worker, { what: 'audit', fields: { jobId: req.jobId }, timeoutMs: TRAIN_REQUEST_TIMEOUT_MS });
   } catch (err) {
     return finish({ ok: false, reason: `the worker could not be reached: ${(err as Error).message}` }, true);
   }

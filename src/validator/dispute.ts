@@ -1,10 +1,7 @@
 import type { Libp2p } from '@libp2p/interface';
-import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError } from '../errors.ts';
+import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { configFromHF, type ModelConfig } from '../models/index.ts';
-import {
-  dialProtocol, encodeControl, errorFromWire, type Frame, fromWire, isWireError, jobConfigHash, type Logger, obj, parseJobId,
-  parsePeerTarget, type PeerTarget, publicKeyOf, receiveFrames, RequestTable, sendMessage, STAGE_PROTOCOL,
-} from '../p2p/index.ts';
+import { fromWire, jobConfigHash, type Logger, obj, parseJobId, parsePeerTarget, type PeerTarget, publicKeyOf } from '../p2p/index.ts';
 import { noGrad, type Tensor, withBackend } from '../tensor/index.ts';
 import {
   bisect, close, type Commit, type DisputeCost, type DisputeOutcome, type DisputeSide, type DisputeVerdict, judgeOp, type Leaf, leafOf,
@@ -13,6 +10,7 @@ import {
 import { hashTensors, parseRecord, recordId, type Reputation, signatureValid, type WorkRecord } from '../verify/index.ts';
 import type { EventLog } from './overview.ts';
 import type { Settler } from './settlement.ts';
+import { openStageStream } from './stage-stream.ts';
 
 /** How long a side of a dispute has for each answer: one that does not answer in time loses. */
 export const DISPUTE_TIMEOUT_MS = 30_000;
@@ -155,24 +153,9 @@ export async function runDispute(config: ModelConfig, sides: Record<Name, Disput
 
 /** A side of a dispute over the stage protocol: a worker answering for the values of a forward it signed. */
 async function remoteSide(node: Libp2p, worker: PeerTarget, record: WorkRecord, timeoutMs: number): Promise<DisputeSide> {
-  const stream = await dialProtocol(node, worker, STAGE_PROTOCOL);
-  const table = new RequestTable<Frame>(worker.peerId);
-  let bytes = 0;
-  receiveFrames(stream, (frame) => {
-    bytes += frame.kind === 'tensor' ? frame.tensor.bytes.byteLength : JSON.stringify(frame.message).length;
-    const id = frame.kind === 'tensor' ? frame.tensor.requestId : (frame.message as { id?: unknown } | null)?.id;
-    if (frame.kind === 'control' && isWireError(frame.message)) table.reject(id, errorFromWire(frame.message, worker.peerId));
-    else table.resolve(id, frame);
-  });
-  stream.addEventListener('close', () => table.rejectAll(new PeerUnreachableError(`${worker.peerId} closed the dispute stream`)));
   const which = { jobId: record.job, kind: record.kind, step: record.step, micro: record.micro };
-  const call = async (header: Record<string, unknown>): Promise<Frame> => {
-    const { id, answer } = table.open(timeoutMs);
-    sendMessage(stream, [encodeControl({ ...header, ...which, id, tensors: 0 })]).catch((cause: unknown) => {
-      table.reject(id, new PeerUnreachableError(`${worker.peerId}: cannot send on the dispute stream`, { cause }));
-    });
-    return answer;
-  };
+  const stream = await openStageStream(node, worker, { what: 'dispute', fields: which, timeoutMs });
+  const call = stream.call;
   const message = async (header: Record<string, unknown>) => {
     const frame = await call(header);
     if (frame.kind !== 'control') throw new InvalidMessageError(`${String(header.type)}: expected a control answer`);
@@ -182,7 +165,7 @@ async function remoteSide(node: Libp2p, worker: PeerTarget, record: WorkRecord, 
     peer: worker.peerId,
     record,
     get bytes() {
-      return bytes;
+      return stream.bytes;
     },
     open: async () => (await message({ type: 'dispute-open' })) as unknown as Commit,
     leaves: async (slots) => {
@@ -197,7 +180,7 @@ async function remoteSide(node: Libp2p, worker: PeerTarget, record: WorkRecord, 
     },
     close: async () => {
       await call({ type: 'dispute-close' }).catch(() => {});
-      await stream.close().catch(() => {});
+      await stream.close();
     },
   };
 }
