@@ -168,7 +168,17 @@ async function runFile(file) {
   if (usage) rmSync(usage, { force: true });
   const cpuText = cpu === null || Number.isNaN(cpu) ? '' : `, ${cpu.toFixed(1)} s of CPU`;
   process.stdout.write(`\n${ok ? '✔' : '✖'} ${file} (${seconds.toFixed(1)} s${cpuText})${ok ? '' : ` exited ${code ?? signal}`}\n${out}`);
-  return { file, seconds, cpu, ok };
+  return { file, seconds, cpu, ok, out: ok ? '' : out };
+}
+
+/**
+ * What a failed file's reporter said of its failures (node's spec reporter ends with them, from "failing tests:"), at
+ * most `limit` characters: printed again at the very end, where a log cut to its last lines (a CI summary) still has it.
+ */
+function failures(out, limit = 6000) {
+  const at = out.lastIndexOf('failing tests:');
+  const text = at >= 0 ? out.slice(at) : out;
+  return text.length > limit ? `${text.slice(0, limit)}\n  … (${text.length - limit} characters more)` : text;
 }
 
 /** Set when a check failed: a lane starts no other file. */
@@ -220,6 +230,7 @@ if (save) {
   const durations = { ...known, ...Object.fromEntries(results.map((r) => [r.file, Math.round(r.seconds)])) };
   writeFileSync(DURATIONS, `${JSON.stringify(Object.fromEntries(Object.entries(durations).sort()), null, 2)}\n`);
 }
+for (const r of failed) process.stdout.write(`\n✖ ${r.file}: ${failures(r.out)}\n`);
 if (failed.length > 0) process.stdout.write(`\n${failed.length} test file(s) failed:\n${failed.map((r) => `  ${r.file}\n`).join('')}`);
 if (failed.length > 0) process.exit(1);
 process.stdout.write(`\nall ${results.length} test files passed\n`);

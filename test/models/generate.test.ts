@@ -49,6 +49,18 @@ describe('generation', () => {
     assert.equal(stopped.tokens.at(-1), stopAt);
     assert.ok(stopped.tokens.length <= 4);
     assert.deepEqual(streamed, stopped.tokens);
+    // a promise onToken returns holds the next step until it settles (back-pressure)
+    const order: string[] = [];
+    const held = await generate(model, [1, 2], {
+      ...opts,
+      maxNewTokens: 3,
+      onToken: async (t) => {
+        order.push(`token ${t}`);
+        await new Promise((r) => setTimeout(r, 5));
+        order.push('settled');
+      },
+    });
+    assert.deepEqual(order, held.tokens.flatMap((t) => [`token ${t}`, 'settled']));
   });
 
   test('top-k and top-p only ever pick from the allowed tokens', () => {

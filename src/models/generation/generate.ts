@@ -10,8 +10,11 @@ export interface GenerateOptions extends SamplingOptions {
   seed?: number;
   /** Generation of a sequence ends after one of these (default: the model's end-of-sequence token). */
   stopTokens?: number[];
-  /** Called for every new token as it is produced (streaming). */
-  onToken?: (token: number, sequence: number) => void;
+  /**
+   * Called for every new token as it is produced (streaming). A promise it returns holds the next step until it settles
+   * (back-pressure: a reader that cannot keep up, or a caller that acts between two tokens).
+   */
+  onToken?: (token: number, sequence: number) => unknown;
   /**
    * Settings of each prompt of a batch (one per prompt), over the shared ones: its own sampling,
    * seed (its own generator, so a row's tokens do not depend on the rows beside it), length,
@@ -104,12 +107,15 @@ export async function generateWith(stepModel: StepModel, prompts: number[][], op
     if (done.every(Boolean)) break;
     const last = lastLogits(logits);
     const next = last.map((row, i) => (done[i] ? 0 : sampleToken(row, rows[i], rngs[i])));
+    const held: Promise<unknown>[] = [];
     next.forEach((tok, i) => {
       if (done[i]) return;
       outputs[i].push(tok);
-      options.onToken?.(tok, i);
+      const pending = options.onToken?.(tok, i);
+      if (pending instanceof Promise) held.push(pending);
       if (stops[i].has(tok) || outputs[i].length >= limits[i]) done[i] = true;
     });
+    if (held.length > 0) await Promise.all(held);
     // a row whose reader went away ends here (its tokens so far stand)
     rows.forEach((r, i) => {
       if (!done[i] && r.cancelled?.() === true) done[i] = true;
