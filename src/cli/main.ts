@@ -1,4 +1,5 @@
 import '../polyfills.ts';
+import './heap.ts';
 import { TensorLinkError } from '../errors.ts';
 import { backendDevice, loadBackend, setBackend, setComputeDevice } from '../tensor/index.ts';
 import { optionalIntFlag, UsageError } from './args.ts';
