@@ -160,6 +160,9 @@ async function runFile(file) {
     ...(usage ? [TIME, '-f', '%U %S', '-o', usage] : []), process.execPath,
     // --test-force-exit: a file ends when its tests and hooks have, even if a native library keeps a thread referenced
     // (WebRTC's libdatachannel once held a test process that had stopped every node, with nothing left to run)
+    // the old generation's headroom as the CLI's processes have it (src/cli/heap.ts): V8's own choice made a small
+    // heap collect continuously
+    '--heap-growing-percent=100',
     ...(bundled.has(file) ? [] : ['--import', 'tsx']), ...FORCE_EXIT, '--test-reporter=spec', bundled.get(file) ?? file,
   ]);
   const ok = code === 0;
