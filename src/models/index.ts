@@ -41,6 +41,9 @@ export {
 } from './generation/device-step.ts';
 export { sampleToken, type SamplingOptions } from './generation/sampling.ts';
 export {
+  type DraftKind, generateSpeculative, lookupDraft, type SpeculativeOptions, type SpeculativeResult,
+} from './generation/speculative.ts';
+export {
   countTargets,
   LocalTrainer,
   type LocalTrainerOptions,

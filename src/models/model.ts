@@ -92,6 +92,17 @@ export class GrowingKV implements LayerCache {
     return new GrowingKV(store, b, h, d, length + t);
   }
 
+  /**
+   * The first `length` positions (a speculative pass's rejected positions dropped). The store is shared: the next append
+   * writes in place over what was dropped, so an entry longer than `length` over the same store must not be used again
+   * (a session's cache holds only its newest entry).
+   */
+  truncated(length: number): GrowingKV {
+    if (!Number.isInteger(length) || length < 0 || length > this.length) throw new InvalidArgumentError(`cannot keep ${length} of ${this.length} cached positions`);
+    if (this.store.filled === this.length) this.store.filled = length;
+    return new GrowingKV(this.store, this.batch, this.kvHeads, this.dim, length);
+  }
+
   /** The keys and values as attendTimeMajor reads them. */
   get timeMajor(): TimeMajorKV {
     const { k, v, capacity } = this.store;
@@ -158,6 +169,17 @@ export class KVCache {
   get length(): number {
     for (const entry of this.layers) if (entry) return entry instanceof GrowingKV ? entry.length : entry.k.shape[2];
     return 0;
+  }
+
+  /** Keeps the first `length` positions of every layer (a speculative pass's accepted ones): what it dropped is gone. */
+  truncate(length: number): void {
+    if (!Number.isInteger(length) || length < 0 || length > this.length) throw new InvalidArgumentError(`cannot keep ${length} of ${this.length} cached positions`);
+    this.layers.forEach((entry, i) => {
+      if (!entry || length === (entry instanceof GrowingKV ? entry.length : entry.k.shape[2])) return;
+      if (entry instanceof GrowingKV) this.layers[i] = entry.truncated(length);
+      else if (entry.slot) throw new InvalidArgumentError('a bounded (device) cache cannot be truncated');
+      else this.layers[i] = { k: entry.k.narrow(2, 0, length).contiguous(), v: entry.v.narrow(2, 0, length).contiguous() };
+    });
   }
 }
 

@@ -40,6 +40,10 @@ export interface StepModel {
   readonly maxPositions: number;
   readonly eosTokenId: number | null;
   step(ids: Tensor, options: ForwardOptions): Promise<Tensor> | Tensor;
+  /** Keeps the first `length` positions of the session's cache (speculative decoding drops rejected drafts). */
+  truncate?(length: number): Promise<void> | void;
+  /** The most positions one step starting at `position` may hold (a boundary the model's records keep), if any. */
+  passLimit?(position: number): number;
 }
 
 export function localStepModel(model: CausalLM): StepModel {
@@ -48,6 +52,7 @@ export function localStepModel(model: CausalLM): StepModel {
     maxPositions: model.config.maxPositions,
     eosTokenId: model.tokenizer?.eosTokenId ?? model.config.eosTokenId ?? null,
     step: (ids, options) => noGrad(() => model.forward(ids, { ...options, cache })),
+    truncate: (length) => cache.truncate(length),
   };
 }
 
