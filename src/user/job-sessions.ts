@@ -1,7 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError, VerificationError } from '../errors.ts';
-import { defaultPositions, type GenerateOptions, generateWith, runLayers, type StepModel } from '../models/index.ts';
+import {
+  defaultPositions, type GenerateOptions, generateSpeculative, generateWith, runLayers, type SpeculativeOptions, type SpeculativeResult,
+  type StepModel,
+} from '../models/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
+import { COMMIT_CHUNK } from '../verify/index.ts';
 import { deadlineMs, predictedSeconds } from './failover.ts';
 import { ownEnds } from './job-stage.ts';
 import type { JobPlacement } from './placement.ts';
@@ -42,6 +46,26 @@ export class JobSessions {
     return this.session((s) => generateWith(this.stepModel(s), prompts, options), (t) => t[0]?.length ?? 0);
   }
 
+  /**
+   * Continues one prompt by speculative decoding (models/generation/speculative.ts): each pass through the workers
+   * checks the next token and its drafts as one step, and the workers keep the accepted positions only. A pass never
+   * crosses a chunk of commitments (COMMIT_CHUNK positions), so cutting it never reopens a chunk a worker committed to.
+   */
+  speculate(prompt: number[], options: SpeculativeOptions): Promise<SpeculativeResult> {
+    if (this.ctx.placement.all.some((s) => s.remote.codec)) {
+      throw new InvalidArgumentError('speculative decoding needs hidden states that travel uncompressed (a job without compressed activations)');
+    }
+    if ((this.ctx.verifier?.redundancy ?? 1) > 1) throw new InvalidArgumentError('speculative decoding does not combine with --redundancy yet');
+    return this.session(async (s) => {
+      const model: StepModel = {
+        ...this.stepModel(s, true),
+        truncate: (length) => s.keep(length),
+        passLimit: (position) => COMMIT_CHUNK - (position % COMMIT_CHUNK),
+      };
+      return generateSpeculative(model, prompt, options);
+    }, (r) => r.tokens.length);
+  }
+
   /** The logits [B, T, V] of token ids [B, T] (int32), computed across the workers in a session of its own. */
   logits(ids: Tensor): Promise<Tensor> {
     if (ids.dtype !== 'int32' || ids.ndim !== 2) throw new InvalidArgumentError(`logits takes int32 ids [batch, time], got ${ids.dtype} [${ids.shape}]`);
@@ -74,7 +98,7 @@ export class JobSessions {
   }
 
   /** One step of a session through the job: the user's first end, the workers (every result checked), the user's last end. */
-  private stepModel(steps: SessionSteps): StepModel {
+  private stepModel(steps: SessionSteps, passes = false): StepModel {
     const { source } = this.ctx.placement;
     const keepEnds = this.ctx.keepEnds;
     return {
@@ -83,7 +107,7 @@ export class JobSessions {
       step: async (ids, opts) => {
         const positions = opts.positions!;
         const keyMask = opts.keyMask ?? null;
-        const x = await steps.run(keepEnds ? this.runEnd('first', ids, positions) : ids, positions, keyMask);
+        const x = await steps.run(keepEnds ? this.runEnd('first', ids, positions) : ids, positions, keyMask, passes);
         return keepEnds ? this.runEnd('last', x, positions) : x;
       },
     };
@@ -110,6 +134,7 @@ export class JobSessions {
       let failed: { peer: string }[];
       try {
         result = await run(session);
+        session.settle();
         failed = (await verifier?.auditSampled()) ?? [];
       } catch (err) {
         // a session that failed leaves nothing to re-run: its workers drop it as it closes

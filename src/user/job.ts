@@ -3,7 +3,7 @@ import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError } from '../errors.ts';
 import {
   ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapterState, type CausalLM, type GenerateOptions, layerParameters, saveModelStreamed,
-  writeAdapter,
+  type SpeculativeOptions, type SpeculativeResult, writeAdapter,
 } from '../models/index.ts';
 import { addTraffic, type DialTarget, newTraffic, type PeerTarget, type Traffic } from '../p2p/index.ts';
 import type { Plan } from '../plan/index.ts';
@@ -38,6 +38,11 @@ export interface DistributedModel {
   readonly assignment: { peerId: string; start: number; end: number; replica: number }[];
   generate(prompt: number[], options?: GenerateOptions): Promise<{ tokens: number[] }>;
   generateBatch(prompts: number[][], options?: GenerateOptions): Promise<{ tokens: number[][] }>;
+  /**
+   * Continues one prompt by speculative decoding: drafts (prompt lookup) checked several per pass through the workers,
+   * which keep the accepted positions only. Greedy, the tokens equal `generate`'s; `passes` counts trips through them.
+   */
+  generateSpeculative(prompt: number[], options: SpeculativeOptions): Promise<SpeculativeResult>;
   /** The logits [B, T, V] of token ids [B, T] (int32), computed across the workers in a session of its own. */
   logits(ids: Tensor): Promise<Tensor>;
   /** Sets up training on the workers (their AdamW, the reductions among replicas, verification) and returns the trainer. */
@@ -229,6 +234,10 @@ export class DistributedJob implements DistributedModel {
   async generateBatch(prompts: number[][], options: GenerateOptions = {}): Promise<{ tokens: number[][] }> {
     const rows = await this.reported(() => this.sessions.generate(prompts, options), (t) => t.reduce((sum, row) => sum + row.length, 0));
     return { tokens: rows };
+  }
+
+  generateSpeculative(prompt: number[], options: SpeculativeOptions): Promise<SpeculativeResult> {
+    return this.reported(() => this.sessions.speculate(prompt, options), (r) => r.tokens.length);
   }
 
   logits(ids: Tensor): Promise<Tensor> {

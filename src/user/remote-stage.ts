@@ -313,6 +313,13 @@ export class RemoteStage {
     await this.call({ type: 'close', sessionId }, []);
   }
 
+  /** Keeps the first `length` positions of a session (a speculative pass's accepted ones); the record re-signed for its last step. */
+  async truncateSession(sessionId: string, length: number): Promise<unknown> {
+    const answer = await this.call({ type: 'truncate', sessionId, length }, []);
+    if (answer.kind !== 'control') throw new InvalidMessageError(`${this.peer}: a truncate answer must be a control message`);
+    return (answer.message as { record?: unknown } | null)?.record;
+  }
+
   async close(): Promise<void> {
     await this.stream.close().catch(() => {});
   }

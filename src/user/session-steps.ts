@@ -1,4 +1,4 @@
-import { InvalidMessageError, PeerUnreachableError, StageFailedError, VerificationError } from '../errors.ts';
+import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError, StageFailedError, VerificationError } from '../errors.ts';
 import { publicKeyOf, type StageAssignment } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { agree, auxHash, checkRecord, type ComputeFormat, hashTensors, parseRecord, sessionStepHash, type WorkRecord } from '../verify/index.ts';
@@ -91,8 +91,94 @@ export class SessionSteps {
     this.sent.set(worker.peerId, list);
     // the hashes up to this step (the list grows with the session's later steps)
     const upTo = list.length;
-    this.ctx.verifier?.observe(worker, record, () => list.slice(0, upTo), shape ? { shape } : undefined);
+    const observe = () => this.ctx.verifier?.observe(worker, record, () => list.slice(0, upTo), shape ? { shape } : undefined);
+    // a speculative pass's records wait: cut to its accepted positions, they are signed again (keep)
+    if (this.deferred) this.deferred.push(observe);
+    else observe();
     return record;
+  }
+
+  /** The records of a speculative pass not yet kept whole or cut (null when the last step was no pass). */
+  private deferred: (() => void)[] | null = null;
+  /** The workers' output of the last step (before the user's last end): a pass cut short is checked against its start. */
+  private lastOut: Tensor | null = null;
+
+  /** The last pass was kept whole (a step came after it, or the session ends): its records go to the verifier. */
+  settle(): void {
+    const pending = this.deferred ?? [];
+    this.deferred = null;
+    for (const observe of pending) observe();
+  }
+
+  /**
+   * Keeps the first `length` positions of the session (a speculative pass's accepted ones): every worker drops the
+   * rest of the pass from its KV cache and signs the pass again for the positions kept, which is checked here as a step
+   * of them alone would be (the chain, the input sent, the output that came back cut alike) and replaces the pass in
+   * what the verifier samples and in the session's history. A worker lost on the way is failed over as a step's is:
+   * the history, already cut, is replayed on the new route.
+   */
+  async keep(length: number): Promise<void> {
+    const pending = this.deferred;
+    this.deferred = null;
+    const last = this.history.at(-1);
+    const steps = last?.x.shape[1] ?? 1;
+    const from = this.position - steps;
+    if (!last || !pending || !this.lastOut || length <= from || length > this.position) {
+      throw new InvalidArgumentError(`a session at position ${this.position} cannot keep ${length}: only its last speculative pass can be cut`);
+    }
+    if (length === this.position) {
+      for (const observe of pending) observe();
+      return;
+    }
+    const keep = length - from;
+    const cut = (t: Tensor) => t.narrow(1, 0, keep).contiguous();
+    const keyMask = last.keyMask ? last.keyMask.narrow(1, 0, last.keyMask.shape[1] - (steps - keep)).contiguous() : null;
+    const step = { x: cut(last.x), positions: cut(last.positions), keyMask };
+    this.history[this.history.length - 1] = step;
+    const out = cut(this.lastOut);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        if (attempt === 0) await this.keepOnce(from, length, step, out);
+        else {
+          this.restart();
+          for (const h of this.history) await this.runOnce(h.x, h.positions, h.keyMask);
+          this.ctx.recovered(this.history.length);
+        }
+        return;
+      } catch (err) {
+        if (attempt >= MAX_FAILOVERS) {
+          throw new StageFailedError(`cutting a speculative pass failed ${attempt + 1} times in a row: ${(err as Error).message}`, { cause: err });
+        }
+        await this.ctx.recover(err, attempt, { sessionId: this.sessionId, position: length });
+      }
+    }
+  }
+
+  private async keepOnce(
+    from: number, length: number, step: { x: Tensor; positions: Tensor; keyMask: Tensor | null }, out: Tensor,
+  ): Promise<void> {
+    if ((this.ctx.verifier?.redundancy ?? 1) > 1) throw new InvalidArgumentError('speculative decoding does not combine with --redundancy yet');
+    const route = this.ctx.sections().map((copies) => copies[0]);
+    const answers = await Promise.all(route.map((s) => s.remote.truncateSession(this.sessionId, length)));
+    const aux = auxHash(step.positions, step.keyMask);
+    let input = hashTensors([step.x]);
+    answers.forEach((raw, i) => {
+      const worker = route[i].where;
+      const record = parseRecord(raw);
+      checkRecord(record, publicKeyOf(worker.peerId), {
+        job: this.ctx.jobId(), peer: worker.peerId, kind: 'decode', step: from, micro: 0, input, stage: [worker.start, worker.end],
+        session: this.sessionId, aux, ...(i === route.length - 1 ? { output: hashTensors([out]) } : {}),
+      });
+      if (this.weights.get(worker.peerId) !== record.weights) throw new VerificationError(`${worker.peerId} changed its weights in the middle of a session`);
+      // the pass's step hash gives way to the kept positions'
+      const list = this.sent.get(worker.peerId) ?? [];
+      list[list.length - 1] = sessionStepHash(input, aux);
+      const upTo = list.length;
+      this.ctx.verifier?.observe(worker, record, () => list.slice(0, upTo), { shape: step.x.shape });
+      input = record.output;
+    });
+    this.position = length;
+    this.lastOut = out;
   }
 
   /** The hash of the positions and key mask of the step under way. */
@@ -106,7 +192,9 @@ export class SessionSteps {
    * one an undisturbed session gives (bit for bit on js). A failure with no worker lost is
    * retried after a backoff, a few times.
    */
-  async run(x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
+  async run(x: Tensor, positions: Tensor, keyMask: Tensor | null, pass = false): Promise<Tensor> {
+    // a step after a speculative pass means the pass was kept whole
+    this.settle();
     let replayed = 0;
     for (let attempt = 0; ; attempt++) {
       // the step under way (a replayed one, or this one): where it would leave the session
@@ -123,11 +211,14 @@ export class SessionSteps {
           replayed += this.history.length;
           ends = this.position + (x.shape[1] ?? 1);
         }
+        this.deferred = pass ? [] : null;
         const out = await this.runOnce(x, positions, keyMask);
+        this.lastOut = out;
         this.history.push({ x, positions, keyMask });
         if (attempt > 0) this.ctx.recovered(replayed);
         return out;
       } catch (err) {
+        this.deferred = null;
         if (attempt >= MAX_FAILOVERS) throw new StageFailedError(`a decoding step failed ${attempt + 1} times in a row: ${(err as Error).message}`, { cause: err });
         await this.ctx.recover(err, attempt, { sessionId: this.sessionId, position: ends });
       }

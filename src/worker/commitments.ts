@@ -1,3 +1,4 @@
+import { InvalidArgumentError } from '../errors.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { ChunkCommitter, closedChunks } from '../verify/index.ts';
 import type { Session } from './jobs.ts';
@@ -26,5 +27,22 @@ export function commitStep(session: Session, input: Tensor, out: Tensor, from: n
   const proofs = committer.push(values, from, steps);
   // a chunk the session did not compute whole (it began mid-chunk) is not committed, and then no record claims it
   if (proofs.length === 0 || proofs.length !== closedChunks(from, steps).length * rows) return undefined;
+  return Buffer.concat(proofs).toString('base64');
+}
+
+/**
+ * The commitments of a session's last step cut to its first `keep` positions (a speculative pass's accepted ones), for
+ * the record re-signed for them; the session's committer forgets the rest (verify/records/commit.ts).
+ */
+export function truncateCommits(session: Session, from: number, keep: number): string | undefined {
+  const committer = session.committer;
+  if (!committer) return undefined;
+  let proofs: Uint8Array[];
+  try {
+    proofs = committer.truncate(from + keep);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+  if (proofs.length === 0 || proofs.length !== closedChunks(from, keep).length * committer.rows) return undefined;
   return Buffer.concat(proofs).toString('base64');
 }

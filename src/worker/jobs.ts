@@ -79,6 +79,8 @@ export interface Session {
   busy?: boolean;
   /** Its chunk of positions under way, committed as it closes (activation commitments: verify/records/commit.ts). */
   committer?: ChunkCommitter;
+  /** The last step's output, until the next: a speculative pass cut to its accepted positions is re-signed from it. */
+  lastOutput?: Tensor;
 }
 
 /** A built section, its inference sessions (each with a KV cache) and its training state. */

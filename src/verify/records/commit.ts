@@ -274,11 +274,15 @@ export class ChunkCommitter {
     this.buffer = new Float32Array(rows * COMMIT_CHUNK * width);
   }
 
+  /** The last push: its first position, the open chunk's start before it, and each chunk it closed (its proofs, if whole). */
+  private last: { from: number; start: number; closed: { at: number; proofs: Uint8Array[] }[] } | null = null;
+
   /** Adds positions [from, from + steps) of every row; returns the commitments of the chunks they closed. */
   push(values: Float32Array, from: number, steps: number): Uint8Array[] {
     const { rows, width, buffer } = this;
     if (values.length !== rows * steps * width) throw new RangeError(`${values.length} values are not [${rows}, ${steps}, ${width}]`);
     if (from !== this.next) this.start = from;
+    this.last = { from, start: this.start, closed: [] };
     const proofs: Uint8Array[] = [];
     for (let t = 0; t < steps; t++) {
       const p = from + t;
@@ -288,14 +292,37 @@ export class ChunkCommitter {
       }
       if (slot === COMMIT_CHUNK - 1) {
         // whole only if the open chunk began at its first position
+        const closed: Uint8Array[] = [];
         if (this.start <= p - slot) {
           const size = COMMIT_CHUNK * width;
-          for (let b = 0; b < rows; b++) proofs.push(commitChunk(buffer.subarray(b * size, (b + 1) * size)));
+          for (let b = 0; b < rows; b++) closed.push(commitChunk(buffer.subarray(b * size, (b + 1) * size)));
         }
+        proofs.push(...closed);
+        this.last.closed.push({ at: p, proofs: closed });
         this.start = p + 1;
       }
     }
     this.next = from + steps;
     return proofs;
+  }
+
+  /**
+   * Drops the positions from `length` on, all of them of the last push (a speculative pass's rejected drafts). The
+   * chunks it closed before `length` stay closed, and their commitments are returned again (for the record of the
+   * positions kept); a chunk it closed at or after `length` opens again, which needs the push to have ended there (past
+   * that, its positions were written over the chunk's).
+   */
+  truncate(length: number): Uint8Array[] {
+    const last = this.last;
+    if (!last || length < last.from || length > this.next) throw new RangeError(`cannot keep ${length} positions: the last step began at ${last?.from ?? this.next}`);
+    const kept = last.closed.filter((c) => c.at < length);
+    const reopened = last.closed.find((c) => c.at >= length);
+    if (reopened && reopened.at !== this.next - 1) {
+      throw new RangeError(`a step that went on past the chunk it closed at ${reopened.at} cannot be cut inside that chunk`);
+    }
+    this.start = kept.length > 0 ? kept[kept.length - 1].at + 1 : last.start;
+    this.next = length;
+    this.last = { ...last, closed: kept };
+    return kept.flatMap((c) => c.proofs);
   }
 }

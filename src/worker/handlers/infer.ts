@@ -1,13 +1,15 @@
-import { InvalidArgumentError } from '../../errors.ts';
+import { InvalidArgumentError, InvalidMessageError } from '../../errors.ts';
 import { deviceRunner, KVCache, type ModelLayer } from '../../models/index.ts';
 import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
   STAGE_PROTOCOL, toWire, type WorkCounters,
 } from '../../p2p/index.ts';
 import { hopIn, hopOut } from '../../compress/index.ts';
-import { computeDevice, computeName, noGrad } from '../../tensor/index.ts';
-import { auxHash, checkpointHash, hashTensors, recordFlops, sectionCost, signRecord } from '../../verify/index.ts';
-import { commitStep } from '../commitments.ts';
+import { computeDevice, computeName, noGrad, type Tensor } from '../../tensor/index.ts';
+import {
+  auxHash, checkpointHash, hashTensors, type RecordSigner, recordFlops, sectionCost, signRecord, type WorkRecord,
+} from '../../verify/index.ts';
+import { commitStep, truncateCommits } from '../commitments.ts';
 import { DecodeBatcher } from '../decode-batcher.ts';
 import { countSent, type Section } from '../jobs.ts';
 import { control, NONE, sectionOf, type StageHandler } from './types.ts';
@@ -80,18 +82,15 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       work.forwards++;
       // its signed record travels with the output (along the chain, to the owner): the input it was
       // given, the output it returned, the weights it holds (hashed in checkpoint-name order)
-      const weights = (section.weightsHash ??= checkpointHash(section.model));
       // encoded once: the frame that leaves, and what its receiver computes on (its hash in the record)
       const sent = hopOut(out, request.codec);
       // the chunks of positions this step closed, committed (a validator checks a sampled one by one prefill)
       const commits = commitStep(session, input, out, position);
-      const record = signRecord({
-        job: job.jobId, step: position, micro: 0, stage: section.range, kind: 'decode', session: request.sessionId, input: hashTensors([input]),
-        aux: auxHash(positions, keyMask ?? null), config: section.configHash,
-        flops: Math.round(recordFlops('decode', (section.cost ??= sectionCost(section.model.config, section.range)), input.shape[0] * (input.shape[1] ?? 1))),
-        output: hashTensors([out]), ...(request.codec ? { sent: hashTensors([sent.received]) } : {}), weights, backend: computeName(),
-        seq: (section.seq = (section.seq ?? 0) + 1), ...(commits ? { commits } : {}),
-      }, signer);
+      const stepped = { input, positions, keyMask: keyMask ?? null, out };
+      const record = decodeRecord(section, job.jobId, request.sessionId, position, stepped, signer, {
+        ...(request.codec ? { sent: hashTensors([sent.received]) } : {}), ...(commits ? { commits } : {}),
+      });
+      session.lastOutput = out;
       // on ort its output is kept too (and counted): a verifier compares within tolerance, not by hash
       if (record.backend !== 'js') {
         memory.add(job.jobId, 'kv-cache', 4 * out.size, `the outputs kept for re-running session ${request.sessionId}`);
@@ -127,6 +126,47 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       return control('session-status', { position: session?.device?.cached ?? session?.cache.length ?? 0, busy: session?.busy === true });
     },
   },
+  // a speculative pass cut to its accepted positions: the cache and what the session keeps drop the rest, and the
+  // step's record is signed again for the positions kept (what the pass computed for them is what a step of them alone
+  // computes: attention is causal)
+  'truncate': {
+    run: ({ body, job }, { memory, signer }) => {
+      const section = sectionOf(job);
+      const sessionId = parseSessionId(body.sessionId);
+      const session = section.sessions.get(sessionId);
+      if (!session) throw new InvalidMessageError(`session ${sessionId} is not open`);
+      const last = session.history.at(-1);
+      const length = body.length;
+      if (!last || !session.lastOutput) throw new InvalidMessageError(`session ${sessionId} has no step to cut`);
+      if (session.device) throw new InvalidArgumentError('a session on a device cannot drop positions yet (speculative decoding runs on CPU workers)');
+      if (last.record.sent !== undefined) throw new InvalidArgumentError('a session whose hidden states travel compressed cannot drop positions');
+      const from = last.record.step;
+      const steps = last.input.shape[1] ?? 1;
+      if (typeof length !== 'number' || !Number.isInteger(length) || length <= from || length > from + steps) {
+        throw new InvalidMessageError(`session ${sessionId}: its last step holds positions ${from}–${from + steps - 1}, it cannot keep ${String(length)}`);
+      }
+      if (length === from + steps) return control('truncated', { record: last.record });
+      const keep = length - from;
+      const cut = (t: Tensor) => t.narrow(1, 0, keep).contiguous();
+      const input = cut(last.input);
+      const positions = cut(last.positions);
+      const keyMask = last.keyMask ? last.keyMask.narrow(1, 0, last.keyMask.shape[1] - (steps - keep)).contiguous() : null;
+      const out = cut(session.lastOutput);
+      session.cache.truncate(length);
+      const commits = truncateCommits(session, from, keep);
+      const extra = commits ? { commits } : {};
+      const record = decodeRecord(section, job.jobId, sessionId, from, { input, positions, keyMask, out }, signer, extra);
+      const bytes = (h: { input: Tensor; positions: Tensor; keyMask: Tensor | null; output?: Tensor }) =>
+        [h.input, h.positions, h.keyMask, h.output].reduce((sum, t) => sum + (t ? 4 * t.size : 0), 0);
+      const kept = { input, positions, keyMask, record, ...(last.output ? { output: out } : {}) };
+      const freed = (input.shape[0] ?? 1) * (steps - keep) * kvBytesPerToken(section.model.layers) + bytes(last) - bytes(kept);
+      session.history[session.history.length - 1] = kept;
+      session.lastOutput = out;
+      session.kvBytes -= freed;
+      memory.add(job.jobId, 'kv-cache', -freed, `positions ${length}–${from + steps - 1} of session ${sessionId} dropped`);
+      return control('truncated', { record });
+    },
+  },
   'close': {
     run: ({ body, job }, { jobs, memory }) => {
       sectionOf(job);
@@ -135,6 +175,23 @@ export const inferenceHandlers: Record<string, StageHandler> = {
     },
   },
 };
+
+/** The signed record of a session's step of `step.input` at `position`, with what else the record names. */
+function decodeRecord(
+  section: Section, jobId: string, sessionId: string, position: number,
+  step: { input: Tensor; positions: Tensor; keyMask: Tensor | null; out: Tensor }, signer: RecordSigner,
+  extra: { sent?: string; commits?: string },
+): WorkRecord {
+  const { input, positions, keyMask, out } = step;
+  // the weights it holds, hashed in checkpoint-name order
+  const weights = (section.weightsHash ??= checkpointHash(section.model));
+  const cost = (section.cost ??= sectionCost(section.model.config, section.range));
+  return signRecord({
+    job: jobId, step: position, micro: 0, stage: section.range, kind: 'decode', session: sessionId, input: hashTensors([input]),
+    aux: auxHash(positions, keyMask), config: section.configHash, flops: Math.round(recordFlops('decode', cost, input.shape[0] * (input.shape[1] ?? 1))),
+    output: hashTensors([out]), ...extra, weights, backend: computeName(), seq: (section.seq = (section.seq ?? 0) + 1),
+  }, signer);
+}
 
 const batchers = new WeakMap<Section, DecodeBatcher>();
 
