@@ -124,6 +124,8 @@ export const COMMANDS: readonly CommandSpec[] = [
       'seed': seed(0),
       'ends': MODEL.ends,
       'adapter': str('DIR', 'generate through a PEFT LoRA adapter (in this process, or on every worker of the job)'),
+      'speculative': str('lookup', 'draft tokens and check several per pass through the model (prompt lookup): fewer trips, the same tokens'),
+      'draft-tokens': int('N', 'with --speculative: the most tokens drafted for one pass (the number adapts)', { min: 1, default: 8 }),
       ...NETWORK,
       ...PLAN,
       ...VERIFICATION,

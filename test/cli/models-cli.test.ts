@@ -99,6 +99,19 @@ describe('init-model, generate and train on one machine', () => {
     assert.equal(bad.code, 2, 'an unknown strategy is refused before any swarm starts');
   });
 
+  test('generate --local 2 --speculative lookup: the tokens of --local 0, in fewer passes on a prompt that repeats', () => {
+    const base = ['generate', '--model', model, '--prompt', '12+34=46. 12+34=46. 12+', '--max-new-tokens', '24', '--backend', 'js', '--json'];
+    const plain = cli(...base, '--local', '0').json();
+    const r = cli(...base, '--local', '2', '--speculative', 'lookup');
+    assert.equal(r.code, 0, r.stderr);
+    const spec = r.json();
+    assert.deepEqual(spec.tokens, plain.tokens);
+    assert.equal(plain.passes, plain.tokens.length);
+    assert.ok(spec.passes < spec.tokens.length, `${spec.passes} passes for ${spec.tokens.length} tokens`);
+    assert.ok(spec.speculative.accepted > 0 && spec.speculative.accepted <= spec.speculative.drafted, JSON.stringify(spec.speculative));
+    assert.equal(spec.verification.failed, 0);
+  });
+
   describe('train across workers', () => {
     // the replicas run starts its own swarm (--local 4); the resumed run joins one started here (--bootstrap), which
     // runs only while it does

@@ -1,5 +1,8 @@
 import { existsSync } from 'node:fs';
-import { deviceStepModel, generate, type GenerateOptions, generateWith, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
+import {
+  deviceStepModel, generate, type GenerateOptions, generateSpeculative, generateWith, loadConfig, loadModel, loadTokenizer, localStepModel,
+  type SpeculativeResult,
+} from '../../models/index.ts';
 import { computeDevice } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
 import {
@@ -36,6 +39,10 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   if (room < 0) throw new UsageError(`the prompt has ${promptIds.length} tokens, more than the model's ${config.maxPositions} positions`);
   const maxNewTokens = Math.min(requested, room);
   if (maxNewTokens < requested) out.info(`generating ${maxNewTokens} tokens: the model has ${config.maxPositions} positions`);
+  const speculative = stringFlag(flags, 'speculative');
+  if (speculative !== undefined && speculative !== 'lookup') throw new UsageError(`--speculative takes lookup, got '${speculative}'`);
+  if (speculative === undefined && flags['draft-tokens'] !== undefined) throw new UsageError('--draft-tokens needs --speculative lookup');
+  const maxDrafts = intFlag(flags, 'draft-tokens', 8, 1);
   const produced: number[] = [];
   let printed = '';
   const started = performance.now();
@@ -58,14 +65,18 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
     },
   };
   let tokens: number[];
+  let spec: SpeculativeResult | null = null;
+  const speculate = speculative ? { ...options, draft: 'lookup' as const, maxDrafts } : null;
   let verification: VerificationSummary | null = null;
   let failovers: readonly FailoverEvent[] | null = null;
   if (where.kind === 'local') {
     // --backend webgpu: each step one graph on the GPU, the KV cache there
     const device = computeDevice();
-    tokens = device === 'cpu'
-      ? (await generate(model!, promptIds, options)).tokens
-      : (await generateWith(deviceStepModel(model!, device), [promptIds], options))[0];
+    if (speculate && device !== 'cpu') throw new UsageError('--speculative runs on the CPU backends (js, ort) in this process, not on a device yet');
+    if (speculate) spec = await generateSpeculative(localStepModel(model!), promptIds, speculate);
+    if (spec) tokens = spec.tokens;
+    else if (device === 'cpu') tokens = (await generate(model!, promptIds, options)).tokens;
+    else tokens = (await generateWith(deviceStepModel(model!, device), [promptIds], options))[0];
   } else {
     // the network's code (libp2p, the chain client) loads only for a swarm: a local generation starts lighter
     const [{ distribute }, { joinSwarm }] = await Promise.all([import('../../user/index.ts'), import('../swarm.ts')]);
@@ -78,7 +89,8 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
       try {
         await payForJob(flags, { jobId: dm.jobId, user: access.node.peerId.toString() }, out);
-        tokens = (await dm.generate(promptIds, options)).tokens;
+        if (speculate) spec = await dm.generateSpeculative(promptIds, speculate);
+        tokens = spec ? spec.tokens : (await dm.generate(promptIds, options)).tokens;
         verification = dm.verification;
         for (const peer of verification?.flagged ?? []) out.info(`worker …${peer.slice(-6)} was caught cheating: flagged at the validator, and the text generated again without it`);
         failovers = dm.failovers;
@@ -93,9 +105,18 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   }
   const text = tok.decode(tokens);
   const seconds = (performance.now() - started) / 1000;
-  if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds, ...(verification ? { verification } : {}), ...(failovers ? { failovers } : {}) }, '');
-  else {
+  // trips through the model: one a token without --speculative, one a pass with it
+  const passes = spec ? spec.passes : tokens.length;
+  const acceptance = spec && spec.drafted > 0 ? spec.accepted / spec.drafted : 0;
+  const drafts = spec ? { drafted: spec.drafted, accepted: spec.accepted, acceptance } : null;
+  if (out.json) {
+    out.result({
+      text, tokens, promptTokens: promptIds.length, passes, ...(drafts ? { speculative: drafts } : {}), seconds,
+      ...(verification ? { verification } : {}), ...(failovers ? { failovers } : {}),
+    }, '');
+  } else {
     process.stdout.write(`${text.slice(printed.length)}\n`);
-    out.info(`${tokens.length} tokens in ${seconds.toFixed(2)} s`);
+    const how = drafts ? `; ${drafts.accepted} of ${drafts.drafted} drafted tokens accepted` : '';
+    out.info(`${tokens.length} tokens in ${seconds.toFixed(2)} s, ${passes} passes through the model${how}`);
   }
 }
