@@ -49,6 +49,8 @@ export interface Sampling {
   seed: number | undefined;
   stream: boolean;
   includeUsage: boolean;
+  /** Log-probabilities of the chosen tokens, with this many of the likeliest beside each; null: none. */
+  logprobs: number | null;
 }
 
 export interface CompletionRequest extends Sampling {
@@ -65,6 +67,9 @@ export const MAX_N = 8;
 export const MAX_STOPS = 4;
 /** Most prompts in one completion request. */
 export const MAX_PROMPTS = 8;
+/** Most alternatives a token's log-probabilities list: chat's `top_logprobs` and completions' `logprobs`, as OpenAI allows. */
+export const MAX_TOP_LOGPROBS = 20;
+export const MAX_COMPLETION_LOGPROBS = 5;
 
 type Body = Record<string, unknown>;
 
@@ -106,6 +111,7 @@ function sampling(body: unknown): Sampling & { body: Body } {
     seed: int(b, 'seed', -(2 ** 53), 2 ** 53),
     stream,
     includeUsage: stream && options?.include_usage === true,
+    logprobs: null,
   };
 }
 
@@ -119,8 +125,10 @@ export function parseCompletion(body: unknown): CompletionRequest {
   if (prompts.length * s.n > MAX_N) throw badRequest(`prompts × n is at most ${MAX_N}`, 'n');
   const echo = s.body.echo ?? false;
   if (typeof echo !== 'boolean') throw badRequest('\'echo\' must be true or false', 'echo');
+  // the legacy shape: `logprobs` N asks for the chosen token's and the N likeliest
+  const logprobs = int(s.body, 'logprobs', 0, MAX_COMPLETION_LOGPROBS) ?? null;
   // OpenAI's default for completions is 16 tokens
-  return { ...s, maxTokens: s.maxTokens ?? 16, prompts, echo };
+  return { ...s, maxTokens: s.maxTokens ?? 16, prompts, echo, logprobs };
 }
 
 const ROLES = new Set(['system', 'user', 'assistant', 'developer', 'tool']);
@@ -142,7 +150,11 @@ export function parseChat(body: unknown): ChatRequest {
     } else throw badRequest(`messages[${i}].content must be text (a string, or parts of type 'text')`, `messages[${i}].content`);
     return { role: msg.role as ChatMessage['role'], content };
   });
-  return { ...s, messages };
+  const wanted = s.body.logprobs ?? false;
+  if (typeof wanted !== 'boolean') throw badRequest('\'logprobs\' must be true or false', 'logprobs');
+  const top = int(s.body, 'top_logprobs', 0, MAX_TOP_LOGPROBS);
+  if (top !== undefined && !wanted) throw badRequest('\'top_logprobs\' needs \'logprobs\': true', 'top_logprobs');
+  return { ...s, messages, logprobs: wanted ? (top ?? 0) : null };
 }
 
 /** The 400 of a prompt that leaves no room, in the words OpenAI uses. */

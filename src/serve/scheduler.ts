@@ -13,7 +13,8 @@ export interface Row {
   /** The adapter it runs through (`model` 'ID:NAME' of its request); null or absent: the base model. */
   adapter?: string | null;
   options: RowOptions;
-  onToken(token: number): void;
+  /** Each token as it comes, with the logits it was picked from (the model's; valid during the call). */
+  onToken(token: number, logits: Float32Array): void;
 }
 
 /** Rows one batch runs at most (the requests of a batch share its decoding steps). */
@@ -145,7 +146,7 @@ export class Scheduler {
         try {
           await this.run(rows.map((r) => r.prompt), {
             rows: rows.map((r) => r.options),
-            onToken: (token, i) => rows[i].onToken(token),
+            onToken: (token, i, logits) => rows[i].onToken(token, logits),
           }, rows[0]?.adapter ?? null);
           for (const w of batch) w.resolve();
         } catch (err) {

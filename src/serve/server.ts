@@ -8,6 +8,7 @@ import {
 } from './openai.ts';
 import { type BatchRunner, type Row, Scheduler } from './scheduler.ts';
 import { TextStream } from './text-stream.ts';
+import { chatLogprobs, completionLogprobs, type TokenLogprob, tokenLogprob } from './logprobs.ts';
 import { dashboardRoutes } from './dashboard.ts';
 import type { ServingStats } from './metrics.ts';
 import type { Overview } from '../user/index.ts';
@@ -52,6 +53,9 @@ interface Choice {
   text: TextStream;
   tokens: number;
   finish: FinishReason | null;
+  /** Its tokens' log-probabilities (with `logprobs`), and how many of them a stream has sent. */
+  logprobs: TokenLogprob[];
+  logprobsSent: number;
 }
 
 /**
@@ -134,6 +138,11 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`;
     const stamp = Math.floor(Date.now() / 1000);
     const echoed = (c: Choice) => ('echo' in request && request.echo ? prompts[Math.floor(c.index / request.n)] : '');
+    /** A choice's `logprobs` for `entries` (null without `logprobs`); a completion's offsets count from its echoed prompt. */
+    const logprobsOf = (c: Choice, entries: TokenLogprob[], before = 0) => {
+      if (request.logprobs === null) return null;
+      return kind === 'chat' ? chatLogprobs(entries) : completionLogprobs(entries, echoed(c).length + before);
+    };
     // what a streamed request sends as each choice's text grows (nothing for one answered whole)
     let emit: (c: Choice, text: string) => void = () => {};
     let work: { rows: Row[]; choices: Choice[]; promptTokens: number };
@@ -160,8 +169,8 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
       const out = choices.map((c) => {
         const finish = c.finish ?? (c.text.stopped ? 'stop' : 'length');
         return kind === 'chat'
-          ? { index: c.index, message: { role: 'assistant', content: c.text.text(), refusal: null }, logprobs: null, finish_reason: finish }
-          : { index: c.index, text: echoed(c) + c.text.text(), logprobs: null, finish_reason: finish };
+          ? { index: c.index, message: { role: 'assistant', content: c.text.text(), refusal: null }, logprobs: logprobsOf(c, c.logprobs), finish_reason: finish }
+          : { index: c.index, text: echoed(c) + c.text.text(), logprobs: logprobsOf(c, c.logprobs), finish_reason: finish };
       });
       return { id, object: kind === 'chat' ? 'chat.completion' : 'text_completion', created: stamp, model: request.model, choices: out, usage: totals() };
     }
@@ -173,9 +182,16 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     const event = (data: unknown) => {
       if (!gone) reply.raw.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`);
     };
-    const piece = (c: Choice, text: string, finish: FinishReason | null) => (kind === 'chat'
-      ? { index: c.index, delta: finish !== null && text === '' ? {} : { content: text }, logprobs: null, finish_reason: finish }
-      : { index: c.index, text, logprobs: null, finish_reason: finish });
+    const piece = (c: Choice, text: string, finish: FinishReason | null) => {
+      // the log-probabilities of the tokens since the last chunk (a token whose text is held back comes with a later one)
+      const fresh = c.logprobs.slice(c.logprobsSent);
+      const before = c.logprobs.slice(0, c.logprobsSent).reduce((n, e) => n + e.token.length, 0);
+      c.logprobsSent = c.logprobs.length;
+      const logprobs = fresh.length > 0 ? logprobsOf(c, fresh, before) : null;
+      return kind === 'chat'
+        ? { index: c.index, delta: finish !== null && text === '' ? {} : { content: text }, logprobs, finish_reason: finish }
+        : { index: c.index, text, logprobs, finish_reason: finish };
+    };
     let submitted: Promise<void>;
     try {
       submitted = scheduler.submit(rows);
@@ -232,6 +248,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
   ): { rows: Row[]; choices: Choice[]; promptTokens: number } {
     const tok = model.tokenizer;
     const eos = tok.eosTokenId;
+    const decodeOne = (id: number) => tok.decode([id]);
     const rows: Row[] = [];
     const choices: Choice[] = [];
     let promptTokens = 0;
@@ -243,7 +260,9 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
       const wanted = request.maxTokens ?? room;
       if (room < 1 || wanted > room) throw contextError(model.maxPositions, ids.length, Math.max(1, wanted));
       for (let k = 0; k < request.n; k++) {
-        const c: Choice = { index: choices.length, text: new TextStream((t) => tok.decode(t), stops), tokens: 0, finish: null };
+        const c: Choice = {
+          index: choices.length, text: new TextStream((t) => tok.decode(t), stops), tokens: 0, finish: null, logprobs: [], logprobsSent: 0,
+        };
         choices.push(c);
         rows.push({
           prompt: ids,
@@ -256,9 +275,10 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
             seed: (request.seed ?? randomInt(2 ** 47)) + k,
             cancelled: () => c.finish !== null || gone(),
           },
-          onToken: (token) => {
+          onToken: (token, logits) => {
             if (c.finish) return;
             c.tokens++;
+            if (request.logprobs !== null && token !== eos) c.logprobs.push(tokenLogprob(logits, token, request.logprobs, decodeOne));
             const second = Math.floor(Date.now() / 1000);
             if (!perSecond.has(second)) for (const s of perSecond.keys()) if (second - s >= 60) perSecond.delete(s);
             perSecond.set(second, (perSecond.get(second) ?? 0) + 1);

@@ -7,6 +7,8 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { createNode, parseStatsAnswer, request } from '../../src/p2p/index.ts';
+import { generate, loadModel } from '../../src/models/index.ts';
+import { noGrad, setBackend, tensor } from '../../src/tensor/index.ts';
 import { startServe } from '../helpers/processes.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
@@ -209,5 +211,61 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     } finally {
       await node.stop();
     }
+  });
+
+  test('logprobs and top_logprobs, completions and chat, whole and streamed: one process\'s log-softmax within 1e-5', async (t) => {
+    const model = join(dir, 'tiny');
+    const { child, url } = await startServe(['--model', model]);
+    running.push(child);
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
+    setBackend('js');
+    const lm = await loadModel(model);
+    const promptIds = lm.tokenizer!.encode(PROMPTS[1]);
+    const ids = (await generate(lm, promptIds, { maxNewTokens: 8, temperature: 0, stopTokens: [] })).tokens;
+    // one process: the logits of every position at once, log-softmax in float64
+    const logits = noGrad(() => lm.forward(tensor([...promptIds, ...ids], [1, promptIds.length + ids.length], 'int32')));
+    const vocab = logits.shape[2];
+    const reference = ids.map((id, i) => {
+      const row = logits.data.subarray((promptIds.length - 1 + i) * vocab, (promptIds.length + i) * vocab) as Float32Array;
+      const max = Math.max(...row);
+      const lse = max + Math.log(row.reduce((sum, x) => sum + Math.exp(x - max), 0));
+      return row[id] - lse;
+    });
+    const whole = await client.completions.create({ model: 'tiny', prompt: PROMPTS[1], max_tokens: 8, temperature: 0, logprobs: 3 });
+    const lp = whole.choices[0].logprobs!;
+    assert.deepEqual(lp.tokens, ids.map((id) => lm.tokenizer!.decode([id])));
+    let worst = 0;
+    lp.token_logprobs!.forEach((v, i) => (worst = Math.max(worst, Math.abs(v - reference[i]))));
+    assert.ok(worst <= 1e-5, `largest difference ${worst}`);
+    for (const [i, top] of lp.top_logprobs!.entries()) {
+      // the legacy shape keys alternatives by their text: tokens that decode alike alone (parts of a character) share one
+      assert.ok(Object.keys(top).length >= 1 && Object.keys(top).length <= 3);
+      assert.equal(Math.max(...Object.values(top)), lp.token_logprobs![i], 'greedy: the chosen token is the likeliest');
+    }
+    assert.deepEqual(lp.text_offset, lp.tokens!.map((_, i) => lp.tokens!.slice(0, i).join('').length));
+    // streamed: the same entries, spread over the chunks
+    const parts: number[] = [];
+    const stream = await client.completions.create({
+      model: 'tiny', prompt: PROMPTS[1], max_tokens: 8, temperature: 0, logprobs: 3, stream: true,
+    });
+    for await (const chunk of stream) parts.push(...(chunk.choices[0]?.logprobs?.token_logprobs ?? []));
+    assert.deepEqual(parts, lp.token_logprobs);
+    // chat: whole and streamed agree, each entry with its 2 likeliest alternatives
+    const ask = { model: 'tiny', messages: [{ role: 'user' as const, content: 'Hi' }], max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2 };
+    const chat = (await client.chat.completions.create(ask)).choices[0].logprobs!.content!;
+    assert.equal(chat.length, 6);
+    for (const e of chat) {
+      assert.equal(e.top_logprobs.length, 2);
+      assert.equal(e.top_logprobs[0].logprob, e.logprob);
+      assert.deepEqual(e.bytes, [...Buffer.from(e.token, 'utf8')]);
+    }
+    const streamedChat: typeof chat = [];
+    const chatStream = await client.chat.completions.create({ ...ask, stream: true });
+    for await (const chunk of chatStream) streamedChat.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+    assert.deepEqual(streamedChat, chat);
+    const refusal = (err: { status?: number }) => err.status;
+    const refused = await client.chat.completions.create({ ...ask, logprobs: false }).then(() => null, refusal);
+    assert.equal(refused, 400, 'top_logprobs without logprobs is refused');
+    t.diagnostic(`completion logprobs: largest difference from one process ${worst.toExponential(1)}; chat entries ${chat.length}`);
   });
 });

@@ -11,10 +11,11 @@ export interface GenerateOptions extends SamplingOptions {
   /** Generation of a sequence ends after one of these (default: the model's end-of-sequence token). */
   stopTokens?: number[];
   /**
-   * Called for every new token as it is produced (streaming). A promise it returns holds the next step until it settles
+   * Called for every new token as it is produced (streaming), with the logits it was picked from (the model's, before
+   * temperature or top-k/top-p; valid during the call). A promise it returns holds the next step until it settles
    * (back-pressure: a reader that cannot keep up, or a caller that acts between two tokens).
    */
-  onToken?: (token: number, sequence: number) => unknown;
+  onToken?: (token: number, sequence: number, logits: Float32Array) => unknown;
   /**
    * Settings of each prompt of a batch (one per prompt), over the shared ones: its own sampling,
    * seed (its own generator, so a row's tokens do not depend on the rows beside it), length,
@@ -116,7 +117,7 @@ export async function generateWith(stepModel: StepModel, prompts: number[][], op
     next.forEach((tok, i) => {
       if (done[i]) return;
       outputs[i].push(tok);
-      const pending = options.onToken?.(tok, i);
+      const pending = options.onToken?.(tok, i, last[i]);
       if (pending instanceof Promise) held.push(pending);
       if (stops[i].has(tok) || outputs[i].length >= limits[i]) done[i] = true;
     });

@@ -85,22 +85,22 @@ export async function generateSpeculative(stepModel: StepModel, prompt: number[]
     const v = logits.shape[2];
     return logits.data.subarray(i * v, (i + 1) * v) as Float32Array;
   };
-  /** Emits a token; true when generation ends with it. */
-  const emit = async (token: number): Promise<boolean> => {
+  /** Emits a token picked from `logits`; true when generation ends with it. */
+  const emit = async (token: number, logits: Float32Array): Promise<boolean> => {
     out.push(token);
-    const pending = options.onToken?.(token, 0);
+    const pending = options.onToken?.(token, 0, logits);
     if (pending instanceof Promise) await pending;
     return stops.has(token) || out.length >= maxNew;
   };
   let logits = await run(prompt, 0);
   let position = prompt.length;
-  let dist: Float32Array | null = row(logits, prompt.length - 1);
+  let dist: Float32Array = row(logits, prompt.length - 1);
   let forced: number | null = null;
   let k = Math.min(4, maxDrafts);
   for (;;) {
-    const next = forced ?? (greedy ? argmax(dist!) : pickFrom(dist!, options, rng));
+    const next = forced ?? (greedy ? argmax(dist) : pickFrom(dist, options, rng));
     forced = null;
-    if (await emit(next)) return result;
+    if (await emit(next, dist)) return result;
     const context = [...prompt, ...out];
     const room = Math.min(maxNew - out.length, stepModel.maxPositions - position - 1, (stepModel.passLimit?.(position) ?? Infinity) - 1);
     const drafts = lookupDraft(context, ngram, Math.max(0, Math.min(k, room)));
@@ -113,17 +113,19 @@ export async function generateSpeculative(stepModel: StepModel, prompt: number[]
       const verdict = greedy ? greedyCheck(p, d) : sampledCheck(p, d, options, rng);
       if (verdict !== null) {
         forced = verdict;
+        // the corrected token's logits are this row's, read before the next pass replaces them
+        dist = p.slice();
         break;
       }
       result.accepted++;
-      if (await emit(d)) {
+      if (await emit(d, p)) {
         // the cache keeps what the generation ended at (a later call may not continue this session)
         return result;
       }
     }
     position += kept + 1;
     if (kept < drafts.length) await stepModel.truncate(position);
-    dist = kept === drafts.length ? row(logits, drafts.length) : null;
+    if (kept === drafts.length) dist = row(logits, drafts.length);
     // adapt: one more draft after a pass that kept them all, half as many after one that kept few
     if (drafts.length > 0) k = kept === drafts.length ? Math.min(maxDrafts, k + 1) : Math.max(1, Math.min(k, kept + 1));
   }
