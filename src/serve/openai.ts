@@ -54,7 +54,8 @@ export interface Sampling {
 }
 
 export interface CompletionRequest extends Sampling {
-  prompts: string[];
+  /** Text, or token ids (OpenAI's `prompt` as an array of integers, or of such arrays). */
+  prompts: (string | number[])[];
   echo: boolean;
 }
 
@@ -119,8 +120,15 @@ function sampling(body: unknown): Sampling & { body: Body } {
 export function parseCompletion(body: unknown): CompletionRequest {
   const s = sampling(body);
   const p = s.body.prompt;
-  const prompts = typeof p === 'string' ? [p] : Array.isArray(p) && p.every((x) => typeof x === 'string') ? (p as string[]) : null;
-  if (prompts === null || prompts.length === 0) throw badRequest('\'prompt\' must be a string or a non-empty array of strings', 'prompt');
+  const isIds = (x: unknown): x is number[] =>
+    Array.isArray(x) && x.length > 0 && x.every((i) => Number.isInteger(i) && (i as number) >= 0);
+  let prompts: (string | number[])[] | null = null;
+  if (typeof p === 'string') prompts = [p];
+  else if (isIds(p)) prompts = [p];
+  else if (Array.isArray(p) && p.every((x) => typeof x === 'string' || isIds(x))) prompts = p as (string | number[])[];
+  if (prompts === null || prompts.length === 0) {
+    throw badRequest('\'prompt\' must be a string, token ids (non-negative integers), or a non-empty array of either', 'prompt');
+  }
   if (prompts.length > MAX_PROMPTS) throw badRequest(`at most ${MAX_PROMPTS} prompts in one request`, 'prompt');
   if (prompts.length * s.n > MAX_N) throw badRequest(`prompts × n is at most ${MAX_N}`, 'n');
   const echo = s.body.echo ?? false;

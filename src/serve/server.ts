@@ -118,7 +118,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
 
   async function respond(req: FastifyRequest, reply: FastifyReply, kind: 'text' | 'chat'): Promise<unknown> {
     let parsed: CompletionRequest | ChatRequest;
-    let prompts: string[];
+    let prompts: (string | number[])[];
     let stops: string[];
     let adapter: string | null;
     try {
@@ -137,7 +137,11 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     });
     const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomBytes(12).toString('hex')}`;
     const stamp = Math.floor(Date.now() / 1000);
-    const echoed = (c: Choice) => ('echo' in request && request.echo ? prompts[Math.floor(c.index / request.n)] : '');
+    const echoed = (c: Choice) => {
+      if (!('echo' in request && request.echo)) return '';
+      const p = prompts[Math.floor(c.index / request.n)];
+      return typeof p === 'string' ? p : model.tokenizer.decode(p);
+    };
     /** A choice's `logprobs` for `entries` (null without `logprobs`); a completion's offsets count from its echoed prompt. */
     const logprobsOf = (c: Choice, entries: TokenLogprob[], before = 0) => {
       if (request.logprobs === null) return null;
@@ -243,7 +247,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
    * then takes no more steps; so does every row of a client that left (`gone`).
    */
   function plan(
-    request: Sampling, prompts: string[], stops: string[], gone: () => boolean, emit: (c: Choice, text: string) => void,
+    request: Sampling, prompts: (string | number[])[], stops: string[], gone: () => boolean, emit: (c: Choice, text: string) => void,
     adapter: string | null,
   ): { rows: Row[]; choices: Choice[]; promptTokens: number } {
     const tok = model.tokenizer;
@@ -253,8 +257,10 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     const choices: Choice[] = [];
     let promptTokens = 0;
     for (const text of prompts) {
-      const ids = tok.encode(text);
+      const ids = typeof text === 'string' ? tok.encode(text) : text;
       if (ids.length === 0) throw badRequest('the prompt encodes to no tokens', 'prompt');
+      const outside = ids.find((id) => id >= tok.vocabSize);
+      if (outside !== undefined) throw badRequest(`token id ${outside} is outside the vocabulary of ${tok.vocabSize}`, 'prompt');
       promptTokens += ids.length;
       const room = model.maxPositions - ids.length;
       const wanted = request.maxTokens ?? room;

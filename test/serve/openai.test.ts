@@ -213,7 +213,7 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     }
   });
 
-  test('logprobs and top_logprobs, completions and chat, whole and streamed: one process\'s log-softmax within 1e-5', async (t) => {
+  test('logprobs and top_logprobs, completions and chat, whole and streamed: one process\'s log-softmax within 1e-5; prompts as token ids', async (t) => {
     const model = join(dir, 'tiny');
     const { child, url } = await startServe(['--model', model]);
     running.push(child);
@@ -250,6 +250,15 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     });
     for await (const chunk of stream) parts.push(...(chunk.choices[0]?.logprobs?.token_logprobs ?? []));
     assert.deepEqual(parts, lp.token_logprobs);
+    // token ids as the prompt: the same completion as its text; several prompts of ids; an id outside the vocabulary refused
+    const byIds = await client.completions.create({ model: 'tiny', prompt: promptIds, max_tokens: 8, temperature: 0, logprobs: 3, echo: true });
+    assert.equal(byIds.choices[0].text, PROMPTS[1] + whole.choices[0].text);
+    assert.deepEqual(byIds.choices[0].logprobs!.token_logprobs, lp.token_logprobs);
+    const two = await client.completions.create({ model: 'tiny', prompt: [promptIds, promptIds.slice(0, 3)], max_tokens: 4, temperature: 0 });
+    assert.equal(two.choices.length, 2);
+    assert.equal(two.usage?.prompt_tokens, promptIds.length + 3);
+    const outside = await client.completions.create({ model: 'tiny', prompt: [1, 100_000], max_tokens: 2 }).then(() => null, (err: { status?: number }) => err.status);
+    assert.equal(outside, 400, 'a token id outside the vocabulary is refused');
     // chat: whole and streamed agree, each entry with its 2 likeliest alternatives
     const ask = { model: 'tiny', messages: [{ role: 'user' as const, content: 'Hi' }], max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2 };
     const chat = (await client.chat.completions.create(ask)).choices[0].logprobs!.content!;
