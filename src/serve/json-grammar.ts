@@ -1,4 +1,4 @@
-import { badRequest } from './openai.ts';
+import { InvalidArgumentError } from '../errors.ts';
 
 /**
  * JSON that a grammar admits, character by character, for constrained decoding (`response_format`): a JSON schema's
@@ -33,24 +33,24 @@ const KNOWN = new Set(['type', 'properties', 'required', 'additionalProperties',
 
 /** Compiles the subset of JSON Schema this grammar follows; anything else is a 400 naming it. */
 export function compileSchema(schema: unknown, path = 'schema'): JsonNode {
-  if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) throw badRequest(`${path} must be a JSON schema object`, 'response_format');
+  if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) throw new InvalidArgumentError(`${path} must be a JSON schema object`);
   const s = schema as Record<string, unknown>;
-  for (const key of Object.keys(s)) if (!KNOWN.has(key)) throw badRequest(`${path}: '${key}' is not supported in a response_format schema`, 'response_format');
+  for (const key of Object.keys(s)) if (!KNOWN.has(key)) throw new InvalidArgumentError(`${path}: '${key}' is not supported in a response_format schema`);
   if (s.const !== undefined) return { kind: 'literal', options: [JSON.stringify(s.const)] };
   if (s.enum !== undefined) {
-    if (!Array.isArray(s.enum) || s.enum.length === 0) throw badRequest(`${path}.enum must be a non-empty array`, 'response_format');
+    if (!Array.isArray(s.enum) || s.enum.length === 0) throw new InvalidArgumentError(`${path}.enum must be a non-empty array`);
     return { kind: 'literal', options: s.enum.map((v) => JSON.stringify(v)) };
   }
   const int = (key: string, fallback: number) => {
     const v = s[key];
     if (v === undefined) return fallback;
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw badRequest(`${path}.${key} must be a non-negative integer`, 'response_format');
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new InvalidArgumentError(`${path}.${key} must be a non-negative integer`);
     return v;
   };
   switch (s.type) {
     case 'object': {
       const props = (s.properties ?? {}) as Record<string, unknown>;
-      if (typeof props !== 'object' || props === null) throw badRequest(`${path}.properties must be an object`, 'response_format');
+      if (typeof props !== 'object' || props === null) throw new InvalidArgumentError(`${path}.properties must be an object`);
       const keys = Object.keys(props);
       if (keys.length === 0) return { kind: 'literal', options: ['{}'] };
       return { kind: 'object', props: keys.map((key) => ({ key, node: compileSchema(props[key], `${path}.properties.${key}`) })) };
@@ -58,7 +58,7 @@ export function compileSchema(schema: unknown, path = 'schema'): JsonNode {
     case 'array': {
       const minItems = int('minItems', 0);
       const maxItems = int('maxItems', MAX_ITEMS);
-      if (minItems > maxItems) throw badRequest(`${path}: minItems is above maxItems`, 'response_format');
+      if (minItems > maxItems) throw new InvalidArgumentError(`${path}: minItems is above maxItems`);
       return { kind: 'array', items: compileSchema(s.items ?? {}, `${path}.items`), minItems, maxItems };
     }
     case 'string':
@@ -73,7 +73,7 @@ export function compileSchema(schema: unknown, path = 'schema'): JsonNode {
     case undefined:
       return { kind: 'any', depth: 0 };
     default:
-      throw badRequest(`${path}.type '${String(s.type)}' is not supported (object, array, string, integer, number, boolean, null)`, 'response_format');
+      throw new InvalidArgumentError(`${path}.type '${String(s.type)}' is not supported (object, array, string, integer, number, boolean, null)`);
   }
 }
 

@@ -1,5 +1,6 @@
 import { InvalidArgumentError, RateLimitedError, TensorLinkError } from '../errors.ts';
 import type { ChatMessage } from './chat.ts';
+import { ANY_OBJECT, compileSchema, type JsonNode } from './json-grammar.ts';
 
 /**
  * OpenAI's API shapes (completions and chat completions, streamed or not, errors) as TensorLink
@@ -51,6 +52,8 @@ export interface Sampling {
   includeUsage: boolean;
   /** Log-probabilities of the chosen tokens, with this many of the likeliest beside each; null: none. */
   logprobs: number | null;
+  /** `response_format` json_object or json_schema: the grammar every choice's text follows; null: free text. */
+  json: JsonNode | null;
 }
 
 export interface CompletionRequest extends Sampling {
@@ -113,7 +116,24 @@ function sampling(body: unknown): Sampling & { body: Body } {
     stream,
     includeUsage: stream && options?.include_usage === true,
     logprobs: null,
+    json: responseFormat(b.response_format),
   };
+}
+
+/** `response_format`: text (or none), json_object, or json_schema with the schema its choices follow. */
+function responseFormat(v: unknown): JsonNode | null {
+  if (v === undefined || v === null) return null;
+  const f = v as { type?: unknown; json_schema?: { schema?: unknown } | null };
+  if (typeof f !== 'object' || Array.isArray(f)) throw badRequest('\'response_format\' must be an object', 'response_format');
+  if (f.type === 'text') return null;
+  if (f.type === 'json_object') return ANY_OBJECT;
+  if (f.type !== 'json_schema') throw badRequest('\'response_format.type\' must be text, json_object or json_schema', 'response_format');
+  if (typeof f.json_schema !== 'object' || f.json_schema === null) throw badRequest('json_schema needs \'json_schema\': {name, schema}', 'response_format');
+  try {
+    return compileSchema(f.json_schema.schema ?? {});
+  } catch (err) {
+    throw badRequest((err as Error).message, 'response_format');
+  }
 }
 
 /** POST /v1/completions. */

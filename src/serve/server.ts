@@ -9,6 +9,7 @@ import {
 import { type BatchRunner, type Row, Scheduler } from './scheduler.ts';
 import { TextStream } from './text-stream.ts';
 import { chatLogprobs, completionLogprobs, type TokenLogprob, tokenLogprob } from './logprobs.ts';
+import { JsonConstraint } from './json-grammar.ts';
 import { dashboardRoutes } from './dashboard.ts';
 import type { ServingStats } from './metrics.ts';
 import type { Overview } from '../user/index.ts';
@@ -253,6 +254,8 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     const tok = model.tokenizer;
     const eos = tok.eosTokenId;
     const decodeOne = (id: number) => tok.decode([id]);
+    // constrained decoding: what each token id decodes to alone, read once per tokenizer
+    const texts = request.json ? tokenTexts(tok) : null;
     const rows: Row[] = [];
     const choices: Choice[] = [];
     let promptTokens = 0;
@@ -269,6 +272,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
         const c: Choice = {
           index: choices.length, text: new TextStream((t) => tok.decode(t), stops), tokens: 0, finish: null, logprobs: [], logprobsSent: 0,
         };
+        const json = request.json && texts ? new JsonConstraint(request.json, texts, eos) : null;
         choices.push(c);
         rows.push({
           prompt: ids,
@@ -280,6 +284,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
             // a seed makes a request repeatable; each of its n choices draws from its own generator
             seed: (request.seed ?? randomInt(2 ** 47)) + k,
             cancelled: () => c.finish !== null || gone(),
+            ...(json ? { mask: (logits: Float32Array) => json.mask(logits) } : {}),
           },
           onToken: (token, logits) => {
             if (c.finish) return;
@@ -289,12 +294,14 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
             if (!perSecond.has(second)) for (const s of perSecond.keys()) if (second - s >= 60) perSecond.delete(s);
             perSecond.set(second, (perSecond.get(second) ?? 0) + 1);
             let shown: string;
+            json?.advance(token);
             if (token === eos) {
               c.finish = 'stop';
               shown = c.text.flush();
             } else {
               shown = c.text.push(token);
-              if (c.text.stopped) c.finish = 'stop';
+              // a JSON document that is whole ends its choice
+              if (c.text.stopped || json?.complete) c.finish = 'stop';
               else if (c.tokens >= wanted) c.finish = 'length';
               if (c.finish) shown += c.text.flush();
             }
@@ -312,4 +319,13 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
 
 function unknownModel(asked: string, served: string): ApiError {
   return new ApiError(404, `The model '${asked}' does not exist: this server serves '${served}'`, 'invalid_request_error', 'model_not_found', 'model');
+}
+
+const TOKEN_TEXTS = new WeakMap<Tokenizer, string[]>();
+
+/** What each token id of `tok` decodes to alone (constrained decoding tries them on the grammar). */
+function tokenTexts(tok: Tokenizer): string[] {
+  let t = TOKEN_TEXTS.get(tok);
+  if (!t) TOKEN_TEXTS.set(tok, (t = Array.from({ length: tok.vocabSize }, (_, id) => tok.decode([id]))));
+  return t;
 }

@@ -213,7 +213,7 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     }
   });
 
-  test('logprobs and top_logprobs, completions and chat, whole and streamed: one process\'s log-softmax within 1e-5; prompts as token ids', async (t) => {
+  test('logprobs and top_logprobs (one process\'s log-softmax within 1e-5), prompts as token ids, response_format json_schema in 56 sampled choices', async (t) => {
     const model = join(dir, 'tiny');
     const { child, url } = await startServe(['--model', model]);
     running.push(child);
@@ -276,5 +276,45 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     const refused = await client.chat.completions.create({ ...ask, logprobs: false }).then(() => null, refusal);
     assert.equal(refused, 400, 'top_logprobs without logprobs is refused');
     t.diagnostic(`completion logprobs: largest difference from one process ${worst.toExponential(1)}; chat entries ${chat.length}`);
+
+    // response_format json_schema: 56 sampled choices, each JSON that parses and matches the schema
+    const schema = {
+      type: 'object',
+      properties: {
+        name: { type: 'string', maxLength: 8 }, age: { type: 'integer' }, ok: { type: 'boolean' }, tag: { enum: ['red', 'green'] },
+        xs: { type: 'array', items: { type: 'number' }, maxItems: 3 },
+      },
+      required: ['name', 'age', 'ok', 'tag', 'xs'],
+    };
+    const docs: string[] = [];
+    for (let r = 0; r < 7; r++) {
+      const answer = await client.chat.completions.create({
+        model: 'tiny', messages: [{ role: 'user', content: 'A person, as JSON' }], max_tokens: 200, temperature: 1, n: 8, seed: r,
+        response_format: { type: 'json_schema', json_schema: { name: 'person', schema, strict: true } },
+      });
+      for (const c of answer.choices) {
+        assert.equal(c.finish_reason, 'stop', c.message.content ?? '');
+        docs.push(c.message.content!);
+      }
+    }
+    for (const doc of docs) {
+      const v = JSON.parse(doc) as Record<string, unknown>;
+      assert.deepEqual(Object.keys(v), ['name', 'age', 'ok', 'tag', 'xs'], doc);
+      assert.ok(typeof v.name === 'string' && v.name.length <= 8 && Number.isInteger(v.age) && typeof v.ok === 'boolean', doc);
+      assert.ok(['red', 'green'].includes(v.tag as string), doc);
+      assert.ok(Array.isArray(v.xs) && v.xs.length <= 3 && v.xs.every((x) => typeof x === 'number'), doc);
+    }
+    const distinct = new Set(docs).size;
+    assert.ok(distinct >= 5, `sampled, not one document: ${distinct} distinct`);
+    // json_object: an object; a schema feature the grammar does not follow is a 400 that names it
+    const free = await client.chat.completions.create({
+      ...ask, logprobs: false, top_logprobs: undefined, max_tokens: 200, temperature: 1, seed: 1, response_format: { type: 'json_object' },
+    });
+    if (free.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(free.choices[0].message.content!), 'object');
+    const pattern = { type: 'json_schema' as const, json_schema: { name: 'x', schema: { type: 'string', pattern: 'a+' } } };
+    const unsupported = await client.chat.completions.create({ ...ask, response_format: pattern })
+      .then(() => '', (err: { status?: number; message?: string }) => `${err.status} ${err.message}`);
+    assert.match(unsupported, /^400 .*'pattern' is not supported/);
+    t.diagnostic(`json_schema: ${docs.length} sampled documents (${distinct} distinct), all valid; e.g. ${docs[0]}`);
   });
 });

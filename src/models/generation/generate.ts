@@ -27,6 +27,8 @@ export interface GenerateOptions extends SamplingOptions {
 
 /** One prompt's settings in a batch (see GenerateOptions.rows). */
 export interface RowOptions extends SamplingOptions {
+  /** The logits sampling draws from, given the model's (constrained decoding: what may not come next at −∞). */
+  mask?: (logits: Float32Array) => Float32Array;
   maxNewTokens?: number;
   seed?: number;
   stopTokens?: number[];
@@ -112,7 +114,7 @@ export async function generateWith(stepModel: StepModel, prompts: number[][], op
   for (let step = 0; step < maxNew; step++) {
     if (done.every(Boolean)) break;
     const last = lastLogits(logits);
-    const next = last.map((row, i) => (done[i] ? 0 : sampleToken(row, rows[i], rngs[i])));
+    const next = last.map((row, i) => (done[i] ? 0 : sampleToken(rows[i].mask ? rows[i].mask(row) : row, rows[i], rngs[i])));
     const held: Promise<unknown>[] = [];
     next.forEach((tok, i) => {
       if (done[i]) return;
