@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { PeerUnreachableError, PlanInfeasibleError, VerificationError } from '../errors.ts';
+import { InvalidArgumentError, PeerUnreachableError, PlanInfeasibleError, VerificationError } from '../errors.ts';
 import { publicKeyOf } from '../p2p/index.ts';
 import { auxHash, hashTensors, parseRecord, sessionStepHash, signatureValid, type WorkRecord } from '../verify/index.ts';
 import type { Tensor } from '../tensor/index.ts';
@@ -92,8 +92,25 @@ export class HostedSession {
     return this.hops.map((h) => h.hop);
   }
 
-  /** One step through every hop: the hidden states the last block gives. */
-  async step(x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
+  /** A speculative pass's records, held until it is kept whole or cut (null: the last step was no pass). */
+  private deferred: (() => void)[] | null = null;
+  /** The last step's output (the last block's): a pass cut short is checked against its first rows. */
+  private lastOut: Tensor | null = null;
+
+  /** The last pass was kept whole (a step came after it, or the session ends): its records go on to the router. */
+  settle(): void {
+    const pending = this.deferred ?? [];
+    this.deferred = null;
+    for (const report of pending) report();
+  }
+
+  /**
+   * One step through every hop: the hidden states the last block gives. A speculative `pass` holds its records until
+   * it is kept whole (settle) or cut (keep).
+   */
+  async step(x: Tensor, positions: Tensor, keyMask: Tensor | null, pass = false): Promise<Tensor> {
+    this.settle();
+    const deferred: (() => void)[] | null = pass ? [] : null;
     for (let i = 0; i < this.hops.length; i++) {
       const step = { x, positions, keyMask };
       for (let tries = 0; ; tries++) {
@@ -112,7 +129,9 @@ export class HostedSession {
           const upTo = sent.length;
           const hashOf = (s: SentStep) => (s.hash ??= sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
           const hashes = () => sent.slice(0, upTo).map(hashOf);
-          this.router.onRecord?.(hop.hop, record, hashes, step.x);
+          const report = () => this.router.onRecord?.(hop.hop, record, hashes, step.x);
+          if (deferred) deferred.push(report);
+          else report();
           break;
         } catch (err) {
           if (!(err instanceof PeerUnreachableError) || tries >= MAX_REROUTES) throw err;
@@ -121,7 +140,57 @@ export class HostedSession {
         }
       }
     }
+    this.deferred = deferred;
+    this.lastOut = x;
     return x;
+  }
+
+  /**
+   * Keeps the first `length` positions of the session (a speculative pass's accepted ones): every host cuts its KV
+   * cache and what it keeps, and signs the pass again for the positions kept, checked here against the pass's inputs
+   * and outputs cut alike; those records go to the router instead of the pass's. A host lost meanwhile is replaced as
+   * in a step (the new hosts replay what was sent, already cut, and need no cut).
+   */
+  async keep(length: number): Promise<void> {
+    const pending = this.deferred;
+    this.deferred = null;
+    const last = this.hops[0]?.sent.at(-1);
+    const steps = last?.x.shape[1] ?? 1;
+    const from = (last?.positions.data[0] as number | undefined) ?? 0;
+    if (!last || !pending || !this.lastOut || length <= from || length > from + steps) {
+      throw new InvalidArgumentError(`a session cannot keep ${length} positions: only its last speculative pass can be cut`);
+    }
+    if (length === from + steps) {
+      for (const report of pending) report();
+      return;
+    }
+    const keep = length - from;
+    const cut = (t: Tensor) => t.narrow(1, 0, keep).contiguous();
+    const cutMask = (m: Tensor | null) => (m ? m.narrow(1, 0, m.shape[1] - (steps - keep)).contiguous() : null);
+    const cutStep = (s: SentStep): SentStep => ({ x: cut(s.x), positions: cut(s.positions), keyMask: cutMask(s.keyMask) });
+    // what each hop was sent and gave, cut: the next hop's input is this one's output
+    const inputs = this.hops.map((h) => cutStep(h.sent.at(-1)!));
+    const outputs = [...inputs.slice(1).map((s) => s.x), cut(this.lastOut)];
+    for (const [i, h] of this.hops.entries()) h.sent[h.sent.length - 1] = inputs[i];
+    this.lastOut = outputs[outputs.length - 1];
+    for (const [i, hop] of [...this.hops].entries()) {
+      try {
+        const record = recordOf(await hop.stage.truncateSession(this.id, length), hop.hop.peerId);
+        const s = inputs[i];
+        if (!record || record.step !== from || record.input !== hashTensors([s.x]) || record.output !== hashTensors([outputs[i]])
+          || record.aux !== auxHash(s.positions, s.keyMask)) {
+          throw new VerificationError(`host …${hop.hop.peerId.slice(-8)} cut a pass with a record that is not of the positions kept`);
+        }
+        const sent = hop.sent;
+        const upTo = sent.length;
+        const hashOf = (x: SentStep) => (x.hash ??= sessionStepHash(hashTensors([x.x]), auxHash(x.positions, x.keyMask)));
+        this.router.onRecord?.(hop.hop, record, () => sent.slice(0, upTo).map(hashOf), s.x);
+      } catch (err) {
+        if (!(err instanceof PeerUnreachableError)) throw err;
+        // the hosts that take its blocks over replay what it was sent, as cut
+        await this.replace(this.hops.indexOf(hop));
+      }
+    }
   }
 
   /**

@@ -2,13 +2,14 @@ import type { Libp2p } from '@libp2p/interface';
 import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, PlanInfeasibleError, VerificationError } from '../errors.ts';
 import {
-  type CausalLM, configToHF, defaultPositions, type ForwardOptions, generateWith, type GenerateOptions, loadModel, type StepModel,
+  type CausalLM, configToHF, defaultPositions, type ForwardOptions, generateSpeculative, generateWith, type GenerateOptions, loadModel,
+  type SpeculativeOptions, type SpeculativeResult, type StepModel,
 } from '../models/index.ts';
 import {
   type DialTarget, type HostedModelEntry, hostedJobId, parseModelsAnswer, request, TRAIN_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
-import { agree, type ComputeFormat, ortTolerance, sectionCost, type WorkRecord } from '../verify/index.ts';
+import { agree, COMMIT_CHUNK, type ComputeFormat, ortTolerance, sectionCost, type WorkRecord } from '../verify/index.ts';
 import { hostRoundTrips, routeOver, type RouteOptions } from './hosted-routing.ts';
 import { LedgerSubmitter } from './ledger-submitter.ts';
 import { HostedSession, type RouteHop, type SessionRouter } from './hosted-session.ts';
@@ -144,18 +145,30 @@ export class HostedModel {
    * validator before the session closes; a host caught is excluded and the batch generated again without it (once).
    */
   async generateBatch(prompts: number[][], options: GenerateOptions = {}): Promise<number[][]> {
+    const tokens = Math.max(...prompts.map((p) => p.length)) + (options.maxNewTokens ?? 32);
+    return this.retried(() => this.generateOnce(tokens, (lanes) => generateWith(this.stepModel(lanes), prompts, options)));
+  }
+
+  /** One prompt by speculative decoding (models/generation/speculative.ts) on one route: hosts keep the accepted positions. */
+  async generateSpeculative(prompt: number[], options: SpeculativeOptions): Promise<SpeculativeResult> {
+    if (this.redundancy > 1) throw new InvalidArgumentError('speculative decoding does not combine with a security level above 1 yet');
+    const tokens = prompt.length + (options.maxNewTokens ?? 32);
+    return this.retried(() => this.generateOnce(tokens, (lanes) => generateSpeculative(this.stepModel(lanes, true), prompt, options)));
+  }
+
+  /** Runs `once`, and once more when a host of a route whose results were taken was caught. */
+  private async retried<T>(once: () => Promise<T>): Promise<T> {
     for (let attempt = 0; ; attempt++) {
       const caught = this.verification.flagged.length;
       this.dropped.clear();
-      const out = await this.generateOnce(prompts, options);
+      const out = await once();
       // hosts caught on a redundant route that was dropped: none of their results were taken
       if (this.verification.flagged.slice(caught).every((peer) => this.dropped.has(peer))) return out;
       if (attempt >= 1) throw new VerificationError(`hosts of '${this.entry.name}' were caught cheating twice in a row: ${this.verification.flagged.join(', ')}`);
     }
   }
 
-  private async generateOnce(prompts: number[][], options: GenerateOptions): Promise<number[][]> {
-    const tokens = Math.max(...prompts.map((p) => p.length)) + (options.maxNewTokens ?? 32);
+  private async generateOnce<T>(tokens: number, drive: (lanes: Lane[]) => Promise<T>): Promise<T> {
     const routes = await this.routes(tokens);
     const audits: Promise<unknown>[] = [];
     const signed: SignedStep[] = [];
@@ -170,7 +183,8 @@ export class HostedModel {
         opened.push(lane);
         this.onSession?.(lane.session);
       }
-      const out = await generateWith(this.stepModel(lanes), prompts, options);
+      const out = await drive(lanes);
+      for (const lane of lanes) lane.session.settle();
       // the sampled chunks were checked as they closed (each host's session prefilled once, as it went)
       // the steps no closed chunk covers (a session's tail) are re-run at tailRate
       for (const t of sampler.takeTails()) {
@@ -221,8 +235,8 @@ export class HostedModel {
    * every host's part of this step, the lanes with a host caught are closed, and the first lane all of whose hosts
    * passed goes on.
    */
-  private async stepLanes(lanes: Lane[], x: Tensor, positions: Tensor, keyMask: Tensor | null): Promise<Tensor> {
-    if (lanes.length === 1) return lanes[0].session.step(x, positions, keyMask);
+  private async stepLanes(lanes: Lane[], x: Tensor, positions: Tensor, keyMask: Tensor | null, pass = false): Promise<Tensor> {
+    if (lanes.length === 1) return lanes[0].session.step(x, positions, keyMask, pass);
     for (const lane of lanes) lane.last = [];
     const outs = await Promise.all(lanes.map((lane) => lane.session.step(x, positions, keyMask)));
     this.verification.compared++;
@@ -358,7 +372,7 @@ export class HostedModel {
   }
 
   /** A step of a session: the user's embedding, each host's blocks in turn (each answers its sender), the user's head. */
-  private stepModel(lanes: Lane[]): StepModel {
+  private stepModel(lanes: Lane[], passes = false): StepModel {
     const layers = this.ends.layers;
     const [embed, norm, head] = [layers[0], layers[layers.length - 2], layers[layers.length - 1]];
     let past = 0;
@@ -370,10 +384,15 @@ export class HostedModel {
         const positions = options.positions ?? defaultPositions(b, t, past);
         const keyMask = options.keyMask ?? null;
         const ctx = { positions, keyMask, cache: null };
-        const x = await this.stepLanes(lanes, noGrad(() => embed.forward(ids, ctx)), positions, keyMask);
+        const x = await this.stepLanes(lanes, noGrad(() => embed.forward(ids, ctx)), positions, keyMask, passes);
         past += t;
         return noGrad(() => head.forward(norm.forward(x, ctx), ctx));
       },
+      // speculative passes are cut to their accepted positions; one never crosses a chunk of commitments
+      ...(passes && {
+        truncate: (n: number) => lanes[0].session.keep(n).then(() => void (past = n)),
+        passLimit: (p: number) => COMMIT_CHUNK - (p % COMMIT_CHUNK),
+      }),
     };
   }
 

@@ -128,7 +128,7 @@ export function hostedPath(span: HostedSpan): string | undefined {
 }
 
 /** Requests a hosted span takes, from anyone: a session's steps, how far it has come, and closing it. */
-export const HOSTED_REQUESTS = new Set(['forward', 'session-status', 'close']);
+export const HOSTED_REQUESTS = new Set(['forward', 'truncate', 'session-status', 'close']);
 /** Requests a hosted span takes from its validators only: what re-running a session's step needs, named as its record names it. */
 export const HOSTED_AUDITS = new Set(['audit-index', 'audit-part']);
 
