@@ -1,5 +1,5 @@
 import { multiaddr } from '@multiformats/multiaddr';
-import { type CausalLM, defaultCacheDir, loadModel } from '../../models/index.ts';
+import { type CausalLM, defaultCacheDir, type GenerateOptions, loadModel } from '../../models/index.ts';
 import { hostedModelJob } from '../../p2p/index.ts';
 import type { cachedEnds as CachedEnds, HostedModel as HostedModelClass } from '../../user/index.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, type Placement, stringFlag, UsageError, verifyFlags, weightFlags } from '../args.ts';
@@ -81,7 +81,7 @@ export async function generateHosted(name: string, prompt: string, where: Placem
     let printed = '';
     const produced: number[] = [];
     try {
-      const { tokens } = await model.generate(promptIds, {
+      const options: GenerateOptions = {
         maxNewTokens,
         temperature: numberFlag(flags, 'temperature', 0),
         topK: optionalIntFlag(flags, 'top-k'),
@@ -95,7 +95,16 @@ export async function generateHosted(name: string, prompt: string, where: Placem
             printed = text;
           }
         },
-      });
+      };
+      // --speculative lookup: drafts checked several per pass, the hosts keeping the accepted positions
+      const maxDrafts = intFlag(flags, 'draft-tokens', 8, 1);
+      const speculative = flags.speculative === undefined ? null : { ...options, draft: 'lookup' as const, maxDrafts };
+      if (speculative && flags.speculative !== 'lookup') throw new UsageError(`--speculative takes lookup, got '${String(flags.speculative)}'`);
+      const spec = speculative ? await model.generateSpeculative(promptIds, speculative) : null;
+      const tokens = spec ? spec.tokens : (await model.generate(promptIds, options)).tokens;
+      const passes = spec ? spec.passes : tokens.length;
+      const acceptance = spec && spec.drafted > 0 ? spec.accepted / spec.drafted : 0;
+      const drafts = spec ? { speculative: { drafted: spec.drafted, accepted: spec.accepted, acceptance } } : {};
       const text = tok.decode(tokens);
       const seconds = (performance.now() - started) / 1000;
       for (const f of model.failovers) out.info(`blocks ${f.layers[0]}-${f.layers[1]} lost their host …${f.peerId.slice(-6)}: moved to others, ${f.replayed} steps replayed`);
@@ -105,10 +114,11 @@ export async function generateHosted(name: string, prompt: string, where: Placem
       const escrow = { job: hostedModelJob(model.entry), user: access.node.peerId.toString() };
       const paid = model.recorded.records > 0 ? { recorded: { ...model.recorded, escrow } } : {};
       if (model.recorded.records > 0) out.info(`${model.recorded.records} steps of the hosts (${model.recorded.flops} FLOPs) handed to the ledger, paid from your escrow`);
-      if (out.json) out.result({ text, tokens, promptTokens: promptIds.length, seconds, model: { name, hash: model.entry.hash }, ...failovers, ...paid }, '');
+      const about = { promptTokens: promptIds.length, passes, ...drafts, seconds, model: { name, hash: model.entry.hash } };
+      if (out.json) out.result({ text, tokens, ...about, ...failovers, ...paid }, '');
       else {
         process.stdout.write(`${text.slice(printed.length)}\n`);
-        out.info(`${tokens.length} tokens in ${seconds.toFixed(2)} s`);
+        out.info(`${tokens.length} tokens in ${seconds.toFixed(2)} s, ${passes} passes through the hosts`);
       }
     } finally {
       await model.close();
