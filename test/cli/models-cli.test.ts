@@ -99,7 +99,7 @@ describe('init-model, generate and train on one machine', () => {
     assert.equal(bad.code, 2, 'an unknown strategy is refused before any swarm starts');
   });
 
-  test('generate --local 2 --speculative lookup: the tokens of --local 0, in fewer passes on a prompt that repeats', () => {
+  test('generate --local 2 --speculative lookup, and --draft DIR: the tokens of --local 0, in fewer passes', () => {
     const base = ['generate', '--model', model, '--prompt', '12+34=46. 12+34=46. 12+', '--max-new-tokens', '24', '--backend', 'js', '--json'];
     const plain = cli(...base, '--local', '0').json();
     const r = cli(...base, '--local', '2', '--speculative', 'lookup');
@@ -110,6 +110,11 @@ describe('init-model, generate and train on one machine', () => {
     assert.ok(spec.passes < spec.tokens.length, `${spec.passes} passes for ${spec.tokens.length} tokens`);
     assert.ok(spec.speculative.accepted > 0 && spec.speculative.accepted <= spec.speculative.drafted, JSON.stringify(spec.speculative));
     assert.equal(spec.verification.failed, 0);
+    // a draft model (here the model itself: every draft accepted), in this process
+    const drafted = cli(...base, '--local', '0', '--draft', model).json();
+    assert.deepEqual(drafted.tokens, plain.tokens);
+    assert.equal(drafted.speculative.accepted, drafted.speculative.drafted);
+    assert.ok(drafted.passes < drafted.tokens.length);
   });
 
   describe('train across workers', () => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import {
-  createModel, generate, generateSpeculative, gpt2Config, KVCache, llamaConfig, localStepModel, lookupDraft,
+  createModel, generate, generateSpeculative, gpt2Config, KVCache, llamaConfig, localStepModel, lookupDraft, modelDrafter,
 } from '../../src/models/index.ts';
 import { noGrad, setBackend, tensor } from '../../src/tensor/index.ts';
 
@@ -92,6 +92,25 @@ describe('speculative decoding', () => {
       assert.ok(rejected > 0, 'some drafts were rejected (the cache was truncated)');
     });
   }
+
+  test('a draft model: greedy tokens equal decoding without speculation; a draft equal to the model has every draft accepted', async (t) => {
+    const config = configs.llama;
+    const model = createModel(config, { seed: 12 });
+    const options = { maxNewTokens: 40, temperature: 0, stopTokens: [] };
+    const prompt = [3, 1, 4, 1, 5, 9, 2, 6];
+    const plain = await generate(model, prompt, options);
+    const same = await generateSpeculative(localStepModel(model), prompt, { ...options, draft: modelDrafter(model, config.vocabSize) });
+    assert.deepEqual(same.tokens, plain.tokens);
+    assert.equal(same.accepted, same.drafted);
+    assert.ok(same.passes <= 10, `${same.passes} passes`);
+    const weak = createModel(config, { seed: 13 });
+    const other = await generateSpeculative(localStepModel(model), prompt, { ...options, draft: modelDrafter(weak, config.vocabSize) });
+    assert.deepEqual(other.tokens, plain.tokens);
+    assert.ok(other.accepted < other.drafted, 'another model\'s drafts are sometimes wrong');
+    assert.throws(() => modelDrafter(createModel(configs.gpt2, { seed: 1 }), 41), /vocabulary of 40, the model 41/);
+    t.diagnostic(`the model as its own draft: ${same.tokens.length} tokens in ${same.passes} passes; another seed's: ${other.passes} passes, `
+      + `${other.accepted} of ${other.drafted} accepted`);
+  });
 
   test('sampling: over 2,000 seeds the first 3 tokens follow the distribution of decoding without speculation (chi-squared)', async (t) => {
     const config = llamaConfig({ vocabSize: 6, hidden: 16, layers: 1, heads: 2, kvHeads: 1, intermediate: 24, maxPositions: 32 });

@@ -4,6 +4,7 @@ import { hostedModelJob } from '../../p2p/index.ts';
 import type { cachedEnds as CachedEnds, HostedModel as HostedModelClass } from '../../user/index.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, type Placement, stringFlag, UsageError, verifyFlags, weightFlags } from '../args.ts';
 import { payForJob } from '../chain-flags.ts';
+import { speculativeFlags } from '../speculative-flags.ts';
 import type { Output } from '../output.ts';
 import type { Libp2p } from '@libp2p/interface';
 
@@ -96,10 +97,9 @@ export async function generateHosted(name: string, prompt: string, where: Placem
           }
         },
       };
-      // --speculative lookup: drafts checked several per pass, the hosts keeping the accepted positions
-      const maxDrafts = intFlag(flags, 'draft-tokens', 8, 1);
-      const speculative = flags.speculative === undefined ? null : { ...options, draft: 'lookup' as const, maxDrafts };
-      if (speculative && flags.speculative !== 'lookup') throw new UsageError(`--speculative takes lookup, got '${String(flags.speculative)}'`);
+      // --speculative lookup or --draft DIR: drafts checked several per pass, the hosts keeping the accepted positions
+      const drafting = await speculativeFlags(flags, ends.config.vocabSize);
+      const speculative = drafting ? { ...options, ...drafting } : null;
       const spec = speculative ? await model.generateSpeculative(promptIds, speculative) : null;
       const tokens = spec ? spec.tokens : (await model.generate(promptIds, options)).tokens;
       const passes = spec ? spec.passes : tokens.length;

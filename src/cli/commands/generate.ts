@@ -12,6 +12,7 @@ import {
 import type { FailoverEvent, VerificationSummary } from '../../user/index.ts';
 import { payForJob } from '../chain-flags.ts';
 import { failoverLine, type Output } from '../output.ts';
+import { speculativeFlags } from '../speculative-flags.ts';
 
 /** `tensorlink generate`: continues a prompt, streaming the text as tokens come. */
 export async function generateCommand(flags: Flags, out: Output): Promise<void> {
@@ -39,10 +40,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   if (room < 0) throw new UsageError(`the prompt has ${promptIds.length} tokens, more than the model's ${config.maxPositions} positions`);
   const maxNewTokens = Math.min(requested, room);
   if (maxNewTokens < requested) out.info(`generating ${maxNewTokens} tokens: the model has ${config.maxPositions} positions`);
-  const speculative = stringFlag(flags, 'speculative');
-  if (speculative !== undefined && speculative !== 'lookup') throw new UsageError(`--speculative takes lookup, got '${speculative}'`);
-  if (speculative === undefined && flags['draft-tokens'] !== undefined) throw new UsageError('--draft-tokens needs --speculative lookup');
-  const maxDrafts = intFlag(flags, 'draft-tokens', 8, 1);
+  const drafting = await speculativeFlags(flags, config.vocabSize);
   const produced: number[] = [];
   let printed = '';
   const started = performance.now();
@@ -66,7 +64,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   };
   let tokens: number[];
   let spec: SpeculativeResult | null = null;
-  const speculate = speculative ? { ...options, draft: 'lookup' as const, maxDrafts } : null;
+  const speculate = drafting ? { ...options, ...drafting } : null;
   let verification: VerificationSummary | null = null;
   let failovers: readonly FailoverEvent[] | null = null;
   if (where.kind === 'local') {

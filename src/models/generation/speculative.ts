@@ -1,13 +1,22 @@
 import { InvalidArgumentError } from '../../errors.ts';
-import { Generator, type Tensor, tensor } from '../../tensor/index.ts';
+import { Generator, noGrad, type Tensor, tensor } from '../../tensor/index.ts';
+import { type CausalLM, KVCache } from '../model.ts';
 import type { GenerateOptions, StepModel } from './generate.ts';
 import { argmax, checkSampling, drawWeighted, samplingWeights } from './sampling.ts';
 
 /** How drafts are made: 'lookup' continues the longest recent n-gram that occurred before (prompt lookup decoding). */
 export type DraftKind = 'lookup';
 
+/**
+ * A maker of drafts: up to `k` tokens that may follow `context`. Drafts are proposed with certainty (a draft model's
+ * are its greedy tokens), which is what makes the acceptance rule exact for sampling too.
+ */
+export interface Drafter {
+  draft(context: readonly number[], k: number): number[] | Promise<number[]>;
+}
+
 export interface SpeculativeOptions extends GenerateOptions {
-  draft: DraftKind;
+  draft: DraftKind | Drafter;
   /** The most tokens drafted for one pass (default 8); the number adapts to how many were accepted. */
   maxDrafts?: number;
   /** The longest n-gram looked up (default 3). */
@@ -60,7 +69,8 @@ export function lookupDraft(context: readonly number[], ngram: number, k: number
 export async function generateSpeculative(stepModel: StepModel, prompt: number[], options: SpeculativeOptions): Promise<SpeculativeResult> {
   checkSampling(options);
   if (!stepModel.truncate) throw new InvalidArgumentError('this model cannot drop cached positions: speculative decoding needs it');
-  if (options.draft !== 'lookup') throw new InvalidArgumentError(`unknown draft '${String(options.draft)}' (lookup)`);
+  if (typeof options.draft === 'string' && options.draft !== 'lookup') throw new InvalidArgumentError(`unknown draft '${options.draft}' (lookup)`);
+  const drafter: Drafter = typeof options.draft === 'string' ? { draft: (context, k) => lookupDraft(context, options.ngram ?? 3, k) } : options.draft;
   if (prompt.length === 0) throw new InvalidArgumentError('every prompt needs at least one token');
   const maxNew = options.maxNewTokens ?? 32;
   if (!Number.isInteger(maxNew) || maxNew < 0) throw new InvalidArgumentError('maxNewTokens must be a non-negative integer');
@@ -69,7 +79,6 @@ export async function generateSpeculative(stepModel: StepModel, prompt: number[]
   }
   const maxDrafts = options.maxDrafts ?? 8;
   if (!Number.isInteger(maxDrafts) || maxDrafts < 1) throw new InvalidArgumentError('maxDrafts must be a positive integer');
-  const ngram = options.ngram ?? 3;
   const stops = new Set(options.stopTokens ?? (stepModel.eosTokenId === null ? [] : [stepModel.eosTokenId]));
   const rng = new Generator(options.seed ?? 0);
   const greedy = (options.temperature ?? 0) === 0;
@@ -103,7 +112,8 @@ export async function generateSpeculative(stepModel: StepModel, prompt: number[]
     if (await emit(next, dist)) return result;
     const context = [...prompt, ...out];
     const room = Math.min(maxNew - out.length, stepModel.maxPositions - position - 1, (stepModel.passLimit?.(position) ?? Infinity) - 1);
-    const drafts = lookupDraft(context, ngram, Math.max(0, Math.min(k, room)));
+    const want = Math.max(0, Math.min(k, room));
+    const drafts = want > 0 ? (await drafter.draft(context, want)).slice(0, want) : [];
     logits = await run([next, ...drafts], position);
     result.drafted += drafts.length;
     let kept = 0;
@@ -155,4 +165,42 @@ function sampledCheck(logits: Float32Array, draft: number, o: SpeculativeOptions
   const rest = order.filter((_, i) => i !== at);
   const restWeights = weights.filter((_, i) => i !== at);
   return drawWeighted(rest, restWeights, total - (at < 0 ? 0 : weights[at]), rng);
+}
+
+/**
+ * A small model of the same vocabulary as a drafter (`generate --draft DIR`): its greedy tokens, with a KV cache of its
+ * own that keeps what the last drafts and the text have in common (the text's accepted part is never fed again).
+ */
+export function modelDrafter(model: CausalLM, vocabSize: number): Drafter {
+  if (model.config.vocabSize !== vocabSize) {
+    throw new InvalidArgumentError(`the draft model has a vocabulary of ${model.config.vocabSize}, the model ${vocabSize}: they must share the tokenizer`);
+  }
+  const cache = new KVCache(model.config.layers);
+  let fed: number[] = [];
+  const forward = (ids: number[], from: number) => noGrad(() => model.forward(tensor(ids, [1, ids.length], 'int32'), {
+    cache, positions: tensor(ids.map((_, i) => from + i), [1, ids.length], 'int32'),
+  }));
+  return {
+    draft(context, k) {
+      // what the cache holds and the text agree on, short of the text's last token (its logits are needed)
+      let common = 0;
+      const limit = Math.min(fed.length, context.length - 1);
+      while (common < limit && fed[common] === context[common]) common++;
+      if (context.length + k > model.config.maxPositions) return [];
+      cache.truncate(common);
+      let logits = forward(context.slice(common), common);
+      fed = [...context];
+      const out: number[] = [];
+      for (let i = 0; i < k; i++) {
+        const v = logits.shape[2];
+        const t = logits.shape[1];
+        const token = argmax(logits.data.subarray((t - 1) * v, t * v) as Float32Array);
+        out.push(token);
+        if (i === k - 1) break;
+        logits = forward([token], fed.length);
+        fed.push(token);
+      }
+      return out;
+    },
+  };
 }
