@@ -89,6 +89,21 @@ interface Frame {
   clone(): Frame;
 }
 
+/** A frame whose value is whole once it closed (a bracket, a quote, a value of its own): it then takes nothing more. */
+abstract class ClosingFrame implements Frame {
+  abstract accept(c: string): Step;
+  abstract clone(): Frame;
+  protected abstract closed(): boolean;
+
+  canEnd(): boolean {
+    return this.closed();
+  }
+
+  mustEnd(): boolean {
+    return this.closed();
+  }
+}
+
 function open(node: JsonNode): Frame {
   switch (node.kind) {
     case 'object':
@@ -143,11 +158,13 @@ class ObjectFrame implements Frame {
   }
 }
 
-class ArrayFrame implements Frame {
+class ArrayFrame extends ClosingFrame {
   constructor(
     private readonly items: JsonNode, private readonly min: number, private readonly max: number,
     private state: 'open' | 'first' | 'after' | 'next' | 'done' = 'open', private count = 0,
-  ) {}
+  ) {
+    super();
+  }
 
   accept(c: string): Step {
     switch (this.state) {
@@ -183,11 +200,7 @@ class ArrayFrame implements Frame {
     return 'ok';
   }
 
-  canEnd(): boolean {
-    return this.state === 'done';
-  }
-
-  mustEnd(): boolean {
+  protected closed(): boolean {
     return this.state === 'done';
   }
 
@@ -196,8 +209,10 @@ class ArrayFrame implements Frame {
   }
 }
 
-class StringFrame implements Frame {
-  constructor(private readonly max: number, private state: 'open' | 'in' | 'done' = 'open', private length = 0) {}
+class StringFrame extends ClosingFrame {
+  constructor(private readonly max: number, private state: 'open' | 'in' | 'done' = 'open', private length = 0) {
+    super();
+  }
 
   accept(c: string): Step {
     if (this.state === 'open') {
@@ -216,11 +231,7 @@ class StringFrame implements Frame {
     return 'ok';
   }
 
-  canEnd(): boolean {
-    return this.state === 'done';
-  }
-
-  mustEnd(): boolean {
+  protected closed(): boolean {
     return this.state === 'done';
   }
 
@@ -305,8 +316,10 @@ class LiteralFrame implements Frame {
 }
 
 /** Any JSON value (`json_object`'s members, a schema node without a type), nested at most MAX_DEPTH deep. */
-class AnyFrame implements Frame {
-  constructor(private readonly depth: number, private done = false) {}
+class AnyFrame extends ClosingFrame {
+  constructor(private readonly depth: number, private done = false) {
+    super();
+  }
 
   accept(c: string): Step {
     if (this.done) return 'no';
@@ -314,11 +327,7 @@ class AnyFrame implements Frame {
     return open(anyNode(c, this.depth));
   }
 
-  canEnd(): boolean {
-    return this.done;
-  }
-
-  mustEnd(): boolean {
+  protected closed(): boolean {
     return this.done;
   }
 
@@ -338,8 +347,10 @@ function anyNode(c: string, depth: number): JsonNode {
 }
 
 /** An object of free-form members: '{' ( '"key":' value ( ',' '"key":' value )* )? '}'. */
-class FreeObjectFrame implements Frame {
-  constructor(private readonly depth: number, private state: 'open' | 'first' | 'key' | 'colon' | 'value' | 'after' | 'done' = 'open') {}
+class FreeObjectFrame extends ClosingFrame {
+  constructor(private readonly depth: number, private state: 'open' | 'first' | 'key' | 'colon' | 'value' | 'after' | 'done' = 'open') {
+    super();
+  }
 
   accept(c: string): Step {
     switch (this.state) {
@@ -376,11 +387,7 @@ class FreeObjectFrame implements Frame {
     return 'ok';
   }
 
-  canEnd(): boolean {
-    return this.state === 'done';
-  }
-
-  mustEnd(): boolean {
+  protected closed(): boolean {
     return this.state === 'done';
   }
 
