@@ -7,7 +7,7 @@ import {
 import { hopIn, hopOut } from '../../compress/index.ts';
 import { computeDevice, computeName, noGrad, type Tensor } from '../../tensor/index.ts';
 import {
-  auxHash, checkpointHash, hashTensors, type RecordSigner, recordFlops, sectionCost, signRecord, type WorkRecord,
+  auxHash, checkpointHash, COMMIT_CHUNK, hashTensors, type RecordSigner, recordFlops, sectionCost, signRecord, type WorkRecord,
 } from '../../verify/index.ts';
 import { commitStep, truncateCommits } from '../commitments.ts';
 import { DecodeBatcher } from '../decode-batcher.ts';
@@ -90,7 +90,8 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const record = decodeRecord(section, job.jobId, request.sessionId, position, stepped, signer, {
         ...(request.codec ? { sent: hashTensors([sent.received]) } : {}), ...(commits ? { commits } : {}),
       });
-      session.lastOutput = out;
+      // a speculative pass (never more than a chunk of commitments) may be cut: its output is kept until the next step
+      session.lastOutput = steps <= COMMIT_CHUNK ? out : undefined;
       // on ort its output is kept too (and counted): a verifier compares within tolerance, not by hash
       if (record.backend !== 'js') {
         memory.add(job.jobId, 'kv-cache', 4 * out.size, `the outputs kept for re-running session ${request.sessionId}`);
@@ -137,7 +138,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       if (!session) throw new InvalidMessageError(`session ${sessionId} is not open`);
       const last = session.history.at(-1);
       const length = body.length;
-      if (!last || !session.lastOutput) throw new InvalidMessageError(`session ${sessionId} has no step to cut`);
+      if (!last || !session.lastOutput) throw new InvalidMessageError(`session ${sessionId} has no step to cut (a step of more than ${COMMIT_CHUNK} positions is none)`);
       if (session.device) throw new InvalidArgumentError('a session on a device cannot drop positions yet (speculative decoding runs on CPU workers)');
       if (last.record.sent !== undefined) throw new InvalidArgumentError('a session whose hidden states travel compressed cannot drop positions');
       const from = last.record.step;
