@@ -1,12 +1,13 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import type { Tokenizer } from '../models/index.ts';
+import type { CausalLM, Tokenizer } from '../models/index.ts';
 import type { ChatFormat } from './chat.ts';
 import {
   ApiError, badRequest, type ChatRequest, type CompletionRequest, contextError, type FinishReason, parseChat, parseCompletion,
   type Sampling, toApiError, usage,
 } from './openai.ts';
 import { type BatchRunner, type Row, Scheduler } from './scheduler.ts';
+import { ContinuousScheduler, type RowScheduler } from './continuous.ts';
 import { TextStream } from './text-stream.ts';
 import { chatLogprobs, completionLogprobs, type TokenLogprob, tokenLogprob } from './logprobs.ts';
 import { JsonConstraint } from './json-grammar.ts';
@@ -24,6 +25,8 @@ export interface ServedModel {
   run: BatchRunner;
   /** Adapters a request may pick by its `model` field, 'ID:NAME' (`serve --adapter NAME=DIR`); each is listed by GET /v1/models. */
   adapters?: readonly string[];
+  /** The model itself when it runs in this process (no adapters): its requests are batched continuously (continuous.ts). */
+  local?: CausalLM;
 }
 
 export interface ServeOptions {
@@ -39,7 +42,7 @@ export interface ServeOptions {
 export interface ApiServer {
   url: string;
   app: FastifyInstance;
-  scheduler: Scheduler;
+  scheduler: RowScheduler;
   /** What it has served so far (the dashboard's and /metrics' figures). */
   stats(): ServingStats;
   close(): Promise<void>;
@@ -62,10 +65,11 @@ interface Choice {
 /**
  * The OpenAI-compatible HTTP API (Fastify): GET /v1/models, POST /v1/completions and
  * POST /v1/chat/completions, streamed as server-sent events or answered whole, with usage;
- * errors in OpenAI's shape and status codes. Requests decode in batches, in order (scheduler.ts).
+ * errors in OpenAI's shape and status codes. A model in this process batches continuously (continuous.ts); one across
+ * workers or hosts decodes requests in batches, in order (scheduler.ts).
  */
 export async function serveApi(model: ServedModel, options: ServeOptions = {}): Promise<ApiServer> {
-  const scheduler = new Scheduler(model.run, model.maxPositions);
+  const scheduler: RowScheduler = model.local ? new ContinuousScheduler(model.local) : new Scheduler(model.run, model.maxPositions);
   const created = Math.floor(Date.now() / 1000);
   // open streams (completions, the dashboard's events) are cut when the server closes
   const app = Fastify({ logger: false, bodyLimit: options.bodyLimit ?? BODY_LIMIT, forceCloseConnections: true });

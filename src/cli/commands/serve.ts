@@ -101,7 +101,9 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
       adapters.use(adapter);
       return generateBatch(model, prompts, options);
     };
-    served = { id, tokenizer, maxPositions: config.maxPositions, chat, run, adapters: adapters.names };
+    // without adapters its requests batch continuously (rows join the running batch at the next step)
+    const local = adapterSpecs.length === 0 ? { local: model } : {};
+    served = { id, tokenizer, maxPositions: config.maxPositions, chat, run, adapters: adapters.names, ...local };
   } else {
     const access = await joinSwarm(where, flags);
     try {
