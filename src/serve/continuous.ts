@@ -1,7 +1,6 @@
-import { RateLimitedError } from '../errors.ts';
 import { type CausalLM, decodeRows, defaultPositions, KVCache, sampleToken } from '../models/index.ts';
 import { Generator, noGrad, tensor } from '../tensor/index.ts';
-import { MAX_QUEUED, type Row } from './scheduler.ts';
+import { MAX_QUEUED, refuseOverLimit, type Row } from './scheduler.ts';
 
 /** Rows decoding at once at most: each holds a KV cache of its own (no pages shared yet). */
 export const MAX_LIVE_ROWS = 32;
@@ -59,10 +58,7 @@ export class ContinuousScheduler implements RowScheduler {
   }
 
   submit(rows: Row[]): Promise<void> {
-    if (this.queue.length >= this.limits.queued) {
-      this.counts.refused++;
-      throw new RateLimitedError(`${this.queue.length} requests are waiting for the model already; try again shortly`);
-    }
+    refuseOverLimit(this.queue.length, this.limits.queued, this.counts);
     return new Promise<void>((resolve, reject) => {
       this.queue.push({ rows, open: rows.length, resolve, reject });
       void this.pump();

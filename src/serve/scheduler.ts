@@ -31,6 +31,13 @@ export const GATHER_MS = 20;
 /** A multi-row batch counts as a sign of concurrent clients for this long after it ended. */
 export const GATHER_WINDOW_MS = 1_000;
 
+/** Refuses a request when `waiting` requests wait already (`limit` at most): counted, and a RateLimitedError. */
+export function refuseOverLimit(waiting: number, limit: number, counts: { refused: number }): void {
+  if (waiting < limit) return;
+  counts.refused++;
+  throw new RateLimitedError(`${waiting} requests are waiting for the model already; try again shortly`);
+}
+
 interface Waiting {
   rows: Row[];
   resolve: () => void;
@@ -94,10 +101,7 @@ export class Scheduler {
 
   /** Resolves when every row of the request has ended. Throws RateLimitedError when too many wait. */
   submit(rows: Row[]): Promise<void> {
-    if (this.queue.length >= this.limits.queued) {
-      this.counts.refused++;
-      throw new RateLimitedError(`${this.queue.length} requests are waiting for the model already; try again shortly`);
-    }
+    refuseOverLimit(this.queue.length, this.limits.queued, this.counts);
     return new Promise<void>((resolve, reject) => {
       this.queue.push({ rows, resolve, reject });
       this.wake?.();
