@@ -193,6 +193,8 @@ export async function benchServe(quick: boolean): Promise<Row[]> {
     const take = (k: number) => Array.from({ length: k }, () => PROMPTS[offset++ % PROMPTS.length]);
     const encode = (texts: string[]) => texts.map((t) => tokenizer.encode(t));
     const server = await serveApi(served, { host: '127.0.0.1', port: 0 });
+    // the same model batched continuously (src/serve/continuous.ts): rows join the running batch at the next step
+    const continuousServer = await serveApi({ ...served, local: model }, { host: '127.0.0.1', port: 0 });
     try {
       // warm-up: the model's kernels, Fastify's routes, fetch's connections
       await inProcess(model, encode(take(4)));
@@ -203,6 +205,9 @@ export async function benchServe(quick: boolean): Promise<Row[]> {
       const sequential: Run[] = [];
       const batched: Run[] = [];
       const concurrent = new Map<number, { runs: Run[]; batches: number[] }>(CONCURRENCY.map((c) => [c, { runs: [], batches: [] }]));
+      const wide = CONCURRENCY[CONCURRENCY.length - 1];
+      const continuous: Run[] = [];
+      const batchedWide: Run[] = [];
       for (let r = 0; r < rounds; r++) {
         log(`round ${r + 1}/${rounds}: generate and 1 request at a time over HTTP (in turns), generateBatch(${MAX_BATCH_ROWS}), ${CONCURRENCY.join(', ')} clients in flight ...`);
         for (const [i, text] of take(perRound.sequential).entries()) {
@@ -221,6 +226,8 @@ export async function benchServe(quick: boolean): Promise<Row[]> {
           k.runs.push(await overHttp(server.url, take(perRound.concurrent(c)), c));
           k.batches.push(...batchRows.slice(before));
         }
+        continuous.push(await overHttp(continuousServer.url, take(perRound.concurrent(wide)), wide));
+        batchedWide.push(await inProcessBatched(model, encode(take(perRound.concurrent(wide))), wide));
       }
       const refRun = pool(ref);
       const seqRun = pool(sequential);
@@ -267,9 +274,29 @@ export async function benchServe(quick: boolean): Promise<Row[]> {
         );
         log(`${c} clients in flight: batches (how many of how many rows): ${histogram(k.batches)}`);
       }
+      // continuous batching against generateBatch of as many rows at once (the #48 target: ≥ 0.8×); its time to first
+      // token in steps of the running batch (a step: the run's time over its tokens per row)
+      const cont = pool(continuous);
+      const wideRun = pool(batchedWide);
+      add(`serve, continuous batching, ${wide} clients in flight`, cont);
+      const tokensPerSecond = (run: Run) => tokens(run) / run.seconds;
+      const stepMs = (1000 * cont.seconds) / (tokens(cont) / wide);
+      rows.push(
+        {
+          section: 'serve', case: `serve, continuous batching, ${wide} clients: tokens/s vs generateBatch of ${wide} rows`, value: tokensPerSecond(cont),
+          unit: 'tok/s', reference: `generateBatch, ${wide} rows a batch, in process`, referenceValue: tokensPerSecond(wideRun),
+          ratio: tokensPerSecond(cont) / tokensPerSecond(wideRun), target: '≥ 0.8×',
+        },
+        {
+          section: 'serve', case: `serve, continuous batching, ${wide} clients: TTFT median in steps of the running batch`,
+          value: quantile(ttfts(cont), 0.5) / stepMs, unit: 'steps', reference: 'target', referenceValue: 2, ratio: quantile(ttfts(cont), 0.5) / stepMs / 2,
+          target: '≤ 2 steps',
+        },
+      );
       return rows;
     } finally {
       await server.close();
+      await continuousServer.close();
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
