@@ -93,7 +93,7 @@ export class HostedSession {
   }
 
   /** A speculative pass's records, held until it is kept whole or cut (null: the last step was no pass). */
-  private deferred: (() => void)[] | null = null;
+  private deferred: { peer: string; report: () => void }[] | null = null;
   /** The last step's output (the last block's): a pass cut short is checked against its first rows. */
   private lastOut: Tensor | null = null;
 
@@ -101,7 +101,7 @@ export class HostedSession {
   settle(): void {
     const pending = this.deferred ?? [];
     this.deferred = null;
-    for (const report of pending) report();
+    for (const p of pending) p.report();
   }
 
   /**
@@ -110,7 +110,7 @@ export class HostedSession {
    */
   async step(x: Tensor, positions: Tensor, keyMask: Tensor | null, pass = false): Promise<Tensor> {
     this.settle();
-    const deferred: (() => void)[] | null = pass ? [] : null;
+    const deferred: { peer: string; report: () => void }[] | null = pass ? [] : null;
     for (let i = 0; i < this.hops.length; i++) {
       const step = { x, positions, keyMask };
       for (let tries = 0; ; tries++) {
@@ -130,7 +130,7 @@ export class HostedSession {
           const hashOf = (s: SentStep) => (s.hash ??= sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
           const hashes = () => sent.slice(0, upTo).map(hashOf);
           const report = () => this.router.onRecord?.(hop.hop, record, hashes, step.x);
-          if (deferred) deferred.push(report);
+          if (deferred) deferred.push({ peer: hop.hop.peerId, report });
           else report();
           break;
         } catch (err) {
@@ -161,7 +161,7 @@ export class HostedSession {
       throw new InvalidArgumentError(`a session cannot keep ${length} positions: only its last speculative pass can be cut`);
     }
     if (length === from + steps) {
-      for (const report of pending) report();
+      for (const p of pending) p.report();
       return;
     }
     const keep = length - from;
@@ -186,7 +186,13 @@ export class HostedSession {
         const hashOf = (x: SentStep) => (x.hash ??= sessionStepHash(hashTensors([x.x]), auxHash(x.positions, x.keyMask)));
         this.router.onRecord?.(hop.hop, record, () => sent.slice(0, upTo).map(hashOf), s.x);
       } catch (err) {
-        if (!(err instanceof PeerUnreachableError)) throw err;
+        if (!(err instanceof PeerUnreachableError)) {
+          // a host that did not cut its pass as asked (and the hosts after it, not asked yet): their passes' records are
+          // checked instead, as they were computed for the tokens taken
+          const left = new Set(this.hops.slice(this.hops.indexOf(hop)).map((h) => h.hop.peerId));
+          for (const p of pending) if (left.has(p.peer)) p.report();
+          throw err;
+        }
         // the hosts that take its blocks over replay what it was sent, as cut
         await this.replace(this.hops.indexOf(hop));
       }

@@ -93,13 +93,13 @@ export class SessionSteps {
     const upTo = list.length;
     const observe = () => this.ctx.verifier?.observe(worker, record, () => list.slice(0, upTo), shape ? { shape } : undefined);
     // a speculative pass's records wait: cut to its accepted positions, they are signed again (keep)
-    if (this.deferred) this.deferred.push(observe);
+    if (this.deferred) this.deferred.push({ peer: worker.peerId, observe });
     else observe();
     return record;
   }
 
   /** The records of a speculative pass not yet kept whole or cut (null when the last step was no pass). */
-  private deferred: (() => void)[] | null = null;
+  private deferred: { peer: string; observe: () => void }[] | null = null;
   /** The workers' output of the last step (before the user's last end): a pass cut short is checked against its start. */
   private lastOut: Tensor | null = null;
 
@@ -107,7 +107,7 @@ export class SessionSteps {
   settle(): void {
     const pending = this.deferred ?? [];
     this.deferred = null;
-    for (const observe of pending) observe();
+    for (const p of pending) p.observe();
   }
 
   /**
@@ -127,7 +127,7 @@ export class SessionSteps {
       throw new InvalidArgumentError(`a session at position ${this.position} cannot keep ${length}: only its last speculative pass can be cut`);
     }
     if (length === this.position) {
-      for (const observe of pending) observe();
+      for (const p of pending) p.observe();
       return;
     }
     const keep = length - from;
@@ -138,10 +138,16 @@ export class SessionSteps {
     const out = cut(this.lastOut);
     for (let attempt = 0; ; attempt++) {
       try {
-        if (attempt === 0) await this.keepOnce(from, length, step, out);
+        if (attempt === 0) await this.keepOnce(from, length, step, out, pending);
         else {
           this.restart();
-          for (const h of this.history) await this.runOnce(h.x, h.positions, h.keyMask);
+          let y: Tensor | null = null;
+          for (const h of this.history) y = await this.runOnce(h.x, h.positions, h.keyMask);
+          // the tokens were taken from the pass's output: the route that replays the session must give it again
+          if (!y || !agree('ort', y.data as Float32Array, out.data as Float32Array, this.ctx.format)) {
+            throw new VerificationError('the session replayed after a failover does not give the output its accepted tokens came from: a lost worker computed them wrong');
+          }
+          this.lastOut = y;
           this.ctx.recovered(this.history.length);
         }
         return;
@@ -154,29 +160,43 @@ export class SessionSteps {
     }
   }
 
+  /**
+   * Asks every worker of the route to cut the pass and checks what each signed again. A worker that does not answer
+   * with a valid record of the positions kept has its pass's record handed to the verifier instead (what it computed
+   * for the tokens taken is checked either way); the first failure is then thrown.
+   */
   private async keepOnce(
     from: number, length: number, step: { x: Tensor; positions: Tensor; keyMask: Tensor | null }, out: Tensor,
+    pending: { peer: string; observe: () => void }[],
   ): Promise<void> {
     if ((this.ctx.verifier?.redundancy ?? 1) > 1) throw new InvalidArgumentError('speculative decoding does not combine with --redundancy yet');
     const route = this.ctx.sections().map((copies) => copies[0]);
-    const answers = await Promise.all(route.map((s) => s.remote.truncateSession(this.sessionId, length)));
+    const answers = await Promise.allSettled(route.map((s) => s.remote.truncateSession(this.sessionId, length)));
     const aux = auxHash(step.positions, step.keyMask);
     let input = hashTensors([step.x]);
-    answers.forEach((raw, i) => {
+    let failure: unknown = null;
+    answers.forEach((answer, i) => {
       const worker = route[i].where;
-      const record = parseRecord(raw);
-      checkRecord(record, publicKeyOf(worker.peerId), {
-        job: this.ctx.jobId(), peer: worker.peerId, kind: 'decode', step: from, micro: 0, input, stage: [worker.start, worker.end],
-        session: this.sessionId, aux, ...(i === route.length - 1 ? { output: hashTensors([out]) } : {}),
-      });
-      if (this.weights.get(worker.peerId) !== record.weights) throw new VerificationError(`${worker.peerId} changed its weights in the middle of a session`);
-      // the pass's step hash gives way to the kept positions'
-      const list = this.sent.get(worker.peerId) ?? [];
-      list[list.length - 1] = sessionStepHash(input, aux);
-      const upTo = list.length;
-      this.ctx.verifier?.observe(worker, record, () => list.slice(0, upTo), { shape: step.x.shape });
-      input = record.output;
+      try {
+        if (answer.status === 'rejected') throw answer.reason;
+        const record = parseRecord(answer.value);
+        checkRecord(record, publicKeyOf(worker.peerId), {
+          job: this.ctx.jobId(), peer: worker.peerId, kind: 'decode', step: from, micro: 0, input, stage: [worker.start, worker.end],
+          session: this.sessionId, aux, ...(i === route.length - 1 ? { output: hashTensors([out]) } : {}),
+        });
+        if (this.weights.get(worker.peerId) !== record.weights) throw new VerificationError(`${worker.peerId} changed its weights in the middle of a session`);
+        // the pass's step hash gives way to the kept positions'
+        const list = this.sent.get(worker.peerId) ?? [];
+        list[list.length - 1] = sessionStepHash(input, aux);
+        const upTo = list.length;
+        this.ctx.verifier?.observe(worker, record, () => list.slice(0, upTo), { shape: step.x.shape });
+        input = record.output;
+      } catch (err) {
+        failure ??= err;
+        for (const p of pending) if (p.peer === worker.peerId) p.observe();
+      }
     });
+    if (failure !== null) throw failure;
     this.position = length;
     this.lastOut = out;
   }

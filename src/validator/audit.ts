@@ -132,7 +132,14 @@ async function auditOnce(
       return finish({ ok: false, reason: `it did not hand over what re-running its record needs: ${(err as Error).message}` }, true);
     }
     const kept = parseRecord(index.record);
-    if (recordId(kept) !== recordId(record)) return finish({ ok: false, reason: 'the record it kept is not the record it returned' });
+    if (recordId(kept) !== recordId(record)) {
+      // a speculative pass its user had it cut: the re-signed record replaces it (a step is cut once), and the pass is
+      // not its worker's to answer for; a worker that claims so falsely is out of its job all the same (unavailable)
+      const same = kept.peer === record.peer && kept.session === record.session && kept.step === record.step;
+      const cut = same && kept.cut === recordId(record);
+      if (cut) return finish({ ok: false, reason: 'its worker cut this speculative pass to its accepted positions: the record that replaced it is the one to check' }, true);
+      return finish({ ok: false, reason: 'the record it kept is not the record it returned' });
+    }
     if (!Array.isArray(index.parts) || index.parts.length > MAX_AUDIT_PARTS) {
       return finish({ ok: false, reason: `it listed more than ${MAX_AUDIT_PARTS} parts to fetch` }, true);
     }

@@ -79,6 +79,20 @@ test('chunks a computation closes; a session\'s chunks committed as they close, 
   // a gap: the chunk it began inside is not committed
   const gap = new ChunkCommitter(rows, width);
   assert.deepEqual(gap.push(step(40, 24), 40, 24), []);
+  // a speculative pass cut: a chunk it closed at its last position opens again and closes with the kept positions
+  const cut = new ChunkCommitter(rows, width);
+  cut.push(step(0, 28), 0, 28);
+  assert.equal(cut.push(step(28, 4), 28, 4).length, rows);
+  assert.deepEqual(cut.truncate(30), []);
+  const again = [...cut.push(step(30, 1), 30, 1), ...cut.push(step(31, 1), 31, 1)];
+  for (let b = 0; b < rows; b++) assert.deepEqual(checkChunk(at(b, 0, 32), again[b]), { expMismatches: 0, mantMean: 0, mantMedian: 0 });
+  // a pass that went on past the chunk it closed cannot reopen it, not even by a second cut
+  const over = new ChunkCommitter(rows, width);
+  over.push(step(0, 30), 0, 30);
+  over.push(step(30, 6), 30, 6);
+  assert.throws(() => over.truncate(31), /went on past the chunk it closed at 31/);
+  assert.deepEqual(over.truncate(32).length, rows, 'a cut after the closing position keeps the chunk closed');
+  assert.throws(() => over.truncate(31), /went on past the chunk it closed at 31/);
 });
 
 test('a malformed commitment is a RangeError, not a wrong verdict', () => {

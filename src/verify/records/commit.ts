@@ -275,14 +275,14 @@ export class ChunkCommitter {
   }
 
   /** The last push: its first position, the open chunk's start before it, and each chunk it closed (its proofs, if whole). */
-  private last: { from: number; start: number; closed: { at: number; proofs: Uint8Array[] }[] } | null = null;
+  private last: { from: number; end: number; start: number; closed: { at: number; proofs: Uint8Array[] }[] } | null = null;
 
   /** Adds positions [from, from + steps) of every row; returns the commitments of the chunks they closed. */
   push(values: Float32Array, from: number, steps: number): Uint8Array[] {
     const { rows, width, buffer } = this;
     if (values.length !== rows * steps * width) throw new RangeError(`${values.length} values are not [${rows}, ${steps}, ${width}]`);
     if (from !== this.next) this.start = from;
-    this.last = { from, start: this.start, closed: [] };
+    this.last = { from, end: from + steps, start: this.start, closed: [] };
     const proofs: Uint8Array[] = [];
     for (let t = 0; t < steps; t++) {
       const p = from + t;
@@ -317,7 +317,8 @@ export class ChunkCommitter {
     if (!last || length < last.from || length > this.next) throw new RangeError(`cannot keep ${length} positions: the last step began at ${last?.from ?? this.next}`);
     const kept = last.closed.filter((c) => c.at < length);
     const reopened = last.closed.find((c) => c.at >= length);
-    if (reopened && reopened.at !== this.next - 1) {
+    // (against where the push ended, not where an earlier cut left it: what it wrote past a closed chunk stays written)
+    if (reopened && reopened.at !== last.end - 1) {
       throw new RangeError(`a step that went on past the chunk it closed at ${reopened.at} cannot be cut inside that chunk`);
     }
     this.start = kept.length > 0 ? kept[kept.length - 1].at + 1 : last.start;

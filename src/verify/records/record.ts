@@ -64,6 +64,11 @@ export interface WorkFields {
    * base64, COMMIT_BYTES() each, chunk by chunk and within a chunk row by row (see `closedChunks`).
    */
   commits?: string;
+  /**
+   * A decoding step re-signed for its first positions (a speculative pass cut to its accepted ones): the id
+   * (recordId) of the pass's record it replaces. A step is cut at most once.
+   */
+  cut?: string;
 }
 
 export interface WorkRecord extends WorkFields {
@@ -74,7 +79,7 @@ export interface WorkRecord extends WorkFields {
 /** The order fields are signed in: the record's canonical form does not depend on how an object was built. */
 const FIELDS: readonly (keyof WorkFields)[] = [
   'job', 'step', 'micro', 'stage', 'kind', 'session', 'input', 'output', 'weights', 'grads', 'state', 'after', 'scale', 'lr', 'weightDecay',
-  'from', 'aux', 'config', 'flops', 'backend', 'peer', 'seq', 'sent', 'commits',
+  'from', 'aux', 'config', 'flops', 'backend', 'peer', 'seq', 'sent', 'commits', 'cut',
 ];
 
 /** The most commitments one record may carry (a prefill of 4,096 positions of 32 rows, or any shape under it). */
@@ -214,6 +219,7 @@ export function parseRecord(v: unknown): WorkRecord {
     peer: text(m.peer, 'peer'),
     seq: count(m.seq, 'seq'),
     commits: commits(m.commits),
+    cut: hash(m.cut, 'cut', true),
     sig: text(m.sig, 'sig'),
   };
   for (const k of Object.keys(r) as (keyof WorkRecord)[]) if (r[k] === undefined) delete r[k];

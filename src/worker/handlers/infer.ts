@@ -7,7 +7,7 @@ import {
 import { hopIn, hopOut } from '../../compress/index.ts';
 import { computeDevice, computeName, noGrad, type Tensor } from '../../tensor/index.ts';
 import {
-  auxHash, checkpointHash, COMMIT_CHUNK, hashTensors, type RecordSigner, recordFlops, sectionCost, signRecord, type WorkRecord,
+  auxHash, checkpointHash, COMMIT_CHUNK, hashTensors, type RecordSigner, recordFlops, recordId, sectionCost, signRecord, type WorkRecord,
 } from '../../verify/index.ts';
 import { commitStep, truncateCommits } from '../commitments.ts';
 import { DecodeBatcher } from '../decode-batcher.ts';
@@ -140,6 +140,8 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const length = body.length;
       if (!last || !session.lastOutput) throw new InvalidMessageError(`session ${sessionId} has no step to cut (a step of more than ${COMMIT_CHUNK} positions is none)`);
       if (session.device) throw new InvalidArgumentError('a session on a device cannot drop positions yet (speculative decoding runs on CPU workers)');
+      if (session.busy) throw new InvalidMessageError(`session ${sessionId} is computing a step: a cut comes after it`);
+      if (last.record.cut !== undefined) throw new InvalidMessageError(`session ${sessionId}: its last step was cut already (a step is cut once)`);
       if (last.record.sent !== undefined) throw new InvalidArgumentError('a session whose hidden states travel compressed cannot drop positions');
       const from = last.record.step;
       const steps = last.input.shape[1] ?? 1;
@@ -155,7 +157,8 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const out = cut(session.lastOutput);
       session.cache.truncate(length);
       const commits = truncateCommits(session, from, keep);
-      const extra = commits ? { commits } : {};
+      // the record names the pass's record it replaces: an audit of that one is answered by this one
+      const extra = { cut: recordId(last.record), ...(commits ? { commits } : {}) };
       const record = decodeRecord(section, job.jobId, sessionId, from, { input, positions, keyMask, out }, signer, extra);
       const bytes = (h: { input: Tensor; positions: Tensor; keyMask: Tensor | null; output?: Tensor }) =>
         [h.input, h.positions, h.keyMask, h.output].reduce((sum, t) => sum + (t ? 4 * t.size : 0), 0);
@@ -181,7 +184,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
 function decodeRecord(
   section: Section, jobId: string, sessionId: string, position: number,
   step: { input: Tensor; positions: Tensor; keyMask: Tensor | null; out: Tensor }, signer: RecordSigner,
-  extra: { sent?: string; commits?: string },
+  extra: { sent?: string; commits?: string; cut?: string },
 ): WorkRecord {
   const { input, positions, keyMask, out } = step;
   // the weights it holds, hashed in checkpoint-name order

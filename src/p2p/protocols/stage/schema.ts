@@ -57,7 +57,7 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  */
 
 export const LOAD_REQUESTS = ['load', 'manifest', 'chunk', 'assemble', 'assign'] as const;
-export const INFERENCE_REQUESTS = ['forward', 'session-status', 'close'] as const;
+export const INFERENCE_REQUESTS = ['forward', 'truncate', 'session-status', 'close'] as const;
 export const TRAINING_REQUESTS = [
   'train-setup', 'train-forward', 'train-backward', 'train-pass', 'grad-squares', 'reduce', 'grads', 'step', 'weight', 'moment-steps', 'moments', 'set-moments', 'train-reset',
 ] as const;
