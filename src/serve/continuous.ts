@@ -83,16 +83,18 @@ export class ContinuousScheduler implements RowScheduler {
         if (this.live.length > 0) {
           const live = this.live;
           this.counts.batches++;
+          let outs: ReturnType<typeof decodeRows> = [];
           this.guard(live.map((l) => l.request), () => {
             const rows = live.map((l) => ({
               x: tensor([l.last], [1, 1], 'int32'), cache: l.cache, positions: tensor([l.position], [1, 1], 'int32'),
             }));
-            const outs = noGrad(() => decodeRows(this.model, rows));
-            live.forEach((l, i) => {
-              l.position++;
-              this.pick(l, outs[i].data as Float32Array);
-            });
+            outs = noGrad(() => decodeRows(this.model, rows));
           });
+          // a row's own sampling or reader failing ends its request alone
+          outs.forEach((out, i) => live[i].request.open >= 0 && this.guard([live[i].request], () => {
+            live[i].position++;
+            this.pick(live[i], out.data as Float32Array);
+          }));
         }
         // requests that came during the step join at the next one
         await new Promise((resolve) => setImmediate(resolve));

@@ -48,7 +48,7 @@ describe('continuous batching', () => {
     assert.deepEqual({ requests: scheduler.counts.requests, rows: scheduler.counts.rows }, { requests: 2, rows: 3 });
   });
 
-  test('rows beyond the batch wait for room; a row whose reader left stops; too many waiting requests are refused', async () => {
+  test('rows beyond the batch wait for room; a row whose reader left stops; one whose reader fails ends its request alone; too many waiting are refused', async () => {
     const scheduler = new ContinuousScheduler(model, { rows: 2, queued: 2 });
     const done: string[] = [];
     let gone = false;
@@ -63,5 +63,12 @@ describe('continuous batching', () => {
     gone = true;
     await Promise.all([a, b]);
     assert.deepEqual(done, ['a', 'b'], 'b waited for room beside a, which stopped when its reader left');
+    // a row whose reader fails ends its own request; the other goes on
+    const broken = scheduler.submit([{ ...row('x', 8), onToken: (t) => {
+      if (t >= 0) throw new Error('the reader broke');
+    } }]);
+    const fine = scheduler.submit([row('y', 8)]);
+    await assert.rejects(broken, /the reader broke/);
+    await fine;
   });
 });
