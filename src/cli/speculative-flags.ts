@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { type Drafter, type DraftKind, loadModel, modelDrafter } from '../models/index.ts';
+import { type Drafter, type DraftKind, loadModel, modelDrafter, type SpeculativeResult } from '../models/index.ts';
 import { type Flags, intFlag, stringFlag, UsageError } from './args.ts';
 
 /**
@@ -19,4 +19,13 @@ export async function speculativeFlags(flags: Flags, vocabSize: number): Promise
   if (dir === undefined) return { draft: 'lookup', maxDrafts };
   if (!existsSync(dir)) throw new UsageError(`--draft ${dir}: no such model folder`);
   return { draft: modelDrafter(await loadModel(dir), vocabSize), maxDrafts };
+}
+
+/** Trips through the model (one a token without speculation) and, with it, the drafts: what `--json` reports. */
+export function passesOf(tokens: number, spec: SpeculativeResult | null) {
+  const acceptance = spec && spec.drafted > 0 ? spec.accepted / spec.drafted : 0;
+  return {
+    passes: spec ? spec.passes : tokens,
+    drafts: spec ? { drafted: spec.drafted, accepted: spec.accepted, acceptance } : null,
+  };
 }

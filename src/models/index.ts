@@ -41,7 +41,7 @@ export {
 } from './generation/device-step.ts';
 export { sampleToken, type SamplingOptions } from './generation/sampling.ts';
 export {
-  type DraftKind, type Drafter, generateSpeculative, lookupDraft, modelDrafter, type SpeculativeOptions, type SpeculativeResult,
+  cutStep, type DraftKind, type Drafter, generateSpeculative, lookupDraft, modelDrafter, type SpeculativeOptions, type SpeculativeResult,
 } from './generation/speculative.ts';
 export {
   countTargets,

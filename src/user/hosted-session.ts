@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError, PeerUnreachableError, PlanInfeasibleError, VerificationError } from '../errors.ts';
 import { publicKeyOf } from '../p2p/index.ts';
 import { auxHash, hashTensors, parseRecord, sessionStepHash, signatureValid, type WorkRecord } from '../verify/index.ts';
+import { cutStep } from '../models/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import type { RemoteStage } from './remote-stage.ts';
 
@@ -165,12 +166,12 @@ export class HostedSession {
       return;
     }
     const keep = length - from;
-    const cut = (t: Tensor) => t.narrow(1, 0, keep).contiguous();
-    const cutMask = (m: Tensor | null) => (m ? m.narrow(1, 0, m.shape[1] - (steps - keep)).contiguous() : null);
-    const cutStep = (s: SentStep): SentStep => ({ x: cut(s.x), positions: cut(s.positions), keyMask: cutMask(s.keyMask) });
     // what each hop was sent and gave, cut: the next hop's input is this one's output
-    const inputs = this.hops.map((h) => cutStep(h.sent.at(-1)!));
-    const outputs = [...inputs.slice(1).map((s) => s.x), cut(this.lastOut)];
+    const inputs = this.hops.map((h): SentStep => {
+      const { x, positions, keyMask } = cutStep(h.sent.at(-1)!, keep, ['x']);
+      return { x, positions, keyMask };
+    });
+    const outputs = [...inputs.slice(1).map((s) => s.x), this.lastOut.narrow(1, 0, keep).contiguous()];
     for (const [i, h] of this.hops.entries()) h.sent[h.sent.length - 1] = inputs[i];
     this.lastOut = outputs[outputs.length - 1];
     for (const [i, hop] of [...this.hops].entries()) {

@@ -1,5 +1,6 @@
 import { InvalidArgumentError, InvalidMessageError, PeerUnreachableError, StageFailedError, VerificationError } from '../errors.ts';
 import { publicKeyOf, type StageAssignment } from '../p2p/index.ts';
+import { cutStep } from '../models/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { agree, auxHash, checkRecord, type ComputeFormat, hashTensors, parseRecord, sessionStepHash, type WorkRecord } from '../verify/index.ts';
 import type { JobStage } from './job-stage.ts';
@@ -131,11 +132,9 @@ export class SessionSteps {
       return;
     }
     const keep = length - from;
-    const cut = (t: Tensor) => t.narrow(1, 0, keep).contiguous();
-    const keyMask = last.keyMask ? last.keyMask.narrow(1, 0, last.keyMask.shape[1] - (steps - keep)).contiguous() : null;
-    const step = { x: cut(last.x), positions: cut(last.positions), keyMask };
+    const step = cutStep(last, keep, ['x']);
     this.history[this.history.length - 1] = step;
-    const out = cut(this.lastOut);
+    const out = this.lastOut.narrow(1, 0, keep).contiguous();
     for (let attempt = 0; ; attempt++) {
       try {
         if (attempt === 0) await this.keepOnce(from, length, step, out, pending);

@@ -4,7 +4,7 @@ import { hostedModelJob } from '../../p2p/index.ts';
 import type { cachedEnds as CachedEnds, HostedModel as HostedModelClass } from '../../user/index.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, type Placement, stringFlag, UsageError, verifyFlags, weightFlags } from '../args.ts';
 import { payForJob } from '../chain-flags.ts';
-import { speculativeFlags } from '../speculative-flags.ts';
+import { passesOf, speculativeFlags } from '../speculative-flags.ts';
 import type { Output } from '../output.ts';
 import type { Libp2p } from '@libp2p/interface';
 
@@ -102,9 +102,7 @@ export async function generateHosted(name: string, prompt: string, where: Placem
       const speculative = drafting ? { ...options, ...drafting } : null;
       const spec = speculative ? await model.generateSpeculative(promptIds, speculative) : null;
       const tokens = spec ? spec.tokens : (await model.generate(promptIds, options)).tokens;
-      const passes = spec ? spec.passes : tokens.length;
-      const acceptance = spec && spec.drafted > 0 ? spec.accepted / spec.drafted : 0;
-      const drafts = spec ? { speculative: { drafted: spec.drafted, accepted: spec.accepted, acceptance } } : {};
+      const { passes, drafts } = passesOf(tokens.length, spec);
       const text = tok.decode(tokens);
       const seconds = (performance.now() - started) / 1000;
       for (const f of model.failovers) out.info(`blocks ${f.layers[0]}-${f.layers[1]} lost their host …${f.peerId.slice(-6)}: moved to others, ${f.replayed} steps replayed`);
@@ -114,7 +112,8 @@ export async function generateHosted(name: string, prompt: string, where: Placem
       const escrow = { job: hostedModelJob(model.entry), user: access.node.peerId.toString() };
       const paid = model.recorded.records > 0 ? { recorded: { ...model.recorded, escrow } } : {};
       if (model.recorded.records > 0) out.info(`${model.recorded.records} steps of the hosts (${model.recorded.flops} FLOPs) handed to the ledger, paid from your escrow`);
-      const about = { promptTokens: promptIds.length, passes, ...drafts, seconds, model: { name, hash: model.entry.hash } };
+      const speculativeJson = drafts ? { speculative: drafts } : {};
+      const about = { promptTokens: promptIds.length, passes, ...speculativeJson, seconds, model: { name, hash: model.entry.hash } };
       if (out.json) out.result({ text, tokens, ...about, ...failovers, ...paid }, '');
       else {
         process.stdout.write(`${text.slice(printed.length)}\n`);

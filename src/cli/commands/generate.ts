@@ -12,7 +12,7 @@ import {
 import type { FailoverEvent, VerificationSummary } from '../../user/index.ts';
 import { payForJob } from '../chain-flags.ts';
 import { failoverLine, type Output } from '../output.ts';
-import { speculativeFlags } from '../speculative-flags.ts';
+import { passesOf, speculativeFlags } from '../speculative-flags.ts';
 
 /** `tensorlink generate`: continues a prompt, streaming the text as tokens come. */
 export async function generateCommand(flags: Flags, out: Output): Promise<void> {
@@ -103,10 +103,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   }
   const text = tok.decode(tokens);
   const seconds = (performance.now() - started) / 1000;
-  // trips through the model: one a token without --speculative, one a pass with it
-  const passes = spec ? spec.passes : tokens.length;
-  const acceptance = spec && spec.drafted > 0 ? spec.accepted / spec.drafted : 0;
-  const drafts = spec ? { drafted: spec.drafted, accepted: spec.accepted, acceptance } : null;
+  const { passes, drafts } = passesOf(tokens.length, spec);
   if (out.json) {
     out.result({
       text, tokens, promptTokens: promptIds.length, passes, ...(drafts ? { speculative: drafts } : {}), seconds,

@@ -141,6 +141,21 @@ export async function generateSpeculative(stepModel: StepModel, prompt: number[]
   }
 }
 
+/**
+ * A step of `steps` positions cut to its first `keep` (a speculative pass kept to its accepted positions): its tensors
+ * [B, T, …] to [B, keep, …], its key mask [B, past + T] to [B, past + keep].
+ */
+export function cutStep<S extends { positions: Tensor; keyMask: Tensor | null }>(
+  step: S, keep: number, tensors: readonly (keyof S)[],
+): S {
+  const steps = step.positions.shape[1];
+  const out = { ...step, positions: step.positions.narrow(1, 0, keep).contiguous() };
+  for (const k of tensors) out[k] = (step[k] as Tensor).narrow(1, 0, keep).contiguous() as S[keyof S];
+  const m = step.keyMask;
+  out.keyMask = m ? m.narrow(1, 0, m.shape[1] - (steps - keep)).contiguous() : null;
+  return out;
+}
+
 /** Greedy: null when the model's token is the draft, else the model's token. */
 function greedyCheck(logits: Float32Array, draft: number): number | null {
   const best = argmax(logits);

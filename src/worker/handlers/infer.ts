@@ -1,5 +1,5 @@
 import { InvalidArgumentError, InvalidMessageError } from '../../errors.ts';
-import { deviceRunner, KVCache, type ModelLayer } from '../../models/index.ts';
+import { cutStep, deviceRunner, KVCache, type ModelLayer } from '../../models/index.ts';
 import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
   STAGE_PROTOCOL, toWire, type WorkCounters,
@@ -150,11 +150,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       }
       if (length === from + steps) return control('truncated', { record: last.record });
       const keep = length - from;
-      const cut = (t: Tensor) => t.narrow(1, 0, keep).contiguous();
-      const input = cut(last.input);
-      const positions = cut(last.positions);
-      const keyMask = last.keyMask ? last.keyMask.narrow(1, 0, last.keyMask.shape[1] - (steps - keep)).contiguous() : null;
-      const out = cut(session.lastOutput);
+      const { input, positions, keyMask, output: out } = cutStep({ ...last, output: session.lastOutput }, keep, ['input', 'output']);
       session.cache.truncate(length);
       const commits = truncateCommits(session, from, keep);
       // the record names the pass's record it replaces: an audit of that one is answered by this one
