@@ -14,6 +14,8 @@ import { Slots } from './slots.ts';
 export const VALIDATOR_SHARE_BPS = 1_000;
 /** How often a validator refreshes the stakes and claims that `status` shows. */
 export const CHAIN_REFRESH_MS = 2_000;
+/** How long closing an epoch waits at most for the records handed in to be put into blocks. */
+export const SETTLE_WAIT_MS = 30_000;
 
 /** What an epoch's rewards follow from; the proposer sends it, co-signers recompute the rest from their own ledger and the chain. */
 export interface EpochInput {
@@ -161,8 +163,10 @@ export class Settler {
   /** Closes the epoch: blocks since the last one, posted with the validators' signatures. */
   private async settle(): Promise<Record<string, unknown>> {
     const from = this.epochs.at(-1)?.to ?? 0;
-    // records handed in just before are put into a block within a round or two
-    for (let i = 0; i < 20 && this.ledger.pendingCount > 0; i++) await new Promise((r) => setTimeout(r, 150));
+    // records handed in just before go into blocks first (a round or two; on a loaded machine longer): an epoch that
+    // closed before them would leave work that was paid for out (up to SETTLE_WAIT_MS, while records keep coming)
+    const until = Date.now() + SETTLE_WAIT_MS;
+    while (this.ledger.pendingCount > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 150));
     const to = this.ledger.store.height;
     if (to === from) throw new InvalidArgumentError(`nothing to settle: no block since the last epoch (the ledger has ${to})`);
     let epoch = BigInt(this.epochs.length);
