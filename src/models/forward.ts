@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../errors.ts';
 import { attendTimeMajor, cat, isGradEnabled, isTracing, type Tensor, tensor } from '../tensor/index.ts';
 import { type AttentionOptions, causalAttention } from './attention.ts';
-import { type ForwardContext, type ForwardOptions, GrowingKV, type ModelLayer } from './model.ts';
+import { type ForwardContext, type ForwardOptions, type ModelLayer } from './model.ts';
 
 /** Positions 0..T−1 after `offset` for every row: int32 [B, T]. */
 export function defaultPositions(batch: number, length: number, offset: number): Tensor {
@@ -45,7 +45,7 @@ export function runLayers(layers: readonly ModelLayer[], ids: Tensor, options: F
  * ([B, kvHeads, T, D]) to the layer's cache entry and attends over all of them (within the
  * sliding window of `options`, if any: the cache keeps every key, the window masks the old ones).
  * Grouped-query attention repeats each key/value head for `groups` query heads. The cache grows in
- * place (GrowingKV) and, where no mask, window or soft-cap applies and no gradient is wanted,
+ * place (GrowingKV, or by pages: PagedKV) and, where no mask, window or soft-cap applies and no gradient is wanted,
  * attendTimeMajor reads the keys where they lie: no step copies the whole cache. While a trace records, the cache is
  * plain tensors joined with `cat` instead, so that a replay grows the cache it is given.
  */
@@ -81,15 +81,14 @@ export function cachedAttention(
     } else cache.layers[blockIndex] = { k: keys.detach(), v: values.detach() };
   } else if (cache) {
     const previous = cache.layers[blockIndex];
-    const entry = GrowingKV.append(previous, k, v);
-    cache.layers[blockIndex] = entry;
-    if (isGradEnabled() && (q.requiresGrad || k.requiresGrad || v.requiresGrad)) {
-      // gradients flow to the new keys and values (the cached ones are detached)
-      if (previous) {
-        keys = cat([previous.k, k], 2);
-        values = cat([previous.v, v], 2);
-      }
-    } else {
+    const grads = isGradEnabled() && (q.requiresGrad || k.requiresGrad || v.requiresGrad);
+    // gradients flow to the new keys and values (the cached ones, taken before a paged entry grows, are detached)
+    if (grads && previous) {
+      keys = cat([previous.k, k], 2);
+      values = cat([previous.v, v], 2);
+    }
+    const entry = cache.append(blockIndex, k, v);
+    if (!grads) {
       const window = options.window;
       const plain = ctx.keyMask === null && options.softcap === undefined && (window === undefined || entry.length <= window);
       if (plain && q.dtype === 'float32') return attendTimeMajor(q, entry.timeMajor, options.scale);

@@ -29,11 +29,13 @@ export {
   GrowingKV,
   KVCache,
   type LayerCache,
+  type SharedPages,
   type LayerKind,
   layerParameters,
   type LayerProfile,
   type ModelLayer,
 } from './model.ts';
+export { KV_PAGE_SIZE, type KVPage, KVPagePool, PagedKV } from './kv-pages.ts';
 export { byteLevelTokenizerJson, HFTokenizer, type Tokenizer } from './tokenizer.ts';
 export { generate, generateBatch, type GenerateOptions, generateWith, localStepModel, type RowOptions, type StepModel } from './generation/generate.ts';
 export {
@@ -61,3 +63,4 @@ export {
   DEFAULT_LORA_TARGETS, isAdapterWeight, loadAdapter, type LoraConfig, loraScale, mergeAdapter, parseLoraSpec, readAdapterConfig,
   saveAdapter, weightsWithAdapter, writeAdapter,
 } from './adapters/adapter.ts';
+export { PREFIX_PAGES, PrefixCache, prefillShared } from './prefix-cache.ts';

@@ -2,7 +2,15 @@ import { InvalidArgumentError } from '../errors.ts';
 import type { Module } from '../nn/index.ts';
 import { Tensor, type TimeMajorKV } from '../tensor/index.ts';
 import type { ModelConfig } from './config.ts';
+import { type KVPage, type KVPagePool, PagedKV } from './kv-pages.ts';
 import type { Tokenizer } from './tokenizer.ts';
+
+/** A block's full pages of a shared prefix, and the shape of its keys. */
+export interface SharedPages {
+  readonly pages: readonly KVPage[];
+  readonly kvHeads: number;
+  readonly dim: number;
+}
 
 /** Keys and values of one attention layer for the tokens seen so far: [B, kvHeads, T, headDim]. */
 export interface LayerCache {
@@ -156,31 +164,83 @@ function toTimeMajor(x: Float32Array, dst: Float32Array, b: number, h: number, t
 
 /**
  * The KV cache of a decoding session: one entry per block, filled as tokens pass. A step
- * with the cache feeds only the new tokens; the prompt is never recomputed.
+ * with the cache feeds only the new tokens; the prompt is never recomputed. Given a page pool
+ * (one sequence only: hosts' sessions, a server's rows) its layers are paged (PagedKV) and may
+ * begin with pages another cache holds (a shared prefix); otherwise each grows in place (GrowingKV).
  */
 export class KVCache {
   readonly layers: (LayerCache | null)[];
 
-  constructor(layers: number) {
+  constructor(
+    layers: number,
+    readonly pool: KVPagePool | null = null,
+  ) {
     this.layers = new Array<LayerCache | null>(layers).fill(null);
   }
 
   /** Tokens already cached (the same for every layer this cache holds; a section holds some). */
   get length(): number {
-    for (const entry of this.layers) if (entry) return entry instanceof GrowingKV ? entry.length : entry.k.shape[2];
+    for (const entry of this.layers) if (entry) return entryLength(entry);
     return 0;
+  }
+
+  /** Block `block`'s entry with k, v [B, kvHeads, T, D] appended (kept as its entry). */
+  append(block: number, k: Tensor, v: Tensor): GrowingKV | PagedKV {
+    const entry = this.layers[block];
+    let next: GrowingKV | PagedKV;
+    if (this.pool && !entry) next = PagedKV.empty(this.pool, k.shape[1], k.shape[3]).append(k, v);
+    else if (entry instanceof PagedKV) next = entry.append(k, v);
+    else next = GrowingKV.append(entry, k, v);
+    this.layers[block] = next;
+    return next;
+  }
+
+  /**
+   * Begins an empty paged cache with shared full pages: for each block it holds, `pages` of keys and values of `kvHeads`
+   * heads of `dim` (each page held once more by it); the cache then holds pages.length · pageSize positions of each.
+   */
+  share(blocks: ReadonlyMap<number, SharedPages>): void {
+    const pool = this.pool;
+    if (!pool || this.length > 0) throw new InvalidArgumentError('only an empty paged cache begins with shared pages');
+    for (const [block, { pages, kvHeads, dim }] of blocks) this.layers[block] = PagedKV.sharing(pool, pages, kvHeads, dim);
+  }
+
+  /** New pages a step of `steps` positions takes across its paged layers (0 without a pool). */
+  pagesFor(steps: number, blocks: readonly number[]): number {
+    if (!this.pool) return 0;
+    let n = 0;
+    for (const block of blocks) {
+      const entry = this.layers[block];
+      n += entry instanceof PagedKV ? entry.pagesFor(steps) : Math.ceil(steps / this.pool.pageSize);
+    }
+    return n;
+  }
+
+  /** Lets go of its pages (a paged cache: what it shared stays with the others); the cache is empty after. */
+  release(): void {
+    this.layers.forEach((entry, i) => {
+      if (entry instanceof PagedKV) entry.release();
+      this.layers[i] = null;
+    });
   }
 
   /** Keeps the first `length` positions of every layer (a speculative pass's accepted ones): what it dropped is gone. */
   truncate(length: number): void {
     if (!Number.isInteger(length) || length < 0 || length > this.length) throw new InvalidArgumentError(`cannot keep ${length} of ${this.length} cached positions`);
     this.layers.forEach((entry, i) => {
-      if (!entry || length === (entry instanceof GrowingKV ? entry.length : entry.k.shape[2])) return;
-      if (entry instanceof GrowingKV) this.layers[i] = entry.truncated(length);
+      if (!entry) return;
+      if (entry instanceof PagedKV) entry.truncate(length);
+      else if (length === entryLength(entry)) return;
+      else if (entry instanceof GrowingKV) this.layers[i] = entry.truncated(length);
       else if (entry.slot) throw new InvalidArgumentError('a bounded (device) cache cannot be truncated');
       else this.layers[i] = { k: entry.k.narrow(2, 0, length).contiguous(), v: entry.v.narrow(2, 0, length).contiguous() };
     });
   }
+}
+
+/** Positions a layer's cache entry holds (without copying its keys out). */
+export function entryLength(entry: LayerCache): number {
+  return entry instanceof GrowingKV || entry instanceof PagedKV ? entry.length : entry.k.shape[2];
 }
 
 /** What a layer needs besides its input: positions, which keys are real, the cache. */

@@ -20,7 +20,7 @@ export { compositeOp, isTracing } from './dispatch.ts';
 export { addInto } from './kernels/rows.ts';
 export { arange, drawsNothing, full, ones, type RandomOptions, rand, randint, randn, tensor, zeros } from './creation.ts';
 export { bfloat16ToFloat, type DType, type FloatArray, floatToBfloat16, floatToHalf, halfToFloat, type StorageDType, type TypedArray } from './dtype.ts';
-export { attendTimeMajor, type AttentionOptions, maskedSoftmax, scaledDotProductAttention, type TimeMajorKV } from './ops/attention.ts';
+export { attendTimeMajor, type AttentionOptions, maskedSoftmax, type PagedTimeMajorKV, scaledDotProductAttention, type TimeMajorKV } from './ops/attention.ts';
 export { geluErf } from './ops/gelu-erf.ts';
 export { dropout } from './ops/dropout.ts';
 export { rotaryEmbedding } from './ops/rope.ts';

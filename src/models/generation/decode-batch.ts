@@ -1,7 +1,7 @@
 import { attendTimeMajor, gatedMlp, isTracing, linear, linears, Tensor } from '../../tensor/index.ts';
 import { addRows, rmsNormRow, rotate } from './decode-step.ts';
 import { Decoder, DecoderBlock, type DecodePlan } from '../decoder.ts';
-import { type CausalLM, type ForwardContext, GrowingKV, type KVCache, type ModelLayer } from '../model.ts';
+import { type CausalLM, type ForwardContext, type KVCache, type ModelLayer } from '../model.ts';
 
 /**
  * A batched decoding step: one token of each of several sequences, each with its own KV cache and position (different
@@ -81,8 +81,7 @@ function decodeBlockRows(
     rotate(ki, kvHeads, d, cos.data, sin.data);
     const cache = ctxs[i].cache!;
     const vi = v.subarray(i * kw, (i + 1) * kw);
-    const entry = GrowingKV.append(cache.layers[blockIndex], new Tensor(ki, [1, kvHeads, 1, d]), new Tensor(vi, [1, kvHeads, 1, d]));
-    cache.layers[blockIndex] = entry;
+    const entry = cache.append(blockIndex, new Tensor(ki, [1, kvHeads, 1, d]), new Tensor(vi, [1, kvHeads, 1, d]));
     y.set(attendTimeMajor(new Tensor(qi, [1, heads, 1, d]), entry.timeMajor).data, i * qw);
   }
   const o = linear(new Tensor(y, [r, 1, qw]), a.o_proj.weight).data as Float32Array;

@@ -1,6 +1,6 @@
 import { Linear, RMSNorm } from '../../nn/index.ts';
 import { attendTimeMajor, gatedMlp, getBackend, isGradEnabled, isTracing, linear, linears, Tensor } from '../../tensor/index.ts';
-import { GrowingKV, type ForwardContext } from '../model.ts';
+import { entryLength, type ForwardContext } from '../model.ts';
 
 /**
  * One decoding step of a shared-decoder block (decoder.ts) (one token of one sequence, with the cache) on the backend's fused products,
@@ -57,7 +57,7 @@ export function decodeStepFits(
   if (a.q_norm !== null || !projections.every((l) => own(l, Linear) && l.bias === null)) return false;
   if (!own(block.input_layernorm, RMSNorm) || !own(block.post_attention_layernorm, RMSNorm)) return false;
   const past = ctx.cache.layers[blockIndex];
-  const length = (past instanceof GrowingKV ? past.length : (past?.k.shape[2] ?? 0)) + 1;
+  const length = (past ? entryLength(past) : 0) + 1;
   return shape.window === undefined || length <= shape.window;
 }
 
@@ -108,8 +108,7 @@ export function decodeStep(
   rotate(q, heads, d, cos, sin);
   rotate(k, kvHeads, d, cos, sin);
   const cache = ctx.cache!;
-  const entry = GrowingKV.append(cache.layers[blockIndex], new Tensor(k, [1, kvHeads, 1, d]), new Tensor(v, [1, kvHeads, 1, d]));
-  cache.layers[blockIndex] = entry;
+  const entry = cache.append(blockIndex, new Tensor(k, [1, kvHeads, 1, d]), new Tensor(v, [1, kvHeads, 1, d]));
   const y = attendTimeMajor(new Tensor(q, [1, heads, 1, d]), entry.timeMajor); // [1, nh, 1, hd]: merged heads, as they lie
   const o = linear(new Tensor(y.data, [1, 1, heads * d]), a.o_proj.weight).data as Float32Array;
   const x2 = addRows(xs, o);

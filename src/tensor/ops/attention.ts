@@ -127,26 +127,51 @@ export interface TimeMajorKV {
 }
 
 /**
+ * One sequence's keys and values in fixed-size pages, as a paged KV cache keeps them: page i holds positions
+ * [i·pageSize, (i + 1)·pageSize), each page time-major [pageSize, kvHeads, D]; positions [0, length) are filled.
+ */
+export interface PagedTimeMajorKV {
+  kPages: readonly Float32Array[];
+  vPages: readonly Float32Array[];
+  pageSize: number;
+  length: number;
+  kvHeads: number;
+}
+
+/**
  * Causal attention of q [B, H, Tq, D] over keys and values held time-major (TimeMajorKV, Tk = its length ≥ Tq, the
  * queries the last Tq positions), each key head shared by H / kvHeads consecutive query heads: [B, H, Tq, D]. It is
  * scaledDotProductAttention(q, repeatKv(k), repeatKv(v), { causal: true, scale }) without the repeated, transposed
  * and concatenated copies of the keys and values that path makes at every decoding step. On the js kernel it is
  * bitwise that path: each score and each output is the same double-precision sum taken in the same order (a key a
- * query may not see adds only zeros there, and is skipped here), and the softmax is maskedSoftmax's. Not
- * differentiable: a cache's keys are detached, so callers take it without gradients.
+ * query may not see adds only zeros there, and is skipped here), and the softmax is maskedSoftmax's. Keys in pages
+ * (PagedTimeMajorKV, one sequence) give the same sums: the js kernel reads them where they lie, a backend's kernel gets
+ * them gathered. Not differentiable: a cache's keys are detached, so callers take it without gradients.
  */
-export function attendTimeMajor(q: Tensor, kv: TimeMajorKV, scale?: number): Tensor {
+export function attendTimeMajor(q: Tensor, kv: TimeMajorKV | PagedTimeMajorKV, scale?: number): Tensor {
   if (hooked) return hook('attendTimeMajor', attendTimeMajor, [q, kv, scale]);
   const [b, heads, tq, dim] = q.shape;
   if (q.ndim !== 4 || q.dtype !== 'float32') throw new ShapeMismatchError(`attention expects float32 q [batch, heads, time, head dim], got ${q.dtype} [${q.shape}]`);
   const tk = kv.length;
   const kvHeads = kv.kvHeads;
-  if (heads % kvHeads !== 0 || tk < tq || kv.k.length !== b * kv.capacity * kvHeads * dim || kv.v.length !== kv.k.length) {
+  const fits = 'kPages' in kv
+    ? b === 1 && kv.kPages.length * kv.pageSize >= tk
+    && kv.kPages.every((p, i) => p.length === kv.pageSize * kvHeads * dim && kv.vPages[i]?.length === p.length)
+    : kv.k.length === b * kv.capacity * kvHeads * dim && kv.v.length === kv.k.length;
+  if (heads % kvHeads !== 0 || tk < tq || !fits) {
     throw new ShapeMismatchError(`attention of q [${q.shape}] over ${tk} cached positions of ${kvHeads} key heads does not fit`);
   }
   const spec: TimeMajorAttentionSpec = { heads, kvHeads, tq, tk, dim, scale: scale ?? 1 / Math.sqrt(dim) };
   const out = new Float32Array(q.size);
   const backend = getBackend();
+  if ('kPages' in kv) {
+    const qb = q.data as Float32Array;
+    const pages = { k: kv.kPages, v: kv.vPages, size: kv.pageSize };
+    const n = tk * kvHeads * dim;
+    const whole = (ps: readonly Float32Array[]) => (tk <= kv.pageSize ? ps[0].subarray(0, n) : gather(ps, n));
+    if (backend.attention?.(qb, whole(pages.k), whole(pages.v), out, spec) !== true) attendPagedJs(qb, pages, out, spec);
+    return new Tensor(out, q.shape);
+  }
   const rows = heads * tq * dim;
   const seq = kv.capacity * kvHeads * dim;
   for (let bi = 0; bi < b; bi++) {
@@ -159,14 +184,32 @@ export function attendTimeMajor(q: Tensor, kv: TimeMajorKV, scale?: number): Ten
   return new Tensor(out, q.shape);
 }
 
+/** The first `n` values of pages laid end to end, as one array (what a backend's kernel reads). */
+function gather(pages: readonly Float32Array[], n: number): Float32Array {
+  const out = new Float32Array(n);
+  for (let i = 0, at = 0; at < n; i++, at += pages[i - 1].length) out.set(pages[i].subarray(0, Math.min(pages[i].length, n - at)), at);
+  return out;
+}
+
 /**
  * The js kernel of attendTimeMajor for one sequence: q, y [H, Tq, D], k, v [Tk, kvHeads, D]. Scores and outputs are
  * gemmNN's sums (double precision, in increasing order, rounded once to float32), the softmax maskedSoftmax's.
  */
 export function attendTimeMajorJs(q: Float32Array, k: Float32Array, v: Float32Array, y: Float32Array, spec: TimeMajorAttentionSpec): void {
+  attendPagedJs(q, { k: [k], v: [v], size: Math.max(spec.tk, 1) }, y, spec);
+}
+
+/** attendTimeMajorJs over keys and values in pages of `size` positions each [size, kvHeads, D]: the same sums. */
+function attendPagedJs(
+  q: Float32Array,
+  pages: { k: readonly Float32Array[]; v: readonly Float32Array[]; size: number },
+  y: Float32Array,
+  spec: TimeMajorAttentionSpec,
+): void {
   const { heads, kvHeads, tq, tk, dim, scale } = spec;
   const groups = heads / kvHeads;
   const step = kvHeads * dim;
+  const size = pages.size;
   const p = new Float32Array(tk);
   const acc = new Float64Array(dim);
   for (let h = 0; h < heads; h++) {
@@ -176,7 +219,9 @@ export function attendTimeMajorJs(q: Float32Array, k: Float32Array, v: Float32Ar
       const last = i + tk - tq;
       let mx = Number.NEGATIVE_INFINITY;
       for (let j = 0; j <= last; j++) {
-        const ko = j * step + kh;
+        const page = Math.floor(j / size);
+        const k = pages.k[page];
+        const ko = (j - page * size) * step + kh;
         let s = 0;
         for (let d = 0; d < dim; d++) s += q[row + d] * k[ko + d];
         p[j] = s; // the score as the product's float32 output holds it
@@ -197,7 +242,9 @@ export function attendTimeMajorJs(q: Float32Array, k: Float32Array, v: Float32Ar
       acc.fill(0);
       for (let j = 0; j <= last; j++) {
         const pj = p[j];
-        const vo = j * step + kh;
+        const page = Math.floor(j / size);
+        const v = pages.v[page];
+        const vo = (j - page * size) * step + kh;
         for (let d = 0; d < dim; d++) acc[d] += pj * v[vo + d];
       }
       for (let d = 0; d < dim; d++) y[row + d] = acc[d];
