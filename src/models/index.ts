@@ -63,4 +63,4 @@ export {
   DEFAULT_LORA_TARGETS, isAdapterWeight, loadAdapter, type LoraConfig, loraScale, mergeAdapter, parseLoraSpec, readAdapterConfig,
   saveAdapter, weightsWithAdapter, writeAdapter,
 } from './adapters/adapter.ts';
-export { PREFIX_PAGES, PrefixCache, prefillShared } from './prefix-cache.ts';
+export { PREFIX_IDLE_BYTES, PrefixCache, prefillShared } from './prefix-cache.ts';

@@ -4,8 +4,8 @@ import { cat, Tensor, tensor } from '../tensor/index.ts';
 import { type KVPage, type KVPagePool, PagedKV } from './kv-pages.ts';
 import type { KVCache, SharedPages } from './model.ts';
 
-/** Full pages of prefixes kept for sharing, at most (each one page of every layer the cache holds). */
-export const PREFIX_PAGES = 1024;
+/** Bytes of prefix pages that no live cache holds, kept for the next sequence at most (the least recently used go first). */
+export const PREFIX_IDLE_BYTES = 256 * 2 ** 20;
 
 /** One full page of a prefix: its pages in each block, and (a section's) the output of its positions. */
 interface PrefixPage {
@@ -22,7 +22,7 @@ interface PrefixPage {
  * sequence would compute itself (attention is causal). A cache that begins with found pages holds them shared (copy on
  * write, kv-pages.ts) and computes only the rest. A section's pages keep the output rows of their positions as well, so
  * that its step still returns every position's output. Pages only this cache holds are let go least recently used
- * first, past `maxPages` or when asked to (`evictIdle`: a budget that needs the room).
+ * first, past `maxIdleBytes` of them or when asked to (`evictIdle`: a budget that needs the room).
  */
 export class PrefixCache {
   private readonly pages = new Map<string, PrefixPage>();
@@ -32,7 +32,7 @@ export class PrefixCache {
 
   constructor(
     readonly pool: KVPagePool,
-    readonly maxPages = PREFIX_PAGES,
+    readonly maxIdleBytes = PREFIX_IDLE_BYTES,
   ) {}
 
   /** The names of the full pages of `rows` (T rows of `width` values from position 0: ids, or hidden states), chained. */
@@ -102,7 +102,7 @@ export class PrefixCache {
       const rows = output ? output.slice(i * size * width, (i + 1) * size * width) : null;
       this.pages.set(keys[i], { blocks, output: rows, depth: i, used: ++this.tick });
     }
-    this.trim(this.maxPages);
+    this.trim(this.maxIdleBytes);
   }
 
   /** Bytes of the output rows it keeps (its pages are counted by their pool). */
@@ -126,13 +126,16 @@ export class PrefixCache {
     return { pages: this.pages.size, shared };
   }
 
-  /** Lets go of idle pages, least recently used first (the deepest first among equals), until at most `keep` remain. */
+  /** Lets go of idle pages, least recently used first (the deepest first among equals), until at most `keep` bytes of them remain. */
   private trim(keep: number): void {
-    if (this.pages.size <= keep) return;
+    const bytes = (p: PrefixPage) => 4 * (p.output?.length ?? 0) + [...p.blocks.values()].reduce((n, b) => n + 4 * (b.page.k.length + b.page.v.length), 0);
     const idle = [...this.pages].filter(([, p]) => [...p.blocks.values()].every((b) => b.page.refs === 1));
+    let held = idle.reduce((n, [, p]) => n + bytes(p), 0);
+    if (held <= keep) return;
     idle.sort(([, a], [, b]) => a.used - b.used || b.depth - a.depth);
     for (const [key, page] of idle) {
-      if (this.pages.size <= keep) break;
+      if (held <= keep) break;
+      held -= bytes(page);
       this.pages.delete(key);
       for (const b of page.blocks.values()) this.pool.release(b.page);
     }

@@ -1,8 +1,8 @@
-import { type CausalLM, decodeRows, defaultPositions, KVCache, sampleToken } from '../models/index.ts';
+import { type CausalLM, decodeRows, KVCache, KVPagePool, PrefixCache, prefillShared, sampleToken } from '../models/index.ts';
 import { Generator, noGrad, tensor } from '../tensor/index.ts';
 import { MAX_QUEUED, refuseOverLimit, type Row } from './scheduler.ts';
 
-/** Rows decoding at once at most: each holds a KV cache of its own (no pages shared yet). */
+/** Rows decoding at once at most: each holds a paged KV cache, beginning with the pages of a prefix it shares. */
 export const MAX_LIVE_ROWS = 32;
 
 /** What the server asks of whatever decodes its requests' rows. */
@@ -13,6 +13,21 @@ export interface RowScheduler {
   readonly waiting: number;
   /** Requests served, rows decoded, decoding steps (or batches) run, requests refused: for metrics. */
   readonly counts: { requests: number; rows: number; batches: number; refused: number };
+  /** The KV cache's pages (bytes alive, pages shared from prefixes, prompt positions found shared): none without pages. */
+  readonly kv?: () => KVStats;
+}
+
+/** What a server's paged KV cache holds now. */
+export interface KVStats {
+  /** Bytes of the pages alive (the live rows' and the kept prefixes'). */
+  bytes: number;
+  pages: number;
+  /** Prefix pages kept, and how many of them a live row holds. */
+  prefixPages: number;
+  sharedPages: number;
+  /** Prompt positions found in a kept prefix (not computed), and those computed. */
+  hits: number;
+  misses: number;
 }
 
 interface Request {
@@ -36,7 +51,8 @@ interface Live {
 
 /**
  * Continuous batching for a model in this process: a request's rows join the running batch at the next step (each
- * prompt prefilled on its own, into a KV cache of its own) and leave it when they end; every step decodes one token of
+ * prompt prefilled on its own, into a paged KV cache of its own that begins with the pages of a prompt's prefix another
+ * row computed: a system prompt is computed and held once) and leave it when they end, letting go of their pages; every step decodes one token of
  * every live row at once (decodeRows: each projection once over the rows stacked, each row's attention over its own
  * cache), so nobody waits for a batch to finish. A row's tokens are those of its request alone (bit for bit on js:
  * the stacked products never mix rows). At most `maxRows` rows decode at once; a request waits while its rows do not
@@ -47,11 +63,18 @@ export class ContinuousScheduler implements RowScheduler {
   private readonly queue: Request[] = [];
   private live: Live[] = [];
   private running = false;
+  readonly pool = new KVPagePool();
+  readonly prefix = new PrefixCache(this.pool);
 
   constructor(
     private readonly model: CausalLM,
     private readonly limits = { rows: MAX_LIVE_ROWS, queued: MAX_QUEUED },
   ) {}
+
+  readonly kv = (): KVStats => {
+    const { pages, shared } = this.prefix.size;
+    return { bytes: this.pool.bytes, pages: this.pool.pages, prefixPages: pages, sharedPages: shared, ...this.prefix.counts };
+  };
 
   get waiting(): number {
     return this.queue.length;
@@ -110,6 +133,7 @@ export class ContinuousScheduler implements RowScheduler {
       work();
     } catch (err) {
       const failed = new Set(requests);
+      for (const l of this.live) if (failed.has(l.request)) l.cache.release();
       this.live = this.live.filter((l) => !failed.has(l.request));
       for (const r of failed) {
         r.open = -1;
@@ -122,9 +146,16 @@ export class ContinuousScheduler implements RowScheduler {
   private join(row: Row, request: Request): void {
     if (request.open < 0) return;
     const { model } = this;
-    const cache = new KVCache(model.config.layers);
+    const cache = new KVCache(model.config.layers, this.pool);
     const n = row.prompt.length;
-    const logits = noGrad(() => model.forward(tensor(row.prompt, [1, n], 'int32'), { cache, positions: defaultPositions(1, n, 0), keyMask: null }));
+    let logits;
+    try {
+      logits = prefillShared(this.prefix, cache, tensor(row.prompt, [1, n], 'int32'), (x, positions) =>
+        noGrad(() => model.forward(x, { cache, positions, keyMask: null })));
+    } catch (err) {
+      cache.release();
+      throw err;
+    }
     const eos = model.tokenizer?.eosTokenId ?? model.config.eosTokenId ?? null;
     const live: Live = {
       row, request, cache, position: n, rng: new Generator(row.options.seed ?? 0), tokens: 0, last: 0,
@@ -132,7 +163,8 @@ export class ContinuousScheduler implements RowScheduler {
     };
     const v = logits.shape[2];
     this.live.push(live);
-    this.pick(live, logits.data.subarray((n - 1) * v, n * v) as Float32Array);
+    const t = logits.shape[1];
+    this.pick(live, logits.data.subarray((t - 1) * v, t * v) as Float32Array);
   }
 
   /** The row's next token from its logits; the row leaves once it ended. */
@@ -148,6 +180,7 @@ export class ContinuousScheduler implements RowScheduler {
       ended = l.stops.has(token) || l.tokens >= limit || l.position + 1 >= this.model.config.maxPositions;
     }
     if (!ended) return;
+    l.cache.release();
     this.live = this.live.filter((x) => x !== l);
     if (--l.request.open === 0) l.request.resolve();
   }

@@ -1,4 +1,5 @@
 import type { Overview } from '../user/index.ts';
+import type { KVStats } from './continuous.ts';
 
 /** What an API server has served since it started (GET /metrics, and the dashboard's serving panel). */
 export interface ServingStats {
@@ -13,6 +14,8 @@ export interface ServingStats {
   firstToken: { seconds: number; count: number };
   /** Tokens generated per second over the last minute. */
   tokensPerSecond: number;
+  /** A model served from this process: its paged KV cache and shared prefixes. */
+  kv?: KVStats;
 }
 
 /** The dashboard's whole state at one moment: the swarm (null: none, or the validator could not be asked) and what this process serves. */
@@ -134,6 +137,12 @@ export function metricsText(state: DashboardState): string {
     family('serve_tokens_per_second', 'gauge', 'Tokens generated per second over the last minute.').add(s.tokensPerSecond, { model: s.model });
     family('serve_time_to_first_token_seconds', 'summary', 'Time from a streamed request to its first token.')
       .add(s.firstToken.seconds, { model: s.model }, '_sum').add(s.firstToken.count, { model: s.model }, '_count');
+    if (s.kv) {
+      family('serve_kv_cache_bytes', 'gauge', 'Bytes of the KV cache\'s pages alive (live rows and kept prefixes).').add(s.kv.bytes, { model: s.model });
+      family('serve_kv_shared_pages', 'gauge', 'Kept prefix pages that a live row holds.').add(s.kv.sharedPages, { model: s.model });
+      family('serve_prefix_positions_total', 'counter', 'Prompt positions found in a kept prefix (hit) or computed (miss).')
+        .add(s.kv.hits, { model: s.model, result: 'hit' }).add(s.kv.misses, { model: s.model, result: 'miss' });
+    }
   }
   return `${families.filter((f) => f.lines.length > 0).map(String).join('\n')}\n`;
 }

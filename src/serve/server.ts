@@ -90,7 +90,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     }
     return {
       model: model.id, ...counts, requests: { ...counts.requests }, firstToken: { ...counts.firstToken }, waiting: scheduler.waiting,
-      tokensPerSecond: recent / 60,
+      tokensPerSecond: recent / 60, ...(scheduler.kv ? { kv: scheduler.kv() } : {}),
     };
   };
   dashboardRoutes(app, { serving: stats, ...(options.overview ? { overview: options.overview } : {}) });

@@ -71,4 +71,31 @@ describe('continuous batching', () => {
     await assert.rejects(broken, /the reader broke/);
     await fine;
   });
+
+  test('32 rows with one 1,000-token system prompt hold its pages once: the KV memory is one prompt\'s plus their own', async () => {
+    const long = createModel({ ...config, maxPositions: 1024 }, { seed: 7 });
+    const scheduler = new ContinuousScheduler(long);
+    const system = Array.from({ length: 1000 }, (_, i) => (i * 13 + 5) % 48);
+    const prompts = Array.from({ length: 32 }, (_, u) => [...system, u % 48, (u * 7) % 48, 3, 1, (u * 5) % 48]);
+    const got = prompts.map(() => [] as number[]);
+    let peak = 0;
+    await Promise.all(prompts.map((prompt, u) => scheduler.submit([{
+      prompt,
+      options: { maxNewTokens: 4, temperature: 0, stopTokens: [] },
+      onToken: (token) => {
+        got[u].push(token);
+        peak = Math.max(peak, scheduler.kv().bytes);
+      },
+    }])));
+    // a page: 16 positions of 2 key heads of 8 values, keys and values, float32, in each of 2 layers
+    const page = 16 * 2 * 8 * 2 * 4 * 2;
+    // the prompt's 62 full pages once; each row's own page: positions 992–1007 (its last 13 of the prompt, 3 tokens fed)
+    assert.equal(peak, (62 + 32) * page, `${peak} bytes; without sharing ${32 * 63 * page}`);
+    const kv = scheduler.kv();
+    assert.deepEqual({ hits: kv.hits, prefixPages: kv.prefixPages, sharedPages: kv.sharedPages }, { hits: 31 * 992, prefixPages: 62, sharedPages: 0 });
+    assert.equal(kv.bytes, 62 * page, 'the rows let go of their pages; the prefix is kept for the next');
+    for (const u of [0, 1, 31]) {
+      assert.deepEqual(got[u], (await generate(long, prompts[u], { maxNewTokens: 4, temperature: 0, stopTokens: [] })).tokens, `row ${u}`);
+    }
+  });
 });
