@@ -128,7 +128,8 @@ export class PrefixCache {
 
   /** Lets go of idle pages, least recently used first (the deepest first among equals), until at most `keep` bytes of them remain. */
   private trim(keep: number): void {
-    const bytes = (p: PrefixPage) => 4 * (p.output?.length ?? 0) + [...p.blocks.values()].reduce((n, b) => n + 4 * (b.page.k.length + b.page.v.length), 0);
+    const bytes = (p: PrefixPage) =>
+      4 * (p.output?.length ?? 0) + [...p.blocks.values()].reduce((n, b) => n + 4 * (b.page.k.length + b.page.v.length), 0);
     const idle = [...this.pages].filter(([, p]) => [...p.blocks.values()].every((b) => b.page.refs === 1));
     let held = idle.reduce((n, [, p]) => n + bytes(p), 0);
     if (held <= keep) return;

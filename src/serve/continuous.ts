@@ -52,11 +52,11 @@ interface Live {
 /**
  * Continuous batching for a model in this process: a request's rows join the running batch at the next step (each
  * prompt prefilled on its own, into a paged KV cache of its own that begins with the pages of a prompt's prefix another
- * row computed: a system prompt is computed and held once) and leave it when they end, letting go of their pages; every step decodes one token of
- * every live row at once (decodeRows: each projection once over the rows stacked, each row's attention over its own
- * cache), so nobody waits for a batch to finish. A row's tokens are those of its request alone (bit for bit on js:
- * the stacked products never mix rows). At most `maxRows` rows decode at once; a request waits while its rows do not
- * fit, in the order requests came.
+ * row computed: a system prompt is computed and held once) and leave it when they end, letting go of their pages;
+ * every step decodes one token of every live row at once (decodeRows: each projection once over the rows stacked,
+ * each row's attention over its own cache), so nobody waits for a batch to finish. A row's tokens are those of its
+ * request alone (bit for bit on js: the stacked products never mix rows). At most `maxRows` rows decode at once; a
+ * request waits while its rows do not fit, in the order requests came.
  */
 export class ContinuousScheduler implements RowScheduler {
   readonly counts = { requests: 0, rows: 0, batches: 0, refused: 0 };

@@ -92,7 +92,8 @@ describe('continuous batching', () => {
     // the prompt's 62 full pages once; each row's own page: positions 992–1007 (its last 13 of the prompt, 3 tokens fed)
     assert.equal(peak, (62 + 32) * page, `${peak} bytes; without sharing ${32 * 63 * page}`);
     const kv = scheduler.kv();
-    assert.deepEqual({ hits: kv.hits, prefixPages: kv.prefixPages, sharedPages: kv.sharedPages }, { hits: 31 * 992, prefixPages: 62, sharedPages: 0 });
+    const { hits, prefixPages, sharedPages } = kv;
+    assert.deepEqual({ hits, prefixPages, sharedPages }, { hits: 31 * 992, prefixPages: 62, sharedPages: 0 });
     assert.equal(kv.bytes, 62 * page, 'the rows let go of their pages; the prefix is kept for the next');
     for (const u of [0, 1, 31]) {
       assert.deepEqual(got[u], (await generate(long, prompts[u], { maxNewTokens: 4, temperature: 0, stopTokens: [] })).tokens, `row ${u}`);
