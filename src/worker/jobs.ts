@@ -7,6 +7,7 @@ import type { CausalLM, KVCache, StepRunner } from '../models/index.ts';
 import { type HostedSpan, newTraffic, parseJobId, type PeerTarget, type StageAssignment, type Traffic, type WeightEntry } from '../p2p/index.ts';
 import type { GradientExchange, StageExecutor } from '../pipeline/index.ts';
 import type { Tensor, WeightFormat } from '../tensor/index.ts';
+import { pagesIf, syncPages } from './kv-pages.ts';
 import type { MemoryBudget } from './memory.ts';
 
 /** Jobs a worker holds at once; more would only queue work it cannot do. */
@@ -238,6 +239,10 @@ export class JobTable {
     // a session on a device frees its cache there now, not when its runner is collected
     session.device?.reset();
     memory.add(job.jobId, 'kv-cache', -session.kvBytes, 'closing a session');
+    // a paged cache lets go of its pages (those of a prefix it shared stay with the others)
+    session.cache.release();
+    const pages = pagesIf(job.section!);
+    if (pages) syncPages(pages, memory, job.jobId);
   }
 
   values(): IterableIterator<JobEntry> {

@@ -2,7 +2,7 @@
 // checking the next token and its prompt-lookup drafts as one step; each host cuts its KV cache to the accepted
 // positions ('truncate', a session request) and signs the pass again for them. Each user's tokens are one process's,
 // the hosts hold only accepted positions after every cut, and every check of the hosts passes (commitments on every
-// chunk with the tails re-run, or every step re-run bit for bit).
+// chunk with the tails re-run, or every step re-run bit for bit). The sessions share the pages of their prompt on each host.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { generate, loadModel } from '../../src/models/index.ts';
@@ -11,6 +11,7 @@ import { setBackend } from '../../src/tensor/index.ts';
 import { HostedModel } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
+import { pagesIf } from '../../src/worker/kv-pages.ts';
 import { readHFReference } from '../helpers/hf-fixtures.ts';
 
 /** The KV cache lengths of the sessions a host holds whose id ends with `id` (a hosted session's id is prefixed by its user's). */
@@ -63,6 +64,12 @@ describe('speculative decoding on a hosted model', () => {
           t.diagnostic(`user ${i}: ${r.tokens.length} tokens in ${r.passes} passes (${r.accepted} of ${r.drafted} drafts accepted); verification ${JSON.stringify(v)}`);
         }
         assert.ok(cuts.length > 0, 'some passes were cut');
+        // the two sessions began with one prompt: the 2 full pages (32 positions) of its first step (43) were computed once
+        // on each host, the second session computed only the rest
+        for (const h of hosts) {
+          const pages = pagesIf([...h.jobs.values()].find((j) => j.section)!.section!)!;
+          assert.deepEqual({ hits: pages.prefix.counts.hits, pages: pages.prefix.size.pages }, { hits: 32, pages: 2 });
+        }
       } finally {
         await Promise.all(models.map((m) => m.close()));
       }

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, InvalidMessageError } from '../../errors.ts';
-import { cutStep, deviceRunner, KVCache, type ModelLayer } from '../../models/index.ts';
+import { cutStep, deviceRunner, KVCache, type ModelLayer, prefillShared } from '../../models/index.ts';
 import {
   encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
   STAGE_PROTOCOL, toWire, type WorkCounters,
@@ -12,6 +12,7 @@ import {
 import { commitStep, truncateCommits } from '../commitments.ts';
 import { DecodeBatcher } from '../decode-batcher.ts';
 import { countSent, type Section } from '../jobs.ts';
+import { admitPages, sectionPages, syncPages } from '../kv-pages.ts';
 import { control, NONE, sectionOf, type StageHandler } from './types.ts';
 
 /**
@@ -37,7 +38,10 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       let session = section.sessions.get(request.sessionId);
       if (!session) {
         if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
-        session = { cache: new KVCache(section.model.config.layers), lastUsed: Date.now(), kvBytes: 0, history: [] };
+        // a hosted span's sessions of one sequence keep their caches in pages, sharing the prefixes they begin with
+        const paged = job.hosted !== undefined && computeDevice() === 'cpu' && (input.shape[0] ?? 1) === 1;
+        const cache = new KVCache(section.model.config.layers, paged ? sectionPages(section).pool : null);
+        session = { cache, lastUsed: Date.now(), kvBytes: 0, history: [] };
         // a GPU worker keeps the session's cache on its device and runs each step as one graph there
         if (computeDevice() !== 'cpu') session.device = deviceRunner(section.model, computeDevice());
         section.sessions.set(request.sessionId, session);
@@ -52,11 +56,16 @@ export const inferenceHandlers: Record<string, StageHandler> = {
         throw new InvalidArgumentError(`session ${request.sessionId} would hold ${cached + steps} positions, the model has ${section.model.config.maxPositions}`);
       }
       // the cache's growth (and the inputs kept for re-running the step) is counted before it happens:
-      // a session that would pass the budget is refused
+      // a session that would pass the budget is refused. Pages are charged as the pool holds them, after the step: before
+      // it, at most a page more per layer than its positions (and a new prefix's outputs) are held for it
+      const pages = cache.pool ? sectionPages(section) : undefined;
       const kept = [input, positions, keyMask].reduce((sum, t) => sum + (t ? 4 * t.size : 0), 0);
-      const growth = (input.shape[0] ?? 1) * steps * kvBytesPerToken(section.model.layers) + kept;
-      memory.add(job.jobId, 'kv-cache', growth, `the KV cache of session ${request.sessionId} (${cached + steps} positions)`);
-      session.kvBytes += growth;
+      const shared = pages !== undefined && cached === 0 && !keyMask && steps > pages.pool.pageSize && fromZero(positions);
+      const slack = pages?.pool.pageSize ?? 0;
+      const ahead = (input.shape[0] ?? 1) * (steps + slack) * kvBytesPerToken(section.model.layers) + (shared ? 4 * input.size : 0);
+      const growth = ahead + kept;
+      admitPages(pages, memory, job.jobId, growth, `the KV cache of session ${request.sessionId} (${cached + steps} positions)`);
+      session.kvBytes += pages ? kept : growth;
       let out;
       let position = cached;
       session.busy = true;
@@ -67,17 +76,27 @@ export const inferenceHandlers: Record<string, StageHandler> = {
           out = await runner.step(input, { positions, keyMask: keyMask ?? null });
         } else if (job.hosted && steps === 1 && input.shape[0] === 1 && !keyMask && !request.codec) {
           ({ out, position } = await batcherOf(section, work).step(input, cache, positions));
+        } else if (shared) {
+          // a session's first step begins with the pages of the prefix it shares with an earlier one, computes the rest
+          const run = (x: Tensor, at: Tensor) => section.model.forward(x, { cache, positions: at, keyMask: null });
+          out = noGrad(() => prefillShared(pages.prefix, cache, input, run));
         } else {
           out = noGrad(() => section.model.forward(input, { cache, positions, keyMask: keyMask ?? null }));
         }
         if (fault) out = fault.output('decode', out, input);
       } catch (err) {
-        // a forward that failed grew nothing
-        session.kvBytes -= growth;
-        memory.add(job.jobId, 'kv-cache', -growth, 'a failed forward');
+        // a forward that failed grew nothing (pages: what they hold is charged below)
+        const back = pages ? kept : growth;
+        session.kvBytes -= back;
+        memory.add(job.jobId, 'kv-cache', -back, 'a failed forward');
         throw err;
       } finally {
         session.busy = false;
+        if (pages) {
+          // what was held ahead becomes what the pages hold
+          memory.add(job.jobId, 'kv-cache', -ahead, 'the KV cache\'s pages');
+          syncPages(pages, memory, job.jobId);
+        }
       }
       work.forwards++;
       // its signed record travels with the output (along the chain, to the owner): the input it was
@@ -159,11 +178,15 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const bytes = (h: { input: Tensor; positions: Tensor; keyMask: Tensor | null; output?: Tensor }) =>
         [h.input, h.positions, h.keyMask, h.output].reduce((sum, t) => sum + (t ? 4 * t.size : 0), 0);
       const kept = { input, positions, keyMask, record, ...(last.output ? { output: out } : {}) };
-      const freed = (input.shape[0] ?? 1) * (steps - keep) * kvBytesPerToken(section.model.layers) + bytes(last) - bytes(kept);
+      // a paged cache's pages are charged as its pool holds them
+      const pages = session.cache.pool ? sectionPages(section) : undefined;
+      const dropped = pages ? 0 : (input.shape[0] ?? 1) * (steps - keep) * kvBytesPerToken(section.model.layers);
+      const freed = dropped + bytes(last) - bytes(kept);
       session.history[session.history.length - 1] = kept;
       session.lastOutput = out;
       session.kvBytes -= freed;
       memory.add(job.jobId, 'kv-cache', -freed, `positions ${length}–${from + steps - 1} of session ${sessionId} dropped`);
+      if (pages) syncPages(pages, memory, job.jobId);
       return control('truncated', { record });
     },
   },
@@ -200,6 +223,11 @@ function batcherOf(section: Section, work: WorkCounters): DecodeBatcher {
   let b = batchers.get(section);
   if (!b) batchers.set(section, (b = new DecodeBatcher(section.model, work)));
   return b;
+}
+
+/** Positions [1, T] that are 0, 1, …, T − 1 (a sequence's first step). */
+function fromZero(positions: Tensor): boolean {
+  return positions.shape[0] === 1 && positions.dtype === 'int32' && positions.data.every((p, i) => p === i);
 }
 
 /** Bytes of KV cache one token of a session takes in these layers. */
