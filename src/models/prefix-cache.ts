@@ -43,7 +43,7 @@ export class PrefixCache {
     const out: string[] = [];
     let previous = rows instanceof Int32Array ? 'ids' : 'f32';
     for (let at = 0; at + step <= bytes.length; at += step) {
-      previous = createHash('sha256').update(previous).update(bytes.subarray(at, at + step)).digest('base64');
+      previous = createHash('sha256').update(previous).update(bytes.subarray(at, at + step)).digest('hex');
       out.push(previous);
     }
     return out;
