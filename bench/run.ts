@@ -5,7 +5,7 @@
  *
  * usage: npm run bench [-- --quick] [-- --json]
  *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,families,p2p,distributed,pipeline,verify,load,ledger,failover,
- *                     links,compression,serve,graph,quant,hosted,lora,nat]
+ *                     links,compression,serve,graph,quant,hosted,lora,nat; opt-in: perplexity,speculative]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -31,6 +31,7 @@ import { benchPerplexity } from './perplexity.ts';
 import { benchPipeline } from './pipeline.ts';
 import { benchQuant } from './quant.ts';
 import { benchServe } from './serve.ts';
+import { benchSpeculative } from './speculative.ts';
 import { benchStack } from './stack.ts';
 import { benchVerify } from './verify.ts';
 import { benchVerifyHosted } from './verify-hosted.ts';
@@ -144,6 +145,10 @@ if (sections.includes('quant')) {
 if (sections.includes('perplexity')) {
   log('perplexity: a small Llama trained on fortunes until its greedy text is words, held-out perplexity at f32/bf16/int8/int4 on js, ort, webgpu and llama.cpp (GGUF F32/BF16/Q8_0/Q4_0) ...');
   rows.push(...(await benchPerplexity(values.quick)));
+}
+if (sections.includes('speculative')) {
+  log('speculative: a model three hosts serve 25 ms away (delay relays), greedy tokens/s with prompt-lookup drafts and a draft model vs without ...');
+  rows.push(...(await benchSpeculative(values.quick)));
 }
 if (sections.includes('hosted')) {
   log('hosted: a model two hosts serve, used by 1, 4 and 8 users at once (a session each, or batched at a gateway) ...');

@@ -17,7 +17,7 @@ export async function speculativeFlags(flags: Flags, vocabSize: number): Promise
   }
   const maxDrafts = intFlag(flags, 'draft-tokens', 8, 1);
   if (dir === undefined) return { draft: 'lookup', maxDrafts };
-  if (!existsSync(dir)) throw new UsageError(`--draft ${dir}: no such model folder`);
+  if (!existsSync(dir)) throw new UsageError(`--draft ${dir}: no such model (a checkpoint's folder or a .gguf file)`);
   return { draft: modelDrafter(await loadModel(dir), vocabSize), maxDrafts };
 }
 

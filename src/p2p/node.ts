@@ -30,6 +30,12 @@ export interface NodeOptions {
    */
   announce?: string[];
   /**
+   * Addresses announced instead of its interfaces' (`--announce` adds to them): the only ones others are told, for a
+   * node that must be reached through something in front of it (a reverse proxy, a port forward whose inside address
+   * others must not use; the speculative bench puts a delay relay there).
+   */
+  advertise?: string[];
+  /**
    * Serve circuit relay v2 (a validator): peers behind NAT reserve a slot and are reached through it. Reservations and
    * relayed connections carry no data or time limit, for the peers `gate` lets in; everyone else is refused.
    */
@@ -82,6 +88,7 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
     addresses: {
       listen: [...listen, ...browserAddrs],
       appendAnnounce: options.announce ?? [],
+      ...(options.advertise?.length ? { announce: options.advertise } : {}),
     },
     // circuit relay: any node dials a peer behind NAT through its relay; a peer behind NAT listens on its relay's /p2p-circuit
     // and on /webrtc, a direct connection signalled through the relay (see dial.ts)

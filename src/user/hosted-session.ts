@@ -27,6 +27,17 @@ interface LiveHop {
   hop: RouteHop;
   stage: RemoteStage;
   sent: SentStep[];
+  /** A cut of its last step (a speculative pass) that its next step asks for first. */
+  cut?: PendingCut;
+}
+
+/** A pass cut to `length` positions: what the host's re-signed record must name, and the pass's own record's report. */
+interface PendingCut {
+  length: number;
+  from: number;
+  input: SentStep;
+  output: Tensor;
+  report: () => void;
 }
 
 /** What a session needs from its model: a stage stream to a host's span, and a fresh route over some blocks. */
@@ -98,8 +109,20 @@ export class HostedSession {
   /** The last step's output (the last block's): a pass cut short is checked against its first rows. */
   private lastOut: Tensor | null = null;
 
-  /** The last pass was kept whole (a step came after it, or the session ends): its records go on to the router. */
+  /**
+   * The session ends: the last pass's records go on to the router, and so do those of a pass whose cut no step asked
+   * for (the hosts hold it uncut: its records are of what they computed).
+   */
   settle(): void {
+    this.settleDeferred();
+    for (const h of this.hops) {
+      h.cut?.report();
+      h.cut = undefined;
+    }
+  }
+
+  /** The last pass was kept whole (a step came after it): its records go on to the router. */
+  private settleDeferred(): void {
     const pending = this.deferred ?? [];
     this.deferred = null;
     for (const p of pending) p.report();
@@ -110,14 +133,19 @@ export class HostedSession {
    * it is kept whole (settle) or cut (keep).
    */
   async step(x: Tensor, positions: Tensor, keyMask: Tensor | null, pass = false): Promise<Tensor> {
-    this.settle();
+    this.settleDeferred();
     const deferred: { peer: string; report: () => void }[] | null = pass ? [] : null;
     for (let i = 0; i < this.hops.length; i++) {
       const step = { x, positions, keyMask };
       for (let tries = 0; ; tries++) {
         const hop = this.hops[i];
+        const cut = hop.cut;
         try {
-          const done = await hop.stage.forwardRecorded(this.id, step.x, positions, keyMask);
+          const done = await hop.stage.forwardRecorded(this.id, step.x, positions, keyMask, undefined, cut?.length);
+          if (cut) {
+            hop.cut = undefined;
+            this.takeCut(hop, cut, done.cut);
+          }
           // the record must be of this step and its answer: a host that signs one thing and sends another is a cheat
           const record = recordOf(done.record, hop.hop.peerId);
           if (!record || record.input !== done.input || !('output' in done.expect) || record.output !== done.expect.output) {
@@ -135,7 +163,12 @@ export class HostedSession {
           else report();
           break;
         } catch (err) {
-          if (!(err instanceof PeerUnreachableError) || tries >= MAX_REROUTES) throw err;
+          if (!(err instanceof PeerUnreachableError) || tries >= MAX_REROUTES) {
+            // a host that did not cut its pass as asked: the pass's record is checked instead, as computed for the tokens taken
+            if (cut && hop.cut) cut.report();
+            hop.cut = undefined;
+            throw err;
+          }
           i = await this.replace(i);
           // the replacement hops start at index i: this step goes on from there with the same input
         }
@@ -147,12 +180,12 @@ export class HostedSession {
   }
 
   /**
-   * Keeps the first `length` positions of the session (a speculative pass's accepted ones): every host cuts its KV
-   * cache and what it keeps, and signs the pass again for the positions kept, checked here against the pass's inputs
-   * and outputs cut alike; those records go to the router instead of the pass's. A host lost meanwhile is replaced as
-   * in a step (the new hosts replay what was sent, already cut, and need no cut).
+   * Keeps the first `length` positions of the session (a speculative pass's accepted ones): each host cuts its KV cache
+   * and what it keeps, and signs the pass again for the positions kept, when the next step asks it (one trip for both);
+   * the record is checked against the pass's inputs and outputs cut alike and goes to the router instead of the pass's.
+   * A host lost meanwhile is replaced as in a step (the new hosts replay what was sent, already cut, and need no cut).
    */
-  async keep(length: number): Promise<void> {
+  keep(length: number): Promise<void> {
     const pending = this.deferred;
     this.deferred = null;
     const last = this.hops[0]?.sent.at(-1);
@@ -163,7 +196,7 @@ export class HostedSession {
     }
     if (length === from + steps) {
       for (const p of pending) p.report();
-      return;
+      return Promise.resolve();
     }
     const keep = length - from;
     // what each hop was sent and gave, cut: the next hop's input is this one's output
@@ -172,32 +205,30 @@ export class HostedSession {
       return { x, positions, keyMask };
     });
     const outputs = [...inputs.slice(1).map((s) => s.x), this.lastOut.narrow(1, 0, keep).contiguous()];
-    for (const [i, h] of this.hops.entries()) h.sent[h.sent.length - 1] = inputs[i];
-    this.lastOut = outputs[outputs.length - 1];
-    for (const [i, hop] of [...this.hops].entries()) {
-      try {
-        const record = recordOf(await hop.stage.truncateSession(this.id, length), hop.hop.peerId);
-        const s = inputs[i];
-        if (!record || record.step !== from || record.input !== hashTensors([s.x]) || record.output !== hashTensors([outputs[i]])
-          || record.aux !== auxHash(s.positions, s.keyMask)) {
-          throw new VerificationError(`host …${hop.hop.peerId.slice(-8)} cut a pass with a record that is not of the positions kept`);
-        }
-        const sent = hop.sent;
-        const upTo = sent.length;
-        const hashOf = (x: SentStep) => (x.hash ??= sessionStepHash(hashTensors([x.x]), auxHash(x.positions, x.keyMask)));
-        this.router.onRecord?.(hop.hop, record, () => sent.slice(0, upTo).map(hashOf), s.x);
-      } catch (err) {
-        if (!(err instanceof PeerUnreachableError)) {
-          // a host that did not cut its pass as asked (and the hosts after it, not asked yet): their passes' records are
-          // checked instead, as they were computed for the tokens taken
-          const left = new Set(this.hops.slice(this.hops.indexOf(hop)).map((h) => h.hop.peerId));
-          for (const p of pending) if (left.has(p.peer)) p.report();
-          throw err;
-        }
-        // the hosts that take its blocks over replay what it was sent, as cut
-        await this.replace(this.hops.indexOf(hop));
-      }
+    const reports = [...pending];
+    for (const [i, h] of this.hops.entries()) {
+      h.sent[h.sent.length - 1] = inputs[i];
+      const own = reports.findIndex((p) => p.peer === h.hop.peerId);
+      const report = own >= 0 ? reports.splice(own, 1)[0].report : () => {};
+      h.cut = { length, from, input: inputs[i], output: outputs[i], report };
     }
+    this.lastOut = outputs[outputs.length - 1];
+    return Promise.resolve();
+  }
+
+  /** A host's re-signed record of its cut pass, checked against the pass cut alike, to the router. */
+  private takeCut(hop: LiveHop, cut: PendingCut, came: unknown): void {
+    const record = recordOf(came, hop.hop.peerId);
+    const s = cut.input;
+    if (!record || record.step !== cut.from || record.input !== hashTensors([s.x]) || record.output !== hashTensors([cut.output])
+      || record.aux !== auxHash(s.positions, s.keyMask)) {
+      cut.report();
+      throw new VerificationError(`host …${hop.hop.peerId.slice(-8)} cut a pass with a record that is not of the positions kept`);
+    }
+    const sent = hop.sent;
+    const upTo = sent.length;
+    const hashOf = (x: SentStep) => (x.hash ??= sessionStepHash(hashTensors([x.x]), auxHash(x.positions, x.keyMask)));
+    this.router.onRecord?.(hop.hop, record, () => sent.slice(0, upTo).map(hashOf), s.x);
   }
 
   /**

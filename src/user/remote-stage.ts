@@ -23,7 +23,7 @@ export function controlAnswer(frame: Frame, what: string): Record<string, unknow
 }
 
 /** An answer with the signed record a worker sent with it (parsed by its receiver, untrusted until then). */
-export type RecordedFrame = Frame & { record?: unknown };
+export type RecordedFrame = Frame & { record?: unknown; cut?: unknown };
 
 /** The record that came with an answer: beside a tensor, or inside a control answer. */
 export function recordOf(frame: RecordedFrame): unknown {
@@ -110,18 +110,20 @@ export class RemoteStage {
   ) {
     this.table = new RequestTable(peer);
     // a result's signed record arrives just before it, under its id: kept until the result comes
-    const records = new Map<unknown, unknown>();
+    const records = new Map<unknown, { record?: unknown; cut?: unknown }>();
     receiveFrames(stream, (frame) => {
       const id = frame.kind === 'tensor' ? frame.tensor.requestId : (frame.message as { id?: unknown } | null)?.id;
       if (frame.kind === 'control' && isWireError(frame.message)) this.table.reject(id, errorFromWire(frame.message, peer));
       else if (frame.kind === 'control' && (frame.message as { type?: unknown }).type === 'record') {
         // a record whose result never came (a timeout) must not hold a slot for ever: the oldest goes
         if (records.size >= 1024) records.delete(records.keys().next().value);
-        records.set(id, (frame.message as { record?: unknown }).record);
+        const { record, cut } = frame.message as { record?: unknown; cut?: unknown };
+        records.set(id, { record, cut });
       } else if (frame.kind === 'tensor') {
-        const record = records.get(id);
+        const came = records.get(id);
         records.delete(id);
-        this.table.resolve(id, record === undefined ? frame : { ...frame, record });
+        const cut = came?.cut === undefined ? {} : { cut: came.cut };
+        this.table.resolve(id, came === undefined ? frame : { ...frame, record: came.record, ...cut });
       } else this.table.resolve(id, frame);
     });
     stream.addEventListener('close', () => this.table.rejectAll(new PeerUnreachableError(`${peer} closed the stage stream`)));
@@ -287,7 +289,8 @@ export class RemoteStage {
   /**
    * A session's step with the worker's signed record of it (unchecked: the caller checks it), the
    * hash of the input the worker computed on, and what its record must name for the output that
-   * came (`expect`: its output, or with a codec what it sent).
+   * came (`expect`: its output, or with a codec what it sent). With `keep`, the session's last step (a speculative
+   * pass) is cut to that many positions first, and `cut` is its re-signed record (unchecked too).
    */
   async forwardRecorded(
     sessionId: string,
@@ -295,13 +298,16 @@ export class RemoteStage {
     positions: Tensor,
     keyMask: Tensor | null,
     timeoutMs = STAGE_REQUEST_TIMEOUT_MS,
-  ): Promise<{ output: Tensor; record: unknown; input: string; expect: { output: string } | { sent: string } }> {
+    keep?: number,
+  ): Promise<{ output: Tensor; record: unknown; cut?: unknown; input: string; expect: { output: string } | { sent: string } }> {
     const { codec } = this;
-    const step = this.sessionStep({ sessionId }, keyMask ? [input, positions, keyMask] : [input, positions]);
+    const header = { sessionId, ...(keep === undefined ? {} : { keep }) };
+    const step = this.sessionStep(header, keyMask ? [input, positions, keyMask] : [input, positions]);
     const frame: RecordedFrame = await this.call(step.header, step.frames, timeoutMs);
     if (frame.kind !== 'tensor') throw new InvalidMessageError('forward: expected a tensor');
     const output = hopIn(frame.tensor);
-    return { output, record: recordOf(frame), input: step.input, expect: cameBack(codec, hashTensors([output])) };
+    const cut = keep === undefined ? {} : { cut: frame.cut };
+    return { output, record: recordOf(frame), ...cut, input: step.input, expect: cameBack(codec, hashTensors([output])) };
   }
 
   /** One weight of the section as the worker holds it now (trained, if it trains). */

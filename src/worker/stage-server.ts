@@ -169,7 +169,8 @@ function serveStream(
       const reply = await handler.run(request, context);
       if (reply.kind === 'tensor') {
         // a result's record travels just before it, under the same id
-        const record = reply.record ? [encodeControl({ type: 'record', id: envelope.id, record: reply.record })] : [];
+        const cut = reply.cut ? { cut: reply.cut } : {};
+        const record = reply.record ? [encodeControl({ type: 'record', id: envelope.id, record: reply.record, ...cut })] : [];
         const [head, payload] = encodeTensor(reply.part ? { requestId: envelope.id, ...reply.part } : toWire(reply.tensor, envelope.id));
         countSent(job, Object.hasOwn(ANSWER_TRAFFIC, envelope.type) ? ANSWER_TRAFFIC[envelope.type] : 'activations', [...record, head], [payload]);
         await sendMessage(stream, [...record, head, payload], { stallMs });

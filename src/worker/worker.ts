@@ -47,6 +47,8 @@ export interface WorkerOptions {
   listen?: string[];
   /** Addresses it announces besides its interfaces' (`--announce`: its router's public address and forwarded port). */
   announce?: string[];
+  /** Addresses it announces instead of its interfaces' (see NodeOptions.advertise). */
+  advertise?: string[];
   /** false: never take a slot on the validator's relay (by default it does when it is behind NAT: see relayListen). */
   relay?: boolean;
   /** Listen for browser tabs too: WebRTC-direct beside TCP (the CLI's worker does). */
@@ -99,15 +101,15 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     : null;
   // behind a NAT (no public interface address, a validator on a public one): a slot on the validator's relay, which the
   // worker announces as its /p2p-circuit address, so that users and other workers reach it with nothing opened on its router
-  const noRelay = options.relay === false || (options.announce?.length ?? 0) > 0;
+  const noRelay = options.relay === false || (options.announce?.length ?? 0) > 0 || (options.advertise?.length ?? 0) > 0;
   const circuit = own ? own.circuit : noRelay ? null : relayListen(options.bootstrap);
   // behind NAT it serves no DHT queries (nobody could dial it to ask): a DHT client
-  const { dataDir, listen, announce: extra } = options;
+  const { dataDir, listen, announce: extra, advertise } = options;
   // the validator answers STUN: a WebRTC connection offers its router's public address and port to punch through
   const stun = stunServerOf(options.bootstrap);
   const browsers = options.browsers ? { websockets: false } : undefined;
   const node = own?.node
-    ?? await createNode({ dataDir, listen, announce: extra, dhtClient: circuit !== null, stun: stun ? [stun] : [], browsers });
+    ?? await createNode({ dataDir, listen, announce: extra, advertise, dhtClient: circuit !== null, stun: stun ? [stun] : [], browsers });
   const proximity: Record<string, Proximity> = {};
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);

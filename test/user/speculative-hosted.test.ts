@@ -1,6 +1,6 @@
 // Speculative decoding on a hosted model (issue #48): two users' sessions on a model hosted across two hosts, each pass
 // checking the next token and its prompt-lookup drafts as one step; each host cuts its KV cache to the accepted
-// positions ('truncate', a session request) and signs the pass again for them. Each user's tokens are one process's,
+// positions (asked with the next step: `keep` on its forward) and signs the pass again for them. Each user's tokens are one process's,
 // the hosts hold only accepted positions after every cut, and every check of the hosts passes (commitments on every
 // chunk with the tails re-run, or every step re-run bit for bit). The sessions share the pages of their prompt on each host.
 import assert from 'node:assert/strict';
@@ -47,9 +47,15 @@ describe('speculative decoding on a hosted model', () => {
           const keep = session.keep.bind(session);
           session.keep = async (length: number) => {
             await keep(length);
-            const lengths = hosts.flatMap((h) => cached(h, session.id));
-            assert.deepEqual(lengths, [length, length], 'each host holds the accepted positions only');
             cuts.push(`${length}`);
+          };
+          // a cut is asked with the next step: after each step the hosts hold the positions kept and the step's, no more
+          const step = session.step.bind(session);
+          session.step = async (...args: Parameters<typeof step>) => {
+            const y = await step(...args);
+            const end = (args[1].data.at(-1) as number) + 1;
+            assert.deepEqual(hosts.flatMap((h) => cached(h, session.id)), [end, end], 'each host holds the accepted positions only');
+            return y;
           };
         };
       }

@@ -13,6 +13,7 @@ import { commitStep, truncateCommits } from '../commitments.ts';
 import { DecodeBatcher } from '../decode-batcher.ts';
 import { countSent, type Section } from '../jobs.ts';
 import { admitPages, sectionPages, syncPages } from '../kv-pages.ts';
+import type { MemoryBudget } from '../memory.ts';
 import { control, NONE, sectionOf, type StageHandler } from './types.ts';
 
 /**
@@ -35,6 +36,8 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const [hidden, ...aux] = expectTensors('forward', tensors, [2, 3]);
       const input = hopIn(hidden);
       const [positions, keyMask] = aux.map(fromWire);
+      // a speculative pass cut to its accepted positions, asked with the step after it (no round trip of its own)
+      const cut = request.keep === undefined ? undefined : cutSession(section, job.jobId, request.sessionId, request.keep, memory, signer);
       let session = section.sessions.get(request.sessionId);
       if (!session) {
         if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
@@ -117,7 +120,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
         session.kvBytes += 4 * out.size;
       }
       session.history.push({ input, positions, keyMask: keyMask ?? null, record, ...(record.backend === 'js' ? {} : { output: out }) });
-      if (!request.replyTo) return { kind: 'tensor', tensor: out, record, part: sent.part };
+      if (!request.replyTo) return { kind: 'tensor', tensor: out, record, part: sent.part, ...(cut ? { cut } : {}) };
       const records = [...request.records, record];
       if (next) {
         const stream = await peers.to(next, STAGE_PROTOCOL);
@@ -152,42 +155,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
   'truncate': {
     run: ({ body, job }, { memory, signer }) => {
       const section = sectionOf(job);
-      const sessionId = parseSessionId(body.sessionId);
-      const session = section.sessions.get(sessionId);
-      if (!session) throw new InvalidMessageError(`session ${sessionId} is not open`);
-      const last = session.history.at(-1);
-      const length = body.length;
-      if (!last || !session.lastOutput) throw new InvalidMessageError(`session ${sessionId} has no step to cut (a step of more than ${COMMIT_CHUNK} positions is none)`);
-      if (session.device) throw new InvalidArgumentError('a session on a device cannot drop positions yet (speculative decoding runs on CPU workers)');
-      if (session.busy) throw new InvalidMessageError(`session ${sessionId} is computing a step: a cut comes after it`);
-      if (last.record.cut !== undefined) throw new InvalidMessageError(`session ${sessionId}: its last step was cut already (a step is cut once)`);
-      if (last.record.sent !== undefined) throw new InvalidArgumentError('a session whose hidden states travel compressed cannot drop positions');
-      const from = last.record.step;
-      const steps = last.input.shape[1] ?? 1;
-      if (typeof length !== 'number' || !Number.isInteger(length) || length <= from || length > from + steps) {
-        throw new InvalidMessageError(`session ${sessionId}: its last step holds positions ${from}–${from + steps - 1}, it cannot keep ${String(length)}`);
-      }
-      if (length === from + steps) return control('truncated', { record: last.record });
-      const keep = length - from;
-      const { input, positions, keyMask, output: out } = cutStep({ ...last, output: session.lastOutput }, keep, ['input', 'output']);
-      session.cache.truncate(length);
-      const commits = truncateCommits(session, from, keep);
-      // the record names the pass's record it replaces: an audit of that one is answered by this one
-      const extra = { cut: recordId(last.record), ...(commits ? { commits } : {}) };
-      const record = decodeRecord(section, job.jobId, sessionId, from, { input, positions, keyMask, out }, signer, extra);
-      const bytes = (h: { input: Tensor; positions: Tensor; keyMask: Tensor | null; output?: Tensor }) =>
-        [h.input, h.positions, h.keyMask, h.output].reduce((sum, t) => sum + (t ? 4 * t.size : 0), 0);
-      const kept = { input, positions, keyMask, record, ...(last.output ? { output: out } : {}) };
-      // a paged cache's pages are charged as its pool holds them
-      const pages = session.cache.pool ? sectionPages(section) : undefined;
-      const dropped = pages ? 0 : (input.shape[0] ?? 1) * (steps - keep) * kvBytesPerToken(section.model.layers);
-      const freed = dropped + bytes(last) - bytes(kept);
-      session.history[session.history.length - 1] = kept;
-      session.lastOutput = out;
-      session.kvBytes -= freed;
-      memory.add(job.jobId, 'kv-cache', -freed, `positions ${length}–${from + steps - 1} of session ${sessionId} dropped`);
-      if (pages) syncPages(pages, memory, job.jobId);
-      return control('truncated', { record });
+      return control('truncated', { record: cutSession(section, job.jobId, parseSessionId(body.sessionId), body.length, memory, signer) });
     },
   },
   'close': {
@@ -198,6 +166,50 @@ export const inferenceHandlers: Record<string, StageHandler> = {
     },
   },
 };
+
+/**
+ * Cuts a session's last step (a speculative pass) to its first `length` positions: the cache and what the session keeps
+ * drop the rest, and the step's record is signed again for the positions kept (what the pass computed for them is what a
+ * step of them alone computes: attention is causal). The new record, or the step's own when it is kept whole.
+ */
+function cutSession(
+  section: Section, jobId: string, sessionId: string, length: unknown, memory: MemoryBudget, signer: RecordSigner,
+): WorkRecord {
+  const session = section.sessions.get(sessionId);
+  if (!session) throw new InvalidMessageError(`session ${sessionId} is not open`);
+  const last = session.history.at(-1);
+  if (!last || !session.lastOutput) throw new InvalidMessageError(`session ${sessionId} has no step to cut (a step of more than ${COMMIT_CHUNK} positions is none)`);
+  if (session.device) throw new InvalidArgumentError('a session on a device cannot drop positions yet (speculative decoding runs on CPU workers)');
+  if (session.busy) throw new InvalidMessageError(`session ${sessionId} is computing a step: a cut comes after it`);
+  if (last.record.cut !== undefined) throw new InvalidMessageError(`session ${sessionId}: its last step was cut already (a step is cut once)`);
+  if (last.record.sent !== undefined) throw new InvalidArgumentError('a session whose hidden states travel compressed cannot drop positions');
+  const from = last.record.step;
+  const steps = last.input.shape[1] ?? 1;
+  if (typeof length !== 'number' || !Number.isInteger(length) || length <= from || length > from + steps) {
+    throw new InvalidMessageError(`session ${sessionId}: its last step holds positions ${from}–${from + steps - 1}, it cannot keep ${String(length)}`);
+  }
+  if (length === from + steps) return last.record;
+  const keep = length - from;
+  const { input, positions, keyMask, output: out } = cutStep({ ...last, output: session.lastOutput }, keep, ['input', 'output']);
+  session.cache.truncate(length);
+  const commits = truncateCommits(session, from, keep);
+  // the record names the pass's record it replaces: an audit of that one is answered by this one
+  const extra = { cut: recordId(last.record), ...(commits ? { commits } : {}) };
+  const record = decodeRecord(section, jobId, sessionId, from, { input, positions, keyMask, out }, signer, extra);
+  const bytes = (h: { input: Tensor; positions: Tensor; keyMask: Tensor | null; output?: Tensor }) =>
+    [h.input, h.positions, h.keyMask, h.output].reduce((sum, t) => sum + (t ? 4 * t.size : 0), 0);
+  const kept = { input, positions, keyMask, record, ...(last.output ? { output: out } : {}) };
+  // a paged cache's pages are charged as its pool holds them
+  const pages = session.cache.pool ? sectionPages(section) : undefined;
+  const dropped = pages ? 0 : (input.shape[0] ?? 1) * (steps - keep) * kvBytesPerToken(section.model.layers);
+  const freed = dropped + bytes(last) - bytes(kept);
+  session.history[session.history.length - 1] = kept;
+  session.lastOutput = out;
+  session.kvBytes -= freed;
+  memory.add(jobId, 'kv-cache', -freed, `positions ${length}–${from + steps - 1} of session ${sessionId} dropped`);
+  if (pages) syncPages(pages, memory, jobId);
+  return record;
+}
 
 /** The signed record of a session's step of `step.input` at `position`, with what else the record names. */
 function decodeRecord(

@@ -41,9 +41,14 @@ export interface StageRequest {
   bindToStream(): void;
 }
 
-/** A tensor answer goes as its frame (`part`: a training result's hop, encoded once; a compact weight's bytes) or as float32. */
+/**
+ * A tensor answer goes as its frame (`part`: a training result's hop, encoded once; a compact weight's bytes) or as
+ * float32; `cut`: the re-signed record of the speculative pass the step cut first, beside the step's own.
+ */
 export type StageReply
-  = | { kind: 'tensor'; tensor: Tensor; record?: WorkRecord; part?: HopPart | Omit<WireTensor, 'requestId'> } | { kind: 'control'; message: Record<string, unknown> } | { kind: 'none' };
+  = | { kind: 'tensor'; tensor: Tensor; record?: WorkRecord; cut?: WorkRecord; part?: HopPart | Omit<WireTensor, 'requestId'> }
+    | { kind: 'control'; message: Record<string, unknown> }
+    | { kind: 'none' };
 
 export interface StageHandler {
   /** Whether peers the owner delegated (the previous stage of a chain, a replica) may send it; otherwise the owner only. */

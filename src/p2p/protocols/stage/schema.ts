@@ -28,7 +28,10 @@ import { MAX_CHUNKS_PER_WEIGHT, MAX_KEY_LENGTH, MAX_NAME_LENGTH, MAX_NAMES, MAX_
  * Inference:
  *   forward    {sessionId} + input, positions[, key mask] → the output; with `replyTo: {requestId}`
  *              and `route: [peer ids]` it travels on worker to worker (owner, or the upstream stage)
- *              and the last stage sends it to the job's owner on the result protocol.
+ *              and the last stage sends it to the job's owner on the result protocol. With `keep: length`
+ *              (answered directly only) the session's last step, a speculative pass, is cut to `length`
+ *              positions first, as `truncate` does: its re-signed record comes beside the step's (`cut`).
+ *   truncate   {sessionId, length}              → truncated {record}: the last step cut, re-signed
  *   session-status {sessionId}                  → {position, busy}: how far a session has come (a user
  *              whose chained step is late finds the stage holding it up)
  *   close      {sessionId}                      → closed
@@ -220,6 +223,8 @@ export interface ForwardRequest {
   records: unknown[];
   /** How the hidden states travel to and from this stage, and on along the route (null: float32). */
   codec: WireActivationCodec | null;
+  /** Positions of the session to keep before the step (its last step, a speculative pass, cut to them). */
+  keep?: number;
 }
 
 function parseReplyTo(v: unknown): { requestId: number } | null {
@@ -232,7 +237,10 @@ export function parseForward(m: Record<string, unknown>): ForwardRequest {
   if (route.length > 0 && !replyTo) fail('a routed forward needs replyTo');
   const records = m.records === undefined ? [] : m.records;
   if (!Array.isArray(records) || records.length > MAX_ROUTE) fail(`records must be a list of at most ${MAX_ROUTE}`);
-  return { sessionId: parseSessionId(m.sessionId), route, replyTo, records, codec: parseCodec(m.codec) };
+  const keep = m.keep === undefined ? undefined : int(m.keep, 'keep', 1);
+  if (keep !== undefined && replyTo) fail('a cut (keep) rides only on a forward answered directly');
+  const request = { sessionId: parseSessionId(m.sessionId), route, replyTo, records, codec: parseCodec(m.codec) };
+  return keep === undefined ? request : { ...request, keep };
 }
 
 /** The replyTo of a request alone, if it has a well-formed one: errors of chained forwards go there, whatever else is wrong. */

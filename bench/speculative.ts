@@ -1,0 +1,103 @@
+/**
+ * Speculative decoding across the swarm (issue #48): a model three hosts serve, each host reached through a delay relay
+ * (test/helpers/delay-relay.ts) that holds every chunk 25 ms each way, so that every trip through the route costs what
+ * hosts on other continents cost; greedy decoding without speculation against prompt-lookup drafts and drafts from a
+ * weaker model of the same tokenizer that the user holds whole. Each figure is tokens per second against the same
+ * route without speculation, measured in the same run; the tokens are asserted equal (js: bit for bit).
+ *
+ * The model is the perplexity section's (a 4×256 Llama trained on Debian's fortunes, bench/perplexity-model.ts: made
+ * once, about an hour, then reused from bench/out/); the draft model is its first stage (800 steps, the same shape, a
+ * worse model). Hosts hold blocks 0–1, 2 and 3; each advertises only its relay's address, so the user and the other
+ * hosts reach it through the relay.
+ */
+import { dirname, join } from 'node:path';
+import { createServer } from 'node:net';
+import { existsSync } from 'node:fs';
+import { fortunesDataset } from '../src/data/index.ts';
+import { loadModel, modelDrafter, type SpeculativeResult } from '../src/models/index.ts';
+import { createNode } from '../src/p2p/index.ts';
+import { setBackend } from '../src/tensor/index.ts';
+import { HostedModel } from '../src/user/index.ts';
+import { startValidator } from '../src/validator/index.ts';
+import { parseHostSpec, startWorker, type Worker } from '../src/worker/index.ts';
+import { type DelayRelay, startDelayRelay } from '../test/helpers/delay-relay.ts';
+import type { Row } from './gemm.ts';
+import { tokenizer, trainedModel } from './perplexity-model.ts';
+
+/** One way, per chunk: a trip user → host → user gains 2 × this. */
+const DELAY_MS = 25;
+const SPANS = ['0-1', '2-2', '3-3'];
+const log = (s: string) => process.stderr.write(`  speculative: ${s}\n`);
+
+/** A free TCP port on 127.0.0.1 (for a host to listen on, so that its relay can be started before it). */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+export async function benchSpeculative(quick: boolean): Promise<Row[]> {
+  setBackend('js');
+  const trained = await trainedModel();
+  const modelFile = trained.files.f32;
+  const draftFile = join(dirname(dirname(modelFile)), 'llama-4x256-800-steps', 'model-f32.gguf');
+  if (!existsSync(draftFile)) throw new Error(`the draft model ${draftFile} is missing: bench/perplexity-model.ts makes it`);
+  const newTokens = quick ? 32 : 64;
+  const validator = await startValidator();
+  const boot = validator.node.getMultiaddrs()[0].toString();
+  const relays: DelayRelay[] = [];
+  const hosts: Worker[] = [];
+  const rows: Row[] = [];
+  const node = await createNode();
+  try {
+    for (const span of SPANS) {
+      const port = await freePort();
+      const relay = await startDelayRelay({ targetHost: '127.0.0.1', targetPort: port, delayMs: DELAY_MS });
+      relays.push(relay);
+      hosts.push(await startWorker({
+        bootstrap: boot, listen: [`/ip4/127.0.0.1/tcp/${port}`], advertise: [`/ip4/127.0.0.1/tcp/${relay.port}`],
+        host: [parseHostSpec(`fortunes=${modelFile}:${span}`)],
+      }));
+    }
+    const ends = await loadModel(modelFile, { part: 'ends' });
+    ends.tokenizer = tokenizer();
+    const draft = modelDrafter(await loadModel(draftFile), ends.config.vocabSize);
+    const model = await HostedModel.open(node, validator.node.getMultiaddrs()[0], 'fortunes', { ends, verify: { sampleRate: 0 } });
+    const codec = ends.tokenizer;
+    // a quote the model did not train on, and a text that repeats its prompt (a quote said again, as code and quotes are)
+    const quote = fortunesDataset(codec).heldOut;
+    const fortune = [...quote.slice(0, 200)];
+    const line = codec.encode('A man who is his own lawyer has a fool for a client. ');
+    const repeating = [...line, ...line, ...line.slice(0, 10)];
+    const options = { maxNewTokens: newTokens, temperature: 0, stopTokens: [] };
+    await model.generate(line.slice(0, 8), { ...options, maxNewTokens: 4 }); // warm: the route's connections
+    for (const [text, prompt] of [['text that repeats its prompt', repeating], ['fortunes (held out)', fortune]] as const) {
+      let t = performance.now();
+      const plain = (await model.generate([...prompt], options)).tokens;
+      const plainRate = plain.length / ((performance.now() - t) / 1000);
+      log(`${text}: ${plain.length} tokens without speculation, ${plainRate.toFixed(1)} tok/s (${(1000 / plainRate).toFixed(0)} ms a token)`);
+      for (const [how, drafts, target] of [['prompt lookup', 'lookup', '≥ 2× on text that repeats'], ['a draft model (800 steps)', draft, '≥ 1.5× on fortunes']] as const) {
+        t = performance.now();
+        const r: SpeculativeResult = await model.generateSpeculative([...prompt], { ...options, draft: drafts });
+        const rate = r.tokens.length / ((performance.now() - t) / 1000);
+        if (r.tokens.join() !== plain.join()) throw new Error(`${how} on ${text}: the tokens differ from decoding without speculation`);
+        const acceptance = r.drafted > 0 ? r.accepted / r.drafted : 0;
+        log(`${text}, ${how}: ${r.tokens.length} tokens in ${r.passes} passes, ${r.accepted} of ${r.drafted} drafts accepted, ${rate.toFixed(1)} tok/s`);
+        rows.push({
+          section: 'speculative',
+          case: `${how}, ${text}: 3 hosts ${DELAY_MS} ms away, greedy (${r.passes} passes for ${r.tokens.length} tokens, ${(100 * acceptance).toFixed(0)}% of drafts accepted)`,
+          value: rate, unit: 'tok/s', reference: 'the same route without speculation', referenceValue: plainRate, ratio: rate / plainRate, target,
+        });
+      }
+    }
+    await model.close();
+  } finally {
+    await node.stop();
+    await Promise.all(hosts.map((h) => h.stop()));
+    await Promise.all(relays.map((r) => r.close()));
+    await validator.stop();
+  }
+  return rows;
+}
