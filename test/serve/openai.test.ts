@@ -55,7 +55,7 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  test('a local model: completions and chat, streamed and not, greedy as generate; errors in OpenAI\'s shape; 8 streams at once', async () => {
+  test('a local model: completions and chat, streamed and not, greedy as generate; errors in OpenAI\'s shape; 32 streams at once', async () => {
     const model = join(dir, 'tiny');
     const { child, url } = await startServe(['--model', model]);
     running.push(child);
@@ -120,11 +120,19 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     assert.equal(raw.status, 400);
     assert.equal(((await raw.json()) as { error: { type: string } }).error.type, 'invalid_request_error');
 
-    // 8 streams at once: each ends, each with the text it gets alone
-    const alone = await Promise.all(PROMPTS.map(async (p) => (await client.completions.create({ model: 'tiny', prompt: p, max_tokens: 16, temperature: 0 })).choices[0].text));
-    const together = await Promise.all(PROMPTS.map(async (p) => streamed(await client.completions.create({ model: 'tiny', prompt: p, max_tokens: 16, temperature: 0, stream: true }))));
+    // 32 streams at once, batched continuously: each ends, each with the text it gets alone (greedy and sampled); they
+    // begin with one system prompt, whose pages they share
+    const system = 'You are a terse assistant. Answer: ';
+    const requests = PROMPTS.flatMap((p, i) => [0, 1, 2, 3].map((k) => ({
+      model: 'tiny', prompt: `${system}${p}`, max_tokens: 16 + k, temperature: k % 2 === 0 ? 0 : 0.9, seed: 10 * i + k,
+    })));
+    const alone: string[] = [];
+    for (const r of requests) alone.push((await client.completions.create(r)).choices[0].text);
+    const together = await Promise.all(requests.map(async (r) => streamed(await client.completions.create({ ...r, stream: true }))));
     assert.deepEqual(together.map((t) => t.text), alone);
     assert.ok(together.every((t) => t.finish === 'length'));
+    const hits = /^tensorlink_serve_prefix_positions_total\{model="tiny",result="hit"\} (\d+)$/m.exec(await (await fetch(`${url}/metrics`)).text());
+    assert.ok(Number(hits?.[1]) >= 63 * 32, `the system prompt's 2 full pages found shared: ${hits?.[0]}`);
 
     // a client that leaves mid-stream: the server goes on serving the others
     const controller = new AbortController();
