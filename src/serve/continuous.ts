@@ -96,13 +96,17 @@ export class ContinuousScheduler implements RowScheduler {
       await null;
       while (this.queue.length > 0 || this.live.length > 0) {
         // the oldest requests whose rows fit beside the live ones join (one always does when none is live)
+        let joined = false;
         while (this.queue.length > 0 && (this.live.length === 0 || this.live.length + this.queue[0].rows.length <= this.limits.rows)) {
           const request = this.queue.shift()!;
           this.counts.requests++;
           this.counts.rows += request.rows.length;
           if (request.rows.length === 0) request.resolve();
           for (const row of request.rows) this.guard([request], () => this.join(row, request));
+          joined = true;
         }
+        // the joiners' first tokens go out before the step (their readers run on this thread too)
+        if (joined) await new Promise((resolve) => setImmediate(resolve));
         if (this.live.length > 0) {
           const live = this.live;
           this.counts.batches++;
