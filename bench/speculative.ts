@@ -77,7 +77,8 @@ export async function benchSpeculative(quick: boolean): Promise<Row[]> {
     // text that repeats its prompt: the model's own answer to a question, then the question again (as an answer edited
     // or asked for again, or code, repeats much of what it was given)
     const line = codec.encode('A man who is his own lawyer ');
-    const answer = (await generate(await loadModel(modelFile), line, { maxNewTokens: 2 * newTokens, temperature: 0, stopTokens: [] })).tokens;
+    const whole = await loadModel(modelFile);
+    const answer = (await generate(whole, line, { maxNewTokens: 2 * newTokens, temperature: 0, stopTokens: [] })).tokens;
     const repeating = [...line, ...answer, ...codec.encode('\n\n'), ...line];
     const options = { maxNewTokens: newTokens, temperature: 0, stopTokens: [] };
     // warm: the route's connections, and every path's code compiled before anything is timed
