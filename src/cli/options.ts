@@ -82,6 +82,13 @@ export const NETWORK = group('network', {
   listen: str('MULTIADDR', 'where this node listens (reachable by the workers across machines)', { default: '127.0.0.1, any free port' }),
 });
 
+/** Speculative decoding: how tokens are drafted to be checked several per trip through the model. */
+export const SPECULATIVE = group('speculative decoding', {
+  'speculative': str('lookup', 'draft tokens and check several per pass through the model (prompt lookup): fewer trips, the same tokens'),
+  'draft': str('DIR|FILE.gguf', 'draft with a small model of the same tokenizer, held whole here (speculative decoding: the same tokens)'),
+  'draft-tokens': int('N', 'with --speculative or --draft: the most tokens drafted for one pass (the number adapts)', { min: 1, default: 8 }),
+});
+
 /** How a job is split across workers. */
 export const PLAN = group('plan', {
   strategy: choice(STRATEGIES, 'how the model is split across the workers', { default: 'layer-aware' }),

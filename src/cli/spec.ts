@@ -7,8 +7,8 @@
  */
 import type { Flags } from './args.ts';
 import {
-  bytes, CHAIN, choice, FORMAT, flag, int, lazyChoice, list, MODEL, NETWORK, NODE, num, type Options, OUTPUT, PAY, PLAN, repeatable, str,
-  VERIFICATION, withSpec,
+  bytes, CHAIN, choice, FORMAT, flag, int, lazyChoice, list, MODEL, NETWORK, NODE, num, type Options, OUTPUT, PAY, PLAN, repeatable,
+  SPECULATIVE, str, VERIFICATION, withSpec,
 } from './options.ts';
 import type { Output } from './output.ts';
 
@@ -124,9 +124,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       'seed': seed(0),
       'ends': MODEL.ends,
       'adapter': str('DIR', 'generate through a PEFT LoRA adapter (in this process, or on every worker of the job)'),
-      'speculative': str('lookup', 'draft tokens and check several per pass through the model (prompt lookup): fewer trips, the same tokens'),
-      'draft': str('DIR', 'draft with a small model of the same tokenizer, held whole here (speculative decoding: the same tokens)'),
-      'draft-tokens': int('N', 'with --speculative or --draft: the most tokens drafted for one pass (the number adapts)', { min: 1, default: 8 }),
+      ...SPECULATIVE,
       ...NETWORK,
       ...PLAN,
       ...VERIFICATION,
@@ -192,6 +190,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       host: str('H', 'the address to listen on', { default: '127.0.0.1' }),
       ends: MODEL.ends,
       adapter: repeatable('NAME=DIR', 'a PEFT adapter a request\'s model \'ID:NAME\' runs through (in this process)'),
+      ...SPECULATIVE,
       ...NETWORK,
       ...PLAN,
       ...VERIFICATION,

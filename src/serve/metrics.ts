@@ -1,5 +1,6 @@
 import type { Overview } from '../user/index.ts';
 import type { KVStats } from './continuous.ts';
+import type { SpeculativeCounts } from './speculative.ts';
 
 /** What an API server has served since it started (GET /metrics, and the dashboard's serving panel). */
 export interface ServingStats {
@@ -16,6 +17,8 @@ export interface ServingStats {
   tokensPerSecond: number;
   /** A model served from this process: its paged KV cache and shared prefixes. */
   kv?: KVStats;
+  /** Lone rows decoded speculatively across workers or hosts (`serve --speculative`, `--draft`). */
+  speculative?: SpeculativeCounts;
 }
 
 /** The dashboard's whole state at one moment: the swarm (null: none, or the validator could not be asked) and what this process serves. */
@@ -142,6 +145,14 @@ export function metricsText(state: DashboardState): string {
       family('serve_kv_shared_pages', 'gauge', 'Kept prefix pages that a live row holds.').add(s.kv.sharedPages, { model: s.model });
       family('serve_prefix_positions_total', 'counter', 'Prompt positions found in a kept prefix (hit) or computed (miss).')
         .add(s.kv.hits, { model: s.model, result: 'hit' }).add(s.kv.misses, { model: s.model, result: 'miss' });
+    }
+    const sp = s.speculative;
+    if (sp) {
+      family('serve_speculative_passes_total', 'counter', 'Trips through the model of speculative generations (one per token without).')
+        .add(sp.passes, { model: s.model });
+      family('serve_speculative_tokens_total', 'counter', 'Tokens of speculative generations.').add(sp.tokens, { model: s.model });
+      family('serve_speculative_drafts_total', 'counter', 'Drafted tokens checked, by whether the model kept them.')
+        .add(sp.accepted, { model: s.model, result: 'accepted' }).add(sp.drafted - sp.accepted, { model: s.model, result: 'rejected' });
     }
   }
   return `${families.filter((f) => f.lines.length > 0).map(String).join('\n')}\n`;

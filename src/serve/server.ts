@@ -13,6 +13,7 @@ import { chatLogprobs, completionLogprobs, type TokenLogprob, tokenLogprob } fro
 import { JsonConstraint } from './json-grammar.ts';
 import { dashboardRoutes } from './dashboard.ts';
 import type { ServingStats } from './metrics.ts';
+import type { SpeculativeCounts } from './speculative.ts';
 import type { Overview } from '../user/index.ts';
 
 /** A model as the API serves it: in this process or across a swarm, behind one batch runner. */
@@ -27,6 +28,8 @@ export interface ServedModel {
   adapters?: readonly string[];
   /** The model itself when it runs in this process (no adapters): its requests are batched continuously (continuous.ts). */
   local?: CausalLM;
+  /** What speculative decoding did, when `run` decodes lone rows speculatively (speculative.ts). */
+  speculative?: SpeculativeCounts;
 }
 
 export interface ServeOptions {
@@ -91,6 +94,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     return {
       model: model.id, ...counts, requests: { ...counts.requests }, firstToken: { ...counts.firstToken }, waiting: scheduler.waiting,
       tokensPerSecond: recent / 60, ...(scheduler.kv ? { kv: scheduler.kv() } : {}),
+      ...(model.speculative ? { speculative: { ...model.speculative } } : {}),
     };
   };
   dashboardRoutes(app, { serving: stats, ...(options.overview ? { overview: options.overview } : {}) });

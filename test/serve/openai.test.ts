@@ -151,9 +151,9 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     assert.doesNotMatch(metrics, /tensorlink_peers/);
   });
 
-  test('a model split across a local swarm answers as the same model in one process', async () => {
+  test('a model split across a local swarm answers as the same model in one process (a lone request decoded speculatively)', async () => {
     const model = join(dir, 'tiny');
-    const { child, url } = await startServe(['--model', model, '--local', '2']);
+    const { child, url } = await startServe(['--model', model, '--local', '2', '--speculative', 'lookup']);
     running.push(child);
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
     const expected = generated(model, PROMPTS[2], 10);
@@ -189,6 +189,9 @@ describe('the OpenAI-compatible API, with the official openai client', () => {
     assert.match(metrics, /^tensorlink_serve_requests_total\{code="200",model="tiny"\} \d+$/m);
     assert.match(metrics, /^tensorlink_peers\{role="worker"\} 2$/m);
     assert.match(metrics, /^tensorlink_serve_time_to_first_token_seconds_count\{model="tiny"\} [1-9]\d*$/m);
+    // lone requests went speculatively: fewer trips through the workers than tokens
+    const counter = (name: string) => Number(new RegExp(`^tensorlink_${name}\\{model="tiny"\\} (\\d+)$`, 'm').exec(metrics)?.[1]);
+    assert.ok(counter('serve_speculative_passes_total') < counter('serve_speculative_tokens_total'), metrics.split('\n').filter((l) => l.includes('speculative')).join('; '));
 
     // a client that leaves mid-stream frees its decoding session on the workers
     const workers = ((await (await fetch(`${url}/api/state`)).json()) as { overview: { peers: { peerId: string; roles: string[]; addrs: string[] }[] } })

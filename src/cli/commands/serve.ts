@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
 import { AdapterSet, defaultCacheDir, generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
-import { ChatFormat, serveApi, type ServedModel } from '../../serve/index.ts';
+import { ChatFormat, serveApi, type ServedModel, speculativeRunner } from '../../serve/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 import { cachedEnds, distribute, fetchOverview, HostedModel, type Overview } from '../../user/index.ts';
 import {
@@ -10,6 +10,7 @@ import {
 import { payForJob } from '../chain-flags.ts';
 import { loadProgress } from '../load-progress.ts';
 import type { Output } from '../output.ts';
+import { speculativeFlags } from '../speculative-flags.ts';
 import { joinSwarm, type SwarmAccess } from '../swarm.ts';
 import { openHosted } from './generate-hosted.ts';
 import { runUntilSignal } from './node-process.ts';
@@ -68,6 +69,13 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
     throw new UsageError(`${files} has no tokenizer.json; serve needs one to read prompts`);
   }
   const chat = new ChatFormat(loadChatTemplate(files));
+  // speculative decoding: across workers or hosts, where a trip costs what the network does (in this process each
+  // request's rows join the running batch instead)
+  const drafts = await speculativeFlags(flags, config.vocabSize);
+  if (drafts && where.kind === 'local') {
+    await early?.close();
+    throw new UsageError('--speculative and --draft speed up a model across workers or hosts (--local N, --bootstrap); in this process requests batch continuously');
+  }
   let served: ServedModel;
   let leave = async () => {};
   let overview: (() => Promise<Overview>) | undefined;
@@ -79,8 +87,10 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
       const validator = multiaddr(access.bootstrap);
       overview = () => fetchOverview(access.node, validator);
       // the clients' requests are batched here (the scheduler) into one session over the hosts per batch
-      const run: ServedModel['run'] = async (prompts, options) => ({ tokens: await model.generateBatch(prompts, options) });
-      served = { id, tokenizer, maxPositions: config.maxPositions, chat, run };
+      const batched: ServedModel['run'] = async (prompts, options) => ({ tokens: await model.generateBatch(prompts, options) });
+      const fast = drafts ? speculativeRunner(batched, (p, o) => model.generateSpeculative(p, o), drafts) : null;
+      const speculative = fast ? { speculative: fast.counts } : {};
+      served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: fast?.run ?? batched, ...speculative };
       leave = async () => {
         await model.close().catch(() => {});
         await access.close();
@@ -114,7 +124,10 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
       const validator = multiaddr(access.bootstrap);
       overview = () => fetchOverview(access.node, validator);
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
-      served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: (prompts, options) => dm.generateBatch(prompts, options) };
+      const batched: ServedModel['run'] = (prompts, options) => dm.generateBatch(prompts, options);
+      const fast = drafts ? speculativeRunner(batched, (p, o) => dm.generateSpeculative(p, o), drafts) : null;
+      const speculative = fast ? { speculative: fast.counts } : {};
+      served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: fast?.run ?? batched, ...speculative };
       leave = async () => {
         await dm.close().catch(() => {});
         await access.close();

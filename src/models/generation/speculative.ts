@@ -21,6 +21,8 @@ export interface SpeculativeOptions extends GenerateOptions {
   maxDrafts?: number;
   /** The longest n-gram looked up (default 3). */
   ngram?: number;
+  /** Asked after every token: true ends the generation there (a reader that left). */
+  cancelled?: () => boolean;
 }
 
 /** What a speculative generation produced, and how many trips through the model it took. */
@@ -99,7 +101,7 @@ export async function generateSpeculative(stepModel: StepModel, prompt: number[]
     out.push(token);
     const pending = options.onToken?.(token, 0, logits);
     if (pending instanceof Promise) await pending;
-    return stops.has(token) || out.length >= maxNew;
+    return stops.has(token) || out.length >= maxNew || options.cancelled?.() === true;
   };
   let logits = await run(prompt, 0);
   let position = prompt.length;
