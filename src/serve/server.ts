@@ -8,6 +8,7 @@ import {
 } from './openai.ts';
 import { type BatchRunner, type Row, Scheduler } from './scheduler.ts';
 import { ContinuousScheduler, type RowScheduler } from './continuous.ts';
+import { SessionRows } from './session-rows.ts';
 import { TextStream } from './text-stream.ts';
 import { chatLogprobs, completionLogprobs, type TokenLogprob, tokenLogprob } from './logprobs.ts';
 import { JsonConstraint } from './json-grammar.ts';
@@ -28,8 +29,13 @@ export interface ServedModel {
   adapters?: readonly string[];
   /** The model itself when it runs in this process (no adapters): its requests are batched continuously (continuous.ts). */
   local?: CausalLM;
-  /** What speculative decoding did, when `run` decodes lone rows speculatively (speculative.ts). */
+  /** What speculative decoding did, when lone rows are decoded speculatively (speculative.ts). */
   speculative?: SpeculativeCounts;
+  /**
+   * Decodes one row as a session of its own (a hosted model): its requests then batch continuously on the hosts
+   * (session-rows.ts) instead of waiting for batches here.
+   */
+  rows?: (row: Row) => Promise<void>;
 }
 
 export interface ServeOptions {
@@ -68,11 +74,14 @@ interface Choice {
 /**
  * The OpenAI-compatible HTTP API (Fastify): GET /v1/models, POST /v1/completions and
  * POST /v1/chat/completions, streamed as server-sent events or answered whole, with usage;
- * errors in OpenAI's shape and status codes. A model in this process batches continuously (continuous.ts); one across
- * workers or hosts decodes requests in batches, in order (scheduler.ts).
+ * errors in OpenAI's shape and status codes. A model in this process batches continuously (continuous.ts), a hosted
+ * one too (each row a session of its own, the hosts batching their steps: session-rows.ts); one across the workers of
+ * a private job decodes requests in batches, in order (scheduler.ts).
  */
 export async function serveApi(model: ServedModel, options: ServeOptions = {}): Promise<ApiServer> {
-  const scheduler: RowScheduler = model.local ? new ContinuousScheduler(model.local) : new Scheduler(model.run, model.maxPositions);
+  const scheduler: RowScheduler = model.local
+    ? new ContinuousScheduler(model.local)
+    : model.rows ? new SessionRows(model.rows) : new Scheduler(model.run, model.maxPositions);
   const created = Math.floor(Date.now() / 1000);
   // open streams (completions, the dashboard's events) are cut when the server closes
   const app = Fastify({ logger: false, bodyLimit: options.bodyLimit ?? BODY_LIMIT, forceCloseConnections: true });

@@ -15,21 +15,30 @@ export function speculativeRunner(
   speculate: (prompt: number[], options: SpeculativeOptions) => Promise<SpeculativeResult>,
   drafts: DraftSettings,
 ): { run: BatchRunner; counts: SpeculativeCounts } {
-  const counts: SpeculativeCounts = { generations: 0, tokens: 0, passes: 0, drafted: 0, accepted: 0 };
+  const counts = speculativeCounts();
   return {
     counts,
     run: async (prompts, options, adapter) => {
       const row = options.rows?.[0] ?? {};
       if (prompts.length !== 1 || row.mask || adapter) return run(prompts, options, adapter);
       const r = await speculate(prompts[0], { ...row, ...drafts, ...(options.onToken ? { onToken: options.onToken } : {}) });
-      counts.generations++;
-      counts.tokens += r.tokens.length;
-      counts.passes += r.passes;
-      counts.drafted += r.drafted;
-      counts.accepted += r.accepted;
+      countSpeculative(counts, r);
       return { tokens: [r.tokens] };
     },
   };
+}
+
+export function speculativeCounts(): SpeculativeCounts {
+  return { generations: 0, tokens: 0, passes: 0, drafted: 0, accepted: 0 };
+}
+
+/** Adds one speculative generation to `counts`. */
+export function countSpeculative(counts: SpeculativeCounts, r: SpeculativeResult): void {
+  counts.generations++;
+  counts.tokens += r.tokens.length;
+  counts.passes += r.passes;
+  counts.drafted += r.drafted;
+  counts.accepted += r.accepted;
 }
 
 /** What speculative decoding did for a server: generations, their tokens and trips (passes), drafts checked and kept. */

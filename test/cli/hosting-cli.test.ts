@@ -57,9 +57,9 @@ describe('hosting through the CLI', () => {
     assert.equal(hosted.text, local.text);
     process.stderr.write(`hosted tiny at int4 over 2 host processes: the same ${(hosted.tokens as number[]).length} tokens as one process at int4\n`);
 
-    // serve on the hosted model: one process holds the ends for all its clients; 8 streamed chats at once, each with
-    // the text its prompt gets alone
-    const server = await startServe(['--model', 'tiny', '--bootstrap', boot, '--ends', model, '--quantize', 'int4']);
+    // serve on the hosted model: one process holds the ends for all its clients; 8 streamed chats at once, each a session
+    // of its own on the hosts (decoded speculatively), each with the text its prompt gets alone
+    const server = await startServe(['--model', 'tiny', '--bootstrap', boot, '--ends', model, '--quantize', 'int4', '--speculative', 'lookup']);
     nodes.push({ child: server.child, peerId: '', addrs: [] });
     const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none' });
     const prompts = ['The quick brown fox', 'Hello, world', 'Once upon a time', 'In the beginning', 'To be or not', 'A B C', 'zzz', 'Lorem'];
@@ -80,6 +80,10 @@ describe('hosting through the CLI', () => {
     }));
     assert.ok(together.every((t) => t.finish !== null), 'every stream ends');
     assert.deepEqual(together.slice(0, 2).map((t) => t.text), alone, 'a chat streamed beside 7 others has the text it gets alone');
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    const counter = (name: string) => Number(new RegExp(`^tensorlink_serve_speculative_${name}_total\\{model="tiny"\\} (\\d+)$`, 'm').exec(metrics)?.[1]);
+    assert.equal(counter('tokens'), 10 * 8, 'every row decoded speculatively');
+    process.stderr.write(`serve --model tiny --speculative lookup: ${counter('tokens')} tokens in ${counter('passes')} passes\n`);
     process.stderr.write(`serve --model tiny (hosted): 8 streamed chats at once, each ended, the first two as alone\n`);
   });
 });

@@ -1,7 +1,9 @@
 import { existsSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
 import { AdapterSet, defaultCacheDir, generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
-import { ChatFormat, serveApi, type ServedModel, speculativeRunner } from '../../serve/index.ts';
+import {
+  ChatFormat, countSpeculative, type Row, serveApi, type ServedModel, speculativeCounts, speculativeRunner,
+} from '../../serve/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 import { cachedEnds, distribute, fetchOverview, HostedModel, type Overview } from '../../user/index.ts';
 import {
@@ -86,11 +88,16 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
       const model = await openHosted(HostedModel, access, dir, ends, flags, out);
       const validator = multiaddr(access.bootstrap);
       overview = () => fetchOverview(access.node, validator);
-      // the clients' requests are batched here (the scheduler) into one session over the hosts per batch
-      const batched: ServedModel['run'] = async (prompts, options) => ({ tokens: await model.generateBatch(prompts, options) });
-      const fast = drafts ? speculativeRunner(batched, (p, o) => model.generateSpeculative(p, o), drafts) : null;
-      const speculative = fast ? { speculative: fast.counts } : {};
-      served = { id, tokenizer, maxPositions: config.maxPositions, chat, run: fast?.run ?? batched, ...speculative };
+      // each request's row is a session of its own over the hosts, which batch the steps of the sessions waiting at once
+      // (continuous batching on the hosts: a request starts at once); with drafts, a row is decoded speculatively
+      const counts = drafts ? speculativeCounts() : null;
+      const rows = async (row: Row) => {
+        const onToken = (token: number, _: number, logits: Float32Array) => row.onToken(token, logits);
+        if (!drafts || !counts || row.options.mask) await model.generateBatch([row.prompt], { rows: [row.options], onToken });
+        else countSpeculative(counts, await model.generateSpeculative(row.prompt, { ...row.options, ...drafts, onToken }));
+      };
+      const run: ServedModel['run'] = async (prompts, options) => ({ tokens: await model.generateBatch(prompts, options) });
+      served = { id, tokenizer, maxPositions: config.maxPositions, chat, run, rows, ...(counts ? { speculative: counts } : {}) };
       leave = async () => {
         await model.close().catch(() => {});
         await access.close();
