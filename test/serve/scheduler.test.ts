@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { createModel, generate, generateBatch, gpt2Config } from '../../src/models/index.ts';
-import { type BatchRunner, Scheduler, TextStream } from '../../src/serve/index.ts';
+import { type BatchRunner, type Row, Scheduler, SessionRows, TextStream } from '../../src/serve/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
 
 describe('serving: text as tokens come, batches in order', () => {
@@ -85,5 +85,32 @@ describe('serving: text as tokens come, batches in order', () => {
     await s.submit([row()]);
     assert.ok(performance.now() - t >= 15, 'it waited for the other');
     assert.deepEqual(batches, [1, 1, 2, 2, 1]);
+  });
+
+  test('sessions of their own (a hosted model): rows start at once up to the limit, the rest wait; a row that fails ends its request alone', async () => {
+    const started: string[] = [];
+    const gates = new Map<string, () => void>();
+    const decode = (row: Row) => {
+      const name = String.fromCharCode(...row.prompt);
+      started.push(name);
+      if (name === 'bad') return Promise.reject(new Error('a host was lost'));
+      return new Promise<void>((resolve) => gates.set(name, resolve));
+    };
+    const s = new SessionRows(decode, { rows: 3, queued: 1 });
+    const row = (name: string): Row => ({ prompt: [...name].map((c) => c.charCodeAt(0)), options: {}, onToken: () => {} });
+    const a = s.submit([row('a'), row('b')]);
+    const bad = s.submit([row('bad')]);
+    const c = s.submit([row('c'), row('d')]);
+    assert.throws(() => s.submit([row('e')]), { name: 'RateLimitedError' });
+    await assert.rejects(bad, /a host was lost/);
+    await new Promise((r) => setImmediate(r));
+    // a, b and bad started at once; c and d wait for room (bad's ended)
+    assert.deepEqual(started, ['a', 'b', 'bad']);
+    gates.get('a')!();
+    await new Promise((r) => setImmediate(r));
+    assert.deepEqual(started, ['a', 'b', 'bad', 'c', 'd'], 'c and d started as soon as both fit');
+    for (const g of ['b', 'c', 'd']) gates.get(g)!();
+    await Promise.all([a, c]);
+    assert.deepEqual({ requests: s.counts.requests, rows: s.counts.rows, refused: s.counts.refused }, { requests: 3, rows: 5, refused: 1 });
   });
 });
