@@ -61,7 +61,12 @@ export function alibiAttention(
   let keys = k;
   let values = v;
   const cache = ctx.cache;
-  if (cache) {
+  if (cache?.pool) {
+    // a paged cache (a host's session, a served row): its pages hold the keys, read back whole here
+    const entry = cache.append(blockIndex, k.detach(), v.detach());
+    keys = entry.k;
+    values = entry.v;
+  } else if (cache) {
     const entry: LayerCache | null = cache.layers[blockIndex];
     if (entry) {
       keys = cat([entry.k, k], 2);

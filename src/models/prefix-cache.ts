@@ -91,6 +91,12 @@ export class PrefixCache {
    */
   remember(keys: readonly string[], cache: KVCache, from: number, output: Float32Array | null = null, width = 0): void {
     const size = this.pool.pageSize;
+    // the whole prefix is used at once: among its pages the deepest go first (a page is found only after the ones before)
+    const tick = ++this.tick;
+    for (const key of keys) {
+      const page = this.pages.get(key);
+      if (page) page.used = tick;
+    }
     for (let i = from; i < keys.length; i++) {
       if (this.pages.has(keys[i])) continue;
       const blocks = new Map<number, { page: KVPage; kvHeads: number; dim: number }>();
@@ -100,7 +106,7 @@ export class PrefixCache {
       });
       if (blocks.size === 0) return;
       const rows = output ? output.slice(i * size * width, (i + 1) * size * width) : null;
-      this.pages.set(keys[i], { blocks, output: rows, depth: i, used: ++this.tick });
+      this.pages.set(keys[i], { blocks, output: rows, depth: i, used: tick });
     }
     this.trim(this.maxIdleBytes);
   }

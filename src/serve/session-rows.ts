@@ -50,7 +50,9 @@ export class SessionRows implements RowScheduler {
       for (const row of request.rows) {
         this.live++;
         this.counts.batches++;
-        this.decode(row).then(() => {
+        // a row of a request that failed stops at its next token
+        const cancelled = () => request.failed || row.options.cancelled?.() === true;
+        this.decode({ ...row, options: { ...row.options, cancelled } }).then(() => {
           if (--request.open === 0 && !request.failed) request.resolve();
         }, (err: unknown) => {
           if (!request.failed) request.reject(err);

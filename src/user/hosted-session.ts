@@ -153,19 +153,20 @@ export class HostedSession {
           }
           x = done.output;
           hop.sent.push(step);
-          // the steps up to this one, hashed when asked, each once (a check made later still names this step's past only)
+          // the steps up to this one, hashed when asked, each once (a check made later still names this step's past only);
+          // this step as it was sent, even if a cut replaced it since (a pass whose cut never came is checked as computed)
           const sent = hop.sent;
           const upTo = sent.length;
           const hashOf = (s: SentStep) => (s.hash ??= sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
-          const hashes = () => sent.slice(0, upTo).map(hashOf);
+          const hashes = () => [...sent.slice(0, upTo - 1).map(hashOf), hashOf(step)];
           const report = () => this.router.onRecord?.(hop.hop, record, hashes, step.x);
           if (deferred) deferred.push({ peer: hop.hop.peerId, report });
           else report();
           break;
         } catch (err) {
           if (!(err instanceof PeerUnreachableError) || tries >= MAX_REROUTES) {
-            // a host that did not cut its pass as asked: the pass's record is checked instead, as computed for the tokens taken
-            if (cut && hop.cut) cut.report();
+            // the step failed (the session with it): whether the host had cut the pass first is not known, so neither the
+            // pass's record nor a cut one goes to the checks (an honest host is never checked against what it no longer holds)
             hop.cut = undefined;
             throw err;
           }

@@ -30,11 +30,14 @@ export function pagesIf(section: Section): SectionPages | undefined {
   return pagesOfSection.get(section);
 }
 
-/** Charges the budget what the section's pages and kept prefixes hold now (shrinking always works). */
+/**
+ * Charges the budget what the section's pages and kept prefixes hold now: counted as they are, never refused (the steps
+ * that made them were admitted ahead).
+ */
 export function syncPages(pages: SectionPages, memory: MemoryBudget, jobId: string): void {
   const now = pages.pool.bytes + pages.prefix.outputBytes;
   if (now === pages.charged) return;
-  memory.add(jobId, 'kv-cache', now - pages.charged, 'the KV cache\'s pages');
+  memory.count(jobId, 'kv-cache', now - pages.charged);
   pages.charged = now;
 }
 

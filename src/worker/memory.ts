@@ -53,9 +53,24 @@ export class MemoryBudget {
     this.hold(jobId, use, Math.max(0, this.held(jobId, use) + bytes), what);
   }
 
+  /** What a job holds, by use (zeros for a job that holds nothing yet). */
+  private holdings(jobId: string): Record<MemoryUse, number> {
+    return this.jobs.get(jobId) ?? { 'weights': 0, 'gradients': 0, 'optimizer': 0, 'activations': 0, 'kv-cache': 0, 'snapshot': 0 };
+  }
+
+  /**
+   * Counts what a job already holds for `use` (`bytes` more or, negative, less), past the budget if it must: memory that
+   * exists is counted, not refused (a paged KV cache's pages, charged as its pool holds them after a step was admitted).
+   */
+  count(jobId: string, use: MemoryUse, bytes: number): void {
+    const held = this.holdings(jobId);
+    held[use] = Math.max(0, held[use] + bytes);
+    this.jobs.set(jobId, held);
+  }
+
   /** Sets several holdings of a job at once: all of them, or (past the budget, or given a non-size) none. */
   holdAll(jobId: string, holdings: Partial<Record<MemoryUse, number>>, what: string): void {
-    const held = this.jobs.get(jobId) ?? { 'weights': 0, 'gradients': 0, 'optimizer': 0, 'activations': 0, 'kv-cache': 0, 'snapshot': 0 };
+    const held = this.holdings(jobId);
     let growth = 0;
     for (const [use, bytes] of Object.entries(holdings) as [MemoryUse, number][]) {
       if (!Number.isFinite(bytes) || bytes < 0) throw new MemoryBudgetError(`${what}: ${bytes} is not a size in bytes`);

@@ -168,7 +168,10 @@ export function attendTimeMajor(q: Tensor, kv: TimeMajorKV | PagedTimeMajorKV, s
     const qb = q.data as Float32Array;
     const pages = { k: kv.kPages, v: kv.vPages, size: kv.pageSize };
     const n = tk * kvHeads * dim;
-    const whole = (ps: readonly Float32Array[]) => (tk <= kv.pageSize ? ps[0].subarray(0, n) : gather(ps, n));
+    const whole = (ps: readonly Float32Array[]) => {
+      if (ps.length === 0) return new Float32Array(0);
+      return tk <= kv.pageSize ? ps[0].subarray(0, n) : gather(ps, n);
+    };
     if (backend.attention?.(qb, whole(pages.k), whole(pages.v), out, spec) !== true) attendPagedJs(qb, pages, out, spec);
     return new Tensor(out, q.shape);
   }

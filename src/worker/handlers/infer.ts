@@ -36,10 +36,9 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const [hidden, ...aux] = expectTensors('forward', tensors, [2, 3]);
       const input = hopIn(hidden);
       const [positions, keyMask] = aux.map(fromWire);
-      // a speculative pass cut to its accepted positions, asked with the step after it (no round trip of its own)
-      const cut = request.keep === undefined ? undefined : cutSession(section, job.jobId, request.sessionId, request.keep, memory, signer);
       let session = section.sessions.get(request.sessionId);
       if (!session) {
+        if (request.keep !== undefined) throw new InvalidMessageError(`session ${request.sessionId} is not open: it has no pass to cut`);
         if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
         // a hosted span's sessions of one sequence keep their caches in pages, sharing the prefixes they begin with
         const paged = job.hosted !== undefined && computeDevice() === 'cpu' && (input.shape[0] ?? 1) === 1;
@@ -52,7 +51,9 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       session.lastUsed = Date.now();
       const cache = session.cache;
       const runner = session.device;
-      const cached = runner ? runner.cached : cache.length;
+      // a speculative pass cut to its accepted positions, asked with the step after it (no round trip of its own): the
+      // step is checked and admitted as it would be after the cut, and the cut made only then
+      const cached = request.keep ?? (runner ? runner.cached : cache.length);
       // positions come from the peer: the cache never grows past the model's context, whatever it says
       const steps = input.shape[1] ?? 0;
       if (cached + steps > section.model.config.maxPositions) {
@@ -64,11 +65,20 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       const pages = cache.pool ? sectionPages(section) : undefined;
       const kept = [input, positions, keyMask].reduce((sum, t) => sum + (t ? 4 * t.size : 0), 0);
       const shared = pages !== undefined && cached === 0 && !keyMask && steps > pages.pool.pageSize && fromZero(positions);
-      const slack = pages?.pool.pageSize ?? 0;
+      // a page per layer it may open, and one it may copy (a cut into a shared page)
+      const slack = 2 * (pages?.pool.pageSize ?? 0);
       const ahead = (input.shape[0] ?? 1) * (steps + slack) * kvBytesPerToken(section.model.layers) + (shared ? 4 * input.size : 0);
       const growth = ahead + kept;
       admitPages(pages, memory, job.jobId, growth, `the KV cache of session ${request.sessionId} (${cached + steps} positions)`);
       session.kvBytes += pages ? kept : growth;
+      let cut: WorkRecord | undefined;
+      try {
+        if (request.keep !== undefined) cut = cutSession(section, job.jobId, request.sessionId, request.keep, memory, signer);
+      } catch (err) {
+        session.kvBytes -= pages ? kept : growth;
+        memory.add(job.jobId, 'kv-cache', -growth, 'a refused cut');
+        throw err;
+      }
       let out;
       let position = cached;
       session.busy = true;
@@ -95,6 +105,8 @@ export const inferenceHandlers: Record<string, StageHandler> = {
         throw err;
       } finally {
         session.busy = false;
+        // a session closed while its step computed: what the step grew goes too
+        if (section.sessions.get(request.sessionId) !== session) session.cache.release();
         if (pages) {
           // what was held ahead becomes what the pages hold
           memory.add(job.jobId, 'kv-cache', -ahead, 'the KV cache\'s pages');
