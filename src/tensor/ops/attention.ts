@@ -221,10 +221,16 @@ function attendPagedJs(
       const row = (h * tq + i) * dim;
       const last = i + tk - tq;
       let mx = Number.NEGATIVE_INFINITY;
+      // the page a position lies in, and where that page begins, followed as j grows (no division per key)
+      let page = 0;
+      let start = 0;
+      let k = pages.k[0];
       for (let j = 0; j <= last; j++) {
-        const page = Math.floor(j / size);
-        const k = pages.k[page];
-        const ko = (j - page * size) * step + kh;
+        if (j - start === size) {
+          k = pages.k[++page];
+          start += size;
+        }
+        const ko = (j - start) * step + kh;
         let s = 0;
         for (let d = 0; d < dim; d++) s += q[row + d] * k[ko + d];
         p[j] = s; // the score as the product's float32 output holds it
@@ -243,11 +249,16 @@ function attendPagedJs(
       const inv = 1 / total;
       for (let j = 0; j <= last; j++) p[j] *= inv;
       acc.fill(0);
+      page = 0;
+      start = 0;
+      let v = pages.v[0];
       for (let j = 0; j <= last; j++) {
+        if (j - start === size) {
+          v = pages.v[++page];
+          start += size;
+        }
         const pj = p[j];
-        const page = Math.floor(j / size);
-        const v = pages.v[page];
-        const vo = (j - page * size) * step + kh;
+        const vo = (j - start) * step + kh;
         for (let d = 0; d < dim; d++) acc[d] += pj * v[vo + d];
       }
       for (let d = 0; d < dim; d++) y[row + d] = acc[d];
