@@ -78,6 +78,9 @@ function ggufMetadata(
     [`${arch}.rope.freq_base`]: GGUFMeta.f32(theta),
     [`${arch}.attention.layer_norm_rms_epsilon`]: GGUFMeta.f32(field(config, 'rms_norm_eps', 1e-6)),
   };
+  // a sliding window (Mistral's) travels as the key llama.cpp names it, and comes back as the family that has one
+  const window = config.use_sliding_window === false ? null : config.sliding_window;
+  if (typeof window === 'number') m[`${arch}.attention.sliding_window`] = GGUFMeta.u32(window);
   const rope = (config.rope_scaling ?? null) as Json | null;
   const type = rope && String(rope.rope_type ?? rope.type ?? 'default');
   let ropeFreqs: Float32Array | null = null;

@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../../errors.ts';
 import { GGUFReader } from '../../io/index.ts';
 import { type PackedMatrix, Tensor } from '../../tensor/index.ts';
-import { ggufReadArchs, ggufReader } from '../families/index.ts';
+import { familyNamed, ggufReadArchs, ggufReader } from '../families/index.ts';
 import { f32, hfTensorName, LLAMA3_ROPE_KEY, llama3RopeFactors, type Llama3Rope, permutedHeads, permuteRows, ropePermutation } from './gguf-names.ts';
 import { tokenizerFromGGUF } from './gguf-tokenizer.ts';
 
@@ -191,6 +191,17 @@ function hfConfig(r: GGUFReader, arch: string): Json {
     torch_dtype: 'float32',
   };
   if (r.has('blk.0.ffn_gate.bias')) config.mlp_bias = true;
+  // a sliding window: on llama's architecture it is Mistral's (which llama.cpp writes as llama); elsewhere none we read
+  const window = r.get(`${arch}.attention.sliding_window`);
+  if (window !== undefined) {
+    const mistral = familyNamed('mistral');
+    if (arch !== 'llama' || !mistral || typeof window !== 'number') {
+      throw new InvalidArgumentError(`${where}: a sliding window ('${arch}.attention.sliding_window') on ${arch} is not supported`);
+    }
+    config.architectures = [mistral.architecture];
+    config.model_type = mistral.name;
+    config.sliding_window = window;
+  }
   const bos = r.get('tokenizer.ggml.bos_token_id');
   const eos = r.get('tokenizer.ggml.eos_token_id');
   if (bos !== undefined) config.bos_token_id = Number(bos);
