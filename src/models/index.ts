@@ -36,7 +36,7 @@ export {
   type ModelLayer,
 } from './model.ts';
 export { KV_PAGE_SIZE, type KVPage, KVPagePool, PagedKV } from './kv-pages.ts';
-export { byteLevelTokenizerJson, HFTokenizer, type Tokenizer } from './tokenizer.ts';
+export { byteLevelTokenizerJson, HFTokenizer, promptIds, type Tokenizer } from './tokenizer.ts';
 export { generate, generateBatch, type GenerateOptions, generateWith, localStepModel, type RowOptions, type StepModel } from './generation/generate.ts';
 export {
   DeviceRunner, deviceRunner, deviceStepModel, type PastShape, registerStepRunner, type StepRunner, traceCachedStep,

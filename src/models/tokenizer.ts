@@ -5,10 +5,22 @@ import { InvalidArgumentError } from '../errors.ts';
 export interface Tokenizer {
   readonly vocabSize: number;
   readonly eosTokenId: number | null;
+  /**
+   * The token a prompt begins with, where the tokenizer's files say so (`add_bos_token`): `promptIds` adds it; `encode`
+   * adds no special token.
+   */
+  readonly bosTokenId?: number | null;
   encode(text: string): number[];
   decode(ids: readonly number[]): string;
   /** The tokenizer.json content to save beside the weights. */
   toJSON(): object;
+}
+
+/** A prompt's ids: `text` encoded, after the tokenizer's BOS where its files ask for one (unless the text begins with it). */
+export function promptIds(tok: Tokenizer, text: string): number[] {
+  const ids = tok.encode(text);
+  const bos = tok.bosTokenId ?? null;
+  return bos === null || ids[0] === bos ? ids : [bos, ...ids];
 }
 
 /**
@@ -116,6 +128,7 @@ export class HFTokenizer implements Tokenizer {
   private readonly added: string[];
   readonly vocabSize: number;
   readonly eosTokenId: number | null;
+  readonly bosTokenId: number | null;
 
   constructor(
     private readonly json: Record<string, unknown>,
@@ -136,6 +149,10 @@ export class HFTokenizer implements Tokenizer {
     const eosName = typeof config.eos_token === 'string' ? config.eos_token : null;
     const eos = eosName ?? ['<|endoftext|>', '</s>', '<|end_of_text|>', '<|im_end|>'].find((t) => this.impl.token_to_id(t) !== undefined);
     this.eosTokenId = eos === undefined || eos === null ? null : (this.impl.token_to_id(eos) ?? null);
+    // tokenizer_config.json's add_bos_token (a GGUF file's tokenizer.ggml.add_bos_token comes as it): prompts begin with it
+    const bosToken = config.bos_token as string | { content?: unknown } | null | undefined;
+    const bosName = typeof bosToken === 'string' ? bosToken : typeof bosToken?.content === 'string' ? bosToken.content : null;
+    this.bosTokenId = config.add_bos_token === true && bosName !== null ? (this.impl.token_to_id(bosName) ?? null) : null;
     this.byteTable = byteLevelTable(json);
     this.added = ((json.added_tokens as { content?: unknown }[] | undefined) ?? []).map((a) => String(a.content));
   }

@@ -1,6 +1,6 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import type { CausalLM, Tokenizer } from '../models/index.ts';
+import { type CausalLM, promptIds, type Tokenizer } from '../models/index.ts';
 import type { ChatFormat } from './chat.ts';
 import {
   ApiError, badRequest, type ChatRequest, type CompletionRequest, contextError, type FinishReason, parseChat, parseCompletion,
@@ -277,7 +277,7 @@ export async function serveApi(model: ServedModel, options: ServeOptions = {}): 
     const choices: Choice[] = [];
     let promptTokens = 0;
     for (const text of prompts) {
-      const ids = typeof text === 'string' ? tok.encode(text) : text;
+      const ids = typeof text === 'string' ? promptIds(tok, text) : text;
       if (ids.length === 0) throw badRequest('the prompt encodes to no tokens', 'prompt');
       const outside = ids.find((id) => id >= tok.vocabSize);
       if (outside !== undefined) throw badRequest(`token id ${outside} is outside the vocabulary of ${tok.vocabSize}`, 'prompt');

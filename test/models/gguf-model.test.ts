@@ -1,6 +1,7 @@
 // Llama-style models in GGUF (src/models/checkpoints/gguf-model.ts, gguf-tokenizer.ts): names, the llama q/k permutation against
 // convert_hf_to_gguf.py's reshape/swapaxes (brute force), a model written and read back giving the same logits bit
-// for bit, Q4_0 blocks kept exact through the permutation, Llama 3's rope_freqs, and the byte-level tokenizer.
+// for bit, Q4_0 blocks kept exact through the permutation, Llama 3's rope_freqs, Mistral's sliding window, the byte-level
+// tokenizer, and a SentencePiece one with the file's add_bos_token followed.
 import assert from 'node:assert/strict';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,8 +13,10 @@ import {
 } from '../../src/models/checkpoints/gguf-model.ts';
 import { tokenizerFromGGUF } from '../../src/models/checkpoints/gguf-tokenizer.ts';
 import {
-  byteLevelTokenizerJson, type CausalLM, configFromHF, configToHF, createModel, HFTokenizer, llamaConfig, type LlamaConfig,
+  byteLevelTokenizerJson, type CausalLM, configFromHF, configToHF, createModel, HFTokenizer, llamaConfig, type LlamaConfig, loadTokenizer,
+  promptIds,
 } from '../../src/models/index.ts';
+import { writeModelFiles } from '../../src/models/checkpoints/hf.ts';
 import { bytesToUnicode } from '../../src/models/tokenizer.ts';
 import { noGrad, packMatrix, randn, tensor } from '../../src/tensor/index.ts';
 
@@ -245,6 +248,7 @@ describe('GGUF models', () => {
       'tokenizer.ggml.tokens': GGUFMeta.array('string', tokens),
       'tokenizer.ggml.scores': GGUFMeta.array('float32', [0, 0, 0, ...bytes.map(() => 0), ...pieces.map((p, i) => -i - [...p].length * 0.01)]),
       'tokenizer.ggml.token_type': GGUFMeta.array('int32', [2, 3, 3, ...bytes.map(() => 6), ...pieces.map(() => 1)]),
+      'tokenizer.ggml.bos_token_id': GGUFMeta.u32(1),
     }, []);
     const r = GGUFReader.open(path);
     const tok = tokenizerFromGGUF(r)!;
@@ -259,6 +263,16 @@ describe('GGUF models', () => {
     ];
     for (const [text, expected] of llamaCpp) assert.deepEqual(ours.encode(text), expected, text);
     assert.equal(ours.decode(ours.encode('new\nline €')), 'new\nline €');
+    // the file's add_bos_token (absent: llama.cpp's default for SentencePiece, true): a prompt begins with <s>, once
+    const withBos = new HFTokenizer(tok.json, tok.config);
+    assert.deepEqual(tok.config, { add_bos_token: true, bos_token: '<s>' });
+    assert.deepEqual(promptIds(withBos, 'Hello world'), [1, ...llamaCpp[0][1]]);
+    assert.deepEqual(promptIds(withBos, '<s>Hello world'), [1, ...llamaCpp[0][1]]);
+    assert.deepEqual(withBos.encode('Hello world'), llamaCpp[0][1], 'encode adds nothing');
+    // and a directory written from it says so in tokenizer_config.json
+    const dir = join(tmp(), 'spm-dir');
+    writeModelFiles(dir, small({}).config, withBos);
+    assert.equal(loadTokenizer(dir)!.bosTokenId, 1);
   });
 
   test('what cannot be converted is a clear error', async () => {

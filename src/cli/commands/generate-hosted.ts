@@ -1,5 +1,5 @@
 import { multiaddr } from '@multiformats/multiaddr';
-import { type CausalLM, defaultCacheDir, type GenerateOptions, loadModel } from '../../models/index.ts';
+import { type CausalLM, defaultCacheDir, type GenerateOptions, loadModel, promptIds as encodePrompt } from '../../models/index.ts';
 import { hostedModelJob } from '../../p2p/index.ts';
 import type { cachedEnds as CachedEnds, HostedModel as HostedModelClass } from '../../user/index.ts';
 import { type Flags, intFlag, numberFlag, optionalIntFlag, type Placement, stringFlag, UsageError, verifyFlags, weightFlags } from '../args.ts';
@@ -68,7 +68,7 @@ export async function generateHosted(name: string, prompt: string, where: Placem
     ends = await loadEnds(access, name, flags, out, cachedEnds);
     if (!ends.tokenizer) throw new UsageError(`the ends of '${name}' come with no tokenizer; generate needs one to read the prompt`);
     tok = ends.tokenizer;
-    promptIds = tok.encode(prompt);
+    promptIds = encodePrompt(tok, prompt);
     if (promptIds.length === 0) throw new UsageError('the prompt encodes to no tokens');
     maxNewTokens = Math.min(intFlag(flags, 'max-new-tokens', 32, 0), ends.config.maxPositions - promptIds.length);
     if (maxNewTokens < 0) throw new UsageError(`the prompt has ${promptIds.length} tokens, more than the model's ${ends.config.maxPositions} positions`);

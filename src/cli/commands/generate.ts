@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import {
   deviceStepModel, generate, type GenerateOptions, generateSpeculative, generateWith, loadConfig, loadModel, loadTokenizer, localStepModel,
-  type SpeculativeResult,
+  promptIds as encodePrompt, type SpeculativeResult,
 } from '../../models/index.ts';
 import { computeDevice } from '../../tensor/index.ts';
 import { loadProgress } from '../load-progress.ts';
@@ -31,7 +31,7 @@ export async function generateCommand(flags: Flags, out: Output): Promise<void> 
   const config = model?.config ?? loadConfig(dir);
   const tok = model ? model.tokenizer : loadTokenizer(dir);
   if (!tok) throw new UsageError(`${dir} has no tokenizer.json; generate needs one to read the prompt`);
-  const promptIds = tok.encode(prompt);
+  const promptIds = encodePrompt(tok, prompt);
   if (promptIds.length === 0) throw new UsageError('the prompt encodes to no tokens');
   const topP = numberFlag(flags, 'top-p', 1);
   if (topP <= 0 || topP > 1) throw new UsageError('--top-p must be in (0, 1]');

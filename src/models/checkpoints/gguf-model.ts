@@ -101,8 +101,8 @@ export class GGUFModel {
     }
   }
 
-  /** The tokenizer as a tokenizer.json, and whether llama.cpp adds a BOS (null: the file has none). */
-  tokenizer(): { json: Json; addBos: boolean } | null {
+  /** The tokenizer as a tokenizer.json, whether llama.cpp adds a BOS, and its tokenizer_config.json (null: the file has none). */
+  tokenizer(): { json: Json; addBos: boolean; config: Json } | null {
     return tokenizerFromGGUF(this.reader);
   }
 

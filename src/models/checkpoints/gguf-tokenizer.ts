@@ -87,8 +87,21 @@ export function tokenizerToGGUF(json: Json, vocabSize: number, ids: { bos?: numb
   return out;
 }
 
-/** A GGUF file's tokenizer as a tokenizer.json (null when it has none), and whether llama.cpp would add a BOS. */
-export function tokenizerFromGGUF(reader: GGUFReader): { json: Json; addBos: boolean } | null {
+/**
+ * A GGUF file's tokenizer as a tokenizer.json (null when it has none), whether llama.cpp would add a BOS, and that as a
+ * tokenizer_config.json says it (`add_bos_token`, `bos_token`: a prompt then begins with it, see `promptIds`).
+ */
+export function tokenizerFromGGUF(reader: GGUFReader): { json: Json; addBos: boolean; config: Json } | null {
+  const read = readTokenizer(reader);
+  if (!read) return null;
+  const tokens = reader.get('tokenizer.ggml.tokens');
+  const bos = reader.get('tokenizer.ggml.bos_token_id');
+  const name = Array.isArray(tokens) && bos !== undefined ? tokens[Number(bos)] : undefined;
+  const config = read.addBos && typeof name === 'string' ? { add_bos_token: true, bos_token: name } : {};
+  return { ...read, config };
+}
+
+function readTokenizer(reader: GGUFReader): { json: Json; addBos: boolean } | null {
   const kind = reader.get('tokenizer.ggml.model');
   if (kind === undefined || kind === 'none') return null;
   if (kind === 'llama') return { json: sentencePieceJson(reader), addBos: reader.get('tokenizer.ggml.add_bos_token') !== false };

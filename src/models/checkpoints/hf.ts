@@ -210,7 +210,7 @@ async function loadGGUF(path: string, options: LoadOptions): Promise<CausalLM> {
       });
     }
     const tok = file.tokenizer();
-    model.tokenizer = tok ? new HFTokenizer(tok.json) : null;
+    model.tokenizer = tok ? new HFTokenizer(tok.json, tok.config) : null;
     return model;
   } finally {
     file.close();
@@ -246,7 +246,7 @@ function withGGUF<T>(path: string, read: (file: GGUFModel) => T): T {
 export function loadTokenizer(dir: string): HFTokenizer | null {
   if (isGGUF(dir)) return withGGUF(dir, (file) => {
     const tok = file.tokenizer();
-    return tok ? new HFTokenizer(tok.json) : null;
+    return tok ? new HFTokenizer(tok.json, tok.config) : null;
   });
   const tokPath = join(dir, 'tokenizer.json');
   if (!existsSync(tokPath)) return null;
@@ -324,6 +324,13 @@ export function writeModelFiles(dir: string, config: ModelConfig, tokenizer: Tok
   if (tokenizer) {
     writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tokenizer.toJSON()));
     out.push('tokenizer.json');
+    // a tokenizer whose prompts begin with a BOS (a GGUF file's add_bos_token) says so where Hugging Face reads it
+    const bos = tokenizer.bosTokenId ?? null;
+    if (bos !== null) {
+      writeFileSync(join(dir, 'tokenizer_config.json'), `${JSON.stringify({ add_bos_token: true, bos_token: tokenizer.decode([bos]) }, null, 2)}
+`);
+      out.push('tokenizer_config.json');
+    }
   }
   return out;
 }
