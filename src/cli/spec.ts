@@ -233,6 +233,7 @@ export const COMMANDS: readonly CommandSpec[] = [
         default: 'as --memory',
       }),
       'models': str('DIR', 'checkpoints this worker holds: loads of them move no weights'),
+      'store-max': bytes('weight chunks kept under --data for loads to come, at most (the least recently used go first)', { default: '20GiB' }),
       'host': repeatable('[NAME=]DIR|FILE.gguf[:FIRST-LAST]', 'serve these blocks of a model on this disk to anyone'),
       'host-auto': flag('host what the swarm lacks, among the checkpoints under --models'),
       'fault': str('KIND[:RATE]', 'cheat (noise, skip, stale, scale-grad, zero, replay, free-ride) or stall (slow), only to test the network\'s defences'),

@@ -47,6 +47,8 @@ export interface WorkerOptions {
   listen?: string[];
   /** Addresses it announces besides its interfaces' (`--announce`: its router's public address and forwarded port). */
   announce?: string[];
+  /** The most bytes of weight chunks it keeps under `dataDir` (default STORE_MAX_BYTES): the least recently used go first. */
+  storeMaxBytes?: number;
   /** Addresses it announces instead of its interfaces' (see NodeOptions.advertise). */
   advertise?: string[];
   /** false: never take a slot on the validator's relay (by default it does when it is behind NAT: see relayListen). */
@@ -112,7 +114,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     ?? await createNode({ dataDir, listen, announce: extra, advertise, dhtClient: circuit !== null, stun: stun ? [stun] : [], browsers });
   const proximity: Record<string, Proximity> = {};
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
-  const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null);
+  const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null, options.storeMaxBytes);
   // a job that ends returns all it held to the budget
   const jobs = new JobTable((gone) => memory.release(gone.jobId));
   const fault = options.fault ? new FaultInjector(options.fault) : null;

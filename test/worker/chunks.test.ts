@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -25,6 +25,23 @@ describe('weights as content-addressed chunks', () => {
     writeFileSync(join(dir, c.sha), new Uint8Array(c.bytes.length)); // damaged on disk
     assert.equal(store.get(c.sha), null);
     assert.equal(new ChunkStore().get(c.sha), null, 'without a directory it keeps nothing');
+  });
+
+  test('a store keeps at most its cap: the least recently used chunks go first, in this run and after a restart', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tl-store-cap-'));
+    const chunks = [0, 1, 2, 3].map((k) => chunksOf(tensor(Array.from({ length: 25 }, (_, i) => k + i / 7), [25]))[0]);
+    const size = chunks[0].bytes.byteLength; // 100 bytes
+    const store = new ChunkStore(dir, 3 * size);
+    for (const c of chunks.slice(0, 3)) store.put(c.sha, c.bytes);
+    assert.ok(store.get(chunks[0].sha), 'read: now the most recently used');
+    store.put(chunks[3].sha, chunks[3].bytes);
+    assert.deepEqual(chunks.map((c) => store.has(c.sha)), [true, false, true, true], 'chunk 1 went: used longest ago');
+    assert.deepEqual({ bytes: store.bytes, evicted: store.evicted }, { bytes: 3 * size, evicted: 1 });
+    assert.deepEqual(readdirSync(dir).sort(), [chunks[0].sha, chunks[2].sha, chunks[3].sha].sort());
+    // started again with a smaller cap: what it finds is counted, and the oldest goes
+    const again = new ChunkStore(dir, 2 * size);
+    assert.equal(again.bytes, 2 * size);
+    assert.equal(readdirSync(dir).length, 2);
   });
 
   test('a load broken off resumes with the missing chunks only; a restarted worker is sent nothing it holds', async () => {

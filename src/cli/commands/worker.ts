@@ -44,6 +44,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
     listen: listen ? [listen] : undefined,
     announce: announceFlags(flags),
     memoryBytes: memory ? parseBytes(memory) : undefined,
+    ...(stringFlag(flags, 'store-max') ? { storeMaxBytes: parseBytes(stringFlag(flags, 'store-max')!) } : {}),
     ...(gpuMemory ? { deviceMemoryBytes: parseBytes(gpuMemory) } : {}),
     requestsPerSecond: optionalIntFlag(flags, 'max-requests', 1),
     log: createLogger({ level: logLevel(flags), peer: 'worker' }),
