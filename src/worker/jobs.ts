@@ -2,7 +2,7 @@ import type { PassInbox } from './passes.ts';
 import type { ChunkCommitter, SectionCost, WorkRecord } from '../verify/index.ts';
 import type { TrainingRecords } from './records.ts';
 import type { PeerId } from '@libp2p/interface';
-import { InvalidArgumentError, InvalidMessageError, UnauthorizedError } from '../errors.ts';
+import { InvalidArgumentError, InvalidMessageError, RateLimitedError, UnauthorizedError } from '../errors.ts';
 import type { CausalLM, KVCache, StepRunner } from '../models/index.ts';
 import { type HostedSpan, newTraffic, parseJobId, type PeerTarget, type StageAssignment, type Traffic, type WeightEntry } from '../p2p/index.ts';
 import type { GradientExchange, StageExecutor } from '../pipeline/index.ts';
@@ -12,6 +12,8 @@ import type { MemoryBudget } from './memory.ts';
 
 /** Jobs a worker holds at once; more would only queue work it cannot do. */
 export const MAX_JOBS_PER_WORKER = 64;
+/** Jobs one peer may hold on a worker: no one user fills the table and shuts the others out. */
+export const MAX_JOBS_PER_PEER = 16;
 
 /** Where an awaited chunk goes: a byte range of one of the section's weights (its float32 bytes, or its packed ones). */
 export interface ChunkPlace {
@@ -158,6 +160,10 @@ export class JobTable {
       return existing;
     }
     if (this.jobs.size >= MAX_JOBS_PER_WORKER) throw new InvalidArgumentError(`this worker already holds ${MAX_JOBS_PER_WORKER} jobs`);
+    const owner = from.toString();
+    if ([...this.jobs.values()].filter((j) => j.owner === owner).length >= MAX_JOBS_PER_PEER) {
+      throw new RateLimitedError(`you hold ${MAX_JOBS_PER_PEER} jobs on this worker already: close one first`);
+    }
     const entry: JobEntry = {
       jobId: id, owner: from.toString(), delegates: new Set(), verifiers: new Set(), assignment: [],
       openedAt: Date.now(), traffic: newTraffic(),

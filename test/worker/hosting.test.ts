@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { generate, heldBytes, loadModel } from '../../src/models/index.ts';
-import { createNode, hostedJobId } from '../../src/p2p/index.ts';
+import { createNode, hostedJobId, MAX_SESSIONS_PER_PEER } from '../../src/p2p/index.ts';
 import { HostedModel, listModels, RemoteStage } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { parseFault, parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
@@ -92,6 +92,13 @@ describe('hosted models', () => {
         assert.equal(((await status(mine)) as { message: { position: number } }).message.position, 2);
         assert.equal(((await status(theirs)) as { message: { position: number } }).message.position, 0, 'another peer sees no session s1 of mine');
         await assert.rejects(theirs.call({ type: 'load', config: {}, section: [1, 2] }, []), { name: 'UnauthorizedError', message: /only session requests/ });
+        // one user holds at most 64 of the span's sessions: the 65th is refused, and another user still gets one
+        const one = tensor([0], [1, 1], 'int32');
+        const step = randn([1, 1, local.config.hidden], { seed: 2 });
+        for (let i = 2; i <= MAX_SESSIONS_PER_PEER; i++) await mine.forward(`s${i}`, step, one, null);
+        await assert.rejects(mine.forward('one-too-many', step, one, null), { name: 'RateLimitedError', message: /64 sessions/ });
+        await theirs.forward('s1', step, one, null);
+        for (let i = 1; i <= MAX_SESSIONS_PER_PEER; i++) await mine.closeSession(`s${i}`);
       } finally {
         await mine.close();
         await theirs.close();

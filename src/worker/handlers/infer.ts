@@ -1,8 +1,8 @@
-import { InvalidArgumentError, InvalidMessageError } from '../../errors.ts';
+import { InvalidArgumentError, InvalidMessageError, RateLimitedError } from '../../errors.ts';
 import { cutStep, deviceRunner, KVCache, type ModelLayer, prefillShared } from '../../models/index.ts';
 import {
-  encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, parseForward, parseSessionId, RESULT_PROTOCOL, sendMessage,
-  STAGE_PROTOCOL, toWire, type WorkCounters,
+  encodeControl, encodeTensor, expectTensors, fromWire, MAX_SESSIONS_PER_JOB, MAX_SESSIONS_PER_PEER, parseForward, parseSessionId,
+  RESULT_PROTOCOL, sendMessage, STAGE_PROTOCOL, toWire, type WorkCounters,
 } from '../../p2p/index.ts';
 import { hopIn, hopOut } from '../../compress/index.ts';
 import { computeDevice, computeName, noGrad, type Tensor } from '../../tensor/index.ts';
@@ -40,6 +40,11 @@ export const inferenceHandlers: Record<string, StageHandler> = {
       if (!session) {
         if (request.keep !== undefined) throw new InvalidMessageError(`session ${request.sessionId} is not open: it has no pass to cut`);
         if (section.sessions.size >= MAX_SESSIONS_PER_JOB) throw new InvalidArgumentError(`job ${job.jobId} has ${MAX_SESSIONS_PER_JOB} sessions open`);
+        // a hosted span's sessions are keyed by their user (worker/hosting.ts: hostedRequest): one user holds a share only
+        const user = job.hosted ? request.sessionId.slice(0, request.sessionId.indexOf('/') + 1) : '';
+        if (user && [...section.sessions.keys()].filter((k) => k.startsWith(user)).length >= MAX_SESSIONS_PER_PEER) {
+          throw new RateLimitedError(`you hold ${MAX_SESSIONS_PER_PEER} sessions on this hosted model already: close one first`);
+        }
         // a hosted span's sessions of one sequence keep their caches in pages, sharing the prefixes they begin with
         const paged = job.hosted !== undefined && computeDevice() === 'cpu' && (input.shape[0] ?? 1) === 1;
         const cache = new KVCache(section.model.config.layers, paged ? sectionPages(section).pool : null);

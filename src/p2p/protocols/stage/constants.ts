@@ -6,6 +6,11 @@ export const STAGE_PROTOCOL = '/tensorlink/stage/2.0.0';
 
 /** Sessions a job may keep open on a worker: each holds a KV cache; a server batches far fewer users than this. */
 export const MAX_SESSIONS_PER_JOB = 256;
+/**
+ * Sessions one peer may keep open on a hosted span (whose 256 anyone shares): a gateway decoding 32 rows at once fits
+ * twice over, and no four peers can shut everyone else out.
+ */
+export const MAX_SESSIONS_PER_PEER = 64;
 /** A session unused for this long is freed: its user has vanished (a decoding step takes milliseconds). */
 export const SESSION_IDLE_MS = 60_000;
 /**
