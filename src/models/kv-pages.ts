@@ -147,18 +147,6 @@ export class PagedKV {
     return this.pages.slice(0, count);
   }
 
-  /** Pages it holds. */
-  get pageCount(): number {
-    return this.pages.length;
-  }
-
-  /** New pages an append of `steps` positions takes (a shared page it would write into counts: it is copied). */
-  pagesFor(steps: number): number {
-    const size = this.pool.pageSize;
-    const open = this.length % size !== 0 && this.pages[Math.floor(this.length / size)]?.refs > 1 ? 1 : 0;
-    return Math.ceil((this.length + steps) / size) - this.pages.length + open;
-  }
-
   get timeMajor(): PagedTimeMajorKV {
     const { pages, length, kvHeads } = this;
     return { kPages: pages.map((p) => p.k), vPages: pages.map((p) => p.v), pageSize: this.pool.pageSize, length, kvHeads };

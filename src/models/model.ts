@@ -205,17 +205,6 @@ export class KVCache {
     for (const [block, { pages, kvHeads, dim }] of blocks) this.layers[block] = PagedKV.sharing(pool, pages, kvHeads, dim);
   }
 
-  /** New pages a step of `steps` positions takes across its paged layers (0 without a pool). */
-  pagesFor(steps: number, blocks: readonly number[]): number {
-    if (!this.pool) return 0;
-    let n = 0;
-    for (const block of blocks) {
-      const entry = this.layers[block];
-      n += entry instanceof PagedKV ? entry.pagesFor(steps) : Math.ceil(steps / this.pool.pageSize);
-    }
-    return n;
-  }
-
   /** Lets go of its pages (a paged cache: what it shared stays with the others); the cache is empty after. */
   release(): void {
     this.layers.forEach((entry, i) => {

@@ -31,6 +31,11 @@ interface LiveHop {
   cut?: PendingCut;
 }
 
+/** A step's hash as an audit names it (sessionStepHash), computed once. */
+function stepHash(s: SentStep): string {
+  return (s.hash ??= sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
+}
+
 /** A pass cut to `length` positions: what the host's re-signed record must name, and the pass's own record's report. */
 interface PendingCut {
   length: number;
@@ -157,8 +162,7 @@ export class HostedSession {
           // this step as it was sent, even if a cut replaced it since (a pass whose cut never came is checked as computed)
           const sent = hop.sent;
           const upTo = sent.length;
-          const hashOf = (s: SentStep) => (s.hash ??= sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
-          const hashes = () => [...sent.slice(0, upTo - 1).map(hashOf), hashOf(step)];
+          const hashes = () => [...sent.slice(0, upTo - 1).map(stepHash), stepHash(step)];
           const report = () => this.router.onRecord?.(hop.hop, record, hashes, step.x);
           if (deferred) deferred.push({ peer: hop.hop.peerId, report });
           else report();
@@ -228,8 +232,7 @@ export class HostedSession {
     }
     const sent = hop.sent;
     const upTo = sent.length;
-    const hashOf = (x: SentStep) => (x.hash ??= sessionStepHash(hashTensors([x.x]), auxHash(x.positions, x.keyMask)));
-    this.router.onRecord?.(hop.hop, record, () => sent.slice(0, upTo).map(hashOf), s.x);
+    this.router.onRecord?.(hop.hop, record, () => sent.slice(0, upTo).map(stepHash), s.x);
   }
 
   /**
