@@ -26,7 +26,8 @@ export {
 } from './frames.ts';
 export { IDENTITY_FILE, loadOrCreateIdentity } from './identity.ts';
 export { createLogger, isLogLevel, type Logger, type LogLevel } from './log.ts';
-export { createNode, DHT_PROTOCOL, MAX_RELAY_RESERVATIONS, type NodeOptions, listenAlso, publicKeyOf, type RelayGate, relayListen, signerOf, type TensorLinkNode } from './node.ts';
+export { createNode, DHT_PROTOCOL, MAX_RELAY_RESERVATIONS, type NodeOptions, listenAlso, publicKeyOf, relayListen, signerOf, type TensorLinkNode } from './node.ts';
+export { type RelayCircuit, type RelayGate, remoteIp } from './relay-server.ts';
 export { PeerRateLimiter } from './rate-limit.ts';
 export { isPublicIPv4, reach, type Reach } from './reach.ts';
 export { serveStun, stunAnswer, stunMappedAddress, type StunServer, stunServerOf } from './stun.ts';
@@ -90,6 +91,7 @@ export { request } from './protocols/control/client.ts';
 export {
   type Announcement,
   type AuditMessage,
+  MAX_ANNOUNCED_PEERS,
   parseAnnounce,
   parseModelsAnswer,
   type HostedModelEntry,

@@ -17,6 +17,7 @@ import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { loadOrCreateIdentity } from './identity.ts';
 import { PING_INTERVAL_MS, PING_STREAMS, PING_TIMEOUT_MS } from './constants.ts';
 import { isPublicIPv4 } from './reach.ts';
+import { meterRelay, type RelayGate, relayGater, remoteIp } from './relay-server.ts';
 import { browserListen, browserTransports, dropDeadWebRTC, webRTCTransport } from './webrtc.ts';
 
 export interface NodeOptions {
@@ -56,12 +57,6 @@ export interface NodeOptions {
   browsers?: { websockets: boolean };
 }
 
-/** Who a relay serves: the peers that may reserve a slot on it, and the peers that may be relayed to a peer holding one. */
-export interface RelayGate {
-  mayReserve(peer: string): Promise<boolean> | boolean;
-  mayConnect(from: string, to: string): Promise<boolean> | boolean;
-}
-
 /** TensorLink's own DHT: peers of the public libp2p DHT are not ours to query. */
 export const DHT_PROTOCOL = '/tensorlink/kad/1.0.0';
 /** Inbound connections a node takes from one address per second (libp2p's default: 5). */
@@ -83,6 +78,12 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
   const listen = options.listen ?? ['/ip4/127.0.0.1/tcp/0'];
   // the transports are factories: the same ones serve each try below
   const forBrowsers = await browserTransports(options.browsers);
+  // a peer's address as a relay sees it: its direct connection's (the node is not built yet when the gater is made)
+  let built: Libp2p | null = null;
+  const ipOf = (peer: PeerId): string | null => {
+    for (const c of built?.getConnections(peer) ?? []) if (c.status === 'open' && remoteIp(c) !== null) return remoteIp(c);
+    return null;
+  };
   const start = async (browserAddrs: string[]) => createLibp2p({
     privateKey,
     addresses: {
@@ -96,7 +97,7 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
       tcp(), circuitRelayTransport(), ...(await webRTCTransport(options.stun ?? [])),
       ...(browserAddrs.length > 0 ? forBrowsers : []),
     ],
-    ...(options.relay ? { connectionGater: relayGater(options.relay) } : {}),
+    ...(options.relay ? { connectionGater: relayGater(options.relay, (peer) => ipOf(peer)) } : {}),
     // a peer busy with a long computation (a large section on the js backend, a loaded machine) answers no ping until
     // it is done: libp2p's default 5 s would abort its connections, and with them every job on them
     connectionMonitor: { pingInterval: PING_INTERVAL_MS, pingTimeout: { minTimeout: PING_TIMEOUT_MS, maxTimeout: PING_TIMEOUT_MS } },
@@ -113,8 +114,8 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
       dht: kadDHT({ protocol: DHT_PROTOCOL, clientMode: options.dhtClient === true, peerInfoMapper: passthroughMapper }),
       // A worker alone with its validator still publishes (the validator may not be in its mesh yet).
       pubsub: gossipsub({ allowPublishToZeroTopicPeers: true, emitSelf: false }),
-      // the peers it knows get relayed without limits (libp2p's defaults, 128 KiB and 2 minutes a connection, would cut
-      // a job's traffic): the gate refuses the others
+      // libp2p's limits are one size for every pair (its defaults, 128 KiB and 2 minutes a connection, would cut a job's
+      // traffic): the gate's meter (relay-server.ts) limits each pair as its work needs instead
       ...(options.relay ? { relay: circuitRelayServer({ reservations: UNLIMITED_RESERVATIONS }) } : {}),
     },
   });
@@ -131,6 +132,11 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
     }
   }
   identities.set(node, privateKey);
+  built = node;
+  if (options.relay) {
+    const stop = meterRelay((node.services as Record<string, unknown>).relay, options.relay);
+    node.addEventListener('stop', stop, { once: true });
+  }
   announceOwnAddresses(node);
   dropDeadWebRTC(node);
   return node as unknown as TensorLinkNode;
@@ -141,16 +147,8 @@ const BROWSER_PORT_TRIES = 3;
 
 /** Peers behind NAT a relay (a validator) holds slots for at once. */
 export const MAX_RELAY_RESERVATIONS = 1024;
-/** A relay's slots: no data or time limit on the connections relayed to them (the gate decides who gets one). */
+/** A relay's slots: no limit libp2p applies (and tells both ends of); the gate's meter limits each pair. */
 const UNLIMITED_RESERVATIONS = { applyDefaultLimit: false, maxReservations: MAX_RELAY_RESERVATIONS };
-
-/** libp2p's connection gater for a relay: reservations and relayed connections as `gate` allows them. */
-function relayGater(gate: RelayGate) {
-  return {
-    denyInboundRelayReservation: async (peer: PeerId) => !(await gate.mayReserve(peer.toString())),
-    denyOutboundRelayedConnection: async (from: PeerId, to: PeerId) => !(await gate.mayConnect(from.toString(), to.toString())),
-  };
-}
 
 /** What a node's addresses are confirmed for: as long as it runs (they are facts about its own interfaces). */
 const OWN_ADDRESS_TTL_MS = 100 * 365 * 24 * 3600 * 1000;

@@ -12,6 +12,8 @@ export class Registry {
   private readonly records = new Map<string, PeerRecord>();
   /** Each peer's Ethereum account as it last announced it: kept after the peer leaves, so work it did is still paid. */
   private readonly accounts = new Map<string, string>();
+  /** The peers each worker behind NAT says it works with (its relay carries their traffic as a job's); never shown. */
+  private readonly partners = new Map<string, Set<string>>();
 
   constructor(
     private readonly log: Logger,
@@ -27,13 +29,20 @@ export class Registry {
       this.onChange('joined', from, a.roles);
     }
     if (a.account) this.accounts.set(from, a.account);
+    const { peers, ...shown } = a;
+    if (peers) this.partners.set(from, new Set(peers));
     // proximity only to peers the registry knows: made-up peer ids would only swell every status answer
     const proximity = Object.fromEntries(Object.entries(a.proximity).filter(([peer]) => this.records.has(peer)));
-    this.records.set(from, { peerId: from, ...a, proximity, lastSeen: Date.now() });
+    this.records.set(from, { peerId: from, ...shown, proximity, lastSeen: Date.now() });
   }
 
   accountOf(peer: string): string | undefined {
     return this.accounts.get(peer);
+  }
+
+  /** Whether live peer `a` announced `b` among the peers it works with. */
+  worksWith(a: string, b: string): boolean {
+    return this.knows(a) && (this.partners.get(a)?.has(b) ?? false);
   }
 
   /** Whether a peer announced itself within PEER_TTL_MS. */
@@ -48,6 +57,7 @@ export class Registry {
     for (const [id, r] of this.records) {
       if (now - r.lastSeen <= PEER_TTL_MS) continue;
       this.records.delete(id);
+      this.partners.delete(id);
       this.log.info('peer-dropped', { remote: id, silentMs: now - r.lastSeen });
       this.onChange('left', id, r.roles);
     }

@@ -4,7 +4,7 @@ import {
   parseAuditMessage, parseJobProgress, type Handler, type PeerRecord, serveControl, serveStun, type StunServer,
   type TensorLinkNode,
 } from '../p2p/index.ts';
-import { ValidatorRelayGate } from './relay-gate.ts';
+import { type RelayLimits, ValidatorRelayGate } from './relay-gate.ts';
 import { modelIndex } from './hosted-models.ts';
 import { EventLog, JobBoard } from './overview.ts';
 import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
@@ -32,6 +32,8 @@ export interface Validator {
   ledger: LedgerService;
   /** Its settlement on the chain (null without one). */
   settler: Settler | null;
+  /** Its relay: whom it carries, and what it refused and cut. */
+  relay: ValidatorRelayGate;
   /** What the dashboard shows: peers, jobs as their users report them, events, the ledger. */
   overview(): Overview;
   stop(): Promise<void>;
@@ -53,6 +55,8 @@ export interface ValidatorOptions {
   threshold?: number;
   /** The chain it settles on (absent: no chain; the ledger works without one). */
   chain?: NodeChain;
+  /** What its relay carries per pair of peers (default RELAY_LIMITS). */
+  relayLimits?: Partial<RelayLimits>;
 }
 
 /**
@@ -61,7 +65,7 @@ export interface ValidatorOptions {
  */
 export async function startValidator(options: ValidatorOptions = {}): Promise<Validator> {
   // the validator is its swarm's relay: workers behind NAT reserve a slot on it, the peers it knows reach them through it
-  const gate = new ValidatorRelayGate((peer) => registry.knows(peer));
+  const gate = new ValidatorRelayGate((peer) => registry.knows(peer), (a, b) => registry.worksWith(a, b), options.relayLimits);
   const node = await createNode({ ...options, relay: gate, browsers: options.browsers ? { websockets: true } : undefined });
   const log = options.log ?? createLogger({ level: 'silent' });
   const events = new EventLog();
@@ -175,6 +179,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     reputation,
     ledger,
     settler,
+    relay: gate,
     overview,
     stop: async () => {
       ledger.stop();

@@ -71,6 +71,8 @@ export interface Training {
 /** An inference session: its KV cache and the bytes the budget counts for it. */
 export interface Session {
   cache: KVCache;
+  /** On a hosted span: the peer whose session it is. */
+  peer?: string;
   /** On a worker that computes on a device (webgpu): the session's steps as graphs there, its KV cache there too. */
   device?: StepRunner;
   lastUsed: number;
@@ -202,6 +204,21 @@ export class JobTable {
       throw new UnauthorizedError(`only the owner of job ${id} may drive it`);
     }
     return entry;
+  }
+
+  /**
+   * The peers this worker works with now, the most recent job's first: its jobs' owners, the rest of their assignments
+   * and their delegates, its hosted sessions' users (what a worker behind NAT announces to the relay that carries them).
+   */
+  partners(self: string, max: number): string[] {
+    const out = new Set<string>();
+    for (const job of [...this.jobs.values()].reverse()) {
+      const peers = job.hosted
+        ? [...(job.section?.sessions.values() ?? [])].flatMap((s) => (s.peer ? [s.peer] : []))
+        : [job.owner, ...job.assignment.map((s) => s.peerId), ...job.delegates, ...(job.upstream ? [job.upstream] : [])];
+      for (const p of peers) if (p !== self && out.size < max) out.add(p);
+    }
+    return [...out];
   }
 
   /** Whether this entry is still the table's (not removed, nor replaced) between a request's header and its tensors. */

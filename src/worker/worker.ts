@@ -6,8 +6,9 @@ import { join } from 'node:path';
 import { multiaddr } from '@multiformats/multiaddr';
 import { defaultCacheDir } from '../models/index.ts';
 import {
-  type Capabilities, createLogger, createNode, foldTransfer, listenAlso, type Logger, parseJobRequest, parseStatusAnswer, PEERS_TOPIC,
-  probe, type Proximity, relayListen, request, serveControl, serveProbes, SESSION_IDLE_MS, signerOf, stunServerOf, type TensorLinkNode,
+  type Capabilities, createLogger, createNode, foldTransfer, listenAlso, type Logger, MAX_ANNOUNCED_PEERS, parseJobRequest,
+  parseStatusAnswer, PEERS_TOPIC, probe, type Proximity, relayListen, request, serveControl, serveProbes, SESSION_IDLE_MS, signerOf,
+  stunServerOf, type TensorLinkNode,
   traffic, type TransferSample,
 } from '../p2p/index.ts';
 import { measureCapabilities } from './capabilities.ts';
@@ -128,6 +129,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     memory, store, models, stallMs: options.stallMs, signer: own?.signer ?? signerOf(node), fault, onTransfer,
     requestsPerSecond: options.requestsPerSecond,
   });
+  // the announcement, once it is defined below (a request that comes before then waits for the first one)
+  let announceNow: () => Promise<void> = async () => {};
   await serveControl(node, {
     'capabilities': () => ({ type: 'capabilities', capabilities: { ...capabilities, memoryFreeBytes: memory.free() } }),
     // its work and traffic so far, for summaries; jobs and sessions it holds, and its memory per job
@@ -137,7 +140,13 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     'proximity': () => ({ type: 'proximity', proximity }),
     ...endsHandlers(jobs), // a host's models' ends, config and tokenizer, for users without a checkpoint
     // Jobs: whoever opens one owns it; only the owner may drive or close it.
-    'open-job': (m, from) => ({ type: 'job-opened', jobId: jobs.open(parseJobRequest(m).jobId, from).jobId }),
+    'open-job': async (m, from) => {
+      const known = circuit !== null && jobs.partners(node.peerId.toString(), MAX_ANNOUNCED_PEERS).includes(from.toString());
+      const { jobId } = jobs.open(parseJobRequest(m).jobId, from);
+      // behind NAT, a new owner is announced before the answer: the relay then carries its load as a job's
+      if (circuit !== null && !known) await announceNow().catch((err: Error) => log.warn('announce-failed', { error: err.message }));
+      return { type: 'job-opened', jobId };
+    },
     'job-status': (m, from) => {
       const job = jobs.authorize(parseJobRequest(m).jobId, from);
       return { type: 'job-status', job: { jobId: job.jobId, owner: job.owner, openedAt: job.openedAt, loaded: job.section !== undefined } };
@@ -172,8 +181,11 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     if (via !== 'direct') {
       await node.services.pubsub.publish(PEERS_TOPIC, new TextEncoder().encode(JSON.stringify(record)));
     }
-    if (via !== 'gossip') await request(node, validator, { type: 'announce', ...record });
+    // behind NAT: whom it works with, so the relay carries their traffic as a job's (to the validator only, not gossiped)
+    const peers = circuit ? { peers: jobs.partners(node.peerId.toString(), MAX_ANNOUNCED_PEERS) } : {};
+    if (via !== 'gossip') await request(node, validator, { type: 'announce', ...record, ...peers });
   };
+  announceNow = announce;
   if (via === 'gossip') await node.dial(validator, { signal: AbortSignal.timeout(10_000) });
   /** Measures round trip and bandwidth to every other worker the validator knows, at any of its addresses. */
   const measure = async () => {

@@ -27,7 +27,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
   'forward': {
     delegates: true,
     maxTensors: 3,
-    run: async ({ id, body, tensors, job }, { jobs, peers, work, stallMs, memory, fault, signer }) => {
+    run: async ({ id, body, tensors, job, from }, { jobs, peers, work, stallMs, memory, fault, signer }) => {
       const request = parseForward(body);
       // a chained forward may only go to peers of the job's own assignment: the owner cannot make a worker dial anyone else
       const next = request.route.length > 0 ? jobs.peerOf(job, request.route[0]) : null;
@@ -48,7 +48,7 @@ export const inferenceHandlers: Record<string, StageHandler> = {
         // a hosted span's sessions of one sequence keep their caches in pages, sharing the prefixes they begin with
         const paged = job.hosted !== undefined && computeDevice() === 'cpu' && (input.shape[0] ?? 1) === 1;
         const cache = new KVCache(section.model.config.layers, paged ? sectionPages(section).pool : null);
-        session = { cache, lastUsed: Date.now(), kvBytes: 0, history: [] };
+        session = { cache, lastUsed: Date.now(), kvBytes: 0, history: [], ...(job.hosted ? { peer: from.toString() } : {}) };
         // a GPU worker keeps the session's cache on its device and runs each step as one graph there
         if (computeDevice() !== 'cpu') session.device = deviceRunner(section.model, computeDevice());
         section.sessions.set(request.sessionId, session);

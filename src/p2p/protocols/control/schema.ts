@@ -54,7 +54,15 @@ export interface Announcement {
   sections?: HeldSection[];
   /** The spans of named models it hosts for anyone. */
   hosts?: HostedSpan[];
+  /**
+   * A worker behind NAT (one holding a slot on the validator's relay): the peers it works with now (its jobs' owners and
+   * assignments, its hosted sessions' users), so the relay carries their traffic as a job's. Only sent to the validator.
+   */
+  peers?: string[];
 }
+
+/** Peers a worker names as the ones it works with (the most recent first; more are left out). */
+export const MAX_ANNOUNCED_PEERS = 1024;
 
 export function parseAnnounce(v: unknown): Announcement {
   const m = obj(v, 'announcement');
@@ -66,6 +74,7 @@ export function parseAnnounce(v: unknown): Announcement {
     ...(m.account === undefined ? {} : { account: parseAccount(m.account, 'announcement.account') }),
     ...(m.sections === undefined ? {} : { sections: parseHeldSections(m.sections) }),
     ...(m.hosts === undefined ? {} : { hosts: parseHostedSpans(m.hosts) }),
+    ...(m.peers === undefined ? {} : { peers: list(m.peers, 'announcement.peers', MAX_ANNOUNCED_PEERS, (p, what) => peerIdText(p, what)) }),
   };
 }
 
