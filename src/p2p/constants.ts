@@ -7,6 +7,8 @@
 export const MAX_FRAME_BYTES = 256 * 1024 * 1024;
 /** Largest JSON control message: control messages describe work, they never carry tensors. */
 export const MAX_CONTROL_BYTES = 1024 * 1024;
+/** Largest frame of a protocol that carries only control messages: its length is refused before a byte is buffered. */
+export const MAX_CONTROL_FRAME_BYTES = MAX_CONTROL_BYTES + 1;
 /** Highest tensor rank accepted: real activations have at most 5 dims. */
 export const MAX_TENSOR_RANK = 8;
 /** Dialing a peer gives up after this: a TCP dial plus noise and yamux handshakes take ~10 ms on a LAN, ~1 s across continents. */

@@ -1,6 +1,6 @@
 import type { Stream } from '@libp2p/interface';
 import { InvalidMessageError, PeerUnreachableError } from '../errors.ts';
-import { SEND_CHUNK_BYTES, SEND_STALL_MS } from './constants.ts';
+import { MAX_FRAME_BYTES, SEND_CHUNK_BYTES, SEND_STALL_MS } from './constants.ts';
 import { decodeFrame, type Frame, FrameReader } from './frames.ts';
 
 /** Bytes this process has sent and received through TensorLink's framed protocols. */
@@ -68,10 +68,13 @@ export function sendQuietly(stream: Stream, parts: Uint8Array[], options: SendOp
 /**
  * Calls `onFrame` for every complete frame that arrives on the stream. A malformed frame
  * resets the stream (its framing can no longer be trusted) and is reported to `onError`;
- * the node itself carries on.
+ * the node itself carries on. A frame announcing more than `maxFrameBytes` (the protocol's
+ * largest) is refused at its length, before its body is buffered.
  */
-export function receiveFrames(stream: Stream, onFrame: (frame: Frame) => void, onError?: (err: InvalidMessageError) => void): void {
-  const reader = new FrameReader();
+export function receiveFrames(
+  stream: Stream, onFrame: (frame: Frame) => void, onError?: (err: InvalidMessageError) => void, maxFrameBytes = MAX_FRAME_BYTES,
+): void {
+  const reader = new FrameReader(maxFrameBytes);
   stream.addEventListener('message', (evt) => {
     traffic.received += evt.data.byteLength;
     try {

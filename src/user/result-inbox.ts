@@ -3,7 +3,7 @@ import {
   errorFromWire, type Frame, MAX_RESULT_STREAMS, parseResult, receiveFrames, RequestTable, RESULT_PROTOCOL,
   STAGE_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
-import { PeerUnreachableError } from '../errors.ts';
+import { PeerUnreachableError, UnauthorizedError } from '../errors.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { hopIn } from '../compress/index.ts';
 
@@ -27,6 +27,11 @@ export class ResultInbox {
       RESULT_PROTOCOL,
       (stream: Stream, connection) => {
         const from = connection.remotePeer.toString();
+        // only a stage of a chain this user waits on may send results: anyone else's stream is reset before it buffers
+        if (!inbox.awaits(from)) {
+          stream.abort(new UnauthorizedError(`${from} is no stage of a request this peer waits on`));
+          return;
+        }
         receiveFrames(stream, (frame) => inbox.deliver(frame, from));
       },
       { maxInboundStreams: MAX_RESULT_STREAMS },
@@ -41,6 +46,12 @@ export class ResultInbox {
     for (const [id, chain] of this.senders) {
       if (chain.has(peer)) this.table.reject(id, new PeerUnreachableError(`${peer}, a stage of the chain, disconnected`, { details: { peer } }));
     }
+  }
+
+  /** Whether `peer` is a stage of a chain some pending request waits on. */
+  private awaits(peer: string): boolean {
+    for (const chain of this.senders.values()) if (chain.has(peer)) return true;
+    return false;
   }
 
   private deliver(frame: Frame, from: string): void {

@@ -1,6 +1,7 @@
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidMessageError, PeerUnreachableError } from '../../../errors.ts';
 import { type DialTarget, dialProtocol, targetName } from '../../dial.ts';
+import { MAX_CONTROL_FRAME_BYTES } from '../../constants.ts';
 import { encodeControl } from '../../frames.ts';
 import { RequestTable } from '../../requests.ts';
 import { obj } from '../../schema.ts';
@@ -37,7 +38,7 @@ export async function request(
     if (m.id !== id) return;
     if (isWireError(m)) table.reject(id, errorFromWire(m, peer));
     else table.resolve(id, m);
-  });
+  }, undefined, MAX_CONTROL_FRAME_BYTES);
   try {
     try {
       await sendMessage(stream, [encodeControl({ ...message, id })], { signal });

@@ -2,6 +2,7 @@ import type { Libp2p, PeerId, Stream } from '@libp2p/interface';
 import { InvalidMessageError, RateLimitedError } from '../../../errors.ts';
 import { encodeControl, type Frame } from '../../frames.ts';
 import { PeerRateLimiter } from '../../rate-limit.ts';
+import { MAX_CONTROL_FRAME_BYTES } from '../../constants.ts';
 import { receiveFrames, sendMessage, sendQuietly } from '../../stream.ts';
 import { errorToWire } from '../../wire-errors.ts';
 import { CONTROL_PROTOCOL, MAX_INBOUND_STREAMS, MAX_MESSAGES_PER_SECOND } from './constants.ts';
@@ -35,7 +36,7 @@ export async function serveControl(node: Libp2p, handlers: Record<string, Handle
         const id = frame.kind === 'control' ? ((frame.message as { id?: unknown } | null)?.id ?? null) : null;
         const refusal = errorToWire(new RateLimitedError(`more than ${MAX_MESSAGES_PER_SECOND} messages per second`));
         sendQuietly(stream, [encodeControl({ ...refusal, id })]);
-      });
+      }, undefined, MAX_CONTROL_FRAME_BYTES);
     },
     { maxInboundStreams: MAX_INBOUND_STREAMS },
   );

@@ -9,6 +9,15 @@ export const PROBE_PINGS = 5;
 export const PROBE_TIMEOUT_MS = 10_000;
 /** Probe streams a peer may hold open: a prober opens one per measurement and closes it. */
 export const MAX_PROBE_STREAMS = 8;
+/** Largest probe frame: the bandwidth probe's tensor and its header; a longer one is refused at its length. */
+export const MAX_PROBE_FRAME_BYTES = PROBE_BYTES + 1024;
+/**
+ * Frames a peer may send to be answered, per second (a probe is PROBE_PINGS pings and one tensor), and bandwidth probes
+ * per second (at most 1 MiB/s of them): a worker probes each peer every 10 s, a user each worker once per plan; room
+ * for a few at once. A peer past either gets its stream reset, not answered.
+ */
+export const PROBE_FRAMES_PER_SECOND = 8 * (PROBE_PINGS + 1);
+export const BANDWIDTH_PROBES_PER_SECOND = 4;
 /**
  * Passive measurement times a transfer only when at least this many bytes arrived after its
  * header. Its ends are read at event-loop turns, each up to about a millisecond late on a busy

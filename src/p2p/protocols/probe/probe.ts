@@ -1,21 +1,38 @@
 import type { Libp2p, Stream } from '@libp2p/interface';
-import { PeerUnreachableError } from '../../../errors.ts';
+import { PeerUnreachableError, RateLimitedError } from '../../../errors.ts';
+import { MAX_CONTROL_FRAME_BYTES } from '../../constants.ts';
+import { PeerRateLimiter } from '../../rate-limit.ts';
 import { type DialTarget, dialProtocol } from '../../dial.ts';
 import { pathTo } from '../../webrtc.ts';
 import { encodeControl, encodeTensor } from '../../frames.ts';
 import { receiveFrames, sendMessage, sendQuietly } from '../../stream.ts';
 import type { Proximity } from '../../vocabulary.ts';
-import { MAX_PROBE_STREAMS, PROBE_BYTES, PROBE_PINGS, PROBE_PROTOCOL, PROBE_TIMEOUT_MS } from './constants.ts';
+import { BANDWIDTH_PROBES_PER_SECOND, MAX_PROBE_FRAME_BYTES, MAX_PROBE_STREAMS, PROBE_BYTES, PROBE_FRAMES_PER_SECOND, PROBE_PINGS, PROBE_PROTOCOL, PROBE_TIMEOUT_MS } from './constants.ts';
 import { parseProbeAnswer } from './schema.ts';
 
-/** Answers bandwidth probes: a tensor frame of PROBE_BYTES comes in, one small frame goes back. */
+/**
+ * Answers probes: a small frame for each ping, and for a tensor frame of PROBE_BYTES (the bandwidth probe) one small
+ * frame back. Each peer within its rates (PROBE_FRAMES_PER_SECOND, BANDWIDTH_PROBES_PER_SECOND): past them its stream
+ * is reset, and a frame longer than a probe's is refused at its length.
+ */
 export async function serveProbes(node: Libp2p): Promise<void> {
+  const frames = new PeerRateLimiter(PROBE_FRAMES_PER_SECOND);
+  const bandwidth = new PeerRateLimiter(BANDWIDTH_PROBES_PER_SECOND);
+  node.addEventListener('peer:disconnect', (evt) => {
+    frames.forget(evt.detail.toString());
+    bandwidth.forget(evt.detail.toString());
+  });
   await node.handle(
     PROBE_PROTOCOL,
-    (stream: Stream) => {
+    (stream: Stream, connection) => {
+      const from = connection.remotePeer.toString();
       receiveFrames(stream, (frame) => {
+        if (!frames.allow(from) || (frame.kind === 'tensor' && !bandwidth.allow(from))) {
+          stream.abort(new RateLimitedError(`more than ${BANDWIDTH_PROBES_PER_SECOND} probes a second`));
+          return;
+        }
         sendQuietly(stream, [encodeControl(frame.kind === 'tensor' ? { ok: true, bytes: frame.tensor.bytes.length } : { ok: true })]);
-      });
+      }, undefined, MAX_PROBE_FRAME_BYTES);
     },
     { maxInboundStreams: MAX_PROBE_STREAMS },
   );
@@ -27,7 +44,7 @@ async function openProbe(node: Libp2p, target: DialTarget, timeoutMs: number | u
   const left = () => Math.max(0, Math.ceil(Math.min(PROBE_TIMEOUT_MS, deadline - performance.now())));
   const stream = await dialProtocol(node, target, PROBE_PROTOCOL, AbortSignal.timeout(left()));
   let answer: (m: unknown) => void = () => {};
-  receiveFrames(stream, (frame) => answer(frame.kind === 'control' ? frame.message : null));
+  receiveFrames(stream, (frame) => answer(frame.kind === 'control' ? frame.message : null), undefined, MAX_CONTROL_FRAME_BYTES);
   const reply = () => {
     const p = new Promise<void>((resolve, reject) => {
       const wait = left();

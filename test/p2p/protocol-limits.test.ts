@@ -1,0 +1,84 @@
+// Every framed protocol refuses what it would never carry before it buffers it: a frame longer than the protocol's
+// largest is refused at its length (control and probe frames: a few hundred KiB, not the 256 MiB a stage's tensor may
+// take), a result stream from a peer that is no stage of a request waits on is reset at once, and a peer probing past
+// its rate is cut off. Each time the node goes on serving. Real libp2p nodes on 127.0.0.1.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { Stream } from '@libp2p/interface';
+import {
+  CONTROL_PROTOCOL, createNode, encodeTensor, PROBE_BYTES, PROBE_PROTOCOL, probe, request, RESULT_PROTOCOL, serveControl,
+  serveProbes,
+} from '../../src/p2p/index.ts';
+import { ResultInbox } from '../../src/user/index.ts';
+import { concat } from '../helpers/bytes.ts';
+
+/** A frame's length prefix alone, announcing a body of `length` bytes (none of which is sent). */
+function lengthOnly(length: number): Uint8Array {
+  const h = new Uint8Array(5);
+  new DataView(h.buffer).setUint32(0, length, true);
+  h[4] = 1;
+  return h;
+}
+
+/** Resolves when the stream ends (reset or closed by the other side), with how it ended. */
+function ended(stream: Stream): Promise<string> {
+  // a stream reset while it was being opened is ended already
+  if (stream.status !== 'open') return Promise.resolve(stream.status === 'reset' || stream.status === 'aborted' ? 'reset' : 'closed');
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve('still open'), 10_000);
+    stream.addEventListener('close', (evt) => {
+      clearTimeout(timer);
+      resolve((evt as Event & { error?: Error }).error ? 'reset' : 'closed');
+    }, { once: true });
+  });
+}
+
+describe('protocol limits', () => {
+  test('oversized frames are refused at their length, strangers\' results at the stream, fast probers cut off; serving goes on', async () => {
+    const [server, peer] = await Promise.all([createNode(), createNode()]);
+    const addr = server.getMultiaddrs()[0];
+    try {
+      await serveControl(server, { ping: () => ({ type: 'pong' }) });
+      await serveProbes(server);
+      await ResultInbox.start(server);
+      const open = (protocol: string) => peer.dialProtocol(addr, protocol, { signal: AbortSignal.timeout(10_000) });
+
+      // a control frame announcing 2 MiB (a control message is at most 1 MiB): reset before any of its body is sent
+      const control = await open(CONTROL_PROTOCOL);
+      const controlEnd = ended(control);
+      control.send(lengthOnly(2 * 2 ** 20));
+      assert.equal(await controlEnd, 'reset');
+      assert.equal((await request(peer, addr, { type: 'ping' })).type, 'pong', 'the next request is served');
+
+      // a probe frame announcing 64 MiB (a probe's tensor is 256 KiB)
+      const probeStream = await open(PROBE_PROTOCOL);
+      const probeEnd = ended(probeStream);
+      probeStream.send(lengthOnly(64 * 2 ** 20));
+      assert.equal(await probeEnd, 'reset');
+
+      // results from a peer the server waits on for nothing: reset at once, whatever it sends
+      const result = await open(RESULT_PROTOCOL);
+      const resultEnd = ended(result);
+      if (result.status === 'open') result.send(lengthOnly(16));
+      assert.equal(await resultEnd, 'reset');
+
+      // bandwidth probes past 4 a second from one peer, sent as fast as the stream takes them: cut off (64 would take 16 s)
+      const tensor = encodeTensor({ requestId: 0, dtype: 'float32', shape: [PROBE_BYTES / 4], bytes: new Uint8Array(PROBE_BYTES) });
+      const flood = await open(PROBE_PROTOCOL);
+      const floodEnd = ended(flood);
+      const frame = concat(tensor);
+      let sent = 0;
+      for (; sent < 64 && flood.status === 'open'; sent++) {
+        if (!flood.send(frame)) await flood.onDrain({ signal: AbortSignal.timeout(10_000) }).catch(() => {});
+      }
+      assert.equal(await floodEnd, 'reset');
+      // a second later the peer probes again, as a worker does every 10 s
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      const measured = await probe(peer, { peerId: server.peerId.toString(), addrs: [addr.toString()] });
+      assert.ok(measured.mbps > 0 && measured.rttMs >= 0, `probed again: ${JSON.stringify(measured)}`);
+      assert.equal((await request(peer, addr, { type: 'ping' })).type, 'pong');
+    } finally {
+      await Promise.all([server.stop(), peer.stop()]);
+    }
+  });
+});
