@@ -66,6 +66,15 @@ export interface AuditVerdict extends Verdict {
 }
 
 /**
+ * What an audit checks, named by content: the record (and, checking commitments, the chunks and the records that carry
+ * them). The same key is the same check: a replayed request is answered from the first one and moves no reputation twice.
+ */
+export function auditKey(req: Pick<AuditRequest, 'record' | 'commit'>): string {
+  const commit = req.commit ? `:${req.commit.chunks.join(',')}:${req.commit.checks.map(recordId).join(',')}` : '';
+  return `audit:${recordId(req.record)}${commit}`;
+}
+
+/**
  * Re-runs one record: checks the user's copy is signed by the worker, fetches from the
  * worker what re-running it needs (its kept record must be the same record), re-executes it
  * and scores the worker by the outcome. Only the validator's own re-execution moves a
@@ -106,7 +115,9 @@ async function auditOnce(
   // only a re-execution that ran moves the worker's score: a worker out of reach, a record it no longer keeps
   // (which an honest user never asks for) or a re-execution that could not run is no evidence either way
   const finish = (v: Verdict, unavailable = false): AuditVerdict => {
-    if (!unavailable && !v.inconclusive) reputation.check(worker.peerId, v.ok, v.ok ? undefined : `${record.kind} ${record.step}:${record.micro}: ${v.reason}`);
+    if (!unavailable && !v.inconclusive) {
+      reputation.check(worker.peerId, v.ok, v.ok ? undefined : `${record.kind} ${record.step}:${record.micro}: ${v.reason}`, auditKey(req));
+    }
     return { ...v, peer: worker.peerId, ...(unavailable ? { unavailable } : {}) };
   };
   let client;

@@ -1,4 +1,4 @@
-import type { Libp2p } from '@libp2p/interface';
+import type { Libp2p, PeerId } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { configFromHF, type ModelConfig } from '../models/index.ts';
 import { fromWire, jobConfigHash, type Logger, obj, parseJobId, parsePeerTarget, type PeerTarget, publicKeyOf } from '../p2p/index.ts';
@@ -8,6 +8,7 @@ import {
   producers, refereeTrace, traceHash, verifyProof,
 } from '../verify/dispute.ts';
 import { hashTensors, parseRecord, recordId, type Reputation, signatureValid, type WorkRecord } from '../verify/index.ts';
+import { CheckQueue } from './check-queue.ts';
 import type { EventLog } from './overview.ts';
 import type { Settler } from './settlement.ts';
 import { openStageStream } from './stage-stream.ts';
@@ -245,17 +246,28 @@ export async function dispute(
   if (!verdict.inconclusive) {
     for (const n of ['a', 'b'] as const) {
       const lost = verdict.losers.includes(n);
-      reputation.check(peers[n], !lost, lost ? `dispute over forward ${x.step}:${x.micro}: ${verdict.reason}` : undefined);
+      const why = lost ? `dispute over forward ${x.step}:${x.micro}: ${verdict.reason}` : undefined;
+      reputation.check(peers[n], !lost, why, `dispute:${recordId(n === 'a' ? a.record : b.record)}`);
     }
   }
   return { ...verdict, peers };
 }
 
-/** The validator's `dispute` handler: settles, logs the op it ended at and its cost, and lists the loser's failed check. */
+/** Disputes a validator settles at once, and how many may wait (in all, and per peer that asked). */
+export const DISPUTE_LIMITS = { running: 1, waiting: 16, perPeer: 2 };
+
+/**
+ * The validator's `dispute` handler: settles, logs the op it ended at and its cost, and lists the loser's failed check.
+ * One at a time, a bounded queue; the same dispute asked again while it runs waits for it (each side's record moves its
+ * worker's reputation once, however often it is disputed).
+ */
 export function disputeHandler(node: Libp2p, reputation: Reputation, log: Logger, events: EventLog, settler: Settler | null = null) {
-  return async (m: Record<string, unknown>) => {
+  type Answer = Awaited<ReturnType<typeof dispute>>;
+  const queue = new CheckQueue<Answer>(DISPUTE_LIMITS, () => false, 'disputes');
+  return async (m: Record<string, unknown>, from: PeerId) => {
     const req = parseDispute(m);
-    const v = await dispute(node, reputation, req);
+    const key = `${recordId(req.a.record)}:${recordId(req.b.record)}`;
+    const v = await queue.run(from.toString(), key, () => dispute(node, reputation, req));
     const op = v.op ? `op ${v.op.index} '${v.op.name}'` : 'no op';
     log.warn('dispute-settled', { losers: v.losers.map((n) => v.peers[n]), op, reason: v.reason, mode: v.mode, ...v.cost });
     for (const n of v.losers) {

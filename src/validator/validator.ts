@@ -8,17 +8,18 @@ import { type RelayLimits, ValidatorRelayGate } from './relay-gate.ts';
 import { modelIndex } from './hosted-models.ts';
 import { EventLog, JobBoard } from './overview.ts';
 import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
-import { audit } from './audit.ts';
+import { audit, auditKey, type AuditVerdict } from './audit.ts';
+import { CheckQueue } from './check-queue.ts';
 import { disputeHandler } from './dispute.ts';
 import { SectionCache, SessionPrefills } from './sections.ts';
 import { PEER_TTL_MS, Registry } from './registry.ts';
-import { Slots } from './slots.ts';
 import { LedgerService } from './ledger-service.ts';
 import { Settler } from './settlement.ts';
 import type { NodeChain } from '../chain/index.ts';
 
-/** Re-executions a validator runs at once; more wait their turn. */
+/** Re-executions a validator runs at once; more wait their turn, up to `waiting` in all and `perPeer` for one peer. */
 export const MAX_CONCURRENT_AUDITS = 2;
+export const AUDIT_LIMITS = { running: MAX_CONCURRENT_AUDITS, waiting: 256, perPeer: 32 };
 
 export interface Validator {
   node: TensorLinkNode;
@@ -72,7 +73,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   const jobs = new JobBoard();
   const registry = new Registry(log, (kind, peer, roles) => events.add(kind, peer, roles.join(', ')));
   const reputation = new Reputation();
-  const auditSlots = new Slots(MAX_CONCURRENT_AUDITS);
+  // a verdict that ran stands for replays; one whose worker could not be reached is asked again next time
+  const audits = new CheckQueue<AuditVerdict>(AUDIT_LIMITS, (v) => !v.unavailable && !v.inconclusive, 'audits');
   // the sections commitment checks run on, fetched once per job and weights
   const sections = new SectionCache();
   // the hosted sessions it checks as they go, each one's prefill so far
@@ -137,13 +139,14 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     },
     'overview': () => ({ type: 'overview', ...overview() }),
     // re-runs a record a user sampled (or two redundant workers disagree on) and scores its worker
-    'audit': async (m) => {
+    'audit': async (m, from: PeerId) => {
       const { commit, ...request } = parseAuditMessage(m);
       const record = parseRecord(request.record);
       const worker = request.worker;
       const checks = commit ? { commit: { ...commit, checks: commit.checks.map(parseRecord) } } : {};
-      // re-executions take CPU and memory: a few at a time, whoever asks
-      const verdict = await auditSlots.run(() => audit(node, reputation, { ...request, record, ...checks }, sections, sessions));
+      // re-executions take CPU and memory: a few at a time, a bounded queue; a replayed request is answered from its first run
+      const full = { ...request, record, ...checks };
+      const verdict = await audits.run(from.toString(), auditKey(full), () => audit(node, reputation, full, sections, sessions));
       const what = commit
         ? `chunk(s) ${commit.chunks.join(', ')} of session ${record.session?.slice(0, 8)}, job ${record.job.slice(0, 12)}`
         : `${record.kind === 'step' ? 'update' : record.kind} of step ${record.step}${record.kind === 'step' ? '' : `, micro-batch ${record.micro}`}, job ${record.job.slice(0, 8)}`;

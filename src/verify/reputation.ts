@@ -22,6 +22,9 @@ export interface ScoreRule {
   rounds?: number;
 }
 
+/** Records whose checks are remembered (the oldest forgotten first). */
+const MAX_COUNTED = 100_000;
+
 /**
  * Reputation kept by a validator: score ← (1 − α)·score + α·outcome for every check of a
  * worker's work (a re-execution, a comparison among redundant copies). One failed check
@@ -30,6 +33,8 @@ export interface ScoreRule {
  */
 export class Reputation {
   private readonly peers = new Map<string, Standing>();
+  /** The checks counted, by peer and the record checked: a replayed check counts once. */
+  private readonly counted = new Set<string>();
 
   constructor(
     readonly alpha = 0.1,
@@ -40,8 +45,17 @@ export class Reputation {
     return this.peers.get(peer) ?? { score: this.initial, passed: 0, failed: 0, excluded: false };
   }
 
-  /** Adds the outcome of one check. */
-  check(peer: string, passed: boolean, reason?: string): Standing {
+  /**
+   * Adds the outcome of one check; with `key` (the content address of the record checked), only the first check of that
+   * record counts: a request replayed to the validator moves no reputation twice.
+   */
+  check(peer: string, passed: boolean, reason?: string, key?: string): Standing {
+    if (key !== undefined) {
+      const k = `${peer} ${key}`;
+      if (this.counted.has(k)) return this.standing(peer);
+      this.counted.add(k);
+      if (this.counted.size > MAX_COUNTED) this.counted.delete(this.counted.values().next().value as string);
+    }
     const s = { ...this.standing(peer) };
     s.score = (1 - this.alpha) * s.score + this.alpha * (passed ? 1 : 0);
     if (passed) s.passed++;

@@ -44,6 +44,16 @@ describe('disputes by bisection over the network (js backend)', () => {
         const { node } = workers[i];
         return { worker: { peerId: node.peerId.toString(), addrs: node.getMultiaddrs().map(String) }, record: records[i] };
       };
+      // the honest worker's record, audited (re-executed) by the validator, then the same audit replayed: answered from
+      // the first run, its reputation moved once
+      const honest = workers[0].node.peerId.toString();
+      const auditOf = { type: 'audit', jobId, config: configToHF(config), optimizer: { lr: 1e-3 }, ...side(0) };
+      const first = await request(user, validator.node.getMultiaddrs()[0], auditOf);
+      assert.equal(first.ok, true, String(first.reason));
+      assert.equal(validator.reputation.standing(honest).passed, 1);
+      const replayed = await request(user, validator.node.getMultiaddrs()[0], auditOf);
+      assert.deepEqual(replayed, first, 'the replay gets the first verdict');
+      assert.equal(validator.reputation.standing(honest).passed, 1, 'a replayed audit moves no reputation');
       const answer = await request(user, validator.node.getMultiaddrs()[0], { type: 'dispute', jobId, config: configToHF(config), a: side(0), b: side(1) });
       const cheater = workers[1].node.peerId.toString();
       assert.deepEqual(answer.losers, [cheater], String(answer.reason));
@@ -58,7 +68,7 @@ describe('disputes by bisection over the network (js backend)', () => {
       assert.deepEqual(logged.losers, [cheater]);
       // the cheater's reputation took a failed check naming the op; the honest worker's a passed one
       assert.equal(validator.reputation.standing(cheater).failed, 1);
-      assert.equal(validator.reputation.standing(workers[0].node.peerId.toString()).failed, 0);
+      assert.equal(validator.reputation.standing(honest).failed, 0);
       // what re-executing the record instead would move: the section's weights and the input
       const reexecBytes = 4 * ([...weights.values()].reduce((n, t) => n + t.size, 0) + x.size);
       assert.ok(cost.bytes < reexecBytes, `${cost.bytes} bytes against ${reexecBytes}`);
@@ -68,6 +78,9 @@ describe('disputes by bisection over the network (js backend)', () => {
       const late = await request(user, validator.node.getMultiaddrs()[0], { type: 'dispute', jobId, config: configToHF(config), a: side(0), b: side(1) });
       assert.deepEqual(late.losers, [cheater]);
       assert.match(String(late.reason), /did not commit/);
+      // disputed again, its records are the same evidence: each worker's reputation moved once
+      assert.equal(validator.reputation.standing(cheater).failed, 1, 'a dispute asked again moves no reputation twice');
+      assert.equal(validator.reputation.standing(honest).passed, 2, 'the audit and the first dispute');
     } finally {
       await user.stop();
       await Promise.all(workers.map((w) => w.stop().catch(() => {})));
