@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { PeerId } from '@libp2p/interface';
 import type { Address, Hex } from 'viem';
 import { escrowKey, type EscrowHeld, MIN_STAKE, type NodeChain, PRICE_PER_FLOP, RewardTree, SLASH_BPS } from '../chain/index.ts';
-import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
+import { InvalidArgumentError, InvalidMessageError, RateLimitedError } from '../errors.ts';
 import { type EpochRecord, epochRewards, escrowJobOf, paidWork } from '../ledger/index.ts';
 import { type Handler, type Logger, obj, parseAccount, request, str, type TensorLinkNode } from '../p2p/index.ts';
 import { parseRecord, recordId, type Reputation, type WorkRecord } from '../verify/index.ts';
@@ -16,6 +16,8 @@ export const VALIDATOR_SHARE_BPS = 1_000;
 export const CHAIN_REFRESH_MS = 2_000;
 /** How long closing an epoch waits at most for the records handed in to be put into blocks. */
 export const SETTLE_WAIT_MS = 30_000;
+/** How often a peer outside the validators' set may have an epoch closed (each close is a transaction on the chain). */
+export const SETTLE_INTERVAL_MS = 10 * 60_000;
 
 /** What an epoch's rewards follow from; the proposer sends it, co-signers recompute the rest from their own ledger and the chain. */
 export interface EpochInput {
@@ -56,6 +58,8 @@ export class Settler {
   private readonly path: string | null;
   private readonly view = new Map<string, { stake: bigint; claimed: bigint }>();
   private timer: ReturnType<typeof setInterval> | null = null;
+  /** When this validator last closed an epoch (0: not since it started). */
+  private lastSettledAt = 0;
   private readonly slashed = new Set<string>();
 
   constructor(
@@ -116,9 +120,27 @@ export class Settler {
     return v !== undefined && v.stake >= MIN_STAKE;
   }
 
+  /** Whether `peer` is one of the validators' set (their requests are not rate limited). */
+  private isValidator(peer: PeerId): boolean {
+    try {
+      this.ledger.validatorOf(peer);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   handlers(): Record<string, Handler> {
     return {
-      'ledger-settle': () => this.lock.run(() => this.settle()),
+      // closing an epoch writes to the chain (gas): a peer outside the validators' set may close one every
+      // SETTLE_INTERVAL_MS at most (the first at once)
+      'ledger-settle': (_m, from: PeerId) => {
+        const wait = this.lastSettledAt + SETTLE_INTERVAL_MS - Date.now();
+        if (wait > 0 && !this.isValidator(from)) {
+          throw new RateLimitedError(`an epoch closed ${Math.round((Date.now() - this.lastSettledAt) / 1000)} s ago: the next may close in ${Math.ceil(wait / 1000)} s`);
+        }
+        return this.lock.run(() => this.settle());
+      },
       'settle-sign': async (m, from: PeerId) => {
         this.ledger.validatorOf(from);
         const input = parseEpochInput(m.input);
@@ -205,6 +227,7 @@ export class Settler {
       appendFileSync(this.path, `${JSON.stringify(entry)}\n`);
     }
     this.log.info('epoch-settled', { epoch: entry.epoch, root: entry.root, total: total.toString() });
+    this.lastSettledAt = Date.now();
     return { type: 'ledger-settled', epoch: Number(epoch), root: entry.root, rewards: Object.fromEntries(entry.rewards), from, to };
   }
 
