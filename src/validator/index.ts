@@ -1,5 +1,5 @@
 /** The validator's room: the registry of live peers. Later: verification, the ledger, settlement. */
-export { PEER_TTL_MS, Registry } from './registry.ts';
+export { GOSSIP_FRESH_MS, GossipFreshness, PEER_TTL_MS, Registry } from './registry.ts';
 export { startValidator, type Validator, type ValidatorOptions } from './validator.ts';
 export { KNOWN_FOR_MS, RELAY_LIMITS, type RelayLimits, type RelayStats, ValidatorRelayGate } from './relay-gate.ts';
 export { EventLog, JOB_CLOSED_MS, JOB_SILENT_MS, JobBoard, PASSED_EVENTS } from './overview.ts';

@@ -64,3 +64,27 @@ export class Registry {
     return [...this.records.values()].sort((a, b) => a.peerId.localeCompare(b.peerId));
   }
 }
+
+/** How old (or how far ahead of this clock) a gossiped announcement may be: its publisher sends one every 2 s. */
+export const GOSSIP_FRESH_MS = 30_000;
+
+/**
+ * Gossiped announcements are signed by their publishers, but anyone who kept one can publish it again later (gossip's own
+ * seen-cache forgets after minutes): one counts only when it says when it was made, within GOSSIP_FRESH_MS of now, and
+ * after the last one of its publisher. A replayed record cannot bring back a worker that left, or its old addresses.
+ */
+export class GossipFreshness {
+  private readonly last = new Map<string, number>();
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  check(peer: string, a: Announcement): Announcement {
+    const now = this.now();
+    if (a.at === undefined) throw new InvalidMessageError('a gossiped announcement must say when it was made (at)');
+    if (Math.abs(now - a.at) > GOSSIP_FRESH_MS) throw new InvalidMessageError(`a gossiped announcement made ${Math.round((now - a.at) / 1000)} s ago`);
+    if (a.at <= (this.last.get(peer) ?? -1)) throw new InvalidMessageError('a gossiped announcement no newer than the last one (a replay)');
+    this.last.set(peer, a.at);
+    if (this.last.size > 100_000) for (const [p, at] of this.last) if (now - at > GOSSIP_FRESH_MS) this.last.delete(p);
+    return a;
+  }
+}

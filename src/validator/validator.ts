@@ -12,7 +12,7 @@ import { audit, auditKey, type AuditVerdict } from './audit.ts';
 import { CheckQueue } from './check-queue.ts';
 import { disputeHandler } from './dispute.ts';
 import { SectionCache, SessionPrefills } from './sections.ts';
-import { PEER_TTL_MS, Registry } from './registry.ts';
+import { GossipFreshness, PEER_TTL_MS, Registry } from './registry.ts';
 import { LedgerService } from './ledger-service.ts';
 import { Settler } from './settlement.ts';
 import type { NodeChain } from '../chain/index.ts';
@@ -72,6 +72,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   const events = new EventLog();
   const jobs = new JobBoard();
   const registry = new Registry(log, (kind, peer, roles) => events.add(kind, peer, roles.join(', ')));
+  const fresh = new GossipFreshness();
   const reputation = new Reputation();
   // a verdict that ran stands for replays; one whose worker could not be reached is asked again next time
   const audits = new CheckQueue<AuditVerdict>(AUDIT_LIMITS, (v) => !v.unavailable && !v.inconclusive, 'audits');
@@ -103,7 +104,9 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     const msg = evt.detail;
     if (msg.topic !== PEERS_TOPIC || msg.type !== 'signed' || msg.data.length > MAX_GOSSIP_BYTES) return;
     try {
-      registry.record(msg.from.toString(), parseAnnounce(JSON.parse(new TextDecoder().decode(msg.data)) as Record<string, unknown>));
+      const a = parseAnnounce(JSON.parse(new TextDecoder().decode(msg.data)) as Record<string, unknown>);
+      // signed by its publisher, but replayable by anyone who kept it: only a fresh record, newer than the last, counts
+      registry.record(msg.from.toString(), fresh.check(msg.from.toString(), a));
     } catch (err) {
       log.warn('bad-gossip', { remote: msg.from.toString(), error: (err as Error).message }); // untrusted input: dropped
     }

@@ -177,6 +177,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       ...(sections.length > 0 ? { sections } : {}),
       ...(hosts.length > 0 ? { hosts } : {}),
       ...(options.chain ? { account: options.chain.address } : {}),
+      at: Date.now(),
     };
     if (via !== 'direct') {
       await node.services.pubsub.publish(PEERS_TOPIC, new TextEncoder().encode(JSON.stringify(record)));

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { Registry, startValidator } from '../../src/validator/index.ts';
+import { GOSSIP_FRESH_MS, GossipFreshness, Registry, startValidator } from '../../src/validator/index.ts';
 import { startWorker } from '../../src/worker/index.ts';
 import {
   CONTROL_PROTOCOL, createLogger, createNode, encodeControl, type Frame, MAX_CONTROL_BYTES, MAX_MESSAGES_PER_SECOND, type PeerRecord,
-  parseOverview, receiveFrames, request, serveControl,
+  parseOverview, PEERS_TOPIC, receiveFrames, request, serveControl,
 } from '../../src/p2p/index.ts';
 import { waitFor } from '../helpers/processes.ts';
 import { PROGRESS_INTERVAL_MS, ProgressReporter } from '../../src/user/index.ts';
@@ -150,6 +150,50 @@ describe('gossip', () => {
       assert.ok(ms < 15_000);
     } finally {
       await w.stop();
+      await validator.stop();
+    }
+  });
+});
+
+describe('announcements that are not what they claim', () => {
+  test('gossip: a record without a time, a stale one and a replay of the last are dropped (GossipFreshness)', () => {
+    let now = 1_000_000;
+    const fresh = new GossipFreshness(() => now);
+    const a = (at?: number) => ({ roles: ['worker' as const], capabilities: null, addrs: [], proximity: {}, ...(at === undefined ? {} : { at }) });
+    assert.throws(() => fresh.check('12D3KooWAAAAAAAA', a()), /must say when/);
+    assert.throws(() => fresh.check('12D3KooWAAAAAAAA', a(now - GOSSIP_FRESH_MS - 1)), /made 30 s ago/);
+    assert.deepEqual(fresh.check('12D3KooWAAAAAAAA', a(now)), a(now));
+    now += 2_000;
+    assert.throws(() => fresh.check('12D3KooWAAAAAAAA', a(now - 2_000)), /a replay/);
+    assert.deepEqual(fresh.check('12D3KooWAAAAAAAA', a(now)), a(now));
+    assert.deepEqual(fresh.check('12D3KooWBBBBBBBB', a(now - 2_000)), a(now - 2_000), 'each publisher has its own clock');
+  });
+
+  test('a record is filed under the peer that sent or signed it: one naming another peer id, or gossiped stale, changes nothing', async () => {
+    const lines: string[] = [];
+    const validator = await startValidator({ log: createLogger({ level: 'warn', write: (l) => lines.push(l) }) });
+    const boot = validator.node.getMultiaddrs()[0];
+    const [liar, stale] = await Promise.all([createNode(), createNode()]);
+    try {
+      const victim = stale.peerId.toString();
+      // a control announcement that names another peer: the validator files it under its sender
+      await request(liar, boot, { type: 'announce', peerId: victim, roles: ['worker'], addrs: ['/ip4/203.0.113.9/tcp/1'], proximity: {} });
+      const listed = () => validator.peers().map((p) => p.peerId);
+      assert.ok(listed().includes(liar.peerId.toString()));
+      assert.ok(!listed().includes(victim), 'no record for the peer it named');
+      // a gossiped record made 5 minutes ago (a replay of an old one): dropped
+      await stale.dial(boot);
+      await waitFor('the stale peer in the validator\'s gossip mesh', async () => stale.services.pubsub.getSubscribers(PEERS_TOPIC).length > 0, 10_000);
+      const old = { roles: ['worker'], addrs: [], proximity: {}, at: Date.now() - 300_000 };
+      await stale.services.pubsub.publish(PEERS_TOPIC, new TextEncoder().encode(JSON.stringify(old)));
+      const now = { ...old, at: Date.now() };
+      await stale.services.pubsub.publish(PEERS_TOPIC, new TextEncoder().encode(JSON.stringify(now)));
+      // the fresh one, published after it, is heard; the stale one before it was dropped, and said so
+      await waitFor('the fresh gossiped record', async () => listed().includes(victim), 10_000);
+      const dropped = lines.map((l) => JSON.parse(l) as { event: string; error?: string }).filter((l) => l.event === 'bad-gossip');
+      assert.deepEqual(dropped.map((l) => l.error), ['a gossiped announcement made 300 s ago']);
+    } finally {
+      await Promise.all([liar.stop(), stale.stop()]);
       await validator.stop();
     }
   });

@@ -101,6 +101,12 @@ describe('limits of the stage protocol', () => {
         { name: 'UnauthorizedError', message: /not a worker of job/ },
       );
       assert.equal(dialed, 0, 'the worker never opened a stream to the bystander');
+      // what re-running or disputing the job's records needs is for the owner and the verifiers it named, no one else
+      const stranger = await RemoteStage.attach(bystander, s.addr(), 'job-route');
+      for (const type of ['audit-index', 'audit-part', 'dispute-open', 'dispute-leaves', 'dispute-value', 'dispute-close']) {
+        await assert.rejects(stranger.call({ type, step: 0, micro: 0, kind: 'forward' }, []), { name: 'UnauthorizedError' }, type);
+      }
+      await stranger.close();
       // the same job routed within its assignment works: the worker ends the chain and answers the owner
       const ok = inbox.expect(new Set([self.peerId]), 10_000);
       await stage.forwardChained('s2', [hidden(2), positions(2)], [], ok.requestId);

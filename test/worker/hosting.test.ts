@@ -92,6 +92,14 @@ describe('hosted models', () => {
         assert.equal(((await status(mine)) as { message: { position: number } }).message.position, 2);
         assert.equal(((await status(theirs)) as { message: { position: number } }).message.position, 0, 'another peer sees no session s1 of mine');
         await assert.rejects(theirs.call({ type: 'load', config: {}, section: [1, 2] }, []), { name: 'UnauthorizedError', message: /only session requests/ });
+        // truncating or closing "s1" from the other peer touches only its own (absent) s1: mine keeps both positions
+        await theirs.call({ type: 'truncate', sessionId: 's1', length: 0 }, []).catch(() => {});
+        await theirs.closeSession('s1');
+        assert.equal(((await status(mine)) as { message: { position: number } }).message.position, 2, 'my session survives the other peer\'s close');
+        // the validator's requests (re-running a step) are not a user's to make
+        for (const type of ['audit-index', 'audit-part']) {
+          await assert.rejects(theirs.call({ type, sessionId: 's1', step: 0 }, []), { name: 'UnauthorizedError' }, type);
+        }
         // one user holds at most 64 of the span's sessions: the 65th is refused, and another user still gets one
         const one = tensor([0], [1, 1], 'int32');
         const step = randn([1, 1, local.config.hidden], { seed: 2 });

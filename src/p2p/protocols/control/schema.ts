@@ -59,6 +59,8 @@ export interface Announcement {
    * assignments, its hosted sessions' users), so the relay carries their traffic as a job's. Only sent to the validator.
    */
   peers?: string[];
+  /** When it was made (ms since the epoch): a gossiped record older than a few seconds, or than the last one, is a replay. */
+  at?: number;
 }
 
 /** Peers a worker names as the ones it works with (the most recent first; more are left out). */
@@ -74,6 +76,7 @@ export function parseAnnounce(v: unknown): Announcement {
     ...(m.account === undefined ? {} : { account: parseAccount(m.account, 'announcement.account') }),
     ...(m.sections === undefined ? {} : { sections: parseHeldSections(m.sections) }),
     ...(m.hosts === undefined ? {} : { hosts: parseHostedSpans(m.hosts) }),
+    ...(m.at === undefined ? {} : { at: finite(m.at, 'announcement.at', 0) }),
     ...(m.peers === undefined ? {} : { peers: list(m.peers, 'announcement.peers', MAX_ANNOUNCED_PEERS, (p, what) => peerIdText(p, what)) }),
   };
 }
