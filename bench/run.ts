@@ -5,7 +5,7 @@
  *
  * usage: npm run bench [-- --quick] [-- --json]
  *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,families,p2p,distributed,pipeline,verify,load,ledger,failover,
- *                     links,compression,serve,graph,quant,hosted,lora,nat; opt-in: perplexity,speculative]
+ *                     links,compression,serve,graph,quant,hosted,lora,nat; opt-in: perplexity,speculative,fuzz]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -16,6 +16,7 @@ import { benchFailover } from './failover.ts';
 import { benchGraph } from './graph.ts';
 import { benchCompression } from './compression.ts';
 import { benchFamilies } from './families.ts';
+import { benchFuzz } from './fuzz.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchDistributed } from './distributed.ts';
 import { benchLedger } from './ledger.ts';
@@ -146,6 +147,10 @@ if (sections.includes('perplexity')) {
   log('perplexity: a small Llama trained on fortunes until its greedy text is words, held-out perplexity at f32/bf16/int8/int4 on js, ort, webgpu and llama.cpp (GGUF F32/BF16/Q8_0/Q4_0) ...');
   rows.push(...(await benchPerplexity(values.quick)));
 }
+if (sections.includes('fuzz')) {
+  log('fuzz: a million fuzzed frames on each protocol a stranger reaches (control, stage, probe, result, gossip), a validator and a worker as processes ...');
+  rows.push(...(await benchFuzz(values.quick, log)));
+}
 if (sections.includes('speculative')) {
   log('speculative: a model three hosts serve 25 ms away (delay relays), greedy tokens/s with prompt-lookup drafts and a draft model vs without ...');
   rows.push(...(await benchSpeculative(values.quick)));
@@ -200,3 +205,6 @@ if (values.json) {
     `\n${report.cpu}, ${report.cores} cores, Node ${report.node}; ${report.seconds.toFixed(0)} s. JSON: bench/out/latest.json`,
   );
 }
+// a section's libraries may keep a handle open after it is done (a gossip heartbeat, a socket being torn down): the
+// report is written, so the run ends here
+process.exit(0);

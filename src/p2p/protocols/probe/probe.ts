@@ -26,6 +26,8 @@ export async function serveProbes(node: Libp2p): Promise<void> {
     PROBE_PROTOCOL,
     (stream: Stream, connection) => {
       const from = connection.remotePeer.toString();
+      // a prober closes its side when done: this side closes too, so the stream stops counting against the limit
+      stream.addEventListener('remoteCloseWrite', () => void stream.close().catch(() => {}));
       receiveFrames(stream, (frame) => {
         if (!frames.allow(from) || (frame.kind === 'tensor' && !bandwidth.allow(from))) {
           stream.abort(new RateLimitedError(`more than ${BANDWIDTH_PROBES_PER_SECOND} probes a second`));

@@ -1,0 +1,330 @@
+/**
+ * `npm run bench -- --only fuzz`: a million fuzzed frames on every protocol a stranger can reach (control on the validator
+ * and on a worker, the stage protocol, probes, results, the peers' gossip), sent to a validator and a worker running as
+ * their own processes (and to a user's result inbox in this one). Each frame is a well-formed one of the protocol,
+ * mutated: a field of its JSON replaced by a value no schema takes, removed or added; bytes flipped; cut short; its
+ * length prefix changed; a tensor of another dtype or shape; random bytes; or left whole. After each protocol, both
+ * processes must be alive and answer, and the worker's owner-checked job must compute exactly as before. The figure is
+ * fuzzed frames a second against well-formed frames a second on the same protocol, measured in the same run.
+ * `FUZZ_PROTOCOLS=control,stage,probe,result,gossip` runs only those.
+ */
+import { readFileSync } from 'node:fs';
+import type { Libp2p, Stream } from '@libp2p/interface';
+import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
+import { configToHF, createModel, gpt2Config } from '../src/models/index.ts';
+import {
+  AUDIT_REQUESTS, CONTROL_PROTOCOL, createNode, encodeControl, encodeTensor, INFERENCE_REQUESTS, LOAD_REQUESTS, MAX_MESSAGES_PER_SECOND,
+  PEERS_TOPIC, PROBE_PROTOCOL,
+  parseStatsAnswer, request, RESULT_PROTOCOL, STAGE_PROTOCOL, type TensorLinkNode, TRAINING_REQUESTS,
+} from '../src/p2p/index.ts';
+import { sectionCopy, sectionWeights } from '../src/pipeline/index.ts';
+import { Generator, noGrad, setBackend, tensor } from '../src/tensor/index.ts';
+import { RemoteStage, ResultInbox, tensorSource } from '../src/user/index.ts';
+import { concat } from '../test/helpers/bytes.ts';
+import { alive, type Running, startNode } from '../test/helpers/processes.ts';
+import type { Row } from './gemm.ts';
+
+/** Values no schema takes for any field (wrong type, negative, huge, deep, prototype names). */
+const BAD: unknown[] = [
+  null, -1, -0.5, 1e308, Number.MAX_SAFE_INTEGER + 2, '', 'x'.repeat(5_000), [[[[[]]]]], { a: { b: { c: {} } } }, true, ['a'.repeat(600)],
+  [1, 2, 3], { constructor: 1 }, '__proto__', '../../etc/passwd', '\u0000', Array.from({ length: 2_000 }, (_, i) => i),
+];
+
+const floats = (shape: number[], id = 0) => encodeTensor({ requestId: id, dtype: 'float32', shape, bytes: new Uint8Array(4 * shape.reduce((a, b) => a * b, 1)) });
+
+/** A protocol's well-formed frames: control messages (objects) and tensor frames, each one frame. */
+interface Corpus {
+  messages: Record<string, unknown>[];
+  tensors: Uint8Array[];
+}
+
+/** Replaces, removes or adds one field somewhere in `v` (a copy), or replaces `v` itself. */
+function mutateValue(v: unknown, rng: Generator, depth = 0): unknown {
+  const pick = <T>(xs: readonly T[]) => xs[rng.int(xs.length)];
+  if (v === null || typeof v !== 'object' || depth > 4 || rng.int(4) === 0) return pick(BAD);
+  if (Array.isArray(v)) {
+    if (v.length === 0 || rng.int(3) === 0) return [...v, pick(BAD)];
+    const copy = [...v];
+    copy[rng.int(copy.length)] = mutateValue(copy[rng.int(copy.length)], rng, depth + 1);
+    return copy;
+  }
+  const copy: Record<string, unknown> = { ...(v as Record<string, unknown>) };
+  const keys = Object.keys(copy);
+  const op = rng.int(4);
+  if (op === 0 || keys.length === 0) copy[pick(['x', 'type', 'id', 'jobId', 'tensors', 'constructor', 'sessionId'])] = pick(BAD);
+  else if (op === 1) delete copy[pick(keys)];
+  else {
+    const k = pick(keys);
+    copy[k] = mutateValue(copy[k], rng, depth + 1);
+  }
+  return copy;
+}
+
+/**
+ * One fuzzed frame of `corpus`, as bytes to write, and whether it breaks the stream's framing (cut short, a length or
+ * body that does not decode): the receiver resets the stream there, so such a frame is the last its stream carries.
+ */
+function fuzzFrame(corpus: Corpus, rng: Generator, id: number): Fuzzed {
+  const framed = (bytes: Uint8Array): Fuzzed => ({ bytes, breaks: false });
+  const broken = (bytes: Uint8Array): Fuzzed => ({ bytes, breaks: true });
+  const pick = <T>(xs: readonly T[]) => xs[rng.int(xs.length)];
+  const valid = () => {
+    return corpus.tensors.length > 0 && rng.int(5) === 0 ? pick(corpus.tensors) : encodeControl({ ...pick(corpus.messages), id });
+  };
+  const kind = rng.int(40);
+  if (kind < 4) return framed(valid());
+  if (kind < 28) {
+    const m = mutateValue({ ...pick(corpus.messages), id }, rng);
+    try {
+      return framed(encodeControl(m));
+    } catch {
+      return framed(encodeControl({ id, pad: 'x' }));
+    }
+  }
+  if (kind < 31) {
+    const bytes = Uint8Array.from(valid());
+    for (let flips = 1 + rng.int(4); flips > 0; flips--) bytes[4 + rng.int(Math.max(1, bytes.length - 4))] ^= 1 << rng.int(8);
+    return broken(bytes);
+  }
+  if (kind < 33) {
+    const bytes = valid();
+    return broken(bytes.subarray(0, 1 + rng.int(bytes.length - 1)));
+  }
+  if (kind < 34) {
+    const bytes = Uint8Array.from(valid());
+    new DataView(bytes.buffer).setUint32(0, pick([0, 1, 0xffffffff, bytes.length * 2, rng.int(1 << 30)]), true);
+    return broken(bytes);
+  }
+  if (kind < 38) {
+    const dtypes = ['float32', 'float64', 'int32', 'float16', 'bfloat16', 'int8', 'uint8'] as const;
+    const shape = Array.from({ length: rng.int(6) }, () => rng.int(5));
+    const dtype = pick(dtypes);
+    const width = { float32: 4, float64: 8, int32: 4, float16: 2, bfloat16: 2, int8: 1, uint8: 1 }[dtype];
+    const size = shape.reduce((a, b) => a * b, 1);
+    try {
+      return framed(concat(encodeTensor({ requestId: rng.int(1 << 20), dtype, shape, bytes: new Uint8Array(size * width) })));
+    } catch {
+      return framed(concat(floats([1])));
+    }
+  }
+  return broken(Uint8Array.from({ length: 1 + rng.int(64) }, () => rng.int(256)));
+}
+
+interface Fuzzed {
+  bytes: Uint8Array;
+  breaks: boolean;
+}
+
+/**
+ * Sends `count` frames from `make` to `addr` over `protocol`, from every identity at once, each within `perPeer` frames a
+ * second (the receiver's rate limit: frames past it would only reset their streams unread), at most 200 on a stream; a
+ * frame that breaks the framing is its stream's last (what would follow it is never read). `resets`: streams the
+ * receiver reset before their frames were all written.
+ */
+async function flood(
+  from: Libp2p[], addr: Multiaddr, protocol: string, count: number, make: (i: number) => Fuzzed, perPeer = Number.POSITIVE_INFINITY,
+): Promise<{ frames: number; seconds: number; resets: number; streams: number }> {
+  const started = performance.now();
+  let next = 0;
+  let resets = 0;
+  let streams = 0;
+  const one = async (node: Libp2p) => {
+    let mine = 0;
+    const began = performance.now();
+    while (next < count) {
+      let stream: Stream;
+      try {
+        stream = await node.dialProtocol(addr, protocol, { signal: AbortSignal.timeout(10_000) });
+      } catch {
+        resets++;
+        await new Promise((r) => setTimeout(r, 100));
+        continue;
+      }
+      streams++;
+      // answers are read and dropped: a peer that never reads would only be reset for stalling
+      stream.addEventListener('message', () => {});
+      for (let k = 0; k < 200 && next < count; k++) {
+        if (stream.status !== 'open') {
+          resets++;
+          // refused before a frame went (the receiver's stream limit): a moment before the next
+          if (k === 0) await new Promise((r) => setTimeout(r, 50));
+          break;
+        }
+        const ahead = (mine / perPeer) * 1000 - (performance.now() - began);
+        if (ahead > 0) await new Promise((r) => setTimeout(r, ahead));
+        const frame = make(next++);
+        mine++;
+        try {
+          if (!stream.send(frame.bytes)) await stream.onDrain({ signal: AbortSignal.timeout(10_000) });
+        } catch {
+          resets++;
+          break;
+        }
+        if (frame.breaks) break;
+      }
+      // the stream's frames are read before it is let go (a close, not a reset, unless its framing broke); a receiver
+      // that keeps its side open (a user's inbox) is given 2 s
+      await stream.close({ signal: AbortSignal.timeout(2_000) }).catch(() => stream.abort(new Error('next batch')));
+    }
+  };
+  // a long run says how far it is every 30 s
+  const progress = setInterval(() => process.stderr.write(`    ${protocol}: ${next} of ${count} frames, ${streams} streams, ${resets} reset early\n`), 30_000);
+  await Promise.all(from.map(one)).finally(() => clearInterval(progress));
+  return { frames: Math.min(next, count), seconds: (performance.now() - started) / 1000, resets, streams };
+}
+
+/** Resident memory of a process (KiB → bytes), from /proc. */
+function rss(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) * 1024 : 0;
+}
+
+export async function benchFuzz(quick: boolean, log: (s: string) => void): Promise<Row[]> {
+  setBackend('js');
+  const count = quick ? 20_000 : 1_000_000;
+  const running: Running[] = [];
+  const nodes: TensorLinkNode[] = [];
+  const rows: Row[] = [];
+  try {
+    const validator = await startNode(['validator', '--backend', 'js']);
+    running.push(validator);
+    const worker = await startNode(['worker', '--bootstrap', validator.addrs[0], '--backend', 'js', '--memory', '1GiB', '--max-requests', '1000000']);
+    running.push(worker);
+    const vAddr = multiaddr(validator.addrs[0]);
+    const wAddr = multiaddr(worker.addrs[0]);
+    // 64 identities: a control protocol answers 200 messages a second per peer (the rest are refused by its limiter), a
+    // probe server 48 frames: more peers, more of the frames reach the handlers
+    const fuzzers = await Promise.all(Array.from({ length: 64 }, () => createNode()));
+    const [owner, user] = await Promise.all([createNode(), createNode()]);
+    nodes.push(...fuzzers, owner, user);
+
+    // the owner's job on the worker: checked exactly after every protocol
+    const config = gpt2Config({ vocabSize: 50, hidden: 32, layers: 3, heads: 4, maxPositions: 32 });
+    const model = createModel(config, { seed: 3 });
+    const range: [number, number] = [1, 3];
+    const stage = await RemoteStage.open(owner, wAddr, 'job-owner');
+    await stage.load(configToHF(config), range, tensorSource(sectionWeights(model, range)));
+    // and a second job of the owner's, the one its fuzzed stage frames drive (they may train it: the checked one stays)
+    const fuzzJob = await RemoteStage.open(owner, wAddr, 'job-fuzz');
+    await fuzzJob.load(configToHF(config), range, tensorSource(sectionWeights(model, range)));
+    const x = noGrad(() => createModel(config, { section: [0, 1] }).forward(tensor([1, 2, 3], [1, 3], 'int32')));
+    const positions = tensor([0, 1, 2], [1, 3], 'int32');
+    const expected = noGrad(() => sectionCopy(model, range).forward(x, { positions })).data;
+    let checks = 0;
+    const stillServing = async (what: string) => {
+      if (!alive(validator.child) || !alive(worker.child)) throw new Error(`fuzz ${what}: a process died`);
+      await request(owner, vAddr, { type: 'status' }, 10_000);
+      parseStatsAnswer(await request(owner, wAddr, { type: 'stats' }, 10_000));
+      const out = await stage.forward(`check-${checks++}`, x, positions, null);
+      if (out.data.some((v, i) => v !== expected[i])) throw new Error(`fuzz ${what}: the owner's job computes otherwise after it`);
+    };
+
+    // the user's inbox takes results from the stages it waits on: the fuzzers are named as such a chain
+    const inbox = await ResultInbox.start(user);
+    const waits = fuzzers.map(() => inbox.expect(new Set(fuzzers.map((f) => f.peerId.toString())), 3_600_000));
+    for (const w of waits) w.result.catch(() => {});
+
+    const announce = { type: 'announce', roles: ['worker'], addrs: ['/ip4/127.0.0.1/tcp/1'], proximity: {}, capabilities: null, at: Date.now() };
+    const record = { kind: 'forward', job: 'j', step: 0, micro: 0, peer: owner.peerId.toString(), sig: 'AAAA', input: 'a'.repeat(64), output: 'b'.repeat(64) };
+    const stageTypes = [...LOAD_REQUESTS, ...INFERENCE_REQUESTS, ...TRAINING_REQUESTS, ...AUDIT_REQUESTS, 'dispute-open', 'dispute-leaves', 'dispute-value', 'dispute-close'];
+    const protocols: { name: string; addr: Multiaddr; protocol: string; corpus: Corpus; from: Libp2p[]; perPeer?: number }[] = [
+      {
+        name: 'control, validator', addr: vAddr, protocol: CONTROL_PROTOCOL, from: fuzzers, perPeer: MAX_MESSAGES_PER_SECOND, corpus: {
+          tensors: [],
+          messages: [
+            announce, { type: 'status', page: 0 }, { type: 'models', page: 0 }, { type: 'overview' },
+            { type: 'job-progress', jobId: 'j', step: 1, loss: 1 }, { type: 'audit', jobId: 'j', worker: { peerId: owner.peerId.toString(), addrs: [] }, config: {}, record },
+            { type: 'dispute', jobId: 'j', a: { record }, b: { record } }, { type: 'ledger-submit', records: [record] }, { type: 'ledger-head' },
+            { type: 'ledger-blocks', from: 0 }, { type: 'ledger-show' }, { type: 'ledger-proof', height: 0, id: 'x' }, { type: 'ledger-hello', addrs: [] },
+            { type: 'ledger-propose', block: {} }, { type: 'ledger-commit', block: {} },
+          ],
+        },
+      },
+      {
+        name: 'control, worker', addr: wAddr, protocol: CONTROL_PROTOCOL, from: fuzzers, perPeer: MAX_MESSAGES_PER_SECOND, corpus: {
+          tensors: [],
+          messages: [
+            { type: 'capabilities' }, { type: 'stats' }, { type: 'proximity' }, { type: 'open-job', jobId: 'fuzz' }, { type: 'job-status', jobId: 'job-owner' },
+            { type: 'close-job', jobId: 'job-owner' }, { type: 'ends-manifest', model: 'm', page: 0 }, { type: 'ends-chunk', model: 'm', hash: 'h', index: 0 },
+            { type: 'ends-file', model: 'm', file: 'config.json', offset: 0 },
+          ],
+        },
+      },
+      {
+        // from the job's owner too: its job's handlers see every mutation, and must still compute exactly after
+        name: 'stage, worker', addr: wAddr, protocol: STAGE_PROTOCOL, from: [owner, ...fuzzers.slice(0, 3)], corpus: {
+          tensors: [concat(floats([1, 3, 32])), concat(floats([2, 3])), concat(encodeTensor({ requestId: 0, dtype: 'int32', shape: [1, 3], bytes: new Uint8Array(12) }))],
+          messages: stageTypes.map((type) => ({
+            type, jobId: 'job-fuzz', tensors: type === 'forward' || type.startsWith('train-') ? 1 : 0, sessionId: 'fuzz', micro: 0, step: 0, name: 'h.1.mlp.c_fc.weight',
+            key: 'k', index: 0, lr: 1e-3, scale: 1, peers: [], names: [], kind: 'forward', part: 'input', length: 1,
+          })),
+        },
+      },
+      {
+        // within a probe server's rates: 48 frames a second per peer, 4 of them bandwidth probes
+        name: 'probe, worker', addr: wAddr, protocol: PROBE_PROTOCOL, from: fuzzers, perPeer: 24, corpus: {
+          tensors: [concat(floats([1024]))],
+          messages: [{ probe: 0 }, { probe: 1 }],
+        },
+      },
+      {
+        name: 'result, user', addr: user.getMultiaddrs()[0], protocol: RESULT_PROTOCOL, from: fuzzers, corpus: {
+          // records only: an error or a tensor for a waiting id would end that wait, and a stream from a peer no request
+          // waits on is reset at once
+          tensors: [],
+          messages: waits.map((w) => ({ type: 'records', id: w.requestId, records: [record] })),
+        },
+      },
+    ];
+
+    // FUZZ_PROTOCOLS=probe,result: only those (by the first word of their names)
+    const only = process.env.FUZZ_PROTOCOLS?.split(',');
+    for (const p of protocols.filter((q) => !only || only.includes(q.name.split(',')[0]))) {
+      const rng = new Generator(7);
+      const before = { validator: rss(validator.child.pid!), worker: rss(worker.child.pid!) };
+      // the reference: well-formed frames of the same protocol, a tenth as many
+      const validRng = new Generator(8);
+      const reference = await flood(p.from, p.addr, p.protocol, Math.ceil(count / 10), (i) => {
+        const all = [...p.corpus.messages.map((m) => encodeControl({ ...m, id: i })), ...p.corpus.tensors];
+        return { bytes: all[validRng.int(all.length)], breaks: false };
+      }, p.perPeer);
+      const fuzzed = await flood(p.from, p.addr, p.protocol, count, (i) => fuzzFrame(p.corpus, rng, i), p.perPeer);
+      await stillServing(p.name);
+      const after = { validator: rss(validator.child.pid!), worker: rss(worker.child.pid!) };
+      const rate = fuzzed.frames / fuzzed.seconds;
+      const refRate = reference.frames / reference.seconds;
+      log(`  ${p.name}: ${fuzzed.frames} fuzzed frames in ${fuzzed.seconds.toFixed(1)} s (${Math.round(rate)}/s, ${fuzzed.streams} streams, ${fuzzed.resets} reset early), `
+        + `well-formed ${Math.round(refRate)}/s; still serving; RSS validator ${(before.validator / 2 ** 20).toFixed(0)} → ${(after.validator / 2 ** 20).toFixed(0)} MiB, `
+        + `worker ${(before.worker / 2 ** 20).toFixed(0)} → ${(after.worker / 2 ** 20).toFixed(0)} MiB`);
+      rows.push({
+        section: 'fuzz', case: `${p.name}: ${fuzzed.frames} fuzzed frames, no crash, still serving`, value: rate, unit: 'frames/s',
+        reference: 'well-formed frames/s', referenceValue: refRate, ratio: rate / refRate,
+      });
+    }
+
+    if (only && !only.includes('gossip')) return rows;
+    // gossip: fuzzed announcements published on the peers' topic (signed by their publisher, as every gossip message is)
+    const gossiper = fuzzers[0];
+    await gossiper.dial(vAddr);
+    const rng = new Generator(9);
+    const gossipCount = count;
+    const started = performance.now();
+    for (let i = 0; i < gossipCount; i++) {
+      const m = rng.int(10) < 2 ? { ...announce, at: Date.now() } : mutateValue({ ...announce, at: Date.now() }, rng);
+      const junk = rng.int(10) === 0;
+      const bytes = junk ? Uint8Array.from({ length: 1 + rng.int(64) }, () => rng.int(256)) : new TextEncoder().encode(JSON.stringify(m));
+      await gossiper.services.pubsub.publish(PEERS_TOPIC, bytes).catch(() => {});
+    }
+    const seconds = (performance.now() - started) / 1000;
+    await stillServing('gossip');
+    log(`  gossip, validator: ${gossipCount} fuzzed announcements in ${seconds.toFixed(1)} s; still serving`);
+    rows.push({
+      section: 'fuzz', case: `gossip, validator: ${gossipCount} fuzzed announcements, no crash, still serving`,
+      value: gossipCount / seconds, unit: 'messages/s', reference: 'messages/s', referenceValue: gossipCount / seconds, ratio: 1,
+    });
+  } finally {
+    for (const r of running) if (alive(r.child)) r.child.kill('SIGKILL');
+    await Promise.all(nodes.map((n) => Promise.resolve(n.stop()).catch(() => {})));
+  }
+  return rows;
+}
