@@ -49,12 +49,17 @@ export function meterRelay(server: unknown, gate: RelayGate): () => void {
   const relay = server as RelayServer;
   type Live = { circuit: RelayCircuit; stream: Stream; hop: { unwrap(): Stream }; ended?: boolean };
   // the source's connection and its hop stream (wrapped: the relay unwraps it once it pipes, and again returns it then)
-  const source = new AsyncLocalStorage<{ connection: Connection; hop: { unwrap(): Stream } }>();
+  const source = new AsyncLocalStorage<{ connection: Connection; hop: { unwrap(): Stream }; entry?: Live }>();
   const live = new Set<Live>();
   const handleConnect = relay.handleConnect.bind(relay);
   const stopHop = relay.stopHop.bind(relay);
+  // a connect that fails after the destination's stream was opened (the source left before the answer) lets it go
   relay.handleConnect = (args, options) => {
-    return source.run({ connection: args.connection, hop: args.stream }, () => handleConnect(args, options));
+    const context: { connection: Connection; hop: { unwrap(): Stream }; entry?: Live } = { connection: args.connection, hop: args.stream };
+    return source.run(context, () => handleConnect(args, options)).catch((err: unknown) => {
+      if (context.entry && !context.entry.ended) cut(context.entry, 'the source left before its connection was made');
+      throw err;
+    });
   };
   // both ends: the destination's stream, and the source's (the relay's pipe would only close it, not reset it)
   const cut = (entry: Live, why: string) => {
@@ -71,6 +76,7 @@ export function meterRelay(server: unknown, gate: RelayGate): () => void {
     if (!stream || !from) return stream;
     const circuit = gate.circuit(from.connection.remotePeer.toString(), args.connection.remotePeer.toString(), remoteIp(from.connection));
     const entry: Live = { circuit, stream, hop: from.hop };
+    from.entry = entry;
     live.add(entry);
     // towards the source: what the destination sends arrives on this stream; towards the destination: sent on it. A
     // send past the budget throws, so the relay's pipe fails and aborts the source's end too

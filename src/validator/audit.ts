@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { fromWire, jobConfigHash, type PeerTarget, publicKeyOf, TRAIN_REQUEST_TIMEOUT_MS, type WireAdapter } from '../p2p/index.ts';
@@ -66,12 +67,15 @@ export interface AuditVerdict extends Verdict {
 }
 
 /**
- * What an audit checks, named by content: the record (and, checking commitments, the chunks and the records that carry
- * them). The same key is the same check: a replayed request is answered from the first one and moves no reputation twice.
+ * What an audit checks, named by content (a sha256): the record, what the user says about it (config, adapter, the
+ * inputs sent) and, checking commitments, the chunks and the records that carry them. The same key is the same check:
+ * a replayed request is answered from the first one and moves no reputation twice.
  */
-export function auditKey(req: Pick<AuditRequest, 'record' | 'commit'>): string {
-  const commit = req.commit ? `:${req.commit.chunks.join(',')}:${req.commit.checks.map(recordId).join(',')}` : '';
-  return `audit:${recordId(req.record)}${commit}`;
+export function auditKey(req: Pick<AuditRequest, 'record' | 'commit' | 'config' | 'adapter' | 'sent'>): string {
+  const h = createHash('sha256').update(recordId(req.record));
+  h.update(`\n${jobConfigHash(req.config, req.adapter)}\n${(req.sent ?? []).join(',')}`);
+  if (req.commit) h.update(`\n${req.commit.chunks.join(',')}\n${req.commit.checks.map(recordId).join(',')}`);
+  return `audit:${h.digest('hex')}`;
 }
 
 /**

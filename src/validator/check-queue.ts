@@ -24,6 +24,7 @@ export class CheckQueue<T> {
   private readonly slots: Slots;
   private readonly inFlight = new Map<string, Promise<T>>();
   private readonly done = new Map<string, T>();
+  // keys are hashes (the callers' sha256): what a peer sends cannot make them large
   private readonly byPeer = new Map<string, number>();
   private waiting = 0;
   /** Checks answered from a run already made (in flight or done). */
@@ -37,11 +38,12 @@ export class CheckQueue<T> {
     this.slots = new Slots(limits.running);
   }
 
-  async run(from: string, key: string, task: () => Promise<T>): Promise<T> {
+  /** The check's verdict, and whether it came from a run already made (the caller then logs and reports nothing new). */
+  async run(from: string, key: string, task: () => Promise<T>): Promise<{ value: T; replayed: boolean }> {
     const kept = this.done.get(key) ?? this.inFlight.get(key);
     if (kept !== undefined) {
       this.replayed++;
-      return kept;
+      return { value: await kept, replayed: true };
     }
     const mine = this.byPeer.get(from) ?? 0;
     if (mine >= this.limits.perPeer) throw new RateLimitedError(`you have ${mine} ${this.what} waiting on this validator: wait for their answers`);
@@ -66,6 +68,6 @@ export class CheckQueue<T> {
       this.done.set(key, verdict);
       if (this.done.size > KEPT_VERDICTS) this.done.delete(this.done.keys().next().value as string);
     }
-    return verdict;
+    return { value: verdict, replayed: false };
   }
 }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Libp2p, PeerId } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { configFromHF, type ModelConfig } from '../models/index.ts';
@@ -243,11 +244,14 @@ export async function dispute(
     }
   };
   const verdict = await runDispute(configFromHF(req.config), { a: await open(a), b: await open(b) });
+  const pairKey = createHash('sha256').update(`${recordId(a.record)}:${recordId(b.record)}`).digest('hex');
   if (!verdict.inconclusive) {
     for (const n of ['a', 'b'] as const) {
       const lost = verdict.losers.includes(n);
       const why = lost ? `dispute over forward ${x.step}:${x.micro}: ${verdict.reason}` : undefined;
-      reputation.check(peers[n], !lost, why, `dispute:${recordId(n === 'a' ? a.record : b.record)}`);
+      // counted once per record and what it was disputed against: a win over an absent second identity does not
+      // shield a record from an honest dispute after
+      reputation.check(peers[n], !lost, why, `dispute:${pairKey}:${n}`);
     }
   }
   return { ...verdict, peers };
@@ -266,8 +270,9 @@ export function disputeHandler(node: Libp2p, reputation: Reputation, log: Logger
   const queue = new CheckQueue<Answer>(DISPUTE_LIMITS, () => false, 'disputes');
   return async (m: Record<string, unknown>, from: PeerId) => {
     const req = parseDispute(m);
-    const key = `${recordId(req.a.record)}:${recordId(req.b.record)}`;
-    const v = await queue.run(from.toString(), key, () => dispute(node, reputation, req));
+    const key = createHash('sha256').update(`${recordId(req.a.record)}:${recordId(req.b.record)}`).digest('hex');
+    const { value: v, replayed } = await queue.run(from.toString(), key, () => dispute(node, reputation, req));
+    if (replayed) return { type: 'dispute-result', ...v, losers: v.losers.map((n) => v.peers[n]) };
     const op = v.op ? `op ${v.op.index} '${v.op.name}'` : 'no op';
     log.warn('dispute-settled', { losers: v.losers.map((n) => v.peers[n]), op, reason: v.reason, mode: v.mode, ...v.cost });
     for (const n of v.losers) {

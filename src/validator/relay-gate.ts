@@ -4,11 +4,12 @@ import type { RelayCircuit, RelayGate } from '../p2p/index.ts';
 export const KNOWN_FOR_MS = 3_600_000;
 
 /**
- * What a validator's relay carries. A pair with work between them (the destination, or the source, announced the other
- * among the peers it works with: a job's owner or assignment, a hosted session's user) is carried as a job's transfers
- * need: a section's weights in, then its activations. Any other pair gets what first contact needs (WebRTC signalling,
- * opening a job, link probes of 256 KiB every 10 s each way): a few MiB at once and a slow trickle after. Each is a
- * budget per pair that refills at its rate (a token bucket), so a pair cannot renew it by dialling again.
+ * What a validator's relay carries. A pair with work between them (the destination, the worker behind NAT holding the
+ * slot, announced the source among the peers it works with: a job's owner or assignment, a hosted session's user) is
+ * carried as a job's transfers need: a section's weights in, then its activations; all of one destination's such pairs
+ * together get one job's budget too. Any other pair gets what first contact needs (WebRTC signalling, opening a job,
+ * link probes of 256 KiB every 10 s each way): a few MiB at once and a slow trickle after. Each is a budget that refills
+ * at its rate (a token bucket), so a pair cannot renew it by dialling again.
  */
 export interface RelayLimits {
   /** A pair with work between them: bytes at once, and bytes a second after (both ways together). */
@@ -129,10 +130,14 @@ export class ValidatorRelayGate implements RelayGate {
           this.counts.cut.duration++;
           return `a relayed connection lasts at most ${Math.round((job ? this.limits.jobMs : this.limits.contactMs) / 1000)} s`;
         }
-        // a chunk past what is left is not carried: the pair moves at most its budget
+        // a chunk past what is left is not carried: the pair moves at most its budget, and a job's traffic to one
+        // destination, all its pairs together, at most one job's budget (a slot holder naming peers of its own gets
+        // no more than one job's worth of relay)
         const bucket = this.bucket(from, to);
-        if (bucket.bytes >= bytes) {
+        const shared = job ? this.bucket('*', to) : null;
+        if (bucket.bytes >= bytes && (shared === null || shared.bytes >= bytes)) {
           bucket.bytes -= bytes;
+          if (shared) shared.bytes -= bytes;
           this.counts.bytes += bytes;
           return null;
         }
@@ -155,8 +160,9 @@ export class ValidatorRelayGate implements RelayGate {
     return { ...this.counts, cut: { ...this.counts.cut }, circuits: [...this.open.values()].reduce((a, b) => a + b, 0) };
   }
 
+  /** Whether the destination (the slot holder: a worker behind NAT) named the source among the peers it works with. */
   private paired(from: string, to: string): boolean {
-    return this.worksWith(to, from) || this.worksWith(from, to);
+    return this.worksWith(to, from);
   }
 
   /** Bytes the pair may still move now. */
@@ -164,9 +170,12 @@ export class ValidatorRelayGate implements RelayGate {
     return this.bucket(from, to).bytes;
   }
 
-  /** The pair's budget, refilled to now: a job's once the pair works together (what it moved before stays spent). */
+  /**
+   * The pair's budget, refilled to now: a job's once the pair works together (what it moved before stays spent).
+   * `from` '*': the destination's job budget for all its pairs together.
+   */
   private bucket(from: string, to: string): Bucket {
-    const job = this.paired(from, to);
+    const job = from === '*' || this.paired(from, to);
     const key = `${job ? 'job' : 'contact'} ${from} ${to}`;
     const [size, rate] = this.budget(job);
     const now = this.now();

@@ -58,8 +58,8 @@ export class Settler {
   private readonly path: string | null;
   private readonly view = new Map<string, { stake: bigint; claimed: bigint }>();
   private timer: ReturnType<typeof setInterval> | null = null;
-  /** When this validator last closed an epoch (0: not since it started). */
-  private lastSettledAt = 0;
+  /** When a peer outside the validators' set last asked this validator to close an epoch (0: not since it started). */
+  private lastAskedAt = 0;
   private readonly slashed = new Set<string>();
 
   constructor(
@@ -132,12 +132,15 @@ export class Settler {
 
   handlers(): Record<string, Handler> {
     return {
-      // closing an epoch writes to the chain (gas): a peer outside the validators' set may close one every
-      // SETTLE_INTERVAL_MS at most (the first at once)
+      // closing an epoch writes to the chain (gas): peers outside the validators' set may ask for one every
+      // SETTLE_INTERVAL_MS at most, all of them together (the first at once); a request counts when it arrives, whether
+      // its close then succeeds or not
       'ledger-settle': (_m, from: PeerId) => {
-        const wait = this.lastSettledAt + SETTLE_INTERVAL_MS - Date.now();
-        if (wait > 0 && !this.isValidator(from)) {
-          throw new RateLimitedError(`an epoch closed ${Math.round((Date.now() - this.lastSettledAt) / 1000)} s ago: the next may close in ${Math.ceil(wait / 1000)} s`);
+        if (!this.isValidator(from)) {
+          const wait = this.lastAskedAt + SETTLE_INTERVAL_MS - Date.now();
+          const ago = Math.round((Date.now() - this.lastAskedAt) / 1000);
+          if (wait > 0) throw new RateLimitedError(`an epoch was asked for ${ago} s ago: ask again in ${Math.ceil(wait / 1000)} s`);
+          this.lastAskedAt = Date.now();
         }
         return this.lock.run(() => this.settle());
       },
@@ -227,7 +230,6 @@ export class Settler {
       appendFileSync(this.path, `${JSON.stringify(entry)}\n`);
     }
     this.log.info('epoch-settled', { epoch: entry.epoch, root: entry.root, total: total.toString() });
-    this.lastSettledAt = Date.now();
     return { type: 'ledger-settled', epoch: Number(epoch), root: entry.root, rewards: Object.fromEntries(entry.rewards), from, to };
   }
 

@@ -149,7 +149,9 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       const checks = commit ? { commit: { ...commit, checks: commit.checks.map(parseRecord) } } : {};
       // re-executions take CPU and memory: a few at a time, a bounded queue; a replayed request is answered from its first run
       const full = { ...request, record, ...checks };
-      const verdict = await audits.run(from.toString(), auditKey(full), () => audit(node, reputation, full, sections, sessions));
+      const run = () => audit(node, reputation, full, sections, sessions);
+      const { value: verdict, replayed } = await audits.run(from.toString(), auditKey(full), run);
+      if (replayed) return { type: 'audit-result', ...verdict };
       const what = commit
         ? `chunk(s) ${commit.chunks.join(', ')} of session ${record.session?.slice(0, 8)}, job ${record.job.slice(0, 12)}`
         : `${record.kind === 'step' ? 'update' : record.kind} of step ${record.step}${record.kind === 'step' ? '' : `, micro-batch ${record.micro}`}, job ${record.job.slice(0, 8)}`;

@@ -129,8 +129,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     memory, store, models, stallMs: options.stallMs, signer: own?.signer ?? signerOf(node), fault, onTransfer,
     requestsPerSecond: options.requestsPerSecond,
   });
-  // the announcement, once it is defined below (a request that comes before then waits for the first one)
-  let announceNow: () => Promise<void> = async () => {};
+  // a new owner announced soon (defined below; a request before then needs none: the first announcement names it)
+  let announceSoon: () => Promise<void> = async () => {};
   await serveControl(node, {
     'capabilities': () => ({ type: 'capabilities', capabilities: { ...capabilities, memoryFreeBytes: memory.free() } }),
     // its work and traffic so far, for summaries; jobs and sessions it holds, and its memory per job
@@ -144,7 +144,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       const known = circuit !== null && jobs.partners(node.peerId.toString(), MAX_ANNOUNCED_PEERS).includes(from.toString());
       const { jobId } = jobs.open(parseJobRequest(m).jobId, from);
       // behind NAT, a new owner is announced before the answer: the relay then carries its load as a job's
-      if (circuit !== null && !known) await announceNow().catch((err: Error) => log.warn('announce-failed', { error: err.message }));
+      if (circuit !== null && !known) await announceSoon();
       return { type: 'job-opened', jobId };
     },
     'job-status': (m, from) => {
@@ -186,7 +186,18 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     const peers = circuit ? { peers: jobs.partners(node.peerId.toString(), MAX_ANNOUNCED_PEERS) } : {};
     if (via !== 'gossip') await request(node, validator, { type: 'announce', ...record, ...peers });
   };
-  announceNow = announce;
+  // new owners share one announcement made after they came (the one under way may predate them: the next one, queued
+  // behind it, is shared by all who come meanwhile), and none waits more than 2 s for it
+  let running: Promise<void> = Promise.resolve();
+  let queued: Promise<void> | null = null;
+  announceSoon = async () => {
+    queued ??= running.then(() => {
+      queued = null;
+      return announce().catch((err: Error) => log.warn('announce-failed', { error: err.message }));
+    });
+    running = queued;
+    await Promise.race([queued, new Promise((r) => setTimeout(r, 2_000).unref())]);
+  };
   if (via === 'gossip') await node.dial(validator, { signal: AbortSignal.timeout(10_000) });
   /** Measures round trip and bandwidth to every other worker the validator knows, at any of its addresses. */
   const measure = async () => {

@@ -93,7 +93,7 @@ describe('ledger and chain: a fake job earns nothing from the common pool', () =
     assert.equal(await escrow('fake2', cheater2), 10n * TLK);
     assert.equal(await escrow('job', cheater), 0n);
     // a stranger to the validators' set closes no second epoch at once (each is a transaction), and signs nothing for them
-    await assert.rejects(request(user, target, { type: 'ledger-settle' }, 60_000), { name: 'RateLimitedError', message: /next may close/ });
+    await assert.rejects(request(user, target, { type: 'ledger-settle' }, 60_000), { name: 'RateLimitedError', message: /ask again in/ });
     const input = { epoch: '1', from: 0, to: 1, reputations: {}, accounts: {}, validators: {} };
     await assert.rejects(request(cheater, target, { type: 'settle-sign', input }), { name: 'UnauthorizedError' });
     const slash = { record: onPaidJob[0], account: honestAccount.address, amount: '1', nonce: '0' };

@@ -33,16 +33,18 @@ describe('the validator\'s check queue', () => {
     const d = queue.run('carol', 'record-4', async () => ({ ok: true, unavailable: true }));
     await assert.rejects(queue.run('dave', 'record-5', slow), { name: 'RateLimitedError', message: /has 2 checks waiting/ });
     g.open();
-    assert.deepEqual(await Promise.all([a, b, c, d]), [{ ok: true }, { ok: true }, { ok: false }, { ok: true, unavailable: true }]);
+    const values = (await Promise.all([a, b, c, d])).map((r) => r.value);
+    assert.deepEqual(values, [{ ok: true }, { ok: true }, { ok: false }, { ok: true, unavailable: true }]);
+    assert.deepEqual((await Promise.all([a, b])).map((r) => r.replayed), [false, true], 'the second waited for the first\'s run');
     assert.equal(runs, 2);
     // replayed after it ran: the kept verdict, no run
-    assert.deepEqual(await queue.run('eve', 'record-2', slow), { ok: false });
+    assert.deepEqual(await queue.run('eve', 'record-2', slow), { value: { ok: false }, replayed: true });
     assert.equal(runs, 2);
     // a verdict not kept (its worker could not be reached) is asked again
     assert.deepEqual(await queue.run('carol', 'record-4', async () => {
       runs++;
       return { ok: true };
-    }), { ok: true });
+    }), { value: { ok: true }, replayed: false });
     assert.equal(runs, 3);
     assert.equal(queue.replayed, 2);
   });

@@ -55,6 +55,18 @@ describe('the relay gate (its arithmetic, on a clock of its own)', () => {
     assert.deepEqual(gate.stats().cut, { contact: 0, job: 1, duration: 1 });
   });
 
+  test('only the destination\'s word makes a pair a job\'s, and all of its pairs share one job\'s budget', () => {
+    const works = new Set<string>();
+    const gate = new ValidatorRelayGate(() => true, (a, b) => works.has(`${a} ${b}`), limits, () => 0);
+    // the source naming the destination is not enough: a peer cannot give itself a job's budget to anyone
+    works.add(`${A} ${B}`);
+    assert.match(gate.circuit(A, B, null).carry(2_000) ?? '', /without a job or session/);
+    // a slot holder naming peers of its own: together they move one job's budget to it, not one each
+    works.add(`${C} ${A}`).add(`${C} ${B}`);
+    assert.equal(gate.circuit(A, C, null).carry(6_000), null);
+    assert.match(gate.circuit(B, C, null).carry(6_000) ?? '', /a job's transfers/);
+  });
+
   test('strangers are refused; slots per address and connections per peer are capped', () => {
     const known = new Set([A, B]);
     const gate = new ValidatorRelayGate((p) => known.has(p), () => false, { reservationsPerIp: 1, circuitsPerPeer: 2 });
