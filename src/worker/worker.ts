@@ -196,7 +196,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       return announce().catch((err: Error) => log.warn('announce-failed', { error: err.message }));
     });
     running = queued;
-    await Promise.race([queued, new Promise((r) => setTimeout(r, 2_000).unref())]);
+    await Promise.race([queued, new Promise((r) => setTimeout(r, 2_000))]);
   };
   if (via === 'gossip') await node.dial(validator, { signal: AbortSignal.timeout(10_000) });
   /** Measures round trip and bandwidth to every other worker the validator knows, at any of its addresses. */
