@@ -25,7 +25,8 @@ export {
   type WireTensor,
 } from './frames.ts';
 export { IDENTITY_FILE, loadOrCreateIdentity } from './identity.ts';
-export { createLogger, isLogLevel, type Logger, type LogLevel } from './log.ts';
+export { createLogger, isLogLevel, LOG_BURST, LOG_LINES_PER_SECOND, type Logger, type LogLevel } from './log.ts';
+export { GRAYLIST_AFTER_REJECTS, GRAYLIST_THRESHOLD, gossipScore } from './gossip-score.ts';
 export { createNode, DHT_PROTOCOL, MAX_RELAY_RESERVATIONS, type NodeOptions, listenAlso, publicKeyOf, relayListen, signerOf, type TensorLinkNode } from './node.ts';
 export { type RelayCircuit, type RelayGate, remoteIp } from './relay-server.ts';
 export { PeerRateLimiter } from './rate-limit.ts';

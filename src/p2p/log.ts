@@ -13,12 +13,36 @@ export interface Logger {
   error(event: string, fields?: Record<string, unknown>): void;
 }
 
-export function createLogger(options: { level?: LogLevel; peer?: string; write?: (line: string) => void } = {}): Logger {
+/**
+ * Lines of one event a logger writes a second (bursts of up to LOG_BURST): many come from what peers send (a malformed
+ * message, a refused request), and a peer sending a million of them must not write a million lines. The next line of an
+ * event after some were dropped says how many (`dropped`).
+ */
+export const LOG_LINES_PER_SECOND = 20;
+export const LOG_BURST = 100;
+
+export function createLogger(
+  options: { level?: LogLevel; peer?: string; write?: (line: string) => void; now?: () => number } = {},
+): Logger {
   const threshold = ORDER[options.level ?? 'warn'];
   const write = options.write ?? ((line: string) => process.stderr.write(line));
+  const now = options.now ?? Date.now;
+  const buckets = new Map<string, { tokens: number; at: number; dropped: number }>();
   const emit = (level: LogLevel) => (event: string, fields: Record<string, unknown> = {}) => {
     if (ORDER[level] < threshold) return;
-    write(`${JSON.stringify({ time: new Date().toISOString(), level, peer: options.peer, event, ...fields })}\n`);
+    const t = now();
+    const b = buckets.get(event) ?? { tokens: LOG_BURST, at: t, dropped: 0 };
+    buckets.set(event, b);
+    b.tokens = Math.min(LOG_BURST, b.tokens + ((t - b.at) / 1000) * LOG_LINES_PER_SECOND);
+    b.at = t;
+    if (b.tokens < 1) {
+      b.dropped++;
+      return;
+    }
+    b.tokens--;
+    const dropped = b.dropped > 0 ? { dropped: b.dropped } : {};
+    b.dropped = 0;
+    write(`${JSON.stringify({ time: new Date(t).toISOString(), level, peer: options.peer, event, ...fields, ...dropped })}\n`);
   };
   return { debug: emit('debug'), info: emit('info'), warn: emit('warn'), error: emit('error') };
 }

@@ -1,6 +1,7 @@
 import '../polyfills.ts';
 import { networkInterfaces } from 'node:os';
 import { gossipsub } from '@libp2p/gossipsub';
+import { gossipScore } from './gossip-score.ts';
 import { identify } from '@libp2p/identify';
 import { kadDHT, passthroughMapper } from '@libp2p/kad-dht';
 import { circuitRelayServer, circuitRelayTransport } from '@libp2p/circuit-relay-v2';
@@ -113,7 +114,7 @@ export async function createNode(options: NodeOptions = {}): Promise<TensorLinkN
       // Loopback and LAN addresses are what a local or home swarm has: keep them (the default drops them).
       dht: kadDHT({ protocol: DHT_PROTOCOL, clientMode: options.dhtClient === true, peerInfoMapper: passthroughMapper }),
       // A worker alone with its validator still publishes (the validator may not be in its mesh yet).
-      pubsub: gossipsub({ allowPublishToZeroTopicPeers: true, emitSelf: false }),
+      pubsub: gossipsub({ allowPublishToZeroTopicPeers: true, emitSelf: false, ...gossipScore() }),
       // libp2p's limits are one size for every pair (its defaults, 128 KiB and 2 minutes a connection, would cut a job's
       // traffic): the gate's meter (relay-server.ts) limits each pair as its work needs instead
       ...(options.relay ? { relay: circuitRelayServer({ reservations: UNLIMITED_RESERVATIONS }) } : {}),

@@ -2,6 +2,9 @@
  * A token bucket per peer: `rate` messages per second with bursts of up to `rate`. A peer
  * over its rate is answered with RateLimitedError and not served; other peers are unaffected.
  */
+/** Buckets kept before those of peers quiet for a second (full again) are dropped. */
+const MAX_BUCKETS = 10_000;
+
 export class PeerRateLimiter {
   private readonly buckets = new Map<string, { tokens: number; at: number }>();
 
@@ -14,6 +17,8 @@ export class PeerRateLimiter {
     b.tokens = Math.min(this.rate, b.tokens + ((now - b.at) / 1000) * this.rate);
     b.at = now;
     this.buckets.set(peer, b);
+    // peers heard once and gone (gossip's publishers are not always connected): a full bucket is as good as none
+    if (this.buckets.size > MAX_BUCKETS) for (const [p, x] of this.buckets) if (now - x.at >= 1000) this.buckets.delete(p);
     if (b.tokens < 1) return false;
     b.tokens -= 1;
     return true;

@@ -67,6 +67,9 @@ export interface NodeProcess {
   dashboard?: string;
 }
 
+/** The tail of a node's stderr kept for the error that reports its exit. */
+const KEPT_OUTPUT_CHARS = 16_384;
+
 /**
  * Starts `tensorlink <args>` as its own process and waits for its ready line (typed errors
  * otherwise). `prefix` runs it through another command (`ip netns exec NS`: on another host).
@@ -81,18 +84,23 @@ export function launchNode(args: string[], timeoutMs: number, options: { prefix?
       child.kill('SIGKILL');
       reject(new TensorLinkError(`tensorlink ${args[0]} did not start within ${timeoutMs} ms: ${err.trim()}`));
     }, timeoutMs);
+    // what the node wrote last, for the error if it exits: a long-lived node's logs are not all kept here
     child.stderr?.on('data', (d) => {
-      err += d;
+      err = (err + d).slice(-KEPT_OUTPUT_CHARS);
     });
+    let ready = false;
     child.stdout?.on('data', (d) => {
+      if (ready) return;
       out += d;
       const line = out.split('\n').find((l) => l.includes('"event":"ready"'));
       if (line) {
+        ready = true;
+        out = '';
         clearTimeout(timer);
-        const ready = JSON.parse(line) as { peerId: string; addrs: string[]; account?: string; dashboard?: string };
+        const r = JSON.parse(line) as { peerId: string; addrs: string[]; account?: string; dashboard?: string };
         resolve({
-          process: child, peerId: ready.peerId, addrs: ready.addrs, ...(ready.account ? { account: ready.account } : {}),
-          ...(ready.dashboard ? { dashboard: ready.dashboard } : {}),
+          process: child, peerId: r.peerId, addrs: r.addrs, ...(r.account ? { account: r.account } : {}),
+          ...(r.dashboard ? { dashboard: r.dashboard } : {}),
         });
       }
     });

@@ -1,6 +1,6 @@
 import type { Libp2p, PeerId } from '@libp2p/interface';
 import {
-  createLogger, createNode, int, type Logger, pageOf, MAX_GOSSIP_BYTES, type Overview, OVERVIEW_LIMITS, PEERS_TOPIC, parseAnnounce,
+  createLogger, createNode, int, type Logger, pageOf, type Overview, OVERVIEW_LIMITS, parseAnnounce,
   parseAuditMessage, parseJobProgress, type Handler, type PeerRecord, serveControl, serveStun, type StunServer,
   type TensorLinkNode,
 } from '../p2p/index.ts';
@@ -12,7 +12,8 @@ import { audit, auditKey, type AuditVerdict } from './audit.ts';
 import { CheckQueue } from './check-queue.ts';
 import { disputeHandler } from './dispute.ts';
 import { SectionCache, SessionPrefills } from './sections.ts';
-import { GossipFreshness, PEER_TTL_MS, Registry } from './registry.ts';
+import { PEER_TTL_MS, Registry } from './registry.ts';
+import { checkGossip, type GossipStats } from './gossip-check.ts';
 import { LedgerService } from './ledger-service.ts';
 import { Settler } from './settlement.ts';
 import type { NodeChain } from '../chain/index.ts';
@@ -35,6 +36,8 @@ export interface Validator {
   settler: Settler | null;
   /** Its relay: whom it carries, and what it refused and cut. */
   relay: ValidatorRelayGate;
+  /** Gossiped announcements it accepted, rejected (malformed, past their publisher's rate) and ignored (stale, replays). */
+  gossip: GossipStats;
   /** What the dashboard shows: peers, jobs as their users report them, events, the ledger. */
   overview(): Overview;
   stop(): Promise<void>;
@@ -72,7 +75,6 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   const events = new EventLog();
   const jobs = new JobBoard();
   const registry = new Registry(log, (kind, peer, roles) => events.add(kind, peer, roles.join(', ')));
-  const fresh = new GossipFreshness();
   const reputation = new Reputation();
   // a verdict that ran stands for replays; one whose worker could not be reached is asked again next time
   const audits = new CheckQueue<AuditVerdict>(AUDIT_LIMITS, (v) => !v.unavailable && !v.inconclusive, 'audits');
@@ -98,19 +100,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     };
     return [self, ...registry.live().map(withStanding)];
   };
-  // Gossip: signed messages, so `from` is the publisher; a malformed record is dropped.
-  node.services.pubsub.subscribe(PEERS_TOPIC);
-  node.services.pubsub.addEventListener('message', (evt) => {
-    const msg = evt.detail;
-    if (msg.topic !== PEERS_TOPIC || msg.type !== 'signed' || msg.data.length > MAX_GOSSIP_BYTES) return;
-    try {
-      const a = parseAnnounce(JSON.parse(new TextDecoder().decode(msg.data)) as Record<string, unknown>);
-      // signed by its publisher, but replayable by anyone who kept it: only a fresh record, newer than the last, counts
-      registry.record(msg.from.toString(), fresh.check(msg.from.toString(), a));
-    } catch (err) {
-      log.warn('bad-gossip', { remote: msg.from.toString(), error: (err as Error).message }); // untrusted input: dropped
-    }
-  });
+  // gossip: signed messages, so `from` is the publisher; only checked ones reach the registry (gossip-check.ts)
+  const gossip = checkGossip(node, registry, log);
   const ledger = new LedgerService(node, reputation, {
     dataDir: options.dataDir, peers: options.peers, validators: options.validators, threshold: options.threshold,
     account: options.chain?.address, log,
@@ -188,6 +179,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     ledger,
     settler,
     relay: gate,
+    gossip,
     overview,
     stop: async () => {
       ledger.stop();
