@@ -265,7 +265,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   {
     name: 'pull-ends',
     summary: 'a hosted model\'s ends (embedding, final norm, head), config and tokenizer from one of its hosts',
-    description: ['into DIR (a new directory), checked against the model\'s manifest hash chunk by chunk'],
+    description: ['into DIR (a new directory), checked against the model\'s hash (its weights and the files beside them) chunk by chunk and file by file'],
     positionals: [{ usage: 'NAME', help: 'the hosted model (see tensorlink models)' }],
     options: {
       bootstrap: NETWORK.bootstrap,

@@ -119,7 +119,9 @@ export { type ArrivalMark, ArrivalMeter, foldTransfer, type TransferSample } fro
 export {
   ENDS_FILES, ENDS_PIECE_BYTES, MANIFEST_PAGE_BYTES, MANIFEST_PAGE_ITEMS, MANIFEST_TIMEOUT_MS, MAX_ENDS_FILE_BYTES, PIECE_TIMEOUT_MS,
 } from './protocols/ends/constants.ts';
-export { type EndsFile, type EndsManifestPage, type ManifestEntry, manifestHash, parseEndsManifestPage, parseEndsPiece } from './protocols/ends/schema.ts';
+export {
+  type EndsFile, type EndsManifestPage, type ManifestEntry, manifestHash, modelHashOf, parseEndsManifestPage, parseEndsPiece,
+} from './protocols/ends/schema.ts';
 export {
   MAX_RESULT_STREAMS,
   RESULT_PROTOCOL,

@@ -5,6 +5,7 @@ import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, PlanInfeasibleError, RateLimitedError, VerificationError } from '../errors.ts';
 import {
   type DialTarget, type EndsFile, type EndsManifestPage, type HostedModelEntry, MANIFEST_TIMEOUT_MS, type ManifestEntry, manifestHash,
+  modelHashOf,
   parseEndsManifestPage, parseEndsPiece, type PeerTarget, PIECE_TIMEOUT_MS, request,
 } from '../p2p/index.ts';
 import { listModels } from './hosted.ts';
@@ -38,8 +39,8 @@ export interface PullEndsOptions {
  * `outDir`, a Hugging Face directory that `loadModel(outDir, { part: 'ends' })` reads. The host's manifest must hash to
  * the hash the index announces, and every chunk must have the sha256 its manifest lists, or the host is refused
  * (VerificationError) and the next one asked. The directory appears whole or not at all (written beside it, then
- * renamed); an `outDir` that exists must be empty. The config and tokenizer files are not covered by the model's
- * hash: they are checked against the sizes and sha256 the host lists, which guards the transfer, not the host.
+ * renamed); an `outDir` that exists must be empty. The config and tokenizer files are covered by the model's hash
+ * too (modelHashOf): a host that sends others than the model's, or lists others, is refused as one with other weights.
  * @example
  * await pullEnds(node, multiaddr(bootstrap), 'tiny', 'ends/tiny')
  * const ends = await loadModel('ends/tiny', { part: 'ends' })
@@ -132,11 +133,14 @@ async function pullFrom(
     if (weights.length > 1_000_000) throw new VerificationError(`${who} sends a manifest without end`);
   }
   const manifest = first!;
-  const got = manifestHash(weights);
+  // the weights and the files beside them (their names, sizes and sha256) hash to the model's name
+  const got = modelHashOf(manifestHash(weights), manifest.files);
   if (got !== entry.hash) {
-    throw new VerificationError(`${who} sent a manifest of '${entry.name}' that hashes to ${got.slice(0, 12)}…, not the announced ${entry.hash.slice(0, 12)}…`, {
-      details: { host: host.peerId, announced: entry.hash, got },
-    });
+    const listed = manifest.files.map((f) => f.name).join(', ');
+    throw new VerificationError(
+      `${who} sent a manifest of '${entry.name}' (its weights and ${listed || 'no files'}) that hashes to ${got.slice(0, 12)}…, not the announced ${entry.hash.slice(0, 12)}…`,
+      { details: { host: host.peerId, announced: entry.hash, got } },
+    );
   }
   const byName = new Map(weights.map((w) => [w.name, w]));
   const ends = manifest.ends.map((n) => {
@@ -186,7 +190,7 @@ async function pullFrom(
   return done;
 }
 
-/** A file beside the weights, a piece at a time, checked against the size and sha256 the host lists. */
+/** A file beside the weights, a piece at a time, checked against the size and sha256 the model's hash covers. */
 async function pullFile(
   ask: (message: Record<string, unknown>, timeoutMs: number) => Promise<Record<string, unknown>>, who: string, file: EndsFile,
 ): Promise<Uint8Array> {
@@ -199,7 +203,11 @@ async function pullFile(
     bytes.set(piece, offset);
     offset += piece.byteLength;
   }
-  if (createHash('sha256').update(bytes).digest('hex') !== file.sha256) throw new VerificationError(`${who} sent a ${file.name} that is not the one it lists`);
+  if (createHash('sha256').update(bytes).digest('hex') !== file.sha256) {
+    throw new VerificationError(`${who} sent a ${file.name} other than the model's (its sha256 is not the one the model's hash covers)`, {
+      details: { host: who, file: file.name },
+    });
+  }
   return bytes;
 }
 

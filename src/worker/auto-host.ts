@@ -3,6 +3,7 @@ import { type ModelConfig, partHeldBytes } from '../models/index.ts';
 import { type DialTarget, type HostedModelEntry, hostedJobId, type HostedSpan, type Logger, parseModelsAnswer } from '../p2p/index.ts';
 import type { WeightFormat } from '../tensor/index.ts';
 import { hostModel, modelHash, openModelWeights } from './hosting.ts';
+import { modelFiles } from './model-files.ts';
 import type { JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
 import { bestStart, blockThroughputs, moveTo, type PlacedSpan } from './placement.ts';
@@ -57,7 +58,7 @@ export class AutoHost {
     for (const dir of this.options.models) {
       const weights = openModelWeights(dir);
       try {
-        this.candidates.push({ dir, name: basename(dir), hash: await modelHash(weights), config: weights.config });
+        this.candidates.push({ dir, name: basename(dir), hash: await modelHash(weights, modelFiles(dir)), config: weights.config });
       } finally {
         weights.close();
       }

@@ -1,13 +1,11 @@
-import { createHash } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { InvalidArgumentError, StateDictError, UnauthorizedError } from '../errors.ts';
-import { GGUFModel, isGGUF, type ModelWeights } from '../models/index.ts';
+import type { ModelWeights } from '../models/index.ts';
 import {
-  CHUNK_BYTES, ENDS_FILES, ENDS_PIECE_BYTES, type EndsFile, type Handler, type HostedSpan, MANIFEST_PAGE_BYTES, MANIFEST_PAGE_ITEMS,
+  CHUNK_BYTES, ENDS_PIECE_BYTES, type EndsFile, type Handler, type HostedSpan, MANIFEST_PAGE_BYTES, MANIFEST_PAGE_ITEMS,
   type ManifestEntry, pageOf, parseModelName,
 } from '../p2p/index.ts';
-import { hostedPath, modelManifest, openModelWeights } from './hosting.ts';
+import { type HostedFiles, hostedFilesOf, modelManifest, openModelWeights } from './hosting.ts';
+import { listFiles, type ModelFiles } from './model-files.ts';
 import type { JobTable } from './jobs.ts';
 
 /** A hosted model's files stay open this long after the last piece read from them (then they are closed, unref'd). */
@@ -18,31 +16,13 @@ interface Served {
   hash: string;
   manifest: ManifestEntry[];
   ends: Set<string>;
-  files: Map<EndsFile['name'], Uint8Array>;
+  files: ModelFiles;
+  /** Their names, sizes and sha256, as the model's hash covers them. */
+  listed: EndsFile[];
   weights: ModelWeights | null;
   idle: ReturnType<typeof setTimeout> | null;
   /** The last chunk read (a chunk is sent in several pieces). */
   last: { key: string; bytes: Uint8Array } | null;
-}
-
-/** The config and tokenizer files of a checkpoint directory, or a GGUF file's as Hugging Face would hold them. */
-function endsFiles(path: string): Map<EndsFile['name'], Uint8Array> {
-  const files = new Map<EndsFile['name'], Uint8Array>();
-  if (isGGUF(path)) {
-    const file = GGUFModel.open(path);
-    try {
-      files.set('config.json', new TextEncoder().encode(JSON.stringify(file.config)));
-      const tok = file.tokenizer();
-      if (tok) files.set('tokenizer.json', new TextEncoder().encode(JSON.stringify(tok.json)));
-    } finally {
-      file.close();
-    }
-    return files;
-  }
-  for (const name of ENDS_FILES) {
-    if (existsSync(join(path, name))) files.set(name, readFileSync(join(path, name)));
-  }
-  return files;
 }
 
 /**
@@ -51,26 +31,28 @@ function endsFiles(path: string): Map<EndsFile['name'], Uint8Array> {
  * which the user recomputes the announced hash), the ends' names and the files beside them; 'ends-chunk' {model, hash,
  * weight, index, offset} → up to ENDS_PIECE_BYTES of an end's float32 chunk; 'ends-file' {model, hash, file, offset} →
  * a piece of config.json or the tokenizer's files. Only models this worker hosts (online, `--host` or `--host-auto`),
- * and of them only the ends. Blocks are never sent: they stay with their hosts. `pathOf`: the files a hosted span was
- * loaded from (hostedPath; tests give their own).
+ * and of them only the ends. Blocks are never sent: they stay with their hosts. `filesOf`: what a hosted span was
+ * loaded from, and the files its hash covers (hostedFilesOf; tests give their own).
  */
-export function endsHandlers(jobs: JobTable, pathOf: (span: HostedSpan) => string | undefined = hostedPath): Record<string, Handler> {
+export function endsHandlers(
+  jobs: JobTable, filesOf: (span: HostedSpan) => HostedFiles | undefined = hostedFilesOf,
+): Record<string, Handler> {
   const served = new Map<string, Promise<Served>>();
 
   /** The files and hash of a model hosted here by this name (and hash, when named). */
-  const hostedAs = (body: Record<string, unknown>): { spec: { name: string; path: string }; hash: string } => {
+  const hostedAs = (body: Record<string, unknown>): { spec: { name: string } & HostedFiles; hash: string } => {
     const name = parseModelName(body.model, 'model');
     const hash = body.hash === undefined ? undefined : String(body.hash);
     for (const j of jobs.values()) {
       const span = j.hosted;
       if (!span || span.name !== name || span.state !== 'online' || (hash !== undefined && span.hash !== hash)) continue;
-      const path = pathOf(span);
-      if (path !== undefined) return { spec: { name, path }, hash: span.hash };
+      const files = filesOf(span);
+      if (files !== undefined) return { spec: { name, ...files }, hash: span.hash };
     }
     throw new UnauthorizedError(`this worker hosts no model '${name}'${hash ? ` with hash ${hash.slice(0, 12)}…` : ''}; ask one of its hosts`);
   };
 
-  const open = (spec: { path: string }, hash: string): Promise<Served> => {
+  const open = (spec: HostedFiles, hash: string): Promise<Served> => {
     const key = `${spec.path}\u0000${hash}`;
     let entry = served.get(key);
     if (!entry) {
@@ -79,7 +61,7 @@ export function endsHandlers(jobs: JobTable, pathOf: (span: HostedSpan) => strin
         try {
           const manifest = await modelManifest(weights);
           const ends = new Set(weights.partWeights('ends').map((w) => w.name));
-          return { hash, manifest, ends, files: endsFiles(spec.path), weights, idle: null, last: null };
+          return { hash, manifest, ends, files: spec.files, listed: listFiles(spec.files), weights, idle: null, last: null };
         } catch (err) {
           weights.close();
           throw err;
@@ -121,9 +103,8 @@ export function endsHandlers(jobs: JobTable, pathOf: (span: HostedSpan) => strin
       const cursor = m.page === undefined ? 0 : Number(m.page);
       if (!Number.isSafeInteger(cursor) || cursor < 0) throw new InvalidArgumentError('page must be a cursor from a previous page (0 first)');
       const { items, next } = pageOf(s.manifest, cursor, { items: MANIFEST_PAGE_ITEMS, bytes: MANIFEST_PAGE_BYTES });
-      const files = [...s.files].map(([name, bytes]) => ({ name, bytes: bytes.byteLength, sha256: createHash('sha256').update(bytes).digest('hex') }));
       return {
-        type: 'ends-manifest', name: spec.name, hash, chunkBytes: CHUNK_BYTES, ends: [...s.ends], files, weights: items,
+        type: 'ends-manifest', name: spec.name, hash, chunkBytes: CHUNK_BYTES, ends: [...s.ends], files: s.listed, weights: items,
         ...(next === undefined ? {} : { next }),
       };
     },

@@ -4,12 +4,15 @@ import { InvalidArgumentError, UnauthorizedError } from '../errors.ts';
 import {
   CheckpointWeights, configToHF, defaultCacheDir, GGUFWeights, heldBytes, isGGUF, loadModel, type ModelWeights, weightsWithAdapter,
 } from '../models/index.ts';
-import { CHUNK_BYTES, hostedJobId, type HostedSpan, type Logger, type ManifestEntry, manifestHash, parseSessionId } from '../p2p/index.ts';
+import {
+  CHUNK_BYTES, hostedJobId, type HostedSpan, type Logger, type ManifestEntry, manifestHash, modelHashOf, parseSessionId,
+} from '../p2p/index.ts';
 import { packedTensor, type Tensor, type WeightFormat } from '../tensor/index.ts';
 import { checkpointHash } from '../verify/index.ts';
 import type { FaultInjector } from './fault.ts';
 import type { JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
+import { listFiles, type ModelFiles, modelFiles } from './model-files.ts';
 
 /** What `worker --host [NAME=]PATH[:FIRST-LAST]` asks for: a model's name, its files, and the blocks to host (null: all). */
 export interface HostSpec {
@@ -49,12 +52,13 @@ export async function modelManifest(weights: ModelWeights): Promise<ManifestEntr
 }
 
 /**
- * The identity of a model's weights: the sha256 of its manifest (every weight's name, shape and chunk addresses at
- * float32, in name order; see manifestHash). Two copies with the same bytes have the same hash wherever they are and
- * whatever part of them a host holds; a directory's hashes are cached, so a host started again does not read its files twice.
+ * The name of a model: the hash of its weights' manifest (every weight's name, shape and chunk addresses at float32, in
+ * name order; see manifestHash) and of the files a user pulls beside them (modelHashOf). Two copies with the same bytes
+ * have the same hash wherever they are and whatever part of them a host holds; a directory's chunk hashes are cached,
+ * so a host started again does not read its files twice.
  */
-export async function modelHash(weights: ModelWeights): Promise<string> {
-  return manifestHash(await modelManifest(weights));
+export async function modelHash(weights: ModelWeights, files: ModelFiles): Promise<string> {
+  return modelHashOf(manifestHash(await modelManifest(weights)), listFiles(files));
 }
 
 /**
@@ -73,10 +77,12 @@ export async function hostModel(
   },
 ): Promise<HostedSpan> {
   const weights = openModelWeights(spec.path, ctx.cacheDir);
+  // read once: the hash covers these bytes, and the ends server sends them
+  const files = modelFiles(spec.path);
   let hash: string;
   let blocks: number;
   try {
-    hash = await modelHash(weights);
+    hash = await modelHash(weights, files);
     blocks = weights.config.layers;
   } finally {
     if (weights instanceof CheckpointWeights) weights.saveCache();
@@ -110,7 +116,7 @@ export async function hostModel(
       ctx.fault.substitute(model);
     }
     span.state = 'online';
-    hostedFiles.set(span, spec.path);
+    hostedFiles.set(span, { path: spec.path, files });
     ctx.log.info('hosting', { model: spec.name, hash: hash.slice(0, 12), blocks: [first, last], format: span.format, bytes });
     return span;
   } catch (err) {
@@ -119,11 +125,17 @@ export async function hostModel(
   }
 }
 
-/** The files each hosted span was loaded from (a job's `hosted` record → its spec's path): what the ends server reads. */
-const hostedFiles = new WeakMap<HostedSpan, string>();
+/** What a hosted span was loaded from: its checkpoint directory or GGUF file, and the files its hash covers. */
+export interface HostedFiles {
+  path: string;
+  files: ModelFiles;
+}
 
-/** The checkpoint directory or GGUF file a span hosted here (by hostModel) was loaded from. */
-export function hostedPath(span: HostedSpan): string | undefined {
+/** The files of each span hosted here (a job's `hosted` record → what it was loaded from): what the ends server serves. */
+const hostedFiles = new WeakMap<HostedSpan, HostedFiles>();
+
+/** What a span hosted here (by hostModel) was loaded from. */
+export function hostedFilesOf(span: HostedSpan): HostedFiles | undefined {
   return hostedFiles.get(span);
 }
 

@@ -1,7 +1,7 @@
 // Issue #31: a user without a checkpoint pulls a hosted model's ends (embedding, final norm, head), config and tokenizer
 // from a host (`tensorlink pull-ends`), checked against the model's manifest hash, and generates with them as one process.
 import assert from 'node:assert/strict';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -10,7 +10,7 @@ import { byteLevelTokenizerJson, configToHF, generate, hfToGGUF, loadModel } fro
 import { createNode, type Handler, type HostedSpan, request, serveControl } from '../../src/p2p/index.ts';
 import { HostedModel, pullEnds } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
-import { measureCapabilities, modelHash, openModelWeights, parseHostSpec, startWorker } from '../../src/worker/index.ts';
+import { measureCapabilities, modelFiles, modelHash, openModelWeights, parseHostSpec, startWorker } from '../../src/worker/index.ts';
 import { endsHandlers } from '../../src/worker/ends-server.ts';
 import type { JobTable } from '../../src/worker/jobs.ts';
 import { setBackend } from '../../src/tensor/index.ts';
@@ -22,12 +22,15 @@ import { readHFReference } from '../helpers/hf-fixtures.ts';
  */
 async function lyingHost(
   validator: string, name: string, dir: string, tamper: (type: string, answer: Record<string, unknown>) => Record<string, unknown>,
+  served = dir,
 ): Promise<Libp2p> {
   const weights = openModelWeights(dir, null);
-  const span: HostedSpan = { name, hash: await modelHash(weights), blocks: weights.config.layers, layers: [0, weights.config.layers - 1], format: 'f32', state: 'online' };
+  const hash = await modelHash(weights, modelFiles(dir));
+  const span: HostedSpan = { name, hash, blocks: weights.config.layers, layers: [0, weights.config.layers - 1], format: 'f32', state: 'online' };
   weights.close();
   const jobs = { values: () => [{ hosted: span }][Symbol.iterator]() } as unknown as JobTable;
-  const honest = endsHandlers(jobs, () => dir);
+  // it announces the model at `dir`, and serves the files at `served` beside its weights
+  const honest = endsHandlers(jobs, () => ({ path: dir, files: modelFiles(served) }));
   const node = await createNode({ listen: ['/ip4/127.0.0.1/tcp/0'] });
   const handlers: Record<string, Handler> = {};
   for (const [type, handler] of Object.entries(honest)) handlers[type] = async (m, from) => tamper(type, await handler(m, from));
@@ -142,8 +145,48 @@ describe('pull-ends', () => {
     }
   });
 
-  test('a host whose chunk or manifest is not the announced model is refused, naming it; the next host is asked', async () => {
-    const cases: [string, (type: string, answer: Record<string, unknown>) => Record<string, unknown>, RegExp][] = [
+  // copies of the model with the same weights and one file beside them changed
+  const variant = (what: string, change: (dir: string) => void) => {
+    const dir = join(root, `variant-${what}`);
+    mkdirSync(dir);
+    for (const f of readdirSync(model)) copyFileSync(join(model, f), join(dir, f));
+    change(dir);
+    return dir;
+  };
+  const other = {
+    tokenizer: variant('tokenizer', (dir) => {
+      const tok = byteLevelTokenizerJson() as { model: { vocab: Record<string, number> } };
+      const [a, b] = Object.keys(tok.model.vocab);
+      [tok.model.vocab[a], tok.model.vocab[b]] = [tok.model.vocab[b], tok.model.vocab[a]];
+      writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tok));
+    }),
+    config: variant('config', (dir) => {
+      const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+      writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...config, rms_norm_eps: 0.5 }));
+    }),
+    template: variant('template', (dir) => {
+      writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify({ model_max_length: 64, chat_template: '{{ messages }}' }));
+    }),
+  };
+
+  test('the model\'s hash covers its weights and every file beside them: one changed, added or dropped is another model', async () => {
+    const hash = async (dir: string) => {
+      const weights = openModelWeights(dir, null);
+      try {
+        return await modelHash(weights, modelFiles(dir));
+      } finally {
+        weights.close();
+      }
+    };
+    const base = await hash(model);
+    assert.equal(await hash(variant('copy', () => {})), base, 'a copy has the same hash');
+    const changed = await Promise.all([other.tokenizer, other.config, other.template].map(hash));
+    const dropped = await hash(variant('dropped', (dir) => rmSync(join(dir, 'tokenizer_config.json'))));
+    assert.equal(new Set([base, ...changed, dropped]).size, 5, 'each change is another hash');
+  });
+
+  test('a host whose chunk, manifest or files are not the announced model\'s is refused, naming it; the next host is asked', async () => {
+    const cases: [string, (type: string, answer: Record<string, unknown>) => Record<string, unknown>, RegExp, string?][] = [
       ['a wrong chunk', (type, answer) => {
         if (type !== 'ends-chunk') return answer;
         const bytes = Buffer.from(answer.data as string, 'base64');
@@ -155,11 +198,21 @@ describe('pull-ends', () => {
         const weights = (answer.weights as { name: string; hashes: string[] }[]).map((w, i) => (i === 0 ? { ...w, hashes: w.hashes.map(() => '0'.repeat(64)) } : w));
         return { ...answer, weights };
       }, /hashes to .*, not the announced/],
+      // the files beside the weights are the model's too: one other than it lists, or others listed
+      ['a config.json other than it lists', (type, answer) => {
+        if (type !== 'ends-file') return answer;
+        const bytes = Buffer.from(answer.data as string, 'base64');
+        bytes[1] ^= 1;
+        return { ...answer, data: bytes.toString('base64') };
+      }, /sent a config\.json other than the model's/],
+      ['another tokenizer', (_type, answer) => answer, /\(its weights and config\.json, tokenizer\.json, tokenizer_config\.json\) that hashes to .*, not the announced/, other.tokenizer],
+      ['another config', (_type, answer) => answer, /that hashes to .*, not the announced/, other.config],
+      ['a chat template added', (_type, answer) => answer, /that hashes to .*, not the announced/, other.template],
     ];
-    for (const [what, tamper, message] of cases) {
+    for (const [what, tamper, message, served] of cases) {
       const validator = await startValidator();
       const boot = validator.node.getMultiaddrs()[0].toString();
-      const liar = await lyingHost(boot, 'llama3', model, tamper);
+      const liar = await lyingHost(boot, 'llama3', model, tamper, served);
       const user = await createNode();
       const out = join(root, `refused-${what.replaceAll(' ', '-')}`);
       try {

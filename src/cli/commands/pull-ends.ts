@@ -5,7 +5,7 @@ import { bar, type Output } from '../output.ts';
 
 /**
  * `tensorlink pull-ends NAME --bootstrap ADDR --out DIR [--hash H]`: a hosted model's ends (embedding, final norm, head),
- * config and tokenizer, fetched from one of its hosts and checked against the model's manifest hash, into DIR: what
+ * config and tokenizer, fetched from one of its hosts and checked against the model's hash (its weights and files), into DIR: what
  * `generate --model NAME --ends DIR` and `serve --model NAME --ends DIR` read.
  */
 export async function pullEndsCommand(flags: Flags, out: Output, positionals: string[] = []): Promise<void> {

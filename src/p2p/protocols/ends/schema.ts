@@ -20,7 +20,8 @@ export interface EndsFile {
 /**
  * One page of a hosted model's manifest as its host sends it: the model's name and hash, the chunk size its hashes
  * are of, which weights are its ends, the files beside them, and a page of every weight's entry (`next`: the cursor
- * of the following page). The entries of all pages hash (manifestHash) to the model's hash.
+ * of the following page). The entries of all pages hash (manifestHash) to the weights' hash, which with the files
+ * hashes (modelHashOf) to the model's.
  */
 export interface EndsManifestPage {
   name: string;
@@ -34,12 +35,23 @@ export interface EndsManifestPage {
 
 /**
  * The identity of a model's weights: the sha256 of its manifest, one line `name[shape]:hash,hash,…` per weight in name
- * order. Hosts announce it; a puller recomputes it from the entries a host sends.
+ * order. A puller recomputes it from the entries a host sends (and the model's hash from it and the files: modelHashOf).
  */
 export function manifestHash(entries: readonly ManifestEntry[]): string {
   const sorted = [...entries].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const h = createHash('sha256');
   for (const w of sorted) h.update(`${w.name}[${w.shape.join(',')}]:${w.hashes.join(',')}\n`);
+  return h.digest('hex');
+}
+
+/**
+ * The hash that names a model: the sha256 of its weights' hash (manifestHash) and of each file a user pulls beside them
+ * (config.json, the tokenizer's: name, size and sha256 of its bytes as served, in name order). A host can change neither
+ * the weights nor a file, nor add or drop one, without changing the name a user asked for.
+ */
+export function modelHashOf(weightsHash: string, files: readonly EndsFile[]): string {
+  const h = createHash('sha256').update(`tensorlink-model/2\nweights:${weightsHash}\n`);
+  for (const f of [...files].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) h.update(`${f.name}:${f.bytes}:${f.sha256}\n`);
   return h.digest('hex');
 }
 
