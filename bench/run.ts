@@ -5,7 +5,7 @@
  *
  * usage: npm run bench [-- --quick] [-- --json]
  *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,families,p2p,distributed,pipeline,verify,load,ledger,failover,
- *                     links,compression,serve,graph,quant,hosted,lora,nat; opt-in: perplexity,speculative,fuzz]
+ *                     links,compression,serve,graph,quant,hosted,lora,nat; opt-in: perplexity,speculative,fuzz,soak]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -17,6 +17,7 @@ import { benchGraph } from './graph.ts';
 import { benchCompression } from './compression.ts';
 import { benchFamilies } from './families.ts';
 import { benchFuzz } from './fuzz.ts';
+import { benchSoak } from './soak.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchDistributed } from './distributed.ts';
 import { benchLedger } from './ledger.ts';
@@ -150,6 +151,10 @@ if (sections.includes('perplexity')) {
 if (sections.includes('fuzz')) {
   log('fuzz: a million fuzzed frames on each protocol a stranger reaches (control, stage, probe, result, gossip), a validator and a worker as processes ...');
   rows.push(...(await benchFuzz(values.quick, log)));
+}
+if (sections.includes('soak')) {
+  log('soak: a host serving 500 sessions opened and closed over 10 minutes, a worker through 50 training jobs, their resident memory after each round ...');
+  rows.push(...(await benchSoak(values.quick, log)));
 }
 if (sections.includes('speculative')) {
   log('speculative: a model three hosts serve 25 ms away (delay relays), greedy tokens/s with prompt-lookup drafts and a draft model vs without ...');
