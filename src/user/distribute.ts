@@ -77,6 +77,12 @@ export interface DistributeOptions {
    * factors are sent. The model given (a checkpoint directory) must be the hosted one: the user runs its ends.
    */
   hosted?: string;
+  /**
+   * The least a request waits before its worker is taken for lost and replaced (default DEADLINE_FLOOR_MS, 10 s; longer
+   * when the plan predicts a slow step). Raise it where workers are known to be slow (a loaded machine, browser tabs): a
+   * worker that dies, closes or is cut off is still replaced at once, whatever its deadline.
+   */
+  deadlineFloorMs?: number;
 }
 
 /**
@@ -172,7 +178,7 @@ async function distributeSource(
     const inbox = (options.routing ?? 'chain') === 'chain' ? await inboxFor(node) : null;
     const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;
     job = new DistributedJob(node, first.jobId, source, first.plan, first.sections, inbox, {
-      keepEnds, onProgress, verifier, validator, tokens: options.tokens, name: options.name,
+      keepEnds, onProgress, verifier, validator, tokens: options.tokens, name: options.name, deadlineFloorMs: options.deadlineFloorMs,
       relocate: (avoid) => placeJob(new Set([...verifier.excluded, ...(avoid ?? [])])),
       // a job over hosts takes the route they offer: it moves when one fails, not for a better plan
       ...(hosted === undefined

@@ -31,9 +31,9 @@ export const MAX_FAILOVERS = 8;
 /** The first retry waits this long, each later one twice as long as the one before. */
 export const RETRY_BASE_MS = 250;
 
-/** The deadline of a request predicted to take `seconds`. */
-export function deadlineMs(seconds: number): number {
-  return Math.max(DEADLINE_FLOOR_MS, Math.ceil(DEADLINE_SLACK * seconds * 1000));
+/** The deadline of a request predicted to take `seconds`, never below `floorMs`. */
+export function deadlineMs(seconds: number, floorMs = DEADLINE_FLOOR_MS): number {
+  return Math.max(floorMs, Math.ceil(DEADLINE_SLACK * seconds * 1000));
 }
 
 /** The wait before retry `attempt` (0, 1, ...): exponential backoff. */

@@ -27,6 +27,8 @@ export interface SessionsContext {
   keepEnds: boolean;
   /** Tokens per step the plan was made for: its predicted seconds scale from there. */
   planTokens: number;
+  /** The least a request waits before its worker is taken for lost. */
+  deadlineFloorMs: number;
   /** Whether the job trains (its sections then move only with the trainer). */
   trains(): boolean;
   /** Settles the checks still under way (a training step's re-runs): what a session reads after is verified. */
@@ -83,7 +85,7 @@ export class JobSessions {
 
   /** A new session's steps on the job's workers as they are (and as failovers leave them). */
   private newSession(): SessionSteps {
-    const { placement, recovery, verifier, inbox, planTokens } = this.ctx;
+    const { placement, recovery, verifier, inbox, planTokens, deadlineFloorMs } = this.ctx;
     return new SessionSteps({
       jobId: () => placement.jobId,
       sections: () => placement.sections,
@@ -91,7 +93,7 @@ export class JobSessions {
       verifier,
       format: placement.source.format ?? 'f32',
       exclude: (s) => placement.exclude(s),
-      deadlineMs: (tokens) => deadlineMs(predictedSeconds(placement.plan, tokens, planTokens)),
+      deadlineMs: (tokens) => deadlineMs(predictedSeconds(placement.plan, tokens, planTokens), deadlineFloorMs),
       recover: (cause, attempt, progress) => recovery.recover(cause, attempt, { progress }),
       recovered: (replayed) => recovery.recovered(replayed),
     }, randomUUID());

@@ -106,6 +106,8 @@ export interface TrainingContext {
   keepEnds: boolean;
   /** Tokens per step the plan was made for: its predicted seconds scale from there. */
   planTokens: number;
+  /** The least a request waits before its worker is taken for lost. */
+  deadlineFloorMs: number;
   progress: ProgressReporter | null;
 }
 
@@ -297,13 +299,15 @@ export class JobTraining {
   }
 
   private async buildPipeline(o: DistributedTrainerOptions, verifier: JobVerifier): Promise<PipelineTrainer> {
-    const { placement, keepEnds, planTokens } = this.ctx;
+    const { placement, keepEnds, planTokens, deadlineFloorMs } = this.ctx;
     const replicas = this.replicas;
     const executor = { lr: o.optimizer.lr, weightDecay: o.optimizer.weightDecay, recompute: o.recompute };
     // the job's other holders may send gradients (the validator, named at load, may fetch what re-running a record needs)
     const peers = placement.assignment.map((a) => a.peerId);
     // a forward or backward may take DEADLINE_SLACK times the plan's prediction (a backward costs about twice a forward)
-    const deadline = (i: number) => (tokens: number) => deadlineMs((3 * (placement.plan.stages[i]?.seconds ?? 0) * tokens) / planTokens);
+    const deadline = (i: number) => (tokens: number) => {
+      return deadlineMs((3 * (placement.plan.stages[i]?.seconds ?? 0) * tokens) / planTokens, deadlineFloorMs);
+    };
     const handles = placement.sections.map((copies, i) =>
       copies.map((s) => new RemoteTrainStage(s.remote, s.where, `worker ${s.where.peerId}, layers ${s.where.start}–${s.where.end - 1}`, deadline(i))));
     const compressGrads = o.compressGrads ? { compressGrads: checkDctTopk(o.compressGrads) } : {};

@@ -8,7 +8,7 @@ import {
 import { addTraffic, type DialTarget, newTraffic, type PeerTarget, type Traffic } from '../p2p/index.ts';
 import type { Plan } from '../plan/index.ts';
 import type { Tensor } from '../tensor/index.ts';
-import { type FailoverEvent, retryOnLoss } from './failover.ts';
+import { DEADLINE_FLOOR_MS, type FailoverEvent, retryOnLoss } from './failover.ts';
 import { JobSessions } from './job-sessions.ts';
 import { type JobStage, ownEndLayers } from './job-stage.ts';
 import type { JobTrainer } from './job-trainer.ts';
@@ -112,6 +112,8 @@ export class DistributedJob implements DistributedModel {
       validator?: DialTarget;
       /** Tokens per step the plan was made for: its predicted seconds scale from there. */
       tokens?: number;
+      /** The least a request waits before its worker is taken for lost (default DEADLINE_FLOOR_MS). */
+      deadlineFloorMs?: number;
       /** Proposes a better plan under the swarm as it is now (null: keep this one). */
       propose?: ProposeReplan;
       /** The model's name on the validator's dashboard. */
@@ -133,7 +135,10 @@ export class DistributedJob implements DistributedModel {
     const shown = () => ({ jobId: placement.jobId, stages: this.stagesShown() });
     this.progress = options.validator ? new ProgressReporter(node, options.validator, shown, options.name) : null;
     const planTokens = options.tokens ?? 1;
-    const parts = { placement, recovery: this.recovery, replanner: this.replanner, verifier, keepEnds: this.keepEnds, planTokens };
+    const deadlineFloorMs = options.deadlineFloorMs ?? DEADLINE_FLOOR_MS;
+    const parts = {
+      placement, recovery: this.recovery, replanner: this.replanner, verifier, keepEnds: this.keepEnds, planTokens, deadlineFloorMs,
+    };
     this.training = new JobTraining({ ...parts, progress: this.progress });
     this.sessions = new JobSessions({ ...parts, inbox, trains: () => this.training.trains, settle: () => this.settle() });
   }

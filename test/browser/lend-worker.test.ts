@@ -20,6 +20,8 @@ import { waitFor } from '../helpers/processes.ts';
 /** Debian's Chromium (`apt-get install chromium`, as .ci/run does). */
 const CHROMIUM = '/usr/bin/chromium';
 const OUTPUT = fileURLToPath(new URL('../../test-output/', import.meta.url));
+/** A request's deadline in these tests: far past any step on a loaded machine (a lost worker is found by its closed streams). */
+const NO_DEADLINE_MS = 120_000;
 /** The page with its cheating switch (`?fault=`): built beside dist/lend/ by scripts/build-dashboard.mjs, served by nobody. */
 const TEST_BUILD = fileURLToPath(new URL('../../dist/lend-test/app.js', import.meta.url));
 
@@ -73,11 +75,15 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
   const config = gpt2Config({ vocabSize: 64, hidden: 32, layers: 6, heads: 4, maxPositions: 128 });
   const prompt = [3, 1, 4, 1, 5, 9, 2, 6];
   type Sampling = { maxNewTokens: number; stopTokens: number[]; temperature: number; seed: number };
-  /** One process's tokens for a seeded model, and a job of the same model planned over the workers listed now. */
+  /**
+   * One process's tokens for a seeded model, and a job of the same model planned over the workers listed now. A worker
+   * is taken for lost when it closes or dies, never for being slow: two tabs and a swarm on two cores are slow, and a
+   * deadline missed there would fail over a healthy worker (the tokens the same, the failovers and checks not).
+   */
   const job = async (seed: number, options: Sampling, sampleRate: number) => {
     const model = createModel(config, { seed });
     const expected = (await generate(model, prompt, options)).tokens;
-    return { expected, dm: await swarm.user.distribute(model, { strategy: 'parameter-balanced', verify: { sampleRate } }) };
+    return { expected, dm: await swarm.user.distribute(model, { strategy: 'parameter-balanced', verify: { sampleRate }, deadlineFloorMs: NO_DEADLINE_MS }) };
   };
 
   test('a generation across two tabs and a Node worker gives one process\'s tokens; the validator re-runs every record and all pass', async (t) => {
@@ -96,19 +102,16 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
       const started = Date.now();
       assert.deepEqual((await dm.generate(prompt, options)).tokens, expected);
       // every record of the session re-executed by the validator, the tabs' among them (a tab records under its own key):
-      // 3 a token; on a loaded machine a worker may miss a step's deadline, and the job then fails over, forgets what the
-      // lost worker computed and replays the session on the route left, whose records are the ones re-run
-      const failovers = dm.failovers.map((f) => `${f.action} [${f.layers}) of ${f.peer.slice(-6)}: ${f.cause}`);
-      if (failovers.length > 0) t.diagnostic(`failed over under load: ${failovers.join('; ')}`);
-      const route = dm.assignment.length;
-      await waitFor('every record re-executed', async () => dm.verification!.checked >= route * options.maxNewTokens, 30_000).catch((err: Error) => {
-        throw new Error(`${err.message}: ${JSON.stringify(dm.verification)}; failovers: ${failovers.join('; ') || 'none'}`);
+      // 3 a token, no worker lost
+      assert.deepEqual(dm.failovers, []);
+      await waitFor('every record re-executed', async () => dm.verification!.checked === 3 * options.maxNewTokens, 30_000).catch((err: Error) => {
+        throw new Error(`${err.message}: ${JSON.stringify(dm.verification)}`);
       });
       const v = dm.verification!;
       assert.equal(v.failed, 0, JSON.stringify(v));
       assert.deepEqual(v.flagged, []);
       const rtc: number[] = [];
-      for (const tab of tabs.filter((x) => dm.assignment.some((a) => a.peerId === x.peerId))) {
+      for (const tab of tabs) {
         await tab.page.locator('#lending[data-sections="1"]').waitFor({ timeout: 5_000 });
         assert.ok(Number(await tab.page.locator('#lending').getAttribute('data-steps')) >= options.maxNewTokens, 'the tab counts what it served');
         // one connection per peer, reused (Chrome allows a tab about 500 RTCPeerConnections in its life)
@@ -178,33 +181,27 @@ describe('browser tabs as workers: Chromium tabs and a Node worker serve one job
   test('a tab that cheats (the test build\'s ?fault=noise) is caught by the validator\'s re-execution', async (t) => {
     const cheater = await openTab('&fault=noise', 'test');
     await listed([swarm.workers[0].peerId, ...tabs.map((tab) => tab.peerId)]);
-    // a job in which a worker misses a step's deadline (a loaded machine) fails over: a cheater failed over before its
-    // records were re-run is forgotten with them, not caught, and the test runs another job (at most three)
-    const tried: string[] = [];
-    for (let attempt = 1; ; attempt++) {
-      const dm = await swarm.user.distribute(createModel(config, { seed: 24 }), { strategy: 'parameter-balanced', verify: { sampleRate: 1 } });
-      try {
-        assert.ok(dm.assignment.some((a) => a.peerId === cheater.peerId), 'the cheating tab holds a section');
-        const outcome = await dm.generate(prompt, { maxNewTokens: 4, stopTokens: [], temperature: 0 }).then(
-          (r) => `tokens ${JSON.stringify(r.tokens)}`,
-          (err: Error) => `${err.name}: ${err.message}`,
-        );
-        const lost = dm.failovers.filter((f) => f.peer === cheater.peerId && !dm.verification!.flagged.includes(cheater.peerId));
-        if (lost.length > 0 && attempt < 3) {
-          tried.push(`job ${attempt} failed over the cheater before its re-runs (${lost[0].cause})`);
-          continue;
-        }
-        await waitFor('the cheating tab to be flagged', async () => dm.verification!.flagged.includes(cheater.peerId), 30_000).catch((err: Error) => {
-          const failovers = dm.failovers.map((f) => `${f.peer.slice(-6)}: ${f.cause}`).join('; ') || 'none';
-          throw new Error(`${err.message}: the generation gave ${outcome}; verification ${JSON.stringify(dm.verification)}; failovers ${failovers}; ${tried.join('; ')}`);
-        });
-        const v = dm.verification!;
-        t.diagnostic(`generation with the cheater: ${outcome}; verification ${JSON.stringify(v)}${tried.length > 0 ? `; ${tried.join('; ')}` : ''}`);
-        assert.ok(v.failed >= 1);
-        break;
-      } finally {
-        await dm.close();
-      }
+    // one job: a worker is replaced when it is caught (or closes), never for being slow, so the cheater's records are
+    // re-run before anything could fail it over
+    const dm = await swarm.user.distribute(createModel(config, { seed: 24 }), {
+      strategy: 'parameter-balanced', verify: { sampleRate: 1 }, deadlineFloorMs: NO_DEADLINE_MS,
+    });
+    try {
+      assert.ok(dm.assignment.some((a) => a.peerId === cheater.peerId), 'the cheating tab holds a section');
+      const outcome = await dm.generate(prompt, { maxNewTokens: 4, stopTokens: [], temperature: 0 }).then(
+        (r) => `tokens ${JSON.stringify(r.tokens)}`,
+        (err: Error) => `${err.name}: ${err.message}`,
+      );
+      await waitFor('the cheating tab to be flagged', async () => dm.verification!.flagged.includes(cheater.peerId), 30_000).catch((err: Error) => {
+        throw new Error(`${err.message}: the generation gave ${outcome}; verification ${JSON.stringify(dm.verification)}`);
+      });
+      const v = dm.verification!;
+      t.diagnostic(`generation with the cheater: ${outcome}; verification ${JSON.stringify(v)}`);
+      assert.ok(v.failed >= 1);
+      // the only worker replaced is the cheater, for what it was caught at
+      for (const f of dm.failovers) assert.equal(f.peer, cheater.peerId, JSON.stringify(dm.failovers));
+    } finally {
+      await dm.close();
     }
     for (const tab of tabs) assert.deepEqual(tab.errors, [], `tab ${tab.peerId}`);
   });

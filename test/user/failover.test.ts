@@ -107,7 +107,8 @@ describe('failover across hosts: a lost worker is replaced and its work replayed
     const model = createModel(config, { seed: 21 });
     const options = { maxNewTokens: 32, stopTokens: [], temperature: 0.8, seed: 3 };
     const expected = (await generate(model, prompt, options)).tokens;
-    const dm = await distribute(user, boot, model, { strategy: 'parameter-balanced', verify: { sampleRate: 0 } });
+    // a worker is lost when it dies, not when it is slow (a deadline missed on a loaded machine would add a failover)
+    const dm = await distribute(user, boot, model, { strategy: 'parameter-balanced', verify: { sampleRate: 0 }, deadlineFloorMs: 120_000 });
     try {
       assert.equal(dm.assignment.length, 2);
       // the spare joins after the plan was made
@@ -129,7 +130,7 @@ describe('failover across hosts: a lost worker is replaced and its work replayed
       assert.equal(event.action, 'spare');
       assert.deepEqual(event.replacement, [spare.peerId]);
       assert.ok(event.replayed >= 12, `the session's steps were replayed: ${event.replayed}`);
-      assert.ok(event.recoveredMs !== undefined && event.recoveredMs < 30_000, `recovered in ${event.recoveredMs} ms`);
+      assert.ok(event.recoveredMs !== undefined, 'the step after it finished');
       assert.equal(dm.assignment[1].peerId, spare.peerId);
     } finally {
       await dm.close();
@@ -154,17 +155,19 @@ describe('failover across hosts: a lost worker is replaced and its work replayed
     const running = await Promise.all(dirs.map((d, i) => worker(['--data', d], i + 1)));
     await only(running);
     const model = createModel(train, { seed: 5 });
-    const dm = await distribute(user, boot, model, { strategy: 'parameter-balanced', training: true, verify: { sampleRate: 0 } });
+    const dm = await distribute(user, boot, model, { strategy: 'parameter-balanced', training: true, verify: { sampleRate: 0 }, deadlineFloorMs: 120_000 });
     try {
       const trainer = await dm.trainer({ optimizer: { lr: 3e-3 }, totalSteps: STEPS, warmupSteps: 3, microBatches: 4, schedule: '1f1b', snapshotEvery: 4 });
       const losses: number[] = [];
       let kills = 0;
+      const victims: string[] = [];
       for (const [i, batch] of batches().entries()) {
         const step = trainer.step(batch);
         step.catch(() => {}); // awaited below, after the kill
         if (i > 0 && i % 5 === 0) {
           // the worker holding the job's last section dies while the step runs, and comes back with its data directory
           const victim = dm.assignment[dm.assignment.length - 1].peerId;
+          victims.push(victim);
           const at = running.findIndex((r) => r.peerId === victim);
           running[at].child.kill('SIGKILL');
           kills++;
@@ -176,8 +179,9 @@ describe('failover across hosts: a lost worker is replaced and its work replayed
       assert.deepEqual(losses, expected);
       const pulled = await dm.pull();
       for (const [name, t] of pulled.hfStateDict()) assert.deepEqual(t.data, reference.hfStateDict().get(name)!.data, name);
-      // every kill was failed over (a deadline passing on a loaded machine may add one: the result is the same)
-      assert.ok(dm.failovers.length >= kills, JSON.stringify(dm.failovers));
+      // every kill was failed over, and nothing else (a worker is lost when it dies, not when it is slow)
+      assert.equal(dm.failovers.length, kills, JSON.stringify(dm.failovers));
+      assert.deepEqual(dm.failovers.map((e) => e.peer), victims);
       for (const e of dm.failovers) {
         t.diagnostic(`failover: layers ${e.layers[0]}–${e.layers[1] - 1} ${e.action} onto ${e.replacement.length} worker(s), ${e.replayed} steps replayed, ${e.recoveredMs} ms to the retried step`);
         assert.equal(e.during, 'training');
