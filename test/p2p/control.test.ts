@@ -143,12 +143,11 @@ describe('gossip', () => {
     const boot = validator.node.getMultiaddrs()[0].toString();
     const w = await startWorker({ bootstrap: boot, announceVia: 'gossip' });
     try {
-      const { ms } = await waitFor(
+      await waitFor(
         'the gossiped record',
         async () => validator.peers().some((p: PeerRecord) => p.peerId === w.node.peerId.toString() && p.capabilities !== null),
         15_000,
       );
-      assert.ok(ms < 15_000);
     } finally {
       await w.stop();
       await validator.stop();

