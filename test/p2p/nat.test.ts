@@ -154,7 +154,7 @@ describe('workers behind NAT routers', () => {
     assert.ok(delta.relay < delta.direct / 2, `through the validator: ${delta.relay} B against ${delta.direct} B home to home`);
   });
 
-  test('the relay restarts: each worker takes its slot again within 30 s and the job runs across both again', async () => {
+  test('the relay restarts: each worker takes its slot again and the job runs across both again', async () => {
     validatorProcess!.kill('SIGKILL');
     const stopped = Date.now();
     await startValidator();
