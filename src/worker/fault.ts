@@ -117,7 +117,8 @@ export class FaultInjector {
   /** Waits before a computation (slow): resolves at once for every other fault. */
   async delay(): Promise<void> {
     if (this.fault.kind !== 'slow' || !this.fires()) return;
-    await new Promise((r) => setTimeout(r, SLOW_FAULT_MS).unref());
+    // a browser tab's timers have no unref
+    await new Promise((r) => setTimeout(r, SLOW_FAULT_MS).unref?.());
   }
 
   /**

@@ -101,7 +101,9 @@ function open(job: JobEntry, step: number, micro: number, key: string): Held {
   if (there) return there;
   if (mine.size >= MAX_HELD_DISPUTES) throw new InvalidMessageError(`this worker holds ${MAX_HELD_DISPUTES} disputes of job ${job.jobId} already`);
   const map = mine;
-  const timer = setTimeout(() => map.delete(key), DISPUTE_HOLD_MS).unref();
+  // a browser tab's timers have no unref
+  const timer = setTimeout(() => map.delete(key), DISPUTE_HOLD_MS);
+  timer.unref?.();
   const h = { ...recompute(job, step, micro), timer };
   mine.set(key, h);
   return h;
