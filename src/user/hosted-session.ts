@@ -22,19 +22,35 @@ interface SentStep {
   hash?: string;
 }
 
-/** A hop of a session's route: the host, its stage stream, and every step sent to it so far. */
+/**
+ * A hop of a session's route: the host, its stage stream, and every step sent to it so far (a step let go, past the
+ * session's MAX_KEPT_INPUT_BYTES, by its hash alone: what audits name it by).
+ */
 interface LiveHop {
   hop: RouteHop;
   stage: RemoteStage;
-  sent: SentStep[];
+  sent: (SentStep | string)[];
   /** A cut of its last step (a speculative pass) that its next step asks for first. */
   cut?: PendingCut;
 }
 
 /** A step's hash as an audit names it (sessionStepHash), computed once. */
-function stepHash(s: SentStep): string {
+function stepHash(s: SentStep | string): string {
+  if (typeof s === 'string') return s;
   return (s.hash ??= sessionStepHash(hashTensors([s.x]), auxHash(s.positions, s.keyMask)));
 }
+
+/** Bytes a kept step holds. */
+function stepBytes(s: SentStep): number {
+  return s.x.data.byteLength + s.positions.data.byteLength + (s.keyMask?.data.byteLength ?? 0);
+}
+
+/**
+ * Inputs a session keeps to replay on a host that takes over from a lost one (each hop's every step: a decoding step is
+ * one position's hidden states, a prompt all of its positions'). Past this, they are let go (their hashes kept, which
+ * audits name them by) and a host lost after cannot be replaced: the session then fails with PeerUnreachableError.
+ */
+export const MAX_KEPT_INPUT_BYTES = 256 * 2 ** 20;
 
 /** A pass cut to `length` positions: what the host's re-signed record must name, and the pass's own record's report. */
 interface PendingCut {
@@ -73,10 +89,16 @@ export class HostedSession {
   /** Host failures it recovered from: the host, its blocks, and the steps replayed. */
   readonly failovers: { peerId: string; layers: [number, number]; replayed: number }[] = [];
 
-  private constructor(private readonly router: SessionRouter) {}
+  /** Bytes of the inputs it keeps for replay (every hop's). */
+  private kept = 0;
+  /** Whether it still keeps every step it sent (false once past its limit: a lost host then ends it). */
+  private replayable = true;
 
-  static async open(router: SessionRouter, route: RouteHop[]): Promise<HostedSession> {
-    const session = new HostedSession(router);
+  private constructor(private readonly router: SessionRouter, private readonly maxKeptBytes: number) {}
+
+  /** `maxKeptBytes`: the inputs it keeps to replay on another host (default MAX_KEPT_INPUT_BYTES). */
+  static async open(router: SessionRouter, route: RouteHop[], maxKeptBytes = MAX_KEPT_INPUT_BYTES): Promise<HostedSession> {
+    const session = new HostedSession(router, maxKeptBytes);
     session.hops = await session.connect(route);
     return session;
   }
@@ -102,6 +124,30 @@ export class HostedSession {
       }
     }
     return out;
+  }
+
+  /** What it keeps to replay on a host that takes over: bytes, and whether every step is still there. */
+  get replay(): { keptBytes: number; complete: boolean } {
+    return { keptBytes: this.kept, complete: this.replayable };
+  }
+
+  /** Keeps `step` for replay on hop `h`; past the session's limit, lets go of every step but each hop's last. */
+  private keepSent(h: LiveHop, step: SentStep): void {
+    const letGo = (hop: LiveHop, k: number) => {
+      const s = hop.sent[k];
+      if (k < 0 || typeof s === 'string') return;
+      hop.sent[k] = stepHash(s);
+      this.kept -= stepBytes(s);
+    };
+    h.sent.push(step);
+    this.kept += stepBytes(step);
+    if (!this.replayable) {
+      letGo(h, h.sent.length - 2);
+      return;
+    }
+    if (this.kept <= this.maxKeptBytes) return;
+    this.replayable = false;
+    for (const hop of this.hops.includes(h) ? this.hops : [...this.hops, h]) for (let k = 0; k < hop.sent.length - 1; k++) letGo(hop, k);
   }
 
   /** The hosts it runs on now, in order. */
@@ -157,7 +203,7 @@ export class HostedSession {
             throw new VerificationError(`host …${hop.hop.peerId.slice(-8)} answered a step with a record that is not of it`);
           }
           x = done.output;
-          hop.sent.push(step);
+          this.keepSent(hop, step);
           // the steps up to this one, hashed when asked, each once (a check made later still names this step's past only);
           // this step as it was sent, even if a cut replaced it since (a pass whose cut never came is checked as computed)
           const sent = hop.sent;
@@ -193,7 +239,7 @@ export class HostedSession {
   keep(length: number): Promise<void> {
     const pending = this.deferred;
     this.deferred = null;
-    const last = this.hops[0]?.sent.at(-1);
+    const last = this.hops[0]?.sent.at(-1) as SentStep | undefined;
     const steps = last?.x.shape[1] ?? 1;
     const from = (last?.positions.data[0] as number | undefined) ?? 0;
     if (!last || !pending || !this.lastOut || length <= from || length > from + steps) {
@@ -206,12 +252,13 @@ export class HostedSession {
     const keep = length - from;
     // what each hop was sent and gave, cut: the next hop's input is this one's output
     const inputs = this.hops.map((h): SentStep => {
-      const { x, positions, keyMask } = cutStep(h.sent.at(-1)!, keep, ['x']);
+      const { x, positions, keyMask } = cutStep(h.sent.at(-1) as SentStep, keep, ['x']);
       return { x, positions, keyMask };
     });
     const outputs = [...inputs.slice(1).map((s) => s.x), this.lastOut.narrow(1, 0, keep).contiguous()];
     const reports = [...pending];
     for (const [i, h] of this.hops.entries()) {
+      this.kept += stepBytes(inputs[i]) - stepBytes(h.sent.at(-1) as SentStep);
       h.sent[h.sent.length - 1] = inputs[i];
       const own = reports.findIndex((p) => p.peer === h.hop.peerId);
       const report = own >= 0 ? reports.splice(own, 1)[0].report : () => {};
@@ -244,17 +291,23 @@ export class HostedSession {
     this.failed.add(broken.hop.peerId);
     broken.stage.abort();
     const [first, last] = broken.hop.layers;
+    if (!this.replayable) {
+      throw new PeerUnreachableError(`blocks ${first}-${last} lost their host …${broken.hop.peerId.slice(-8)}, and the session let go of the inputs `
+        + `it would replay on another (past ${Math.round(this.maxKeptBytes / 2 ** 20)} MiB kept): start it again`);
+    }
     const route = await this.router.reroute(first, last + 1, this.failed);
     if (!route) throw new PlanInfeasibleError(`blocks ${first}-${last} lost their host …${broken.hop.peerId.slice(-8)} and no other online host covers them`);
     const fresh = await this.connect(route);
     // the KV caches of the new hosts are rebuilt from what the lost one had been sent, step by step
-    for (const s of broken.sent) {
+    for (const s of broken.sent as SentStep[]) {
       let y = s.x;
       for (const h of fresh) {
         h.sent.push({ x: y, positions: s.positions, keyMask: s.keyMask });
+        this.kept += stepBytes(h.sent.at(-1) as SentStep);
         y = await h.stage.forward(this.id, y, s.positions, s.keyMask);
       }
     }
+    for (const s of broken.sent as SentStep[]) this.kept -= stepBytes(s);
     this.failovers.push({ peerId: broken.hop.peerId, layers: broken.hop.layers, replayed: broken.sent.length });
     this.hops.splice(i, 1, ...fresh);
     return i;

@@ -12,7 +12,7 @@ import { noGrad, type Tensor } from '../tensor/index.ts';
 import { agree, COMMIT_CHUNK, type ComputeFormat, ortTolerance, sectionCost, type WorkRecord } from '../verify/index.ts';
 import { hostRoundTrips, routeOver, type RouteOptions } from './hosted-routing.ts';
 import { LedgerSubmitter } from './ledger-submitter.ts';
-import { HostedSession, type RouteHop, type SessionRouter } from './hosted-session.ts';
+import { HostedSession, MAX_KEPT_INPUT_BYTES, type RouteHop, type SessionRouter } from './hosted-session.ts';
 
 export type { RouteHop } from './hosted-session.ts';
 export { routeOver, type RouteOptions } from './hosted-routing.ts';
@@ -90,6 +90,11 @@ export class HostedModel {
        * user's acceptance: with a chain, the user's escrow for the model (hostedModelJob) pays them by their FLOPs.
        */
       ledger?: boolean;
+      /**
+       * Bytes of inputs each session keeps to replay on a host that takes over from a lost one (default
+       * MAX_KEPT_INPUT_BYTES, 256 MiB); past it they are let go, and a host lost after ends the session.
+       */
+      maxKeptBytes?: number;
     },
   ): Promise<HostedModel> {
     const validator = typeof validatorAddr === 'string' ? multiaddr(validatorAddr) : validatorAddr;
@@ -106,6 +111,7 @@ export class HostedModel {
     if (!Number.isInteger(k) || k < 1) throw new InvalidArgumentError(`the security level (redundancy) must be an integer ≥ 1, got ${k}`);
     model.redundancy = k;
     if (options.ledger) model.ledger = new LedgerSubmitter(node, validator);
+    if (options.maxKeptBytes !== undefined) model.maxKeptBytes = options.maxKeptBytes;
     return model;
   }
 
@@ -117,6 +123,8 @@ export class HostedModel {
   private redundancy = 1;
   /** Where accepted steps go (the `ledger` option); null: they are not recorded. */
   private ledger: LedgerSubmitter | null = null;
+  /** Inputs each session keeps for replay (the `maxKeptBytes` option). */
+  private maxKeptBytes = MAX_KEPT_INPUT_BYTES;
   /** Hosts caught cheating: never routed over again by this model. */
   readonly excluded = new Set<string>();
   /**
@@ -178,7 +186,7 @@ export class HostedModel {
     try {
       for (const route of routes) {
         const lane: Lane = { session: null!, last: [] };
-        lane.session = await HostedSession.open(this.router(tokens, audits, signed, lane, lanes, sampler), route);
+        lane.session = await HostedSession.open(this.router(tokens, audits, signed, lane, lanes, sampler), route, this.maxKeptBytes);
         lanes.push(lane);
         opened.push(lane);
         this.onSession?.(lane.session);

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { generate, heldBytes, loadModel } from '../../src/models/index.ts';
 import { createNode, hostedJobId, MAX_SESSIONS_PER_PEER } from '../../src/p2p/index.ts';
-import { HostedModel, listModels, RemoteStage } from '../../src/user/index.ts';
+import { HostedModel, type HostedSession, listModels, RemoteStage } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { parseFault, parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
 import { randn, setBackend, tensor } from '../../src/tensor/index.ts';
@@ -144,6 +144,37 @@ describe('hosted models', () => {
       assert.deepEqual(model.failovers[0].layers, [1, 1]);
       process.stderr.write(`hosted llama3: block 1's host lost after 5 tokens, ${model.failovers[0].replayed} steps replayed on another; ${tokens.length} tokens equal one process's\n`);
       await model.close();
+    } finally {
+      await swarm.stop();
+    }
+  });
+
+  test('a session keeps at most maxKeptBytes of inputs to replay: past it, each hop keeps its last step, and a host lost then ends it with a typed error', async () => {
+    const swarm = await hostedSwarm(['0-0', '1-1', '1-1']);
+    const { ref, hosts } = swarm;
+    try {
+      // 2 hops: the prompt's step, then a step a token; a limit below two steps' inputs lets the first go at once
+      const model = await swarm.open(swarm.users[0], { maxKeptBytes: 1 });
+      let session: HostedSession | null = null;
+      model.onSession = (s) => (session = s);
+      const kept: number[] = [];
+      let produced = 0;
+      const run = model.generate(ref.prompt, {
+        maxNewTokens: 16, temperature: 0, stopTokens: [],
+        onToken: async () => {
+          const replay = session!.replay;
+          assert.equal(replay.complete, false);
+          kept.push(replay.keptBytes);
+          if (++produced !== 5) return;
+          // the host of block 1 goes away: with the inputs let go, nothing can be replayed on the other
+          await hosts.find((h) => h.node.peerId.toString() === session!.route[1].peerId)!.node.stop();
+        },
+      });
+      await assert.rejects(run, { name: 'PeerUnreachableError', message: /let go of the inputs it would replay on another \(past 0 MiB kept\): start it again/ });
+      // from the second token on, each hop keeps one step's: a token's hidden states, position and mask
+      assert.equal(new Set(kept.slice(1)).size, 1, `kept ${kept.join(', ')}`);
+      assert.ok(kept[kept.length - 1] < 4096, `${kept[kept.length - 1]} bytes kept`);
+      assert.equal(model.failovers.length, 0);
     } finally {
       await swarm.stop();
     }
