@@ -1,7 +1,9 @@
 import { InvalidArgumentError } from '../../errors.ts';
+import { checkConfigKeys } from '../config-fields.ts';
 import { type DecoderConfig, validateSizes } from '../config.ts';
 import type { CausalLM } from '../model.ts';
 import { bloom, type BloomConfig } from './bloom.ts';
+import { CONFIG_KEYS } from './config-keys.ts';
 import { falcon, type FalconConfig } from './falcon.ts';
 import type { BuildOptions, Family, GGUFArch, Json } from './family.ts';
 import { gemma2, gemma3Text, type GemmaConfig } from './gemma.ts';
@@ -83,13 +85,16 @@ export function validateConfig(c: ModelConfig): ModelConfig {
 }
 
 /**
- * Reads a Hugging Face config.json object (its model_type names the family).
+ * Reads a Hugging Face config.json object (its model_type names the family). Every key is one the family reads, one
+ * that changes nothing it computes, or a setting at the one value built here (config-keys.ts): any other is refused,
+ * naming it, as is what the reader does not build.
  * @example
  * const config = configFromHF(JSON.parse(readFileSync('models/tiny/config.json', 'utf8')))
  */
 export function configFromHF(raw: Json): ModelConfig {
   const family = familyNamed(raw.model_type);
   if (!family) throw new InvalidArgumentError(`model_type '${String(raw.model_type)}' is not supported (${familyNames().join(', ')})`);
+  checkConfigKeys(raw, family.name, CONFIG_KEYS[family.name] ?? { read: [] });
   return validateConfig(family.fromHF(raw));
 }
 
