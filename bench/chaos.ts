@@ -330,7 +330,10 @@ try {
     },
     training,
     ledger: { blocks: head.height, records, problems },
-    cheater: { joined: cheater.peerId !== '', caught: cheaterCaught, caughtAfterS: caughtBy.has(cheater.peerId) ? Math.round(caughtBy.get(cheater.peerId)! / 1000) : null },
+    cheater: {
+      joined: cheater.peerId !== '', caught: cheaterCaught,
+      caughtAfterS: caughtBy.has(cheater.peerId) ? Math.round(caughtBy.get(cheater.peerId)! / 1000) : null,
+    },
     honestFlagged,
     memory: [...workers, cheater].filter((w) => w.peerId)
       .map((w) => ({ name: w.name, peakAccountShare: Number(w.peakUse.toFixed(3)), peakRssMiB: Math.round(w.peakRss / 2 ** 20) })),
