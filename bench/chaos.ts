@@ -326,7 +326,8 @@ try {
     faults: Object.fromEntries([...new Set(events.map((e) => kindOf(e.kind)))]
       .map((k) => [k, events.filter((e) => kindOf(e.kind) === k).length])),
     sessions: {
-      ok: sessions.ok, mismatched: sessions.mismatched, failedTyped: Object.fromEntries(sessions.typed), untyped: sessions.untyped, hung: sessions.hung,
+      ok: sessions.ok, mismatched: sessions.mismatched, failedTyped: Object.fromEntries(sessions.typed),
+      untyped: sessions.untyped, hung: sessions.hung,
     },
     training,
     ledger: { blocks: head.height, records, problems },
