@@ -40,8 +40,9 @@ const { values } = parseArgs({ options: { minutes: { type: 'string', default: '1
 const MINUTES = Number(values.minutes);
 const rng = new Generator(Number(values.seed));
 const log = (s: string) => process.stderr.write(`[${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${s}\n`);
-const started = Date.now();
-const endAt = started + MINUTES * 60_000;
+let started = Date.now();
+/** When the faults stop: MINUTES after the swarm is up (set then). */
+let endAt = Number.POSITIVE_INFINITY;
 /** A session or a training step that takes longer than this hangs (a lost host is replaced well within it). */
 const HANG_MS = 180_000;
 const MEMORY = '512MiB';
@@ -138,6 +139,8 @@ await waitFor('every worker listed and both models served', async () => {
   const peers = await listPeers(users[0], at);
   return workers.every((w) => peers.some((p) => p.peerId === w.peerId));
 }, 60_000);
+started = Date.now();
+endAt = started + MINUTES * 60_000;
 log(`swarm up: validator ${validator.peerId.slice(-6)}, workers ${workers.map((w) => w.peerId.slice(-6)).join(', ')}${mesh ? ' (4 on their hosts, 2 behind NAT)' : ''}`);
 
 const typedName = (err: unknown) => (err instanceof TensorLinkError ? err.name : null);

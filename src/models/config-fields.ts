@@ -34,7 +34,7 @@ export interface ConfigKeys {
   unused?: readonly string[];
   /** Settings that change the computation and are not built here: accepted only at the values listed (the default first). */
   fixed?: Readonly<Record<string, readonly unknown[]>>;
-  /** Whether the reader takes partial_rotary_factor inside rope_scaling / rope_parameters (else it must equal the top-level one, 1 when absent). */
+  /** Whether the reader takes partial_rotary_factor inside rope_scaling / rope_parameters (else it must equal the top-level one, or 1). */
   nestedPartialRotary?: boolean;
   /** Whether rope_parameters may hold one rotary per layer type (full_attention, sliding_attention). */
   ropePerLayerType?: boolean;
@@ -44,7 +44,7 @@ export interface ConfigKeys {
 export const BOOKKEEPING_KEYS: readonly string[] = [
   'architectures', 'model_type', 'transformers_version', '_name_or_path', 'name_or_path', '_commit_hash', 'dtype', 'torch_dtype',
   'use_bfloat16', 'auto_map', 'custom_pipelines', 'tokenizer_class', 'prefix', 'task_specific_params', 'finetuning_task', 'id2label',
-  'label2id', 'num_labels', 'problem_type', 'bos_token_id', 'eos_token_id', 'pad_token_id', 'sep_token_id', 'unk_token_id',
+  'label2id', 'num_labels', '_num_labels', 'problem_type', 'bos_token_id', 'eos_token_id', 'pad_token_id', 'sep_token_id', 'unk_token_id',
   'decoder_start_token_id', 'use_cache', 'output_attentions', 'output_hidden_states', 'return_dict', 'torchscript', 'tf_legacy_loss',
   'is_decoder', 'chunk_size_feed_forward', 'tie_encoder_decoder', 'cross_attention_hidden_size', 'gradient_checkpointing',
   'attn_implementation', '_attn_implementation', '_attn_implementation_autoset', '_attn_implementation_internal', 'experts_implementation',
@@ -62,6 +62,7 @@ export const BOOKKEEPING_KEYS: readonly string[] = [
  */
 export const TRAINING_ONLY_KEYS: readonly string[] = [
   'attention_dropout', 'hidden_dropout', 'resid_pdrop', 'embd_pdrop', 'attn_pdrop', 'classifier_dropout', 'summary_first_dropout',
+  'attention_probs_dropout_prob', 'hidden_dropout_prob',
 ];
 
 /** Settings of every family that change the computation and are not built here: the values accepted. */

@@ -41,8 +41,9 @@ export const CONFIG_KEYS: Readonly<Record<string, ConfigKeys>> = {
   gpt2: {
     read: ['vocab_size', 'n_positions', 'n_embd', 'n_layer', 'n_head', 'n_inner', 'activation_function', 'layer_norm_epsilon',
       'initializer_range', 'tie_word_embeddings'],
-    // n_ctx: an older name transformers no longer reads (n_positions is); summary_*: GPT2DoubleHeadsModel's head only
-    unused: ['n_ctx', 'summary_type', 'summary_use_proj', 'summary_activation', 'summary_proj_to_labels'],
+    // n_ctx: an older name transformers no longer reads (n_positions is); n_special, predict_special_tokens: OpenAI GPT's,
+    // in GPT-2 medium's and large's config.json; summary_*: GPT2DoubleHeadsModel's head only
+    unused: ['n_ctx', 'n_special', 'predict_special_tokens', 'summary_type', 'summary_use_proj', 'summary_activation', 'summary_proj_to_labels'],
     fixed: { scale_attn_weights: [true], scale_attn_by_inverse_layer_idx: [false], reorder_and_upcast_attn: [false] },
   },
   // pretraining_tp: transformers 5 computes nothing from it (4.x sliced its projections into as many sums)
