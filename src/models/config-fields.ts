@@ -125,6 +125,11 @@ export function checkConfigKeys(raw: Json, family: string, keys: ConfigKeys): vo
   const read = new Set(keys.read);
   const unused = new Set(keys.unused ?? []);
   const fixed = { ...COMMON_FIXED, ...keys.fixed };
+  // transformers takes rope_scaling over rope_parameters; a reader may take either (one per layer type): not both unless equal
+  const { rope_scaling: scaling, rope_parameters: params } = raw;
+  if (isObject(scaling) && isObject(params) && JSON.stringify(scaling) !== JSON.stringify(params)) {
+    throw notImplemented(family, 'rope_parameters', params, [scaling]);
+  }
   for (const [key, value] of Object.entries(raw)) {
     if (value === undefined || BOOKKEEPING.has(key) || TRAINING_ONLY.has(key) || unused.has(key)) continue;
     if (read.has(key)) {

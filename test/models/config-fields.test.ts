@@ -222,6 +222,8 @@ describe('every field of every family\'s config.json is read, changes nothing co
         else refusedNaming(partial, 'rope_parameters.partial_rotary_factor', family.name);
         const perType = { ...fixture, rope_scaling: null, rope_parameters: { full_attention: { rope_type: 'default' }, local_attention: {} } };
         refusedNaming(perType, keys.ropePerLayerType ? 'rope_parameters.local_attention' : 'rope_parameters.full_attention', family.name);
+        const both = { ...fixture, rope_scaling: { rope_type: 'linear', factor: 2 }, rope_parameters: { full_attention: { rope_type: 'default' } } };
+        refusedNaming(both, 'rope_parameters', family.name);
       });
 
       test('the settings its reader does not build are refused naming them', () => {
