@@ -110,6 +110,8 @@ export interface Section {
   cost?: SectionCost;
   sessions: Map<string, Session>;
   training?: Training;
+  /** The hosted span whose weights it shares (an adapter's job over a hosted model): it ends when the span leaves. */
+  shared?: HostedSpan;
 }
 
 export interface JobEntry {
@@ -238,6 +240,10 @@ export class JobTable {
     if (!job) return;
     this.jobs.delete(jobId);
     this.onRemove(job);
+    // jobs over a hosted span that leaves end with it: they share its buffers, which its budget no longer counts
+    const span = job.hosted;
+    if (!span) return;
+    for (const j of [...this.jobs.values()]) if (j.section?.shared === span || j.loading?.shared === span) this.remove(j.jobId);
   }
 
   /** Forgets every job `peer` owns (it disconnected); returns how many. */

@@ -2,7 +2,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { PeerId } from '@libp2p/interface';
-import { JobTable, MAX_JOBS_PER_PEER, MAX_JOBS_PER_WORKER } from '../../src/worker/jobs.ts';
+import type { HostedSpan } from '../../src/p2p/index.ts';
+import { JobTable, type Loading, MAX_JOBS_PER_PEER, MAX_JOBS_PER_WORKER, type Section } from '../../src/worker/jobs.ts';
 
 const peer = (name: string) => ({ toString: () => name }) as unknown as PeerId;
 
@@ -18,5 +19,20 @@ describe('the job table', () => {
     assert.throws(() => jobs.open('c-0', peer('c')), { name: 'InvalidArgumentError', message: /64 jobs/ });
     jobs.close('a-0', peer('a'));
     assert.equal(jobs.open('a-extra', peer('a')).owner, 'a');
+  });
+
+  test('a hosted span that leaves takes the jobs over it along (they share its buffers, which its budget no longer counts)', () => {
+    const released: string[] = [];
+    const jobs = new JobTable((gone) => released.push(gone.jobId));
+    const span: HostedSpan = { name: 'tiny', hash: 'a'.repeat(64), blocks: 2, layers: [0, 1], format: 'f32', state: 'online' };
+    const host = jobs.host('host_tiny', 'self', span);
+    const over = jobs.open('adapter-job', peer('u'));
+    over.section = { shared: span } as Section;
+    const loading = jobs.open('adapter-loading', peer('v'));
+    loading.loading = { shared: span } as Loading;
+    const other = jobs.open('private', peer('w'));
+    jobs.remove(host.jobId);
+    assert.deepEqual(released.sort(), ['adapter-job', 'adapter-loading', 'host_tiny']);
+    assert.deepEqual([...jobs.values()].map((j) => j.jobId), [other.jobId]);
   });
 });

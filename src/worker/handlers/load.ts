@@ -140,7 +140,10 @@ export const loadHandlers: Record<string, StageHandler> = {
       const bytes = (loading.shared ? 0 : heldBytes(loading.model)) + adapterBytes(loading.model);
       if (format) memory.hold(job.jobId, 'weights', bytes, `section [${loading.range[0]}, ${loading.range[1]}) in ${format}`);
       const held = { format: loading.shared?.format ?? format ?? 'f32' as const, bytes };
-      job.section = { model: loading.model, range: loading.range, configHash: loading.configHash, held, sessions: new Map() };
+      job.section = {
+        model: loading.model, range: loading.range, configHash: loading.configHash, held, sessions: new Map(),
+        ...(loading.shared ? { shared: loading.shared } : {}),
+      };
       // the previous stage of a chain may pass activations on for this job
       job.upstream = loading.upstream;
       return control('loaded', { params: loading.model.numParameters(), received: loading.received, reused: loading.reused });
