@@ -180,7 +180,7 @@ async function streamSessions(user: TensorLinkNode, name: 'a' | 'b'): Promise<vo
 }
 
 // training: user 0, the losses of one process step by step
-const training = { steps: 0, equal: 0, differing: [] as string[], stopped: null as string | null, failovers: 0 };
+const training = { steps: 0, equal: 0, differing: [] as string[], byCheater: [] as string[], stopped: null as string | null, failovers: 0 };
 async function train(): Promise<void> {
   const config = gpt2Config({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, maxPositions: 32 });
   const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
@@ -195,10 +195,14 @@ async function train(): Promise<void> {
     while (Date.now() < endAt) {
       const batch = taskBatch(task, tok, batches, 8, 256);
       const want = reference.step(batch).loss;
+      // a failover may place a section on the cheater (it is a worker like any): a step it computed before it was caught
+      // is its lie, not the swarm's (counted apart; the job rolls back once the validator catches it)
+      const cheating = () => cheater.peerId !== '' && dm!.assignment.some((a) => a.peerId === cheater.peerId);
+      const before = cheating();
       const { loss } = await withDeadline(trainer.step(batch), `training step ${training.steps + 1}`);
       training.steps++;
       if (loss === want) training.equal++;
-      else training.differing.push(`step ${training.steps}: ${loss} for ${want}`);
+      else (before || cheating() ? training.byCheater : training.differing).push(`step ${training.steps}: ${loss} for ${want}`);
     }
     for (const peer of dm.verification?.flagged ?? []) if (!caughtBy.has(peer)) caughtBy.set(peer, Date.now() - started);
   } catch (err) {
@@ -352,7 +356,8 @@ try {
   check(sessions.untyped.length === 0, `sessions failed with an untyped error: ${sessions.untyped.length}${sessions.untyped.length ? ` (${sessions.untyped.slice(0, 3).join('; ')})` : ''}`);
   check(sessions.hung.length === 0, `sessions that hung past ${HANG_MS / 1000} s: ${sessions.hung.length}`);
   check(training.differing.length === 0 && (training.stopped === null || !/^(untyped|hung)/.test(training.stopped)),
-    `training: ${training.steps} steps, ${training.equal} losses equal one process's, ${training.failovers} failovers${training.stopped ? `; stopped: ${training.stopped}` : ''}`);
+    `training: ${training.steps} steps, ${training.equal} losses equal one process's, ${training.byCheater.length} computed with the cheater in the job, `
+    + `${training.failovers} failovers${training.stopped ? `; stopped: ${training.stopped}` : ''}`);
   check(problems.length === 0, `ledger: ${head.height} blocks, ${records} records${problems.length ? `; ${problems.join('; ')}` : ', every block verifies'}`);
   check(cheaterCaught, `the cheater ${summary.cheater.joined ? (cheaterCaught ? `was caught after ${summary.cheater.caughtAfterS ?? '?'} s of the run` : 'was not caught') : 'never joined'}`);
   check(honestFlagged.length === 0, `honest workers flagged: ${honestFlagged.length ? honestFlagged.join(', ') : 'none'}`);

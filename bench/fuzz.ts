@@ -41,10 +41,13 @@ async function flood(
   let next = 0;
   let resets = 0;
   let streams = 0;
+  let lastProgress = performance.now();
   const one = async (node: Libp2p) => {
     let mine = 0;
     const began = performance.now();
     while (next < count) {
+      // a receiver that refuses every stream for a minute is not being fuzzed any more: the run says so and stops
+      if (performance.now() - lastProgress > 60_000) throw new Error(`${protocol}: no frame went in 60 s (${resets} streams reset early)`);
       let stream: Stream;
       try {
         stream = await node.dialProtocol(addr, protocol, { signal: AbortSignal.timeout(10_000) });
@@ -67,6 +70,7 @@ async function flood(
         if (ahead > 0) await new Promise((r) => setTimeout(r, ahead));
         const frame = make(next++);
         mine++;
+        lastProgress = performance.now();
         try {
           if (!stream.send(frame.bytes)) await stream.onDrain({ signal: AbortSignal.timeout(10_000) });
         } catch {
@@ -105,6 +109,8 @@ export async function benchFuzz(quick: boolean, log: (s: string) => void): Promi
   const running: Running[] = [];
   const nodes: TensorLinkNode[] = [];
   const rows: Row[] = [];
+  // the result inbox's waits are opened again as they end, until the run ends
+  let open = true;
   try {
     const validator = await startNode(['validator', '--backend', 'js']);
     running.push(validator);
@@ -139,13 +145,22 @@ export async function benchFuzz(quick: boolean, log: (s: string) => void): Promi
       if (out.data.some((v, i) => v !== expected[i])) throw new Error(`fuzz ${what}: the owner's job computes otherwise after it`);
     };
 
-    // the user's inbox takes results from the stages it waits on: the fuzzers are named as such a chain
+    // the user's inbox takes results from the stages it waits on: the fuzzers are named as such a chain. A wait ends when
+    // a fuzzed frame answers it (an error, a tensor of its id) or a fuzzer disconnects (a chain's stage lost): each is
+    // opened again at once, and the frames name the waits open now
     const inbox = await ResultInbox.start(user);
-    const waits = fuzzers.map(() => inbox.expect(new Set(fuzzers.map((f) => f.peerId.toString())), 3_600_000));
-    for (const w of waits) w.result.catch(() => {});
+    const record = { kind: 'forward', job: 'j', step: 0, micro: 0, peer: owner.peerId.toString(), sig: 'AAAA', input: 'a'.repeat(64), output: 'b'.repeat(64) };
+    const resultMessages: Record<string, unknown>[] = [];
+    const wait = (i: number) => {
+      const w = inbox.expect(new Set(fuzzers.map((f) => f.peerId.toString())), 3_600_000);
+      resultMessages[i] = { type: 'records', id: w.requestId, records: [record] };
+      w.result.catch(() => {}).finally(() => {
+        if (open) wait(i);
+      });
+    };
+    fuzzers.forEach((_, i) => wait(i));
 
     const announce = { type: 'announce', roles: ['worker'], addrs: ['/ip4/127.0.0.1/tcp/1'], proximity: {}, capabilities: null, at: Date.now() };
-    const record = { kind: 'forward', job: 'j', step: 0, micro: 0, peer: owner.peerId.toString(), sig: 'AAAA', input: 'a'.repeat(64), output: 'b'.repeat(64) };
     const stageTypes = [...LOAD_REQUESTS, ...INFERENCE_REQUESTS, ...TRAINING_REQUESTS, ...AUDIT_REQUESTS, 'dispute-open', 'dispute-leaves', 'dispute-value', 'dispute-close'];
     const protocols: { name: string; addr: Multiaddr; protocol: string; corpus: Corpus; from: Libp2p[]; perPeer?: number }[] = [
       {
@@ -192,7 +207,7 @@ export async function benchFuzz(quick: boolean, log: (s: string) => void): Promi
           // records only: an error or a tensor for a waiting id would end that wait, and a stream from a peer no request
           // waits on is reset at once
           tensors: [],
-          messages: waits.map((w) => ({ type: 'records', id: w.requestId, records: [record] })),
+          messages: resultMessages,
         },
       },
     ];
@@ -239,6 +254,7 @@ export async function benchFuzz(quick: boolean, log: (s: string) => void): Promi
       value: cpu / g.seconds, unit: 'cores', reference: 'the flood\'s own time', referenceValue: 1, ratio: cpu / g.seconds,
     });
   } finally {
+    open = false;
     for (const r of running) if (alive(r.child)) r.child.kill('SIGKILL');
     await Promise.all(nodes.map((n) => Promise.resolve(n.stop()).catch(() => {})));
   }

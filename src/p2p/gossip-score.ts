@@ -30,6 +30,9 @@ export function gossipScore() {
       // many honest peers share one address (a home behind NAT, a swarm on one machine, a gateway's users): gossipsub's
       // penalty past 10 peers an address would graylist them all; floods are bounded per publisher instead
       IPColocationFactorWeight: 0,
+      // gossipsub's own penalty for broken promises (an IWANT unanswered, a GRAFT in backoff), -10 × count²: three would
+      // graylist a peer, and a graylisted peer is hung up on; a tenth of it leaves room for a peer restarting under churn
+      behaviourPenaltyWeight: -1,
     },
   };
 }

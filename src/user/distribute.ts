@@ -116,6 +116,10 @@ export async function distribute(
   }
   if (options.adapter && typeof model !== 'string') throw new InvalidArgumentError('a job with an adapter loads from a checkpoint directory, not from a model in memory');
   if (options.hosted !== undefined) checkHostedJob(options);
+  const floor = options.deadlineFloorMs;
+  if (floor !== undefined && !(Number.isFinite(floor) && floor >= 0 && floor <= 2 ** 31 - 1)) {
+    throw new InvalidArgumentError(`deadlineFloorMs must be a number of milliseconds in [0, ${2 ** 31 - 1}], not ${floor}`);
+  }
   const adapter = options.adapter === undefined ? null : jobAdapter(options.adapter);
   if (adapter && options.hosted !== undefined) {
     const [name, hash] = options.hosted.split('@', 2);

@@ -291,7 +291,7 @@ export class HostedSession {
     this.failed.add(broken.hop.peerId);
     broken.stage.abort();
     const [first, last] = broken.hop.layers;
-    if (!this.replayable) {
+    if (broken.sent.some((s) => typeof s === 'string')) {
       throw new PeerUnreachableError(`blocks ${first}-${last} lost their host …${broken.hop.peerId.slice(-8)}, and the session let go of the inputs `
         + `it would replay on another (past ${Math.round(this.maxKeptBytes / 2 ** 20)} MiB kept): start it again`);
     }

@@ -27,7 +27,10 @@ export interface GossipStats {
 /** How often graylisted peers are looked for. */
 const GRAYLIST_SWEEP_MS = 1_000;
 
-export function checkGossip(node: TensorLinkNode, registry: Registry, log: Logger): GossipStats {
+/** `trusted`: peers never hung up on whatever their score (the validators of its set, which co-sign the ledger). */
+export function checkGossip(
+  node: TensorLinkNode, registry: Registry, log: Logger, trusted: (peer: string) => boolean = () => false,
+): GossipStats {
   const stats: GossipStats = { accepted: 0, rejected: 0, ignored: 0, hungUp: 0 };
   const fresh = new GossipFreshness();
   const rate = new PeerRateLimiter(GOSSIP_ANNOUNCEMENTS_PER_SECOND);
@@ -35,13 +38,15 @@ export function checkGossip(node: TensorLinkNode, registry: Registry, log: Logge
   const verdict = (from: PeerId, msg: Message): TopicValidatorResult => {
     if (msg.type !== 'signed' || msg.data.length > MAX_GOSSIP_BYTES) return TopicValidatorResult.Reject;
     const publisher = msg.from.toString();
-    // past its rate: held against the publisher that sent it, not against a peer that passed it on (another validator
-    // forwards what it accepted, and what came spread out may reach this one bunched)
-    if (!rate.allow(publisher)) return from.equals(msg.from) ? TopicValidatorResult.Reject : TopicValidatorResult.Ignore;
+    // the rate is the publisher's own, spent only by what it sends itself: copies another peer passes on (a validator
+    // forwards what it accepted; anyone may replay what it kept) never use it up, and are checked for freshness below
+    if (from.equals(msg.from) && !rate.allow(publisher)) return TopicValidatorResult.Reject;
     let a: Announcement;
     try {
       a = parseAnnounce(JSON.parse(new TextDecoder().decode(msg.data)) as Record<string, unknown>);
       if (a.at === undefined) throw new Error('a gossiped announcement must say when it was made (at)');
+      // validators are configured, never announced (the registry refuses the role)
+      if (a.roles.includes('validator')) throw new Error('a peer cannot announce itself a validator');
     } catch (err) {
       log.warn('bad-gossip', { remote: publisher, error: (err as Error).message }); // untrusted input: dropped
       return TopicValidatorResult.Reject;
@@ -67,7 +72,7 @@ export function checkGossip(node: TensorLinkNode, registry: Registry, log: Logge
   const pubsub = node.services.pubsub as unknown as { getPeers(): PeerId[]; getScore(id: string): number };
   const sweep = setInterval(() => {
     for (const peer of pubsub.getPeers()) {
-      if (pubsub.getScore(peer.toString()) >= GRAYLIST_THRESHOLD) continue;
+      if (pubsub.getScore(peer.toString()) >= GRAYLIST_THRESHOLD || trusted(peer.toString())) continue;
       stats.hungUp++;
       log.warn('gossip-hang-up', { remote: peer.toString(), score: Math.round(pubsub.getScore(peer.toString())) });
       void node.hangUp(peer).catch(() => {});
@@ -78,7 +83,13 @@ export function checkGossip(node: TensorLinkNode, registry: Registry, log: Logge
   node.services.pubsub.subscribe(PEERS_TOPIC);
   node.services.pubsub.addEventListener('message', (evt) => {
     const a = checked.get(evt.detail);
-    if (evt.detail.topic === PEERS_TOPIC && evt.detail.type === 'signed' && a) registry.record(evt.detail.from.toString(), a);
+    if (evt.detail.topic !== PEERS_TOPIC || evt.detail.type !== 'signed' || !a) return;
+    try {
+      registry.record(evt.detail.from.toString(), a);
+    } catch (err) {
+      // a listener that throws would end the process: what the registry refuses is logged and dropped
+      log.warn('bad-gossip', { remote: evt.detail.from.toString(), error: (err as Error).message });
+    }
   });
   return stats;
 }

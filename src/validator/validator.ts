@@ -101,7 +101,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     return [self, ...registry.live().map(withStanding)];
   };
   // gossip: signed messages, so `from` is the publisher; only checked ones reach the registry (gossip-check.ts)
-  const gossip = checkGossip(node, registry, log);
+  const validators = new Set(options.validators ?? []);
+  const gossip = checkGossip(node, registry, log, (peer) => validators.has(peer));
   const ledger = new LedgerService(node, reputation, {
     dataDir: options.dataDir, peers: options.peers, validators: options.validators, threshold: options.threshold,
     account: options.chain?.address, log,

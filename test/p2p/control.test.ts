@@ -214,6 +214,8 @@ describe('a gossip flood', () => {
       const publish = (n: typeof flooder, body: unknown) => {
         return n.services.pubsub.publish(PEERS_TOPIC, new TextEncoder().encode(JSON.stringify(body)));
       };
+      // one that claims the validator's role (the registry refuses it: it must not reach it as a throw), then malformed ones
+      await publish(flooder, { roles: ['validator'], addrs: [], proximity: {}, at: Date.now() });
       for (let i = 0; i < 50; i++) await publish(flooder, { roles: ['worker'], addrs: 'not a list', proximity: {}, at: Date.now(), i });
       // gossipsub's own score of the peer (its class has it; its interface does not)
       const pubsub = validator.node.services.pubsub as unknown as { getScore(id: string): number };
