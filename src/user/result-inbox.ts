@@ -32,6 +32,9 @@ export class ResultInbox {
           stream.abort(new UnauthorizedError(`${from} is no stage of a request this peer waits on`));
           return;
         }
+        // a stage that is done closes its side: this one closes too, so the stream stops counting against the limit
+        // (left open, a connection's streams would fill MAX_RESULT_STREAMS and every later result be refused)
+        stream.addEventListener('remoteCloseWrite', () => void stream.close().catch(() => stream.abort(new Error('closed'))));
         receiveFrames(stream, (frame) => inbox.deliver(frame, from));
       },
       { maxInboundStreams: MAX_RESULT_STREAMS },

@@ -6,11 +6,12 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { Stream } from '@libp2p/interface';
 import {
-  CONTROL_PROTOCOL, createNode, encodeTensor, PROBE_BYTES, PROBE_PROTOCOL, probe, request, RESULT_PROTOCOL, serveControl,
-  serveProbes,
+  CONTROL_PROTOCOL, createNode, encodeTensor, MAX_RESULT_STREAMS, PROBE_BYTES, PROBE_PROTOCOL, probe, request, RESULT_PROTOCOL,
+  serveControl, serveProbes,
 } from '../../src/p2p/index.ts';
 import { ResultInbox } from '../../src/user/index.ts';
 import { concat } from '../helpers/bytes.ts';
+import { waitFor } from '../helpers/processes.ts';
 
 /** A frame's length prefix alone, announcing a body of `length` bytes (none of which is sent). */
 function lengthOnly(length: number): Uint8Array {
@@ -79,6 +80,27 @@ describe('protocol limits', () => {
       assert.equal((await request(peer, addr, { type: 'ping' })).type, 'pong');
     } finally {
       await Promise.all([server.stop(), peer.stop()]);
+    }
+  });
+
+  test('a stage that closes its result streams is never refused for streams it no longer has (the inbox closes its side too)', async () => {
+    const [user, stage] = await Promise.all([createNode(), createNode()]);
+    const addr = user.getMultiaddrs()[0];
+    try {
+      const inbox = await ResultInbox.start(user);
+      inbox.expect(new Set([stage.peerId.toString()]), 60_000).result.catch(() => {});
+      // more streams, one after another, than a connection may hold at once (MAX_RESULT_STREAMS): each closed by the
+      // stage, and by the inbox in turn (a close waits for the other side's)
+      for (let i = 0; i < MAX_RESULT_STREAMS + 16; i++) {
+        const stream = await stage.dialProtocol(addr, RESULT_PROTOCOL, { signal: AbortSignal.timeout(10_000) });
+        assert.equal(stream.status, 'open', `stream ${i} taken`);
+        await stream.close({ signal: AbortSignal.timeout(5_000) });
+      }
+      const left = () => user.getConnections(stage.peerId)
+        .reduce((n, c) => n + c.streams.filter((x) => x.protocol === RESULT_PROTOCOL).length, 0);
+      await waitFor('no result stream left open', async () => left() === 0, 5_000);
+    } finally {
+      await Promise.all([user.stop(), stage.stop()]);
     }
   });
 });
