@@ -1,4 +1,5 @@
 import type { WeightFormat } from '../tensor/index.ts';
+import { releaseBackendCopies } from './release.ts';
 import type { NodeChain } from '../chain/index.ts';
 import type { RecordSigner } from '../verify/index.ts';
 import { Claimer } from './claims.ts';
@@ -117,7 +118,10 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null, options.storeMaxBytes);
   // a job that ends returns all it held to the budget
-  const jobs = new JobTable((gone) => memory.release(gone.jobId));
+  const jobs = new JobTable((gone) => {
+    memory.release(gone.jobId);
+    releaseBackendCopies(gone);
+  });
   const fault = options.fault ? new FaultInjector(options.fault) : null;
   // the transfers other workers send it for their jobs update the link estimates between probes (passive measurement)
   const onTransfer = (peer: string, sample: TransferSample) => {

@@ -165,4 +165,26 @@ describe('compact weights on the ort backend', { skip }, () => {
       assert.ok(diff / scale < 1e-5, `relative ${diff / scale}`);
     });
   }
+
+  for (const runtime of ['ffi', 'binding'] as const) {
+    test(`${runtime}: a weight's sessions are released with it (releasePacked); used again, it builds anew and computes the same`, () => {
+      // every product on onnxruntime, however small
+      const backend = createOrtBackend({ threads: 1, runtime, minMacs: 0 });
+      const weights = [0, 1].map((seed) => {
+        const w = tensor(Float32Array.from(randn([64, 96], { seed }).data), [64, 96]);
+        packWeight(w, 'int4');
+        return w;
+      });
+      const x = randn([3, 96], { seed: 9 });
+      const run = () => withBackend(backend, () => weights.map((w) => [...linear(x, w, null).data]));
+      const first = run();
+      assert.equal(backend.packedSessions!(), 2, 'a session per weight');
+      backend.releasePacked!([weights[0].packed!]);
+      assert.equal(backend.packedSessions!(), 1, 'the released weight\'s session is gone, the other\'s kept');
+      assert.deepEqual(run(), first);
+      assert.equal(backend.packedSessions!(), 2);
+      backend.releasePacked!(weights.map((w) => w.packed!));
+      assert.equal(backend.packedSessions!(), 0);
+    });
+  }
 });

@@ -81,6 +81,13 @@ export interface Backend {
    * kernel (exact: see quant/kernels.ts).
    */
   packedLinear?(x: Float32Array, m: number, w: PackedMatrix, y: Float32Array): boolean;
+  /**
+   * Lets go of what the backend holds for these compact weights (onnxruntime's sessions, each with its prepacked copy):
+   * a section whose weights go calls it, so that their copies go too. A weight used again after builds anew.
+   */
+  releasePacked?(weights: Iterable<PackedMatrix>): void;
+  /** Sessions the backend holds for compact weights now (what releasePacked frees). */
+  packedSessions?(): number;
   /** y = op(x) for a unary op by name; returns false to leave it to the js kernel. */
   unary?(op: string, x: FloatArray, y: FloatArray): boolean;
   /** gx = g · op'(x); returns false to leave it to the js kernel. */

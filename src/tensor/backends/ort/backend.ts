@@ -95,6 +95,8 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
   const minElements = options.minElements ?? ORT_MIN_ELEMENTS;
   const spinning = options.spinning ?? 'auto';
   const sessions = new Map<string, OrtSession>();
+  /** Sessions held for compact weights (packed and fused ones), counted as they are made and released. */
+  let packedHeld = 0;
 
   function session(key: string, build: () => Uint8Array, spin = spinning === true, poolThreads = threads): OrtSession {
     const fullKey = `${key}:${spin}:${poolThreads}`;
@@ -145,6 +147,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
       // (int4 decode of a 100M decoder at 2 threads: 2.6 tok/s spinning under 'auto', 42 tok/s asleep), so they spin only when told
       s = ort.session(matMulNBitsGraph(w), poolThreads, spinning === true);
       byPool.set(poolThreads, s);
+      packedHeld++;
     }
     return s;
   };
@@ -167,7 +170,10 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     let byKey = fusedSessions.get(first);
     if (byKey === undefined) fusedSessions.set(first, (byKey = new Map()));
     let s = byKey.get(key);
-    if (s === undefined) byKey.set(key, (s = ort.session(build(), poolThreads, spinning === true)));
+    if (s === undefined) {
+      byKey.set(key, (s = ort.session(build(), poolThreads, spinning === true)));
+      packedHeld++;
+    }
     return s;
   };
   /** The weights as fused graphs take them, or null where one is held in bf16 (its own chunked path). */
@@ -188,8 +194,22 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
   /** Threads for elementwise work on this many elements (small work stays on the calling thread). */
   const pool = (elements: number) => (elements < SINGLE_THREAD_BELOW_ELEMENTS ? 1 : threads);
 
+  const releasePacked = (weights: Iterable<PackedMatrix>) => {
+    for (const w of weights) {
+      for (const held of [packedSessions.get(w), fusedSessions.get(w)]) {
+        for (const s of held?.values() ?? []) {
+          s.release();
+          packedHeld--;
+        }
+      }
+      packedSessions.delete(w);
+      fusedSessions.delete(w);
+    }
+  };
   return {
     name: 'ort',
+    releasePacked,
+    packedSessions: () => packedHeld,
     deterministic: false,
     device: 'cpu',
     tolerance: ORT_BACKEND_TOLERANCE,

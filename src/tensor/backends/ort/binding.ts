@@ -12,6 +12,8 @@ import { disableOrtTelemetry } from './telemetry.ts';
 interface NativeSession {
   loadModel(buffer: ArrayBuffer, offset: number, length: number, options: object): void;
   run(feeds: Record<string, unknown>, fetches: Record<string, unknown>, options: object): unknown;
+  /** Frees the native session (onnxruntime-node 1.16 and later). */
+  dispose?(): void;
 }
 
 let loaded: OrtRuntime | undefined;
@@ -39,7 +41,7 @@ export function loadOrtBinding(): OrtRuntime {
           graphOptimizationLevel: 'all',
           extra: { session: { intra_op: { allow_spinning: spinning ? '1' : '0' } } },
         });
-        return { run: (inputs, outputs) => void s.run(tensors(inputs), tensors(outputs), {}) };
+        return { run: (inputs, outputs) => void s.run(tensors(inputs), tensors(outputs), {}), release: () => s.dispose?.() };
       },
     };
     return loaded;

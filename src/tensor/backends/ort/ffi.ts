@@ -30,6 +30,7 @@ const FN = {
   CreateTensorWithDataAsOrtValue: 49,
   CreateCpuMemoryInfo: 69,
   ReleaseStatus: 93,
+  ReleaseSession: 95,
   ReleaseValue: 96,
   ReleaseSessionOptions: 100,
   AddSessionConfigEntry: 130,
@@ -127,6 +128,7 @@ function open(): OrtRuntime | null {
     releaseStatus: fn(FN.ReleaseStatus, 'void OrtReleaseStatus(void *status)'),
     releaseValue: fn(FN.ReleaseValue, 'void OrtReleaseValue(void *value)'),
     releaseOptions: fn(FN.ReleaseSessionOptions, 'void OrtReleaseSessionOptions(void *options)'),
+    releaseSession: fn(FN.ReleaseSession, 'void OrtReleaseSession(void *session)'),
     addConfig: fn(FN.AddSessionConfigEntry, 'void *OrtAddSessionConfigEntry(void *options, const char *key, const char *value)'),
   };
   const check = (status: unknown) => {
@@ -178,8 +180,15 @@ function open(): OrtRuntime | null {
       } finally {
         c.releaseOptions(options);
       }
+      let released = false;
       return {
+        release() {
+          if (released) return;
+          released = true;
+          c.releaseSession(session);
+        },
         run(inputs, outputs) {
+          if (released) throw new Error('an onnxruntime session was run after its release');
           const values: unknown[] = [];
           try {
             for (const f of inputs) values.push(value(f));

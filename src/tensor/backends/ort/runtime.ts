@@ -12,6 +12,8 @@ export interface Feed {
 /** A loaded graph: reads `inputs` and writes into the buffers of `outputs`. */
 export interface OrtSession {
   run(inputs: readonly Feed[], outputs: readonly Feed[]): void;
+  /** Frees the session and what onnxruntime holds for it (prepacked weights, its pool); it runs no more after. */
+  release(): void;
 }
 
 /**
