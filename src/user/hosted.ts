@@ -78,9 +78,7 @@ export class HostedModel {
    * ends: a loaded model holding them, or a checkpoint directory or GGUF file to load them from.
    */
   static async open(
-    node: Libp2p,
-    validatorAddr: string | DialTarget,
-    name: string,
+    node: Libp2p, validatorAddr: string | DialTarget, name: string,
     options: {
       ends: CausalLM | string;
       hash?: string;
@@ -90,10 +88,7 @@ export class HostedModel {
        * user's acceptance: with a chain, the user's escrow for the model (hostedModelJob) pays them by their FLOPs.
        */
       ledger?: boolean;
-      /**
-       * Bytes of inputs each session keeps to replay on a host that takes over from a lost one (default
-       * MAX_KEPT_INPUT_BYTES, 256 MiB); past it they are let go, and a host lost after ends the session.
-       */
+      /** Inputs each session keeps to replay on another host (default MAX_KEPT_INPUT_BYTES; see HostedSession). */
       maxKeptBytes?: number;
     },
   ): Promise<HostedModel> {
@@ -111,7 +106,7 @@ export class HostedModel {
     if (!Number.isInteger(k) || k < 1) throw new InvalidArgumentError(`the security level (redundancy) must be an integer ≥ 1, got ${k}`);
     model.redundancy = k;
     if (options.ledger) model.ledger = new LedgerSubmitter(node, validator);
-    if (options.maxKeptBytes !== undefined) model.maxKeptBytes = options.maxKeptBytes;
+    model.maxKeptBytes = options.maxKeptBytes ?? MAX_KEPT_INPUT_BYTES;
     return model;
   }
 
@@ -123,7 +118,6 @@ export class HostedModel {
   private redundancy = 1;
   /** Where accepted steps go (the `ledger` option); null: they are not recorded. */
   private ledger: LedgerSubmitter | null = null;
-  /** Inputs each session keeps for replay (the `maxKeptBytes` option). */
   private maxKeptBytes = MAX_KEPT_INPUT_BYTES;
   /** Hosts caught cheating: never routed over again by this model. */
   readonly excluded = new Set<string>();
