@@ -22,7 +22,7 @@ import { sectionCopy, sectionWeights } from '../src/pipeline/index.ts';
 import { Generator, noGrad, setBackend, tensor } from '../src/tensor/index.ts';
 import { RemoteStage, ResultInbox, tensorSource } from '../src/user/index.ts';
 import { concat } from '../test/helpers/bytes.ts';
-import { alive, type Running, startNode } from '../test/helpers/processes.ts';
+import { alive, rss, type Running, startNode } from '../test/helpers/processes.ts';
 import { runTsChild } from './child-json.ts';
 import { type Corpus, floats, fuzzFrame, type Fuzzed } from './fuzz-frames.ts';
 import type { GossipJob, GossipResult } from './fuzz-gossip-child.ts';
@@ -94,12 +94,6 @@ async function flood(
 function cpuSeconds(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
   return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
-/** Resident memory of a process (KiB → bytes), from /proc. */
-function rss(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) * 1024 : 0;
 }
 
 export async function benchFuzz(quick: boolean, log: (s: string) => void): Promise<Row[]> {

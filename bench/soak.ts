@@ -5,7 +5,7 @@
  * resident memory after every round is read from /proc; the figure is the last round's against the first's (target:
  * within 10%). `--quick`: 100 sessions over 2 minutes and 10 jobs.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { multiaddr } from '@multiformats/multiaddr';
@@ -14,14 +14,8 @@ import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, llamaConf
 import { createNode } from '../src/p2p/index.ts';
 import { Generator, setBackend } from '../src/tensor/index.ts';
 import { distribute, HostedModel } from '../src/user/index.ts';
-import { alive, type Running, startNode, waitFor } from '../test/helpers/processes.ts';
+import { alive, rss, type Running, startNode, waitFor } from '../test/helpers/processes.ts';
 import type { Row } from './gemm.ts';
-
-/** Resident memory of a process, from /proc (bytes). */
-function rss(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) * 1024 : 0;
-}
 
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
 
