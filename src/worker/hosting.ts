@@ -13,6 +13,7 @@ import type { FaultInjector } from './fault.ts';
 import type { JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
 import { listFiles, type ModelFiles, modelFiles } from './model-files.ts';
+import { copyReserve } from './release.ts';
 
 /** What `worker --host [NAME=]PATH[:FIRST-LAST]` asks for: a model's name, its files, and the blocks to host (null: all). */
 export interface HostSpec {
@@ -103,7 +104,7 @@ export async function hostModel(
     const compact = format === null ? {} : format === 'bf16' ? { dtype: 'bf16' as const } : { quantize: format };
     const model = await loadModel(spec.path, { part: range, ...compact });
     const bytes = heldBytes(model);
-    ctx.memory.hold(jobId, 'weights', bytes, `${spec.name} blocks ${first}-${last} in ${span.format}`);
+    ctx.memory.holdAll(jobId, { weights: bytes, runtime: copyReserve(model, format) }, `${spec.name} blocks ${first}-${last} in ${span.format}`);
     // its records name the config as a user states it (Hugging Face form), as a job's do
     const configHash = createHash('sha256').update(JSON.stringify(configToHF(model.config))).digest('hex');
     job.section = { model, range, configHash, held: { format: span.format, bytes }, sessions: new Map() };

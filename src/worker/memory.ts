@@ -1,9 +1,12 @@
 import { MemoryBudgetError } from '../errors.ts';
 
-/** What a job holds on a worker, each counted against the worker's budget. */
-export type MemoryUse = 'weights' | 'gradients' | 'optimizer' | 'activations' | 'kv-cache' | 'snapshot';
+/**
+ * What a job holds on a worker, each counted against the worker's budget. `runtime` is what the compute backend keeps
+ * beside the job's compact weights (onnxruntime's prepacked copies: src/worker/release.ts).
+ */
+export type MemoryUse = 'weights' | 'runtime' | 'gradients' | 'optimizer' | 'activations' | 'kv-cache' | 'snapshot';
 
-export const MEMORY_USES: readonly MemoryUse[] = ['weights', 'gradients', 'optimizer', 'activations', 'kv-cache', 'snapshot'];
+export const MEMORY_USES: readonly MemoryUse[] = ['weights', 'runtime', 'gradients', 'optimizer', 'activations', 'kv-cache', 'snapshot'];
 
 /** Bytes as a person reads them. */
 export function mib(bytes: number): string {
@@ -55,7 +58,7 @@ export class MemoryBudget {
 
   /** What a job holds, by use (zeros for a job that holds nothing yet). */
   private holdings(jobId: string): Record<MemoryUse, number> {
-    return this.jobs.get(jobId) ?? { 'weights': 0, 'gradients': 0, 'optimizer': 0, 'activations': 0, 'kv-cache': 0, 'snapshot': 0 };
+    return this.jobs.get(jobId) ?? { 'weights': 0, 'runtime': 0, 'gradients': 0, 'optimizer': 0, 'activations': 0, 'kv-cache': 0, 'snapshot': 0 };
   }
 
   /**

@@ -20,6 +20,7 @@ import { countSent, type JobEntry, type JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
 import type { ModelIndex } from './model-index.ts';
 import { PeerStreams } from './peer-streams.ts';
+import { countBackendCopies } from './release.ts';
 
 /** What a tensor answer carries, for the job's traffic: weights, a verifier's evidence, or (any other) activations. */
 const ANSWER_TRAFFIC: Record<string, 'weights' | 'audits'> = {
@@ -167,6 +168,8 @@ function serveStream(
       const body = job.hosted ? hostedRequest(envelope.type, envelope.body, from.toString(), job.verifiers) : envelope.body;
       const request = { id: envelope.id, type: envelope.type, body, tensors: p.tensors, job, from, bindToStream };
       const reply = await handler.run(request, context);
+      // what the backend made for the job's compact weights while it ran is counted in its budget
+      countBackendCopies(job, context.memory);
       if (reply.kind === 'tensor') {
         // a result's record travels just before it, under the same id
         const cut = reply.cut ? { cut: reply.cut } : {};

@@ -16,7 +16,7 @@ import { describe, test } from 'node:test';
 import { matMulNBitsGraph } from '../../src/tensor/backends/ort/packed.ts';
 import { loadOrtRuntime } from '../../src/tensor/backends/ort/runtime.ts';
 import {
-  createOrtBackend, linear, ortAvailable, packMatrix, packWeight, randn, tensor, unpackMatrix, type WeightFormat, withBackend,
+  createOrtBackend, linear, ortAvailable, packMatrix, packWeight, randn, type Tensor, tensor, unpackMatrix, type WeightFormat, withBackend,
 } from '../../src/tensor/index.ts';
 import { packedLinearJs } from '../../src/tensor/quant/kernels.ts';
 
@@ -179,12 +179,18 @@ describe('compact weights on the ort backend', { skip }, () => {
       const run = () => withBackend(backend, () => weights.map((w) => [...linear(x, w, null).data]));
       const first = run();
       assert.equal(backend.packedSessions!(), 2, 'a session per weight');
+      // each session's prepacked copy is counted: the weight's blocks and its scales, as the session holds them
+      const copy = (w: Tensor) => w.packed!.data.byteLength + w.packed!.scales.byteLength;
+      assert.equal(backend.prepackedBytes!([weights[0].packed!]), copy(weights[0]));
+      assert.equal(backend.prepackedBytes!(weights.map((w) => w.packed!)), copy(weights[0]) + copy(weights[1]));
       backend.releasePacked!([weights[0].packed!]);
+      assert.equal(backend.prepackedBytes!([weights[0].packed!]), 0, 'a released weight keeps no copy');
       assert.equal(backend.packedSessions!(), 1, 'the released weight\'s session is gone, the other\'s kept');
       assert.deepEqual(run(), first);
       assert.equal(backend.packedSessions!(), 2);
       backend.releasePacked!(weights.map((w) => w.packed!));
       assert.equal(backend.packedSessions!(), 0);
+      assert.equal(backend.prepackedBytes!(weights.map((w) => w.packed!)), 0);
     });
   }
 });

@@ -88,6 +88,11 @@ export interface Backend {
   releasePacked?(weights: Iterable<PackedMatrix>): void;
   /** Sessions the backend holds for compact weights now (what releasePacked frees). */
   packedSessions?(): number;
+  /**
+   * Bytes the backend keeps now beside these compact weights (onnxruntime: the prepacked copy in each session made for
+   * one, per pool size and per fused group): what a worker counts in its budget besides the weights themselves.
+   */
+  prepackedBytes?(weights: Iterable<PackedMatrix>): number;
   /** y = op(x) for a unary op by name; returns false to leave it to the js kernel. */
   unary?(op: string, x: FloatArray, y: FloatArray): boolean;
   /** gx = g · op'(x); returns false to leave it to the js kernel. */

@@ -9,6 +9,7 @@ import {
 } from '../../p2p/index.ts';
 import { holdPacked, packedFromBytes, type Tensor } from '../../tensor/index.ts';
 import type { ChunkPlace, JobEntry, Loading } from '../jobs.ts';
+import { copyReserve } from '../release.ts';
 import { sectionOverHosted } from './hosted-base.ts';
 import { control, NONE, type StageContext, type StageHandler } from './types.ts';
 
@@ -44,7 +45,8 @@ export const loadHandlers: Record<string, StageHandler> = {
         model = createModel(config, { section: request.section, ...(format ? { init: false } : {}) });
         if (format) {
           const bytes = [...model.hfStateDict()].reduce((sum, [name, t]) => sum + weightBytes(name, t.shape, format), 0);
-          memory.hold(job.jobId, 'weights', bytes, `${what} in ${format}`);
+          // and what the backend will keep beside them once they compute (onnxruntime's prepacked copies)
+          memory.holdAll(job.jobId, { weights: bytes, runtime: copyReserve(model, format) }, `${what} in ${format}`);
         }
         if (request.adapter) {
           // the base frozen, LoRA factors on the layers the adapter targets (their values arrive with the base's weights)

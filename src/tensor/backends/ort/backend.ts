@@ -97,6 +97,15 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
   const sessions = new Map<string, OrtSession>();
   /** Sessions held for compact weights (packed and fused ones), counted as they are made and released. */
   let packedHeld = 0;
+  /**
+   * Bytes of the prepacked copies held for each compact weight, by the weight its sessions are kept under (a fused
+   * group's under its first compact weight): a session holds one copy of each compact weight in its graph.
+   */
+  const prepacked = new WeakMap<PackedMatrix, number>();
+  const keep = (key: PackedMatrix, ws: readonly PackedMatrix[]) => {
+    packedHeld++;
+    prepacked.set(key, (prepacked.get(key) ?? 0) + ws.reduce((n, w) => n + w.data.byteLength + w.scales.byteLength, 0));
+  };
 
   function session(key: string, build: () => Uint8Array, spin = spinning === true, poolThreads = threads): OrtSession {
     const fullKey = `${key}:${spin}:${poolThreads}`;
@@ -147,7 +156,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
       // (int4 decode of a 100M decoder at 2 threads: 2.6 tok/s spinning under 'auto', 42 tok/s asleep), so they spin only when told
       s = ort.session(matMulNBitsGraph(w), poolThreads, spinning === true);
       byPool.set(poolThreads, s);
-      packedHeld++;
+      keep(w, [w]);
     }
     return s;
   };
@@ -172,7 +181,7 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
     let s = byKey.get(key);
     if (s === undefined) {
       byKey.set(key, (s = ort.session(build(), poolThreads, spinning === true)));
-      packedHeld++;
+      keep(first, ws.filter((w): w is PackedMatrix & { format: QuantFormat } => w.format !== 'f32'));
     }
     return s;
   };
@@ -204,12 +213,19 @@ export function createOrtBackend(options: OrtBackendOptions = {}): Backend & { t
       }
       packedSessions.delete(w);
       fusedSessions.delete(w);
+      prepacked.delete(w);
     }
+  };
+  const prepackedBytes = (weights: Iterable<PackedMatrix>) => {
+    let bytes = 0;
+    for (const w of weights) bytes += prepacked.get(w) ?? 0;
+    return bytes;
   };
   return {
     name: 'ort',
     releasePacked,
     packedSessions: () => packedHeld,
+    prepackedBytes,
     deterministic: false,
     device: 'cpu',
     tolerance: ORT_BACKEND_TOLERANCE,
