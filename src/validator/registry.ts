@@ -40,6 +40,11 @@ export class Registry {
     return this.accounts.get(peer);
   }
 
+  /** The memory a live peer offers (its announced capabilities), or null. */
+  offers(peer: string): number | null {
+    return this.knows(peer) ? (this.records.get(peer)?.capabilities?.memoryBytes ?? null) : null;
+  }
+
   /** Whether live peer `a` announced `b` among the peers it works with. */
   worksWith(a: string, b: string): boolean {
     return this.knows(a) && (this.partners.get(a)?.has(b) ?? false);

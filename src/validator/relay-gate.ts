@@ -30,7 +30,8 @@ export interface RelayLimits {
 }
 
 /**
- * The defaults: a job's pair moves a 16 GiB section's weights at once and 16 GiB an hour after; a contact pair 64 MiB at
+ * The defaults: a job's pair moves a 16 GiB section's weights at once and 16 GiB an hour after (a destination that
+ * offers less memory gets twice what it offers: ValidatorRelayGate's budget); a contact pair 64 MiB at
  * once (a first hosted step's hidden states, the first chunks of a load before the worker's announcement names its new
  * owner) and 128 KiB/s after (two link probes every 10 s take 51 KiB/s).
  */
@@ -84,6 +85,8 @@ export class ValidatorRelayGate implements RelayGate {
     private readonly worksWith: (a: string, b: string) => boolean,
     limits: Partial<RelayLimits> = {},
     private readonly now: () => number = Date.now,
+    /** The memory a peer offers (its announced `--memory`), or null where it announced none. */
+    private readonly offers: (peer: string) => number | null = () => null,
   ) {
     this.limits = { ...RELAY_LIMITS, ...limits };
   }
@@ -144,7 +147,7 @@ export class ValidatorRelayGate implements RelayGate {
         bucket.bytes = 0;
         this.counts.cut[job ? 'job' : 'contact']++;
         return job
-          ? `past the relay's limit for a job's transfers (${this.limits.jobBytes} bytes at once)`
+          ? `past the relay's limit for a job's transfers (${this.budget(true, to)[0]} bytes at once)`
           : `past the relay's limit for peers without a job or session between them (${this.limits.contactBytes} bytes)`;
       },
       closed: () => {
@@ -177,7 +180,7 @@ export class ValidatorRelayGate implements RelayGate {
   private bucket(from: string, to: string): Bucket {
     const job = from === '*' || this.paired(from, to);
     const key = `${job ? 'job' : 'contact'} ${from} ${to}`;
-    const [size, rate] = this.budget(job);
+    const [size, rate] = this.budget(job, to);
     const now = this.now();
     let b = this.buckets.get(key);
     if (!b) {
@@ -190,15 +193,26 @@ export class ValidatorRelayGate implements RelayGate {
     return b;
   }
 
-  /** A pair's budget: its size in bytes, and bytes a second it refills. */
-  private budget(job: boolean): [number, number] {
-    return job ? [this.limits.jobBytes, this.limits.jobBytesPerSecond] : [this.limits.contactBytes, this.limits.contactBytesPerSecond];
+  /**
+   * A pair's budget: its size in bytes, and bytes a second it refills. A job's is sized from the destination: a job moves
+   * into a worker at most what it holds, so twice the memory the destination offers (a section's weights, and room for
+   * its activations and a reload), never less than first contact's nor more than `jobBytes`; it refills over the same
+   * time as `jobBytes` at `jobBytesPerSecond`. A worker behind NAT that names peers of its own gets no more than its own
+   * size's worth, not 16 GiB.
+   */
+  private budget(job: boolean, to: string): [number, number] {
+    if (!job) return [this.limits.contactBytes, this.limits.contactBytesPerSecond];
+    const offered = this.offers(to);
+    if (offered === null) return [this.limits.jobBytes, this.limits.jobBytesPerSecond];
+    const size = Math.min(this.limits.jobBytes, Math.max(this.limits.contactBytes, 2 * offered));
+    return [size, (this.limits.jobBytesPerSecond * size) / this.limits.jobBytes];
   }
 
   /** Drops the buckets that have refilled (a pair that comes back starts full, as it would from them). */
   private forgetFull(now: number): void {
     for (const [key, b] of this.buckets) {
-      const [size, rate] = this.budget(key.startsWith('job '));
+      const [kind, , to] = key.split(' ');
+      const [size, rate] = this.budget(kind === 'job', to);
       if (b.bytes + ((now - b.at) / 1000) * rate >= size) this.buckets.delete(key);
     }
   }

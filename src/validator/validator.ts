@@ -69,7 +69,9 @@ export interface ValidatorOptions {
  */
 export async function startValidator(options: ValidatorOptions = {}): Promise<Validator> {
   // the validator is its swarm's relay: workers behind NAT reserve a slot on it, the peers it knows reach them through it
-  const gate = new ValidatorRelayGate((peer) => registry.knows(peer), (a, b) => registry.worksWith(a, b), options.relayLimits);
+  const gate = new ValidatorRelayGate(
+    (peer) => registry.knows(peer), (a, b) => registry.worksWith(a, b), options.relayLimits, Date.now, (peer) => registry.offers(peer),
+  );
   const node = await createNode({ ...options, relay: gate, browsers: options.browsers ? { websockets: true } : undefined });
   const log = options.log ?? createLogger({ level: 'silent' });
   const events = new EventLog();

@@ -55,6 +55,26 @@ describe('the relay gate (its arithmetic, on a clock of its own)', () => {
     assert.deepEqual(gate.stats().cut, { contact: 0, job: 1, duration: 1 });
   });
 
+  test('a job\'s budget is sized from its destination: twice the memory it offers, between first contact\'s and jobBytes', () => {
+    let now = 0;
+    const offered = new Map([[A, 3_000], [B, 100], [C, 1e9]]);
+    const sized = { ...limits, jobBytesPerSecond: 10 }; // jobBytes refills in 1000 s
+    const gate = new ValidatorRelayGate(() => true, () => true, sized, () => now, (p) => offered.get(p) ?? null);
+    const carried = (from: string, to: string) => {
+      const c = gate.circuit(from, to, null);
+      let n = 0;
+      while (c.carry(100) === null) n += 100;
+      return n;
+    };
+    assert.equal(carried(B, A), 6_000, 'twice what A offers');
+    assert.equal(carried(A, B), 1_000, 'never less than first contact\'s');
+    assert.equal(carried(A, C), 10_000, 'never more than jobBytes');
+    // each refills over jobBytes' time: A's 6,000 bytes in 1000 s, 6 a second
+    now += 50_000;
+    assert.equal(carried(B, A), 300);
+    assert.match(gate.circuit(C, A, null).carry(400) ?? '', /a job's transfers \(6000 bytes at once\)/, 'all pairs to A share its one budget');
+  });
+
   test('only the destination\'s word makes a pair a job\'s, and all of its pairs share one job\'s budget', () => {
     const works = new Set<string>();
     const gate = new ValidatorRelayGate(() => true, (a, b) => works.has(`${a} ${b}`), limits, () => 0);
