@@ -310,6 +310,22 @@ export const COMMANDS: readonly CommandSpec[] = [
     load: () => import('./commands/chain.ts').then((m) => m.chainCommand),
   },
   {
+    name: 'simulate',
+    summary: 'a swarm of thousands of simulated peers in virtual time, run by the project\'s own registry, router, planner and pay',
+    description: [
+      'peers on a world map with fibre, cable and mobile links and GPUs, laptops and browser tabs, coming and going',
+      '(Weibull lifetimes); hosted models and their sessions, private training jobs, cheaters; --json prints the report',
+    ],
+    options: {
+      peers: int('N', 'simulated peers', { default: '10000' }),
+      hours: num('H', 'virtual hours', { default: '1' }),
+      seed: int('S', 'the scenario\'s seed', { default: '1', min: 0 }),
+      lifetime: num('H', 'median hours a peer stays online', { default: '1' }),
+      cheaters: num('SHARE', 'share of peers that cheat', { default: '0.02' }),
+    },
+    load: () => import('./commands/simulate.ts').then((m) => m.simulateCommand),
+  },
+  {
     name: 'ledger',
     summary: 'the validators\' ledger: its blocks, inclusion proofs checked offline, settling an epoch',
     positionals: [

@@ -19,6 +19,8 @@ export class Registry {
     private readonly log: Logger,
     /** Told when a peer joins or is dropped (the dashboard's events). */
     private readonly onChange: (kind: 'joined' | 'left', peer: string, roles: readonly string[]) => void = () => {},
+    /** Its clock (a simulation's virtual one: src/sim/). */
+    private readonly now: () => number = Date.now,
   ) {}
 
   /** Records an announcement from an authenticated peer (throws on one that claims to be a validator). */
@@ -33,7 +35,7 @@ export class Registry {
     if (peers) this.partners.set(from, new Set(peers));
     // proximity only to peers the registry knows: made-up peer ids would only swell every status answer
     const proximity = Object.fromEntries(Object.entries(a.proximity).filter(([peer]) => this.records.has(peer)));
-    this.records.set(from, { peerId: from, ...shown, proximity, lastSeen: Date.now() });
+    this.records.set(from, { peerId: from, ...shown, proximity, lastSeen: this.now() });
   }
 
   accountOf(peer: string): string | undefined {
@@ -53,12 +55,12 @@ export class Registry {
   /** Whether a peer announced itself within PEER_TTL_MS. */
   knows(peer: string): boolean {
     const r = this.records.get(peer);
-    return r !== undefined && Date.now() - r.lastSeen <= PEER_TTL_MS;
+    return r !== undefined && this.now() - r.lastSeen <= PEER_TTL_MS;
   }
 
   /** The live peers, sorted by peer id (the silent ones are dropped first). */
   live(): PeerRecord[] {
-    const now = Date.now();
+    const now = this.now();
     for (const [id, r] of this.records) {
       if (now - r.lastSeen <= PEER_TTL_MS) continue;
       this.records.delete(id);

@@ -1,0 +1,2 @@
+export { VirtualClock } from './clock.ts';
+export { SIM_MODELS, simulateSwarm, type SimulateOptions, type SimulationReport } from './simulate.ts';
