@@ -8,7 +8,7 @@ import { routeOver } from '../user/hosted-routing.ts';
 import type { RouteHop } from '../user/hosted-session.ts';
 import { DEFAULT_CHUNK_RATE } from '../user/hosted-checks.ts';
 import { COMMIT_CHUNK } from '../verify/index.ts';
-import { bestStart, blockThroughputs, type PlacedSpan } from '../worker/placement.ts';
+import { blockThroughputs, type PlacedSpan, routableWindow } from '../worker/placement.ts';
 import { blockBytes, blockFlops, type SimContext, type SimModel } from './context.ts';
 import type { SimPeer, SimUser } from './population.ts';
 import { rttMs } from './world.ts';
@@ -51,9 +51,10 @@ export function placeHost(ctx: SimContext, spans: Spans, p: SimPeer): void {
   if (chosen === null) return;
   const { model, length } = chosen;
   const m = ctx.models[model];
-  const start = bestStart(blockThroughputs([...spans[model].values()], m.blocks), length);
-  p.span = { model, start, end: start + length };
-  spans[model].set(p.id, { peerId: p.id, start, end: start + length, throughput: spanThroughput(p, m, length) });
+  const placed = [...spans[model].values()];
+  const { start, length: taken } = routableWindow(blockThroughputs(placed, m.blocks), length, placed);
+  p.span = { model, start, end: start + taken };
+  spans[model].set(p.id, { peerId: p.id, start, end: start + taken, throughput: spanThroughput(p, m, taken) });
 }
 
 export function unplaceHost(spans: Spans, p: SimPeer): void {
@@ -102,14 +103,15 @@ export interface SessionOutcome {
  * and the positions so far replayed on the new hops. Each hop's closed chunks are sampled for checks.
  */
 export function runSession(
-  ctx: SimContext, user: SimUser, model: number, prompt: number, newTokens: number, compareRoute: boolean, done: (o: SessionOutcome) => void,
+  ctx: SimContext, user: SimUser, model: number, prompt: number, newTokens: number, compareRoute: boolean,
+  done: (o: SessionOutcome) => void,
 ): void {
   const m = ctx.models[model];
   const entry = ctx.view.models.get(m.name);
   const failed = new Set<string>();
   const peersNow = () => ctx.view.live.filter((r) => !ctx.byId.get(r.peerId)?.excluded);
-  const route0 = entry ? routeOver(entry, peersNow(), { tokens: prompt + newTokens, rttMs: measured(ctx, user, entry), blockFlops: blockFlops(m) }) : null;
-  if (process.env.SIM_DEBUG && (!entry || !route0)) process.stderr.write(`no route: ${m.name} ${entry ? entry.hosts.length : 'no entry'} hosts at ${ctx.clock.now()}\n`);
+  const tokens = prompt + newTokens;
+  const route0 = entry ? routeOver(entry, peersNow(), { tokens, rttMs: measured(ctx, user, entry), blockFlops: blockFlops(m) }) : null;
   if (!entry || !route0) return done({ ok: false, cause: 'no-route', tokens: 0, decodeMs: 0, reroutes: 0, tainted: false });
   let route = route0;
   let routeRatio: number | undefined;
@@ -173,12 +175,14 @@ export function runSession(
       settle(route, position === 0 ? 0 : prompt + position, prompt + position + done, lost.at);
       position += done;
       failed.add(hop.peerId);
-      if (++reroutes > MAX_REROUTES) return finish({ ok: false, cause: 'reroutes-exhausted', tokens: position, decodeMs: ctx.clock.now() - began, reroutes });
+      const failure = (cause: 'no-route' | 'reroutes-exhausted') =>
+        finish({ ok: false, cause, tokens: position, decodeMs: ctx.clock.now() - began, reroutes });
+      if (++reroutes > MAX_REROUTES) return failure('reroutes-exhausted');
       ctx.clock.after(LOSS_DETECT_MS, () => {
         const sub = routeOver(entry, peersNow(), {
-          tokens: prompt + newTokens, avoid: failed, from: hop.layers[0], to: hop.layers[1] + 1, rttMs: measured(ctx, user, entry), blockFlops: blockFlops(m),
+          tokens, avoid: failed, from: hop.layers[0], to: hop.layers[1] + 1, rttMs: measured(ctx, user, entry), blockFlops: blockFlops(m),
         });
-        if (!sub) return finish({ ok: false, cause: 'no-route', tokens: position, decodeMs: ctx.clock.now() - began, reroutes });
+        if (!sub) return failure('no-route');
         hold(route, -1);
         route = route.flatMap((h) => (h === hop ? sub : [h]));
         hold(route, 1);

@@ -108,12 +108,17 @@ export function simulateSwarm(options: SimulateOptions): SimulationReport {
   const jobSteps = options.jobSteps ?? 20;
   const routeSample = options.routeSample ?? 0.1;
   const clock = new VirtualClock();
-  const rng = { churn: new Random(seed), sessions: new Random(seed + 1), checks: new Random(seed + 2), jobs: new Random(seed + 3), hosts: new Random(seed + 4) };
+  const rng = {
+    churn: new Random(seed), sessions: new Random(seed + 1), checks: new Random(seed + 2), jobs: new Random(seed + 3),
+    hosts: new Random(seed + 4),
+  };
   const peers = makePeers(new Random(seed + 5), {
     peers: options.peers, medianOnlineMs, medianOfflineMs, cheaterShare: options.cheaterShare ?? 0.02, relayedShare,
   });
   const users = makeUsers(new Random(seed + 6), Math.max(10, Math.round(options.peers / 20)), relayedShare);
-  const validatorPlace = { region: 0, lat: REGIONS[0].lat, lon: REGIONS[0].lon, access: { name: 'fibre' as const, upMbps: 10_000, downMbps: 10_000, accessMs: 1, weight: 0 }, relayed: false };
+  // the validator and its relay: in a Frankfurt datacentre
+  const access = { name: 'fibre' as const, upMbps: 10_000, downMbps: 10_000, accessMs: 1, weight: 0 };
+  const validatorPlace = { region: 0, lat: REGIONS[0].lat, lon: REGIONS[0].lon, access, relayed: false };
   const spans: Spans = SIM_MODELS.map(() => new Map());
   const flaggedSinceRefresh = new Set<string>();
   const ctx: SimContext = {
@@ -156,10 +161,12 @@ export function simulateSwarm(options: SimulateOptions): SimulationReport {
   const registry = new Registry(createLogger({ level: 'error' }), () => {}, () => clock.now());
   const announce = (p: SimPeer) => {
     const span = p.span ? SIM_MODELS[p.span.model] : null;
-    const capabilities = { memoryBytes: p.device.memoryBytes, gflops: p.device.gflops, tier: tierOf(p.device.gflops), cores: 8, backend: p.device.name.endsWith('gpu') ? 'webgpu' : 'ort' };
+    const backend = p.device.name.endsWith('gpu') ? 'webgpu' : 'ort';
+    const capabilities = { memoryBytes: p.device.memoryBytes, gflops: p.device.gflops, tier: tierOf(p.device.gflops), cores: 8, backend };
+    const layers: [number, number] | null = p.span ? [p.span.start, p.span.end - 1] : null;
     registry.record(p.id, {
       roles: ['worker'], capabilities, addrs: [`/sim/${p.id}`], proximity: {}, at: clock.now(),
-      ...(span && p.span ? { hosts: [{ name: span.name, hash: span.hash, blocks: span.blocks, layers: [p.span.start, p.span.end - 1], format: 'bf16', state: 'online', sessions: p.sessions }] } : {}),
+      ...(span && layers ? { hosts: [{ ...span, layers, format: 'bf16', state: 'online', sessions: p.sessions }] } : {}),
     });
   };
   const refresh = () => {
@@ -221,7 +228,9 @@ export function simulateSwarm(options: SimulateOptions): SimulationReport {
     coverage.push({ minute, models });
     const completed = outcomes.filter((o) => o.ok).length;
     const failed = outcomes.length - completed;
-    series.push({ minute, completed: completed - seen.completed, failed: failed - seen.failed, caught: ctx.catches.length - seen.caught, online: peers.filter((p) => p.online).length });
+    const online = peers.filter((p) => p.online).length;
+    const caught = ctx.catches.length - seen.caught;
+    series.push({ minute, completed: completed - seen.completed, failed: failed - seen.failed, caught, online });
     seen = { completed, failed, caught: ctx.catches.length };
   };
   for (let t = 0; t <= endMs; t += SERIES_MS) clock.at(t, sample);
@@ -262,7 +271,10 @@ export function simulateSwarm(options: SimulateOptions): SimulationReport {
     jobsCompleted: jobs.filter((j) => j.ok).length,
     jobsFailed,
     failovers: jobs.reduce((a, j) => a + j.failovers, 0),
-    placementMs: { median: quantile(placements.map((p) => p.ms), 0.5), max: Math.max(0, ...placements.map((p) => p.ms)), devicesMax: Math.max(0, ...placements.map((p) => p.devices)) },
+    placementMs: {
+      median: quantile(placements.map((p) => p.ms), 0.5), max: Math.max(0, ...placements.map((p) => p.ms)),
+      devicesMax: Math.max(0, ...placements.map((p) => p.devices)),
+    },
     coverage,
     cheaters: ctx.skippedFlops.size,
     cheatersCaught: ctx.catches.length,

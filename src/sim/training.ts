@@ -17,7 +17,8 @@ import { mbps, type Place, rttMs } from './world.ts';
 /** The jobs' model: a 24-block Llama of about 400M parameters, its layers' costs read from the project's own profile. */
 let costs: LayerCost[] | null = null;
 export function jobLayers(): LayerCost[] {
-  costs ??= layerCosts(modelLayers(llamaConfig({ vocabSize: 32000, hidden: 1024, layers: 24, heads: 16, kvHeads: 8, intermediate: 2816, maxPositions: 2048 })));
+  const config = llamaConfig({ vocabSize: 32000, hidden: 1024, layers: 24, heads: 16, kvHeads: 8, intermediate: 2816, maxPositions: 2048 });
+  costs ??= layerCosts(modelLayers(config));
   return costs;
 }
 /** A training step's tokens (8 sequences of 256), its micro-batches, and the records each stage signs per step. */
@@ -59,7 +60,8 @@ function linksOf(placeOf: (id: string) => Place | undefined, ctx: SimContext): L
  * sends the job back to its start (the project keeps no verified checkpoint in between).
  */
 export function runJob(
-  ctx: SimContext, user: SimUser, steps: number, done: (o: JobOutcome) => void, placed: (p: { ms: number; devices: number }) => void = () => {},
+  ctx: SimContext, user: SimUser, steps: number, done: (o: JobOutcome) => void,
+  placed: (p: { ms: number; devices: number }) => void = () => {},
 ): void {
   const layers = jobLayers().map((l) => ({ ...l, bytes: l.bytes * TRAIN_MEMORY_FACTOR }));
   const avoid = new Set<string>();
@@ -86,7 +88,8 @@ export function runJob(
     }
     const t0 = performance.now();
     try {
-      const made = plan('layer-aware', layers, devices, { links: linksOf(placeOf, ctx), user: user.id, tokens: STEP_TOKENS, traffic: 'train', microBatches: MICRO_BATCHES });
+      const options = { links: linksOf(placeOf, ctx), user: user.id, tokens: STEP_TOKENS, traffic: 'train' as const, microBatches: MICRO_BATCHES };
+      const made = plan('layer-aware', layers, devices, options);
       placements.push({ ms: performance.now() - t0, devices: devices.length });
       placed(placements.at(-1)!);
       return made;
@@ -103,9 +106,9 @@ export function runJob(
     held = made.stages.map((s) => ctx.byId.get(s.device)!);
     for (const p of held) p.job = 1;
     // loading: each section's weights from the user over its link
-    const loadMs = Math.max(...made.stages.map((s) => ((s.bytes / TRAIN_MEMORY_FACTOR) * 8) / (mbps(user.place, placeOf(s.device)!, ctx.relay) * 1e6) * 1000));
+    const loadSeconds = (s: Plan['stages'][number]) => ((s.bytes / TRAIN_MEMORY_FACTOR) * 8) / (mbps(user.place, placeOf(s.device)!, ctx.relay) * 1e6);
+    const loadMs = 1000 * Math.max(...made.stages.map(loadSeconds));
     const stepMs = stepSeconds(made, MICRO_BATCHES) * 1000;
-    if (process.env.SIM_DEBUG) process.stderr.write(`job: ${made.stages.length} stages [${made.stages.map((s) => `${ctx.byId.get(s.device)!.device.name}:${s.end - s.start}`).join(" ")}] step ${(stepMs / 1000).toFixed(1)} s load ${(loadMs / 1000).toFixed(0)} s\n`);
     const start = ctx.clock.now() + loadMs;
     const endAt = start + (steps - step) * stepMs;
     // the first loss: a worker going offline, or a cheater's first sampled record failing its re-run

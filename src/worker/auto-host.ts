@@ -6,7 +6,7 @@ import { hostModel, modelHash, openModelWeights } from './hosting.ts';
 import { modelFiles } from './model-files.ts';
 import type { JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
-import { bestStart, blockThroughputs, moveTo, type PlacedSpan } from './placement.ts';
+import { blockThroughputs, moveTo, type PlacedSpan, routableWindow } from './placement.ts';
 
 /** What `--host-auto` works with. */
 export interface AutoHostOptions {
@@ -118,14 +118,15 @@ export class AutoHost {
     return Math.max(1, Math.min(c.config.layers, this.options.blocks ?? fit));
   }
 
-  /** Joins: the model whose weakest block is weakest, at its weakest window. */
+  /** Joins: the model whose weakest block is weakest, at its weakest window that a route reaches. */
   private async place(): Promise<void> {
     const survey = await this.survey();
     const weakest = survey
-      .map(({ c, spans }) => ({ c, t: blockThroughputs(spans, c.config.layers) }))
+      .map(({ c, spans }) => ({ c, spans, t: blockThroughputs(spans, c.config.layers) }))
       .sort((a, b) => Math.min(...a.t) - Math.min(...b.t))[0];
-    const length = this.lengthFor(weakest.c);
-    await this.hostAt(weakest.c, bestStart(weakest.t, length), length);
+    // where a route can use it whole: at a boundary routes reach, at most the blocks from there to the end
+    const { start, length } = routableWindow(weakest.t, this.lengthFor(weakest.c), weakest.spans);
+    await this.hostAt(weakest.c, start, length);
   }
 
   /** Moves when placement says the swarm's weakest block gains enough (and none is left without a host). */

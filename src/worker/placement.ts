@@ -1,8 +1,10 @@
 /**
  * Where a host places its blocks (`worker --host-auto`), after Petals' block selection: every block's throughput is
- * the sum of its online hosts' throughputs; a host joins at the window of blocks whose throughputs are lowest, and
- * moves only when the swarm's lowest block throughput would rise by at least 1 / quality (0.75: a third), never
- * leaving a block without a host. Pure logic: the worker feeds it the model index.
+ * the sum of its online hosts' throughputs; a host joins at the window of blocks whose throughputs are lowest among
+ * those that start where a route reaches (our router uses a host's span whole, so a span must begin where another
+ * ends, or at block 0: routableWindow), and moves only when the swarm's lowest block throughput would rise by at
+ * least 1 / quality (0.75: a third), never leaving a block without a host. Pure logic: the worker feeds it the model
+ * index.
  */
 
 /** A host's span of blocks [start, end) and the throughput it adds to each of them. */
@@ -25,15 +27,51 @@ export function blockThroughputs(spans: readonly PlacedSpan[], blocks: number): 
 
 /**
  * The start of the window of `length` blocks to take: the one whose throughputs, sorted ascending, are the least in
- * lexicographic order (its weakest block first, then its next weakest), the first such window on ties.
+ * lexicographic order (its weakest block first, then its next weakest), the first such window on ties. `starts`: only
+ * these starts (default: every one); 0 where none fits.
  */
-export function bestStart(throughputs: ArrayLike<number>, length: number): number {
+export function bestStart(throughputs: ArrayLike<number>, length: number, starts?: readonly number[]): number {
   let best = 0;
   let bestKey: number[] | null = null;
-  for (let i = 0; i + length <= throughputs.length; i++) {
+  const candidates = starts ?? Array.from({ length: Math.max(0, throughputs.length - length + 1) }, (_, i) => i);
+  for (const i of candidates) {
+    if (i + length > throughputs.length) continue;
     const key = Array.from({ length }, (_, k) => throughputs[i + k]).sort((a, b) => a - b);
     if (bestKey === null || lessThan(key, bestKey)) {
       best = i;
+      bestKey = key;
+    }
+  }
+  return best;
+}
+
+/**
+ * The block boundaries a route reaches from block 0 through these spans, each used whole (the router takes a host's
+ * span as it is: user/hosted-routing.ts), ascending. A span that starts anywhere else cannot be on any route yet.
+ */
+export function reachableStarts(spans: readonly PlacedSpan[], blocks: number): number[] {
+  const reached = new Set<number>([0]);
+  const byStart = [...spans].sort((a, b) => a.start - b.start);
+  for (const s of byStart) if (reached.has(s.start) && s.end <= blocks) reached.add(s.end);
+  return [...reached].filter((b) => b < blocks).sort((a, b) => a - b);
+}
+
+/**
+ * Where a joining host that can hold `length` blocks goes so that routes can use it: at a boundary a route reaches
+ * (reachableStarts), taking at most the blocks from there to the model's end. Of those windows, the one whose
+ * throughputs, sorted ascending, are least (as bestStart), the first on ties.
+ */
+export function routableWindow(
+  throughputs: ArrayLike<number>, length: number, spans: readonly PlacedSpan[],
+): { start: number; length: number } {
+  const blocks = throughputs.length;
+  let best = { start: 0, length: Math.min(length, blocks) };
+  let bestKey: number[] | null = null;
+  for (const start of reachableStarts(spans, blocks)) {
+    const n = Math.min(length, blocks - start);
+    const key = Array.from({ length: n }, (_, k) => throughputs[start + k]).sort((a, b) => a - b);
+    if (bestKey === null || lessThan(key.slice(0, bestKey.length), bestKey.slice(0, key.length))) {
+      best = { start, length: n };
       bestKey = key;
     }
   }
@@ -48,7 +86,8 @@ function lessThan(a: number[], b: number[]): boolean {
 }
 
 /**
- * Whether host `self` should move, and where: its span is taken out and put at its best start; then every host in
+ * Whether host `self` should move, and where: its span is taken out and put at its best start that a route reaches
+ * through the others (reachableStarts); then every host in
  * turn (in `order`, shuffled by the caller) does the same until none moves, as the swarm would settle. It moves only
  * when the lowest block throughput after settling is at least 1 / quality times the lowest now, and no block is left
  * without throughput. Returns the new start, or null to stay.
@@ -66,7 +105,9 @@ export function moveTo(
   };
   const place = (s: PlacedSpan): boolean => {
     take(s, -1);
-    const start = bestStart(t, s.end - s.start);
+    // only where a route can reach it through the others, used whole; where none can, it stays
+    const starts = reachableStarts(placed.filter((o) => o !== s), blocks).filter((b) => b + s.end - s.start <= blocks);
+    const start = starts.length > 0 ? bestStart(t, s.end - s.start, starts) : s.start;
     const moved = start !== s.start;
     s.end = start + (s.end - s.start);
     s.start = start;
