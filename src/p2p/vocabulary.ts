@@ -77,6 +77,31 @@ export interface Proximity {
   via?: PathKind;
 }
 
+/**
+ * A peer's network coordinate (plan/vivaldi.ts): a point in milliseconds, a height (its access link's share of every
+ * round trip) and its own error estimate. Round trips to a peer nobody measured are predicted from these.
+ */
+export interface NetworkCoordinate {
+  x: [number, number, number];
+  height: number;
+  error: number;
+}
+
+/** Coordinates past these bounds are refused (a peer cannot make every host look nearest, or another continent's). */
+export const COORDINATE_LIMITS = { ms: 100_000, error: 10 } as const;
+
+export function parseCoordinate(v: unknown, what = 'coordinate'): NetworkCoordinate {
+  const o = obj(v, what);
+  const x = o.x;
+  if (!Array.isArray(x) || x.length !== 3) fail(`${what}.x must be three numbers`);
+  const ms = COORDINATE_LIMITS.ms;
+  return {
+    x: [finite(x[0], `${what}.x[0]`, -ms, ms), finite(x[1], `${what}.x[1]`, -ms, ms), finite(x[2], `${what}.x[2]`, -ms, ms)],
+    height: finite(o.height, `${what}.height`, 0, ms),
+    error: finite(o.error, `${what}.error`, 0, COORDINATE_LIMITS.error),
+  };
+}
+
 export interface PeerRecord {
   peerId: string;
   roles: Role[];
@@ -85,6 +110,8 @@ export interface PeerRecord {
   addrs: string[];
   /** What this peer measured to the peers it knows (peer id → round trip and bandwidth). */
   proximity: Record<string, Proximity>;
+  /** Its network coordinate, where it announced one. */
+  coordinate?: NetworkCoordinate;
   /** Milliseconds since the epoch when the validator last heard from it. */
   lastSeen: number;
   /** A worker's score with the validator: an exponential moving average of its checks (1 passed, 0 failed). */
@@ -265,6 +292,7 @@ export function parsePeerRecord(v: unknown, what = 'peer'): PeerRecord {
     addrs: parseAddrs(o.addrs),
     proximity: parseProximity(o.proximity),
     lastSeen: finite(o.lastSeen, `${what}.lastSeen`),
+    ...(o.coordinate === undefined ? {} : { coordinate: parseCoordinate(o.coordinate, `${what}.coordinate`) }),
     ...(o.reputation === undefined ? {} : { reputation: finite(o.reputation, `${what}.reputation`, 0, 1) }),
     ...(o.checks === undefined ? {} : { checks: parseChecks(o.checks, `${what}.checks`) }),
     ...(o.excluded === undefined ? {} : { excluded: o.excluded === true }),

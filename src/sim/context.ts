@@ -31,7 +31,7 @@ export interface Work {
 
 export interface SimContext {
   clock: VirtualClock;
-  rng: { churn: Random; sessions: Random; checks: Random; jobs: Random; hosts: Random };
+  rng: { churn: Random; sessions: Random; checks: Random; jobs: Random; hosts: Random; probes: Random };
   peers: SimPeer[];
   byId: Map<string, SimPeer>;
   users: SimUser[];

@@ -3,8 +3,10 @@
  * and sessions routed over them by the project's own router, re-routed when a host leaves or is caught, each hop's
  * chunks of positions checked at the default rate.
  */
-import type { HostedModelEntry } from '../p2p/index.ts';
-import { routeOver } from '../user/hosted-routing.ts';
+import type { HostedModelEntry, PeerRecord } from '../p2p/index.ts';
+import {
+  CONFIRM_ROUNDS, FIT_PINGS, hopRank, MAX_PINGS, ownCoordinate, pingOrder, plannedRtts, routeOver, type RouteOptions, unconfirmedHops,
+} from '../user/hosted-routing.ts';
 import type { RouteHop } from '../user/hosted-session.ts';
 import { DEFAULT_CHUNK_RATE } from '../user/hosted-checks.ts';
 import { COMMIT_CHUNK } from '../verify/index.ts';
@@ -18,8 +20,6 @@ const BLOCK_MEMORY_SHARE = 0.75;
 /** The router's per-hop overhead and load rule (user/hosted-routing.ts), applied to the true times as well. */
 const HOP_OVERHEAD_MS = 5;
 const SESSIONS_PER_SLOWDOWN = 8;
-/** Hosts a user pings before routing (user/hosted-routing.ts: MAX_PINGS), the first of the model's hosts by peer id. */
-const MAX_PINGS = 64;
 /** Re-routes one session may make (user/hosted-session.ts: MAX_REROUTES). */
 const MAX_REROUTES = 4;
 /** How long a user waits on a lost host before re-routing (a stage's deadline floor, and a dial). */
@@ -74,10 +74,32 @@ function stepMs(ctx: SimContext, user: SimUser, m: SimModel, route: readonly Rou
   return ms;
 }
 
-/** The round trips the user measured: to the model's first MAX_PINGS online hosts by peer id (as hostRoundTrips). */
-function measured(ctx: SimContext, user: SimUser, entry: HostedModelEntry): Map<string, number> {
-  const ids = [...new Set(entry.hosts.filter((h) => h.state === 'online').map((h) => h.peerId))].sort().slice(0, MAX_PINGS);
-  return new Map(ids.map((id) => [id, rttMs(user.place, ctx.byId.get(id)!.place, ctx.relay)]));
+/**
+ * The round trips a user routes by, as hostRoundTrips makes them (its pure parts): it pings FIT_PINGS hosts surest of
+ * their coordinates, fits its own, pings the nearest by it up to MAX_PINGS, and predicts the rest.
+ */
+function routeFor(
+  ctx: SimContext, user: SimUser, entry: HostedModelEntry, peers: readonly PeerRecord[], options: RouteOptions,
+): RouteHop[] | null {
+  const online = new Set(entry.hosts.filter((h) => h.state === 'online').map((h) => h.peerId));
+  const hosts = ctx.view.live.filter((r) => online.has(r.peerId));
+  const random = () => ctx.rng.sessions.next();
+  const known = new Map<string, number>();
+  const ping = (hs: readonly PeerRecord[]) => {
+    for (const h of hs) known.set(h.peerId, rttMs(user.place, ctx.byId.get(h.peerId)!.place, ctx.relay));
+  };
+  const fitting = pingOrder(hosts, known, null, FIT_PINGS);
+  ping(fitting);
+  ping(pingOrder(hosts, known, ownCoordinate(hosts, known, random), MAX_PINGS - fitting.length, hopRank(entry, options.blockFlops)));
+  // then, as measuredRoute: the route's predicted hops pinged and the route made again
+  let route = routeOver(entry, peers, { ...options, rttMs: plannedRtts(hosts, known, ownCoordinate(hosts, known, random)) });
+  for (let round = 0; route && round < CONFIRM_ROUNDS; round++) {
+    const todo = new Set(unconfirmedHops(route, known));
+    if (todo.size === 0) break;
+    ping(hosts.filter((h) => todo.has(h.peerId)));
+    route = routeOver(entry, peers, { ...options, rttMs: plannedRtts(hosts, known, ownCoordinate(hosts, known, random)) });
+  }
+  return route;
 }
 
 /** Every host's true round trip from the user: what the best route is computed with. */
@@ -111,7 +133,7 @@ export function runSession(
   const failed = new Set<string>();
   const peersNow = () => ctx.view.live.filter((r) => !ctx.byId.get(r.peerId)?.excluded);
   const tokens = prompt + newTokens;
-  const route0 = entry ? routeOver(entry, peersNow(), { tokens, rttMs: measured(ctx, user, entry), blockFlops: blockFlops(m) }) : null;
+  const route0 = entry ? routeFor(ctx, user, entry, peersNow(), { tokens, blockFlops: blockFlops(m) }) : null;
   if (!entry || !route0) return done({ ok: false, cause: 'no-route', tokens: 0, decodeMs: 0, reroutes: 0, tainted: false });
   let route = route0;
   let routeRatio: number | undefined;
@@ -179,8 +201,8 @@ export function runSession(
         finish({ ok: false, cause, tokens: position, decodeMs: ctx.clock.now() - began, reroutes });
       if (++reroutes > MAX_REROUTES) return failure('reroutes-exhausted');
       ctx.clock.after(LOSS_DETECT_MS, () => {
-        const sub = routeOver(entry, peersNow(), {
-          tokens, avoid: failed, from: hop.layers[0], to: hop.layers[1] + 1, rttMs: measured(ctx, user, entry), blockFlops: blockFlops(m),
+        const sub = routeFor(ctx, user, entry, peersNow(), {
+          tokens, avoid: failed, from: hop.layers[0], to: hop.layers[1] + 1, blockFlops: blockFlops(m),
         });
         if (!sub) return failure('no-route');
         hold(route, -1);

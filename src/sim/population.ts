@@ -8,6 +8,7 @@
  * short stays and a few very long ones, with the median the scenario sets.
  */
 import { CHEAT_KINDS } from '../worker/fault.ts';
+import { type Coordinate, origin } from '../plan/index.ts';
 import type { Random } from './random.ts';
 import { DEVICE_TIERS, type DeviceTier, drawPlace, type Place } from './world.ts';
 
@@ -39,6 +40,8 @@ export interface SimPeer {
   caughtAt: number | null;
   /** The private job whose section it holds now, if any. */
   job: number | null;
+  /** Its network coordinate, moved by the round trips of its probes (plan/vivaldi.ts). */
+  coordinate: Coordinate;
 }
 
 export interface PopulationOptions {
@@ -75,6 +78,7 @@ export function makePeers(rng: Random, o: PopulationOptions): SimPeer[] {
       excluded: false,
       caughtAt: null,
       job: null,
+      coordinate: origin(),
     });
   }
   return peers;

@@ -14,7 +14,8 @@ import { placeHost, runSession, type SessionOutcome, type Spans, unplaceHost } f
 import { CHURN_SHAPE, makePeers, makeUsers, type SimPeer } from './population.ts';
 import { Random } from './random.ts';
 import { jobLayers, type JobOutcome, runJob } from './training.ts';
-import { REGIONS } from './world.ts';
+import { REGIONS, rttMs } from './world.ts';
+import { updateCoordinate } from '../plan/index.ts';
 
 export interface SimulateOptions {
   peers: number;
@@ -48,6 +49,8 @@ export const SIM_MODELS: readonly SimModel[] = [
 /** The validator's view is refreshed this often (workers announce every 2 s; the registry forgets one after 10 s). */
 const REFRESH_MS = 5_000;
 const ANNOUNCE_MS = 2_000;
+/** Round trips each online peer measures to random others a refresh (a worker's probes, for its coordinate). */
+const PROBES_PER_REFRESH = 2;
 /** Time series are sampled this often. */
 const SERIES_MS = 300_000;
 const PROMPT_TOKENS = 64;
@@ -110,7 +113,7 @@ export function simulateSwarm(options: SimulateOptions): SimulationReport {
   const clock = new VirtualClock();
   const rng = {
     churn: new Random(seed), sessions: new Random(seed + 1), checks: new Random(seed + 2), jobs: new Random(seed + 3),
-    hosts: new Random(seed + 4),
+    hosts: new Random(seed + 4), probes: new Random(seed + 7),
   };
   const peers = makePeers(new Random(seed + 5), {
     peers: options.peers, medianOnlineMs, medianOfflineMs, cheaterShare: options.cheaterShare ?? 0.02, relayedShare,
@@ -165,12 +168,21 @@ export function simulateSwarm(options: SimulateOptions): SimulationReport {
     const capabilities = { memoryBytes: p.device.memoryBytes, gflops: p.device.gflops, tier: tierOf(p.device.gflops), cores: 8, backend };
     const layers: [number, number] | null = p.span ? [p.span.start, p.span.end - 1] : null;
     registry.record(p.id, {
-      roles: ['worker'], capabilities, addrs: [`/sim/${p.id}`], proximity: {}, at: clock.now(),
+      roles: ['worker'], capabilities, addrs: [`/sim/${p.id}`], proximity: {}, at: clock.now(), coordinate: p.coordinate,
       ...(span && layers ? { hosts: [{ ...span, layers, format: 'bf16', state: 'online', sessions: p.sessions }] } : {}),
     });
   };
+  // each online peer probes PROBES_PER_REFRESH others a refresh and moves its coordinate by their round trips
   const refresh = () => {
-    for (const p of peers) if (p.online) announce(p);
+    const online = peers.filter((p) => p.online);
+    const random = () => rng.probes.next();
+    for (const p of online) {
+      for (let k = 0; k < PROBES_PER_REFRESH; k++) {
+        const q = online[rng.probes.below(online.length)];
+        if (q !== p) p.coordinate = updateCoordinate(p.coordinate, q.coordinate, rttMs(p.place, q.place, ctx.relay), random);
+      }
+    }
+    for (const p of online) announce(p);
     ctx.requests.announce = (ctx.requests.announce ?? 0) + (peers.filter((p) => p.online).length * REFRESH_MS) / ANNOUNCE_MS;
     const live: PeerRecord[] = registry.live().map((r) => (ctx.byId.get(r.peerId)?.excluded ? { ...r, excluded: true } : r));
     const models = new Map<string, HostedModelEntry>();

@@ -3,7 +3,7 @@ import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
 import type { DialTarget } from '../p2p/index.ts';
 import type { Plan } from '../plan/index.ts';
-import { hostRoundTrips, routeOver } from './hosted-routing.ts';
+import { measuredRoute } from './hosted-routing.ts';
 import type { JobStage, Placement } from './job-stage.ts';
 import { listPeers } from './peers.ts';
 import { findHosted } from './pull-ends.ts';
@@ -31,8 +31,7 @@ export async function placeOnHosts(
   }
   const peers = await listPeers(node, validator);
   const hosts = new Set(entry.hosts.map((h) => h.peerId));
-  const rttMs = await hostRoundTrips(node, peers.filter((p) => hosts.has(p.peerId)));
-  const route = routeOver(entry, peers, { avoid, rttMs });
+  const route = await measuredRoute(node, entry, peers, peers.filter((p) => hosts.has(p.peerId)), { avoid });
   if (!route) throw new PlanInfeasibleError(`the online hosts of '${model}' do not cover its ${entry.layers} blocks${avoid.size ? ` without the ${avoid.size} avoided` : ''}`);
   const jobId = randomUUID();
   const sections: JobStage[][] = [];

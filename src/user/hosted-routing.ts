@@ -1,6 +1,7 @@
 import type { Libp2p } from '@libp2p/interface';
 import { type HostedModelEntry, type PeerRecord, roundTrip } from '../p2p/index.ts';
 import type { RouteHop } from './hosted-session.ts';
+import { type Coordinate, estimateRttMs, fitCoordinate } from '../plan/index.ts';
 import { median } from '../verify/index.ts';
 
 /** What a route is for, and what predicts its latency. */
@@ -83,27 +84,145 @@ export function routeOver(model: HostedModelEntry, peers: readonly PeerRecord[],
 
 /** A user's round trip to a host is measured again after this long. */
 export const RTT_TTL_MS = 30_000;
-/** Hosts pinged at once, and at most per route (the rest count DEFAULT_RTT_MS until measured). */
+/** Hosts pinged at once, and at most per route (the rest are predicted from their coordinates, or count the median). */
 const PING_CONCURRENCY = 16;
-const MAX_PINGS = 64;
+export const MAX_PINGS = 64;
+/** Hosts with coordinates pinged first, to fit this node's own coordinate (the ones surest of theirs). */
+export const FIT_PINGS = 16;
+/** Measurements to hosts with coordinates a prediction needs. */
+const MIN_FIT = 3;
 /** Round trips measured by each user node: host → { ms, at }. */
 const measured = new WeakMap<Libp2p, Map<string, { ms: number; at: number }>>();
 
 /**
- * This node's round trips to `hosts`, in ms: those measured within RTT_TTL_MS from before, and up to MAX_PINGS more
- * pinged now (PING_CONCURRENCY at a time, all within `budgetMs`). A host that does not answer is left out (it counts
- * DEFAULT_RTT_MS, and one that is down fails when the session dials it, and is routed around).
+ * The hosts to ping next, in order, of those not yet `measured`: with fewer than FIT_PINGS measured to hosts with
+ * coordinates, the hosts surest of their coordinates (to fit this node's); then the most promising first by the
+ * coordinates' predicted round trip from `own` (by `rank` of it: default the round trip itself), and hosts without a
+ * coordinate after, in the order given. At most `limit`.
  */
-export async function hostRoundTrips(node: Libp2p, hosts: readonly PeerRecord[], budgetMs = 1_000): Promise<Map<string, number>> {
+export function pingOrder(
+  hosts: readonly PeerRecord[], measured: ReadonlyMap<string, number>, own: Coordinate | null, limit: number,
+  rank: (host: PeerRecord, rttMs: number) => number = (_, rtt) => rtt,
+): PeerRecord[] {
+  const left = hosts.filter((h) => !measured.has(h.peerId));
+  const fitted = hosts.filter((h) => h.coordinate && measured.has(h.peerId)).length;
+  const withCoordinate = left.filter((h) => h.coordinate);
+  const without = left.filter((h) => !h.coordinate);
+  if (own === null || fitted < FIT_PINGS) {
+    const surest = [...withCoordinate].sort((a, b) => a.coordinate!.error - b.coordinate!.error || (a.peerId < b.peerId ? -1 : 1));
+    return [...surest.slice(0, Math.max(0, FIT_PINGS - fitted)), ...without].slice(0, limit);
+  }
+  const score = new Map(withCoordinate.map((h) => [h.peerId, rank(h, estimateRttMs(own, h.coordinate!))]));
+  const nearest = [...withCoordinate].sort((a, b) => score.get(a.peerId)! - score.get(b.peerId)!);
+  return [...nearest, ...without].slice(0, limit);
+}
+
+/** This node's coordinate fitted from its round trips to hosts with coordinates, or null with fewer than MIN_FIT. */
+export function ownCoordinate(
+  hosts: readonly PeerRecord[], measured: ReadonlyMap<string, number>, random?: () => number,
+): Coordinate | null {
+  const samples = hosts.flatMap((h) => {
+    const rttMs = measured.get(h.peerId);
+    return h.coordinate && rttMs !== undefined ? [{ coordinate: h.coordinate, rttMs }] : [];
+  });
+  return samples.length < MIN_FIT ? null : fitCoordinate(samples, 20, random);
+}
+
+/**
+ * The round trips a route is planned with: every host measured, and every other host with a coordinate predicted from
+ * this node's own (a host with neither counts the median, in routeOver).
+ */
+export function plannedRtts(
+  hosts: readonly PeerRecord[], measured: ReadonlyMap<string, number>, own: Coordinate | null,
+): Map<string, number> {
+  const out = new Map(measured);
+  if (own) for (const h of hosts) if (!out.has(h.peerId) && h.coordinate) out.set(h.peerId, estimateRttMs(own, h.coordinate));
+  return out;
+}
+
+/**
+ * This node's round trips to `hosts`, in ms, for routing: those measured within RTT_TTL_MS from before, up to
+ * MAX_PINGS more pinged now (PING_CONCURRENCY at a time, all within `budgetMs`) in pingOrder (first the hosts surest of
+ * their coordinates, to fit this node's own; then the nearest by the coordinates), and every other host predicted
+ * from the coordinates. A host that does not answer is left out (it is predicted or counts the median, and one that
+ * is down fails when the session dials it, and is routed around).
+ */
+export async function hostRoundTrips(
+  node: Libp2p, hosts: readonly PeerRecord[], budgetMs = 1_000, rank?: (host: PeerRecord, rttMs: number) => number,
+): Promise<Map<string, number>> {
+  const until = performance.now() + budgetMs;
+  // first the hosts that fit this node's coordinate, then the nearest by it, MAX_PINGS in all
+  const fitting = pingOrder(hosts, freshRtts(node, hosts), null, FIT_PINGS);
+  await pingHosts(node, fitting, until);
+  let known = freshRtts(node, hosts);
+  await pingHosts(node, pingOrder(hosts, known, ownCoordinate(hosts, known), MAX_PINGS - fitting.length, rank), until);
+  known = freshRtts(node, hosts);
+  return plannedRtts(hosts, known, ownCoordinate(hosts, known));
+}
+
+/**
+ * How promising a host is for a route, from its predicted round trip: what a hop through it costs per block it holds
+ * (its round trip and HOP_OVERHEAD_MS shared by its blocks, plus a block's compute at its speed), as routeOver counts.
+ */
+export function hopRank(model: HostedModelEntry, blockFlops = DEFAULT_BLOCK_FLOPS): (host: PeerRecord, rttMs: number) => number {
+  const blocks = new Map(model.hosts.map((h) => [h.peerId, h.layers[1] - h.layers[0] + 1]));
+  return (host, rttMs) => {
+    const n = blocks.get(host.peerId) ?? 1;
+    return (rttMs + HOP_OVERHEAD_MS) / n + blockFlops / (Math.max(0.1, host.capabilities?.gflops ?? DEFAULT_GFLOPS) * 1e6);
+  };
+}
+
+/** Rounds of confirming a route's predicted hops (each pings them and routes again). */
+export const CONFIRM_ROUNDS = 2;
+
+/** The hosts of a route whose round trips were predicted, not measured: what to ping before trusting it. */
+export function unconfirmedHops(route: readonly RouteHop[], measured: ReadonlyMap<string, number>): string[] {
+  return [...new Set(route.map((h) => h.peerId).filter((id) => !measured.has(id)))];
+}
+
+/**
+ * routeOver by this node's round trips (hostRoundTrips), then, while hops of the route were only predicted from
+ * coordinates, those hops pinged and the route made again (at most CONFIRM_ROUNDS times): a prediction that was too
+ * kind loses its host the route, one that was right keeps it.
+ */
+export async function measuredRoute(
+  node: Libp2p, model: HostedModelEntry, peers: readonly PeerRecord[], hosts: readonly PeerRecord[], options: RouteOptions,
+  budgetMs = 1_000,
+): Promise<RouteHop[] | null> {
+  const until = performance.now() + budgetMs;
+  let rttMs = await hostRoundTrips(node, hosts, budgetMs, hopRank(model, options.blockFlops));
+  let route = routeOver(model, peers, { ...options, rttMs });
+  for (let round = 0; route && round < CONFIRM_ROUNDS; round++) {
+    const todo = unconfirmedHops(route, freshRtts(node, hosts));
+    if (todo.length === 0) break;
+    await pingHosts(node, hosts.filter((h) => todo.includes(h.peerId)), until);
+    const known = freshRtts(node, hosts);
+    rttMs = plannedRtts(hosts, known, ownCoordinate(hosts, known));
+    route = routeOver(model, peers, { ...options, rttMs });
+  }
+  return route;
+}
+
+/** This node's round trips to `hosts` measured within RTT_TTL_MS. */
+function freshRtts(node: Libp2p, hosts: readonly PeerRecord[]): Map<string, number> {
+  const cache = measured.get(node);
+  const out = new Map<string, number>();
+  const since = Date.now() - RTT_TTL_MS;
+  for (const h of hosts) {
+    const m = cache?.get(h.peerId);
+    if (m && m.at >= since) out.set(h.peerId, m.ms);
+  }
+  return out;
+}
+
+/** Pings `hosts`, PING_CONCURRENCY at a time, until `until` (performance.now()); what answers is kept in the cache. */
+async function pingHosts(node: Libp2p, hosts: readonly PeerRecord[], until: number): Promise<void> {
   let cache = measured.get(node);
   if (!cache) measured.set(node, (cache = new Map()));
-  const now = Date.now();
-  const stale = hosts.filter((h) => (cache.get(h.peerId)?.at ?? 0) < now - RTT_TTL_MS).slice(0, MAX_PINGS);
-  const until = performance.now() + budgetMs;
   let next = 0;
   const lane = async () => {
-    while (next < stale.length) {
-      const h = stale[next++];
+    while (next < hosts.length) {
+      const h = hosts[next++];
       const left = until - performance.now();
       if (left <= 0) return;
       try {
@@ -113,11 +232,5 @@ export async function hostRoundTrips(node: Libp2p, hosts: readonly PeerRecord[],
       }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(PING_CONCURRENCY, stale.length) }, lane));
-  const out = new Map<string, number>();
-  for (const h of hosts) {
-    const m = cache.get(h.peerId);
-    if (m && m.at >= now - RTT_TTL_MS) out.set(h.peerId, m.ms);
-  }
-  return out;
+  await Promise.all(Array.from({ length: Math.min(PING_CONCURRENCY, hosts.length) }, lane));
 }

@@ -10,7 +10,7 @@ import {
 } from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { agree, COMMIT_CHUNK, type ComputeFormat, ortTolerance, sectionCost, type WorkRecord } from '../verify/index.ts';
-import { hostRoundTrips, routeOver, type RouteOptions } from './hosted-routing.ts';
+import { measuredRoute, type RouteOptions } from './hosted-routing.ts';
 import { LedgerSubmitter } from './ledger-submitter.ts';
 import { HostedSession, MAX_KEPT_INPUT_BYTES, type RouteHop, type SessionRouter } from './hosted-session.ts';
 
@@ -322,16 +322,15 @@ export class HostedModel {
 
   /**
    * A route over blocks [from, to) from a fresh look at the index and the peers, by the round trips this node measures
-   * to the model's hosts (hostRoundTrips) and its blocks' FLOPs.
+   * or predicts to the model's hosts, its predicted hops confirmed (measuredRoute), and its blocks' FLOPs.
    */
   private async route(options: RouteOptions): Promise<RouteHop[] | null> {
     const { node, validator } = this;
     const [peers, entry] = await Promise.all([listPeers(node, validator), findModel(node, validator, this.entry.name, this.entry.hash)]);
     const avoid = new Set([...(options.avoid ?? []), ...this.excluded]);
     const online = new Set(entry.hosts.filter((h) => h.state === 'online' && !avoid.has(h.peerId)).map((h) => h.peerId));
-    const rttMs = await hostRoundTrips(node, peers.filter((p) => online.has(p.peerId)));
     this.blockFlops ??= sectionCost(this.ends.config, [1, 2]).flopsPerToken;
-    return routeOver(entry, peers, { ...options, avoid, rttMs, blockFlops: this.blockFlops });
+    return measuredRoute(node, entry, peers, peers.filter((p) => online.has(p.peerId)), { ...options, avoid, blockFlops: this.blockFlops });
   }
 
   /** One block's FLOPs per token (every block of the families hosted alike). */

@@ -1,6 +1,7 @@
 import type { WeightFormat } from '../tensor/index.ts';
 import { releaseBackendCopies } from './release.ts';
 import type { NodeChain } from '../chain/index.ts';
+import { origin, updateCoordinate } from '../plan/index.ts';
 import type { RecordSigner } from '../verify/index.ts';
 import { Claimer } from './claims.ts';
 import { join } from 'node:path';
@@ -115,6 +116,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const node = own?.node
     ?? await createNode({ dataDir, listen, announce: extra, advertise, dhtClient: circuit !== null, stun: stun ? [stun] : [], browsers });
   const proximity: Record<string, Proximity> = {};
+  // its network coordinate: moved by every probe's round trip to a peer that announced one (plan/vivaldi.ts)
+  let coordinate = origin();
   // weight chunks persist in the data directory: a restarted worker is not sent what it holds
   const store = new ChunkStore(options.dataDir ? join(options.dataDir, 'chunks') : null, options.storeMaxBytes);
   // a job that ends returns all it held to the budget
@@ -178,6 +181,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     });
     const record = {
       roles: ['worker'], capabilities: { ...capabilities, memoryFreeBytes: memory.free() }, addrs: node.getMultiaddrs().map(String), proximity,
+      coordinate,
       ...(sections.length > 0 ? { sections } : {}),
       ...(hosts.length > 0 ? { hosts } : {}),
       ...(options.chain ? { account: options.chain.address } : {}),
@@ -210,6 +214,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     for (const peer of peers.filter((p) => p.roles.includes('worker') && p.peerId !== me)) {
       try {
         const measured = await probe(node, peer);
+        if (peer.coordinate) coordinate = updateCoordinate(coordinate, peer.coordinate, measured.rttMs);
         // a probe renews this peer's way there; what its transfers measured the other way stays
         const inbound = proximity[peer.peerId]?.inbound;
         proximity[peer.peerId] = inbound ? { ...measured, inbound } : measured;

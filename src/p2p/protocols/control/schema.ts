@@ -5,6 +5,8 @@ import {
   type Capabilities,
   type HeldSection,
   type HostedSpan,
+  type NetworkCoordinate,
+  parseCoordinate,
   parseHeldSections,
   parseHostedSpans,
   type PeerRecord,
@@ -61,6 +63,8 @@ export interface Announcement {
   peers?: string[];
   /** When it was made (ms since the epoch): a gossiped record older than a few seconds, or than the last one, is a replay. */
   at?: number;
+  /** Its network coordinate (plan/vivaldi.ts), from the round trips of its probes. */
+  coordinate?: NetworkCoordinate;
 }
 
 /** Peers a worker names as the ones it works with (the most recent first; more are left out). */
@@ -77,6 +81,7 @@ export function parseAnnounce(v: unknown): Announcement {
     ...(m.sections === undefined ? {} : { sections: parseHeldSections(m.sections) }),
     ...(m.hosts === undefined ? {} : { hosts: parseHostedSpans(m.hosts) }),
     ...(m.at === undefined ? {} : { at: finite(m.at, 'announcement.at', 0) }),
+    ...(m.coordinate === undefined ? {} : { coordinate: parseCoordinate(m.coordinate, 'announcement.coordinate') }),
     ...(m.peers === undefined ? {} : { peers: list(m.peers, 'announcement.peers', MAX_ANNOUNCED_PEERS, (p, what) => peerIdText(p, what)) }),
   };
 }
