@@ -98,6 +98,8 @@ export {
   MAX_ANNOUNCED_PEERS,
   parseAnnounce,
   parseModelsAnswer,
+  mergeModelEntries,
+  MODEL_HOSTS_PER_ENTRY,
   type HostedModelEntry,
   type ModelHost,
   parseAuditMessage,

@@ -3,7 +3,7 @@
  * process, running the project's own registry, model index, router, planner, placement, sampling, reputation, ledger
  * and reward arithmetic; only the network (world.ts) and the compute (each device's speed) are simulated.
  */
-import { createLogger, type HostedModelEntry, type PeerRecord, tierOf } from '../p2p/index.ts';
+import { createLogger, type HostedModelEntry, mergeModelEntries, type PeerRecord, tierOf } from '../p2p/index.ts';
 import { Registry } from '../validator/registry.ts';
 import { modelIndex } from '../validator/hosted-models.ts';
 import { Reputation } from '../verify/reputation.ts';
@@ -185,12 +185,13 @@ export function simulateSwarm(options: SimulateOptions): SimulationReport {
     for (const p of online) announce(p);
     ctx.requests.announce = (ctx.requests.announce ?? 0) + (peers.filter((p) => p.online).length * REFRESH_MS) / ANNOUNCE_MS;
     const live: PeerRecord[] = registry.live().map((r) => (ctx.byId.get(r.peerId)?.excluded ? { ...r, excluded: true } : r));
-    const models = new Map<string, HostedModelEntry>();
+    const entries: HostedModelEntry[] = [];
     for (let cursor: number | undefined = 0; cursor !== undefined;) {
       const page = modelIndex(live, cursor);
-      for (const m of page.models) models.set(m.name, m);
+      entries.push(...page.models);
       cursor = page.next;
     }
+    const models = new Map(mergeModelEntries(entries).map((m) => [m.name, m]));
     ctx.view = { live: live.filter((r) => !r.excluded), models };
     flaggedSinceRefresh.clear();
     clock.after(REFRESH_MS, refresh);

@@ -6,11 +6,12 @@ import {
   type SpeculativeOptions, type SpeculativeResult, type StepModel,
 } from '../models/index.ts';
 import {
-  type DialTarget, type HostedModelEntry, hostedJobId, parseModelsAnswer, request, TRAIN_REQUEST_TIMEOUT_MS,
+  type DialTarget, type HostedModelEntry, hostedJobId, request, TRAIN_REQUEST_TIMEOUT_MS,
 } from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { agree, COMMIT_CHUNK, type ComputeFormat, ortTolerance, sectionCost, type WorkRecord } from '../verify/index.ts';
 import { measuredRoute, type RouteOptions } from './hosted-routing.ts';
+import { allModels } from './model-index.ts';
 import { LedgerSubmitter } from './ledger-submitter.ts';
 import { HostedSession, MAX_KEPT_INPUT_BYTES, type RouteHop, type SessionRouter } from './hosted-session.ts';
 
@@ -20,11 +21,6 @@ import { listPeers } from './peers.ts';
 import { DEFAULT_SAMPLE_RATE } from './verifier.ts';
 import { ChunkSampler, DEFAULT_CHUNK_RATE } from './hosted-checks.ts';
 import { RemoteStage } from './remote-stage.ts';
-
-/** One page of the validator's index of hosted models (`tensorlink models`). */
-export async function listModels(node: Libp2p, validator: DialTarget, page = 0): Promise<{ models: HostedModelEntry[]; next?: number }> {
-  return parseModelsAnswer(await request(node, validator, { type: 'models', page }));
-}
 
 /** How a hosted model's steps are checked. */
 export interface HostedVerify {
@@ -434,12 +430,7 @@ function coarsest(formats: ComputeFormat[]): ComputeFormat {
 }
 
 async function findModel(node: Libp2p, validator: DialTarget, name: string, hash?: string): Promise<HostedModelEntry> {
-  const found: HostedModelEntry[] = [];
-  for (let page: number | undefined = 0; page !== undefined;) {
-    const answer: { models: HostedModelEntry[]; next?: number } = await listModels(node, validator, page);
-    found.push(...answer.models.filter((m) => m.name === name && (hash === undefined || m.hash === hash)));
-    page = answer.next;
-  }
+  const found = (await allModels(node, validator)).filter((m) => m.name === name && (hash === undefined || m.hash === hash));
   if (found.length === 0) throw new PlanInfeasibleError(`no host announces a model named '${name}'${hash ? ` with hash ${hash.slice(0, 12)}…` : ''}`);
   if (found.length > 1) {
     throw new InvalidArgumentError(`'${name}' is hosted in ${found.length} different copies (hashes ${found.map((m) => m.hash.slice(0, 12)).join(', ')}): name one by its hash`);

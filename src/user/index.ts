@@ -19,7 +19,8 @@ export {
   DEADLINE_FLOOR_MS, DEADLINE_SLACK, deadlineMs, type FailoverEvent, LIVENESS_TIMEOUT_MS, STEP_RETRIES,
 } from './failover.ts';
 export type { JobProgress, JobView, LedgerSummary, Overview, OverviewEvent } from '../p2p/index.ts';
-export { HostedModel, type HostedVerify, listModels, type RouteHop, type RouteOptions, routeOver } from './hosted.ts';
+export { allModels, listModels } from './model-index.ts';
+export { HostedModel, type HostedVerify, type RouteHop, type RouteOptions, routeOver } from './hosted.ts';
 export { HostedSession } from './hosted-session.ts';
 export { cachedEnds, findHosted, pullEnds, type PulledEnds, type PullEndsOptions } from './pull-ends.ts';
 export {

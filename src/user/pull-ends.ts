@@ -8,7 +8,7 @@ import {
   modelHashOf,
   parseEndsManifestPage, parseEndsPiece, type PeerTarget, PIECE_TIMEOUT_MS, request,
 } from '../p2p/index.ts';
-import { listModels } from './hosted.ts';
+import { allModels } from './model-index.ts';
 import { listPeers } from './peers.ts';
 
 /** How long a puller waits when a host says it asks too fast (its control protocol's per-peer rate), and how often. */
@@ -75,12 +75,7 @@ export async function pullEnds(
 
 /** The one copy of `name` the index lists (`hash`: a prefix of its hash, when several are hosted under the name). */
 export async function findHosted(node: Libp2p, validator: DialTarget, name: string, hash?: string): Promise<HostedModelEntry> {
-  const found: HostedModelEntry[] = [];
-  for (let page: number | undefined = 0; page !== undefined;) {
-    const answer: { models: HostedModelEntry[]; next?: number } = await listModels(node, validator, page);
-    found.push(...answer.models.filter((m) => m.name === name && (hash === undefined || m.hash.startsWith(hash))));
-    page = answer.next;
-  }
+  const found = (await allModels(node, validator)).filter((m) => m.name === name && (hash === undefined || m.hash.startsWith(hash)));
   if (found.length === 0) throw new PlanInfeasibleError(`no host announces a model named '${name}'${hash ? ` with hash ${hash.slice(0, 12)}…` : ''}`);
   if (found.length > 1) {
     throw new InvalidArgumentError(`'${name}' is hosted in ${found.length} different copies (hashes ${found.map((m) => m.hash.slice(0, 12)).join(', ')}): name one by its hash`);

@@ -1,4 +1,4 @@
-import { type HostedModelEntry, pageOf, type PeerRecord } from '../p2p/index.ts';
+import { type HostedModelEntry, MODEL_HOSTS_PER_ENTRY, pageOf, type PeerRecord } from '../p2p/index.ts';
 
 /**
  * The model index: every (name, hash) the live workers host, in name order, with its hosts and its coverage, a page
@@ -25,7 +25,11 @@ export function modelIndex(peers: readonly PeerRecord[], cursor = 0): { models: 
   }
   const all = [...byModel.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.hash < b.hash ? -1 : 1));
   for (const m of all) m.complete = covered(m);
-  const { items, next } = pageOf(all, cursor);
+  // a model of many hosts as several entries of MODEL_HOSTS_PER_ENTRY hosts each: no entry grows with the swarm
+  const entries = all.flatMap((m) => Array.from({ length: Math.max(1, Math.ceil(m.hosts.length / MODEL_HOSTS_PER_ENTRY)) }, (_, i) => (
+    { ...m, hosts: m.hosts.slice(i * MODEL_HOSTS_PER_ENTRY, (i + 1) * MODEL_HOSTS_PER_ENTRY) }
+  )));
+  const { items, next } = pageOf(entries, cursor);
   return next === undefined ? { models: items } : { models: items, next };
 }
 

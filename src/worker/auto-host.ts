@@ -1,6 +1,8 @@
 import { basename } from 'node:path';
 import { type ModelConfig, partHeldBytes } from '../models/index.ts';
-import { type DialTarget, type HostedModelEntry, hostedJobId, type HostedSpan, type Logger, parseModelsAnswer } from '../p2p/index.ts';
+import {
+  type DialTarget, type HostedModelEntry, hostedJobId, type HostedSpan, type Logger, mergeModelEntries, parseModelsAnswer,
+} from '../p2p/index.ts';
 import type { WeightFormat } from '../tensor/index.ts';
 import { hostModel, modelHash, openModelWeights } from './hosting.ts';
 import { modelFiles } from './model-files.ts';
@@ -102,8 +104,9 @@ export class AutoHost {
       entries.push(...answer.models);
       page = answer.next;
     }
+    const merged = mergeModelEntries(entries);
     return this.candidates.map((c) => {
-      const entry = entries.find((e) => e.name === c.name && e.hash === c.hash);
+      const entry = merged.find((e) => e.name === c.name && e.hash === c.hash);
       const spans = (entry?.hosts ?? []).filter((h) => h.state !== 'leaving').map((h) => ({
         peerId: h.peerId, start: h.layers[0], end: h.layers[1] + 1, throughput: h.throughput ?? 1,
       }));

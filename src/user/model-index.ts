@@ -1,0 +1,18 @@
+import type { Libp2p } from '@libp2p/interface';
+import { type DialTarget, type HostedModelEntry, mergeModelEntries, parseModelsAnswer, request } from '../p2p/index.ts';
+
+/** One page of the validator's index of hosted models (`tensorlink models`). */
+export async function listModels(node: Libp2p, validator: DialTarget, page = 0): Promise<{ models: HostedModelEntry[]; next?: number }> {
+  return parseModelsAnswer(await request(node, validator, { type: 'models', page }));
+}
+
+/** Every page of the model index, a model listed in several entries (one per MODEL_HOSTS_PER_ENTRY hosts) merged. */
+export async function allModels(node: Libp2p, validator: DialTarget): Promise<HostedModelEntry[]> {
+  const entries: HostedModelEntry[] = [];
+  for (let page: number | undefined = 0; page !== undefined;) {
+    const answer: { models: HostedModelEntry[]; next?: number } = await listModels(node, validator, page);
+    entries.push(...answer.models);
+    page = answer.next;
+  }
+  return mergeModelEntries(entries);
+}
