@@ -322,6 +322,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       seed: int('S', 'the scenario\'s seed', { default: '1', min: 0 }),
       lifetime: num('H', 'median hours a peer stays online', { default: '1' }),
       cheaters: num('SHARE', 'share of peers that cheat', { default: '0.02' }),
+      svg: str('FILE', 'also draw the report over virtual time (sessions, peers online, coverage, catches) as an SVG'),
     },
     load: () => import('./commands/simulate.ts').then((m) => m.simulateCommand),
   },

@@ -1,2 +1,3 @@
 export { VirtualClock } from './clock.ts';
+export { reportSvg } from './plot.ts';
 export { SIM_MODELS, simulateSwarm, type SimulateOptions, type SimulationReport } from './simulate.ts';

@@ -54,14 +54,27 @@ export interface PopulationOptions {
   relayedShare: number;
 }
 
-/** Peers of the world's mix; each starts online with the share of time a peer of this churn spends online. */
+/** How long each peer's life runs before the simulation starts, so that it starts in the churn's steady state. */
+const WARM_UP_MS = 24 * 3_600_000;
+
+/**
+ * Peers of the world's mix, each in the state its own life reached by the start: it began WARM_UP_MS before, online or
+ * not by the share of time a peer of this churn spends online, and came and went since (a heavy-tailed life is not in
+ * its steady state at once: a peer online at a random moment tends to be one of the long stays).
+ */
 export function makePeers(rng: Random, o: PopulationOptions): SimPeer[] {
   const peers: SimPeer[] = [];
-  // Weibull of shape 0.5 has mean 2 · scale, so the online share is the medians' ratio's
+  // Weibull's mean is a fixed multiple of its median for one shape, so the online share is the medians' ratio's
   const onlineShare = o.medianOnlineMs / (o.medianOnlineMs + o.medianOfflineMs);
   for (let i = 0; i < o.peers; i++) {
     const device = rng.pick(DEVICE_TIERS);
-    const online = rng.next() < onlineShare;
+    let online = rng.next() < onlineShare;
+    let at = -WARM_UP_MS;
+    for (;;) {
+      at += rng.weibull(CHURN_SHAPE, online ? o.medianOnlineMs : o.medianOfflineMs);
+      if (at > 0) break;
+      online = !online;
+    }
     const cheat = rng.next() < o.cheaterShare ? SIM_CHEATS[rng.below(SIM_CHEATS.length)] : null;
     peers.push({
       id: `sim-${String(i).padStart(5, '0')}`,
@@ -71,7 +84,7 @@ export function makePeers(rng: Random, o: PopulationOptions): SimPeer[] {
       hosts: rng.next() < (device.name.endsWith('gpu') ? 2 / 3 : device.name === 'laptop-cpu' ? 1 / 5 : 0),
       cheat,
       online,
-      nextChange: online ? rng.weibull(CHURN_SHAPE, o.medianOnlineMs) : rng.weibull(CHURN_SHAPE, o.medianOfflineMs),
+      nextChange: at,
       joinedAt: online ? 0 : null,
       span: null,
       sessions: 0,

@@ -52,7 +52,7 @@ const ANNOUNCE_MS = 2_000;
 /** Round trips each online peer measures to random others a refresh (a worker's probes, for its coordinate). */
 const PROBES_PER_REFRESH = 2;
 /** Time series are sampled this often. */
-const SERIES_MS = 300_000;
+const SERIES_MS = 60_000;
 const PROMPT_TOKENS = 64;
 const NEW_TOKENS = 128;
 
@@ -87,7 +87,7 @@ export interface SimulationReport {
   honestFlagged: number;
   economy: Economy;
   validatorRequestsPerSecond: number;
-  /** Per SERIES_MS: sessions completed and failed, and cheaters caught, in that window. */
+  /** Per virtual minute: sessions completed and failed, and cheaters caught, in that minute; peers online at its end. */
   series: { minute: number; completed: number; failed: number; caught: number; online: number }[];
   scenario: Record<string, unknown>;
 }

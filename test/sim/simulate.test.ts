@@ -40,6 +40,6 @@ describe('the simulation', () => {
     assert.ok(r.economy.blocks > 0 && r.economy.records > 0);
     assert.equal(r.economy.slashed, 50 * r.cheatersCaught);
     assert.ok(r.placementMs.devicesMax > 0, 'the planner placed jobs over the live workers');
-    assert.equal(r.coverage.length, 7, 'coverage every 5 virtual minutes, from the start');
+    assert.equal(r.coverage.length, 31, 'coverage every virtual minute, from the start');
   });
 });

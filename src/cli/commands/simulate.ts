@@ -1,5 +1,6 @@
-import { simulateSwarm, type SimulationReport } from '../../sim/index.ts';
-import { type Flags, intFlag, numberFlag } from '../args.ts';
+import { writeFileSync } from 'node:fs';
+import { reportSvg, simulateSwarm, type SimulationReport } from '../../sim/index.ts';
+import { type Flags, intFlag, numberFlag, stringFlag } from '../args.ts';
 import { bar, type Output } from '../output.ts';
 
 /**
@@ -17,6 +18,8 @@ export async function simulateCommand(flags: Flags, out: Output): Promise<void> 
     onProgress: (virtualMs, wallMs) =>
       out.progress(`${bar(virtualMs / (hours * 3_600_000))} ${(virtualMs / 60_000).toFixed(0)} of ${hours * 60} virtual minutes, ${(wallMs / 1000).toFixed(1)} s`),
   });
+  const svg = stringFlag(flags, 'svg');
+  if (svg) writeFileSync(svg, reportSvg(report));
   out.result(report, summary(report));
 }
 
