@@ -45,6 +45,8 @@ export interface Validator {
 
 export interface ValidatorOptions {
   dataDir?: string;
+  /** The registry's clock (default Date.now): a test of its scale holds it still, so no record expires while it reads. */
+  registryClock?: () => number;
   listen?: string[];
   /** Listen for browser tabs too: WebRTC-direct and WebSockets beside TCP (the CLI's validator does). */
   browsers?: boolean;
@@ -76,7 +78,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   const log = options.log ?? createLogger({ level: 'silent' });
   const events = new EventLog();
   const jobs = new JobBoard();
-  const registry = new Registry(log, (kind, peer, roles) => events.add(kind, peer, roles.join(', ')));
+  const registry = new Registry(log, (kind, peer, roles) => events.add(kind, peer, roles.join(', ')), options.registryClock);
   const reputation = new Reputation();
   // a verdict that ran stands for replays; one whose worker could not be reached is asked again next time
   const audits = new CheckQueue<AuditVerdict>(AUDIT_LIMITS, (v) => !v.unavailable && !v.inconclusive, 'audits');
