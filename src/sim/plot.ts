@@ -1,6 +1,6 @@
 /**
  * The simulation's report as a picture (an SVG, no dependency): sessions completed and failed a minute, peers online,
- * each hosted model's coverage (its blocks with a host), and cheaters caught, over virtual time.
+ * each hosted model's least-held block (its hosts), and cheaters caught, over virtual time.
  * `npm run simulate -- --svg FILE`; scripts/plot-simulation.ts renders it to a PNG in Chromium.
  */
 import type { SimulationReport } from './simulate.ts';
@@ -61,9 +61,9 @@ export function reportSvg(r: SimulationReport): string {
     panel(TOP + PANEL + GAP + 20, `Peers online (of ${r.peers.toLocaleString('en')}; median lifetime ${String(r.scenario.medianLifetimeHours)} h)`, minutes, [
       { label: 'online', colour: COLOURS[0], points: r.series.map((s) => [s.minute, s.online]) },
     ]),
-    panel(TOP + 2 * (PANEL + GAP + 20), 'Hosted models: share of blocks with a host', minutes, Object.keys(r.coverage[0]?.models ?? {}).map((name, i) => ({
-      label: name, colour: COLOURS[i % COLOURS.length], points: r.coverage.map((c) => [c.minute, c.models[name]] as [number, number]),
-    })), 1),
+    panel(TOP + 2 * (PANEL + GAP + 20), 'Hosted models: hosts of the least-held block', minutes, Object.keys(r.coverage[0]?.models ?? {}).map((name, i) => ({
+      label: name, colour: COLOURS[i % COLOURS.length], points: r.coverage.map((c) => [c.minute, c.leastHosts[name]] as [number, number]),
+    }))),
     panel(TOP + 3 * (PANEL + GAP + 20), `Cheaters caught (${r.cheatersCaught} of ${r.cheaters} that worked; honest flagged: ${r.honestFlagged})`, minutes, [
       { label: 'caught', colour: COLOURS[4], points: r.series.map((s) => [s.minute, (caught += s.caught)]) },
     ]),

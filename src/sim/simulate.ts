@@ -79,7 +79,8 @@ export interface SimulationReport {
   jobsUnfinished: number;
   failovers: number;
   placementMs: { median: number; max: number; devicesMax: number };
-  coverage: { minute: number; models: Record<string, number> }[];
+  /** Each virtual minute, per model: the share of its blocks with a host, and the hosts of its least-held block. */
+  coverage: { minute: number; models: Record<string, number>; leastHosts: Record<string, number> }[];
   /** Cheaters that did work (a cheater given none had nothing to cheat on), and those caught. */
   cheaters: number;
   cheatersCaught: number;
@@ -232,13 +233,15 @@ export function simulateSwarm(options: SimulateOptions): SimulationReport {
   let seen = { completed: 0, failed: 0, caught: 0 };
   const sample = () => {
     const models: Record<string, number> = {};
+    const leastHosts: Record<string, number> = {};
     SIM_MODELS.forEach((m, i) => {
-      const held = new Array<boolean>(m.blocks).fill(false);
-      for (const s of spans[i].values()) for (let b = s.start; b < s.end; b++) held[b] = true;
-      models[m.name] = held.filter(Boolean).length / m.blocks;
+      const hosts = new Array<number>(m.blocks).fill(0);
+      for (const s of spans[i].values()) for (let b = s.start; b < s.end; b++) hosts[b]++;
+      models[m.name] = hosts.filter((n) => n > 0).length / m.blocks;
+      leastHosts[m.name] = Math.min(...hosts);
     });
     const minute = clock.now() / 60_000;
-    coverage.push({ minute, models });
+    coverage.push({ minute, models, leastHosts });
     const completed = outcomes.filter((o) => o.ok).length;
     const failed = outcomes.length - completed;
     const online = peers.filter((p) => p.online).length;

@@ -6,7 +6,7 @@
  */
 import { PlanInfeasibleError } from '../errors.ts';
 import { llamaConfig, modelLayers } from '../models/index.ts';
-import { type Device, layerCosts, type LayerCost, type Links, plan, type Plan, stepSeconds } from '../plan/index.ts';
+import { type Device, layerCosts, type LayerCost, type Links, plan, type Plan, planCandidates, stepSeconds } from '../plan/index.ts';
 import { MAX_FAILOVERS } from '../user/failover.ts';
 import { DEFAULT_SAMPLE_RATE } from '../user/verifier.ts';
 import type { SimContext } from './context.ts';
@@ -80,7 +80,7 @@ export function runJob(
   };
   const place = (): Plan | null => {
     // every live worker the validator lists that is free, not excluded, and not avoided: the planner reads them all
-    const devices: Device[] = [];
+    let devices: Device[] = [];
     for (const r of ctx.view.live) {
       const p = ctx.byId.get(r.peerId);
       if (!p || !p.online || p.excluded || p.job !== null || p.span !== null || avoid.has(p.id)) continue;
@@ -88,6 +88,8 @@ export function runJob(
     }
     const t0 = performance.now();
     try {
+      // the fastest PLAN_CANDIDATES of them, as distribute's survey keeps
+      devices = planCandidates(devices, layers.length);
       const options = { links: linksOf(placeOf, ctx), user: user.id, tokens: STEP_TOKENS, traffic: 'train' as const, microBatches: MICRO_BATCHES };
       const made = plan('layer-aware', layers, devices, options);
       placements.push({ ms: performance.now() - t0, devices: devices.length });

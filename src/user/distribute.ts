@@ -6,8 +6,8 @@ import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
 import type { CausalLM } from '../models/index.ts';
 import type { DialTarget, PeerRecord, StageAssignment } from '../p2p/index.ts';
 import {
-  type Device, type LayerCost, layerCosts, linkBetween, linkTable, measuredLinks, type Plan, plan, type PlanOptions, replan, type Replan,
-  type StrategyName, type Swarm,
+  type Device, type LayerCost, layerCosts, linkBetween, linkTable, measuredLinks, type Plan, plan, PLAN_CANDIDATES, planCandidates,
+  type PlanOptions, replan, type Replan, type StrategyName, type Swarm,
 } from '../plan/index.ts';
 import { configToHF, weightFormat } from '../models/index.ts';
 import { type AdapterOption, blockFactorBytes, jobAdapter, withAdapter } from './job-adapter.ts';
@@ -223,9 +223,15 @@ async function survey(
   options: DistributeOptions,
   excluded?: ReadonlySet<string>,
 ): Promise<Survey> {
-  const workers = (await listWorkers(node, validator)).filter((w) => !excluded?.has(w.peerId));
-  if (workers.length === 0) throw new PlanInfeasibleError('the validator knows no live workers it trusts');
+  const trusted = (await listWorkers(node, validator)).filter((w) => !excluded?.has(w.peerId));
+  if (trusted.length === 0) throw new PlanInfeasibleError('the validator knows no live workers it trusts');
   const copies = Math.max(options.replicas ?? 1, options.verify?.redundancy ?? 1);
+  // of a large swarm, the fastest PLAN_CANDIDATES per copy (the planner never picks the slow ones, and weighs fewer)
+  const speeds = trusted.map((w) => {
+    const c = w.capabilities!;
+    return { w, gflops: c.gflops, memoryBytes: c.memoryFreeBytes ?? c.memoryBytes };
+  });
+  const workers = planCandidates(speeds, source.config.layers, PLAN_CANDIDATES * Math.max(1, copies)).map((c) => c.w);
   const replicas = copies;
   if (!Number.isInteger(replicas) || replicas < 1) throw new InvalidArgumentError(`replicas and redundancy must be integers ≥ 1, got ${replicas}`);
   if (workers.length < replicas) {
