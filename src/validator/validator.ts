@@ -43,6 +43,9 @@ export interface Validator {
   stop(): Promise<void>;
 }
 
+/** How long the list a paged answer was cut from serves the pages after its first. */
+export const PAGED_SNAPSHOT_MS = 10_000;
+
 export interface ValidatorOptions {
   dataDir?: string;
   /** The registry's clock (default Date.now): a test of its scale holds it still, so no record expires while it reads. */
@@ -104,6 +107,16 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     };
     return [self, ...registry.live().map(withStanding)];
   };
+  /**
+   * The peers a paged answer (status, models) is cut from: made anew for a first page, and kept for the pages after it
+   * for PAGED_SNAPSHOT_MS, so that a reader's pages come from one list (no peer twice or missed as the registry
+   * changes) and reading 10,000 peers does not rebuild the list 101 times.
+   */
+  let paged: { at: number; list: PeerRecord[] } | null = null;
+  const snapshot = (page: number): PeerRecord[] => {
+    if (page === 0 || paged === null || Date.now() - paged.at > PAGED_SNAPSHOT_MS) paged = { at: Date.now(), list: peers() };
+    return paged.list;
+  };
   // gossip: signed messages, so `from` is the publisher; only checked ones reach the registry (gossip-check.ts)
   const validators = new Set(options.validators ?? []);
   const gossip = checkGossip(node, registry, log, (peer) => validators.has(peer));
@@ -124,13 +137,17 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       if (a.account && settler && !settler.knows(a.account)) await settler.refresh(a.account);
       return { type: 'ack', ttlMs: PEER_TTL_MS };
     },
-    // the registry a page at a time (`page`: the `next` of the previous answer; 0 first)
+    // the registry a page at a time (`page`: the `next` of the previous answer; 0 first), from one snapshot
     'status': (m) => {
-      const { items, next } = pageOf(peers(), int(m.page ?? 0, 'status.page', 0, 10_000_000));
+      const page = int(m.page ?? 0, 'status.page', 0, 10_000_000);
+      const { items, next } = pageOf(snapshot(page), page);
       return { type: 'status', peers: items, uptimeMs: Date.now() - started, ...(next === undefined ? {} : { next }) };
     },
     // the models workers host, with their coverage and hosts, a page at a time
-    'models': (m) => ({ type: 'models', ...modelIndex(peers(), int(m.page ?? 0, 'models.page', 0, 10_000_000)) }),
+    'models': (m) => {
+      const page = int(m.page ?? 0, 'models.page', 0, 10_000_000);
+      return { type: 'models', ...modelIndex(snapshot(page), page) };
+    },
     // a user's report of its job, for the dashboard: shown under the sender's peer id, never used to pay
     'job-progress': (m, from: PeerId) => {
       jobs.report(from.toString(), parseJobProgress(m));
