@@ -140,8 +140,9 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     // the registry a page at a time (`page`: the `next` of the previous answer; 0 first), from one snapshot
     'status': (m) => {
       const page = int(m.page ?? 0, 'status.page', 0, 10_000_000);
-      const { items, next } = pageOf(snapshot(page), page);
-      return { type: 'status', peers: items, uptimeMs: Date.now() - started, ...(next === undefined ? {} : { next }) };
+      const list = snapshot(page);
+      const { items, next } = pageOf(list, page);
+      return { type: 'status', peers: items, uptimeMs: Date.now() - started, total: list.length, ...(next === undefined ? {} : { next }) };
     },
     // the models workers host, with their coverage and hosts, a page at a time
     'models': (m) => {

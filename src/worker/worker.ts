@@ -1,4 +1,5 @@
 import type { WeightFormat } from '../tensor/index.ts';
+import { chooseProbes, forgetOldest, PROBES_PER_ROUND } from './probing.ts';
 import { releaseBackendCopies } from './release.ts';
 import type { NodeChain } from '../chain/index.ts';
 import { origin, updateCoordinate } from '../plan/index.ts';
@@ -9,8 +10,8 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { defaultCacheDir } from '../models/index.ts';
 import {
   type Capabilities, createLogger, createNode, foldTransfer, listenAlso, type Logger, MAX_ANNOUNCED_PEERS, parseJobRequest,
-  parseStatusAnswer, PEERS_TOPIC, probe, type Proximity, relayListen, request, serveControl, serveProbes, SESSION_IDLE_MS, signerOf,
-  stunServerOf, type TensorLinkNode,
+  PAGE_ITEMS, parseStatusAnswer, PEERS_TOPIC, probe, type Proximity, relayListen, request, serveControl, serveProbes, SESSION_IDLE_MS,
+  signerOf, stunServerOf, type TensorLinkNode,
   traffic, type TransferSample,
 } from '../p2p/index.ts';
 import { measureCapabilities } from './capabilities.ts';
@@ -207,17 +208,25 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     await Promise.race([queued, new Promise((r) => setTimeout(r, 2_000))]);
   };
   if (via === 'gossip') await node.dial(validator, { signal: AbortSignal.timeout(10_000) });
-  /** Measures round trip and bandwidth to every other worker the validator knows, at any of its addresses. */
+  /**
+   * Measures round trip and bandwidth to PROBES_PER_ROUND other workers a round, at any of their addresses: of a page of
+   * the registry (the first, then one at random once the registry's size is known, so that a large swarm's probes
+   * spread over it rather than all landing on its first hundred), those it works with first, then the longest unprobed.
+   */
+  let registrySize = 0;
   const measure = async () => {
-    const { peers } = parseStatusAnswer(await request(node, validator, { type: 'status' }));
+    const page = registrySize > PAGE_ITEMS ? Math.floor(Math.random() * registrySize) : 0;
+    const answer = parseStatusAnswer(await request(node, validator, { type: 'status', page }));
+    registrySize = answer.total ?? answer.peers.length;
     const me = node.peerId.toString();
-    for (const peer of peers.filter((p) => p.roles.includes('worker') && p.peerId !== me)) {
+    for (const peer of chooseProbes(answer.peers, me, new Set(jobs.partners(me, PROBES_PER_ROUND)), proximity)) {
       try {
         const measured = await probe(node, peer);
         if (peer.coordinate) coordinate = updateCoordinate(coordinate, peer.coordinate, measured.rttMs);
         // a probe renews this peer's way there; what its transfers measured the other way stays
         const inbound = proximity[peer.peerId]?.inbound;
         proximity[peer.peerId] = inbound ? { ...measured, inbound } : measured;
+        forgetOldest(proximity);
       } catch (err) {
         log.debug('probe-failed', { remote: peer.peerId, error: (err as Error).message });
       }

@@ -31,7 +31,7 @@ import {
  * serving side, answers by the asking side; both come from a peer and are untrusted.
  *
  *   announce      {roles, capabilities?, addrs, proximity?}          → ack {ttlMs}          (validator)
- *   status        {}                                                 → status {peers, uptimeMs}
+ *   status        {page?}                                            → status {peers, uptimeMs, total, next?}
  *   capabilities  {}                                                 → capabilities {capabilities}   (worker)
  *   stats         {}                                                 → stats {work, bytesSent, bytesReceived, jobs, sessions, memory}
  *   proximity     {}                                                 → proximity {proximity}
@@ -87,12 +87,13 @@ export function parseAnnounce(v: unknown): Announcement {
 }
 
 /** One page of the validator's registry (`next`: the cursor of the following page, when there is one). */
-export function parseStatusAnswer(m: Record<string, unknown>): { peers: PeerRecord[]; uptimeMs: number; next?: number } {
+export function parseStatusAnswer(m: Record<string, unknown>): { peers: PeerRecord[]; uptimeMs: number; total?: number; next?: number } {
   if (m.type !== 'status') throw new InvalidMessageError(`expected a status answer, got '${String(m.type)}'`);
   if (!Array.isArray(m.peers) || m.peers.length > VOCABULARY_LIMITS.stages * 16) throw new InvalidMessageError('status.peers must be a list of peer records');
   return {
     peers: m.peers.map((p, i) => parsePeerRecord(p, `status.peers[${i}]`)),
     uptimeMs: finite(m.uptimeMs ?? 0, 'status.uptimeMs'),
+    ...(m.total === undefined ? {} : { total: int(m.total, 'status.total', 0) }),
     ...(m.next === undefined ? {} : { next: int(m.next, 'status.next', 1) }),
   };
 }
