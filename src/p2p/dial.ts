@@ -42,8 +42,16 @@ export function targetName(target: DialTarget): string {
 }
 
 /**
- * Opens a stream of `protocol` to a peer, trying each of its addresses; PeerUnreachableError
- * names the peer and why. A target with no addresses is dialed by its id alone: an open
+ * Attempts at opening a stream before a peer is taken for unreachable, the waits between them (each twice the last),
+ * all within DIAL_TIMEOUT_MS: a connection that closes as a stream opens on it (two peers dialling each other at once,
+ * one of them closing the duplicate; a WebRTC channel a loaded browser tab aborts) is not a lost peer.
+ */
+export const DIAL_ATTEMPTS = 3;
+const DIAL_RETRY_MS = 250;
+
+/**
+ * Opens a stream of `protocol` to a peer, trying each of its addresses, up to DIAL_ATTEMPTS times;
+ * PeerUnreachableError names the peer and why. A target with no addresses is dialed by its id alone: an open
  * connection (a job's owner, who dialed this worker) or what identify told the peer store.
  */
 export async function dialProtocol(node: Libp2p, target: DialTarget, protocol: string, signal?: AbortSignal): Promise<Stream> {
@@ -53,13 +61,19 @@ export async function dialProtocol(node: Libp2p, target: DialTarget, protocol: s
   const viaWebRTC = 'peerId' in target ? all.filter(isWebRTC) : [];
   const addrs = all.filter((a) => !viaWebRTC.includes(a));
   const within = signal ? AbortSignal.any([signal, deadline]) : deadline;
-  if ('peerId' in target && viaWebRTC.length > 0) await connectDirectly(node, target.peerId, viaWebRTC, within);
-  try {
-    const to = addrs.length === 0 ? peerIdFromString((target as PeerTarget).peerId) : addrs.length === 1 ? addrs[0] : addrs;
-    return await node.dialProtocol(to, protocol, { signal: within });
-  } catch (cause) {
-    const why = causeText(cause);
-    throw new PeerUnreachableError(`cannot reach ${targetName(target)}${addrs.length > 1 ? ` at any of ${addrs.length} addresses` : ''}: ${why}`, { cause });
+  for (let attempt = 1; ; attempt++) {
+    if ('peerId' in target && viaWebRTC.length > 0) await connectDirectly(node, target.peerId, viaWebRTC, within);
+    try {
+      const to = addrs.length === 0 ? peerIdFromString((target as PeerTarget).peerId) : addrs.length === 1 ? addrs[0] : addrs;
+      return await node.dialProtocol(to, protocol, { signal: within });
+    } catch (cause) {
+      if (attempt < DIAL_ATTEMPTS && !within.aborted) {
+        await new Promise((r) => setTimeout(r, DIAL_RETRY_MS * 2 ** (attempt - 1)));
+        if (!within.aborted) continue;
+      }
+      const why = causeText(cause);
+      throw new PeerUnreachableError(`cannot reach ${targetName(target)}${addrs.length > 1 ? ` at any of ${addrs.length} addresses` : ''}: ${why}`, { cause });
+    }
   }
 }
 
