@@ -23,23 +23,29 @@ function world(n: number, random: () => number) {
   return { nodes, rtt };
 }
 
+/** `n` nodes from the origin, 60 rounds in which each measures 4 others at random. */
+function converge(n: number, rtt: (a: number, b: number) => number, random: () => number): Coordinate[] {
+  let coords: Coordinate[] = Array.from({ length: n }, origin);
+  for (let round = 0; round < 60; round++) {
+    coords = coords.map((c, i) => {
+      let next = c;
+      for (let k = 0; k < 4; k++) {
+        const j = Math.floor(random() * n);
+        if (j !== i) next = updateCoordinate(next, coords[j], rtt(i, j), random);
+      }
+      return next;
+    });
+  }
+  return coords;
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 describe('Vivaldi coordinates', () => {
   test('nodes that each measure a few others a round predict every pair within 15% (median) after 60 rounds', () => {
     const random = seeded(1);
     const { rtt } = world(80, random);
-    let coords: Coordinate[] = Array.from({ length: 80 }, origin);
-    for (let round = 0; round < 60; round++) {
-      coords = coords.map((c, i) => {
-        let next = c;
-        for (let k = 0; k < 4; k++) {
-          const j = Math.floor(random() * 80);
-          if (j !== i) next = updateCoordinate(next, coords[j], rtt(i, j), random);
-        }
-        return next;
-      });
-    }
+    const coords = converge(80, rtt, random);
     const errors: number[] = [];
     for (let i = 0; i < 80; i++) {
       for (let j = i + 1; j < 80; j++) errors.push(Math.abs(estimateRttMs(coords[i], coords[j]) - rtt(i, j)) / rtt(i, j));
@@ -51,17 +57,7 @@ describe('Vivaldi coordinates', () => {
   test('a newcomer fitted from round trips to 16 nodes predicts the rest, and ranks the nearest among them', () => {
     const random = seeded(2);
     const { rtt } = world(101, random);
-    let coords: Coordinate[] = Array.from({ length: 100 }, origin);
-    for (let round = 0; round < 60; round++) {
-      coords = coords.map((c, i) => {
-        let next = c;
-        for (let k = 0; k < 4; k++) {
-          const j = Math.floor(random() * 100);
-          if (j !== i) next = updateCoordinate(next, coords[j], rtt(i, j), random);
-        }
-        return next;
-      });
-    }
+    const coords = converge(100, rtt, random);
     // node 100 pings 16 of them and fits its coordinate
     const me = fitCoordinate(Array.from({ length: 16 }, (_, j) => ({ coordinate: coords[j], rttMs: rtt(100, j) })), 20, random);
     const others = Array.from({ length: 84 }, (_, k) => 16 + k);
