@@ -48,6 +48,21 @@ export function targetName(target: DialTarget): string {
  */
 export const DIAL_ATTEMPTS = 3;
 const DIAL_RETRY_MS = 250;
+/** Errors another attempt would meet again: the peer does not speak the protocol, or the id is not one. */
+const PERMANENT = new Set(['UnsupportedProtocolError', 'InvalidPeerIdError', 'InvalidMultiaddrError']);
+
+/** Waits `ms`, or until `signal` aborts. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
 
 /**
  * Opens a stream of `protocol` to a peer, trying each of its addresses, up to DIAL_ATTEMPTS times;
@@ -67,8 +82,8 @@ export async function dialProtocol(node: Libp2p, target: DialTarget, protocol: s
       const to = addrs.length === 0 ? peerIdFromString((target as PeerTarget).peerId) : addrs.length === 1 ? addrs[0] : addrs;
       return await node.dialProtocol(to, protocol, { signal: within });
     } catch (cause) {
-      if (attempt < DIAL_ATTEMPTS && !within.aborted) {
-        await new Promise((r) => setTimeout(r, DIAL_RETRY_MS * 2 ** (attempt - 1)));
+      if (attempt < DIAL_ATTEMPTS && !within.aborted && !PERMANENT.has((cause as Error)?.name)) {
+        await pause(DIAL_RETRY_MS * 2 ** (attempt - 1), within);
         if (!within.aborted) continue;
       }
       const why = causeText(cause);

@@ -53,9 +53,11 @@ export function updateCoordinate(local: Coordinate, remote: Coordinate, rttMs: n
   // the unit vector of [x − y, h + g], whose length is ‖x − y‖ + h + g
   const length = norm + local.height + remote.height;
   const force = CC * weight * (rttMs - predicted);
+  // within the bounds an announcement is checked against, whatever a peer's answers push it by
+  const clamp = (v: number) => Math.max(-MAX_COORDINATE_MS, Math.min(MAX_COORDINATE_MS, v));
   return {
-    x: [local.x[0] + (force * d[0]) / length, local.x[1] + (force * d[1]) / length, local.x[2] + (force * d[2]) / length],
-    height: Math.max(MIN_HEIGHT_MS, local.height + (force * (local.height + remote.height)) / length),
+    x: [0, 1, 2].map((i) => clamp(local.x[i] + (force * d[i]) / length)) as [number, number, number],
+    height: Math.min(MAX_COORDINATE_MS, Math.max(MIN_HEIGHT_MS, local.height + (force * (local.height + remote.height)) / length)),
     error,
   };
 }

@@ -92,12 +92,20 @@ function routeFor(
   ping(fitting);
   ping(pingOrder(hosts, known, ownCoordinate(hosts, known, random), MAX_PINGS - fitting.length, hopRank(entry, options.blockFlops)));
   // then, as measuredRoute: the route's predicted hops pinged and the route made again
-  let route = routeOver(entry, peers, { ...options, rttMs: plannedRtts(hosts, known, ownCoordinate(hosts, known, random)) });
+  let rtts = plannedRtts(hosts, known, ownCoordinate(hosts, known, random));
+  let route = routeOver(entry, peers, { ...options, rttMs: rtts });
   for (let round = 0; route && round < CONFIRM_ROUNDS; round++) {
     const todo = new Set(unconfirmedHops(route, known));
     if (todo.size === 0) break;
     ping(hosts.filter((h) => todo.has(h.peerId)));
-    route = routeOver(entry, peers, { ...options, rttMs: plannedRtts(hosts, known, ownCoordinate(hosts, known, random)) });
+    rtts = plannedRtts(hosts, known, ownCoordinate(hosts, known, random));
+    route = routeOver(entry, peers, { ...options, rttMs: rtts });
+  }
+  // a hop still only predicted keeps no prediction (as measuredRoute)
+  const left = route ? unconfirmedHops(route, known) : [];
+  if (left.length > 0) {
+    for (const id of left) rtts.delete(id);
+    route = routeOver(entry, peers, { ...options, rttMs: rtts });
   }
   return route;
 }

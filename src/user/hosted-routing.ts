@@ -91,6 +91,8 @@ export const MAX_PINGS = 64;
 export const FIT_PINGS = 16;
 /** Measurements to hosts with coordinates a prediction needs. */
 const MIN_FIT = 3;
+/** The least error a host's coordinate is taken at when choosing whom to fit to. */
+const MIN_TRUSTED_ERROR = 0.05;
 /** Round trips measured by each user node: host → { ms, at }. */
 const measured = new WeakMap<Libp2p, Map<string, { ms: number; at: number }>>();
 
@@ -108,8 +110,10 @@ export function pingOrder(
   const fitted = hosts.filter((h) => h.coordinate && measured.has(h.peerId)).length;
   const withCoordinate = left.filter((h) => h.coordinate);
   const without = left.filter((h) => !h.coordinate);
-  if (own === null || fitted < FIT_PINGS) {
-    const surest = [...withCoordinate].sort((a, b) => a.coordinate!.error - b.coordinate!.error || (a.peerId < b.peerId ? -1 : 1));
+  if (own === null) {
+    // a host's own word on its error, floored: announcing 0 buys no place ahead of the honest ones
+    const err = (h: PeerRecord) => Math.max(MIN_TRUSTED_ERROR, h.coordinate!.error);
+    const surest = [...withCoordinate].sort((a, b) => err(a) - err(b) || (a.peerId < b.peerId ? -1 : 1));
     return [...surest.slice(0, Math.max(0, FIT_PINGS - fitted)), ...without].slice(0, limit);
   }
   const score = new Map(withCoordinate.map((h) => [h.peerId, rank(h, estimateRttMs(own, h.coordinate!))]));
@@ -155,7 +159,10 @@ export async function hostRoundTrips(
   const fitting = pingOrder(hosts, freshRtts(node, hosts), null, FIT_PINGS);
   await pingHosts(node, fitting, until);
   let known = freshRtts(node, hosts);
-  await pingHosts(node, pingOrder(hosts, known, ownCoordinate(hosts, known), MAX_PINGS - fitting.length, rank), until);
+  // (a host of the first round that did not answer is not tried again)
+  const tried = new Set(fitting.map((h) => h.peerId));
+  const untried = hosts.filter((h) => !tried.has(h.peerId));
+  await pingHosts(node, pingOrder(untried, known, ownCoordinate(hosts, known), MAX_PINGS - fitting.length, rank), until);
   known = freshRtts(node, hosts);
   return plannedRtts(hosts, known, ownCoordinate(hosts, known));
 }
@@ -198,6 +205,12 @@ export async function measuredRoute(
     await pingHosts(node, hosts.filter((h) => todo.includes(h.peerId)), until);
     const known = freshRtts(node, hosts);
     rttMs = plannedRtts(hosts, known, ownCoordinate(hosts, known));
+    route = routeOver(model, peers, { ...options, rttMs });
+  }
+  // a hop still only predicted (its host did not answer in time) keeps no prediction: it counts as an unmeasured host
+  const left = route ? unconfirmedHops(route, freshRtts(node, hosts)) : [];
+  if (left.length > 0) {
+    for (const id of left) rttMs.delete(id);
     route = routeOver(model, peers, { ...options, rttMs });
   }
   return route;

@@ -205,7 +205,7 @@ export class ValidatorRelayGate implements RelayGate {
     const offered = this.offers(to);
     if (offered === null) return [this.limits.jobBytes, this.limits.jobBytesPerSecond];
     const size = Math.min(this.limits.jobBytes, Math.max(this.limits.contactBytes, 2 * offered));
-    return [size, (this.limits.jobBytesPerSecond * size) / this.limits.jobBytes];
+    return [size, Math.max(this.limits.contactBytesPerSecond, (this.limits.jobBytesPerSecond * size) / this.limits.jobBytes)];
   }
 
   /** Drops the buckets that have refilled (a pair that comes back starts full, as it would from them). */

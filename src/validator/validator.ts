@@ -2,7 +2,7 @@ import type { Libp2p, PeerId } from '@libp2p/interface';
 import {
   createLogger, createNode, int, type Logger, pageOf, type Overview, OVERVIEW_LIMITS, parseAnnounce,
   parseAuditMessage, parseJobProgress, type Handler, type PeerRecord, serveControl, serveStun, type StunServer,
-  type TensorLinkNode,
+  type TensorLinkNode, type HostedModelEntry, mergeModelEntries,
 } from '../p2p/index.ts';
 import { type RelayLimits, ValidatorRelayGate } from './relay-gate.ts';
 import { modelIndex } from './hosted-models.ts';
@@ -109,8 +109,8 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   };
   /**
    * The peers a paged answer (status, models) is cut from: made anew for a first page, and kept for the pages after it
-   * for PAGED_SNAPSHOT_MS, so that a reader's pages come from one list (no peer twice or missed as the registry
-   * changes) and reading 10,000 peers does not rebuild the list 101 times.
+   * for PAGED_SNAPSHOT_MS, so that reading 10,000 peers does not rebuild the list 101 times, and a reader's pages come
+   * from one list (no peer twice or missed as the registry changes) unless another reader's first page came between.
    */
   let paged: { at: number; list: PeerRecord[] } | null = null;
   const snapshot = (page: number): PeerRecord[] => {
@@ -187,7 +187,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       validator: node.peerId.toString(), uptimeMs: Date.now() - started, peers: peers(), jobs: jobs.list(), events: events.list(),
       ledger: { ...show, blocks: show.blocks.slice(-OVERVIEW_LIMITS.blocks) },
       // the hosted models: the index's first models, each with its first hosts (its coverage is over all of them)
-      models: modelIndex(peers()).models.slice(0, OVERVIEW_LIMITS.models)
+      models: mergeModelEntries(overviewModels(peers())).slice(0, OVERVIEW_LIMITS.models)
         .map((m) => ({ ...m, hosts: m.hosts.slice(0, OVERVIEW_LIMITS.hostsPerModel) })),
     };
   };
@@ -236,4 +236,15 @@ function heardBy(gate: ValidatorRelayGate, handlers: Record<string, Handler>): R
     gate.heard(from.toString());
     return handle(m, from);
   }]));
+}
+
+/** Every page of the model index over `peers` (the overview shows each model once, its entries merged). */
+function overviewModels(peers: readonly PeerRecord[]): HostedModelEntry[] {
+  const entries: HostedModelEntry[] = [];
+  for (let page: number | undefined = 0; page !== undefined;) {
+    const answer = modelIndex(peers, page);
+    entries.push(...answer.models);
+    page = answer.next;
+  }
+  return entries;
 }

@@ -3,7 +3,7 @@ import { type ModelConfig, partHeldBytes } from '../models/index.ts';
 import {
   type DialTarget, type HostedModelEntry, hostedJobId, type HostedSpan, type Logger, mergeModelEntries, parseModelsAnswer,
 } from '../p2p/index.ts';
-import type { WeightFormat } from '../tensor/index.ts';
+import { getBackend, type WeightFormat } from '../tensor/index.ts';
 import { hostModel, modelHash, openModelWeights } from './hosting.ts';
 import { modelFiles } from './model-files.ts';
 import type { JobTable } from './jobs.ts';
@@ -116,7 +116,9 @@ export class AutoHost {
 
   /** Blocks of `c` it can hold. */
   private lengthFor(c: Candidate): number {
-    const perBlock = partHeldBytes(c.config, [1, 2], this.options.format);
+    // a block's weights, and where onnxruntime keeps a prepacked copy of int8/int4 matrices, about as much again
+    const copies = (this.options.format === 'int8' || this.options.format === 'int4') && getBackend().prepackedBytes ? 2 : 1;
+    const perBlock = copies * partHeldBytes(c.config, [1, 2], this.options.format);
     const fit = Math.floor((0.8 * this.ctx.memory.free()) / Math.max(1, perBlock));
     return Math.max(1, Math.min(c.config.layers, this.options.blocks ?? fit));
   }

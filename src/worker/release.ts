@@ -48,7 +48,13 @@ export function countBackendCopies(job: JobEntry, memory: MemoryBudget): void {
   const packed = packedWeights(section);
   if (packed.length === 0) return;
   const holder = section.shared ? hostedJobId(section.shared) : job.jobId;
-  const bytes = Math.max(backend.prepackedBytes(packed), copyReserve(section.model, section.held.format));
+  let bytes = Math.max(backend.prepackedBytes(packed), copyReserve(section.model, section.held.format));
+  if (section.shared) {
+    // the span's copies: a job over part of it sees only its part's, which never lowers what the span holds; a span
+    // that left holds nothing to count against
+    if (memory.held(holder, 'weights') === 0) return;
+    bytes = Math.max(bytes, memory.held(holder, 'runtime'));
+  }
   memory.count(holder, 'runtime', bytes - memory.held(holder, 'runtime'));
 }
 

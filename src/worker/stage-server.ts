@@ -168,8 +168,9 @@ function serveStream(
       const body = job.hosted ? hostedRequest(envelope.type, envelope.body, from.toString(), job.verifiers) : envelope.body;
       const request = { id: envelope.id, type: envelope.type, body, tensors: p.tensors, job, from, bindToStream };
       const reply = await handler.run(request, context);
-      // what the backend made for the job's compact weights while it ran is counted in its budget
-      countBackendCopies(job, context.memory);
+      // what the backend made for the job's compact weights while it ran is counted in its budget (a job that ended
+      // meanwhile has returned all it held, and is not counted again)
+      if (jobs.holds(job)) countBackendCopies(job, context.memory);
       if (reply.kind === 'tensor') {
         // a result's record travels just before it, under the same id
         const cut = reply.cut ? { cut: reply.cut } : {};

@@ -87,7 +87,7 @@ describe('routing a session over hosts', () => {
     // hosts on an 8 × 5 grid 30 ms apart, their coordinates exact, their errors scattered over the grid
     const at = (x: number, y: number, error: number): Coordinate => ({ x: [x, y, 0], height: 0.1, error });
     const hosts = Array.from({ length: 40 }, (_, i) => ({
-      ...peer(`h${String(i).padStart(2, '0')}`), coordinate: at(30 * (i % 8), 30 * Math.floor(i / 8), 0.01 * (((i * 7) % 40) + 1)),
+      ...peer(`h${String(i).padStart(2, '0')}`), coordinate: at(30 * (i % 8), 30 * Math.floor(i / 8), 0.05 + 0.01 * (((i * 7) % 40) + 1)),
     }));
     const bare = peer('no-coordinate');
     const all = [bare, ...hosts];

@@ -69,9 +69,9 @@ describe('the relay gate (its arithmetic, on a clock of its own)', () => {
     assert.equal(carried(B, A), 6_000, 'twice what A offers');
     assert.equal(carried(A, B), 1_000, 'never less than first contact\'s');
     assert.equal(carried(A, C), 10_000, 'never more than jobBytes');
-    // each refills over jobBytes' time: A's 6,000 bytes in 1000 s, 6 a second
-    now += 50_000;
-    assert.equal(carried(B, A), 300);
+    // each refills over jobBytes' time (A's 6,000 bytes in 1000 s, 6 a second), never slower than first contact's (100)
+    now += 5_000;
+    assert.equal(carried(B, A), 500);
     assert.match(gate.circuit(C, A, null).carry(400) ?? '', /a job's transfers \(6000 bytes at once\)/, 'all pairs to A share its one budget');
   });
 
