@@ -222,8 +222,7 @@ if (!(await checks).every(Boolean)) {
   process.stderr.write(`the checks or the build failed: ${ran.length > 0 ? 'no other test file was run' : 'the tests were not run'}\n`);
   process.exit(1);
 }
-const inPool = chosen.filter((f) => f !== ALONE && !early.includes(f) && !beside.includes(f) && !besideToo.includes(f));
-const results = await pool(inPool, concurrency);
+const results = await pool(chosen.filter((f) => f !== ALONE && !early.includes(f) && !beside.includes(f) && !besideToo.includes(f)), concurrency);
 if (demo) results.push(...(await Promise.all([pool([ALONE], 1), pool(beside, 1), pool(besideToo, 1)])).flat());
 results.push(...(await earlyResults));
 for (const group of leftGroups) {
