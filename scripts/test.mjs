@@ -28,12 +28,6 @@ const ALONE = 'test/demo.test.ts';
  */
 const BESIDE_DEMO = ['test/p2p/nat.test.ts', 'test/p2p/links.test.ts'];
 /**
- * A second lane beside the demo: the SwiftShader file that uses under half a core over its minute (30 of 67 s on the CPU
- * in CI: Vulkan's software threads wait on one another), which in the pool held a lane of three for that long. With
- * it the demo's phase keeps both cores busy (the demo's 114 s on the CPU, the NAT file's 18, the links' 12, its 30).
- */
-const BESIDE_DEMO_TOO = ['test/models/webgpu-fixtures.test.ts'];
-/**
  * Files that mostly wait too (on the validator forgetting a killed worker, a deadline passing: 20 of 56 s on the CPU for
  * the failover file, 5-7 of 13-17 s for the others), run one after another from the moment the build is done, beside
  * the typecheck and the lint (which leave a core idle once the lint is done), and on beside the pool if the checks end
@@ -213,7 +207,6 @@ const bundled = viaTsx ? new Map() : await bundleTests(chosen);
 const demo = chosen.includes(ALONE);
 const early = chosen.filter((f) => BESIDE_CHECKS.includes(f));
 const beside = demo ? chosen.filter((f) => BESIDE_DEMO.includes(f)) : [];
-const besideToo = demo ? chosen.filter((f) => BESIDE_DEMO_TOO.includes(f)) : [];
 const earlyResults = (await building) ? pool(early, 1) : Promise.resolve([]);
 if (!(await checks).every(Boolean)) {
   // a file already started ends as it would (its hooks stop what it started); no other starts
@@ -222,8 +215,8 @@ if (!(await checks).every(Boolean)) {
   process.stderr.write(`the checks or the build failed: ${ran.length > 0 ? 'no other test file was run' : 'the tests were not run'}\n`);
   process.exit(1);
 }
-const results = await pool(chosen.filter((f) => f !== ALONE && !early.includes(f) && !beside.includes(f) && !besideToo.includes(f)), concurrency);
-if (demo) results.push(...(await Promise.all([pool([ALONE], 1), pool(beside, 1), pool(besideToo, 1)])).flat());
+const results = await pool(chosen.filter((f) => f !== ALONE && !early.includes(f) && !beside.includes(f)), concurrency);
+if (demo) results.push(...(await Promise.all([pool([ALONE], 1), pool(beside, 1)])).flat());
 results.push(...(await earlyResults));
 for (const group of leftGroups) {
   try {
