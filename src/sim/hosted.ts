@@ -5,7 +5,7 @@
  */
 import type { HostedModelEntry, PeerRecord } from '../p2p/index.ts';
 import {
-  CONFIRM_ROUNDS, FIT_PINGS, hopRank, MAX_PINGS, ownCoordinate, pingOrder, plannedRtts, routeOver, type RouteOptions, unconfirmedHops,
+  CONFIRM_ROUNDS, FIT_PINGS, hopRank, MAX_PINGS, ownCoordinate, pingOrder, routeByRtts, routeOver, type RouteOptions,
 } from '../user/hosted-routing.ts';
 import type { RouteHop } from '../user/hosted-session.ts';
 import { DEFAULT_CHUNK_RATE } from '../user/hosted-checks.ts';
@@ -92,22 +92,14 @@ function routeFor(
   ping(fitting);
   ping(pingOrder(hosts, known, ownCoordinate(hosts, known, random), MAX_PINGS - fitting.length, hopRank(entry, options.blockFlops)));
   // then, as measuredRoute: the route's predicted hops pinged and the route made again
-  let rtts = plannedRtts(hosts, known, ownCoordinate(hosts, known, random));
-  let route = routeOver(entry, peers, { ...options, rttMs: rtts });
-  for (let round = 0; route && round < CONFIRM_ROUNDS; round++) {
-    const todo = new Set(unconfirmedHops(route, known));
-    if (todo.size === 0) break;
-    ping(hosts.filter((h) => todo.has(h.peerId)));
-    rtts = plannedRtts(hosts, known, ownCoordinate(hosts, known, random));
-    route = routeOver(entry, peers, { ...options, rttMs: rtts });
+  let r = routeByRtts(entry, peers, hosts, options, known, [], random);
+  for (let round = 0; r.unconfirmed.length > 0 && round < CONFIRM_ROUNDS; round++) {
+    const unconfirmed = new Set(r.unconfirmed);
+    ping(hosts.filter((h) => unconfirmed.has(h.peerId)));
+    r = routeByRtts(entry, peers, hosts, options, known, [], random);
   }
-  // a hop still only predicted keeps no prediction (as measuredRoute)
-  const left = route ? unconfirmedHops(route, known) : [];
-  if (left.length > 0) {
-    for (const id of left) rtts.delete(id);
-    route = routeOver(entry, peers, { ...options, rttMs: rtts });
-  }
-  return route;
+  if (r.unconfirmed.length > 0) r = routeByRtts(entry, peers, hosts, options, known, r.unconfirmed, random);
+  return r.route;
 }
 
 /** Every host's true round trip from the user: what the best route is computed with. */

@@ -197,23 +197,31 @@ export async function measuredRoute(
   budgetMs = 1_000,
 ): Promise<RouteHop[] | null> {
   const until = performance.now() + budgetMs;
-  let rttMs = await hostRoundTrips(node, hosts, budgetMs, hopRank(model, options.blockFlops));
-  let route = routeOver(model, peers, { ...options, rttMs });
-  for (let round = 0; route && round < CONFIRM_ROUNDS; round++) {
-    const todo = unconfirmedHops(route, freshRtts(node, hosts));
-    if (todo.length === 0) break;
-    await pingHosts(node, hosts.filter((h) => todo.includes(h.peerId)), until);
-    const known = freshRtts(node, hosts);
-    rttMs = plannedRtts(hosts, known, ownCoordinate(hosts, known));
-    route = routeOver(model, peers, { ...options, rttMs });
+  await hostRoundTrips(node, hosts, budgetMs, hopRank(model, options.blockFlops));
+  let r = routeByRtts(model, peers, hosts, options, freshRtts(node, hosts));
+  for (let round = 0; r.unconfirmed.length > 0 && round < CONFIRM_ROUNDS; round++) {
+    const unconfirmed = new Set(r.unconfirmed);
+    await pingHosts(node, hosts.filter((h) => unconfirmed.has(h.peerId)), until);
+    r = routeByRtts(model, peers, hosts, options, freshRtts(node, hosts));
   }
   // a hop still only predicted (its host did not answer in time) keeps no prediction: it counts as an unmeasured host
-  const left = route ? unconfirmedHops(route, freshRtts(node, hosts)) : [];
-  if (left.length > 0) {
-    for (const id of left) rttMs.delete(id);
-    route = routeOver(model, peers, { ...options, rttMs });
-  }
-  return route;
+  if (r.unconfirmed.length > 0) r = routeByRtts(model, peers, hosts, options, freshRtts(node, hosts), r.unconfirmed);
+  return r.route;
+}
+
+/**
+ * routeOver by the round trips measured to `hosts` and those predicted for the rest (plannedRtts; `distrusted` hosts
+ * keep no prediction), and the route's hops that were only predicted: one round of measuredRoute, which the simulation
+ * (src/sim/hosted.ts) runs too.
+ */
+export function routeByRtts(
+  model: HostedModelEntry, peers: readonly PeerRecord[], hosts: readonly PeerRecord[], options: RouteOptions,
+  measured: ReadonlyMap<string, number>, distrusted: readonly string[] = [], random?: () => number,
+): { route: RouteHop[] | null; unconfirmed: string[] } {
+  const rttMs = plannedRtts(hosts, measured, ownCoordinate(hosts, measured, random));
+  for (const id of distrusted) if (!measured.has(id)) rttMs.delete(id);
+  const route = routeOver(model, peers, { ...options, rttMs });
+  return { route, unconfirmed: route ? unconfirmedHops(route, measured) : [] };
 }
 
 /** This node's round trips to `hosts` measured within RTT_TTL_MS. */
