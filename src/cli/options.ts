@@ -78,7 +78,7 @@ export const OUTPUT = group('every command takes', {
 /** Where a user's command runs: this process, a local swarm, or an existing swarm. */
 export const NETWORK = group('network', {
   local: int('N', 'run on a local swarm of N workers and a validator, each its own process; 0: in this process', { min: 0, default: 0 }),
-  bootstrap: str('MULTIADDR', 'the validator of an existing swarm (its ready line\'s address)'),
+  bootstrap: str('MULTIADDR', 'the validator of an existing swarm (its ready line\'s address); several, comma-separated, to move on when one is gone'),
   listen: str('MULTIADDR', 'where this node listens (reachable by the workers across machines)', { default: '127.0.0.1, any free port' }),
 });
 

@@ -27,7 +27,7 @@ export async function joinSwarm(where: Exclude<Placement, { kind: 'local' }>, fl
     return { node: swarm.user.node, bootstrap: swarm.bootstrap, close: () => swarm.close() };
   }
   // the validator's STUN: behind a NAT, WebRTC to workers behind theirs offers the router's public address to punch through
-  const stun = stunServerOf(where.bootstrap);
+  const stun = stunServerOf(where.bootstrap.split(',')[0]);
   const node = await createNode({ ...userListen(flags), stun: stun ? [stun] : [] });
   const close = async () => {
     await node.stop();

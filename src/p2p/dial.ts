@@ -5,6 +5,7 @@ import { PeerUnreachableError } from '../errors.ts';
 import { DIAL_TIMEOUT_MS } from './constants.ts';
 import { connectDirectly, isWebRTC } from './webrtc.ts';
 import type { PeerTarget } from './vocabulary.ts';
+import { Validators } from './validators.ts';
 
 /** The code of the /p2p/ component of a multiaddr. */
 const P2P = 421;
@@ -33,11 +34,15 @@ export function dialAddrs(target: PeerTarget): Multiaddr[] {
   return out;
 }
 
-/** A peer to dial: its id and addresses, or one multiaddr (with /p2p/, as `--bootstrap` takes). */
-export type DialTarget = PeerTarget | Multiaddr;
+/**
+ * A peer to dial: its id and addresses, or one multiaddr (with /p2p/, as `--bootstrap` takes), or a set of validators
+ * (a stream goes to the current one; a control request moves on to the next when it cannot be reached).
+ */
+export type DialTarget = PeerTarget | Multiaddr | Validators;
 
-/** How a target is named in messages and keys: its peer id, or its multiaddr. */
+/** How a target is named in messages and keys: its peer id, or its multiaddr (a set of validators: its current one's). */
 export function targetName(target: DialTarget): string {
+  if (target instanceof Validators) return target.current.toString();
   return 'peerId' in target ? target.peerId : target.toString();
 }
 
@@ -70,6 +75,7 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
  * connection (a job's owner, who dialed this worker) or what identify told the peer store.
  */
 export async function dialProtocol(node: Libp2p, target: DialTarget, protocol: string, signal?: AbortSignal): Promise<Stream> {
+  if (target instanceof Validators) return dialProtocol(node, target.current, protocol, signal);
   const all = 'peerId' in target ? dialAddrs(target) : [target];
   const deadline = AbortSignal.timeout(DIAL_TIMEOUT_MS);
   // a peer behind NAT: a direct WebRTC connection first (signalled through its relay), its other addresses (the relay) after

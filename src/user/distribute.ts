@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { basename, resolve } from 'node:path';
 import type { Libp2p } from '@libp2p/interface';
-import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
 import type { CausalLM } from '../models/index.ts';
-import type { DialTarget, PeerRecord, StageAssignment } from '../p2p/index.ts';
+import { type DialTarget, MAX_VALIDATORS, type PeerRecord, type StageAssignment, Validators } from '../p2p/index.ts';
 import {
   type Device, type LayerCost, layerCosts, linkBetween, linkTable, measuredLinks, type Plan, plan, PLAN_CANDIDATES, planCandidates,
   type PlanOptions, replan, type Replan, type StrategyName, type Swarm,
@@ -123,8 +122,7 @@ export async function distribute(
   const adapter = options.adapter === undefined ? null : jobAdapter(options.adapter);
   if (adapter && options.hosted !== undefined) {
     const [name, hash] = options.hosted.split('@', 2);
-    const target = typeof validator === 'string' ? multiaddr(validator) : validator;
-    adapter.base = (await findHosted(node, target, name, hash)).hash;
+    adapter.base = (await findHosted(node, validatorTarget(validator), name, hash)).hash;
   }
   const loaded = typeof model === 'string' ? await modelFromCheckpoint(model, { keepEnds, cacheDir: options.cacheDir, format }) : modelInMemory(model);
   let source: UserModel;
@@ -136,7 +134,7 @@ export async function distribute(
   }
   try {
     const name = options.name ?? (typeof model === 'string' ? basename(resolve(model)) : undefined);
-    return await distributeSource(node, validator, source, { ...options, ...(name === undefined ? {} : { name }) });
+    return await distributeSource(node, validatorTarget(validator), source, { ...options, ...(name === undefined ? {} : { name }) });
   } catch (err) {
     source.close();
     throw err;
@@ -152,13 +150,18 @@ function checkHostedJob(options: DistributeOptions): void {
   }
 }
 
+/** `--bootstrap`'s text (one validator's address, or several separated by commas) as a set to ask, or a target as given. */
+export function validatorTarget(validator: string | DialTarget): DialTarget {
+  return typeof validator === 'string' ? Validators.parse(validator) : validator;
+}
+
 async function distributeSource(
   node: Libp2p,
   validatorAddr: string | DialTarget,
   source: UserModel,
   options: DistributeOptions,
 ): Promise<DistributedJob> {
-  const validator = typeof validatorAddr === 'string' ? multiaddr(validatorAddr) : validatorAddr;
+  const validator = validatorTarget(validatorAddr);
   const redundancy = options.verify?.redundancy ?? 1;
   if ((options.replicas ?? 1) > 1 && redundancy > 1) throw new InvalidArgumentError('redundancy with replicas is not supported yet: use one or the other');
   if (redundancy > 1 && options.privacy === 'none' && source.config.tieWordEmbeddings) {
@@ -171,9 +174,10 @@ async function distributeSource(
   const first = await placeJob();
   let job: DistributedJob | null = null;
   try {
-    const self = (await listPeers(node, validator)).find((p) => p.roles.includes('validator'));
-    if (!self) throw new PlanInfeasibleError('the validator did not name itself in its status');
-    const verifier = new JobVerifier(node, validator, self.peerId, options.verify ?? {}, () => ({
+    // the validators that may re-run the job's work: every one its validator lists (itself first), as many as a load names
+    const validators = (await listPeers(node, validator)).filter((p) => p.roles.includes('validator')).map((p) => p.peerId);
+    if (validators.length === 0) throw new PlanInfeasibleError('the validator did not name itself in its status');
+    const verifier = new JobVerifier(node, validator, validators.slice(0, MAX_VALIDATORS), options.verify ?? {}, () => ({
       jobId: job!.jobId,
       config: configToHF(source.config),
       optimizer: job!.optimizerSettings ?? { lr: 0 },
@@ -342,7 +346,7 @@ export async function proposeReplan(
   current: Plan,
   avoid?: ReadonlySet<string>,
 ): Promise<Replan | null> {
-  const validator = typeof validatorAddr === 'string' ? multiaddr(validatorAddr) : validatorAddr;
+  const validator = validatorTarget(validatorAddr);
   const { costs, swarm, options: planOptions } = await survey(node, validator, source, options, avoid);
   return replan({ strategy: options.strategy ?? 'layer-aware', layers: costs, current, now: swarm, before: plannedOn.get(current), options: planOptions });
 }

@@ -1,12 +1,11 @@
 import type { Libp2p } from '@libp2p/interface';
-import { multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError, PlanInfeasibleError, VerificationError } from '../errors.ts';
 import {
   type CausalLM, configToHF, defaultPositions, type ForwardOptions, generateSpeculative, generateWith, type GenerateOptions, loadModel,
   type SpeculativeOptions, type SpeculativeResult, type StepModel,
 } from '../models/index.ts';
 import {
-  type DialTarget, type HostedModelEntry, hostedJobId, request, TRAIN_REQUEST_TIMEOUT_MS,
+  type DialTarget, type HostedModelEntry, hostedJobId, request, TRAIN_REQUEST_TIMEOUT_MS, Validators,
 } from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { agree, COMMIT_CHUNK, type ComputeFormat, ortTolerance, sectionCost, type WorkRecord } from '../verify/index.ts';
@@ -88,7 +87,7 @@ export class HostedModel {
       maxKeptBytes?: number;
     },
   ): Promise<HostedModel> {
-    const validator = typeof validatorAddr === 'string' ? multiaddr(validatorAddr) : validatorAddr;
+    const validator = typeof validatorAddr === 'string' ? Validators.parse(validatorAddr) : validatorAddr;
     const entry = await findModel(node, validator, name, options.hash);
     const ends = typeof options.ends === 'string' ? await loadModel(options.ends, { part: 'ends' }) : options.ends;
     if (ends.config.layers !== entry.layers) {

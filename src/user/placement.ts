@@ -127,7 +127,7 @@ export class JobPlacement implements Placement {
   private async loadStage(section: number, s: JobStage, assignment: StageAssignment[], signal?: AbortSignal): Promise<LoadResult> {
     const range: [number, number] = [s.where.start, s.where.end];
     const onProgress = this.options.onProgress ? (p: LoadProgress) => this.options.onProgress!(s, p) : undefined;
-    const verifiers = this.options.verifier ? [this.options.verifier.validatorPeer] : [];
+    const verifiers = this.options.verifier ? [...this.options.verifier.validatorPeers] : [];
     const format = this.source.format ?? undefined;
     const adapter = this.source.adapter?.wire;
     const base = this.source.adapter?.base;

@@ -105,8 +105,8 @@ export class JobVerifier {
   constructor(
     private readonly node: Libp2p,
     private readonly validator: DialTarget,
-    /** The validator's peer id: workers hand it what re-running their records needs. */
-    readonly validatorPeer: string,
+    /** The validators' peer ids: workers hand them what re-running their records needs. */
+    readonly validatorPeers: readonly string[],
     options: VerifyOptions,
     /** What an audit request names: the job, the model's config and the optimizer's settings. */
     private readonly context: () => {

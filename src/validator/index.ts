@@ -5,3 +5,4 @@ export { startValidator, type Validator, type ValidatorOptions } from './validat
 export { KNOWN_FOR_MS, RELAY_LIMITS, type RelayLimits, type RelayStats, ValidatorRelayGate } from './relay-gate.ts';
 export { EventLog, JOB_CLOSED_MS, JOB_SILENT_MS, JobBoard, PASSED_EVENTS } from './overview.ts';
 export { MEMBERSHIP_EVENTS } from './overview.ts';
+export { MAX_FLAGS, parseFlag, SharedView, type SignedFlag } from './shared-view.ts';

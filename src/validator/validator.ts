@@ -16,6 +16,7 @@ import { PEER_TTL_MS, Registry } from './registry.ts';
 import { checkGossip, type GossipStats } from './gossip-check.ts';
 import { LedgerService } from './ledger-service.ts';
 import { Settler } from './settlement.ts';
+import { SharedView } from './shared-view.ts';
 import type { NodeChain } from '../chain/index.ts';
 
 /** Re-executions a validator runs at once; more wait their turn, up to `waiting` in all and `perPeer` for one peer. */
@@ -36,6 +37,8 @@ export interface Validator {
   settler: Settler | null;
   /** Its relay: whom it carries, and what it refused and cut. */
   relay: ValidatorRelayGate;
+  /** What it shares with the other validators of its set: their records in `status`, flags, the catch-up of one that joins. */
+  shared: SharedView;
   /** Gossiped announcements it accepted, rejected (malformed, past their publisher's rate) and ignored (stale, replays). */
   gossip: GossipStats;
   /** What the dashboard shows: peers, jobs as their users report them, events, the ledger. */
@@ -105,7 +108,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       proximity: {},
       lastSeen: Date.now(),
     };
-    return [self, ...registry.live().map(withStanding)];
+    return [self, ...shared.records(), ...registry.live().map(withStanding)];
   };
   /**
    * The peers a paged answer (status, models) is cut from: made anew for a first page, and kept for the pages after it
@@ -119,16 +122,21 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   };
   // gossip: signed messages, so `from` is the publisher; only checked ones reach the registry (gossip-check.ts)
   const validators = new Set(options.validators ?? []);
-  const gossip = checkGossip(node, registry, log, (peer) => validators.has(peer));
+  const gossip = checkGossip(node, registry, log, (peer) => validators.has(peer) || ledger.trusts(peer));
   const ledger = new LedgerService(node, reputation, {
     dataDir: options.dataDir, peers: options.peers, validators: options.validators, threshold: options.threshold,
     account: options.chain?.address, log,
+  });
+  // the registry, the flags and the view it shares with the validators of its set (shared-view.ts)
+  const shared = new SharedView(node, ledger, registry, reputation, log, (f) => {
+    events.add('check-failed', f.peer, `flagged by validator ${f.by}: ${f.reason}`);
   });
   const settler = options.chain
     ? new Settler(node, ledger, reputation, (peer) => registry.accountOf(peer), options.chain, options.dataDir, log)
     : null;
   await serveControl(node, heardBy(gate, {
     ...ledger.handlers(),
+    ...shared.handlers(),
     ...(settler?.handlers() ?? {}),
     'announce': async (m, from: PeerId) => {
       const a = parseAnnounce(m);
@@ -192,6 +200,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     };
   };
   await ledger.start();
+  await shared.catchUp();
   const stun = await answerStun(node, options.listen ?? [], log);
   settler?.start(() => registry.live().flatMap((p) => (p.account ? [p.account] : [])));
   return {
@@ -202,6 +211,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     ledger,
     settler,
     relay: gate,
+    shared,
     gossip,
     overview,
     stop: async () => {

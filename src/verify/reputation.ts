@@ -35,6 +35,8 @@ export class Reputation {
   private readonly peers = new Map<string, Standing>();
   /** The checks counted, by peer and the record checked: a replayed check counts once. */
   private readonly counted = new Set<string>();
+  /** Told when a peer is first flagged (excluded), with why and the key of the check: a validator shares it with the others. */
+  onFlag: ((peer: string, reason: string, key: string | undefined) => void) | null = null;
 
   constructor(
     readonly alpha = 0.1,
@@ -57,6 +59,7 @@ export class Reputation {
       if (this.counted.size > MAX_COUNTED) this.counted.delete(this.counted.values().next().value as string);
     }
     const s = { ...this.standing(peer) };
+    const was = s.excluded;
     s.score = (1 - this.alpha) * s.score + this.alpha * (passed ? 1 : 0);
     if (passed) s.passed++;
     else {
@@ -65,6 +68,7 @@ export class Reputation {
       s.reason ??= reason;
     }
     this.peers.set(peer, s);
+    if (s.excluded && !was) this.onFlag?.(peer, reason ?? 'a check failed', key);
     return s;
   }
 
@@ -94,11 +98,13 @@ export class Reputation {
       below: bad ? before.below + 1 : Math.max(0, before.below - 1),
     };
     s.score = (1 - this.alpha) * s.score + this.alpha * (bad ? 0 : 1);
-    if (s.rounds.below >= limit && !s.excluded) {
+    const flagged = s.rounds.below >= limit && !s.excluded;
+    if (flagged) {
       s.excluded = true;
       s.reason ??= reason ?? `${s.rounds.below} rounds scored below ${rule.floor}`;
     }
     this.peers.set(peer, s);
+    if (flagged) this.onFlag?.(peer, s.reason ?? 'scored out', undefined);
     return s;
   }
 

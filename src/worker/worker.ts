@@ -6,13 +6,12 @@ import { origin, updateCoordinate } from '../plan/index.ts';
 import type { RecordSigner } from '../verify/index.ts';
 import { Claimer } from './claims.ts';
 import { join } from 'node:path';
-import { multiaddr } from '@multiformats/multiaddr';
 import { defaultCacheDir } from '../models/index.ts';
 import {
   type Capabilities, createLogger, createNode, foldTransfer, listenAlso, type Logger, MAX_ANNOUNCED_PEERS, parseJobRequest,
   PAGE_ITEMS, parseStatusAnswer, PEERS_TOPIC, probe, type Proximity, relayListen, request, serveControl, serveProbes, SESSION_IDLE_MS,
   signerOf, stunServerOf, type TensorLinkNode,
-  traffic, type TransferSample,
+  traffic, type TransferSample, Validators,
 } from '../p2p/index.ts';
 import { measureCapabilities } from './capabilities.ts';
 import { ChunkStore } from './chunk-store.ts';
@@ -108,11 +107,14 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   // behind a NAT (no public interface address, a validator on a public one): a slot on the validator's relay, which the
   // worker announces as its /p2p-circuit address, so that users and other workers reach it with nothing opened on its router
   const noRelay = options.relay === false || (options.announce?.length ?? 0) > 0 || (options.advertise?.length ?? 0) > 0;
-  const circuit = own ? own.circuit : noRelay ? null : relayListen(options.bootstrap);
+  // `--bootstrap A,B,…`: control requests move on to the next validator when one is gone; the relay and STUN are the first's
+  const validator = Validators.parse(options.bootstrap);
+  const first = validator.current.toString();
+  const circuit = own ? own.circuit : noRelay ? null : relayListen(first);
   // behind NAT it serves no DHT queries (nobody could dial it to ask): a DHT client
   const { dataDir, listen, announce: extra, advertise } = options;
   // the validator answers STUN: a WebRTC connection offers its router's public address and port to punch through
-  const stun = stunServerOf(options.bootstrap);
+  const stun = stunServerOf(first);
   const browsers = options.browsers ? { websockets: false } : undefined;
   const node = own?.node
     ?? await createNode({ dataDir, listen, announce: extra, advertise, dhtClient: circuit !== null, stun: stun ? [stun] : [], browsers });
@@ -167,7 +169,6 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   });
   await serveProbes(node);
   const sweeper = setInterval(() => stages.sweep(), SESSION_IDLE_MS / 4);
-  const validator = multiaddr(options.bootstrap);
   const via = options.announceVia ?? 'both';
   let leaving = false;
   const announce = async () => {
@@ -207,7 +208,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     running = queued;
     await Promise.race([queued, new Promise((r) => setTimeout(r, 2_000))]);
   };
-  if (via === 'gossip') await node.dial(validator, { signal: AbortSignal.timeout(10_000) });
+  if (via === 'gossip') await node.dial(validator.current, { signal: AbortSignal.timeout(10_000) });
   /**
    * Measures round trip and bandwidth to PROBES_PER_ROUND other workers a round, at any of their addresses: of a page of
    * the registry (the first, then one at random once the registry's size is known, so that a large swarm's probes
@@ -217,6 +218,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const measure = async () => {
     const page = registrySize > PAGE_ITEMS ? Math.floor(Math.random() * registrySize) : 0;
     const answer = parseStatusAnswer(await request(node, validator, { type: 'status', page }));
+    trustValidators();
     registrySize = answer.total ?? answer.peers.length;
     const me = node.peerId.toString();
     for (const peer of chooseProbes(answer.peers, me, new Set(jobs.partners(me, PROBES_PER_ROUND)), proximity)) {
@@ -241,9 +243,17 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   // the models it hosts are loaded (and hashed) before it offers them
   const self = node.peerId.toString();
   const throughput = capabilities.gflops;
-  // its validator re-runs sampled steps of hosted sessions, as it does jobs'
-  const validatorId = validator.getComponents().find((c) => c.code === 421)?.value; // its /p2p/ id
-  const verifiers = validatorId ? [validatorId] : [];
+  // its validators re-run sampled steps of hosted sessions, as they do jobs': those it was given, and those it learns of
+  // from their status answers (each hosted span's job trusts them as they come)
+  const verifiers: string[] = [];
+  const trustValidators = () => {
+    for (const id of validator.ids()) {
+      if (verifiers.includes(id)) continue;
+      verifiers.push(id);
+      for (const j of jobs.values()) if (j.hosted) j.verifiers.add(id);
+    }
+  };
+  trustValidators();
   const hostCtx = { jobs, memory, self, log, throughput, verifiers, fault };
   for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, hostCtx);
   await announce();

@@ -1,4 +1,4 @@
-import { multiaddr } from '@multiformats/multiaddr';
+import { validatorsFlag } from './node-process.ts';
 import { type CausalLM, defaultCacheDir, type GenerateOptions, loadModel, promptIds as encodePrompt } from '../../models/index.ts';
 import { hostedModelJob } from '../../p2p/index.ts';
 import type { cachedEnds as CachedEnds, HostedModel as HostedModelClass } from '../../user/index.ts';
@@ -19,7 +19,7 @@ export async function loadEnds(
 ): Promise<CausalLM> {
   let dir = stringFlag(flags, 'ends');
   if (!dir) {
-    const cached = await cachedEnds(access.node, multiaddr(access.bootstrap), name, defaultCacheDir(), {
+    const cached = await cachedEnds(access.node, validatorsFlag(access.bootstrap), name, defaultCacheDir(), {
       onProgress: (done, total) => out.progress(`pulling the ends of '${name}': ${(done / 2 ** 20).toFixed(1)} of ${(total / 2 ** 20).toFixed(1)} MiB`),
     });
     if (cached.pulled) out.info(`pulled the ends of '${name}' (${cached.hash.slice(0, 12)}…) from …${cached.pulled.host.slice(-8)} into ${cached.dir}`);

@@ -1,6 +1,6 @@
 /** What the long-running node commands (validator, worker, swarm, chain, serve) share: flag checks, the ready line, how they end. */
 import { multiaddr } from '@multiformats/multiaddr';
-import { isLogLevel, type LogLevel } from '../../p2p/index.ts';
+import { isLogLevel, type LogLevel, Validators } from '../../p2p/index.ts';
 import { type Flags, intFlag, stringFlag, UsageError } from '../args.ts';
 
 export function parseAddr(raw: string, flag: string) {
@@ -8,6 +8,15 @@ export function parseAddr(raw: string, flag: string) {
     return multiaddr(raw);
   } catch {
     throw new UsageError(`--${flag} '${raw}' is not a multiaddr (e.g. /ip4/127.0.0.1/tcp/4001/p2p/12D3...)`);
+  }
+}
+
+/** `--bootstrap`'s validators: one multiaddr, or several separated by commas (a request moves on when one is gone). */
+export function validatorsFlag(raw: string): Validators {
+  try {
+    return Validators.parse(raw);
+  } catch (err) {
+    throw new UsageError(`--bootstrap: ${(err as Error).message}`);
   }
 }
 

@@ -8,7 +8,7 @@ import { DEFAULT_DASHBOARD } from '../swarm.ts';
 import { type Flags, hostPort, intFlag, parseBytes, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { chainFromFlags, USER_KEY_DIR } from '../chain-flags.ts';
-import { announceFlags, logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
+import { announceFlags, logLevel, parseAddr, ready, runUntilSignal, validatorsFlag } from './node-process.ts';
 import { loadOrCreateAccount } from '../../chain/index.ts';
 
 /** `tensorlink swarm`: a validator and N workers on this machine, each its own process, until Ctrl-C. */
@@ -121,7 +121,7 @@ function formatBytes(n: number): string {
 
 /** `tensorlink status`: the swarm as its validator sees it. */
 export async function statusCommand(flags: Flags, out: Output): Promise<void> {
-  const bootstrap = parseAddr(requiredString(flags, 'bootstrap'), 'bootstrap');
+  const bootstrap = validatorsFlag(requiredString(flags, 'bootstrap'));
   const node = await createNode();
   try {
     // every page, or (--page N: the `next` of an earlier answer) that one
@@ -156,7 +156,7 @@ const PATH_NAMES: Record<PathKind, string> = { direct: 'direct', webrtc: 'direct
 
 /** `tensorlink models`: the models the swarm hosts, each with its coverage and hosts, a page at a time. */
 export async function modelsCommand(flags: Flags, out: Output): Promise<void> {
-  const bootstrap = parseAddr(requiredString(flags, 'bootstrap'), 'bootstrap');
+  const bootstrap = validatorsFlag(requiredString(flags, 'bootstrap'));
   const node = await createNode();
   try {
     // every page, a model's entries merged, or (--page N: the `next` of an earlier answer) that one as it is

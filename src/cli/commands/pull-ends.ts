@@ -1,4 +1,4 @@
-import { multiaddr } from '@multiformats/multiaddr';
+import { validatorsFlag } from './node-process.ts';
 import { createNode } from '../../p2p/index.ts';
 import { type Flags, requiredString, stringFlag, UsageError } from '../args.ts';
 import { bar, type Output } from '../output.ts';
@@ -16,12 +16,7 @@ export async function pullEndsCommand(flags: Flags, out: Output, positionals: st
   const dir = requiredString(flags, 'out');
   const hash = stringFlag(flags, 'hash');
   if (hash !== undefined && !/^[0-9a-f]{4,64}$/.test(hash)) throw new UsageError(`--hash must be (a prefix of) a model's hash in hex, got '${hash}'`);
-  let validator;
-  try {
-    validator = multiaddr(bootstrap);
-  } catch {
-    throw new UsageError(`--bootstrap ${bootstrap} is not a multiaddr`);
-  }
+  const validator = validatorsFlag(bootstrap);
   const listen = stringFlag(flags, 'listen');
   const node = await createNode(listen ? { listen: [listen] } : {});
   const { pullEnds } = await import('../../user/index.ts');

@@ -4,7 +4,6 @@ import { AdapterSet, defaultCacheDir, generateBatch, loadChatTemplate, loadConfi
 import {
   ChatFormat, countSpeculative, type Row, serveApi, type ServedModel, speculativeCounts, speculativeRunner,
 } from '../../serve/index.ts';
-import { multiaddr } from '@multiformats/multiaddr';
 import { cachedEnds, distribute, fetchOverview, HostedModel, type Overview } from '../../user/index.ts';
 import {
   type Flags, intFlag, placement, planFlags, requiredString, stringFlag, UsageError, verifyFlags, weightFlags,
@@ -15,7 +14,7 @@ import type { Output } from '../output.ts';
 import { speculativeFlags } from '../speculative-flags.ts';
 import { joinSwarm, type SwarmAccess } from '../swarm.ts';
 import { openHosted } from './generate-hosted.ts';
-import { runUntilSignal } from './node-process.ts';
+import { runUntilSignal, validatorsFlag } from './node-process.ts';
 
 /** `--adapter NAME=DIR` (repeatable): each PEFT adapter folder under the name a request's `model` ('ID:NAME') picks it by. */
 function adapterFlags(flags: Flags): [string, string][] {
@@ -52,7 +51,7 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
   if (hosted && !files && where.kind === 'remote') {
     early = await joinSwarm(where, flags);
     try {
-      const cached = await cachedEnds(early.node, multiaddr(early.bootstrap), dir, defaultCacheDir(), {
+      const cached = await cachedEnds(early.node, validatorsFlag(early.bootstrap), dir, defaultCacheDir(), {
         onProgress: (done, total) => out.progress(`pulling the ends of '${dir}': ${(done / 2 ** 20).toFixed(1)} of ${(total / 2 ** 20).toFixed(1)} MiB`),
       });
       if (cached.pulled) out.info(`pulled the ends of '${dir}' (${cached.hash.slice(0, 12)}…) from …${cached.pulled.host.slice(-8)} into ${cached.dir}`);
@@ -86,7 +85,7 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
     try {
       const ends = await loadModel(files, { part: 'ends', ...format });
       const model = await openHosted(HostedModel, access, dir, ends, flags, out);
-      const validator = multiaddr(access.bootstrap);
+      const validator = validatorsFlag(access.bootstrap);
       overview = () => fetchOverview(access.node, validator);
       // each request's row is a session of its own over the hosts, which batch the steps of the sessions waiting at once
       // (continuous batching on the hosts: a request starts at once); with drafts, a row is decoded speculatively
@@ -128,7 +127,7 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
         strategy, privacy, onProgress: loadProgress(out), verify, name: id, ...format,
       });
       await payForJob(flags, { jobId: dm.jobId, user: access.node.peerId.toString() }, out);
-      const validator = multiaddr(access.bootstrap);
+      const validator = validatorsFlag(access.bootstrap);
       overview = () => fetchOverview(access.node, validator);
       out.info(`plan (${strategy}): ${dm.assignment.map((a) => `layers ${a.start}-${a.end - 1} on …${a.peerId.slice(-6)}`).join(', ')}`);
       const batched: ServedModel['run'] = (prompts, options) => dm.generateBatch(prompts, options);

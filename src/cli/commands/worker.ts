@@ -3,12 +3,12 @@ import { createLogger } from '../../p2p/index.ts';
 import { type Flags, optionalIntFlag, parseBytes, requiredString, stringFlag, UsageError, weightFlags } from '../args.ts';
 import { chainFromFlags } from '../chain-flags.ts';
 import type { Output } from '../output.ts';
-import { announceFlags, logLevel, parseAddr, ready, runUntilSignal } from './node-process.ts';
+import { announceFlags, logLevel, ready, runUntilSignal, validatorsFlag } from './node-process.ts';
 
 /** `tensorlink worker`: lends this machine's compute to the swarm of its validator. */
 export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   const bootstrap = requiredString(flags, 'bootstrap');
-  parseAddr(bootstrap, 'bootstrap');
+  validatorsFlag(bootstrap);
   const memory = stringFlag(flags, 'memory');
   const gpuMemory = stringFlag(flags, 'gpu-memory');
   const listen = stringFlag(flags, 'listen');

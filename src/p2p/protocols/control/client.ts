@@ -8,6 +8,7 @@ import { obj } from '../../schema.ts';
 import { receiveFrames, sendMessage } from '../../stream.ts';
 import { errorFromWire, isWireError } from '../../wire-errors.ts';
 import { CONTROL_PROTOCOL, REQUEST_TIMEOUT_MS } from './constants.ts';
+import { Validators } from '../../validators.ts';
 
 /**
  * Sends one control request on a fresh stream and waits for its answer. An error answer
@@ -21,6 +22,7 @@ export async function request(
   timeoutMs = REQUEST_TIMEOUT_MS,
   signal?: AbortSignal,
 ): Promise<Record<string, unknown>> {
+  if (target instanceof Validators) return askValidators(node, target, message, timeoutMs, signal);
   const peer = targetName(target);
   const stream = await dialProtocol(node, target, CONTROL_PROTOCOL, signal);
   const table = new RequestTable<Record<string, unknown>>(peer);
@@ -54,4 +56,35 @@ export async function request(
   } finally {
     await stream.close().catch(() => {});
   }
+}
+
+/**
+ * A request to a set of validators: to the current one, then to each other in turn while the one asked cannot be reached
+ * (a PeerUnreachableError: refused, gone, or silent past `timeoutMs`); an error answer is the validator's and ends it.
+ * `status` answers teach the set the validators they list.
+ */
+async function askValidators(
+  node: Libp2p, validators: Validators, message: Record<string, unknown>, timeoutMs: number, signal?: AbortSignal,
+): Promise<Record<string, unknown>> {
+  const tried: string[] = [];
+  for (const addr of validators.all) {
+    try {
+      const answer = await request(node, addr, message, timeoutMs, signal);
+      if (message.type === 'status' && Array.isArray(answer.peers)) validators.learn(answer.peers.flatMap(validatorRecord));
+      return answer;
+    } catch (err) {
+      if (!(err instanceof PeerUnreachableError) || signal?.aborted) throw err;
+      validators.failed(addr);
+      tried.push(err.message);
+    }
+  }
+  throw new PeerUnreachableError(`no validator answered (${tried.length}): ${tried.join('; ')}`);
+}
+
+/** A validator's record in a status answer, read loosely (the answer is parsed whole by its caller). */
+function validatorRecord(p: unknown): { peerId: string; addrs: string[]; roles: string[] }[] {
+  if (typeof p !== 'object' || p === null) return [];
+  const { peerId, addrs, roles } = p as Record<string, unknown>;
+  const texts = (v: unknown) => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
+  return typeof peerId === 'string' && texts(roles).includes('validator') ? [{ peerId, addrs: texts(addrs), roles: texts(roles) }] : [];
 }
