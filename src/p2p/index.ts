@@ -35,6 +35,7 @@ export { isPublicIPv4, reach, type Reach } from './reach.ts';
 export { serveStun, stunAnswer, stunMappedAddress, type StunServer, stunServerOf } from './stun.ts';
 export { finite, int, list, obj, oneOf, optional, peerIdText, str, strings } from './schema.ts';
 export { RequestTable } from './requests.ts';
+export { Slots } from './slots.ts';
 export { receiveFrames, type SendOptions, sendMessage, sendParts, sendQuietly, traffic } from './stream.ts';
 export {
   addTraffic,

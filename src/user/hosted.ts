@@ -5,7 +5,7 @@ import {
   type SpeculativeOptions, type SpeculativeResult, type StepModel,
 } from '../models/index.ts';
 import {
-  type DialTarget, type HostedModelEntry, hostedJobId, request, TRAIN_REQUEST_TIMEOUT_MS, Validators,
+  type DialTarget, type HostedModelEntry, hostedJobId, request, Slots, TRAIN_REQUEST_TIMEOUT_MS, Validators,
 } from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { agree, COMMIT_CHUNK, type ComputeFormat, ortTolerance, sectionCost, type WorkRecord } from '../verify/index.ts';
@@ -20,6 +20,9 @@ import { listPeers } from './peers.ts';
 import { DEFAULT_SAMPLE_RATE } from './verifier.ts';
 import { ChunkSampler, DEFAULT_CHUNK_RATE } from './hosted-checks.ts';
 import { RemoteStage } from './remote-stage.ts';
+
+/** A user's re-runs waiting at a validator at once (its queue refuses a peer past 32: AUDIT_LIMITS). */
+export const AUDITS_IN_FLIGHT = 8;
 
 /** How a hosted model's steps are checked. */
 export interface HostedVerify {
@@ -114,6 +117,8 @@ export class HostedModel {
   /** Where accepted steps go (the `ledger` option); null: they are not recorded. */
   private ledger: LedgerSubmitter | null = null;
   private maxKeptBytes = MAX_KEPT_INPUT_BYTES;
+  /** Its re-runs at the validator: AUDITS_IN_FLIGHT at once, the rest wait here (not in the validator's queue, which refuses a burst). */
+  private readonly inFlight = new Slots(AUDITS_IN_FLIGHT);
   /** Hosts caught cheating: never routed over again by this model. */
   readonly excluded = new Set<string>();
   /**
@@ -283,7 +288,7 @@ export class HostedModel {
     };
     let answer: Record<string, unknown>;
     try {
-      answer = await request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS);
+      answer = await this.inFlight.run(() => request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS));
     } catch {
       this.verification.unchecked++;
       return null;

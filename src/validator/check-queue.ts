@@ -1,5 +1,5 @@
 import { RateLimitedError } from '../errors.ts';
-import { Slots } from './slots.ts';
+import { Slots } from '../p2p/index.ts';
 
 /** How many of a validator's checks (re-executions, disputes) may wait their turn, in all and per peer that asked. */
 export interface CheckLimits {

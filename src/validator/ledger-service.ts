@@ -14,7 +14,7 @@ import {
   type Head, MAX_BLOCK_RECORDS, parseBlockMessage, parseBlocksAnswer, parseHead, parseHello, parseSubmit,
 } from './ledger-messages.ts';
 import { LedgerStore } from './ledger-store.ts';
-import { Slots } from './slots.ts';
+import { Slots } from '../p2p/index.ts';
 
 /** How often the ledger looks at its peers and makes a block of what is pending. */
 export const BLOCK_INTERVAL_MS = 300;

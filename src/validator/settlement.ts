@@ -8,7 +8,7 @@ import { type EpochRecord, epochRewards, escrowJobOf, paidWork } from '../ledger
 import { type Handler, type Logger, obj, parseAccount, request, str, type TensorLinkNode } from '../p2p/index.ts';
 import { parseRecord, recordId, type Reputation, type WorkRecord } from '../verify/index.ts';
 import type { LedgerService } from './ledger-service.ts';
-import { Slots } from './slots.ts';
+import { Slots } from '../p2p/index.ts';
 
 /** The validators' share of each epoch's pool, in basis points (the rest goes to workers). */
 export const VALIDATOR_SHARE_BPS = 1_000;

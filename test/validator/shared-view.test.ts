@@ -35,7 +35,7 @@ describe('validators that share one view', () => {
     const b = await startValidator({ dataDir: join(dir, 'b'), peers: [addrOf(a)], validators: [idC], threshold: 2 });
     validators.push(b);
     // three workers that were told only of A
-    for (let i = 0; i < 3; i++) workers.push(await startWorker({ bootstrap: addrOf(a), backend: 'js' }));
+    for (let i = 0; i < 3; i++) workers.push(await startWorker({ bootstrap: addrOf(a) }));
     const ids = workers.map((w) => w.node.peerId.toString()).sort();
     // B hears them through A's gossip
     await waitFor('B lists the workers A heard', async () => workerIds(b.peers()).length === 3, 20_000);

@@ -114,7 +114,10 @@ export async function generateHosted(name: string, prompt: string, where: Placem
       if (model.recorded.records > 0) out.info(`${model.recorded.records} steps of the hosts (${model.recorded.flops} FLOPs) handed to the ledger, paid from your escrow`);
       const speculativeJson = drafts ? { speculative: drafts } : {};
       const about = { promptTokens: promptIds.length, passes, ...speculativeJson, seconds, model: { name, hash: model.entry.hash } };
-      if (out.json) out.result({ text, tokens, ...about, ...failovers, ...paid }, '');
+      // what the validators' re-runs of sampled steps found: checked, failed, left unchecked (no validator answered)
+      const { checked, failed, unchecked, flagged } = model.verification;
+      const checks = checked + unchecked > 0 ? { verification: { checked, failed, unchecked, flagged } } : {};
+      if (out.json) out.result({ text, tokens, ...about, ...failovers, ...paid, ...checks }, '');
       else {
         process.stdout.write(`${text.slice(printed.length)}\n`);
         out.info(`${tokens.length} tokens in ${seconds.toFixed(2)} s, ${passes} passes through the hosts`);
