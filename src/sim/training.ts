@@ -6,7 +6,9 @@
  */
 import { PlanInfeasibleError } from '../errors.ts';
 import { llamaConfig, modelLayers } from '../models/index.ts';
-import { type Device, layerCosts, type LayerCost, type Links, plan, type Plan, planCandidates, stepSeconds } from '../plan/index.ts';
+import type { PeerRecord } from '../p2p/index.ts';
+import { evaluatePlan, layerCosts, type LayerCost, type Links, plan, type Plan, stepSeconds } from '../plan/index.ts';
+import { jobPlanOptions, memoryFactor, surveyWorkers } from '../user/survey.ts';
 import { MAX_FAILOVERS } from '../user/failover.ts';
 import { DEFAULT_SAMPLE_RATE } from '../user/verifier.ts';
 import type { SimContext } from './context.ts';
@@ -26,7 +28,7 @@ const STEP_TOKENS = 2048;
 const MICRO_BATCHES = 4;
 const RECORDS_PER_STEP = 2 * MICRO_BATCHES + 1;
 /** Memory a stage needs per byte of its weights: weights, gradients, AdamW's two moments, and a verified job's copies. */
-const TRAIN_MEMORY_FACTOR = 8;
+const TRAIN_MEMORY_FACTOR = memoryFactor(true, DEFAULT_SAMPLE_RATE > 0);
 /** How long a lost worker takes to be noticed, and a new section to load (besides its bytes over the user's link). */
 const LOSS_DETECT_MS = 10_000;
 const CHECK_MS = 5_000;
@@ -38,6 +40,25 @@ export interface JobOutcome {
   failovers: number;
   /** Wall-clock milliseconds each placement took (the real planner over this many devices). */
   placements: { ms: number; devices: number }[];
+}
+
+/**
+ * A training job's plan over the registry's records, as distribute makes it (src/user/survey.ts): the fastest candidates,
+ * each offering its free memory, the model's layers at the memory a verified training job holds per byte of weights, the
+ * user's hops charged; `layers` are the layers the workers take (the user keeps the ends), at their weights' bytes.
+ */
+export function placeTraining(
+  records: readonly PeerRecord[], layers: readonly LayerCost[], user: string, links: Links, counted: (devices: number) => void = () => {},
+  inputBytesPerToken = layers[0]?.activationBytesPerToken ?? 4,
+): { plan: Plan; timed: Plan } {
+  const { devices } = surveyWorkers(records, layers.length, 1);
+  counted(devices.length);
+  const costs = layers.map((l) => ({ ...l, bytes: l.bytes * TRAIN_MEMORY_FACTOR }));
+  const options = { ...jobPlanOptions({ user, inputBytesPerToken, training: true }), links };
+  const made = plan('layer-aware', costs, devices, options);
+  // the plan is chosen as distribute chooses it; its steps last what a step of STEP_TOKENS in MICRO_BATCHES takes on it
+  const timed = evaluatePlan(made, costs, devices, { ...options, tokens: STEP_TOKENS, microBatches: MICRO_BATCHES }) ?? made;
+  return { plan: made, timed };
 }
 
 /** Links between simulated nodes by id, as the planner takes them (bytes/s, one-way seconds). */
@@ -63,7 +84,9 @@ export function runJob(
   ctx: SimContext, user: SimUser, steps: number, done: (o: JobOutcome) => void,
   placed: (p: { ms: number; devices: number }) => void = () => {},
 ): void {
-  const layers = jobLayers().map((l) => ({ ...l, bytes: l.bytes * TRAIN_MEMORY_FACTOR }));
+  // the layers workers take: the model's blocks (the user keeps the embedding, the final norm and the head)
+  const all = jobLayers();
+  const layers = all.slice(1, all.length - 2);
   const avoid = new Set<string>();
   const placements: JobOutcome['placements'] = [];
   const placeOf = (id: string) => (id === user.id ? user.place : ctx.byId.get(id)?.place);
@@ -78,33 +101,30 @@ export function runJob(
     release();
     done({ ...o, failovers, placements });
   };
-  const place = (): Plan | null => {
+  const place = (): { plan: Plan; timed: Plan } | null => {
     // every live worker the validator lists that is free, not excluded, and not avoided: the planner reads them all
-    let devices: Device[] = [];
-    for (const r of ctx.view.live) {
+    const free = ctx.view.live.filter((r) => {
       const p = ctx.byId.get(r.peerId);
-      if (!p || !p.online || p.excluded || p.job !== null || p.span !== null || avoid.has(p.id)) continue;
-      devices.push({ id: p.id, memoryBytes: p.device.memoryBytes, gflops: p.device.gflops });
-    }
+      return p !== undefined && p.online && !p.excluded && p.job === null && p.span === null && !avoid.has(p.id);
+    });
     const t0 = performance.now();
+    let devices = 0;
     try {
-      // the fastest PLAN_CANDIDATES of them, as distribute's survey keeps
-      devices = planCandidates(devices, layers.length);
-      const options = { links: linksOf(placeOf, ctx), user: user.id, tokens: STEP_TOKENS, traffic: 'train' as const, microBatches: MICRO_BATCHES };
-      const made = plan('layer-aware', layers, devices, options);
-      placements.push({ ms: performance.now() - t0, devices: devices.length });
+      const made = placeTraining(free, layers, user.id, linksOf(placeOf, ctx), (n) => (devices = n), all[0].activationBytesPerToken);
+      placements.push({ ms: performance.now() - t0, devices });
       placed(placements.at(-1)!);
       return made;
     } catch (err) {
-      placements.push({ ms: performance.now() - t0, devices: devices.length });
+      placements.push({ ms: performance.now() - t0, devices });
       placed(placements.at(-1)!);
       if (err instanceof PlanInfeasibleError) return null;
       throw err;
     }
   };
   const run = () => {
-    const made = place();
-    if (made === null) return finish({ ok: false, cause: 'infeasible', steps: step });
+    const chosen = place();
+    if (chosen === null) return finish({ ok: false, cause: 'infeasible', steps: step });
+    const made = chosen.timed;
     held = made.stages.map((s) => ctx.byId.get(s.device)!);
     for (const p of held) p.job = 1;
     // loading: each section's weights from the user over its link

@@ -5,7 +5,7 @@ import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
 import type { CausalLM } from '../models/index.ts';
 import { type DialTarget, MAX_VALIDATORS, type PeerRecord, type StageAssignment, Validators } from '../p2p/index.ts';
 import {
-  type Device, type LayerCost, layerCosts, linkBetween, linkTable, measuredLinks, type Plan, plan, PLAN_CANDIDATES, planCandidates,
+  type LayerCost, layerCosts, linkBetween, linkTable, measuredLinks, type Plan, plan,
   type PlanOptions, replan, type Replan, type StrategyName, type Swarm,
 } from '../plan/index.ts';
 import { configToHF, weightFormat } from '../models/index.ts';
@@ -19,6 +19,7 @@ import { DEFAULT_SAMPLE_RATE, JobVerifier, type VerifyOptions } from './verifier
 import { type LoadProgress, RemoteStage } from './remote-stage.ts';
 import { modelFromCheckpoint, modelInMemory, type UserModel } from './user-model.ts';
 import { ResultInbox } from './result-inbox.ts';
+import { jobPlanOptions, memoryFactor, surveyWorkers } from './survey.ts';
 
 export interface DistributeOptions {
   strategy?: StrategyName;
@@ -230,26 +231,12 @@ async function survey(
   const trusted = (await listWorkers(node, validator)).filter((w) => !excluded?.has(w.peerId));
   if (trusted.length === 0) throw new PlanInfeasibleError('the validator knows no live workers it trusts');
   const copies = Math.max(options.replicas ?? 1, options.verify?.redundancy ?? 1);
-  // of a large swarm, the fastest PLAN_CANDIDATES per copy (the planner never picks the slow ones, and weighs fewer)
-  const speeds = trusted.map((w) => {
-    const c = w.capabilities!;
-    return { w, gflops: c.gflops, memoryBytes: c.memoryFreeBytes ?? c.memoryBytes };
-  });
-  const workers = planCandidates(speeds, source.config.layers, PLAN_CANDIDATES * Math.max(1, copies)).map((c) => c.w);
-  const replicas = copies;
-  if (!Number.isInteger(replicas) || replicas < 1) throw new InvalidArgumentError(`replicas and redundancy must be integers ≥ 1, got ${replicas}`);
-  if (workers.length < replicas) {
-    throw new PlanInfeasibleError(`${replicas} copies of each section (replicas or redundancy) need at least ${replicas} workers; the validator trusts ${workers.length}`);
-  }
-  const perGroup = Math.floor(workers.length / replicas);
-  const groups = Array.from({ length: replicas }, (_, j) => workers.slice(j * perGroup, (j + 1) * perGroup));
+  const { groups, devices } = surveyWorkers(trusted, source.config.layers, copies);
   const layerCount = source.config.layers;
   const keepEnds = (options.privacy ?? 'ends') === 'ends';
   const [first, last] = keepEnds ? [1, layerCount + 1] : [0, layerCount + 3];
-  // a worker trains with gradients and two AdamW moments beside the weights, and with verification
-  // on it keeps the weights, moments and gradients each step started from (four more)
   const verifying = (options.verify?.sampleRate ?? DEFAULT_SAMPLE_RATE) > 0 || (options.verify?.redundancy ?? 1) > 1;
-  const factor = options.training ? (verifying ? 8 : 4) : 1;
+  const factor = memoryFactor(options.training === true, verifying);
   const all = layerCosts(source.layers);
   // an adapter job trains only the factors: the frozen base is held once, the factors with their gradients and moments
   const perBlock = source.adapter ? blockFactorBytes(source.config, source.adapter.config) : 0;
@@ -257,23 +244,21 @@ async function survey(
     if (!source.adapter) return { ...c, bytes: factor * c.bytes };
     return { ...c, bytes: c.bytes + (source.layers[first + i].kind === 'block' ? (factor - 1) * perBlock : 0) };
   });
-  const devices: Device[] = groups.map((group) => group.map((w) => {
-    const { memoryBytes, memoryFreeBytes, gflops } = w.capabilities!;
-    return { id: w.peerId, memoryBytes: memoryFreeBytes ?? memoryBytes, gflops };
-  })).reduce((a, b) => a.map((d, i) => ({ ...d, memoryBytes: Math.min(d.memoryBytes, b[i].memoryBytes) })));
   const links = linkTable(await gatherLinks(node, groups[0]));
-  const planOptions: PlanOptions = {
-    tokens: options.tokens ?? 1,
-    // the user sends the first section its input (hidden states it embedded, or token ids) and takes the last's output
-    user: node.peerId.toString(),
-    inputBytesPerToken: keepEnds ? all[0].activationBytesPerToken : 4,
-    traffic: options.training ? 'train' : (options.routing ?? 'chain') === 'relay' ? 'relay' : 'chain',
-  };
+  const planOptions = jobPlanOptions({
+    user: node.peerId.toString(), inputBytesPerToken: keepEnds ? all[0].activationBytesPerToken : 4, training: options.training === true,
+    tokens: options.tokens, routing: options.routing,
+  });
   return { groups, costs, first, swarm: { devices, links }, options: planOptions };
 }
 
 /** The swarm each plan was made on, so that a later re-plan can say what changed. */
 const plannedOn = new WeakMap<Plan, Swarm>();
+
+/** The swarm a plan was made on: its devices and the links measured among them (undefined: distribute did not make it). */
+export function plannedSwarm(planned: Plan): Swarm | undefined {
+  return plannedOn.get(planned);
+}
 
 /**
  * The links between a plan's consecutive workers as the plan was made over them (round trip in ms, Mbit/s), each as

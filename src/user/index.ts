@@ -1,5 +1,6 @@
 /** The user's room: `distribute` and the distributed job, remote stages, the result inbox, the validator's peer list. */
-export { distribute, type DistributeOptions, planLinks } from './distribute.ts';
+export { distribute, type DistributeOptions, planLinks, plannedSwarm } from './distribute.ts';
+export { jobPlanOptions, memoryFactor, surveyWorkers } from './survey.ts';
 export { type AdapterOption, type JobAdapter, jobAdapter } from './job-adapter.ts';
 export {
   DistributedJob, type DistributedModel, type DistributedTrainerOptions, type JobStage, LOAD_CONCURRENCY, LOST_AVOID_MS,
