@@ -46,7 +46,8 @@ describe('the simulation against real processes, at 6 peers', () => {
         assert.deepEqual(simulated.plan.stages.map((s) => `${s.device} ${s.start}-${s.end}`), real);
         assert.equal(simulated.plan.bottleneckSeconds, dm.plan.bottleneckSeconds);
         const memory = new Map(records.map((r) => [r.peerId, r.capabilities!.memoryBytes / 2 ** 20]));
-        t.diagnostic(`both plans: ${dm.plan.stages.map((s) => `blocks ${s.start}-${s.end - 1} on the ${memory.get(s.device)} MiB worker`).join(', ')}`);
+        const where = dm.plan.stages.map((s) => `blocks ${s.start}-${s.end - 1} on the ${memory.get(s.device)} MiB worker`);
+        t.diagnostic(`both plans: ${where.join(', ')}`);
       } finally {
         await dm.close();
       }
