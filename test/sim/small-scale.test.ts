@@ -42,7 +42,8 @@ describe('the simulation against real processes, at 6 peers', () => {
         const swarm = plannedSwarm(dm.plan)!;
         const all = layerCosts(model.layers);
         const blocks = all.slice(1, config.layers + 1);
-        const simulated = placeTraining(records, blocks, user.peerId.toString(), measuredLinks(swarm.links), () => {}, all[0].activationBytesPerToken);
+        const links = measuredLinks(swarm.links);
+        const simulated = placeTraining(records, blocks, user.peerId.toString(), links, () => {}, all[0].activationBytesPerToken);
         assert.deepEqual(simulated.plan.stages.map((s) => `${s.device} ${s.start}-${s.end}`), real);
         assert.equal(simulated.plan.bottleneckSeconds, dm.plan.bottleneckSeconds);
         const memory = new Map(records.map((r) => [r.peerId, r.capabilities!.memoryBytes / 2 ** 20]));
