@@ -24,7 +24,7 @@ export class Validators {
     if (this.list.length === 0) throw new InvalidArgumentError('no validator address given');
   }
 
-  /** `--bootstrap`'s value: one multiaddr, or several separated by commas, each ending in /p2p/PEER-ID. */
+  /** `--bootstrap`'s value: one multiaddr, or several separated by commas (each best ending in /p2p/PEER-ID). */
   static parse(text: string): Validators {
     return new Validators(text.split(',').map((s) => s.trim()).filter((s) => s !== ''));
   }
@@ -53,14 +53,19 @@ export class Validators {
   learn(peers: readonly { peerId: string; addrs: readonly string[]; roles: readonly string[] }[]): void {
     for (const p of peers) {
       if (!p.roles.includes('validator') || this.ids().includes(p.peerId)) continue;
-      const addr = p.addrs.find((a) => !a.includes('/p2p-circuit')) ?? p.addrs[0];
-      if (addr === undefined) continue;
-      try {
-        const ma = multiaddr(addr);
-        this.add(idOf(ma) === null ? ma.encapsulate(`/p2p/${p.peerId}`) : ma);
-      } catch {
-        // an address that does not parse: the validator is found through another
-      }
+      // its own addresses (not through a relay), each naming it; a routable one before loopback and private ones
+      const own = p.addrs.flatMap((a) => {
+        try {
+          const ma = multiaddr(a);
+          const named = idOf(ma) === null ? ma.encapsulate(`/p2p/${p.peerId}`) : ma;
+          return a.includes('/p2p-circuit') || idOf(named) !== p.peerId ? [] : [named];
+        } catch {
+          return []; // an address that does not parse: the validator is found through another
+        }
+      });
+      const local = (ma: Multiaddr) => /^\/ip4\/(127\.|10\.|192\.168\.|172\.(1[6-9]|2\d|3[01])\.)/.test(ma.toString());
+      const best = own.find((ma) => !local(ma)) ?? own[0];
+      if (best !== undefined) this.add(best);
     }
   }
 
@@ -68,11 +73,12 @@ export class Validators {
     return this.list.map(String).join(',');
   }
 
+  /** Adds an address (one without /p2p/ is dialled as it is: the peer it reaches is the validator, by its id unknown here). */
   private add(ma: Multiaddr): void {
     if (this.list.length >= MAX_VALIDATORS) return;
     const id = idOf(ma);
-    if (id === null) throw new InvalidArgumentError(`${ma.toString()} does not end in /p2p/PEER-ID`);
-    if (!this.ids().includes(id)) this.list.push(ma);
+    const known = id === null ? this.list.some((m) => m.toString() === ma.toString()) : this.ids().includes(id);
+    if (!known) this.list.push(ma);
   }
 }
 

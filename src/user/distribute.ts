@@ -176,7 +176,8 @@ async function distributeSource(
   let job: DistributedJob | null = null;
   try {
     // the validators that may re-run the job's work: every one its validator lists (itself first), as many as a load names
-    const validators = (await listPeers(node, validator)).filter((p) => p.roles.includes('validator')).map((p) => p.peerId);
+    const listed = (await listPeers(node, validator)).filter((p) => p.roles.includes('validator')).map((p) => p.peerId);
+    const validators = [...new Set([...listed, ...(validator instanceof Validators ? validator.ids() : [])])];
     if (validators.length === 0) throw new PlanInfeasibleError('the validator did not name itself in its status');
     const verifier = new JobVerifier(node, validator, validators.slice(0, MAX_VALIDATORS), options.verify ?? {}, () => ({
       jobId: job!.jobId,

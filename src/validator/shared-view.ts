@@ -1,7 +1,7 @@
 import type { PeerId } from '@libp2p/interface';
 import { InvalidMessageError, UnauthorizedError } from '../errors.ts';
 import {
-  type Announcement, type DialTarget, finite, type Handler, list, type Logger, obj, parseStatusAnswer, type PeerRecord, peerIdText,
+  type Announcement, type DialTarget, finite, type Handler, int, list, type Logger, obj, parseStatusAnswer, type PeerRecord, peerIdText,
   publicKeyOf, request, signerOf, str, type TensorLinkNode,
 } from '../p2p/index.ts';
 import { bytesSignatureValid, type Reputation, signBytes } from '../verify/index.ts';
@@ -11,6 +11,8 @@ import type { Registry } from './registry.ts';
 export const MAX_FLAGS = 10_000;
 /** How long a validator waits for another's answer while it shares a flag or catches up. */
 const PEER_TIMEOUT_MS = 5_000;
+/** Flags in one answer of `validator-flags` (each under 1 KiB: the page well under a control frame's 1 MiB). */
+const FLAGS_PAGE = 500;
 /** The registry pages a joining validator reads from one that runs (100 peers a page: 10,000 workers). */
 const MAX_SYNC_PAGES = 100;
 
@@ -102,10 +104,13 @@ export class SharedView {
         this.fromValidator(from);
         return { type: 'ack', applied: this.apply(parseFlag(m.flag)) };
       },
-      // the flags this validator holds, for one that joins
-      'validator-flags': (_m, from: PeerId) => {
+      // the flags this validator holds, for one that joins, FLAGS_PAGE at a time (`page`: the `next` of the last answer)
+      'validator-flags': (m, from: PeerId) => {
         this.fromValidator(from);
-        return { type: 'validator-flags', flags: [...this.flags.values()] };
+        const page = int(m.page ?? 0, 'validator-flags.page', 0, MAX_FLAGS);
+        const all = [...this.flags.values()];
+        const next = page + FLAGS_PAGE < all.length ? { next: page + FLAGS_PAGE } : {};
+        return { type: 'validator-flags', flags: all.slice(page, page + FLAGS_PAGE), ...next };
       },
     };
   }
@@ -113,11 +118,24 @@ export class SharedView {
   /** Reads the registry and the flags of the validators of the set that answer (a validator that joins, or restarts). */
   async catchUp(): Promise<void> {
     await Promise.all([...this.validators.peers].filter(([, p]) => p.alive).map(async ([id, p]) => {
+      let applied = 0;
       try {
-        const answer = await request(this.node, p.target, { type: 'validator-flags' }, PEER_TIMEOUT_MS);
-        const flags = list(answer.flags, 'validator-flags.flags', MAX_FLAGS, parseFlag);
-        let applied = 0;
-        for (const f of flags) if (this.apply(f)) applied++;
+        for (let page: number | undefined = 0; page !== undefined;) {
+          const answer = await request(this.node, p.target, { type: 'validator-flags', page }, PEER_TIMEOUT_MS);
+          for (const raw of list(answer.flags, 'validator-flags.flags', FLAGS_PAGE, (v) => v)) {
+            try {
+              if (this.apply(parseFlag(raw))) applied++;
+            } catch (err) {
+              // a flag this validator does not take (its signer outside this one's set, a signature that does not check)
+              this.log.warn('flag-refused', { from: id, error: (err as Error).message });
+            }
+          }
+          page = answer.next === undefined ? undefined : int(answer.next, 'validator-flags.next', page + 1, MAX_FLAGS);
+        }
+      } catch (err) {
+        this.log.warn('validator-catch-up-failed', { from: id, what: 'flags', error: (err as Error).message });
+      }
+      try {
         let workers = 0;
         for (let page: number | undefined = 0, n = 0; page !== undefined && n < MAX_SYNC_PAGES; n++) {
           const status = parseStatusAnswer(await request(this.node, p.target, { type: 'status', page }, PEER_TIMEOUT_MS));
@@ -130,7 +148,7 @@ export class SharedView {
         }
         this.log.info('validator-caught-up', { from: id, workers, flags: applied });
       } catch (err) {
-        this.log.warn('validator-catch-up-failed', { from: id, error: (err as Error).message });
+        this.log.warn('validator-catch-up-failed', { from: id, what: 'registry', error: (err as Error).message });
       }
     }));
   }

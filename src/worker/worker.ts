@@ -286,10 +286,16 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       reserving = false;
     }
   };
+  // one announcement at a time: with every validator gone, one walks them all (each a dial's timeout), and another
+  // started meanwhile would only pile up behind it
+  let announcing = false;
   const timer = setInterval(() => {
     if (stopped) return;
-    void keepSlot().then(() => announce()).catch((err: Error) => log.warn('announce-failed', { error: err.message }));
     void stake?.check();
+    if (announcing) return;
+    announcing = true;
+    void keepSlot().then(() => announce()).catch((err: Error) => log.warn('announce-failed', { error: err.message }))
+      .finally(() => (announcing = false));
   }, ANNOUNCE_INTERVAL_MS);
   const firstProbe = setTimeout(() => void measure().catch((err: Error) => log.debug('measure-failed', { error: err.message })), ANNOUNCE_INTERVAL_MS);
   const probeTimer = setInterval(() => {

@@ -1,5 +1,4 @@
 import { readFileSync, writeFileSync } from 'node:fs';
-import { multiaddr } from '@multiformats/multiaddr';
 import { type BlockHeader, inclusionProblem, type InclusionProof } from '../../ledger/index.ts';
 import { recordId } from '../../verify/index.ts';
 import { createNode, publicKeyOf, request } from '../../p2p/index.ts';
@@ -7,6 +6,7 @@ import { InvalidArgumentError, VerificationError } from '../../errors.ts';
 import { type Flags, intFlag, optionalIntFlag, requiredString, stringFlag, UsageError } from '../args.ts';
 import type { Output } from '../output.ts';
 import { tokens } from './nodes.ts';
+import { validatorsFlag } from './node-process.ts';
 
 /** An answer without the control protocol's envelope (its type and request id). */
 function withoutEnvelope(a: Record<string, unknown>): Record<string, unknown> {
@@ -15,13 +15,7 @@ function withoutEnvelope(a: Record<string, unknown>): Record<string, unknown> {
 
 /** Asks the validator at `--bootstrap` one ledger question. */
 async function ask(flags: Flags, message: Record<string, unknown>, timeoutMs = 30_000): Promise<Record<string, unknown>> {
-  const raw = requiredString(flags, 'bootstrap');
-  let target;
-  try {
-    target = multiaddr(raw);
-  } catch {
-    throw new UsageError(`--bootstrap '${raw}' is not a multiaddr (e.g. /ip4/127.0.0.1/tcp/4001/p2p/12D3...)`);
-  }
+  const target = validatorsFlag(requiredString(flags, 'bootstrap'));
   const node = await createNode();
   try {
     return await request(node, target, message, timeoutMs);

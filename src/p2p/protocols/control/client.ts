@@ -73,7 +73,9 @@ async function askValidators(
       if (message.type === 'status' && Array.isArray(answer.peers)) validators.learn(answer.peers.flatMap(validatorRecord));
       return answer;
     } catch (err) {
-      if (!(err instanceof PeerUnreachableError) || signal?.aborted) throw err;
+      // an error the validator answered (even PeerUnreachableError: its ledger's co-signers gone) is its own: not retried
+      const answered = (err as { details?: { remoteError?: string } }).details?.remoteError !== undefined;
+      if (!(err instanceof PeerUnreachableError) || answered || signal?.aborted) throw err;
       validators.failed(addr);
       tried.push(err.message);
     }
