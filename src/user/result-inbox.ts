@@ -7,6 +7,9 @@ import { PeerUnreachableError, UnauthorizedError } from '../errors.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { hopIn } from '../compress/index.ts';
 
+/** Stages whose result streams are taken though no request of theirs is pending (the least recently named forgotten). */
+export const MAX_KNOWN_STAGES = 1_024;
+
 /**
  * Where chained forwards end: the user's side of the result protocol. Results are matched
  * to the request ids it hands out; anything else (a late answer, one nobody asked for) is
@@ -18,6 +21,12 @@ export class ResultInbox {
   private readonly records = new Map<number, unknown[]>();
   /** Who may answer each request: the workers of its chain, no one else. */
   private readonly senders = new Map<number, ReadonlySet<string>>();
+  /**
+   * Every stage of a chain this user waited on (the newest MAX_KNOWN_STAGES): one may open a result stream when no
+   * request of it is pending (a late result, an error for a request already failed over), and is not reset for it. A
+   * reset stream it went on to use for the next request, before the reset reached it, would lose that request's result.
+   */
+  private readonly stages = new Set<string>();
 
   private constructor() {}
 
@@ -27,9 +36,9 @@ export class ResultInbox {
       RESULT_PROTOCOL,
       (stream: Stream, connection) => {
         const from = connection.remotePeer.toString();
-        // only a stage of a chain this user waits on may send results: anyone else's stream is reset before it buffers
-        if (!inbox.awaits(from)) {
-          stream.abort(new UnauthorizedError(`${from} is no stage of a request this peer waits on`));
+        // only a stage of a chain this user waited on may send results: anyone else's stream is reset before it buffers
+        if (!inbox.stages.has(from)) {
+          stream.abort(new UnauthorizedError(`${from} is no stage of a request this peer waited on`));
           return;
         }
         // a stage that is done closes its side: this one closes too, so the stream stops counting against the limit
@@ -49,12 +58,6 @@ export class ResultInbox {
     for (const [id, chain] of this.senders) {
       if (chain.has(peer)) this.table.reject(id, new PeerUnreachableError(`${peer}, a stage of the chain, disconnected`, { details: { peer } }));
     }
-  }
-
-  /** Whether `peer` is a stage of a chain some pending request waits on. */
-  private awaits(peer: string): boolean {
-    for (const chain of this.senders.values()) if (chain.has(peer)) return true;
-    return false;
   }
 
   private deliver(frame: Frame, from: string): void {
@@ -80,6 +83,11 @@ export class ResultInbox {
   ): { requestId: number; result: Promise<{ output: Tensor; records: unknown[] }> } {
     const { id, answer } = this.table.open(timeoutMs);
     this.senders.set(id, from);
+    for (const peer of from) {
+      this.stages.delete(peer);
+      this.stages.add(peer);
+      if (this.stages.size > MAX_KNOWN_STAGES) this.stages.delete(this.stages.values().next().value as string);
+    }
     const result = answer
       .finally(() => this.senders.delete(id))
       // float32, or float16 / int8 when the chain's hops are compressed: its dtype says which

@@ -6,9 +6,11 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { Stream } from '@libp2p/interface';
 import {
-  CONTROL_PROTOCOL, createNode, encodeTensor, MAX_RESULT_STREAMS, PROBE_BYTES, PROBE_PROTOCOL, probe, request, RESULT_PROTOCOL,
-  serveControl, serveProbes,
+  CONTROL_PROTOCOL, createNode, encodeControl, encodeTensor, MAX_RESULT_STREAMS, PROBE_BYTES, PROBE_PROTOCOL, probe, request,
+  RESULT_PROTOCOL,
+  sendMessage, serveControl, serveProbes, toWire,
 } from '../../src/p2p/index.ts';
+import { tensor } from '../../src/tensor/index.ts';
 import { ResultInbox } from '../../src/user/index.ts';
 import { concat } from '../helpers/bytes.ts';
 import { waitFor } from '../helpers/processes.ts';
@@ -99,6 +101,32 @@ describe('protocol limits', () => {
       const left = () => user.getConnections(stage.peerId)
         .reduce((n, c) => n + c.streams.filter((x) => x.protocol === RESULT_PROTOCOL).length, 0);
       await waitFor('no result stream left open', async () => left() === 0, 5_000);
+    } finally {
+      await Promise.all([user.stop(), stage.stop()]);
+    }
+  });
+
+  test('a stage of an earlier chain, no request of it pending, opens a result stream: kept, and the next request\'s result on it arrives', async () => {
+    const [user, stage] = await Promise.all([createNode(), createNode()]);
+    const addr = user.getMultiaddrs()[0];
+    try {
+      const inbox = await ResultInbox.start(user);
+      const from = new Set([stage.peerId.toString()]);
+      // a request that failed (here: its deadline passed) while its stage was still at work
+      const first = inbox.expect(from, 50);
+      await assert.rejects(first.result, { name: 'PeerUnreachableError' });
+      // the stage answers late, on a stream of its own: the inbox waits on nothing from it, and does not reset it
+      const stream = await stage.dialProtocol(addr, RESULT_PROTOCOL, { signal: AbortSignal.timeout(10_000) });
+      const end = ended(stream);
+      await sendMessage(stream, [encodeControl({ type: 'records', id: first.requestId, records: [] })]);
+      // the next request's result goes on the same stream, as a worker's cached stream carries it
+      const next = inbox.expect(from, 10_000);
+      const [head, payload] = encodeTensor(toWire(tensor([1, 2, 3], [1, 3]), next.requestId));
+      await sendMessage(stream, [encodeControl({ type: 'records', id: next.requestId, records: ['r'] }), head, payload]);
+      const got = await next.result;
+      assert.deepEqual([...got.output.data], [1, 2, 3]);
+      assert.deepEqual(got.records, ['r']);
+      assert.equal(await Promise.race([end, new Promise((r) => setTimeout(() => r('open'), 300))]), 'open');
     } finally {
       await Promise.all([user.stop(), stage.stop()]);
     }
