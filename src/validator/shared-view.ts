@@ -13,6 +13,8 @@ export const MAX_FLAGS = 10_000;
 const PEER_TIMEOUT_MS = 5_000;
 /** Flags in one answer of `validator-flags` (each under 1 KiB: the page well under a control frame's 1 MiB). */
 const FLAGS_PAGE = 500;
+/** How often a validator reads again the flags of the others whose count moved (resync). */
+export const FLAG_SYNC_MS = 10_000;
 /** The registry pages a joining validator reads from one that runs (100 peers a page: 10,000 workers). */
 const MAX_SYNC_PAGES = 100;
 
@@ -72,6 +74,8 @@ export interface ValidatorPeers {
  */
 export class SharedView {
   private readonly flags = new Map<string, SignedFlag>();
+  /** Each validator's count of flags when this one last read them all (resync reads again only when it moved). */
+  private readonly counts = new Map<string, number>();
   /** Set while a flag from another validator is applied: it is not shared again. */
   private applying = false;
 
@@ -110,7 +114,9 @@ export class SharedView {
         const page = int(m.page ?? 0, 'validator-flags.page', 0, MAX_FLAGS);
         const all = [...this.flags.values()];
         const next = page + FLAGS_PAGE < all.length ? { next: page + FLAGS_PAGE } : {};
-        return { type: 'validator-flags', flags: all.slice(page, page + FLAGS_PAGE), ...next };
+        // `count`: only how many it holds (a resync asks that first, and reads the pages only when it moved)
+        if (m.count === true) return { type: 'validator-flags', flags: [], total: all.length };
+        return { type: 'validator-flags', flags: all.slice(page, page + FLAGS_PAGE), total: all.length, ...next };
       },
     };
   }
@@ -120,18 +126,7 @@ export class SharedView {
     await Promise.all([...this.validators.peers].filter(([, p]) => p.alive).map(async ([id, p]) => {
       let applied = 0;
       try {
-        for (let page: number | undefined = 0; page !== undefined;) {
-          const answer = await request(this.node, p.target, { type: 'validator-flags', page }, PEER_TIMEOUT_MS);
-          for (const raw of list(answer.flags, 'validator-flags.flags', FLAGS_PAGE, (v) => v)) {
-            try {
-              if (this.apply(parseFlag(raw))) applied++;
-            } catch (err) {
-              // a flag this validator does not take (its signer outside this one's set, a signature that does not check)
-              this.log.warn('flag-refused', { from: id, error: (err as Error).message });
-            }
-          }
-          page = answer.next === undefined ? undefined : int(answer.next, 'validator-flags.next', page + 1, MAX_FLAGS);
-        }
+        applied = await this.pullFlags(id, p.target);
       } catch (err) {
         this.log.warn('validator-catch-up-failed', { from: id, what: 'flags', error: (err as Error).message });
       }
@@ -151,6 +146,43 @@ export class SharedView {
         this.log.warn('validator-catch-up-failed', { from: id, what: 'registry', error: (err as Error).message });
       }
     }));
+  }
+
+  /**
+   * Reads again the flags of each validator of the set that answers whose count moved since the last read (every
+   * FLAG_SYNC_MS): a flag whose push did not reach this one (it was unreachable a while, not restarted) arrives so.
+   */
+  async resync(): Promise<void> {
+    await Promise.all([...this.validators.peers].filter(([, p]) => p.alive).map(async ([id, p]) => {
+      try {
+        const first = await request(this.node, p.target, { type: 'validator-flags', page: 0, count: true }, PEER_TIMEOUT_MS);
+        const total = int(first.total ?? -1, 'validator-flags.total', -1, MAX_FLAGS);
+        if (total >= 0 && this.counts.get(id) === total) return;
+        const applied = await this.pullFlags(id, p.target);
+        if (applied > 0) this.log.info('flags-resynced', { from: id, flags: applied });
+      } catch (err) {
+        this.log.debug('flag-resync-failed', { from: id, error: (err as Error).message });
+      }
+    }));
+  }
+
+  /** Reads every page of a validator's flags and applies those new here (each on its own); how many were new. */
+  private async pullFlags(id: string, target: DialTarget): Promise<number> {
+    let applied = 0;
+    for (let page: number | undefined = 0; page !== undefined;) {
+      const answer = await request(this.node, target, { type: 'validator-flags', page }, PEER_TIMEOUT_MS);
+      if (page === 0 && answer.total !== undefined) this.counts.set(id, int(answer.total, 'validator-flags.total', 0, MAX_FLAGS));
+      for (const raw of list(answer.flags, 'validator-flags.flags', FLAGS_PAGE, (v) => v)) {
+        try {
+          if (this.apply(parseFlag(raw))) applied++;
+        } catch (err) {
+          // a flag this validator does not take (its signer outside this one's set, a signature that does not check)
+          this.log.warn('flag-refused', { from: id, error: (err as Error).message });
+        }
+      }
+      page = answer.next === undefined ? undefined : int(answer.next, 'validator-flags.next', page + 1, MAX_FLAGS);
+    }
+    return applied;
   }
 
   /** Applies a flag another validator signed: false if it was known, or its signer is not of the set, or it does not check. */

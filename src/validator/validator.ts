@@ -16,7 +16,7 @@ import { PEER_TTL_MS, Registry } from './registry.ts';
 import { checkGossip, type GossipStats } from './gossip-check.ts';
 import { LedgerService } from './ledger-service.ts';
 import { Settler } from './settlement.ts';
-import { SharedView } from './shared-view.ts';
+import { FLAG_SYNC_MS, SharedView } from './shared-view.ts';
 import type { NodeChain } from '../chain/index.ts';
 
 /** Re-executions a validator runs at once; more wait their turn, up to `waiting` in all and `perPeer` for one peer. */
@@ -201,6 +201,9 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
   };
   await ledger.start();
   await shared.catchUp();
+  // flags whose push did not reach this validator (it was unreachable a while) come with the next resync
+  const resync = setInterval(() => void shared.resync(), FLAG_SYNC_MS);
+  resync.unref();
   const stun = await answerStun(node, options.listen ?? [], log);
   settler?.start(() => registry.live().flatMap((p) => (p.account ? [p.account] : [])));
   return {
@@ -215,6 +218,7 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
     gossip,
     overview,
     stop: async () => {
+      clearInterval(resync);
       ledger.stop();
       settler?.stop();
       await stun?.close();

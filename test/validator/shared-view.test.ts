@@ -5,9 +5,12 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { peerIdFromPrivateKey } from '@libp2p/peer-id';
 import { multiaddr } from '@multiformats/multiaddr';
-import { createNode, loadOrCreateIdentity, type PeerRecord, request, type TensorLinkNode, Validators } from '../../src/p2p/index.ts';
+import {
+  createLogger, createNode, loadOrCreateIdentity, type PeerRecord, request, serveControl, type TensorLinkNode, Validators,
+} from '../../src/p2p/index.ts';
+import { Reputation } from '../../src/verify/index.ts';
 import { listPeers } from '../../src/user/index.ts';
-import { startValidator, type Validator } from '../../src/validator/index.ts';
+import { Registry, SharedView, startValidator, type Validator } from '../../src/validator/index.ts';
 import { startWorker, type Worker } from '../../src/worker/index.ts';
 import { waitFor } from '../helpers/processes.ts';
 
@@ -79,5 +82,36 @@ describe('validators that share one view', () => {
       const r = v.registry.live().find((p) => p.peerId === id);
       return r !== undefined && r.lastSeen > after + 1_000;
     })), 20_000);
+  });
+
+  test('a flag whose push did not reach a validator arrives with its next resync', async () => {
+    const log = createLogger({ level: 'silent' });
+    const [a, b] = await Promise.all([createNode(), createNode()]);
+    try {
+      const [idA, idB] = [a.peerId.toString(), b.peerId.toString()];
+      const trusts = (peer: string) => peer === idA || peer === idB;
+      // A does not reach B (B is not among its peers: the push goes nowhere); B reads A
+      const viewOf = (node: TensorLinkNode, peers: Map<string, { target: ReturnType<typeof multiaddr>; alive: boolean }>) => {
+        const reputation = new Reputation();
+        return { reputation, shared: new SharedView(node, { peers, trusts }, new Registry(log), reputation, log) };
+      };
+      const atA = viewOf(a, new Map());
+      const atB = viewOf(b, new Map([[idA, { target: a.getMultiaddrs()[0], alive: true }]]));
+      await serveControl(a, atA.shared.handlers());
+      await serveControl(b, atB.shared.handlers());
+      const worker = (await createNode().then(async (n) => {
+        const id = n.peerId.toString();
+        await n.stop();
+        return id;
+      }));
+      atA.reputation.check(worker, false, 'a re-run that differed', 'record-9');
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(atB.reputation.excluded(worker), false, 'the push did not reach B');
+      await atB.shared.resync();
+      assert.equal(atB.reputation.excluded(worker), true, 'B read it at its resync');
+      assert.match(atB.reputation.standing(worker).reason ?? '', /a re-run that differed \(flagged by validator/);
+    } finally {
+      await Promise.all([a.stop(), b.stop()]);
+    }
   });
 });
