@@ -11,7 +11,7 @@ export {
   SEND_STALL_MS,
 } from './constants.ts';
 export { type DialTarget, dialAddrs, dialProtocol, targetName } from './dial.ts';
-export { MAX_VALIDATORS, Validators } from './validators.ts';
+export { MAX_VALIDATORS, validatorTarget, Validators } from './validators.ts';
 export { isWebRTC, pathTo, WEBRTC_DIAL_MS, WEBRTC_RETRY_MS } from './webrtc.ts';
 export {
   decodeFrame,

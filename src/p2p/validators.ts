@@ -1,5 +1,6 @@
 import { type Multiaddr, multiaddr } from '@multiformats/multiaddr';
 import { InvalidArgumentError } from '../errors.ts';
+import type { DialTarget } from './dial.ts';
 
 /** Validators one set holds at most: `--bootstrap`'s and those learnt from their answers. */
 export const MAX_VALIDATORS = 16;
@@ -80,6 +81,11 @@ export class Validators {
     const known = id === null ? this.list.some((m) => m.toString() === ma.toString()) : this.ids().includes(id);
     if (!known) this.list.push(ma);
   }
+}
+
+/** `--bootstrap`'s text (one validator's address, or several separated by commas) as a set to ask; a target as given. */
+export function validatorTarget(validator: string | DialTarget): DialTarget {
+  return typeof validator === 'string' ? Validators.parse(validator) : validator;
 }
 
 function parseBootstrap(text: string): Multiaddr {

@@ -3,7 +3,7 @@ import { basename, resolve } from 'node:path';
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
 import type { CausalLM } from '../models/index.ts';
-import { type DialTarget, MAX_VALIDATORS, type PeerRecord, type StageAssignment, Validators } from '../p2p/index.ts';
+import { type DialTarget, MAX_VALIDATORS, type PeerRecord, type StageAssignment, validatorTarget, Validators } from '../p2p/index.ts';
 import {
   type LayerCost, layerCosts, linkBetween, linkTable, measuredLinks, type Plan, plan,
   type PlanOptions, replan, type Replan, type StrategyName, type Swarm,
@@ -149,11 +149,6 @@ function checkHostedJob(options: DistributeOptions): void {
   if ((options.replicas ?? 1) > 1 || (options.verify?.redundancy ?? 1) > 1) {
     throw new InvalidArgumentError('a job over a hosted model runs one copy of each section (no replicas or redundancy yet)');
   }
-}
-
-/** `--bootstrap`'s text (one validator's address, or several separated by commas) as a set to ask, or a target as given. */
-export function validatorTarget(validator: string | DialTarget): DialTarget {
-  return typeof validator === 'string' ? Validators.parse(validator) : validator;
 }
 
 async function distributeSource(

@@ -5,7 +5,7 @@ import {
   type SpeculativeOptions, type SpeculativeResult, type StepModel,
 } from '../models/index.ts';
 import {
-  type DialTarget, type HostedModelEntry, hostedJobId, request, Slots, TRAIN_REQUEST_TIMEOUT_MS, Validators,
+  type DialTarget, type HostedModelEntry, hostedJobId, request, Slots, TRAIN_REQUEST_TIMEOUT_MS, validatorTarget,
 } from '../p2p/index.ts';
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { agree, COMMIT_CHUNK, type ComputeFormat, ortTolerance, sectionCost, type WorkRecord } from '../verify/index.ts';
@@ -90,7 +90,7 @@ export class HostedModel {
       maxKeptBytes?: number;
     },
   ): Promise<HostedModel> {
-    const validator = typeof validatorAddr === 'string' ? Validators.parse(validatorAddr) : validatorAddr;
+    const validator = validatorTarget(validatorAddr);
     const entry = await findModel(node, validator, name, options.hash);
     const ends = typeof options.ends === 'string' ? await loadModel(options.ends, { part: 'ends' }) : options.ends;
     if (ends.config.layers !== entry.layers) {

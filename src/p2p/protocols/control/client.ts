@@ -9,6 +9,7 @@ import { receiveFrames, sendMessage } from '../../stream.ts';
 import { errorFromWire, isWireError } from '../../wire-errors.ts';
 import { CONTROL_PROTOCOL, REQUEST_TIMEOUT_MS } from './constants.ts';
 import { Validators } from '../../validators.ts';
+import { parsePeerRecord, type PeerRecord } from '../../vocabulary.ts';
 
 /**
  * Sends one control request on a fresh stream and waits for its answer. An error answer
@@ -70,7 +71,7 @@ async function askValidators(
   for (const addr of validators.all) {
     try {
       const answer = await request(node, addr, message, timeoutMs, signal);
-      if (message.type === 'status' && Array.isArray(answer.peers)) validators.learn(answer.peers.flatMap(validatorRecord));
+      if (message.type === 'status' && Array.isArray(answer.peers)) validators.learn(answer.peers.flatMap(peerRecord));
       return answer;
     } catch (err) {
       // an error the validator answered (even PeerUnreachableError: its ledger's co-signers gone) is its own: not retried
@@ -83,10 +84,11 @@ async function askValidators(
   throw new PeerUnreachableError(`no validator answered (${tried.length}): ${tried.join('; ')}`);
 }
 
-/** A validator's record in a status answer, read loosely (the answer is parsed whole by its caller). */
-function validatorRecord(p: unknown): { peerId: string; addrs: string[]; roles: string[] }[] {
-  if (typeof p !== 'object' || p === null) return [];
-  const { peerId, addrs, roles } = p as Record<string, unknown>;
-  const texts = (v: unknown) => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
-  return typeof peerId === 'string' && texts(roles).includes('validator') ? [{ peerId, addrs: texts(addrs), roles: texts(roles) }] : [];
+/** A record of a status answer, parsed as its caller will parse it; one that does not parse teaches nothing. */
+function peerRecord(p: unknown): PeerRecord[] {
+  try {
+    return [parsePeerRecord(p)];
+  } catch {
+    return [];
+  }
 }
