@@ -236,6 +236,9 @@ export const COMMANDS: readonly CommandSpec[] = [
       'store-max': bytes('weight chunks kept under --data for loads to come, at most (the least recently used go first)', { default: '20GiB' }),
       'host': repeatable('[NAME=]DIR|FILE.gguf[:FIRST-LAST]', 'serve these blocks of a model on this disk to anyone'),
       'host-auto': flag('host what the swarm lacks, among the checkpoints under --models'),
+      'rebalance': int('SECONDS', 'with --host-auto: how often it checks whether moving would serve the swarm better (0: never)', {
+        min: 0, default: 60,
+      }),
       'fault': str('KIND[:RATE]', 'cheat (noise, skip, stale, scale-grad, zero, replay, free-ride) or stall (slow), only to test the network\'s defences'),
       'max-requests': int('N', 'stage requests one peer may send per second before it is refused', { default: 5000 }),
       ...FORMAT,

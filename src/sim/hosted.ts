@@ -10,13 +10,11 @@ import {
 import type { RouteHop } from '../user/hosted-session.ts';
 import { DEFAULT_CHUNK_RATE } from '../user/hosted-checks.ts';
 import { COMMIT_CHUNK } from '../verify/index.ts';
-import { blockThroughputs, type PlacedSpan, routableWindow } from '../worker/placement.ts';
+import { BLOCK_MEMORY_SHARE, blockThroughputs, type PlacedSpan, routableWindow, spanLength, spanThroughput } from '../worker/placement.ts';
 import { blockBytes, blockFlops, type SimContext, type SimModel } from './context.ts';
 import type { SimPeer, SimUser } from './population.ts';
 import { rttMs } from './world.ts';
 
-/** Memory a host gives its blocks (the rest for KV caches and the runtime). */
-const BLOCK_MEMORY_SHARE = 0.75;
 /** The router's per-hop overhead and load rule (user/hosted-routing.ts), applied to the true times as well. */
 const HOP_OVERHEAD_MS = 5;
 const SESSIONS_PER_SLOWDOWN = 8;
@@ -32,29 +30,39 @@ const PREFILL_SPEEDUP = 16;
 /** Per model: the spans its hosts hold now, by peer id. */
 export type Spans = Map<string, PlacedSpan>[];
 
-/** Tokens a second a host pushes through a span of `length` blocks. */
-const spanThroughput = (p: SimPeer, m: SimModel, length: number) => (p.device.gflops * 1e9) / (length * blockFlops(m));
-
 /**
- * A joining host's span: of the models it can hold a block of, the one whose weakest block serves the least per unit
- * of its demand, at the window placement picks (worker/placement.ts: blockThroughputs, bestStart).
+ * Where a joining host of `gflops` and `memoryBytes` goes, as `worker --host-auto` chooses (worker/auto-host.ts): the
+ * blocks that fit its memory (spanLength), of the models it can hold a block of the one whose weakest block serves the
+ * least per unit of its demand (a real host, which knows no demand, takes the weakest), at the window placement picks
+ * (worker/placement.ts: routableWindow); its throughput what it pushes through the span (spanThroughput). Null where
+ * it holds no block of any model.
  */
-export function placeHost(ctx: SimContext, spans: Spans, p: SimPeer): void {
+export function chooseSpan(
+  models: readonly SimModel[], spans: Spans, id: string, gflops: number, memoryBytes: number,
+): { model: number; span: PlacedSpan } | null {
   let chosen: { model: number; need: number; length: number } | null = null;
-  ctx.models.forEach((m, i) => {
-    const length = Math.min(m.blocks, Math.floor((BLOCK_MEMORY_SHARE * p.device.memoryBytes) / blockBytes(m)));
-    if (length < 1) return;
+  models.forEach((m, i) => {
+    if (blockBytes(m) > BLOCK_MEMORY_SHARE * memoryBytes) return;
+    const length = spanLength(memoryBytes, blockBytes(m), m.blocks);
     const weakest = Math.min(...blockThroughputs([...spans[i].values()], m.blocks));
     const need = m.weight / Math.max(weakest, 1e-9);
     if (chosen === null || need > chosen.need) chosen = { model: i, need, length };
   });
-  if (chosen === null) return;
+  if (chosen === null) return null;
   const { model, length } = chosen;
-  const m = ctx.models[model];
+  const m = models[model];
   const placed = [...spans[model].values()];
   const { start, length: taken } = routableWindow(blockThroughputs(placed, m.blocks), length, placed);
-  p.span = { model, start, end: start + taken };
-  spans[model].set(p.id, { peerId: p.id, start, end: start + taken, throughput: spanThroughput(p, m, taken) });
+  return { model, span: { peerId: id, start, end: start + taken, throughput: spanThroughput(gflops, taken * blockFlops(m)) } };
+}
+
+/** A joining host takes its span (chooseSpan), if any. */
+export function placeHost(ctx: SimContext, spans: Spans, p: SimPeer): void {
+  const chosen = chooseSpan(ctx.models, spans, p.id, p.device.gflops, p.device.memoryBytes);
+  if (chosen === null) return;
+  const { model, span } = chosen;
+  p.span = { model, start: span.start, end: span.end };
+  spans[model].set(p.id, span);
 }
 
 export function unplaceHost(spans: Spans, p: SimPeer): void {

@@ -8,18 +8,18 @@ import { hostModel, modelHash, openModelWeights } from './hosting.ts';
 import { modelFiles } from './model-files.ts';
 import type { JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
-import { blockThroughputs, moveTo, type PlacedSpan, routableWindow } from './placement.ts';
+import { blockThroughputs, moveTo, type PlacedSpan, routableWindow, spanLength } from './placement.ts';
 
 /** What `--host-auto` works with. */
 export interface AutoHostOptions {
   /** The checkpoints it may host (the `--models` directories it holds). */
   models: string[];
   format: WeightFormat | null;
-  /** Blocks it hosts (default: as many as fit 80% of its free memory). */
+  /** Blocks it hosts (default: as many as fit 80% of its free memory: spanLength). */
   blocks?: number;
   /** The longest random wait before it chooses (default 5 s): two hosts starting together do not race for one gap. */
   jitterMs?: number;
-  /** How often it checks whether to move (default 60 s). */
+  /** How often it checks whether to move (default 60 s; 0: never). */
   rebalanceMs?: number;
   /** Moves only when the weakest block's throughput would rise by 1 / quality at least (default 0.75). */
   quality?: number;
@@ -49,7 +49,7 @@ export class AutoHost {
   constructor(
     private readonly options: AutoHostOptions,
     private readonly ctx: {
-      jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; throughput: number; verifiers: string[];
+      jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; gflops: number; verifiers: string[];
       validator: DialTarget; ask: (target: DialTarget, message: Record<string, unknown>) => Promise<Record<string, unknown>>;
       announce: () => Promise<void>;
     },
@@ -77,6 +77,7 @@ export class AutoHost {
   /** The next check, at a random time around the period: hosts that see the same hole do not all move into it at once. */
   private schedule(): void {
     const period = this.options.rebalanceMs ?? 60_000;
+    if (period === 0) return;
     this.timer = setTimeout(() => {
       this.rebalance()
         .catch((err: Error) => this.ctx.log.warn('rebalance-failed', { error: err.message }))
@@ -119,8 +120,7 @@ export class AutoHost {
     // a block's weights, and where onnxruntime keeps a prepacked copy of int8/int4 matrices, about as much again
     const copies = (this.options.format === 'int8' || this.options.format === 'int4') && getBackend().prepackedBytes ? 2 : 1;
     const perBlock = copies * partHeldBytes(c.config, [1, 2], this.options.format);
-    const fit = Math.floor((0.8 * this.ctx.memory.free()) / Math.max(1, perBlock));
-    return Math.max(1, Math.min(c.config.layers, this.options.blocks ?? fit));
+    return spanLength(this.ctx.memory.free(), perBlock, c.config.layers, this.options.blocks);
   }
 
   /** Joins: the model whose weakest block is weakest, at its weakest window that a route reaches. */
@@ -157,7 +157,7 @@ export class AutoHost {
 
   private async hostAt(c: Candidate, start: number, length: number): Promise<void> {
     const spec = { name: c.name, path: c.dir, blocks: [start, start + length - 1] as [number, number] };
-    this.span = await hostModel(spec, this.options.format, { ...this.ctx, throughput: this.ctx.throughput });
+    this.span = await hostModel(spec, this.options.format, this.ctx);
     await this.ctx.announce();
   }
 }

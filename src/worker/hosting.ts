@@ -2,7 +2,8 @@ import { basename, extname, resolve } from 'node:path';
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, UnauthorizedError } from '../errors.ts';
 import {
-  CheckpointWeights, configToHF, defaultCacheDir, GGUFWeights, heldBytes, isGGUF, loadModel, type ModelWeights, weightsWithAdapter,
+  CheckpointWeights, configToHF, defaultCacheDir, GGUFWeights, heldBytes, isGGUF, loadModel, type ModelConfig, modelLayers,
+  type ModelWeights, partLayers, weightsWithAdapter,
 } from '../models/index.ts';
 import {
   CHUNK_BYTES, hostedJobId, type HostedSpan, type Logger, type ManifestEntry, manifestHash, modelHashOf, parseSessionId,
@@ -13,6 +14,7 @@ import type { FaultInjector } from './fault.ts';
 import type { JobTable } from './jobs.ts';
 import type { MemoryBudget } from './memory.ts';
 import { listFiles, type ModelFiles, modelFiles } from './model-files.ts';
+import { spanThroughput } from './placement.ts';
 import { copyReserve } from './release.ts';
 
 /** What `worker --host [NAME=]PATH[:FIRST-LAST]` asks for: a model's name, its files, and the blocks to host (null: all). */
@@ -62,6 +64,11 @@ export async function modelHash(weights: ModelWeights, files: ModelFiles): Promi
   return modelHashOf(manifestHash(await modelManifest(weights)), listFiles(files));
 }
 
+/** The FLOPs a token costs in blocks `first` to `last` of a model (from the config: no weights are made). */
+function spanFlopsPerToken(config: ModelConfig, first: number, last: number): number {
+  return partLayers(modelLayers(config), [first + 1, last + 2]).reduce((n, l) => n + l.profile().flopsPerToken, 0);
+}
+
 /**
  * Loads the blocks a host spec names from its files, in `format` (null: float32), into the worker's memory budget,
  * and registers them as a hosted span any peer may open sessions on. Returns the span as the worker announces it.
@@ -70,7 +77,9 @@ export async function hostModel(
   spec: HostSpec,
   format: WeightFormat | null,
   ctx: {
-    jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; cacheDir?: string | null; throughput?: number;
+    jobs: JobTable; memory: MemoryBudget; self: string; log: Logger; cacheDir?: string | null;
+    /** The host's measured speed, GFLOP/s: its span's throughput is what it pushes through the span (spanThroughput). */
+    gflops?: number;
     /** Validators that may fetch what re-running a session's steps needs (its bootstrap validator). */
     verifiers?: string[];
     /** A worker that cheats on purpose (`--fault substitute:…` computes with another model than it announces). */
@@ -82,9 +91,10 @@ export async function hostModel(
   const files = modelFiles(spec.path);
   let hash: string;
   let blocks: number;
+  const config = weights.config;
   try {
     hash = await modelHash(weights, files);
-    blocks = weights.config.layers;
+    blocks = config.layers;
   } finally {
     if (weights instanceof CheckpointWeights) weights.saveCache();
     weights.close();
@@ -93,7 +103,7 @@ export async function hostModel(
   if (last >= blocks) throw new InvalidArgumentError(`--host ${spec.path}: the model has blocks 0-${blocks - 1}, not ${first}-${last}`);
   const span: HostedSpan = {
     name: spec.name, hash, blocks, layers: [first, last], format: format ?? 'f32', state: 'joining',
-    ...(ctx.throughput === undefined ? {} : { throughput: ctx.throughput }),
+    ...(ctx.gflops === undefined ? {} : { throughput: spanThroughput(ctx.gflops, spanFlopsPerToken(config, first, last)) }),
   };
   const jobId = hostedJobId(span);
   const job = ctx.jobs.host(jobId, ctx.self, span);

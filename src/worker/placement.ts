@@ -15,6 +15,27 @@ export interface PlacedSpan {
   throughput: number;
 }
 
+/** The share of its free memory a joining host gives its blocks (the rest for KV caches and the runtime). */
+export const BLOCK_MEMORY_SHARE = 0.8;
+
+/**
+ * Blocks a host of `freeBytes` holds of a model of `blocks` blocks, each of `perBlockBytes`: as many as fit
+ * BLOCK_MEMORY_SHARE of it (or `asked`), at least one and at most the model.
+ */
+export function spanLength(freeBytes: number, perBlockBytes: number, blocks: number, asked?: number): number {
+  const fit = Math.floor((BLOCK_MEMORY_SHARE * freeBytes) / Math.max(1, perBlockBytes));
+  return Math.max(1, Math.min(blocks, asked ?? fit));
+}
+
+/**
+ * What a host adds to each block of its span: the tokens a second it pushes through the span, its speed (`gflops`)
+ * over the FLOPs a token costs in all of the span's blocks. A host of one block adds to that block what a host as fast
+ * with six blocks adds to each of its six, six times over (as Petals divides a server's speed by the blocks it serves).
+ */
+export function spanThroughput(gflops: number, spanFlopsPerToken: number): number {
+  return (gflops * 1e9) / Math.max(1, spanFlopsPerToken);
+}
+
 /** Throughputs below this count as none (floating point left over from subtracting a span). */
 const EPS = 1e-3;
 

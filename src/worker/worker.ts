@@ -242,7 +242,6 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   claimer?.start();
   // the models it hosts are loaded (and hashed) before it offers them
   const self = node.peerId.toString();
-  const throughput = capabilities.gflops;
   // its validators re-run sampled steps of hosted sessions, as they do jobs': those it was given, and those it learns of
   // from their status answers (each hosted span's job trusts them as they come)
   const verifiers: string[] = [];
@@ -254,7 +253,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     }
   };
   trustValidators();
-  const hostCtx = { jobs, memory, self, log, throughput, verifiers, fault };
+  const hostCtx = { jobs, memory, self, log, gflops: capabilities.gflops, verifiers, fault };
   for (const spec of options.host ?? []) await hostModel(spec, options.hostFormat ?? null, hostCtx);
   await announce();
   // the slot is taken once the validator knows it as a worker (its relay serves only peers it knows); then announced again
@@ -267,7 +266,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   }
   const autoHost = options.hostAuto
     ? new AutoHost({ ...options.hostAuto, models: models?.models ?? [], format: options.hostFormat ?? null }, {
-        jobs, memory, self, log, throughput, verifiers, validator, announce, ask: (target, message) => request(node, target, message),
+        jobs, memory, self, log, gflops: capabilities.gflops, verifiers, validator, announce,
+        ask: (target, message) => request(node, target, message),
       })
     : null;
   await autoHost?.start();

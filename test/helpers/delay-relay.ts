@@ -23,7 +23,7 @@ export interface DelayRelayOptions {
   listenHost?: string;
   /** The port to listen on; 0 (the default) takes any free one, see {@link DelayRelay.port}. */
   listenPort?: number;
-  /** Where each accepted connection is relayed to. */
+  /** Where each accepted connection is relayed to (a port of 0: where setTarget says, connections held until then). */
   targetHost: string;
   targetPort: number;
   /** How long each chunk is held, in each direction, in ms: a round trip through the relay gains 2 × delayMs. */
@@ -39,6 +39,10 @@ export interface DelayRelayOptions {
 export interface DelayRelay {
   /** The port it listens on. */
   port: number;
+  /** The port to relay to, for a relay made with a targetPort of 0: connections accepted before it wait for it. */
+  setTarget(port: number): void;
+  /** Holds what is read from now on for `ms` in each direction (chunks already in a delay line keep their time). */
+  setDelay(ms: number): void;
   /** Stops listening and drops every relayed connection. */
   close(): Promise<void>;
 }
@@ -53,7 +57,7 @@ interface Held {
 }
 
 /** Forwards `from` to `to` through a delay line of `delayMs`. */
-function delayLine(from: Socket, to: Socket, delayMs: number, maxHeldBytes: number): void {
+function delayLine(from: Socket, to: Socket, delay: { ms: number }, maxHeldBytes: number): void {
   const line: Held[] = [];
   let heldBytes = 0;
   let timer: NodeJS.Timeout | undefined;
@@ -85,13 +89,13 @@ function delayLine(from: Socket, to: Socket, delayMs: number, maxHeldBytes: numb
   };
 
   from.on('data', (chunk: Buffer) => {
-    line.push({ due: performance.now() + delayMs, chunk });
+    line.push({ due: performance.now() + delay.ms, chunk });
     heldBytes += chunk.length;
     arm();
     if (backlog() > maxHeldBytes) from.pause();
   });
   from.on('end', () => {
-    line.push({ due: performance.now() + delayMs, chunk: null });
+    line.push({ due: performance.now() + delay.ms, chunk: null });
     arm();
   });
   to.on('drain', resumeIfRoom);
@@ -114,15 +118,21 @@ export async function startDelayRelay(options: DelayRelayOptions): Promise<Delay
   const maxHeldBytes = options.maxHeldBytes ?? DEFAULT_MAX_HELD_BYTES;
   if (!(Number.isFinite(delayMs) && delayMs >= 0)) throw new RangeError(`delayMs must be a number >= 0, got ${delayMs}`);
   if (!(maxHeldBytes > 0)) throw new RangeError(`maxHeldBytes must be positive, got ${maxHeldBytes}`);
+  const delay = { ms: delayMs };
   const sockets = new Set<Socket>();
   const track = (s: Socket) => {
     sockets.add(s);
     s.on('close', () => sockets.delete(s));
   };
 
-  const server = createServer({ allowHalfOpen: true, noDelay: true }, (client) => {
-    const upstream = connect({ host: targetHost, port: targetPort, allowHalfOpen: true, noDelay: true });
+  let setTarget = (_port: number) => {};
+  const target = targetPort > 0 ? Promise.resolve(targetPort) : new Promise<number>((resolve) => (setTarget = resolve));
+  const server = createServer({ allowHalfOpen: true, noDelay: true }, async (client) => {
     track(client);
+    // (a client's bytes wait in its socket, not read, until there is somewhere to send them)
+    const port = await target;
+    if (client.destroyed) return;
+    const upstream = connect({ host: targetHost, port, allowHalfOpen: true, noDelay: true });
     track(upstream);
     const fail = () => {
       client.destroy();
@@ -131,8 +141,8 @@ export async function startDelayRelay(options: DelayRelayOptions): Promise<Delay
     // a reset on either side resets the other; a clean end (FIN) travels through the delay line
     client.on('error', fail);
     upstream.on('error', fail);
-    delayLine(client, upstream, delayMs, maxHeldBytes);
-    delayLine(upstream, client, delayMs, maxHeldBytes);
+    delayLine(client, upstream, delay, maxHeldBytes);
+    delayLine(upstream, client, delay, maxHeldBytes);
   });
 
   await new Promise<void>((resolve, reject) => {
@@ -147,6 +157,11 @@ export async function startDelayRelay(options: DelayRelayOptions): Promise<Delay
 
   return {
     port: address.port,
+    setTarget: (port) => setTarget(port),
+    setDelay(ms) {
+      if (!(Number.isFinite(ms) && ms >= 0)) throw new RangeError(`delayMs must be a number >= 0, got ${ms}`);
+      delay.ms = ms;
+    },
     close: () => new Promise<void>((resolve) => {
       for (const s of sockets) s.destroy();
       server.close(() => resolve());

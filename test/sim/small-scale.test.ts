@@ -1,16 +1,29 @@
-// Issue #50's small-scale check: the simulation against real processes. Six worker processes (each offering the memory
-// it is told) and a validator; a user plans a training job over them with distribute, and the simulation's placement
-// (src/sim/training.ts) is handed what that user saw (the registry's records, the links it measured): it makes the same
-// plan, worker for worker and layer for layer. The simulation's jobs are placed by this same code at 10,000 peers.
+// Issue #50's small-scale check: the simulation against real processes.
+// - Training: six worker processes (each offering the memory it is told) and a validator; a user plans a training job
+//   over them with distribute, and the simulation's placement (src/sim/training.ts) is handed what that user saw (the
+//   registry's records, the links it measured): it makes the same plan, worker for worker and layer for layer.
+// - Hosting: five `worker --host-auto` processes join one after another and place themselves over a model; the
+//   simulation's hosts (src/sim/hosted.ts: chooseSpan), joining in the same order with the same memory and speeds,
+//   take the same spans. Each host is reached through a delay relay; the hosts of the route taken when every round
+//   trip is alike are then put 80 ms away, and the user's router, pinging them through the relays, takes the route the
+//   simulation counts as the best with those round trips (a simulated user of 6 hosts pings them all, and routes so).
+// The simulation's jobs and hosts are placed by this same code at 10,000 peers.
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { multiaddr } from '@multiformats/multiaddr';
-import { createModel, gpt2Config } from '../../src/models/index.ts';
+import { createModel, gpt2Config, llamaConfig, partHeldBytes, saveModel } from '../../src/models/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
 import { layerCosts, measuredLinks } from '../../src/plan/index.ts';
-import { placeTraining } from '../../src/sim/index.ts';
+import { chooseSpan, placeTraining, type Spans } from '../../src/sim/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
-import { distribute, listWorkers, plannedSwarm } from '../../src/user/index.ts';
+import { distribute, listModels, listWorkers, plannedSwarm, routeOver } from '../../src/user/index.ts';
+import { measuredRoute } from '../../src/user/hosted-routing.ts';
+import { sectionCost } from '../../src/verify/index.ts';
+import { BLOCK_MEMORY_SHARE } from '../../src/worker/placement.ts';
+import { type DelayRelay, startDelayRelay } from '../helpers/delay-relay.ts';
 import { type Running, startNode, waitFor } from '../helpers/processes.ts';
 
 describe('the simulation against real processes, at 6 peers', () => {
@@ -54,6 +67,74 @@ describe('the simulation against real processes, at 6 peers', () => {
       }
     } finally {
       await user.stop();
+    }
+  });
+
+  test('hosts joining one after another take the spans the simulation\'s hosts take; a user routes over them as the simulation does', async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'tl-small-hosted-'));
+    const config = llamaConfig({ vocabSize: 64, hidden: 64, layers: 8, heads: 4, kvHeads: 2, intermediate: 128, maxPositions: 64 });
+    await saveModel(createModel(config, { seed: 4 }), join(dir, 'eight'));
+    const perBlock = partHeldBytes(config, [1, 2], null);
+    // memory for 3, 2, 4, 1 and 3 blocks (spanLength: as many as fit BLOCK_MEMORY_SHARE of it)
+    const memories = [3, 2, 4, 1, 3].map((blocks) => Math.ceil(((blocks + 0.5) * perBlock) / BLOCK_MEMORY_SHARE));
+    const validator = await startNode(['validator', '--backend', 'js']);
+    nodes.push(validator);
+    const boot = validator.addrs[0];
+    const user = await createNode();
+    const relays: DelayRelay[] = [];
+    try {
+      const joined: string[] = [];
+      for (const memory of memories) {
+        // each host is reached through a delay relay of its own (its announced address), slowed once placed
+        const relay = await startDelayRelay({ targetHost: '127.0.0.1', targetPort: 0, delayMs: 0 });
+        relays.push(relay);
+        const host = await startNode(['worker', '--bootstrap', boot, '--backend', 'js', '--models', dir, '--host-auto', '--rebalance', '0',
+          '--memory', String(memory), '--announce', `/ip4/127.0.0.1/tcp/${relay.port}`]);
+        nodes.push(host);
+        relay.setTarget(Number(/\/tcp\/(\d+)/.exec(host.addrs.find((a) => a.includes('/tcp/') && !a.includes('/ws'))!)![1]));
+        joined.push(host.peerId);
+        // the next joins once this one is in the index: each sees the spans of those before it, as in the simulation
+        await waitFor(`host ${joined.length} in the index`, async () =>
+          (await listModels(user, multiaddr(boot))).models[0]?.hosts.some((h) => h.peerId === host.peerId), 30_000);
+      }
+      const entry = (await listModels(user, multiaddr(boot))).models[0];
+      const peers = await listWorkers(user, multiaddr(boot));
+      const records = new Map(peers.map((r) => [r.peerId, r]));
+      const real = joined.map((id) => entry.hosts.find((h) => h.peerId === id)!).map((h) => `${h.layers[0]}-${h.layers[1]}`);
+      // the simulation's model: its blocks as heavy as these (its FLOPs per token are not these, but every host's
+      // throughput is over the same blocks, so the comparisons placement makes come out the same)
+      const model = { name: 'eight', hash: entry.hash, blocks: config.layers, blockParams: perBlock / 2, weight: 1 };
+      const spans: Spans = [new Map()];
+      const simulated = joined.map((id, i) => {
+        const chosen = chooseSpan([model], spans, id, records.get(id)!.capabilities!.gflops, memories[i]);
+        assert.ok(chosen, `the simulation's host ${i + 1} takes a span`);
+        spans[0].set(id, chosen.span);
+        return `${chosen.span.start}-${chosen.span.end - 1}`;
+      });
+      assert.deepEqual(simulated, real);
+      assert.ok(new Set(real).size >= 3, `the hosts spread over the model: ${real.join(', ')}`);
+
+      // routes: the hosts of the route the router takes when every round trip is alike are put 80 ms away, the others
+      // stay on the loopback; the user's router (pinging through the relays) takes the route the simulation takes as the
+      // best with those round trips (routeOver over the true ones)
+      const options = { tokens: 16, blockFlops: sectionCost(config, [1, 2]).flopsPerToken };
+      // the user reaches each host at its announced address only (a host's own listening ones are on this machine too)
+      const announced = new Map(joined.map((id, i) => [id, `/ip4/127.0.0.1/tcp/${relays[i].port}/p2p/${id}`]));
+      const hosts = peers.filter((p) => announced.has(p.peerId)).map((p) => ({ ...p, addrs: [announced.get(p.peerId)!] }));
+      const name = (id: string) => `${real[joined.indexOf(id)]} (host ${joined.indexOf(id) + 1})`;
+      const alike = routeOver(entry, peers, { ...options, rttMs: new Map(joined.map((id) => [id, 1])) })!.map((h) => h.peerId);
+      const far = new Set(alike);
+      joined.forEach((id, i) => relays[i].setDelay(far.has(id) ? 40 : 0));
+      const trueRtts = new Map(joined.map((id) => [id, far.has(id) ? 80 : 1]));
+      const best = routeOver(entry, peers, { ...options, rttMs: trueRtts })!.map((h) => h.peerId);
+      const routed = (await measuredRoute(user, entry, hosts, hosts, options, 20_000))!.map((h) => h.peerId);
+      assert.deepEqual(routed.map(name), best.map(name));
+      t.diagnostic(`both placed, in the order they joined: ${real.join(', ')}; with round trips alike the route is ${alike.map(name).join(' → ')}; `
+        + `those hosts 80 ms away, both route ${best.map(name).join(' → ')}`);
+    } finally {
+      await user.stop();
+      await Promise.all(relays.map((r) => r.close()));
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

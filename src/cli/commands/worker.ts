@@ -28,6 +28,8 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
   const format = weightFlags(flags);
   const hostFormat = format.quantize ?? (format.dtype === 'bf16' ? 'bf16' : null);
   if (flags['host-auto'] === true && !stringFlag(flags, 'models')) throw new UsageError('--host-auto chooses among the checkpoints under --models DIR: give one');
+  const rebalance = optionalIntFlag(flags, 'rebalance', 0);
+  if (rebalance !== undefined && flags['host-auto'] !== true) throw new UsageError('--rebalance is for --host-auto: a host that chose its blocks itself');
   const dataDir = stringFlag(flags, 'data');
   const chain = await chainFromFlags(flags, dataDir);
   const w = await startWorker({
@@ -40,7 +42,7 @@ export async function workerCommand(flags: Flags, out: Output): Promise<void> {
     modelsDir: stringFlag(flags, 'models'),
     host,
     hostFormat,
-    ...(flags['host-auto'] === true ? { hostAuto: {} } : {}),
+    ...(flags['host-auto'] === true ? { hostAuto: rebalance === undefined ? {} : { rebalanceMs: 1000 * rebalance } } : {}),
     listen: listen ? [listen] : undefined,
     announce: announceFlags(flags),
     memoryBytes: memory ? parseBytes(memory) : undefined,
