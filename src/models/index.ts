@@ -46,6 +46,7 @@ export {
   cutStep, type DraftKind, type Drafter, generateSpeculative, lookupDraft, modelDrafter, type SpeculativeOptions, type SpeculativeResult,
 } from './generation/speculative.ts';
 export {
+  type BatchObjective,
   countTargets,
   LocalTrainer,
   type LocalTrainerOptions,

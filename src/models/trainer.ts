@@ -29,7 +29,16 @@ export interface StepResult {
 export interface TrainingBatch {
   input: Tensor;
   target: Tensor;
+  /**
+   * A loss other than the mean cross-entropy over the targets (reinforcement learning's: rl/grpo.ts): given the logits
+   * of rows [start, end) of the batch (a micro-batch), their share of the batch's loss, the shares adding up to it.
+   * The targets still say which positions carry loss (the tokens counted).
+   */
+  objective?: BatchObjective;
 }
+
+/** A batch's loss over the logits [rows, T, V] of its rows [start, end): see TrainingBatch.objective. */
+export type BatchObjective = (logits: Tensor, rows: readonly [number, number]) => Tensor;
 
 /** The learning-rate multiplier of TensorLink's trainers: linear warm-up, then cosine to 10%. */
 export function trainingSchedule(options: { totalSteps: number; warmupSteps?: number }): LrLambda {
@@ -67,7 +76,14 @@ export function splitBatch(batch: TrainingBatch, m: number): TrainingBatch[] {
   let start = 0;
   for (let k = 0; k < m; k++) {
     const size = Math.floor(b / m) + (k < b % m ? 1 : 0);
-    out.push({ input: rows(batch.input, start, start + size), target: rows(batch.target, start, start + size) });
+    const part: TrainingBatch = { input: rows(batch.input, start, start + size), target: rows(batch.target, start, start + size) };
+    const objective = batch.objective;
+    if (objective) {
+      const at = [start, start + size] as const;
+      // a micro-batch's rows are rows [0, size) of its own: the objective is asked about the whole batch's
+      part.objective = (logits, [a, b]) => objective(logits, [at[0] + a, at[0] + b]);
+    }
+    out.push(part);
     start += size;
   }
   return out;
@@ -83,8 +99,10 @@ export function countTargets(target: Tensor): number {
 /**
  * A micro-batch's share of the whole batch's mean cross-entropy: its sum over targets
  * divided by the whole batch's target count, so the shares add up to the batch's loss.
+ * A micro-batch with its own objective (TrainingBatch.objective) takes that instead.
  */
-export function microBatchLoss(logits: Tensor, target: Tensor, batchTargets: number): Tensor {
+export function microBatchLoss(logits: Tensor, target: Tensor, batchTargets: number, objective?: BatchObjective): Tensor {
+  if (objective) return objective(logits, [0, logits.shape[0]]);
   return crossEntropy(logits, target, { divisor: batchTargets });
 }
 
@@ -115,7 +133,7 @@ export class LocalTrainer {
     const tokens = countTargets(batch.target);
     let loss = 0;
     for (const part of parts) {
-      const l = microBatchLoss(this.model.forward(part.input), part.target, tokens);
+      const l = microBatchLoss(this.model.forward(part.input), part.target, tokens, part.objective);
       l.backward(undefined, { releaseActivations: true });
       loss += l.item();
     }

@@ -211,7 +211,7 @@ export class PipelineTrainer {
       if (isPassed(logits)) throw new InvalidArgumentError(`the last stage passed micro-batch ${k}'s output on instead of returning it`);
       const leaf = logits.detach();
       leaf.requiresGrad = true;
-      const loss = microBatchLoss(leaf, parts[k].target, tokens);
+      const loss = microBatchLoss(leaf, parts[k].target, tokens, parts[k].objective);
       loss.backward();
       losses[k] = loss.item();
       grads[p - 1][k].resolve(leaf.grad!);

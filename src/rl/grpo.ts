@@ -80,8 +80,11 @@ export function tokenLogprobs(logits: Tensor, targets: Tensor): Tensor {
 
 /** What the objective needs beside the policy's log-probabilities, each [N, T] flat (row-major) but the advantages. */
 export interface GrpoBatch {
-  /** log π_old of each token: the policy that generated it (the rollouts' own log-probabilities). */
-  oldLogprobs: ArrayLike<number>;
+  /**
+   * log π_old of each token: the policy that generated it (the rollouts' own log-probabilities). Absent: on-policy,
+   * π_old is π_θ itself (its values, without gradient: every ratio is 1, as TRL takes it for one update per batch).
+   */
+  oldLogprobs?: ArrayLike<number>;
   /** log π_ref of each token (with β > 0). */
   refLogprobs?: ArrayLike<number>;
   /** 1 where a position holds a completion's token, 0 for prompts and padding. */
@@ -102,71 +105,86 @@ export interface GrpoStats {
 }
 
 /**
- * GRPO's loss over a batch of completions: `logprobs` [N, T] are the policy's (log π_θ, with gradient), the rest
- * constants (GrpoBatch). Returns the scalar loss (minimise it) and what it saw.
+ * GRPO's loss over a batch of completions: `logprobs` are the policy's (log π_θ, with gradient), the rest constants
+ * (GrpoBatch, each over the whole batch's N rows). `rows`: the rows [start, end) `logprobs` hold (a micro-batch; default
+ * all N), whose share of the batch's loss is returned (the averages are the whole batch's: the shares add up to it).
+ * Returns the scalar loss (minimise it) and what it saw in those rows.
  */
-export function grpoLoss(logprobs: Tensor, batch: GrpoBatch, options: GrpoOptions = {}): { loss: Tensor; stats: GrpoStats } {
-  const [n, t] = logprobs.shape;
+export function grpoLoss(
+  logprobs: Tensor, batch: GrpoBatch, options: GrpoOptions = {}, rows?: readonly [number, number],
+): { loss: Tensor; stats: GrpoStats } {
+  const n = batch.advantages.length;
+  const t = logprobs.shape[1];
   const size = n * t;
+  const [from, to] = rows ?? [0, n];
   const clipLow = options.clipLow ?? 0.2;
   const clipHigh = options.clipHigh ?? clipLow;
   const beta = options.beta ?? 0.04;
   const aggregation = options.aggregation ?? 'sequence';
   if (logprobs.shape.length !== 2) throw new InvalidArgumentError(`log-probabilities of shape [${logprobs.shape}], not [N, T]`);
+  if (!(Number.isInteger(from) && from >= 0 && to <= n && logprobs.shape[0] === to - from)) {
+    throw new InvalidArgumentError(`log-probabilities of ${logprobs.shape[0]} rows for rows [${from}, ${to}) of ${n} completions`);
+  }
   for (const [name, a] of [['oldLogprobs', batch.oldLogprobs], ['mask', batch.mask], ['refLogprobs', batch.refLogprobs]] as const) {
     if (a !== undefined && a.length !== size) throw new InvalidArgumentError(`${name} holds ${a.length} values for [${n}, ${t}]`);
   }
-  if (batch.advantages.length !== n) throw new InvalidArgumentError(`${batch.advantages.length} advantages for ${n} completions`);
   if (beta > 0 && !batch.refLogprobs) throw new InvalidArgumentError('a KL term (beta > 0) needs the reference policy\'s log-probabilities');
   if (!(clipLow >= 0 && clipLow < 1 && clipHigh >= 0)) throw new InvalidArgumentError(`clip range [1 - ${clipLow}, 1 + ${clipHigh}]`);
   if (aggregation === 'constant' && !(options.maxTokens !== undefined && options.maxTokens >= 1)) {
     throw new InvalidArgumentError('aggregation \'constant\' (Dr. GRPO) needs maxTokens, the tokens a completion may have');
   }
 
-  // each token's weight in the average, and the surrogate's side: where the clipped side is the minimum, the token's
-  // objective is the constant clip(ρ) Â and passes no gradient (as torch's min and clamp do)
+  // each token's weight in the average (the whole batch's), and the surrogate's side: where the clipped side is the
+  // minimum, the token's objective is the constant clip(ρ) Â and passes no gradient (as torch's min and clamp do)
   const lp = logprobs.data;
-  const weight = new Float64Array(size);
-  const unclipped = new Float64Array(size);
-  const clippedValue = new Float64Array(size);
-  const advantage = new Float64Array(size);
+  const local = (to - from) * t;
+  const lengths = Array.from({ length: n }, (_, i) => {
+    let length = 0;
+    for (let j = 0; j < t; j++) if (batch.mask[i * t + j]) length++;
+    return length;
+  });
+  const allTokens = lengths.reduce((a, b) => a + b, 0);
+  const weight = new Float64Array(local);
+  const unclipped = new Float64Array(local);
+  const clippedValue = new Float64Array(local);
+  const advantage = new Float64Array(local);
+  const old = new Float64Array(local);
   let tokens = 0;
   let clipped = 0;
   let ratioSum = 0;
   let klSum = 0;
-  for (let i = 0; i < n; i++) {
-    let length = 0;
-    for (let j = 0; j < t; j++) if (batch.mask[i * t + j]) length++;
-    tokens += length;
+  for (let i = from; i < to; i++) {
     for (let j = 0; j < t; j++) {
       const p = i * t + j;
+      const q = (i - from) * t + j;
       if (!batch.mask[p]) continue;
+      tokens++;
       const a = batch.advantages[i];
-      const ratio = Math.exp(lp[p] - batch.oldLogprobs[p]);
+      old[q] = batch.oldLogprobs ? batch.oldLogprobs[p] : lp[q];
+      const ratio = Math.exp(lp[q] - old[q]);
       const bounded = Math.min(Math.max(ratio, 1 - clipLow), 1 + clipHigh);
-      advantage[p] = a;
+      advantage[q] = a;
       // the minimum of ρÂ and clip(ρ)Â: the clipped side only when it is strictly less
       if (bounded * a < ratio * a) {
-        clippedValue[p] = bounded * a;
+        clippedValue[q] = bounded * a;
         clipped++;
-      } else unclipped[p] = 1;
+      } else unclipped[q] = 1;
       ratioSum += ratio;
       if (batch.refLogprobs) {
-        const d = batch.refLogprobs[p] - lp[p];
+        const d = batch.refLogprobs[p] - lp[q];
         klSum += Math.exp(d) - d - 1;
       }
-      weight[p] = aggregation === 'sequence' ? 1 / (n * length) : aggregation === 'token' ? 1 : 1 / (n * options.maxTokens!);
+      weight[q] = aggregation === 'sequence' ? 1 / (n * lengths[i]) : aggregation === 'token' ? 1 / allTokens : 1 / (n * options.maxTokens!);
     }
   }
-  if (aggregation === 'token') for (let p = 0; p < size; p++) weight[p] = tokens > 0 ? weight[p] / tokens : 0;
 
-  const shape = [n, t];
-  const ratio = logprobs.sub(tensor(batch.oldLogprobs, shape, logprobs.dtype)).exp();
+  const shape = [to - from, t];
+  const ratio = logprobs.sub(tensor(old, shape, logprobs.dtype)).exp();
   // −(surrogate − β KL), each token weighted: the unclipped tokens' ρÂ, the clipped ones' constant
   let perToken = ratio.mul(tensor(advantage.map((a, p) => a * unclipped[p]), shape, logprobs.dtype))
     .add(tensor(clippedValue, shape, logprobs.dtype));
   if (beta > 0) {
-    const d = tensor(batch.refLogprobs!, shape, logprobs.dtype).sub(logprobs);
+    const d = tensor(Float64Array.from(batch.refLogprobs!).subarray(from * t, to * t), shape, logprobs.dtype).sub(logprobs);
     perToken = perToken.sub(d.exp().sub(d).sub(1).mul(beta));
   }
   const loss = perToken.mul(tensor(weight, shape, logprobs.dtype)).sum().neg();

@@ -174,7 +174,7 @@ export class ReplicaScorer {
       x = at?.section === s ? await sections[s][at.replica].trialForward(x, 'current', at.scale) : await sections[s][0].trialForward(x, 'anchor');
     }
     const logits = ends ? noGrad(() => runLayers(ends.last, x, {}, ends.maxPositions)) : x;
-    return noGrad(() => microBatchLoss(logits, batch.target, countTargets(batch.target)).item());
+    return noGrad(() => microBatchLoss(logits, batch.target, countTargets(batch.target), batch.objective).item());
   }
 
   /**

@@ -89,6 +89,41 @@ describe('GRPO\'s objective', () => {
     });
   }
 
+  test('micro-batches: the shares of rows [0, 3) and [3, 8) add up to the whole batch\'s loss and gradient, for every aggregation', () => {
+    const v = fixture.variants['grpo-kl-token'];
+    for (const aggregation of ['sequence', 'token', 'constant'] as const) {
+      const options = { clipLow: v.clip_low, clipHigh: v.clip_high, beta: v.beta, aggregation, maxTokens: 6 };
+      const batch = {
+        oldLogprobs: fixture.oldLogprobs, refLogprobs: fixture.refLogprobs, mask: fixture.mask,
+        advantages: groupAdvantages(fixture.rewards, fixture.groupSize),
+      };
+      const whole = leaf(fixture.logprobs, fixture.shape);
+      const all = grpoLoss(whole, batch, options).loss;
+      all.backward();
+      const t = fixture.shape[1];
+      let sum = 0;
+      const grads: number[] = [];
+      for (const [a, b] of [[0, 3], [3, 8]] as const) {
+        const part = leaf(fixture.logprobs.slice(a * t, b * t), [b - a, t]);
+        const share = grpoLoss(part, batch, options, [a, b]).loss;
+        share.backward();
+        sum += share.item();
+        grads.push(...part.grad!.data);
+      }
+      assert.ok(Math.abs(sum - all.item()) < 1e-12, `${aggregation}: ${sum} vs ${all.item()}`);
+      assert.ok(grads.every((g, i) => Math.abs(g - whole.grad!.data[i]) < 1e-15), aggregation);
+    }
+  });
+
+  test('on-policy (no old log-probabilities): every ratio is 1 and the gradient is −Â per token, weighted', () => {
+    const lp = leaf([-1, -2, -0.5, -3], [2, 2]);
+    const { loss, stats } = grpoLoss(lp, { mask: [1, 1, 1, 0], advantages: [1, -2] }, { beta: 0, aggregation: 'token' });
+    loss.backward();
+    assert.equal(stats.ratio, 1);
+    assert.ok(Math.abs(loss.item() - -(1 + 1 - 2) / 3) < 1e-15);
+    assert.deepEqual([...lp.grad!.data].map((g) => +g.toFixed(12)), [-1 / 3, -1 / 3, 2 / 3, 0].map((g) => +g.toFixed(12)));
+  });
+
   test('the gradient reaches the logits through the tokens\' log-probabilities (finite differences)', () => {
     const [n, t, vocab] = [4, 3, 7];
     const targets = tensor([1, 4, 6, 0, 2, 2, 5, 3, 1, 6, 0, 4], [n, t], 'int32');
@@ -105,6 +140,7 @@ describe('GRPO\'s objective', () => {
     const lp = leaf([-1, -1], [1, 2]);
     assert.throws(() => grpoLoss(lp, { oldLogprobs: [-1, -1], mask: [1, 1], advantages: [1] }), /reference policy/);
     assert.throws(() => grpoLoss(lp, { oldLogprobs: [-1], mask: [1, 1], advantages: [1] }, { beta: 0 }), /oldLogprobs holds 1/);
+    assert.throws(() => grpoLoss(lp, { mask: [1, 1], advantages: [1, 1] }, { beta: 0 }), /1 rows for rows \[0, 2\)/);
     assert.throws(() => grpoLoss(lp, { oldLogprobs: [-1, -1], mask: [1, 1], advantages: [1] }, { beta: 0, aggregation: 'constant' }), /maxTokens/);
   });
 });
