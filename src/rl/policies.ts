@@ -1,0 +1,58 @@
+/**
+ * The policies RL trains: a model in this process (its trainable weights, an adapter's factors where it has one),
+ * and a job across the swarm (an adapter job over a hosted model's hosts: the hosts hold the factors and step them, so
+ * each update is on the hosts for the next rollouts without a transfer).
+ */
+import {
+  type CausalLM, generateBatch, type GenerateOptions, LocalTrainer, type LocalTrainerOptions, type StepResult, type Tokenizer,
+  type TrainingBatch,
+} from '../models/index.ts';
+import { InvalidArgumentError } from '../errors.ts';
+import type { DistributedModel } from '../user/index.ts';
+import type { Policy } from './rl.ts';
+import { tokenLogprobs } from './grpo.ts';
+import { noGrad, type Tensor } from '../tensor/index.ts';
+
+/**
+ * A model of this process as a policy, stepped by a LocalTrainer (AdamW; a constant rate unless told). `reference`: the
+ * policy a KL term keeps it near (a frozen copy of where it started).
+ */
+export function localPolicy(
+  model: CausalLM, options: Omit<LocalTrainerOptions, 'totalSteps'> & { totalSteps?: number; reference?: CausalLM },
+): Policy {
+  if (!model.tokenizer) throw new InvalidArgumentError('the policy has no tokenizer (tokenizer.json) to write its prompts with');
+  // a constant rate (no warm-up, no decay) unless a schedule's length is given
+  const trainer = new LocalTrainer(model, { warmupSteps: 0, ...options, totalSteps: options.totalSteps ?? 1e9 });
+  return {
+    tokenizer: model.tokenizer as Tokenizer,
+    get version() {
+      return trainer.stepCount;
+    },
+    generateBatch: (prompts: number[][], o: GenerateOptions) => generateBatch(model, prompts, o),
+    step: async (batch) => trainer.step(batch),
+    ...(options.reference
+      ? {
+          referenceLogprobs: async (input: Tensor, picked: Tensor) => {
+            const reference = options.reference!;
+            reference.eval();
+            return noGrad(() => tokenLogprobs(reference.forward(input), picked)).data as Float32Array;
+          },
+        }
+      : {}),
+  };
+}
+
+/** A distributed job as a policy: its generation across its workers, its trainer's steps. */
+export function jobPolicy(
+  job: Pick<DistributedModel, 'generateBatch'>, trainer: { step(batch: TrainingBatch): Promise<StepResult>; readonly stepCount: number },
+  tokenizer: Tokenizer,
+): Policy {
+  return {
+    tokenizer,
+    get version() {
+      return trainer.stepCount;
+    },
+    generateBatch: (prompts, o) => job.generateBatch(prompts, o),
+    step: (batch) => trainer.step(batch),
+  };
+}

@@ -1,0 +1,142 @@
+// Issue #51: GRPO's loop (src/rl/rl.ts). In one process, a policy learns what a reward asks (the reward rises); across
+// three hosts of a model hosted for everyone, an adapter trained by GRPO gives the same rollouts, rewards and losses as
+// one process, step for step (js: bit for bit), its rollouts generated through the hosts with the factors of the last
+// step, and the hosts' factors a step further after each step. The built-in tasks' rewards, and a task of one's own.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { InvalidArgumentError } from '../../src/errors.ts';
+import {
+  adaptModel, byteLevelTokenizerJson, createModel, HFTokenizer, llamaConfig, loadModel, type LoraConfig, saveModel,
+} from '../../src/models/index.ts';
+import { createNode } from '../../src/p2p/index.ts';
+import { jobPolicy, loadTask, localPolicy, rl, type RlTask, rlTaskByName } from '../../src/rl/index.ts';
+import { setBackend } from '../../src/tensor/index.ts';
+import { distribute } from '../../src/user/index.ts';
+import { startValidator } from '../../src/validator/index.ts';
+import { parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
+
+const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
+const config = llamaConfig({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, kvHeads: 2, intermediate: 64, maxPositions: 32 });
+const LORA: LoraConfig = { r: 4, alpha: 8, targets: ['q_proj', 'v_proj', 'o_proj', 'down_proj'] };
+
+/** A reward a random model gets 0.4 of: the share of a completion's characters that are printable ASCII. */
+const ascii: RlTask = {
+  name: 'ascii',
+  prompts: Array.from({ length: 50 }, (_, i) => `${String.fromCharCode(97 + (i % 26))}${String.fromCharCode(97 + ((i * 7) % 26))}>`),
+  test: [],
+  terminator: '\n',
+  maxNewTokens: 4,
+  reward: (_prompt, completion) => {
+    const chars = [...completion];
+    return chars.length === 0 ? 0 : chars.filter((c) => c.charCodeAt(0) >= 32 && c.charCodeAt(0) < 127).length / chars.length;
+  },
+};
+
+describe('GRPO\'s loop', () => {
+  setBackend('js');
+
+  for (const overlap of [false, true]) {
+    test(`in one process${overlap ? ', rollouts drawn before the last step\'s update (one step stale, importance-weighted)' : ''}: the policy `
+      + 'learns what the reward asks, its mean reward from 0.4 to 0.9 and more', async () => {
+      const model = createModel(config, { seed: 5 });
+      model.tokenizer = tok;
+      const policy = localPolicy(model, { lr: 1e-2, microBatches: 2 });
+      const result = await rl({ task: ascii, policy, steps: 25, prompts: 8, groupSize: 8, preset: 'dapo', evalEvery: 0, seed: 3, overlap });
+      const rewards = result.steps.map((s) => s.reward);
+      const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+      process.stderr.write(`${overlap ? 'overlapped' : 'on-policy'}: rewards by step ${rewards.map((r) => r.toFixed(2)).join(' ')}\n`);
+      assert.ok(mean(rewards.slice(0, 3)) < 0.5, `a random policy's reward: ${rewards.slice(0, 3)}`);
+      assert.ok(mean(rewards.slice(-3)) > 0.9, `after 25 steps: ${rewards.slice(-3)}`);
+      assert.deepEqual(result.steps.map((s) => s.stale), result.steps.map((s) => (overlap && s.step > 1 ? 1 : 0)));
+      if (overlap) assert.ok(result.steps.some((s) => s.clipped > 0), 'stale rollouts: some ratios clipped');
+    });
+  }
+
+  describe('across three hosts of a hosted model: an adapter trained by GRPO', () => {
+    let dir: string;
+    let validator: Awaited<ReturnType<typeof startValidator>>;
+    let hosts: Worker[];
+    before(async () => {
+      dir = mkdtempSync(join(tmpdir(), 'tl-rl-'));
+      const model = createModel(config, { seed: 5 });
+      model.tokenizer = tok;
+      await saveModel(model, dir);
+      validator = await startValidator();
+      const boot = validator.node.getMultiaddrs()[0].toString();
+      hosts = await Promise.all(['0-0', '1-1', '2-2'].map((span) => startWorker({ bootstrap: boot, host: [parseHostSpec(`tiny=${dir}:${span}`)] })));
+    });
+    after(async () => {
+      await Promise.all(hosts.map((h) => h.stop()));
+      await validator.stop();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    for (const overlap of [false, true]) {
+      test(`${overlap ? 'overlapped (rollouts a step stale)' : 'on-policy'}: one process's rollouts, rewards and losses, step for step; `
+        + 'the hosts\' factors a step further after each step', async () => {
+        const STEPS = 4;
+        const options = { task: ascii, steps: STEPS, prompts: 4, groupSize: 4, preset: 'dapo' as const, evalEvery: 0, seed: 9, overlap };
+        const local = await loadModel(dir);
+        adaptModel(local, LORA, { seed: 13 });
+        local.tokenizer = tok;
+        const alone = await rl({ ...options, policy: localPolicy(local, { lr: 5e-2, microBatches: 2, totalSteps: 100, warmupSteps: 0 }) });
+
+        const user = await createNode();
+        const boot = validator.node.getMultiaddrs()[0].toString();
+        const dm = await distribute(user, boot, dir, { training: true, hosted: 'tiny', adapter: { ...LORA, seed: 13 }, verify: { sampleRate: 0.5 } });
+        try {
+          const hostIds = new Set(hosts.map((h) => h.node.peerId.toString()));
+          assert.ok(dm.assignment.length === 3 && dm.assignment.every((a) => hostIds.has(a.peerId)), JSON.stringify(dm.assignment));
+          const trainer = await dm.trainer({ optimizer: { lr: 5e-2 }, totalSteps: 100, warmupSteps: 0, microBatches: 2, schedule: '1f1b' });
+          // each host's factors: the optimizer steps its section of the job has taken
+          const versions = () => hosts.map((h) => [...h.jobs.values()].find((j) => j.jobId === dm.jobId)?.section?.training?.records.step);
+          const seen: (number | undefined)[][] = [];
+          const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok), onStep: () => seen.push(versions()) });
+          assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
+          assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
+          assert.deepEqual(swarm.steps.map((s) => s.stale), swarm.steps.map((s) => (overlap && s.step > 1 ? 1 : 0)));
+          assert.deepEqual(seen, Array.from({ length: STEPS }, (_, i) => [i + 1, i + 1, i + 1]));
+          const summary = await dm.settle();
+          assert.ok(summary && summary.checked > 0 && summary.failed === 0, JSON.stringify(summary));
+          process.stderr.write(`${overlap ? 'overlapped' : 'on-policy'}: rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} on both; `
+            + `the hosts' factors at steps ${seen.map((v) => v[0]).join(', ')}; ${summary.checked} records re-run by the validator\n`);
+        } finally {
+          await dm.close();
+          await user.stop();
+        }
+      });
+    }
+  });
+
+  test('the built-in tasks\' rewards, and a task of one\'s own from a JS module; bad ones refused by name', async () => {
+    const addition = rlTaskByName('addition', 1);
+    const e = addition.test[0];
+    assert.equal(await addition.reward(e.prompt, e.answer), 1);
+    assert.equal(await addition.reward(e.prompt, `${e.answer}0`), 0);
+    const json = rlTaskByName('json');
+    const j = json.test[0];
+    assert.equal(await json.reward(j.prompt, j.answer), 1);
+    assert.equal(await json.reward(j.prompt, '{"a":1000,"b":"zz"}'), 0.5);
+    assert.equal(await json.reward(j.prompt, '[1,2]'), 0.2);
+    assert.equal(await json.reward(j.prompt, '{"a":'), 0);
+    assert.throws(() => rlTaskByName('chess'), InvalidArgumentError);
+    const dir = mkdtempSync(join(tmpdir(), 'tl-rl-task-'));
+    try {
+      writeFileSync(join(dir, 'mine.mjs'), 'export const prompts = ["x>", "y>"];\nexport const maxNewTokens = 3;\n'
+      + 'export async function reward(prompt, completion) { return completion === prompt[0] ? 1 : 0; }\n');
+      const mine = await loadTask(join(dir, 'mine.mjs'));
+      assert.equal(mine.maxNewTokens, 3);
+      assert.equal(await mine.reward('x>', 'x'), 1);
+      writeFileSync(join(dir, 'bad.mjs'), 'export const prompts = ["x>"];\nexport function reward() { return "much"; }\n');
+      await assert.rejects(async () => (await loadTask(join(dir, 'bad.mjs'))).reward('x>', ''), /not a finite number/);
+      writeFileSync(join(dir, 'none.mjs'), 'export const prompts = [];\n');
+      await assert.rejects(loadTask(join(dir, 'none.mjs')), /no reward/);
+      await assert.rejects(loadTask(join(dir, 'missing.mjs')), /not found/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
