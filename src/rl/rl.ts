@@ -87,7 +87,8 @@ export async function rl(options: RlOptions): Promise<RlResult> {
   const { task, policy } = options;
   const prompts = options.prompts ?? 8;
   const groupSize = options.groupSize ?? 8;
-  const evalEvery = options.evalEvery ?? 10;
+  // a task without held-out examples is judged by its reward alone
+  const evalEvery = task.test.length === 0 ? 0 : options.evalEvery ?? 10;
   const seed = options.seed ?? 0;
   if (!Number.isInteger(options.steps) || options.steps < 1) throw new InvalidArgumentError(`steps must be a whole number ≥ 1, got ${options.steps}`);
   if (!Number.isInteger(prompts) || prompts < 1) throw new InvalidArgumentError(`prompts must be a whole number ≥ 1, got ${prompts}`);

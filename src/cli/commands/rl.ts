@@ -1,0 +1,128 @@
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { adaptModel, loadModel, loadTokenizer, type LoraConfig, parseLoraSpec } from '../../models/index.ts';
+import {
+  type GrpoPreset, GRPO_PRESETS, jobPolicy, loadTask, localPolicy, type Policy, rl, type RlResult, type RlStepStats, type RlTask,
+  rlTaskByName,
+} from '../../rl/index.ts';
+import { distribute, pullEnds } from '../../user/index.ts';
+import { validatorTarget } from '../../p2p/index.ts';
+import { payForJob } from '../chain-flags.ts';
+import { joinSwarm } from '../swarm.ts';
+import { type Flags, intFlag, numberFlag, placement, requiredString, stringFlag, UsageError, verifyFlags } from '../args.ts';
+import { bar, type Output } from '../output.ts';
+
+/** The task `--task` names: a built-in one, or a JS module of one's own. */
+async function taskOf(name: string, seed: number): Promise<RlTask> {
+  if (/\.(m?js)$/.test(name)) return loadTask(name);
+  try {
+    return rlTaskByName(name, seed);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+function loraOf(flag: string): LoraConfig {
+  try {
+    return parseLoraSpec(flag);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+
+/** The run in a line: the reward's first and last steps, held-out accuracy before and after. */
+function summary(r: RlResult): string {
+  const first = r.steps[0];
+  const last = r.steps.at(-1)!;
+  const held = r.accuracyBefore === undefined || r.accuracyAfter === undefined
+    ? ''
+    : `; held-out exact match ${pct(r.accuracyBefore)} → ${pct(r.accuracyAfter)}`;
+  return `reward ${first.reward.toFixed(3)} (step 1) → ${last.reward.toFixed(3)} (step ${last.step})${held}`;
+}
+
+/**
+ * `tensorlink rl --task NAME|FILE.mjs --model DIR|NAME`: GRPO (rl/rl.ts). In this process on a checkpoint directory;
+ * with --bootstrap (or --local N) across the swarm: over a model hosted for everyone (`--model NAME`: its ends pulled
+ * here, a LoRA adapter trained over its hosts, who generate the rollouts with it), or as a private job of a directory.
+ */
+export async function rlCommand(flags: Flags, out: Output): Promise<void> {
+  const seed = intFlag(flags, 'seed', 0, 0);
+  const task = await taskOf(requiredString(flags, 'task'), seed);
+  const model = requiredString(flags, 'model');
+  const presetName = (stringFlag(flags, 'preset') ?? 'grpo') as GrpoPreset;
+  if (!(presetName in GRPO_PRESETS)) throw new UsageError(`--preset must be one of ${Object.keys(GRPO_PRESETS).join(', ')}`);
+  const beta = numberFlag(flags, 'beta', 0);
+  const lr = numberFlag(flags, 'lr', 1e-3);
+  const steps = intFlag(flags, 'steps', 50);
+  const options = {
+    task, steps, seed, preset: presetName, grpo: { beta },
+    prompts: intFlag(flags, 'prompts', 8), groupSize: intFlag(flags, 'group', 8, 2),
+    overlap: flags.overlap === true, evalEvery: intFlag(flags, 'eval-every', 10, 0), evalSize: intFlag(flags, 'eval-size', 200),
+  };
+  const adapterFlag = stringFlag(flags, 'adapter');
+  const where = placement(flags);
+  const line = (s: RlStepStats) => `${bar(s.step / steps)} ${s.step}/${steps}  reward ${s.reward.toFixed(3)}  solved ${pct(s.solved)}  `
+    + `clipped ${pct(s.clipped)}${s.stale ? '  stale 1' : ''}  rollouts ${Math.round(s.rolloutTokensPerSecond).toLocaleString('en-US')} tok/s`
+    + `${s.accuracy === undefined ? '' : `  held-out ${pct(s.accuracy)}`}`;
+  const onStep = (s: RlStepStats) => {
+    if (s.accuracy !== undefined || s.step === steps) out.info(line(s));
+    else out.progress(line(s));
+  };
+  out.info(`GRPO (${presetName}${beta > 0 ? `, KL β ${beta}` : ''}) on ${task.name}: ${options.prompts} prompts × ${options.groupSize} `
+    + `completions a step, ${steps} steps${options.overlap ? ', rollouts one step stale (drawn before the last update)' : ''}`);
+
+  if (where.kind === 'local') {
+    if (!existsSync(model)) throw new UsageError(`--model ${model}: no such directory (a hosted model's name needs --bootstrap)`);
+    const policyModel = await loadModel(model);
+    if (adapterFlag) adaptModel(policyModel, loraOf(adapterFlag), { seed });
+    const reference = beta > 0 ? await loadModel(model) : undefined;
+    const policy = localPolicy(policyModel, { lr, ...(reference ? { reference } : {}) });
+    const result = await rl({ ...options, policy, onStep });
+    out.result({ task: task.name, where: 'this process', ...result }, summary(result));
+    return;
+  }
+
+  if (beta > 0) throw new UsageError('--beta > 0 (a KL term) needs the reference policy\'s log-probabilities: in this process only, for now');
+  const access = await joinSwarm(where, flags);
+  let ends: string | null = null;
+  let dm: Awaited<ReturnType<typeof distribute>> | null = null;
+  try {
+    const hosted = !existsSync(model);
+    let dir = model;
+    if (hosted) {
+      // the user runs the ends of a hosted model: pulled from a host, checked against the model's hash
+      ends = mkdtempSync(join(tmpdir(), 'tl-rl-ends-'));
+      await pullEnds(access.node, validatorTarget(access.bootstrap), model, ends);
+      dir = ends;
+    }
+    const lora = adapterFlag ? loraOf(adapterFlag) : hosted ? loraOf('lora:r=8,alpha=16') : null;
+    const verify = verifyFlags(flags);
+    dm = await distribute(access.node, access.bootstrap, dir, {
+      training: true, verify, ...(lora ? { adapter: { ...lora, seed } } : {}), ...(hosted ? { hosted: model } : {}),
+    });
+    await payForJob(flags, { jobId: dm.jobId, user: access.node.peerId.toString() }, out);
+    for (const a of dm.assignment) out.info(`  ${hosted ? 'host' : 'worker'} …${a.peerId.slice(-6)}: layers ${a.start}–${a.end - 1}`);
+    out.info(hosted
+      ? `  a LoRA adapter (r ${lora!.r}) over ${model} as its hosts serve it: they hold its factors, step them and generate the rollouts`
+      : `  a private job${lora ? ` training a LoRA adapter (r ${lora.r})` : ''}: the workers generate the rollouts and train`);
+    const microBatches = Math.min(2, options.prompts * options.groupSize);
+    const trainer = await dm.trainer({ optimizer: { lr }, totalSteps: steps, warmupSteps: 0, microBatches });
+    const tokenizer = loadTokenizer(dir);
+    if (!tokenizer) throw new UsageError(`${model}: no tokenizer (tokenizer.json) to write the prompts with`);
+    const policy: Policy = jobPolicy(dm, trainer, tokenizer);
+    const result = await rl({ ...options, policy, onStep });
+    const verification = await dm.settle();
+    if (verification) {
+      out.info(`  checks: ${verification.checked} records re-run by the validator, ${verification.failed} failed`
+        + `${verification.flagged.length ? `; caught: ${verification.flagged.map((p) => `…${p.slice(-6)}`).join(', ')}` : ''}`);
+    }
+    out.result({ task: task.name, where: hosted ? `hosted ${model}` : 'a private job', jobId: dm.jobId, ...result, verification }, summary(result));
+  } finally {
+    await dm?.close();
+    await access.close();
+    if (ends) rmSync(ends, { recursive: true, force: true });
+  }
+}
