@@ -326,7 +326,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       'steps': steps({ default: 50 }),
       'prompts': int('P', 'prompts a step', { default: 8 }),
       'group': int('G', 'completions of each prompt, compared with each other (group-relative advantages)', { default: 8 }),
-      'lr': num('X', 'the learning rate (AdamW, constant)', { default: 1e-3 }),
+      'lr': num('X', 'the learning rate (AdamW, cosine to 10% over --steps)', { default: 1e-3 }),
       'preset': choice(['grpo', 'dr-grpo', 'dapo'], 'the objective: GRPO\'s, or Dr. GRPO\'s or DAPO\'s fixes', { default: 'grpo' }),
       'beta': num('B', 'the weight of the KL term to the starting policy (in this process)', { default: 0 }),
       'overlap': flag('draw a step\'s rollouts before the last update (one step stale, importance-weighted)'),

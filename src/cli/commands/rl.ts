@@ -63,6 +63,8 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
     overlap: flags.overlap === true, evalEvery: intFlag(flags, 'eval-every', 10, 0), evalSize: intFlag(flags, 'eval-size', 200),
   };
   const adapterFlag = stringFlag(flags, 'adapter');
+  // a step's batch in two micro-batches (a job's pipeline overlaps them across its stages)
+  const microBatches = Math.min(2, options.prompts * options.groupSize);
   const where = placement(flags);
   const line = (s: RlStepStats) => `${bar(s.step / steps)} ${s.step}/${steps}  reward ${s.reward.toFixed(3)}  solved ${pct(s.solved)}  `
     + `clipped ${pct(s.clipped)}${s.stale ? '  stale 1' : ''}  rollouts ${Math.round(s.rolloutTokensPerSecond).toLocaleString('en-US')} tok/s`
@@ -79,7 +81,8 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
     const policyModel = await loadModel(model);
     if (adapterFlag) adaptModel(policyModel, loraOf(adapterFlag), { seed });
     const reference = beta > 0 ? await loadModel(model) : undefined;
-    const policy = localPolicy(policyModel, { lr, ...(reference ? { reference } : {}) });
+    // the schedule and micro-batches of a job's trainer (below): the same run here and across the swarm
+    const policy = localPolicy(policyModel, { lr, totalSteps: steps, warmupSteps: 0, microBatches, ...(reference ? { reference } : {}) });
     const result = await rl({ ...options, policy, onStep });
     out.result({ task: task.name, where: 'this process', ...result }, summary(result));
     return;
@@ -108,7 +111,6 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
     out.info(hosted
       ? `  a LoRA adapter (r ${lora!.r}) over ${model} as its hosts serve it: they hold its factors, step them and generate the rollouts`
       : `  a private job${lora ? ` training a LoRA adapter (r ${lora.r})` : ''}: the workers generate the rollouts and train`);
-    const microBatches = Math.min(2, options.prompts * options.groupSize);
     const trainer = await dm.trainer({ optimizer: { lr }, totalSteps: steps, warmupSteps: 0, microBatches });
     const tokenizer = loadTokenizer(dir);
     if (!tokenizer) throw new UsageError(`${model}: no tokenizer (tokenizer.json) to write the prompts with`);
