@@ -179,6 +179,10 @@ async function distributeSource(
       config: configToHF(source.config),
       optimizer: job!.optimizerSettings ?? { lr: 0 },
       ...(source.adapter ? { adapter: source.adapter.wire } : {}),
+      // a job over a hosted model: the base its hosts hand over to an audit is checked against that model
+      ...(source.adapter?.base && hosted !== undefined
+        ? { base: { name: hosted.split('@', 1)[0], hash: source.adapter.base, format: source.format ?? 'f32' } }
+        : {}),
     }));
     const inbox = (options.routing ?? 'chain') === 'chain' ? await inboxFor(node) : null;
     const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;

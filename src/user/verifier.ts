@@ -111,6 +111,8 @@ export class JobVerifier {
     /** What an audit request names: the job, the model's config and the optimizer's settings. */
     private readonly context: () => {
       jobId: string; config: Record<string, unknown>; optimizer: { lr: number; weightDecay?: number }; adapter?: WireAdapter;
+      /** A job over a hosted model: that model (name, hash, the format the job holds it in), its frozen base. */
+      base?: { name: string; hash: string; format: string };
     },
   ) {
     const k = options.redundancy ?? 1;
@@ -181,10 +183,10 @@ export class JobVerifier {
   async audit(
     worker: PeerTarget, record: WorkRecord, sent?: string[], commit?: { checks: WorkRecord[]; chunks: number[] },
   ): Promise<AuditVerdict> {
-    const { jobId, config, optimizer, adapter } = this.context();
+    const { jobId, config, optimizer, adapter, base } = this.context();
     const message = {
       type: 'audit', jobId, worker: { peerId: worker.peerId, addrs: worker.addrs }, config, optimizer, record,
-      ...(sent ? { sent } : {}), ...(adapter ? { adapter } : {}), ...(commit ? { commit } : {}),
+      ...(sent ? { sent } : {}), ...(adapter ? { adapter } : {}), ...(base ? { base } : {}), ...(commit ? { commit } : {}),
     };
     const answer = await request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS);
     const reason = typeof answer.reason === 'string' ? answer.reason : '';

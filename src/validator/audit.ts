@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { fromWire, jobConfigHash, type PeerTarget, publicKeyOf, TRAIN_REQUEST_TIMEOUT_MS, type WireAdapter } from '../p2p/index.ts';
+import { baseManifest, baseMismatch, type JobBase } from './base-check.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { type CausalLM, configFromHF } from '../models/index.ts';
 import {
@@ -50,6 +51,8 @@ export interface AuditRequest {
   sent?: string[];
   /** The job's LoRA adapter (rank, alpha, targets): the section is rebuilt with it. */
   adapter?: WireAdapter;
+  /** For a job over a hosted model: that model, its frozen base (the base a worker hands over is checked against it). */
+  base?: JobBase;
   /**
    * Check activation commitments instead of re-running the record (a decoding step): the records of the session that
    * carry the sampled chunks (`checks`, signed by the worker) and the chunks to check; `record` is the session's last
@@ -71,9 +74,9 @@ export interface AuditVerdict extends Verdict {
  * inputs sent) and, checking commitments, the chunks and the records that carry them. The same key is the same check:
  * a replayed request is answered from the first one and moves no reputation twice.
  */
-export function auditKey(req: Pick<AuditRequest, 'record' | 'commit' | 'config' | 'adapter' | 'sent'>): string {
+export function auditKey(req: Pick<AuditRequest, 'record' | 'commit' | 'config' | 'adapter' | 'sent' | 'base'>): string {
   const h = createHash('sha256').update(recordId(req.record));
-  h.update(`\n${jobConfigHash(req.config, req.adapter)}\n${(req.sent ?? []).join(',')}`);
+  h.update(`\n${jobConfigHash(req.config, req.adapter, req.base?.hash)}\n${(req.sent ?? []).join(',')}`);
   if (req.commit) h.update(`\n${req.commit.chunks.join(',')}\n${req.commit.checks.map(recordId).join(',')}`);
   return `audit:${h.digest('hex')}`;
 }
@@ -113,7 +116,7 @@ async function auditOnce(
   const cached = req.commit ? sections.get(sectionKey) : undefined;
   // what the user says about the job must be what the worker signed: a user cannot frame a worker with another config
   if (record.job !== req.jobId) throw new InvalidArgumentError(`the record is of job ${record.job}, not ${req.jobId}`);
-  if (record.config !== undefined && jobConfigHash(req.config, req.adapter) !== record.config) {
+  if (record.config !== undefined && jobConfigHash(req.config, req.adapter, req.base?.hash) !== record.config) {
     throw new InvalidArgumentError('the config (and adapter) sent with the audit is not the one the worker was given');
   }
   // only a re-execution that ran moves the worker's score: a worker out of reach, a record it no longer keeps
@@ -199,6 +202,17 @@ async function auditOnce(
     if (record.kind === 'step') {
       bundle.grads ??= new Map();
       bundle.moments ??= new Map();
+    }
+    // a job over a hosted model: the frozen base handed over must be that model's, whatever hash the worker signed
+    if (req.base && bundle.weights.size > 0) {
+      let manifest;
+      try {
+        manifest = await baseManifest(node, worker, req.base);
+      } catch (err) {
+        return finish({ ok: false, reason: `it did not hand over the manifest of model ${req.base.name}: ${(err as Error).message}` }, true);
+      }
+      const mismatch = baseMismatch(manifest, req.base, req.config, record.stage, bundle.weights);
+      if (mismatch) return finish({ ok: false, reason: mismatch });
     }
     if (record.kind === 'decode') {
       if (history.some((h) => !h || !h.input || !h.positions)) return finish({ ok: false, reason: 'it handed over an incomplete session' });

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { InvalidArgumentError } from '../../src/errors.ts';
+import { InvalidArgumentError, VerificationError } from '../../src/errors.ts';
 import {
   adaptModel, byteLevelTokenizerJson, createModel, HFTokenizer, llamaConfig, loadModel, type LoraConfig, saveModel,
 } from '../../src/models/index.ts';
@@ -16,7 +16,7 @@ import { jobPolicy, loadTask, localPolicy, rl, type RlTask, rlTaskByName } from 
 import { setBackend } from '../../src/tensor/index.ts';
 import { distribute } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
-import { parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
+import { parseFault, parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
 const config = llamaConfig({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, kvHeads: 2, intermediate: 64, maxPositions: 32 });
@@ -108,6 +108,38 @@ describe('GRPO\'s loop', () => {
           await user.stop();
         }
       });
+    }
+  });
+
+  test('a host that computes with an int4 copy of the model it announces (--fault substitute:int4) is caught; its rollouts are discarded', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tl-rl-sub-'));
+    const model = createModel(config, { seed: 5 });
+    model.tokenizer = tok;
+    await saveModel(model, dir);
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const spans = ['0-0', '1-1', '2-2'];
+    const hosts = await Promise.all(spans.map((span, i) => startWorker({
+      bootstrap: boot, host: [parseHostSpec(`tiny=${dir}:${span}`)], ...(i === 1 ? { fault: parseFault('substitute:int4') } : {}),
+    })));
+    const cheater = hosts[1].node.peerId.toString();
+    const user = await createNode();
+    const dm = await distribute(user, boot, dir, { training: true, hosted: 'tiny', adapter: { ...LORA, seed: 13 }, verify: { sampleRate: 1 } });
+    try {
+      const trainer = await dm.trainer({ optimizer: { lr: 5e-2 }, totalSteps: 10, warmupSteps: 0, microBatches: 2 });
+      // its records sign the hash of the int4 weights it computes with: what the validator checks is that they are not
+      // the model's the job asked for (the manifest, fetched from the host and checked against the model's name)
+      await assert.rejects(rl({ task: ascii, policy: jobPolicy(dm, trainer, tok), steps: 3, prompts: 2, groupSize: 4, preset: 'dapo', seed: 1 }),
+        (err: Error) => err instanceof VerificationError && err.message.includes(cheater) && /discarded/.test(err.message));
+      const summary = await dm.settle();
+      assert.ok(summary && summary.failed > 0 && summary.flagged.length === 1 && summary.flagged[0] === cheater, JSON.stringify(summary));
+      process.stderr.write(`substitute:int4 host caught: ${summary.failed} of ${summary.checked} records failed, flagged ${cheater.slice(-6)}\n`);
+    } finally {
+      await dm.close().catch(() => {});
+      await user.stop();
+      await Promise.all(hosts.map((h) => h.stop()));
+      await validator.stop();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

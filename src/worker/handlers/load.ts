@@ -172,7 +172,7 @@ function startLoading(
   for (const v of request.verifiers) job.verifiers.add(v);
   job.loading = {
     model, targets, packed: new Map(), listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream,
-    range: request.section, configHash: jobConfigHash(request.config, request.adapter), ...extra,
+    range: request.section, configHash: jobConfigHash(request.config, request.adapter, request.base), ...extra,
   };
   bindToStream();
   return control('loading', { weights: targets.size });

@@ -145,6 +145,8 @@ export interface AuditMessage {
   sent?: string[];
   /** The job's LoRA adapter, as its load named it (the worker's records name the config with it). */
   adapter?: WireAdapter;
+  /** For a job over a hosted model: that model (its name, hash and the format the job holds it in), its frozen base. */
+  base?: { name: string; hash: string; format: string };
   /**
    * A commitment check of a session's sampled chunks: the records carrying them (parsed by verify/) and the chunks;
    * `keep`: the session is checked as it goes, and the validator keeps its prefill for the next check.
@@ -177,8 +179,19 @@ export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {
     record: m.record,
     ...(m.sent === undefined ? {} : { sent: list(m.sent, 'sent', 15_000, (v, what) => str(v, what, 64)) }),
     ...(m.adapter === undefined ? {} : { adapter: parseAdapter(m.adapter) }),
+    ...(m.base === undefined ? {} : { base: parseBase(m.base) }),
     ...(m.commit === undefined ? {} : { commit: parseCommit(m.commit) }),
   };
+}
+
+/** The hosted model a job's base is, as an audit names it. */
+function parseBase(v: unknown): { name: string; hash: string; format: string } {
+  const o = obj(v, 'base');
+  const hash = str(o.hash, 'base.hash', 64);
+  if (!/^[0-9a-f]{64}$/.test(hash)) throw new InvalidMessageError('base.hash must be a sha256 in hex');
+  const format = str(o.format, 'base.format', 8);
+  if (!['f32', 'bf16', 'int8', 'int4'].includes(format)) throw new InvalidMessageError(`base.format must be f32, bf16, int8 or int4, got '${format}'`);
+  return { name: str(o.name, 'base.name', 64), hash, format };
 }
 
 /** One host of a model as the validator's model index lists it. */

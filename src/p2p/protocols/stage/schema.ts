@@ -146,10 +146,12 @@ export interface WireAdapter {
 
 /**
  * The sha256 a job's records name for its config (the config as JSON; with its adapter, when it has one, so that an
- * audit re-runs what the worker was given).
+ * audit re-runs what the worker was given; and with the hosted model its base is, for a job over one, so that an
+ * audit checks the base the worker was told to compute with).
  */
-export function jobConfigHash(config: Record<string, unknown>, adapter?: WireAdapter): string {
-  return sha256(new TextEncoder().encode(JSON.stringify(adapter ? { ...config, lora_adapter: adapter } : config)));
+export function jobConfigHash(config: Record<string, unknown>, adapter?: WireAdapter, base?: string): string {
+  const named = { ...config, ...(adapter ? { lora_adapter: adapter } : {}), ...(base ? { hosted_base: base } : {}) };
+  return sha256(new TextEncoder().encode(JSON.stringify(named)));
 }
 
 export function parseAdapter(v: unknown): WireAdapter {
