@@ -5,7 +5,7 @@
  *
  * usage: npm run bench [-- --quick] [-- --json]
  *          [-- --only gemm,js,crossover,elementwise,train-step,gpt2,families,p2p,distributed,pipeline,verify,load,ledger,failover,
- *                     links,compression,serve,graph,quant,hosted,lora,nat; opt-in: perplexity,speculative,fuzz,soak]
+ *                     links,compression,serve,graph,quant,hosted,lora,nat; opt-in: perplexity,speculative,fuzz,soak,rl]
  */
 import '../src/polyfills.ts';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -18,6 +18,7 @@ import { benchCompression } from './compression.ts';
 import { benchFamilies } from './families.ts';
 import { benchFuzz } from './fuzz.ts';
 import { benchSoak } from './soak.ts';
+import { benchRl } from './rl.ts';
 import { benchCrossover, benchJsGemm, benchOrtGemm, type Row } from './gemm.ts';
 import { benchDistributed } from './distributed.ts';
 import { benchLedger } from './ledger.ts';
@@ -155,6 +156,10 @@ if (sections.includes('fuzz')) {
 if (sections.includes('soak')) {
   log('soak: a host serving 500 sessions opened and closed over 10 minutes, a worker through 50 training jobs, their resident memory after each round ...');
   rows.push(...(await benchSoak(values.quick, log)));
+}
+if (sections.includes('rl')) {
+  log('rl: GRPO on 2-digit addition from a weak start, in one process and over three worker processes: held-out exact match, rollout tokens/s ...');
+  rows.push(...(await benchRl(values.quick, log, 'bench/out/rl.svg')));
 }
 if (sections.includes('speculative')) {
   log('speculative: a model three hosts serve 25 ms away (delay relays), greedy tokens/s with prompt-lookup drafts and a draft model vs without ...');
