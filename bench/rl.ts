@@ -3,11 +3,12 @@
  * wide) is trained with cross-entropy to a weak start (250 steps of 64 sums), then by GRPO alone (rewards 1 for the
  * exact sum, 0 else; 32 prompts × 8 completions a step, 60 steps): in this process, and as a private job over three
  * worker processes (their rollouts generated across them). Held-out exact match (500 sums, greedy) every 10 steps; the
- * curves as an SVG (bench/out/rl.svg; `node scripts/svg-to-png.mjs bench/out/rl.svg docs/rl.png` renders the README's). `--quick`: 20 steps.
+ * curves as an SVG (bench/out/rl.svg; `node scripts/svg-to-png.mjs bench/out/rl.svg docs/rl.png` renders the
+ * README's). `--quick`: 20 steps.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { additionTask, taskBatch } from '../src/data/index.ts';
 import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, loadModel, LocalTrainer, saveModel } from '../src/models/index.ts';
 import { createNode } from '../src/p2p/index.ts';
@@ -97,6 +98,7 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
     }
     const swarmSeconds = (performance.now() - t1) / 1000;
     if (out) {
+      mkdirSync(dirname(out), { recursive: true });
       writeFileSync(out, curvesSvg([
         { label: 'one process', colour: '#1f77b4', result: alone },
         { label: 'three workers', colour: '#ff7f0e', result: swarm },
