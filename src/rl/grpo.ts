@@ -184,7 +184,9 @@ export function grpoLoss(
   let perToken = ratio.mul(tensor(advantage.map((a, p) => a * unclipped[p]), shape, logprobs.dtype))
     .add(tensor(clippedValue, shape, logprobs.dtype));
   if (beta > 0) {
-    const d = tensor(Float64Array.from(batch.refLogprobs!).subarray(from * t, to * t), shape, logprobs.dtype).sub(logprobs);
+    // the reference at the completions' tokens; elsewhere the policy's own (d = 0: nothing to overflow)
+    const ref = Float64Array.from({ length: local }, (_, q) => (batch.mask[from * t + q] ? batch.refLogprobs![from * t + q] : lp[q]));
+    const d = tensor(ref, shape, logprobs.dtype).sub(logprobs);
     perToken = perToken.sub(d.exp().sub(d).sub(1).mul(beta));
   }
   const loss = perToken.mul(tensor(weight, shape, logprobs.dtype)).sum().neg();

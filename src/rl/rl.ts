@@ -125,7 +125,11 @@ export async function rl(options: RlOptions): Promise<RlResult> {
     if (options.overlap && step < options.steps) next = Promise.resolve(await rollout(step + 1));
     const before = policy.version;
     const trained = await policy.step(batch);
-    if (!options.overlap && step < options.steps) next = rollout(step + 1);
+    if (!options.overlap && step < options.steps) {
+      next = rollout(step + 1);
+      // awaited next step; an evaluation or a callback that throws first must not leave it unhandled
+      next.catch(() => {});
+    }
     const stats: RlStepStats = {
       step,
       reward: rewards.reduce((a, b) => a + b, 0) / rewards.length,

@@ -4,6 +4,7 @@
  * training batch GRPO steps on: each completion after its prompt, the completion's tokens the only targets.
  */
 import type { BatchObjective, GenerateOptions, Tokenizer, TrainingBatch } from '../models/index.ts';
+import { InvalidArgumentError } from '../errors.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
 import { grpoLoss, type GrpoOptions, tokenLogprobs } from './grpo.ts';
 
@@ -46,6 +47,8 @@ export async function generateRollouts(
 ): Promise<Rollout[]> {
   const stop = tokenizer.encode(options.terminator);
   const encoded = prompts.map((p) => tokenizer.encode(p));
+  const empty = prompts.findIndex((_, i) => encoded[i].length === 0);
+  if (empty >= 0) throw new InvalidArgumentError(`prompt ${JSON.stringify(prompts[empty])} has no tokens: a completion needs a prompt to follow`);
   const rows = prompts.flatMap((_, g) => Array.from({ length: groupSize }, () => g));
   const logprobs: number[][] = rows.map(() => []);
   const { tokens } = await policy.generateBatch(rows.map((g) => encoded[g]), {

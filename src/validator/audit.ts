@@ -76,7 +76,7 @@ export interface AuditVerdict extends Verdict {
  */
 export function auditKey(req: Pick<AuditRequest, 'record' | 'commit' | 'config' | 'adapter' | 'sent' | 'base'>): string {
   const h = createHash('sha256').update(recordId(req.record));
-  h.update(`\n${jobConfigHash(req.config, req.adapter, req.base?.hash)}\n${(req.sent ?? []).join(',')}`);
+  h.update(`\n${jobConfigHash(req.config, req.adapter, req.base)}\n${req.base?.name ?? ''}\n${(req.sent ?? []).join(',')}`);
   if (req.commit) h.update(`\n${req.commit.chunks.join(',')}\n${req.commit.checks.map(recordId).join(',')}`);
   return `audit:${h.digest('hex')}`;
 }
@@ -116,7 +116,7 @@ async function auditOnce(
   const cached = req.commit ? sections.get(sectionKey) : undefined;
   // what the user says about the job must be what the worker signed: a user cannot frame a worker with another config
   if (record.job !== req.jobId) throw new InvalidArgumentError(`the record is of job ${record.job}, not ${req.jobId}`);
-  if (record.config !== undefined && jobConfigHash(req.config, req.adapter, req.base?.hash) !== record.config) {
+  if (record.config !== undefined && jobConfigHash(req.config, req.adapter, req.base) !== record.config) {
     throw new InvalidArgumentError('the config (and adapter) sent with the audit is not the one the worker was given');
   }
   // only a re-execution that ran moves the worker's score: a worker out of reach, a record it no longer keeps
@@ -209,7 +209,8 @@ async function auditOnce(
       try {
         manifest = await baseManifest(node, worker, req.base);
       } catch (err) {
-        return finish({ ok: false, reason: `it did not hand over the manifest of model ${req.base.name}: ${(err as Error).message}` }, true);
+        // it handed over its bundle and signed the base: a host of that model that will not show what the model is fails
+        return finish({ ok: false, reason: `it did not hand over the manifest of model ${req.base.name}, its base: ${(err as Error).message}` });
       }
       const mismatch = baseMismatch(manifest, req.base, req.config, record.stage, bundle.weights);
       if (mismatch) return finish({ ok: false, reason: mismatch });

@@ -11,7 +11,7 @@ import type { Libp2p } from '@libp2p/interface';
 import { VerificationError } from '../errors.ts';
 import { configFromHF, createModel } from '../models/index.ts';
 import {
-  type ManifestEntry, manifestHash, modelHashOf, parseEndsManifestPage, type PeerTarget, request,
+  CHUNK_BYTES, type ManifestEntry, manifestHash, modelHashOf, parseEndsManifestPage, type PeerRecord, type PeerTarget, request,
 } from '../p2p/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 
@@ -27,38 +27,49 @@ interface Manifest {
   weights: Map<string, ManifestEntry>;
 }
 
-/** Manifests by model hash (they never change: a hash names one model), the most recent MAX_MANIFESTS. */
-const manifests = new Map<string, Promise<Manifest>>();
+/** Manifests by model hash, each verified against it (a hash names one model), the most recent MAX_MANIFESTS. */
+const manifests = new Map<string, Manifest>();
 const MAX_MANIFESTS = 16;
-/** Pages of a manifest read at most (10,000 weights a page at most). */
-const MAX_PAGES = 1_000;
+/** Pages of a manifest read at most (each at most a control frame), and weights listed at most. */
+const MAX_PAGES = 64;
+const MAX_WEIGHTS = 100_000;
 
-/** The manifest of model `base`, from `host`, taken only if it hashes to the model's name. */
-export function baseManifest(node: Libp2p, host: PeerTarget, base: JobBase): Promise<Manifest> {
-  let known = manifests.get(base.hash);
-  if (!known) {
-    known = fetchManifest(node, host, base);
-    // a manifest that could not be read is asked for again next time (of a host that may answer)
-    known.catch(() => manifests.delete(base.hash));
-    manifests.set(base.hash, known);
-    if (manifests.size > MAX_MANIFESTS) manifests.delete(manifests.keys().next().value!);
-  }
-  return known;
+/**
+ * The manifest of model `base`, from `host`, taken only if it hashes to the model's name and lists its chunks at the
+ * project's CHUNK_BYTES (a host cannot make honest hosts' weights look wrong by another chunking). Only a verified one
+ * is kept for the audits after it.
+ */
+export async function baseManifest(node: Libp2p, host: PeerTarget, base: JobBase): Promise<Manifest> {
+  const known = manifests.get(base.hash);
+  if (known) return known;
+  const manifest = await fetchManifest(node, host, base);
+  manifests.set(base.hash, manifest);
+  if (manifests.size > MAX_MANIFESTS) manifests.delete(manifests.keys().next().value!);
+  return manifest;
 }
 
 async function fetchManifest(node: Libp2p, host: PeerTarget, base: JobBase): Promise<Manifest> {
   const weights: ManifestEntry[] = [];
   let first: ReturnType<typeof parseEndsManifestPage> | null = null;
   for (let page: number | undefined = 0, pages = 0; page !== undefined; pages++) {
-    if (pages >= MAX_PAGES) throw new VerificationError(`the manifest of ${base.name} runs past ${MAX_PAGES} pages`);
+    if (pages >= MAX_PAGES || weights.length > MAX_WEIGHTS) throw new VerificationError(`the manifest of ${base.name} runs past ${MAX_PAGES} pages`);
     const answer = parseEndsManifestPage(await request(node, host, { type: 'ends-manifest', model: base.name, hash: base.hash, page }));
+    if (answer.chunkBytes !== CHUNK_BYTES) throw new VerificationError(`the manifest lists chunks of ${answer.chunkBytes} bytes, not ${CHUNK_BYTES}`);
     first ??= answer;
     weights.push(...answer.weights);
     page = answer.next;
   }
   const got = modelHashOf(manifestHash(weights), first!.files);
   if (got !== base.hash) throw new VerificationError(`the manifest handed over hashes to ${got.slice(0, 12)}…, not model ${base.hash.slice(0, 12)}…`);
-  return { chunkBytes: first!.chunkBytes, weights: new Map(weights.map((w) => [w.name, w])) };
+  return { chunkBytes: CHUNK_BYTES, weights: new Map(weights.map((w) => [w.name, w])) };
+}
+
+/**
+ * The name `worker` hosts model `hash` under, from its own announcement in the registry (not the user's word: the host
+ * answers for a model by the name it serves it as), or null when it announces no such span.
+ */
+export function hostedName(peers: readonly PeerRecord[], worker: string, hash: string): string | null {
+  return peers.find((p) => p.peerId === worker)?.hosts?.find((h) => h.hash === hash)?.name ?? null;
 }
 
 /** The sha256 of each `chunkBytes` piece of a float32 tensor's bytes, as a manifest lists them. */

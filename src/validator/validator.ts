@@ -6,6 +6,7 @@ import {
 } from '../p2p/index.ts';
 import { type RelayLimits, ValidatorRelayGate } from './relay-gate.ts';
 import { modelIndex } from './hosted-models.ts';
+import { hostedName } from './base-check.ts';
 import { EventLog, JobBoard } from './overview.ts';
 import { parseRecord, Reputation, type Standing } from '../verify/index.ts';
 import { audit, auditKey, type AuditVerdict } from './audit.ts';
@@ -168,6 +169,15 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       const { commit, ...request } = parseAuditMessage(m);
       const record = parseRecord(request.record);
       const worker = request.worker;
+      if (request.base) {
+        // the model's name as the worker announced its span (it answers for the model by that name), not the user's
+        const name = hostedName(peers(), worker.peerId, request.base.hash);
+        if (name === null) {
+          const reason = `${worker.peerId} announces no span of model ${request.base.hash.slice(0, 12)}…: its base cannot be checked`;
+          return { type: 'audit-result', ok: false, inconclusive: true, reason, peer: worker.peerId };
+        }
+        request.base = { ...request.base, name };
+      }
       const checks = commit ? { commit: { ...commit, checks: commit.checks.map(parseRecord) } } : {};
       // re-executions take CPU and memory: a few at a time, a bounded queue; a replayed request is answered from its first run
       const full = { ...request, record, ...checks };

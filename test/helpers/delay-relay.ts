@@ -129,8 +129,11 @@ export async function startDelayRelay(options: DelayRelayOptions): Promise<Delay
   const target = targetPort > 0 ? Promise.resolve(targetPort) : new Promise<number>((resolve) => (setTarget = resolve));
   const server = createServer({ allowHalfOpen: true, noDelay: true }, async (client) => {
     track(client);
-    // (a client's bytes wait in its socket, not read, until there is somewhere to send them)
+    // (a client's bytes wait in its socket, not read, until there is somewhere to send them; a reset before is its end)
+    const early = () => client.destroy();
+    client.on('error', early);
     const port = await target;
+    client.off('error', early);
     if (client.destroyed) return;
     const upstream = connect({ host: targetHost, port, allowHalfOpen: true, noDelay: true });
     track(upstream);

@@ -91,7 +91,10 @@ describe('the simulation against real processes, at 6 peers', () => {
         const host = await startNode(['worker', '--bootstrap', boot, '--backend', 'js', '--models', dir, '--host-auto', '--rebalance', '0',
           '--memory', String(memory), '--announce', `/ip4/127.0.0.1/tcp/${relay.port}`]);
         nodes.push(host);
-        relay.setTarget(Number(/\/tcp\/(\d+)/.exec(host.addrs.find((a) => a.includes('/tcp/') && !a.includes('/ws'))!)![1]));
+        // its own listening port (not the relay's, which it announces too)
+        const own = host.addrs.map((a) => /^\/ip4\/127\.0\.0\.1\/tcp\/(\d+)\/p2p\//.exec(a))
+          .find((m) => m !== null && Number(m[1]) !== relay.port);
+        relay.setTarget(Number(own![1]));
         joined.push(host.peerId);
         // the next joins once this one is in the index: each sees the spans of those before it, as in the simulation
         await waitFor(`host ${joined.length} in the index`, async () =>

@@ -101,6 +101,8 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
       await pullEnds(access.node, validatorTarget(access.bootstrap), model, ends);
       dir = ends;
     }
+    const tokenizer = loadTokenizer(dir);
+    if (!tokenizer) throw new UsageError(`${model}: no tokenizer (tokenizer.json) to write the prompts with`);
     const lora = adapterFlag ? loraOf(adapterFlag) : hosted ? loraOf('lora:r=8,alpha=16') : null;
     const verify = verifyFlags(flags);
     dm = await distribute(access.node, access.bootstrap, dir, {
@@ -112,8 +114,6 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
       ? `  a LoRA adapter (r ${lora!.r}) over ${model} as its hosts serve it: they hold its factors, step them and generate the rollouts`
       : `  a private job${lora ? ` training a LoRA adapter (r ${lora.r})` : ''}: the workers generate the rollouts and train`);
     const trainer = await dm.trainer({ optimizer: { lr }, totalSteps: steps, warmupSteps: 0, microBatches });
-    const tokenizer = loadTokenizer(dir);
-    if (!tokenizer) throw new UsageError(`${model}: no tokenizer (tokenizer.json) to write the prompts with`);
     const policy: Policy = jobPolicy(dm, trainer, tokenizer);
     const result = await rl({ ...options, policy, onStep });
     const verification = await dm.settle();
@@ -123,8 +123,14 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
     }
     out.result({ task: task.name, where: hosted ? `hosted ${model}` : 'a private job', jobId: dm.jobId, ...result, verification }, summary(result));
   } finally {
-    await dm?.close();
-    await access.close();
-    if (ends) rmSync(ends, { recursive: true, force: true });
+    try {
+      await dm?.close();
+    } finally {
+      try {
+        await access.close();
+      } finally {
+        if (ends) rmSync(ends, { recursive: true, force: true });
+      }
+    }
   }
 }

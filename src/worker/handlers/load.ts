@@ -172,7 +172,8 @@ function startLoading(
   for (const v of request.verifiers) job.verifiers.add(v);
   job.loading = {
     model, targets, packed: new Map(), listed: new Map(), waiting: new Map(), received: 0, reused: 0, upstream: request.upstream,
-    range: request.section, configHash: jobConfigHash(request.config, request.adapter, request.base), ...extra,
+    range: request.section, configHash: jobConfigHash(request.config, request.adapter, request.base ? { hash: request.base, format: request.format ?? 'f32' } : undefined),
+    ...extra,
   };
   bindToStream();
   return control('loading', { weights: targets.size });

@@ -149,8 +149,8 @@ export interface WireAdapter {
  * audit re-runs what the worker was given; and with the hosted model its base is, for a job over one, so that an
  * audit checks the base the worker was told to compute with).
  */
-export function jobConfigHash(config: Record<string, unknown>, adapter?: WireAdapter, base?: string): string {
-  const named = { ...config, ...(adapter ? { lora_adapter: adapter } : {}), ...(base ? { hosted_base: base } : {}) };
+export function jobConfigHash(config: Record<string, unknown>, adapter?: WireAdapter, base?: { hash: string; format: string }): string {
+  const named = { ...config, ...(adapter ? { lora_adapter: adapter } : {}), ...(base ? { hosted_base: `${base.hash}:${base.format}` } : {}) };
   return sha256(new TextEncoder().encode(JSON.stringify(named)));
 }
 
