@@ -44,7 +44,7 @@ export function localPolicy(
 
 /** A distributed job as a policy: its generation across its workers, its trainer's steps. */
 export function jobPolicy(
-  job: Pick<DistributedModel, 'generateBatch'>, trainer: { step(batch: TrainingBatch): Promise<StepResult>; readonly stepCount: number },
+  job: Pick<DistributedModel, 'generateBatch'> & Partial<Pick<DistributedModel, 'annotateProgress'>>, trainer: { step(batch: TrainingBatch): Promise<StepResult>; readonly stepCount: number },
   tokenizer: Tokenizer,
 ): Policy {
   return {
@@ -54,5 +54,6 @@ export function jobPolicy(
     },
     generateBatch: (prompts, o) => job.generateBatch(prompts, o),
     step: (batch) => trainer.step(batch),
+    annotate: (figures) => job.annotateProgress?.(figures),
   };
 }

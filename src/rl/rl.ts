@@ -19,6 +19,8 @@ export interface Policy extends RolloutGenerator {
   step(batch: TrainingBatch): Promise<StepResult>;
   /** Optimizer steps taken. */
   readonly version: number;
+  /** Figures to show beside the next step (a job's dashboard: the rollouts' mean reward, held-out accuracy). */
+  annotate?(figures: { reward?: number; accuracy?: number }): void;
   /** The reference policy's log-probabilities of `picked` [N, T] after `input` [N, T], flat (for a KL term, β > 0). */
   referenceLogprobs?(input: Tensor, picked: Tensor): Promise<Float32Array | Float64Array>;
 }
@@ -124,6 +126,9 @@ export async function rl(options: RlOptions): Promise<RlResult> {
     // overlapped: the next step's rollouts are drawn from the policy as it is now, before this step's update
     if (options.overlap && step < options.steps) next = Promise.resolve(await rollout(step + 1));
     const before = policy.version;
+    const reward = rewards.reduce((a, b) => a + b, 0) / rewards.length;
+    const accuracy = result.steps.findLast((s) => s.accuracy !== undefined)?.accuracy ?? result.accuracyBefore;
+    policy.annotate?.({ reward, ...(accuracy === undefined ? {} : { accuracy }) });
     const trained = await policy.step(batch);
     if (!options.overlap && step < options.steps) {
       next = rollout(step + 1);
@@ -132,7 +137,7 @@ export async function rl(options: RlOptions): Promise<RlResult> {
     }
     const stats: RlStepStats = {
       step,
-      reward: rewards.reduce((a, b) => a + b, 0) / rewards.length,
+      reward,
       solved: rewards.filter((r) => r === 1).length / rewards.length,
       loss: trained.loss,
       clipped: batch.seen.clipped / Math.max(1, batch.seen.tokens),

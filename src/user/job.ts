@@ -47,6 +47,8 @@ export interface DistributedModel {
   logits(ids: Tensor): Promise<Tensor>;
   /** Sets up training on the workers (their AdamW, the reductions among replicas, verification) and returns the trainer. */
   trainer(options: DistributedTrainerOptions): Promise<JobTrainer>;
+  /** Reinforcement learning's figures for the dashboard, carried by the next training step's report (the job shows as 'rl'). */
+  annotateProgress(figures: { reward?: number; accuracy?: number }): void;
   /** AdamW's state of every parameter that has taken a step, from its first holder: for checkpoints. */
   optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>>;
   /** Gives every holder (replicas too) its parameters' optimizer state: resuming from a checkpoint. */
@@ -247,6 +249,10 @@ export class DistributedJob implements DistributedModel {
 
   logits(ids: Tensor): Promise<Tensor> {
     return this.sessions.logits(ids);
+  }
+
+  annotateProgress(figures: { reward?: number; accuracy?: number }): void {
+    this.progress?.annotate(figures);
   }
 
   trainer(options: DistributedTrainerOptions): Promise<JobTrainer> {

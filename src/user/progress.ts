@@ -31,12 +31,27 @@ export class ProgressReporter {
     private readonly model?: string,
   ) {}
 
+  /** Reinforcement learning's figures, shown with the training steps from now on (the job shows as 'rl'). */
+  private learning: { reward?: number; accuracy?: number } | null = null;
+
+  /** The figures of reinforcement learning the next training step's report carries: its rollouts' mean reward, held-out accuracy. */
+  annotate(figures: { reward?: number; accuracy?: number }): void {
+    this.learning = { ...this.learning, ...figures };
+  }
+
   /** A training step: its loss, tokens, wall time and each section's busy seconds (per copy). */
   trained(step: number, loss: number, tokens: number, seconds: number, busy: number[][]): void {
     this.tokens += tokens;
+    const finite = (v: number | undefined) => v !== undefined && Number.isFinite(v);
+    const rl = this.learning === null
+      ? {}
+      : {
+          ...(finite(this.learning.reward) ? { reward: this.learning.reward } : {}),
+          ...(finite(this.learning.accuracy) ? { accuracy: this.learning.accuracy } : {}),
+        };
     // a loss that diverged is left out (JSON has no NaN or Infinity): the job stays on show, without a loss
     this.send({
-      kind: 'train', state: 'running', step, ...(Number.isFinite(loss) ? { loss } : {}), tokens: this.tokens,
+      kind: this.learning === null ? 'train' : 'rl', ...rl, state: 'running', step, ...(Number.isFinite(loss) ? { loss } : {}), tokens: this.tokens,
       tokensPerSecond: seconds > 0 ? tokens / seconds : 0, stageSeconds: busy.map((copies) => Math.max(0, ...copies)),
     });
   }

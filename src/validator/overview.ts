@@ -35,6 +35,7 @@ export class JobBoard {
     if (!last || p.step !== last.step) {
       const point: JobPoint = { step: p.step, at: now, tokensPerSecond: p.tokensPerSecond };
       if (p.loss !== undefined) point.loss = p.loss;
+      if (p.reward !== undefined) point.reward = p.reward;
       history.push(point);
       if (history.length > OVERVIEW_LIMITS.history) thin(history);
     }

@@ -11,12 +11,14 @@ import { InvalidArgumentError, VerificationError } from '../../src/errors.ts';
 import {
   adaptModel, byteLevelTokenizerJson, createModel, HFTokenizer, llamaConfig, loadModel, type LoraConfig, saveModel,
 } from '../../src/models/index.ts';
-import { createNode } from '../../src/p2p/index.ts';
+import { multiaddr } from '@multiformats/multiaddr';
+import { createNode, parseOverview, request } from '../../src/p2p/index.ts';
 import { jobPolicy, loadTask, localPolicy, rl, type RlTask, rlTaskByName } from '../../src/rl/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
 import { distribute } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { parseFault, parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
+import { waitFor } from '../helpers/processes.ts';
 
 const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
 const config = llamaConfig({ vocabSize: 257, hidden: 32, layers: 3, heads: 4, kvHeads: 2, intermediate: 64, maxPositions: 32 });
@@ -99,6 +101,14 @@ describe('GRPO\'s loop', () => {
           assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
           assert.deepEqual(swarm.steps.map((s) => s.stale), swarm.steps.map((s) => (overlap && s.step > 1 ? 1 : 0)));
           assert.deepEqual(seen, Array.from({ length: STEPS }, (_, i) => [i + 1, i + 1, i + 1]));
+          // the validator's dashboard shows the job as reinforcement learning, its last step's reward beside the loss
+          const last = swarm.steps.at(-1)!;
+          const { value: shown } = await waitFor('the job on the dashboard', async () => {
+            const jobs = parseOverview(await request(user, multiaddr(boot), { type: 'overview' })).jobs;
+            return jobs.find((j) => j.jobId === dm.jobId && j.step === STEPS && j.reward === last.reward);
+          }, 10_000);
+          assert.equal(shown.kind, 'rl');
+          assert.equal(shown.loss, last.loss);
           const summary = await dm.settle();
           assert.ok(summary && summary.checked > 0 && summary.failed === 0, JSON.stringify(summary));
           process.stderr.write(`${overlap ? 'overlapped' : 'on-policy'}: rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} on both; `

@@ -108,13 +108,15 @@ function Job({ job }: { job: JobView }) {
   return (
     <article class={`job ${job.state}`} data-job={job.jobId} data-kind={job.kind}>
       <header>
-        <strong>{job.kind === 'train' ? 'training' : 'generation'}</strong> {job.model ? <em>{job.model}</em> : null}
+        <strong>{job.kind === 'train' ? 'training' : job.kind === 'rl' ? 'reinforcement learning' : 'generation'}</strong> {job.model ? <em>{job.model}</em> : null}
         <span class="mono dim"> job {job.jobId.slice(0, 8)} · user {short(job.owner)}</span>
         <span class={`state ${job.state}`}>{job.state}</span>
       </header>
       <dl class="figures">
-        <div><dt>{job.kind === 'train' ? 'step' : 'calls'}</dt><dd data-field="step">{job.step}</dd></div>
+        <div><dt>{job.kind === 'generate' ? 'calls' : 'step'}</dt><dd data-field="step">{job.step}</dd></div>
         {job.loss !== undefined && <div><dt>loss</dt><dd data-field="loss">{fixed(job.loss, 4)}</dd></div>}
+        {job.reward !== undefined && <div><dt>reward</dt><dd data-field="reward">{fixed(job.reward, 3)}</dd></div>}
+        {job.accuracy !== undefined && <div><dt>held-out</dt><dd data-field="accuracy">{(100 * job.accuracy).toFixed(1)}%</dd></div>}
         <div><dt>tokens/s</dt><dd data-field="tokens-per-second">{job.tokensPerSecond.toFixed(0)}</dd></div>
         <div><dt>tokens</dt><dd>{job.tokens.toLocaleString()}</dd></div>
       </dl>
@@ -138,6 +140,7 @@ function Job({ job }: { job: JobView }) {
       </table>
       <div class="charts">
         {job.kind === 'train' && <Chart label="loss" xs={xs} ys={job.history.map((p) => p.loss ?? null)} color="#f0b429" testId="loss-chart" />}
+        {job.kind === 'rl' && <Chart label="reward" xs={xs} ys={job.history.map((p) => p.reward ?? null)} color="#f0b429" testId="reward-chart" />}
         <Chart label="tokens / s" xs={xs} ys={job.history.map((p) => p.tokensPerSecond)} color="#3ebd93" testId="speed-chart" />
       </div>
     </article>

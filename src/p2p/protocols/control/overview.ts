@@ -41,7 +41,8 @@ export const OVERVIEW_LIMITS = {
 /** A job as its user reports it after each step (training) or call (generation). */
 export interface JobProgress {
   jobId: string;
-  kind: 'train' | 'generate';
+  /** 'rl': training by reinforcement (GRPO), with the rollouts' reward beside the loss. */
+  kind: 'train' | 'generate' | 'rl';
   state: 'running' | 'closed';
   model?: string;
   /** The plan: which workers hold which layers (one entry per section, its replicas or redundant copies together). */
@@ -50,6 +51,9 @@ export interface JobProgress {
   step: number;
   /** The last training step's loss. */
   loss?: number;
+  /** Reinforcement learning: the last step's mean reward of its rollouts, and the last held-out accuracy (0–1). */
+  reward?: number;
+  accuracy?: number;
   /** Tokens processed so far (trained on, or generated). */
   tokens: number;
   /** Over the last step or call. */
@@ -63,6 +67,7 @@ export interface JobPoint {
   step: number;
   at: number;
   loss?: number;
+  reward?: number;
   tokensPerSecond: number;
 }
 
@@ -115,15 +120,19 @@ export function parseJobProgress(v: unknown): JobProgress {
     return { start, end, peers: list(o.peers, `${what}.peers`, OVERVIEW_LIMITS.peersPerStage, (p, w) => peerIdText(p, w)) };
   });
   const loss = optional(m.loss, (x) => finite(x, 'job-progress.loss', -1e9, 1e9));
+  const reward = optional(m.reward, (x) => finite(x, 'job-progress.reward', -1e9, 1e9));
+  const accuracy = optional(m.accuracy, (x) => finite(x, 'job-progress.accuracy', 0, 1));
   const model = optional(m.model, (x) => str(x, 'job-progress.model', OVERVIEW_LIMITS.name));
   return {
     jobId: parseJobId(m.jobId),
-    kind: oneOf(m.kind, 'job-progress.kind', ['train', 'generate'] as const),
+    kind: oneOf(m.kind, 'job-progress.kind', ['train', 'generate', 'rl'] as const),
     state: oneOf(m.state, 'job-progress.state', ['running', 'closed'] as const),
     ...(model === undefined ? {} : { model }),
     stages,
     step: int(m.step, 'job-progress.step'),
     ...(loss === undefined ? {} : { loss }),
+    ...(reward === undefined ? {} : { reward }),
+    ...(accuracy === undefined ? {} : { accuracy }),
     tokens: int(m.tokens, 'job-progress.tokens'),
     tokensPerSecond: finite(m.tokensPerSecond, 'job-progress.tokensPerSecond', 0, 1e12),
     stageSeconds: list(m.stageSeconds, 'job-progress.stageSeconds', OVERVIEW_LIMITS.stages, (x, w) => finite(x, w, 0, 1e9)),
@@ -140,8 +149,10 @@ function parseJobView(v: unknown, what: string): JobView {
     history: list(o.history, `${what}.history`, OVERVIEW_LIMITS.history, (p, w) => {
       const q = obj(p, w);
       const loss = optional(q.loss, (x) => finite(x, `${w}.loss`, -1e9, 1e9));
+      const reward = optional(q.reward, (x) => finite(x, `${w}.reward`, -1e9, 1e9));
       return {
         step: int(q.step, `${w}.step`), at: finite(q.at, `${w}.at`), ...(loss === undefined ? {} : { loss }),
+        ...(reward === undefined ? {} : { reward }),
         tokensPerSecond: finite(q.tokensPerSecond, `${w}.tokensPerSecond`, 0, 1e12),
       };
     }),
