@@ -1,8 +1,12 @@
 /**
- * `npm run bench -- --only rl` (opt-in): GRPO on 2-digit addition. A GPT-2 shaped model (the demo's: 4 blocks, 64
- * wide) is trained with cross-entropy to a weak start (250 steps of 64 sums), then by GRPO alone (rewards 1 for the
- * exact sum, 0 else; 32 prompts × 8 completions a step, 60 steps): in this process, and as a private job over three
- * worker processes (their rollouts generated across them). Held-out exact match (500 sums, greedy) every 10 steps; the
+ * `npm run bench -- --only rl` (opt-in): GRPO on 2-digit addition (rewards 1 for the exact sum, 0 else; 32 prompts × 8
+ * completions a step, 60 steps), from weak starts trained with cross-entropy:
+ * - a GPT-2 shaped model (the demo's: 4 blocks, 64 wide; 250 steps of 64 sums), every weight trained: in this process,
+ *   and as a private job over three worker processes (their rollouts generated across them);
+ * - a small Llama (4 blocks, 64 wide; 230 steps), a LoRA adapter (r 8, every projection) trained: in this process, and
+ *   over three host processes that serve the Llama for everyone (`worker --host`), which hold the adapter, step it and
+ *   generate the rollouts with it.
+ * Held-out exact match (500 sums, greedy) every 10 steps; the
  * curves as an SVG (bench/out/rl.svg; `node scripts/svg-to-png.mjs bench/out/rl.svg docs/rl.png` renders the
  * README's). `--quick`: 20 steps.
  */
@@ -10,7 +14,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { additionTask, taskBatch } from '../src/data/index.ts';
-import { byteLevelTokenizerJson, createModel, gpt2Config, HFTokenizer, loadModel, LocalTrainer, saveModel } from '../src/models/index.ts';
+import {
+  adaptModel, byteLevelTokenizerJson, type CausalLM, createModel, gpt2Config, HFTokenizer, llamaConfig, loadModel, LocalTrainer, saveModel,
+} from '../src/models/index.ts';
 import { createNode } from '../src/p2p/index.ts';
 import { jobPolicy, localPolicy, rl, type RlResult, rlTaskByName } from '../src/rl/index.ts';
 import { Generator } from '../src/tensor/index.ts';
@@ -20,27 +26,31 @@ import type { Row } from './gemm.ts';
 
 const SFT_STEPS = 250;
 const LR = 5e-4;
+/** The Llama's weak start, and its adapter's learning rate (a Llama of this size diverges at the GPT-2's 6e-3). */
+const LLAMA_SFT_STEPS = 230;
+const LLAMA_LR = 3e-3;
+const LORA = { r: 8, alpha: 16, targets: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], seed: 3 };
 const GRPO = { prompts: 32, groupSize: 8, preset: 'grpo' as const, grpo: { beta: 0 }, evalEvery: 10, evalSize: 500, seed: 1 };
 
 /** Two panels (held-out exact match, mean reward) over steps, a line for each run. */
 function curvesSvg(runs: { label: string; colour: string; result: RlResult }[], steps: number): string {
   const [w, h, left, top] = [900, 220, 60, 40];
-  const x = (s: number) => left + (s / steps) * (w - left - 200);
+  const x = (s: number) => left + (s / steps) * (w - left - 230);
   const parts: string[] = [];
   const panel = (at: number, title: string, pick: (r: RlResult) => [number, number][]) => {
     const y = (v: number) => at + h - v * h;
     parts.push(`<text x="${left}" y="${at - 10}" font-size="15" font-weight="bold">${title}</text>`);
-    parts.push(`<rect x="${left}" y="${at}" width="${w - left - 200}" height="${h}" fill="none" stroke="#999"/>`);
+    parts.push(`<rect x="${left}" y="${at}" width="${w - left - 230}" height="${h}" fill="none" stroke="#999"/>`);
     for (const v of [0, 0.25, 0.5, 0.75, 1]) {
       parts.push(`<text x="${left - 6}" y="${y(v) + 4}" font-size="11" text-anchor="end">${100 * v}%</text>`);
-      parts.push(`<line x1="${left}" x2="${w - 200}" y1="${y(v)}" y2="${y(v)}" stroke="#eee"/>`);
+      parts.push(`<line x1="${left}" x2="${w - 230}" y1="${y(v)}" y2="${y(v)}" stroke="#eee"/>`);
     }
     for (let s = 0; s <= steps; s += 10) parts.push(`<text x="${x(s)}" y="${at + h + 14}" font-size="11" text-anchor="middle">${s}</text>`);
     runs.forEach((r, i) => {
       const d = pick(r.result).map(([s, v], j) => `${j ? 'L' : 'M'}${x(s).toFixed(1)},${y(v).toFixed(1)}`).join(' ');
       parts.push(`<path d="${d}" fill="none" stroke="${r.colour}" stroke-width="2"/>`);
-      parts.push(`<rect x="${w - 185}" y="${at + 8 + 18 * i}" width="12" height="3" fill="${r.colour}"/>`);
-      parts.push(`<text x="${w - 168}" y="${at + 13 + 18 * i}" font-size="12">${r.label}</text>`);
+      parts.push(`<rect x="${w - 215}" y="${at + 8 + 18 * i}" width="12" height="3" fill="${r.colour}"/>`);
+      parts.push(`<text x="${w - 198}" y="${at + 13 + 18 * i}" font-size="12">${r.label}</text>`);
     });
   };
   panel(top, 'Held-out exact match (500 sums, greedy)', (r) => [[0, r.accuracyBefore ?? 0], ...r.steps.flatMap((s) => (s.accuracy === undefined ? [] : [[s.step, s.accuracy] as [number, number]]))]);
@@ -56,15 +66,20 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
   const running: Running[] = [];
   const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
   try {
-    // the weak start: cross-entropy on the sums for a few steps
-    const model = createModel(gpt2Config({ vocabSize: 257, hidden: 64, layers: 4, heads: 4, maxPositions: 32 }), { seed: 1 });
-    model.tokenizer = tok;
-    const sft = new LocalTrainer(model, { lr: 6e-3, totalSteps: 600 });
-    const rng = new Generator(2);
-    const sums = additionTask({ seed: 1, padded: true });
-    for (let s = 0; s < SFT_STEPS; s++) sft.step(taskBatch(sums, tok, rng, 64, tok.eosTokenId ?? 0));
-    const start = join(dir, 'start');
-    await saveModel(model, start);
+    // the weak starts: cross-entropy on the sums for a few steps
+    const weakStart = async (model: CausalLM, lr: number, steps: number, name: string) => {
+      model.tokenizer = tok;
+      const sft = new LocalTrainer(model, { lr, totalSteps: 600 });
+      const rng = new Generator(2);
+      const sums = additionTask({ seed: 1, padded: true });
+      for (let s = 0; s < steps; s++) sft.step(taskBatch(sums, tok, rng, 64, tok.eosTokenId ?? 0));
+      const path = join(dir, name);
+      await saveModel(model, path);
+      return path;
+    };
+    const start = await weakStart(createModel(gpt2Config({ vocabSize: 257, hidden: 64, layers: 4, heads: 4, maxPositions: 32 }), { seed: 1 }), 6e-3, SFT_STEPS, 'start');
+    const llamaConfigOf = llamaConfig({ vocabSize: 257, hidden: 64, layers: 4, heads: 4, kvHeads: 2, intermediate: 128, maxPositions: 32 });
+    const llama = await weakStart(createModel(llamaConfigOf, { seed: 1 }), LLAMA_LR, LLAMA_SFT_STEPS, 'adder');
     const task = rlTaskByName('addition', 1);
 
     const t0 = performance.now();
@@ -97,11 +112,45 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
       await node.stop();
     }
     const swarmSeconds = (performance.now() - t1) / 1000;
+
+    // the Llama and its adapter: in this process, then over three hosts serving it for everyone
+    const local = await loadModel(llama);
+    adaptModel(local, LORA, { seed: LORA.seed });
+    const t2 = performance.now();
+    const llamaAlone = await rl({
+      ...GRPO, task, steps, policy: localPolicy(local, { lr: LLAMA_LR, totalSteps: steps, warmupSteps: 0, microBatches: 2 }),
+      onStep: (s) => s.accuracy !== undefined && log(`  Llama + LoRA, one process, step ${s.step}: reward ${s.reward.toFixed(3)}, held-out ${(100 * s.accuracy).toFixed(1)}%`),
+    });
+    const llamaAloneSeconds = (performance.now() - t2) / 1000;
+    for (const span of ['0-1', '2-2', '3-3']) running.push(await startNode(['worker', '--bootstrap', validator.addrs[0], '--threads', '1', '--host', `adder=${llama}:${span}`]));
+    const user = await createNode();
+    const t3 = performance.now();
+    let hosted: RlResult;
+    try {
+      const dm = await distribute(user, validator.addrs[0], llama, { training: true, hosted: 'adder', adapter: LORA, verify: { sampleRate: 0.02 } });
+      try {
+        log(`  Llama + LoRA over the hosts: ${dm.assignment.map((a) => `…${a.peerId.slice(-6)} layers ${a.start}–${a.end - 1}`).join(', ')}`);
+        const trainer = await dm.trainer({ optimizer: { lr: LLAMA_LR }, totalSteps: steps, warmupSteps: 0, microBatches: 2, schedule: '1f1b' });
+        hosted = await rl({
+          ...GRPO, task, steps, policy: jobPolicy(dm, trainer, tok),
+          onStep: (s) => s.accuracy !== undefined && log(`  Llama + LoRA, three hosts, step ${s.step}: reward ${s.reward.toFixed(3)}, held-out ${(100 * s.accuracy).toFixed(1)}%`),
+        });
+        const v = await dm.settle();
+        log(`  three hosts: ${v?.checked ?? 0} records re-run by the validator, ${v?.failed ?? 0} failed`);
+      } finally {
+        await dm.close();
+      }
+    } finally {
+      await user.stop();
+    }
+    const hostedSeconds = (performance.now() - t3) / 1000;
     if (out) {
       mkdirSync(dirname(out), { recursive: true });
       writeFileSync(out, curvesSvg([
-        { label: 'one process', colour: '#1f77b4', result: alone },
-        { label: 'three workers', colour: '#ff7f0e', result: swarm },
+        { label: 'GPT-2, one process', colour: '#1f77b4', result: alone },
+        { label: 'GPT-2, 3 workers', colour: '#ff7f0e', result: swarm },
+        { label: 'Llama+LoRA, one process', colour: '#2ca02c', result: llamaAlone },
+        { label: 'Llama+LoRA, 3 hosts', colour: '#d62728', result: hosted },
       ], steps));
       log(`  curves written to ${out}`);
     }
@@ -111,6 +160,9 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
       { section: 'rl', case: `GRPO on addition, one process: held-out exact match ${(100 * alone.accuracyBefore!).toFixed(1)}% → ${(100 * alone.accuracyAfter!).toFixed(1)}% in ${steps} steps (${aloneSeconds.toFixed(0)} s)`, value: pts(alone), unit: 'points', reference: 'target', referenceValue: 20, ratio: pts(alone) / 20, target: '≥ 20 points' },
       { section: 'rl', case: `the same over three worker processes: ${(100 * swarm.accuracyBefore!).toFixed(1)}% → ${(100 * swarm.accuracyAfter!).toFixed(1)}% (${swarmSeconds.toFixed(0)} s)`, value: pts(swarm), unit: 'points', reference: 'one process', referenceValue: pts(alone), ratio: pts(swarm) / pts(alone) },
       { section: 'rl', case: 'rollout tokens/s, three workers against one process', value: tps(swarm), unit: 'tok/s', reference: 'one process', referenceValue: tps(alone), ratio: tps(swarm) / tps(alone) },
+      { section: 'rl', case: `a Llama's LoRA, one process: ${(100 * llamaAlone.accuracyBefore!).toFixed(1)}% → ${(100 * llamaAlone.accuracyAfter!).toFixed(1)}% (${llamaAloneSeconds.toFixed(0)} s)`, value: pts(llamaAlone), unit: 'points', reference: 'target', referenceValue: 20, ratio: pts(llamaAlone) / 20, target: '≥ 20 points' },
+      { section: 'rl', case: `the same over three hosts of the Llama: ${(100 * hosted.accuracyBefore!).toFixed(1)}% → ${(100 * hosted.accuracyAfter!).toFixed(1)}% (${hostedSeconds.toFixed(0)} s)`, value: pts(hosted), unit: 'points', reference: 'target', referenceValue: 20, ratio: pts(hosted) / 20, target: '≥ 20 points' },
+      { section: 'rl', case: 'rollout tokens/s, three hosts against one process (Llama + LoRA)', value: tps(hosted), unit: 'tok/s', reference: 'one process', referenceValue: tps(llamaAlone), ratio: tps(hosted) / tps(llamaAlone) },
     ];
   } finally {
     for (const r of running) r.child.kill('SIGTERM');
