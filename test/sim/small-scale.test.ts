@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { multiaddr } from '@multiformats/multiaddr';
+import { peerIdFromString } from '@libp2p/peer-id';
 import { createModel, gpt2Config, llamaConfig, partHeldBytes, saveModel } from '../../src/models/index.ts';
 import { createNode } from '../../src/p2p/index.ts';
 import { layerCosts, measuredLinks } from '../../src/plan/index.ts';
@@ -80,7 +81,8 @@ describe('the simulation against real processes, at 6 peers', () => {
     const validator = await startNode(['validator', '--backend', 'js']);
     nodes.push(validator);
     const boot = validator.addrs[0];
-    const user = await createNode();
+    // a DHT client: no host finds this node in its routing table and dials it directly, past the host's relay
+    const user = await createNode({ dhtClient: true });
     const relays: DelayRelay[] = [];
     try {
       const joined: string[] = [];
@@ -117,23 +119,46 @@ describe('the simulation against real processes, at 6 peers', () => {
       assert.deepEqual(simulated, real);
       assert.ok(new Set(real).size >= 3, `the hosts spread over the model: ${real.join(', ')}`);
 
-      // routes: the hosts of the route the router takes when every round trip is alike are put 80 ms away, the others
-      // stay on the loopback; the user's router (pinging through the relays) takes the route the simulation takes as the
-      // best with those round trips (routeOver over the true ones)
+      // routes: a sixth host (`--host`, not placing itself) holds the last hop of the route the router takes when every
+      // round trip is alike once more, so that the route has another way. The hosts of that route are put 80 ms away,
+      // the others stay on the loopback; the user's router (pinging through the relays) takes the route the simulation
+      // takes as the best with those round trips (routeOver over the true ones), through the sixth host's copy
       const options = { tokens: 16, blockFlops: sectionCost(config, [1, 2]).flopsPerToken };
+      const ones = (ids: readonly string[]) => new Map(ids.map((id) => [id, 1]));
+      const before = routeOver(entry, peers, { ...options, rttMs: ones(joined) })!;
+      const [first, last] = before.at(-1)!.layers;
+      const relay = await startDelayRelay({ targetHost: '127.0.0.1', targetPort: 0, delayMs: 0 });
+      relays.push(relay);
+      const sixth = await startNode(['worker', '--bootstrap', boot, '--backend', 'js', '--host', `eight=${join(dir, 'eight')}:${first}-${last}`,
+        '--announce', `/ip4/127.0.0.1/tcp/${relay.port}`]);
+      nodes.push(sixth);
+      const own = sixth.addrs.map((a) => /^\/ip4\/127\.0\.0\.1\/tcp\/(\d+)\/p2p\//.exec(a))
+        .find((m) => m !== null && Number(m[1]) !== relay.port);
+      relay.setTarget(Number(own![1]));
+      joined.push(sixth.peerId);
+      real.push(`${first}-${last}`);
+      const { value: six } = await waitFor('the sixth host in the index', async () => {
+        const m = (await listModels(user, multiaddr(boot))).models[0];
+        return m?.hosts.length === 6 ? m : null;
+      }, 30_000);
+      const everyone = await listWorkers(user, multiaddr(boot));
       // the user reaches each host at its announced address only (a host's own listening ones are on this machine too)
       const announced = new Map(joined.map((id, i) => [id, `/ip4/127.0.0.1/tcp/${relays[i].port}/p2p/${id}`]));
-      const hosts = peers.filter((p) => announced.has(p.peerId)).map((p) => ({ ...p, addrs: [announced.get(p.peerId)!] }));
+      const hosts = everyone.filter((p) => announced.has(p.peerId)).map((p) => ({ ...p, addrs: [announced.get(p.peerId)!] }));
       const name = (id: string) => `${real[joined.indexOf(id)]} (host ${joined.indexOf(id) + 1})`;
-      const alike = routeOver(entry, peers, { ...options, rttMs: new Map(joined.map((id) => [id, 1])) })!.map((h) => h.peerId);
+      const alike = routeOver(six, everyone, { ...options, rttMs: ones(joined) })!.map((h) => h.peerId);
       const far = new Set(alike);
       joined.forEach((id, i) => relays[i].setDelay(far.has(id) ? 40 : 0));
       const trueRtts = new Map(joined.map((id) => [id, far.has(id) ? 80 : 1]));
-      const best = routeOver(entry, peers, { ...options, rttMs: trueRtts })!.map((h) => h.peerId);
-      const routed = (await measuredRoute(user, entry, hosts, hosts, options, 20_000))!.map((h) => h.peerId);
+      const best = routeOver(six, everyone, { ...options, rttMs: trueRtts })!.map((h) => h.peerId);
+      assert.notDeepEqual(best, alike, 'the round trips change the best route');
+      // a connection this node's DHT made to a host at start (its routing table's first fill) goes past the host's relay:
+      // closed, so that every ping goes by the announced address (the table is refilled minutes from now)
+      await Promise.all(joined.map((id) => user.hangUp(peerIdFromString(id))));
+      const routed = (await measuredRoute(user, six, hosts, hosts, options, 20_000))!.map((h) => h.peerId);
       assert.deepEqual(routed.map(name), best.map(name));
-      t.diagnostic(`both placed, in the order they joined: ${real.join(', ')}; with round trips alike the route is ${alike.map(name).join(' → ')}; `
-        + `those hosts 80 ms away, both route ${best.map(name).join(' → ')}`);
+      t.diagnostic(`both placed, in the order they joined: ${real.slice(0, 5).join(', ')}; a sixth host of ${first}-${last}; with round trips `
+        + `alike the route is ${alike.map(name).join(' → ')}; those hosts 80 ms away, both route ${best.map(name).join(' → ')}`);
     } finally {
       await user.stop();
       await Promise.all(relays.map((r) => r.close()));
