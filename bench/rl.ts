@@ -18,9 +18,9 @@ import {
   adaptModel, byteLevelTokenizerJson, type CausalLM, createModel, gpt2Config, HFTokenizer, llamaConfig, loadModel, LocalTrainer, saveModel,
 } from '../src/models/index.ts';
 import { createNode } from '../src/p2p/index.ts';
-import { jobPolicy, localPolicy, rl, type RlResult, rlTaskByName } from '../src/rl/index.ts';
+import { jobPolicy, localPolicy, rl, type RlResult, type RlStepStats, rlTaskByName } from '../src/rl/index.ts';
 import { Generator } from '../src/tensor/index.ts';
-import { distribute } from '../src/user/index.ts';
+import { distribute, type DistributeOptions } from '../src/user/index.ts';
 import { type Running, startNode } from '../test/helpers/processes.ts';
 import type { Row } from './gemm.ts';
 
@@ -66,6 +66,9 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
   const running: Running[] = [];
   const tok = new HFTokenizer(byteLevelTokenizerJson() as Record<string, unknown>);
   try {
+    const progress = (what: string) => (s: RlStepStats) => {
+      if (s.accuracy !== undefined) log(`  ${what}, step ${s.step}: reward ${s.reward.toFixed(3)}, held-out ${(100 * s.accuracy).toFixed(1)}%`);
+    };
     // the weak starts: cross-entropy on the sums for a few steps
     const weakStart = async (model: CausalLM, lr: number, steps: number, name: string) => {
       model.tokenizer = tok;
@@ -85,33 +88,34 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
     const t0 = performance.now();
     const alone = await rl({
       ...GRPO, task, steps, policy: localPolicy(await loadModel(start), { lr: LR, totalSteps: steps, warmupSteps: 0, microBatches: 2 }),
-      onStep: (s) => s.accuracy !== undefined && log(`  one process, step ${s.step}: reward ${s.reward.toFixed(3)}, held-out ${(100 * s.accuracy).toFixed(1)}%`),
+      onStep: progress('one process'),
     });
     const aloneSeconds = (performance.now() - t0) / 1000;
 
     const validator = await startNode(['validator']);
     running.push(validator);
     for (let i = 0; i < 3; i++) running.push(await startNode(['worker', '--bootstrap', validator.addrs[0], '--threads', '1']));
-    const node = await createNode();
-    const t1 = performance.now();
-    let swarm: RlResult;
-    try {
-      const dm = await distribute(node, validator.addrs[0], start, { strategy: 'parameter-balanced', training: true, verify: { sampleRate: 0.02 } });
+    // GRPO over a distributed job (its workers or hosts generate the rollouts and train), timed
+    const overJob = async (what: string, dir: string, options: DistributeOptions, lr: number) => {
+      const user = await createNode();
+      const t = performance.now();
       try {
-        const trainer = await dm.trainer({ optimizer: { lr: LR }, totalSteps: steps, warmupSteps: 0, microBatches: 2, schedule: '1f1b' });
-        swarm = await rl({
-          ...GRPO, task, steps, policy: jobPolicy(dm, trainer, tok),
-          onStep: (s) => s.accuracy !== undefined && log(`  three workers, step ${s.step}: reward ${s.reward.toFixed(3)}, held-out ${(100 * s.accuracy).toFixed(1)}%`),
-        });
-        const v = await dm.settle();
-        log(`  three workers: ${v?.checked ?? 0} records re-run by the validator, ${v?.failed ?? 0} failed`);
+        const dm = await distribute(user, validator.addrs[0], dir, { training: true, verify: { sampleRate: 0.02 }, ...options });
+        try {
+          log(`  ${what}: ${dm.assignment.map((x) => `…${x.peerId.slice(-6)} layers ${x.start}–${x.end - 1}`).join(', ')}`);
+          const trainer = await dm.trainer({ optimizer: { lr }, totalSteps: steps, warmupSteps: 0, microBatches: 2, schedule: '1f1b' });
+          const result = await rl({ ...GRPO, task, steps, policy: jobPolicy(dm, trainer, tok), onStep: progress(what) });
+          const v = await dm.settle();
+          log(`  ${what}: ${v?.checked ?? 0} records re-run by the validator, ${v?.failed ?? 0} failed`);
+          return { result, seconds: (performance.now() - t) / 1000 };
+        } finally {
+          await dm.close();
+        }
       } finally {
-        await dm.close();
+        await user.stop();
       }
-    } finally {
-      await node.stop();
-    }
-    const swarmSeconds = (performance.now() - t1) / 1000;
+    };
+    const { result: swarm, seconds: swarmSeconds } = await overJob('three workers', start, { strategy: 'parameter-balanced' }, LR);
 
     // the Llama and its adapter: in this process, then over three hosts serving it for everyone
     const local = await loadModel(llama);
@@ -119,31 +123,11 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
     const t2 = performance.now();
     const llamaAlone = await rl({
       ...GRPO, task, steps, policy: localPolicy(local, { lr: LLAMA_LR, totalSteps: steps, warmupSteps: 0, microBatches: 2 }),
-      onStep: (s) => s.accuracy !== undefined && log(`  Llama + LoRA, one process, step ${s.step}: reward ${s.reward.toFixed(3)}, held-out ${(100 * s.accuracy).toFixed(1)}%`),
+      onStep: progress('Llama + LoRA, one process'),
     });
     const llamaAloneSeconds = (performance.now() - t2) / 1000;
     for (const span of ['0-1', '2-2', '3-3']) running.push(await startNode(['worker', '--bootstrap', validator.addrs[0], '--threads', '1', '--host', `adder=${llama}:${span}`]));
-    const user = await createNode();
-    const t3 = performance.now();
-    let hosted: RlResult;
-    try {
-      const dm = await distribute(user, validator.addrs[0], llama, { training: true, hosted: 'adder', adapter: LORA, verify: { sampleRate: 0.02 } });
-      try {
-        log(`  Llama + LoRA over the hosts: ${dm.assignment.map((a) => `…${a.peerId.slice(-6)} layers ${a.start}–${a.end - 1}`).join(', ')}`);
-        const trainer = await dm.trainer({ optimizer: { lr: LLAMA_LR }, totalSteps: steps, warmupSteps: 0, microBatches: 2, schedule: '1f1b' });
-        hosted = await rl({
-          ...GRPO, task, steps, policy: jobPolicy(dm, trainer, tok),
-          onStep: (s) => s.accuracy !== undefined && log(`  Llama + LoRA, three hosts, step ${s.step}: reward ${s.reward.toFixed(3)}, held-out ${(100 * s.accuracy).toFixed(1)}%`),
-        });
-        const v = await dm.settle();
-        log(`  three hosts: ${v?.checked ?? 0} records re-run by the validator, ${v?.failed ?? 0} failed`);
-      } finally {
-        await dm.close();
-      }
-    } finally {
-      await user.stop();
-    }
-    const hostedSeconds = (performance.now() - t3) / 1000;
+    const { result: hosted, seconds: hostedSeconds } = await overJob('Llama + LoRA, three hosts', llama, { hosted: 'adder', adapter: LORA }, LLAMA_LR);
     if (out) {
       mkdirSync(dirname(out), { recursive: true });
       writeFileSync(out, curvesSvg([
