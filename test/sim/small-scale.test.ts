@@ -120,9 +120,9 @@ describe('the simulation against real processes, at 6 peers', () => {
       assert.ok(new Set(real).size >= 3, `the hosts spread over the model: ${real.join(', ')}`);
 
       // routes: a sixth host (`--host`, not placing itself) holds the last hop of the route the router takes when every
-      // round trip is alike once more, so that the route has another way. The hosts of that route are put 80 ms away,
-      // the others stay on the loopback; the user's router (pinging through the relays) takes the route the simulation
-      // takes as the best with those round trips (routeOver over the true ones), through the sixth host's copy
+      // round trip is alike once more, so that the route has another way. Every host but those of that route with its
+      // last hop on the other copy is put 80 ms away; the user's router (pinging through the relays) takes the route the
+      // simulation takes as the best with those round trips (routeOver over the true ones)
       const options = { tokens: 16, blockFlops: sectionCost(config, [1, 2]).flopsPerToken };
       const ones = (ids: readonly string[]) => new Map(ids.map((id) => [id, 1]));
       const before = routeOver(entry, peers, { ...options, rttMs: ones(joined) })!;
@@ -146,19 +146,25 @@ describe('the simulation against real processes, at 6 peers', () => {
       const announced = new Map(joined.map((id, i) => [id, `/ip4/127.0.0.1/tcp/${relays[i].port}/p2p/${id}`]));
       const hosts = everyone.filter((p) => announced.has(p.peerId)).map((p) => ({ ...p, addrs: [announced.get(p.peerId)!] }));
       const name = (id: string) => `${real[joined.indexOf(id)]} (host ${joined.indexOf(id) + 1})`;
-      const alike = routeOver(six, everyone, { ...options, rttMs: ones(joined) })!.map((h) => h.peerId);
-      const far = new Set(alike);
-      joined.forEach((id, i) => relays[i].setDelay(far.has(id) ? 40 : 0));
-      const trueRtts = new Map(joined.map((id) => [id, far.has(id) ? 80 : 1]));
+      const alike = routeOver(six, everyone, { ...options, rttMs: ones(joined) })!;
+      // the route the round trips are to make best: the alike one with its last hop on another host of those blocks; its
+      // hosts stay on the loopback, every other host is put 80 ms away (each hop one near host: no tie for noise to break)
+      const [a, b] = alike.at(-1)!.layers;
+      const other = six.hosts.find((h) => h.state === 'online' && h.layers[0] === a && h.layers[1] === b && h.peerId !== alike.at(-1)!.peerId)!;
+      assert.ok(other, `another host of blocks ${a}-${b}`);
+      const target = [...alike.slice(0, -1).map((h) => h.peerId), other.peerId];
+      const near = new Set(target);
+      joined.forEach((id, i) => relays[i].setDelay(near.has(id) ? 0 : 40));
+      const trueRtts = new Map(joined.map((id) => [id, near.has(id) ? 1 : 80]));
       const best = routeOver(six, everyone, { ...options, rttMs: trueRtts })!.map((h) => h.peerId);
-      assert.notDeepEqual(best, alike, 'the round trips change the best route');
+      assert.deepEqual(best, target, 'the simulation\'s best route with those round trips');
       // a connection this node's DHT made to a host at start (its routing table's first fill) goes past the host's relay:
       // closed, so that every ping goes by the announced address (the table is refilled minutes from now)
       await Promise.all(joined.map((id) => user.hangUp(peerIdFromString(id))));
       const routed = (await measuredRoute(user, six, hosts, hosts, options, 20_000))!.map((h) => h.peerId);
       assert.deepEqual(routed.map(name), best.map(name));
       t.diagnostic(`both placed, in the order they joined: ${real.slice(0, 5).join(', ')}; a sixth host of ${first}-${last}; with round trips `
-        + `alike the route is ${alike.map(name).join(' → ')}; those hosts 80 ms away, both route ${best.map(name).join(' → ')}`);
+        + `alike the route is ${alike.map((h) => name(h.peerId)).join(' → ')}; the others 80 ms away, both route ${best.map(name).join(' → ')}`);
     } finally {
       await user.stop();
       await Promise.all(relays.map((r) => r.close()));
