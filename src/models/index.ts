@@ -41,7 +41,7 @@ export { generate, generateBatch, type GenerateOptions, generateWith, localStepM
 export {
   DeviceRunner, deviceRunner, deviceStepModel, type PastShape, registerStepRunner, type StepRunner, traceCachedStep,
 } from './generation/device-step.ts';
-export { sampleToken, type SamplingOptions } from './generation/sampling.ts';
+export { logSumExp, sampleToken, type SamplingOptions } from './generation/sampling.ts';
 export {
   cutStep, type DraftKind, type Drafter, generateSpeculative, lookupDraft, modelDrafter, type SpeculativeOptions, type SpeculativeResult,
 } from './generation/speculative.ts';

@@ -145,9 +145,9 @@ export function grpoLoss(
   });
   const allTokens = lengths.reduce((a, b) => a + b, 0);
   const weight = new Float64Array(local);
-  const unclipped = new Float64Array(local);
+  /** Each token's Â where the surrogate is ρÂ (its gradient's slope), 0 where it is the clipped constant. */
+  const slope = new Float64Array(local);
   const clippedValue = new Float64Array(local);
-  const advantage = new Float64Array(local);
   const old = new Float64Array(local);
   let tokens = 0;
   let clipped = 0;
@@ -163,12 +163,11 @@ export function grpoLoss(
       old[q] = batch.oldLogprobs ? batch.oldLogprobs[p] : lp[q];
       const ratio = Math.exp(lp[q] - old[q]);
       const bounded = Math.min(Math.max(ratio, 1 - clipLow), 1 + clipHigh);
-      advantage[q] = a;
       // the minimum of ρÂ and clip(ρ)Â: the clipped side only when it is strictly less
       if (bounded * a < ratio * a) {
         clippedValue[q] = bounded * a;
         clipped++;
-      } else unclipped[q] = 1;
+      } else slope[q] = a;
       ratioSum += ratio;
       if (batch.refLogprobs) {
         const d = batch.refLogprobs[p] - lp[q];
@@ -181,7 +180,7 @@ export function grpoLoss(
   const shape = [to - from, t];
   const ratio = logprobs.sub(tensor(old, shape, logprobs.dtype)).exp();
   // −(surrogate − β KL), each token weighted: the unclipped tokens' ρÂ, the clipped ones' constant
-  let perToken = ratio.mul(tensor(advantage.map((a, p) => a * unclipped[p]), shape, logprobs.dtype))
+  let perToken = ratio.mul(tensor(slope, shape, logprobs.dtype))
     .add(tensor(clippedValue, shape, logprobs.dtype));
   if (beta > 0) {
     // the reference at the completions' tokens; elsewhere the policy's own (d = 0: nothing to overflow)

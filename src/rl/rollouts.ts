@@ -3,7 +3,7 @@
  * token with the log-probability it was drawn with (π_old: from the logits at the user's head as they arrive); and the
  * training batch GRPO steps on: each completion after its prompt, the completion's tokens the only targets.
  */
-import type { BatchObjective, GenerateOptions, Tokenizer, TrainingBatch } from '../models/index.ts';
+import { type BatchObjective, type GenerateOptions, logSumExp, type Tokenizer, type TrainingBatch } from '../models/index.ts';
 import { InvalidArgumentError } from '../errors.ts';
 import { type Tensor, tensor } from '../tensor/index.ts';
 import { grpoLoss, type GrpoOptions, tokenLogprobs } from './grpo.ts';
@@ -28,15 +28,6 @@ export interface Rollout {
   finished: boolean;
 }
 
-/** log-softmax of `logits` at `id`, in float64. */
-function logprobOf(logits: Float32Array, id: number): number {
-  let max = -Infinity;
-  for (const x of logits) if (x > max) max = x;
-  let sum = 0;
-  for (const x of logits) sum += Math.exp(x - max);
-  return logits[id] - max - Math.log(sum);
-}
-
 /**
  * `groupSize` completions of each prompt, sampled at temperature 1 (row r's draws seeded with seed + r: the same seed,
  * the same rollouts), in one batch.
@@ -56,7 +47,7 @@ export async function generateRollouts(
     stopTokens: stop,
     rows: rows.map((_, r) => ({ temperature: 1, seed: options.seed + r })),
     onToken: (token, sequence, logits) => {
-      logprobs[sequence].push(logprobOf(logits, token));
+      logprobs[sequence].push(logits[token] - logSumExp(logits));
     },
   });
   return tokens.map((completion, r) => {

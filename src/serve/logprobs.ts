@@ -1,3 +1,5 @@
+import { logSumExp } from '../models/index.ts';
+
 /**
  * Log-probabilities as OpenAI's API returns them: of each chosen token under the model's distribution (the log-softmax
  * of its logits, before temperature or top-p, as vLLM returns them by default), with the likeliest alternatives.
@@ -19,11 +21,7 @@ export interface TokenLogprob extends Alternative {
  * broken by id), each with its text as `text` decodes it alone.
  */
 export function tokenLogprob(logits: Float32Array, id: number, top: number, text: (id: number) => string): TokenLogprob {
-  let max = -Infinity;
-  for (const x of logits) if (x > max) max = x;
-  let sum = 0;
-  for (const x of logits) sum += Math.exp(x - max);
-  const lse = max + Math.log(sum);
+  const lse = logSumExp(logits);
   const alternative = (i: number): Alternative => {
     const token = text(i);
     return { token, logprob: logits[i] - lse, bytes: [...Buffer.from(token, 'utf8')] };

@@ -27,6 +27,14 @@ import { BLOCK_MEMORY_SHARE } from '../../src/worker/placement.ts';
 import { type DelayRelay, startDelayRelay } from '../helpers/delay-relay.ts';
 import { type Running, startNode, waitFor } from '../helpers/processes.ts';
 
+/** A host's own listening TCP port on the loopback (not its relay's, which it announces too). */
+function ownPort(host: Running, relay: DelayRelay): number {
+  const own = host.addrs.map((a) => /^\/ip4\/127\.0\.0\.1\/tcp\/(\d+)\/p2p\//.exec(a))
+    .find((m) => m !== null && Number(m[1]) !== relay.port);
+  if (!own) throw new Error(`no loopback TCP address of its own among ${host.addrs.join(', ')}`);
+  return Number(own[1]);
+}
+
 describe('the simulation against real processes, at 6 peers', () => {
   setBackend('js');
   const nodes: Running[] = [];
@@ -93,10 +101,7 @@ describe('the simulation against real processes, at 6 peers', () => {
         const host = await startNode(['worker', '--bootstrap', boot, '--backend', 'js', '--models', dir, '--host-auto', '--rebalance', '0',
           '--memory', String(memory), '--announce', `/ip4/127.0.0.1/tcp/${relay.port}`]);
         nodes.push(host);
-        // its own listening port (not the relay's, which it announces too)
-        const own = host.addrs.map((a) => /^\/ip4\/127\.0\.0\.1\/tcp\/(\d+)\/p2p\//.exec(a))
-          .find((m) => m !== null && Number(m[1]) !== relay.port);
-        relay.setTarget(Number(own![1]));
+        relay.setTarget(ownPort(host, relay));
         joined.push(host.peerId);
         // the next joins once this one is in the index: each sees the spans of those before it, as in the simulation
         await waitFor(`host ${joined.length} in the index`, async () =>
@@ -132,9 +137,7 @@ describe('the simulation against real processes, at 6 peers', () => {
       const sixth = await startNode(['worker', '--bootstrap', boot, '--backend', 'js', '--host', `eight=${join(dir, 'eight')}:${first}-${last}`,
         '--announce', `/ip4/127.0.0.1/tcp/${relay.port}`]);
       nodes.push(sixth);
-      const own = sixth.addrs.map((a) => /^\/ip4\/127\.0\.0\.1\/tcp\/(\d+)\/p2p\//.exec(a))
-        .find((m) => m !== null && Number(m[1]) !== relay.port);
-      relay.setTarget(Number(own![1]));
+      relay.setTarget(ownPort(sixth, relay));
       joined.push(sixth.peerId);
       real.push(`${first}-${last}`);
       const { value: six } = await waitFor('the sixth host in the index', async () => {

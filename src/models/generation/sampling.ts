@@ -17,6 +17,15 @@ export function checkSampling(o: SamplingOptions): void {
   if (!(p > 0 && p <= 1)) throw new InvalidArgumentError('topP must be in (0, 1]');
 }
 
+/** log Σ exp(logits), in float64 (stable): a token's log-probability is its logit minus this. */
+export function logSumExp(logits: ArrayLike<number>): number {
+  let max = -Infinity;
+  for (let i = 0; i < logits.length; i++) if (logits[i] > max) max = logits[i];
+  let sum = 0;
+  for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i] - max);
+  return max + Math.log(sum);
+}
+
 export function argmax(logits: ArrayLike<number>): number {
   let best = 0;
   for (let i = 1; i < logits.length; i++) if (logits[i] > logits[best]) best = i;
