@@ -13,7 +13,7 @@ import type { JobRecovery } from './recovery.ts';
 import type { Replanner } from './replanner.ts';
 import type { ResultInbox } from './result-inbox.ts';
 import { SessionSteps } from './session-steps.ts';
-import type { JobVerifier } from './verifier.ts';
+import type { AuditVerdict, JobVerifier } from './verifier.ts';
 
 /** The parts of a job its sessions run on, and what they ask of the job as a whole. */
 export interface SessionsContext {
@@ -33,6 +33,8 @@ export interface SessionsContext {
   trains(): boolean;
   /** Settles the checks still under way (a training step's re-runs): what a session reads after is verified. */
   settle(): Promise<unknown>;
+  /** Workers caught in a session of a training job: the job rolled back and replayed on trusted workers. */
+  caught(failed: AuditVerdict[]): Promise<void>;
 }
 
 /**
@@ -133,7 +135,7 @@ export class JobSessions {
     for (;;) {
       const session = this.newSession();
       let result: T;
-      let failed: { peer: string }[];
+      let failed: AuditVerdict[];
       try {
         result = await run(session);
         session.settle();
@@ -147,6 +149,13 @@ export class JobSessions {
         await Promise.all(placement.all.flatMap((s) => session.sessionIds.map((id) => s.remote.closeSession(id).catch(() => {}))));
       }
       if (failed.length === 0) return result;
+      if (this.ctx.trains() && placement.canReplan) {
+        // the caught worker's steps trained the job too: it is rolled back and replayed without it, and the session, its
+        // result discarded, run again on the job as an honest swarm holds it
+        await this.ctx.caught(failed);
+        verifier!.summary.replayedSteps += steps(result);
+        continue;
+      }
       if (this.ctx.trains() || !placement.canReplan) {
         throw new VerificationError(`${failed.map((f) => f.peer).join(', ')} failed re-execution of a decoding step; the result was discarded`, {
           details: { flagged: failed.map((f) => f.peer) },

@@ -274,6 +274,15 @@ export class JobTrainer {
     }
   }
 
+  /**
+   * Workers were caught outside a step, in a session of the job (a generation, its rollouts): their work may be in every
+   * step so far, so the job is planned again on trusted workers and every step replayed, as for a step's failed re-run.
+   */
+  async caught(failed: AuditVerdict[]): Promise<void> {
+    const pending = await this.takePending();
+    await this.rollback([...failed, ...pending]);
+  }
+
   /** Waits for the last step's re-runs; if one failed, rolls back and replays. What verification did, as of now. */
   async settle(): Promise<VerificationSummary> {
     const failed = await this.takePending();

@@ -142,7 +142,9 @@ export class DistributedJob implements DistributedModel {
       placement, recovery: this.recovery, replanner: this.replanner, verifier, keepEnds: this.keepEnds, planTokens, deadlineFloorMs,
     };
     this.training = new JobTraining({ ...parts, progress: this.progress });
-    this.sessions = new JobSessions({ ...parts, inbox, trains: () => this.training.trains, settle: () => this.settle() });
+    this.sessions = new JobSessions({ ...parts, inbox, trains: () => this.training.trains, settle: () => this.settle(),
+      caught: (failed) => this.training.caught(failed),
+    });
   }
 
   get jobId(): string {
