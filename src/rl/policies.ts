@@ -42,10 +42,21 @@ export function localPolicy(
   };
 }
 
-/** A distributed job as a policy: its generation across its workers, its trainer's steps. */
+/** Logits [B, T, V] of ids [B, T]: a reference policy's (a hosted model's base, served for everyone: HostedModel). */
+export interface LogitsSource {
+  logits(ids: Tensor): Promise<Tensor>;
+}
+
+/**
+ * A distributed job as a policy: its generation across its workers, its trainer's steps. `reference`: the policy a KL
+ * term keeps it near, where its logits come from (for an adapter job over a hosted model, the model its hosts serve
+ * without the adapter).
+ */
 export function jobPolicy(
-  job: Pick<DistributedModel, 'generateBatch'> & Partial<Pick<DistributedModel, 'annotateProgress'>>, trainer: { step(batch: TrainingBatch): Promise<StepResult>; readonly stepCount: number },
+  job: Pick<DistributedModel, 'generateBatch'> & Partial<Pick<DistributedModel, 'annotateProgress'>>,
+  trainer: { step(batch: TrainingBatch): Promise<StepResult>; readonly stepCount: number },
   tokenizer: Tokenizer,
+  reference?: LogitsSource,
 ): Policy {
   return {
     tokenizer,
@@ -55,5 +66,13 @@ export function jobPolicy(
     generateBatch: (prompts, o) => job.generateBatch(prompts, o),
     step: (batch) => trainer.step(batch),
     annotate: (figures) => job.annotateProgress?.(figures),
+    ...(reference
+      ? {
+          referenceLogprobs: async (input: Tensor, picked: Tensor) => {
+            const logits = await reference.logits(input);
+            return noGrad(() => tokenLogprobs(logits, picked)).data as Float32Array;
+          },
+        }
+      : {}),
   };
 }

@@ -151,6 +151,16 @@ export class HostedModel {
     return this.retried(() => this.generateOnce(tokens, (lanes) => generateWith(this.stepModel(lanes), prompts, options)));
   }
 
+  /**
+   * The logits [B, T, V] of token ids [B, T] (int32): one step over a fresh route, checked as a generation's steps are
+   * (a host caught: excluded and the step run again without it, once). RL's KL term reads the base's log-probabilities
+   * here.
+   */
+  async logits(ids: Tensor): Promise<Tensor> {
+    if (ids.dtype !== 'int32' || ids.ndim !== 2) throw new InvalidArgumentError(`logits takes int32 ids [batch, time], got ${ids.dtype} [${ids.shape}]`);
+    return this.retried(() => this.generateOnce(ids.shape[1], async (lanes) => this.stepModel(lanes).step(ids, {})));
+  }
+
   /** One prompt by speculative decoding (models/generation/speculative.ts) on one route: hosts keep the accepted positions. */
   async generateSpeculative(prompt: number[], options: SpeculativeOptions): Promise<SpeculativeResult> {
     if (this.redundancy > 1) throw new InvalidArgumentError('speculative decoding does not combine with a security level above 1 yet');

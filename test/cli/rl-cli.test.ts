@@ -1,7 +1,8 @@
 // Issue #51 through the CLI: `tensorlink rl --model NAME --bootstrap ADDR` over three host processes of a model hosted
 // for everyone. The user pulls the model's ends, trains a LoRA adapter over the hosts with GRPO on a task of its own (a
 // JS module), the hosts generating the rollouts with the adapter of the last step; the reward rises, and the validator's
-// re-runs of the job's records all pass. In this process the same command runs on the checkpoint directory.
+// re-runs of the job's records all pass; a KL term keeps it near the model as the hosts serve it. In this process the
+// same command runs on the checkpoint directory.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -54,7 +55,8 @@ describe('tensorlink rl', () => {
     nodes.push(validator);
     const boot = validator.addrs[0];
     for (const span of ['0-0', '1-1', '2-2']) nodes.push(await startNode(['worker', '--bootstrap', boot, '--backend', 'js', '--host', `tiny=${base}:${span}`]));
-    const grpo = ['--task', task, '--steps', '10', '--prompts', '8', '--group', '8', '--lr', '3e-2', '--preset', 'dapo', '--seed', '3']
+    // a KL term to the base: over the hosts, its log-probabilities from a session of the model as they serve it
+    const grpo = ['--task', task, '--steps', '10', '--prompts', '8', '--group', '8', '--lr', '3e-2', '--preset', 'dapo', '--beta', '0.01', '--seed', '3']
       .concat(['--backend', 'js', '--json']);
     const r = spawnSync(process.execPath, [BIN, 'rl', '--model', 'tiny', '--bootstrap', boot, '--verify-rate', '0.25', ...grpo], {
       encoding: 'utf8', timeout: 240_000,
@@ -67,6 +69,7 @@ describe('tensorlink rl', () => {
     assert.ok(out.verification && out.verification.checked > 0 && out.verification.failed === 0 && out.verification.flagged.length === 0,
       JSON.stringify(out.verification));
     assert.match(r.stderr, /a LoRA adapter \(r 8\) over tiny as its hosts serve it/);
+    assert.match(r.stderr, /GRPO \(dapo, KL β 0\.01\)/);
 
     // the same command in this process, on the checkpoint directory with the same adapter and seeds: the same rewards
     const local = spawnSync(process.execPath, [BIN, 'rl', '--model', base, '--adapter', 'lora:r=8,alpha=16', ...grpo], { encoding: 'utf8', timeout: 240_000 });

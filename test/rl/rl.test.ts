@@ -15,7 +15,7 @@ import { multiaddr } from '@multiformats/multiaddr';
 import { createNode, parseOverview, request } from '../../src/p2p/index.ts';
 import { jobPolicy, loadTask, localPolicy, rl, type RlTask, rlTaskByName } from '../../src/rl/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
-import { distribute } from '../../src/user/index.ts';
+import { distribute, HostedModel } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { parseFault, parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
 import { waitFor } from '../helpers/processes.ts';
@@ -119,6 +119,35 @@ describe('GRPO\'s loop', () => {
         }
       });
     }
+
+    test('with a KL term to the base (β 0.04): the base\'s log-probabilities from a session of the model its hosts serve for '
+      + 'everyone; one process\'s rewards and losses, step for step', async () => {
+      const options = { task: ascii, steps: 3, prompts: 4, groupSize: 4, preset: 'dapo' as const, grpo: { beta: 0.04 }, evalEvery: 0, seed: 4 };
+      const local = await loadModel(dir);
+      adaptModel(local, LORA, { seed: 13 });
+      local.tokenizer = tok;
+      const reference = await loadModel(dir);
+      const trainerOptions = { microBatches: 2, totalSteps: 100, warmupSteps: 0 };
+      const alone = await rl({ ...options, policy: localPolicy(local, { lr: 5e-2, ...trainerOptions, reference }) });
+
+      const user = await createNode();
+      const boot = validator.node.getMultiaddrs()[0].toString();
+      const dm = await distribute(user, boot, dir, { training: true, hosted: 'tiny', adapter: { ...LORA, seed: 13 }, verify: { sampleRate: 0.5 } });
+      const base = await HostedModel.open(user, boot, 'tiny', { ends: dir, verify: { mode: 'reexec', sampleRate: 1 } });
+      try {
+        const trainer = await dm.trainer({ optimizer: { lr: 5e-2 }, ...trainerOptions });
+        const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok, base) });
+        assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
+        assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
+        assert.ok(base.verification.checked > 0 && base.verification.failed === 0, JSON.stringify(base.verification));
+        process.stderr.write(`KL to the hosted base: losses ${swarm.steps.map((s) => s.loss.toFixed(5)).join(' ')} on both; `
+          + `${base.verification.checked} of the base's steps re-run\n`);
+      } finally {
+        await base.close();
+        await dm.close();
+        await user.stop();
+      }
+    });
   });
 
   test('a host that computes with an int4 copy of the model it announces (--fault substitute:int4) is caught; its rollouts are discarded, '

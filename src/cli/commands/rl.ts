@@ -6,7 +6,7 @@ import {
   type GrpoPreset, GRPO_PRESETS, jobPolicy, loadTask, localPolicy, type Policy, rl, type RlResult, type RlStepStats, type RlTask,
   rlTaskByName,
 } from '../../rl/index.ts';
-import { distribute, pullEnds } from '../../user/index.ts';
+import { distribute, HostedModel, pullEnds } from '../../user/index.ts';
 import { validatorTarget } from '../../p2p/index.ts';
 import { payForJob } from '../chain-flags.ts';
 import { joinSwarm } from '../swarm.ts';
@@ -88,12 +88,16 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
     return;
   }
 
-  if (beta > 0) throw new UsageError('--beta > 0 (a KL term) needs the reference policy\'s log-probabilities: in this process only, for now');
+  const hosted = !existsSync(model);
+  if (beta > 0 && !hosted) {
+    throw new UsageError('--beta > 0 (a KL term) over a private job needs a reference model to read log-probabilities from: in this process, or '
+      + 'over a hosted model (the model its hosts serve is the reference)');
+  }
   const access = await joinSwarm(where, flags);
   let ends: string | null = null;
   let dm: Awaited<ReturnType<typeof distribute>> | null = null;
+  let base: HostedModel | null = null;
   try {
-    const hosted = !existsSync(model);
     let dir = model;
     if (hosted) {
       // the user runs the ends of a hosted model: pulled from a host, checked against the model's hash
@@ -114,7 +118,9 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
       ? `  a LoRA adapter (r ${lora!.r}) over ${model} as its hosts serve it: they hold its factors, step them and generate the rollouts`
       : `  a private job${lora ? ` training a LoRA adapter (r ${lora.r})` : ''}: the workers generate the rollouts and train`);
     const trainer = await dm.trainer({ optimizer: { lr }, totalSteps: steps, warmupSteps: 0, microBatches });
-    const policy: Policy = jobPolicy(dm, trainer, tokenizer);
+    // the KL term's reference: the model as its hosts serve it to everyone, without the adapter
+    if (beta > 0) base = await HostedModel.open(access.node, access.bootstrap, model, { ends: dir });
+    const policy: Policy = jobPolicy(dm, trainer, tokenizer, base ?? undefined);
     const result = await rl({ ...options, policy, onStep });
     const verification = await dm.settle();
     if (verification) {
@@ -123,14 +129,20 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
     }
     out.result({ task: task.name, where: hosted ? `hosted ${model}` : 'a private job', jobId: dm.jobId, ...result, verification }, summary(result));
   } finally {
+    const removeEnds = () => ends && rmSync(ends, { recursive: true, force: true });
+    await inTurn([() => base?.close(), () => dm?.close(), () => access.close(), removeEnds]);
+  }
+}
+
+/** Runs each in turn, whatever the one before threw; throws the first error after the last. */
+async function inTurn(steps: (() => unknown)[]): Promise<void> {
+  let first: { err: unknown } | null = null;
+  for (const step of steps) {
     try {
-      await dm?.close();
-    } finally {
-      try {
-        await access.close();
-      } finally {
-        if (ends) rmSync(ends, { recursive: true, force: true });
-      }
+      await step();
+    } catch (err) {
+      first ??= { err };
     }
   }
+  if (first) throw first.err;
 }
