@@ -18,9 +18,11 @@ import {
   adaptModel, byteLevelTokenizerJson, type CausalLM, createModel, gpt2Config, HFTokenizer, llamaConfig, loadModel, LocalTrainer, saveModel,
 } from '../src/models/index.ts';
 import { createNode } from '../src/p2p/index.ts';
-import { jobPolicy, localPolicy, rl, type RlResult, type RlStepStats, rlTaskByName } from '../src/rl/index.ts';
+import {
+  generateRollouts, jobPolicy, localPolicy, rl, type RlResult, type RlStepStats, rlTaskByName, type RolloutGenerator,
+} from '../src/rl/index.ts';
 import { Generator } from '../src/tensor/index.ts';
-import { distribute, type DistributeOptions } from '../src/user/index.ts';
+import { distribute, type DistributeOptions, HostedModel } from '../src/user/index.ts';
 import { type Running, startNode } from '../test/helpers/processes.ts';
 import type { Row } from './gemm.ts';
 
@@ -96,7 +98,9 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
     running.push(validator);
     for (let i = 0; i < 3; i++) running.push(await startNode(['worker', '--bootstrap', validator.addrs[0], '--threads', '1']));
     // GRPO over a distributed job (its workers or hosts generate the rollouts and train), timed
-    const overJob = async (what: string, dir: string, options: DistributeOptions, lr: number) => {
+    const overJob = async (
+      what: string, dir: string, options: DistributeOptions, lr: number, measure?: (policy: RolloutGenerator) => Promise<void>,
+    ) => {
       const user = await createNode();
       const t = performance.now();
       try {
@@ -105,6 +109,7 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
           log(`  ${what}: ${dm.assignment.map((x) => `…${x.peerId.slice(-6)} layers ${x.start}–${x.end - 1}`).join(', ')}`);
           const trainer = await dm.trainer({ optimizer: { lr }, totalSteps: steps, warmupSteps: 0, microBatches: 2, schedule: '1f1b' });
           const result = await rl({ ...GRPO, task, steps, policy: jobPolicy(dm, trainer, tok), onStep: progress(what) });
+          await measure?.(dm);
           const v = await dm.settle();
           log(`  ${what}: ${v?.checked ?? 0} records re-run by the validator, ${v?.failed ?? 0} failed`);
           return { result, seconds: (performance.now() - t) / 1000 };
@@ -127,7 +132,34 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
     });
     const llamaAloneSeconds = (performance.now() - t2) / 1000;
     for (const span of ['0-1', '2-2', '3-3']) running.push(await startNode(['worker', '--bootstrap', validator.addrs[0], '--threads', '1', '--host', `adder=${llama}:${span}`]));
-    const { result: hosted, seconds: hostedSeconds } = await overJob('Llama + LoRA, three hosts', llama, { hosted: 'adder', adapter: LORA }, LLAMA_LR);
+    // the rollouts' rate against the hosts' own batched decoding of the model (a hosted session, no adapter): the same
+    // rollouts (32 prompts × 8 completions, log-probabilities read as they come), alternately, the median of 7 each
+    const rates = { job: [] as number[], hosts: [] as number[] };
+    const compare = async (policy: RolloutGenerator) => {
+      const user = await createNode();
+      const base = await HostedModel.open(user, validator.addrs[0], 'adder', { ends: llama });
+      const served: RolloutGenerator = { generateBatch: async (p, o) => ({ tokens: await base.generateBatch(p, o) }) };
+      const rng = new Generator(7);
+      try {
+        // a first round unmeasured (the hosted session's route is measured on its first use)
+        for (let i = 0; i < 8; i++) {
+          const prompts = Array.from({ length: GRPO.prompts }, () => task.prompts[rng.int(task.prompts.length)]);
+          for (const [which, generator] of [['job', policy], ['hosts', served]] as const) {
+            const t = performance.now();
+            const options = { maxNewTokens: task.maxNewTokens, terminator: task.terminator, seed: i };
+            const made = await generateRollouts(generator, tok, prompts, GRPO.groupSize, options);
+            if (i > 0) rates[which].push(made.reduce((n, r) => n + r.completion.length, 0) / ((performance.now() - t) / 1000));
+          }
+        }
+      } finally {
+        await base.close();
+        await user.stop();
+      }
+    };
+    const { result: hosted, seconds: hostedSeconds } = await overJob('Llama + LoRA, three hosts', llama, { hosted: 'adder', adapter: LORA }, LLAMA_LR, compare);
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+    log(`  rollouts over the adapter job ${rates.job.map((r) => r.toFixed(0)).join(', ')} tok/s; the hosts' batched decoding of the model `
+      + `${rates.hosts.map((r) => r.toFixed(0)).join(', ')} tok/s`);
     if (out) {
       mkdirSync(dirname(out), { recursive: true });
       writeFileSync(out, curvesSvg([
@@ -147,6 +179,7 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
       { section: 'rl', case: `a Llama's LoRA, one process: ${(100 * llamaAlone.accuracyBefore!).toFixed(1)}% → ${(100 * llamaAlone.accuracyAfter!).toFixed(1)}% (${llamaAloneSeconds.toFixed(0)} s)`, value: pts(llamaAlone), unit: 'points', reference: 'target', referenceValue: 20, ratio: pts(llamaAlone) / 20, target: '≥ 20 points' },
       { section: 'rl', case: `the same over three hosts of the Llama: ${(100 * hosted.accuracyBefore!).toFixed(1)}% → ${(100 * hosted.accuracyAfter!).toFixed(1)}% (${hostedSeconds.toFixed(0)} s)`, value: pts(hosted), unit: 'points', reference: 'target', referenceValue: 20, ratio: pts(hosted) / 20, target: '≥ 20 points' },
       { section: 'rl', case: 'rollout tokens/s, three hosts against one process (Llama + LoRA)', value: tps(hosted), unit: 'tok/s', reference: 'one process', referenceValue: tps(llamaAlone), ratio: tps(hosted) / tps(llamaAlone) },
+      { section: 'rl', case: 'rollout tokens/s over the three hosts (Llama + LoRA) against their batched decoding of the model (a hosted session, the same rollouts)', value: median(rates.job), unit: 'tok/s', reference: 'hosts\' batched decoding', referenceValue: median(rates.hosts), ratio: median(rates.job) / median(rates.hosts), target: '≥ 0.8×' },
     ];
   } finally {
     for (const r of running) r.child.kill('SIGTERM');

@@ -1,10 +1,11 @@
 // Issue #31: with a chain, a user of a hosted model pays per verified token from escrow, by the FLOPs of the sections
 // that served it. Two worker processes host the two blocks of a model init-model made; `generate --model --contracts --pay`
 // deposits into the user's escrow for the model, hands every step the hosts signed to the ledger, and the epoch pays
-// each host from that escrow.
+// each host from that escrow. `tensorlink rl --pay` over the same hosts (#51): the rollouts' decoding steps and the
+// adapter's training are in the ledger, paid from the RL job's escrow.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -37,7 +38,8 @@ describe('a hosted model, paid on a chain', () => {
     return JSON.parse(r.stdout) as Record<string, unknown>;
   };
 
-  test('generate --model --contracts --pay: every step the hosts signed is in the ledger, and the epoch pays each host its FLOPs from the user\'s escrow', async () => {
+  test('generate --model --contracts --pay: every step the hosts signed is in the ledger, and the epoch pays each host its FLOPs from the user\'s escrow; '
+    + 'so is `tensorlink rl` over the same hosts: its rollouts\' decoding steps and its training, from its job\'s escrow', async () => {
     setBackend('js');
     const dir = join(home, 'tiny');
     cli('init-model', '--arch', 'llama', '--layers', '2', '--hidden', '64', '--heads', '4', '--kv-heads', '2', '--max-positions', '128', '--out', dir, '--seed', '3');
@@ -75,10 +77,40 @@ describe('a hosted model, paid on a chain', () => {
     // the ledger holds every step, each accepted by the user; the epoch releases FLOPs × price from the user's escrow
     const show = cli('ledger', 'show', '--bootstrap', swarm.bootstrap);
     assert.equal(show.records, recorded.records);
+
+    // reinforcement learning over the same hosts (#51), paid into its job's escrow: an adapter trained by GRPO, the
+    // hosts generating its rollouts
+    const task = join(home, 'short.mjs');
+    writeFileSync(task, 'export const prompts = ["ab", "cd", "ef", "gh"];\nexport const maxNewTokens = 3;\n'
+    + 'export function reward(prompt, completion) { return completion.length / 3; }\n');
+    const ran = cli(
+      'rl', '--task', task, '--model', 'tiny', '--bootstrap', swarm.bootstrap, '--contracts', chain.file, '--pay', '5',
+      '--steps', '2', '--prompts', '2', '--group', '4', '--preset', 'dapo', '--backend', 'js', '--verify-rate', '0.2',
+    );
+    const rlEscrow = ran.escrow as { job: string; user: string };
+    assert.equal(rlEscrow.job, ran.jobId);
+    assert.equal((await chain.user.escrowOf(rlEscrow.job, rlEscrow.user)).amount, deposit);
+    // what it added to the ledger, block by block: the rollouts' decoding steps, the adapter's passes and steps
+    const { value: shown } = await waitFor('the run\'s records in blocks', async () => {
+      const now = cli('ledger', 'show', '--bootstrap', swarm!.bootstrap);
+      return (now.pending as number) === 0 && (now.height as number) > (show.height as number) ? now : null;
+    }, 30_000);
+    type Row = { kind: string; flops: number };
+    const rows: Row[] = [];
+    for (let h = show.height as number; h < (shown.height as number); h++) {
+      rows.push(...(cli('ledger', 'show', '--bootstrap', swarm.bootstrap, '--height', String(h)).block as { records: Row[] }).records);
+    }
+    const kinds = new Map<string, number>();
+    for (const r of rows) kinds.set(r.kind, (kinds.get(r.kind) ?? 0) + 1);
+    for (const kind of ['decode', 'forward', 'backward', 'step']) assert.ok((kinds.get(kind) ?? 0) > 0, `${kind} records: ${JSON.stringify([...kinds])}`);
+
     const settled = cli('ledger', 'settle', '--bootstrap', swarm.bootstrap);
     const due = BigInt(recorded.flops) * PRICE_PER_FLOP;
     assert.ok(due < deposit);
     assert.equal((await chain.user.escrowOf(recorded.escrow.job, recorded.escrow.user)).amount, deposit - due, 'the escrow paid the steps\' FLOPs');
+    const rlDue = BigInt(rows.reduce((n, r) => n + r.flops, 0)) * PRICE_PER_FLOP;
+    assert.equal((await chain.user.escrowOf(rlEscrow.job, rlEscrow.user)).amount, deposit - rlDue, 'the RL job\'s escrow paid its FLOPs');
+    process.stderr.write(`rl paid: ${[...kinds].map(([k, n]) => `${n} ${k}`).join(', ')} records; ${rlDue} token units released from its job's escrow\n`);
     const rewards = settled.rewards as Record<string, string>;
     for (const w of swarm.workers) {
       const reward = BigInt(rewards[w.account!] ?? '0');

@@ -127,7 +127,9 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
       out.info(`  checks: ${verification.checked} records re-run by the validator, ${verification.failed} failed`
         + `${verification.flagged.length ? `; caught: ${verification.flagged.map((p) => `…${p.slice(-6)}`).join(', ')}` : ''}`);
     }
-    out.result({ task: task.name, where: hosted ? `hosted ${model}` : 'a private job', jobId: dm.jobId, ...result, verification }, summary(result));
+    // the job's escrow (with --contracts): the job, and the user whose acceptance releases it
+    const escrow = { job: dm.jobId, user: access.node.peerId.toString() };
+    out.result({ task: task.name, where: hosted ? `hosted ${model}` : 'a private job', jobId: dm.jobId, escrow, ...result, verification }, summary(result));
   } finally {
     const removeEnds = () => ends && rmSync(ends, { recursive: true, force: true });
     await inTurn([() => base?.close(), () => dm?.close(), () => access.close(), removeEnds]);
