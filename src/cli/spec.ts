@@ -329,7 +329,7 @@ export const COMMANDS: readonly CommandSpec[] = [
       'lr': num('X', 'the learning rate (AdamW, cosine to 10% over --steps)', { default: 1e-3 }),
       'preset': choice(['grpo', 'dr-grpo', 'dapo'], 'the objective: GRPO\'s, or Dr. GRPO\'s or DAPO\'s fixes', { default: 'grpo' }),
       'beta': num('B', 'the weight of the KL term to the starting policy (in this process) or to the model as its hosts serve it (a hosted model)', { default: 0 }),
-      'overlap': flag('draw a step\'s rollouts before the last update (one step stale, importance-weighted)'),
+      'overlap': flag('draw a step\'s rollouts before the last update (one step stale, importance-weighted); over a hosted model beside it, on a second job of the adapter'),
       'adapter': str('lora[:r=8,alpha=16,targets=…]', 'train a LoRA adapter over the frozen model', { default: 'lora:r=8 over a hosted model; else every weight' }),
       'eval-every': int('N', 'steps between held-out evaluations (greedy exact match)', { min: 0, default: 10 }),
       'eval-size': int('N', 'held-out examples an evaluation scores', { default: 200 }),

@@ -6,4 +6,4 @@ export {
 export { generateRollouts, grpoBatch, type PackedRollouts, packRollouts, type Rollout, type RolloutGenerator } from './rollouts.ts';
 export { exactAnswerTask, jsonTask, loadTask, type RlTask, rlTaskByName } from './tasks.ts';
 export { heldOutAccuracy, type Policy, rl, type RlOptions, type RlResult, type RlStepStats } from './rl.ts';
-export { jobPolicy, localPolicy, type LogitsSource } from './policies.ts';
+export { jobPolicy, localPolicy, type LogitsSource, type RolloutJob } from './policies.ts';

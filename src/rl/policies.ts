@@ -47,17 +47,24 @@ export interface LogitsSource {
   logits(ids: Tensor): Promise<Tensor>;
 }
 
+/** A second job of the policy's adapter that does not train, where rollouts are drawn beside the training job's steps. */
+export type RolloutJob = Pick<DistributedModel, 'generateBatch' | 'setAdapter'>;
+
 /**
  * A distributed job as a policy: its generation across its workers, its trainer's steps. `reference`: the policy a KL
  * term keeps it near, where its logits come from (for an adapter job over a hosted model, the model its hosts serve
- * without the adapter).
+ * without the adapter). `rollouts`: a second job of the same adapter, not training, that draws the rollouts: before each
+ * draw it is given the trainer's factors as they are (content-addressed chunks: only the factors move), so with
+ * `overlap` the next step's rollouts run on it while the training job takes a step.
  */
 export function jobPolicy(
-  job: Pick<DistributedModel, 'generateBatch'> & Partial<Pick<DistributedModel, 'annotateProgress'>>,
+  job: Pick<DistributedModel, 'generateBatch'> & Partial<Pick<DistributedModel, 'annotateProgress' | 'adapterFactors'>>,
   trainer: { step(batch: TrainingBatch): Promise<StepResult>; readonly stepCount: number },
   tokenizer: Tokenizer,
-  reference?: LogitsSource,
+  options: { reference?: LogitsSource; rollouts?: RolloutJob } = {},
 ): Policy {
+  const { reference, rollouts } = options;
+  if (rollouts && !job.adapterFactors) throw new InvalidArgumentError('rollouts drawn apart need the training job\'s adapter factors to give them');
   return {
     tokenizer,
     get version() {
@@ -72,6 +79,13 @@ export function jobPolicy(
             const logits = await reference.logits(input);
             return noGrad(() => tokenLogprobs(logits, picked)).data as Float32Array;
           },
+        }
+      : {}),
+    ...(rollouts
+      ? {
+          rollouts: { generateBatch: (prompts: number[][], o: GenerateOptions) => rollouts.generateBatch(prompts, o) },
+          // every time, not once a version: a rollback replays the trainer's steps to other factors under the same count
+          syncRollouts: async () => rollouts.setAdapter(await job.adapterFactors!()),
         }
       : {}),
   };

@@ -2,8 +2,9 @@
  * `rl(options)`: GRPO over a policy. Each step draws `prompts` prompts, has the policy sample `groupSize` completions
  * of each (rollouts), rewards them (the task's function), turns the rewards into group-relative advantages and takes
  * one optimizer step on GRPO's objective. With `overlap`, the rollouts of step n + 1 come from the policy before step
- * n's update, as INTELLECT-2 takes them (one step stale, their own log-probabilities π_old in the ratio); they are drawn
- * before step n trains, not yet beside it. Held-out accuracy (greedy, exact match) every `evalEvery` steps.
+ * n's update, as INTELLECT-2 takes them (one step stale, their own log-probabilities π_old in the ratio): beside step n
+ * when the policy draws them apart from what trains (`Policy.rollouts`: a second job of the adapter, given the factors
+ * before each draw), else before step n trains. Held-out accuracy (greedy, exact match) every `evalEvery` steps.
  */
 import { InvalidArgumentError } from '../errors.ts';
 import { evaluateExactMatch, type GenerateOptions, type StepResult, type Tokenizer, type TrainingBatch } from '../models/index.ts';
@@ -23,6 +24,12 @@ export interface Policy extends RolloutGenerator {
   annotate?(figures: { reward?: number; accuracy?: number }): void;
   /** The reference policy's log-probabilities of `picked` [N, T] after `input` [N, T], flat (for a KL term, β > 0). */
   referenceLogprobs?(input: Tensor, picked: Tensor): Promise<Float32Array | Float64Array>;
+  /**
+   * Where rollouts are drawn, apart from what trains (a second job of the same adapter that does not train): they may
+   * then run beside a step. `syncRollouts` puts the policy as it is now on it, and is called before each draw.
+   */
+  readonly rollouts?: RolloutGenerator;
+  syncRollouts?(): Promise<void>;
 }
 
 export interface RlOptions {
@@ -38,7 +45,8 @@ export interface RlOptions {
   grpo?: GrpoOptions & { scale?: AdvantageScale };
   /**
    * Draw step n + 1's rollouts from the policy before step n's update (off-policy by one step, importance-weighted by
-   * their own log-probabilities; default false). They are drawn, then step n trains: the two do not yet run at once.
+   * their own log-probabilities; default false): beside step n where the policy draws rollouts apart (Policy.rollouts),
+   * else before it.
    */
   overlap?: boolean;
   /** Held-out accuracy every this many steps, and after the last (default 10; 0: never). */
@@ -102,10 +110,12 @@ export async function rl(options: RlOptions): Promise<RlResult> {
   }
   const rng = new Generator(seed);
   const draw = () => Array.from({ length: prompts }, () => task.prompts[rng.int(task.prompts.length)]);
+  const drawFrom = policy.rollouts ?? policy;
+  // the draw starts with the policy as it is when called: a step taken meanwhile does not reach it (drawn apart, synced before)
   const rollout = async (step: number) => {
     const started = performance.now();
     const version = policy.version;
-    const made = await generateRollouts(policy, policy.tokenizer, draw(), groupSize, {
+    const made = await generateRollouts(drawFrom, policy.tokenizer, draw(), groupSize, {
       maxNewTokens: task.maxNewTokens, terminator: task.terminator, seed: seed * 1_000_003 + step * prompts * groupSize,
     });
     const seconds = (performance.now() - started) / 1000;
@@ -114,6 +124,8 @@ export async function rl(options: RlOptions): Promise<RlResult> {
   };
   const result: RlResult = { steps: [] };
   if (evalEvery > 0) result.accuracyBefore = await heldOutAccuracy(policy, task, options.evalSize);
+  const beside = options.overlap === true && policy.rollouts !== undefined;
+  await policy.syncRollouts?.();
   let next: Promise<{ rollouts: Rollout[]; version: number; tokensPerSecond: number }> = rollout(1);
   for (let step = 1; step <= options.steps; step++) {
     const started = performance.now();
@@ -123,16 +135,24 @@ export async function rl(options: RlOptions): Promise<RlResult> {
     const packed = packRollouts(rollouts, options.padId ?? 0);
     const refLogprobs = (grpo.beta ?? 0) > 0 ? await reference!(packed.input, packed.picked) : undefined;
     const batch = grpoBatch(packed, advantages, { ...grpo, offPolicy: options.overlap === true, ...(refLogprobs ? { refLogprobs } : {}) });
-    // overlapped: the next step's rollouts are drawn from the policy as it is now, before this step's update
-    if (options.overlap && step < options.steps) next = Promise.resolve(await rollout(step + 1));
+    // overlapped: the next step's rollouts are drawn from the policy as it is now, before this step's update; drawn
+    // apart from what trains, beside the step, else before it
+    if (options.overlap && step < options.steps) {
+      if (beside) {
+        await policy.syncRollouts!();
+        next = rollout(step + 1);
+        // awaited next step; a step, an evaluation or a callback that throws first must not leave it unhandled
+        next.catch(() => {});
+      } else next = Promise.resolve(await rollout(step + 1));
+    }
     const before = policy.version;
     const reward = rewards.reduce((a, b) => a + b, 0) / rewards.length;
     const accuracy = result.steps.findLast((s) => s.accuracy !== undefined)?.accuracy ?? result.accuracyBefore;
     policy.annotate?.({ reward, ...(accuracy === undefined ? {} : { accuracy }) });
     const trained = await policy.step(batch);
     if (!options.overlap && step < options.steps) {
+      await policy.syncRollouts?.();
       next = rollout(step + 1);
-      // awaited next step; an evaluation or a callback that throws first must not leave it unhandled
       next.catch(() => {});
     }
     const stats: RlStepStats = {

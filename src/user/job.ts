@@ -57,6 +57,10 @@ export interface DistributedModel {
   pull(): Promise<CausalLM>;
   /** Writes the model as it is now to a Hugging Face directory, weight by weight as they arrive from the workers. */
   save(dir: string, options?: { maxShardBytes?: number }): Promise<string[]>;
+  /** A job with an adapter: its LoRA factors as they are now (the user's ends' and each section's), by their names in the model. */
+  adapterFactors(): Promise<Map<string, Tensor>>;
+  /** A job with an adapter that does not train: puts `factors` on it (another job's adapterFactors), loading only them. */
+  setAdapter(factors: Map<string, Tensor>): Promise<void>;
   /** What verification has done in this job so far: records re-run, failures, workers caught, steps replayed. */
   readonly verification: VerificationSummary | null;
   /** Workers lost while the job ran (dead, cut off, or past their deadline) and how the job went on without them. */
@@ -350,14 +354,46 @@ export class DistributedJob implements DistributedModel {
   async saveAdapter(dir: string): Promise<string[]> {
     const adapter = this.source.adapter;
     if (!adapter) throw new InvalidArgumentError('this job has no adapter: save(dir) writes its model');
+    writeAdapter(await this.adapterFactors(), adapter.config, dir, this.source.dir ?? '');
+    return [join(dir, ADAPTER_CONFIG), join(dir, ADAPTER_WEIGHTS)];
+  }
+
+  /**
+   * The job's LoRA factors as they are now, by their names in the model (`…lora_A.weight`): the user's ends' and each
+   * section's from its first holder, once the last step's checks are settled.
+   */
+  async adapterFactors(): Promise<Map<string, Tensor>> {
+    if (!this.source.adapter) throw new InvalidArgumentError('this job has no adapter');
     await this.settle();
     const state = new Map<string, Tensor>();
     if (this.keepEnds && this.source.ends) for (const [name, t] of adapterState(this.source.ends)) state.set(name, t);
     for (const [s] of this.placement.sections) {
       for (const { name } of this.placement.trainedOf(s)) state.set(name, await this.weight(name));
     }
-    writeAdapter(state, adapter.config, dir, this.source.dir ?? '');
-    return [join(dir, ADAPTER_CONFIG), join(dir, ADAPTER_WEIGHTS)];
+    return state;
+  }
+
+  /**
+   * Puts `factors` (adapterFactors' of another job of the same adapter) on this job, which does not train: the user's
+   * ends take theirs, and every section is loaded again with its own (content-addressed chunks: only the factors move;
+   * over a hosted model the hosts' blocks stay). Sessions after it compute with them, as would a job started from them.
+   */
+  async setAdapter(factors: Map<string, Tensor>): Promise<void> {
+    if (!this.source.adapter) throw new InvalidArgumentError('this job has no adapter to set');
+    if (this.training.trains) throw new InvalidArgumentError('this job trains its adapter: set factors on a job that does not train');
+    await this.settle();
+    const onWorkers = new Map<string, Tensor>();
+    const ends = this.keepEnds && this.source.ends ? adapterState(this.source.ends) : new Map<string, Tensor>();
+    for (const [name, t] of factors) {
+      const own = ends.get(name);
+      if (!own) {
+        onWorkers.set(name, t);
+        continue;
+      }
+      if (own.shape.join() !== t.shape.join()) throw new InvalidArgumentError(`'${name}' is [${own.shape}] on this job, not [${t.shape}]`);
+      (own.data as Float32Array).set(t.data as Float32Array);
+    }
+    await this.placement.setWeights(onWorkers);
   }
 
   async close(): Promise<void> {

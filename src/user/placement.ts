@@ -33,6 +33,11 @@ export class JobPlacement implements Placement {
   /** While set, sections load from these weights (a copy of a training job's state) instead of the user's source. */
   private loadFrom: Map<string, Tensor> | null = null;
   /**
+   * Weights set on the job after it was placed (an adapter's factors, `setWeights`): every later load (a failover, a
+   * re-plan) takes them over the user's source.
+   */
+  private setOnJob: Map<string, Tensor> | null = null;
+  /**
    * Set once the model the sections load from holds trained weights (pull() wrote them into it):
    * the job can no longer be placed again from its start.
    */
@@ -136,6 +141,7 @@ export class JobPlacement implements Placement {
       ...(format ? { format } : {}), ...(adapter ? { adapter } : {}), ...(base ? { base } : {}),
     };
     let source = this.source.section(range);
+    if (this.setOnJob) source = overlaySource(source, this.setOnJob);
     // a copy of a training job's state holds what it trains (an adapter job's: the factors; the frozen base comes from the source)
     if (this.loadFrom) source = overlaySource(source, this.loadFrom);
     return s.remote.load(configToHF(this.source.config), range, source, options);
@@ -202,6 +208,20 @@ export class JobPlacement implements Placement {
     } finally {
       this.loadFrom = null;
     }
+  }
+
+  /**
+   * Loads every section again with `weights` in place of the weights of the same names (content-addressed: only the
+   * chunks a worker lacks move; a base its host holds stays). Later loads (a failover, a re-plan) take them too.
+   */
+  async setWeights(weights: Map<string, Tensor>): Promise<void> {
+    const held = new Map(this.sections.flatMap(([s]) => this.weightsOf(s).map((w) => [w.name, w.shape.join('×')] as const)));
+    for (const [name, t] of weights) {
+      if (!held.has(name)) throw new InvalidArgumentError(`'${name}' is not a weight this job's workers hold`);
+      if (held.get(name) !== t.shape.join('×')) throw new InvalidArgumentError(`'${name}' is [${held.get(name)}] on the workers, not [${t.shape.join('×')}]`);
+    }
+    this.setOnJob = new Map([...(this.setOnJob ?? []), ...weights]);
+    await this.load();
   }
 
   /** A stage leaves the job (its worker was caught): it is closed and no longer a copy of its section. */

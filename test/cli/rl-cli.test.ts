@@ -1,8 +1,9 @@
 // Issue #51 through the CLI: `tensorlink rl --model NAME --bootstrap ADDR` over three host processes of a model hosted
 // for everyone. The user pulls the model's ends, trains a LoRA adapter over the hosts with GRPO on a task of its own (a
 // JS module), the hosts generating the rollouts with the adapter of the last step; the reward rises, and the validator's
-// re-runs of the job's records all pass; a KL term keeps it near the model as the hosts serve it. In this process the
-// same command runs on the checkpoint directory.
+// re-runs of the job's records all pass; a KL term keeps it near the model as the hosts serve it, and a second job of
+// the adapter draws each step's rollouts beside the step before. In this process the same command runs on the
+// checkpoint directory.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -27,6 +28,7 @@ export function reward(prompt, completion) {
 interface RlJson {
   steps: { step: number; reward: number; stale: number }[];
   verification?: { checked: number; failed: number; flagged: string[] } | null;
+  rollouts?: { jobId: string; verification: { checked: number; failed: number } };
   where: string;
 }
 
@@ -55,8 +57,10 @@ describe('tensorlink rl', () => {
     nodes.push(validator);
     const boot = validator.addrs[0];
     for (const span of ['0-0', '1-1', '2-2']) nodes.push(await startNode(['worker', '--bootstrap', boot, '--backend', 'js', '--host', `tiny=${base}:${span}`]));
-    // a KL term to the base: over the hosts, its log-probabilities from a session of the model as they serve it
-    const grpo = ['--task', task, '--steps', '10', '--prompts', '8', '--group', '8', '--lr', '3e-2', '--preset', 'dapo', '--beta', '0.01', '--seed', '3']
+    // a KL term to the base: over the hosts, its log-probabilities from a session of the model as they serve it; each
+    // step's rollouts one step stale: over the hosts, drawn beside the step before by a second job of the adapter
+    const grpo = ['--task', task, '--steps', '14', '--prompts', '8', '--group', '8', '--lr', '3e-2', '--preset', 'dapo', '--beta', '0.01', '--seed', '3']
+      .concat(['--overlap'])
       .concat(['--backend', 'js', '--json']);
     const r = spawnSync(process.execPath, [BIN, 'rl', '--model', 'tiny', '--bootstrap', boot, '--verify-rate', '0.25', ...grpo], {
       encoding: 'utf8', timeout: 240_000,
@@ -70,6 +74,9 @@ describe('tensorlink rl', () => {
       JSON.stringify(out.verification));
     assert.match(r.stderr, /a LoRA adapter \(r 8\) over tiny as its hosts serve it/);
     assert.match(r.stderr, /GRPO \(dapo, KL β 0\.01\)/);
+    assert.match(r.stderr, /the rollouts beside each step: a second job of the adapter over 3 hosts/);
+    const drawn = out.rollouts?.verification;
+    assert.ok(drawn && drawn.checked > 0 && drawn.failed === 0, JSON.stringify(out.rollouts));
 
     // the same command in this process, on the checkpoint directory with the same adapter and seeds: the same rewards
     const local = spawnSync(process.execPath, [BIN, 'rl', '--model', base, '--adapter', 'lora:r=8,alpha=16', ...grpo], { encoding: 'utf8', timeout: 240_000 });

@@ -9,12 +9,13 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { InvalidArgumentError } from '../../src/errors.ts';
 import {
-  adaptModel, byteLevelTokenizerJson, createModel, HFTokenizer, llamaConfig, loadModel, type LoraConfig, saveModel,
+  adaptModel, byteLevelTokenizerJson, createModel, type GenerateOptions, HFTokenizer, llamaConfig, loadModel, type LoraConfig, saveModel,
+  type TrainingBatch,
 } from '../../src/models/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 import { createNode, parseOverview, request } from '../../src/p2p/index.ts';
 import { jobPolicy, loadTask, localPolicy, rl, type RlTask, rlTaskByName } from '../../src/rl/index.ts';
-import { setBackend } from '../../src/tensor/index.ts';
+import { setBackend, type Tensor } from '../../src/tensor/index.ts';
 import { distribute, HostedModel } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
 import { parseFault, parseHostSpec, startWorker, type Worker } from '../../src/worker/index.ts';
@@ -76,9 +77,13 @@ describe('GRPO\'s loop', () => {
       rmSync(dir, { recursive: true, force: true });
     });
 
-    for (const overlap of [false, true]) {
-      test(`${overlap ? 'overlapped (rollouts a step stale)' : 'on-policy'}: one process's rollouts, rewards and losses, step for step; `
-        + 'the hosts\' factors a step further after each step', async () => {
+    const modes = {
+      'on-policy': { overlap: false, apart: false },
+      'overlapped (rollouts a step stale)': { overlap: true, apart: false },
+      'overlapped, the rollouts drawn beside each step by a second job of the adapter (given the factors before each draw)': { overlap: true, apart: true },
+    };
+    for (const [mode, { overlap, apart }] of Object.entries(modes)) {
+      test(`${mode}: one process's rollouts, rewards and losses, step for step; the hosts' factors a step further after each step`, async () => {
         const STEPS = 4;
         const options = { task: ascii, steps: STEPS, prompts: 4, groupSize: 4, preset: 'dapo' as const, evalEvery: 0, seed: 9, overlap };
         const local = await loadModel(dir);
@@ -96,7 +101,21 @@ describe('GRPO\'s loop', () => {
           // each host's factors: the optimizer steps its section of the job has taken
           const versions = () => hosts.map((h) => [...h.jobs.values()].find((j) => j.jobId === dm.jobId)?.section?.training?.records.step);
           const seen: (number | undefined)[][] = [];
-          const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok), onStep: () => seen.push(versions()) });
+          // drawn apart: a job of the same adapter that does not train, over the same hosts
+          const drawer = apart ? await distribute(user, boot, dir, { hosted: 'tiny', adapter: { ...LORA, seed: 13 }, verify: { sampleRate: 0.5 } }) : null;
+          const events: string[] = [];
+          const rollouts = drawer && {
+            generateBatch: (p: number[][], o: GenerateOptions) => (events.push('draw'), drawer.generateBatch(p, o)),
+            setAdapter: (f: Map<string, Tensor>) => drawer.setAdapter(f),
+          };
+          const stepping = { step: async (b: TrainingBatch) => trainer.step(b).finally(() => events.push('stepped')), get stepCount() {
+            return trainer.stepCount;
+          } };
+          const policy = jobPolicy(dm, stepping, tok, rollouts ? { rollouts } : {});
+          const swarm = await rl({ ...options, policy, onStep: () => seen.push(versions()) }).finally(() => drawer?.close());
+          // each next step's rollouts began before the step before them ended: they ran beside it
+          if (drawer) assert.deepEqual(events, ['draw', 'draw', 'stepped', 'draw', 'stepped', 'draw', 'stepped', 'stepped']);
+          if (drawer) assert.ok(drawer.verification!.checked > 0 && drawer.verification!.failed === 0, JSON.stringify(drawer.verification));
           assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
           assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
           assert.deepEqual(swarm.steps.map((s) => s.stale), swarm.steps.map((s) => (overlap && s.step > 1 ? 1 : 0)));
@@ -111,7 +130,7 @@ describe('GRPO\'s loop', () => {
           assert.equal(shown.loss, last.loss);
           const summary = await dm.settle();
           assert.ok(summary && summary.checked > 0 && summary.failed === 0, JSON.stringify(summary));
-          process.stderr.write(`${overlap ? 'overlapped' : 'on-policy'}: rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} on both; `
+          process.stderr.write(`${apart ? 'beside' : overlap ? 'overlapped' : 'on-policy'}: rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} on both; `
             + `the hosts' factors at steps ${seen.map((v) => v[0]).join(', ')}; ${summary.checked} records re-run by the validator\n`);
         } finally {
           await dm.close();
@@ -136,7 +155,7 @@ describe('GRPO\'s loop', () => {
       const base = await HostedModel.open(user, boot, 'tiny', { ends: dir, verify: { mode: 'reexec', sampleRate: 1 } });
       try {
         const trainer = await dm.trainer({ optimizer: { lr: 5e-2 }, ...trainerOptions });
-        const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok, base) });
+        const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok, { reference: base }) });
         assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
         assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
         assert.ok(base.verification.checked > 0 && base.verification.failed === 0, JSON.stringify(base.verification));

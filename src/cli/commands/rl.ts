@@ -97,6 +97,7 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
   let ends: string | null = null;
   let dm: Awaited<ReturnType<typeof distribute>> | null = null;
   let base: HostedModel | null = null;
+  let drawer: Awaited<ReturnType<typeof distribute>> | null = null;
   try {
     let dir = model;
     if (hosted) {
@@ -120,19 +121,31 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
     const trainer = await dm.trainer({ optimizer: { lr }, totalSteps: steps, warmupSteps: 0, microBatches });
     // the KL term's reference: the model as its hosts serve it to everyone, without the adapter
     if (beta > 0) base = await HostedModel.open(access.node, access.bootstrap, model, { ends: dir });
-    const policy: Policy = jobPolicy(dm, trainer, tokenizer, base ?? undefined);
+    if (hosted && options.overlap) {
+      // the rollouts beside each step: a second job of the adapter over the hosts, not training, given the factors before each draw
+      drawer = await distribute(access.node, access.bootstrap, dir, { verify, adapter: { ...lora!, seed }, hosted: model });
+      await payForJob(flags, { jobId: drawer.jobId, user: access.node.peerId.toString() }, out);
+      out.info(`  the rollouts beside each step: a second job of the adapter over ${drawer.assignment.length} hosts, given the factors before each draw`);
+    }
+    const apart = { ...(base ? { reference: base } : {}), ...(drawer ? { rollouts: drawer } : {}) };
+    const policy: Policy = jobPolicy(dm, trainer, tokenizer, apart);
     const result = await rl({ ...options, policy, onStep });
     const verification = await dm.settle();
-    if (verification) {
-      out.info(`  checks: ${verification.checked} records re-run by the validator, ${verification.failed} failed`
-        + `${verification.flagged.length ? `; caught: ${verification.flagged.map((p) => `…${p.slice(-6)}`).join(', ')}` : ''}`);
+    const drawn = await drawer?.settle();
+    for (const [what, v] of [['checks', verification], ['rollouts\' checks', drawn]] as const) {
+      if (!v) continue;
+      out.info(`  ${what}: ${v.checked} records re-run by the validator, ${v.failed} failed`
+        + `${v.flagged.length ? `; caught: ${v.flagged.map((p) => `…${p.slice(-6)}`).join(', ')}` : ''}`);
     }
     // the job's escrow (with --contracts): the job, and the user whose acceptance releases it
-    const escrow = { job: dm.jobId, user: access.node.peerId.toString() };
-    out.result({ task: task.name, where: hosted ? `hosted ${model}` : 'a private job', jobId: dm.jobId, escrow, ...result, verification }, summary(result));
+    const user = access.node.peerId.toString();
+    const escrow = { job: dm.jobId, user };
+    const rollouts = drawer ? { rollouts: { jobId: drawer.jobId, escrow: { job: drawer.jobId, user }, verification: drawn } } : {};
+    const where = hosted ? `hosted ${model}` : 'a private job';
+    out.result({ task: task.name, where, jobId: dm.jobId, escrow, ...result, verification, ...rollouts }, summary(result));
   } finally {
     const removeEnds = () => ends && rmSync(ends, { recursive: true, force: true });
-    await inTurn([() => base?.close(), () => dm?.close(), () => access.close(), removeEnds]);
+    await inTurn([() => base?.close(), () => drawer?.close(), () => dm?.close(), () => access.close(), removeEnds]);
   }
 }
 
