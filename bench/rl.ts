@@ -99,21 +99,29 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
     for (let i = 0; i < 3; i++) running.push(await startNode(['worker', '--bootstrap', validator.addrs[0], '--threads', '1']));
     // GRPO over a distributed job (its workers or hosts generate the rollouts and train), timed
     const overJob = async (
-      what: string, dir: string, options: DistributeOptions, lr: number, measure?: (policy: RolloutGenerator) => Promise<void>,
+      what: string, dir: string, options: DistributeOptions, lr: number,
+      how: { measure?: (policy: RolloutGenerator) => Promise<void>; overlap?: 'before' | 'beside'; steps?: number } = {},
     ) => {
       const user = await createNode();
       const t = performance.now();
+      const n = how.steps ?? steps;
       try {
         const dm = await distribute(user, validator.addrs[0], dir, { training: true, verify: { sampleRate: 0.02 }, ...options });
+        // beside: the rollouts drawn by a second job of the adapter, not training, while the first takes its step
+        const drawer = how.overlap === 'beside' ? await distribute(user, validator.addrs[0], dir, { verify: { sampleRate: 0.02 }, ...options }) : null;
         try {
           log(`  ${what}: ${dm.assignment.map((x) => `…${x.peerId.slice(-6)} layers ${x.start}–${x.end - 1}`).join(', ')}`);
-          const trainer = await dm.trainer({ optimizer: { lr }, totalSteps: steps, warmupSteps: 0, microBatches: 2, schedule: '1f1b' });
-          const result = await rl({ ...GRPO, task, steps, policy: jobPolicy(dm, trainer, tok), onStep: progress(what) });
-          await measure?.(dm);
+          const trainer = await dm.trainer({ optimizer: { lr }, totalSteps: n, warmupSteps: 0, microBatches: 2, schedule: '1f1b' });
+          const policy = jobPolicy(dm, trainer, tok, drawer ? { rollouts: drawer } : {});
+          const evalEvery = how.steps === undefined ? GRPO.evalEvery : n;
+          const overlap = how.overlap !== undefined;
+          const result = await rl({ ...GRPO, task, steps: n, policy, evalEvery, overlap, onStep: progress(what) });
+          await how.measure?.(dm);
           const v = await dm.settle();
           log(`  ${what}: ${v?.checked ?? 0} records re-run by the validator, ${v?.failed ?? 0} failed`);
           return { result, seconds: (performance.now() - t) / 1000 };
         } finally {
+          await drawer?.close();
           await dm.close();
         }
       } finally {
@@ -132,23 +140,36 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
     });
     const llamaAloneSeconds = (performance.now() - t2) / 1000;
     for (const span of ['0-1', '2-2', '3-3']) running.push(await startNode(['worker', '--bootstrap', validator.addrs[0], '--threads', '1', '--host', `adder=${llama}:${span}`]));
-    // the rollouts' rate against the hosts' own batched decoding of the model (a hosted session, no adapter): the same
-    // rollouts (32 prompts × 8 completions, log-probabilities read as they come), alternately, the median of 7 each
-    const rates = { job: [] as number[], hosts: [] as number[] };
+    // the rollouts' rate against the hosts' own batched decoding: the same rollouts (32 prompts × 8 completions, two
+    // batches a sample) drawn over the adapter job, as a hosted session of the model (no adapter: its blocks only), and
+    // the job's own batched decoding of them without RL's log-probabilities; in turn, the median of 9 samples each
+    const rates = { job: [] as number[], hosts: [] as number[], plain: [] as number[] };
     const compare = async (policy: RolloutGenerator) => {
       const user = await createNode();
       const base = await HostedModel.open(user, validator.addrs[0], 'adder', { ends: llama });
       const served: RolloutGenerator = { generateBatch: async (p, o) => ({ tokens: await base.generateBatch(p, o) }) };
       const rng = new Generator(7);
+      const options = (seed: number) => ({ maxNewTokens: task.maxNewTokens, terminator: task.terminator, seed });
       try {
         // a first round unmeasured (the hosted session's route is measured on its first use)
-        for (let i = 0; i < 8; i++) {
-          const prompts = Array.from({ length: GRPO.prompts }, () => task.prompts[rng.int(task.prompts.length)]);
-          for (const [which, generator] of [['job', policy], ['hosts', served]] as const) {
+        for (let i = 0; i < 10; i++) {
+          const rounds = [0, 1].map(() => Array.from({ length: GRPO.prompts }, () => task.prompts[rng.int(task.prompts.length)]));
+          for (const which of ['job', 'hosts', 'plain'] as const) {
             const t = performance.now();
-            const options = { maxNewTokens: task.maxNewTokens, terminator: task.terminator, seed: i };
-            const made = await generateRollouts(generator, tok, prompts, GRPO.groupSize, options);
-            if (i > 0) rates[which].push(made.reduce((n, r) => n + r.completion.length, 0) / ((performance.now() - t) / 1000));
+            let tokens = 0;
+            for (const [k, prompts] of rounds.entries()) {
+              if (which === 'plain') {
+                const ids = prompts.flatMap((p) => Array.from({ length: GRPO.groupSize }, () => tok.encode(p)));
+                const rows = ids.map((_, r) => ({ temperature: 1, seed: 2 * i + k + r }));
+                const stopTokens = tok.encode(task.terminator);
+                const out = await policy.generateBatch(ids, { maxNewTokens: task.maxNewTokens, stopTokens, rows });
+                tokens += out.tokens.reduce((n, t) => n + t.length, 0);
+                continue;
+              }
+              const made = await generateRollouts(which === 'job' ? policy : served, tok, prompts, GRPO.groupSize, options(2 * i + k));
+              tokens += made.reduce((n, r) => n + r.completion.length, 0);
+            }
+            if (i > 0) rates[which].push(tokens / ((performance.now() - t) / 1000));
           }
         }
       } finally {
@@ -156,10 +177,15 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
         await user.stop();
       }
     };
-    const { result: hosted, seconds: hostedSeconds } = await overJob('Llama + LoRA, three hosts', llama, { hosted: 'adder', adapter: LORA }, LLAMA_LR, compare);
+    const { result: hosted, seconds: hostedSeconds } = await overJob('Llama + LoRA, three hosts', llama, { hosted: 'adder', adapter: LORA }, LLAMA_LR, { measure: compare });
+    // overlapped (rollouts one step stale), 20 steps: drawn before each step on the training job, or beside it on a second job
+    const over = { steps: 20 };
+    const before = await overJob('Llama + LoRA, three hosts, overlapped, drawn before each step', llama, { hosted: 'adder', adapter: LORA }, LLAMA_LR, { ...over, overlap: 'before' });
+    const beside = await overJob('Llama + LoRA, three hosts, overlapped, drawn beside each step', llama, { hosted: 'adder', adapter: LORA }, LLAMA_LR, { ...over, overlap: 'beside' });
+    const same = JSON.stringify(before.result.steps.map((s) => s.loss)) === JSON.stringify(beside.result.steps.map((s) => s.loss));
     const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
-    log(`  rollouts over the adapter job ${rates.job.map((r) => r.toFixed(0)).join(', ')} tok/s; the hosts' batched decoding of the model `
-      + `${rates.hosts.map((r) => r.toFixed(0)).join(', ')} tok/s`);
+    log(`  rollouts over the adapter job ${rates.job.map((r) => r.toFixed(0)).join(', ')} tok/s; the same as a hosted session of the model `
+      + `${rates.hosts.map((r) => r.toFixed(0)).join(', ')} tok/s; the job's batched decoding ${rates.plain.map((r) => r.toFixed(0)).join(', ')} tok/s`);
     if (out) {
       mkdirSync(dirname(out), { recursive: true });
       writeFileSync(out, curvesSvg([
@@ -179,7 +205,9 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
       { section: 'rl', case: `a Llama's LoRA, one process: ${(100 * llamaAlone.accuracyBefore!).toFixed(1)}% → ${(100 * llamaAlone.accuracyAfter!).toFixed(1)}% (${llamaAloneSeconds.toFixed(0)} s)`, value: pts(llamaAlone), unit: 'points', reference: 'target', referenceValue: 20, ratio: pts(llamaAlone) / 20, target: '≥ 20 points' },
       { section: 'rl', case: `the same over three hosts of the Llama: ${(100 * hosted.accuracyBefore!).toFixed(1)}% → ${(100 * hosted.accuracyAfter!).toFixed(1)}% (${hostedSeconds.toFixed(0)} s)`, value: pts(hosted), unit: 'points', reference: 'target', referenceValue: 20, ratio: pts(hosted) / 20, target: '≥ 20 points' },
       { section: 'rl', case: 'rollout tokens/s, three hosts against one process (Llama + LoRA)', value: tps(hosted), unit: 'tok/s', reference: 'one process', referenceValue: tps(llamaAlone), ratio: tps(hosted) / tps(llamaAlone) },
-      { section: 'rl', case: 'rollout tokens/s over the three hosts (Llama + LoRA) against their batched decoding of the model (a hosted session, the same rollouts)', value: median(rates.job), unit: 'tok/s', reference: 'hosts\' batched decoding', referenceValue: median(rates.hosts), ratio: median(rates.job) / median(rates.hosts), target: '≥ 0.8×' },
+      { section: 'rl', case: `overlapped GRPO over the three hosts (Llama + LoRA, 20 steps), rollouts drawn beside each step by a second job against before it on the training job: wall time; ${same ? 'the same losses' : 'LOSSES DIFFER'}, held-out ${(100 * beside.result.accuracyAfter!).toFixed(1)}%`, value: beside.seconds, unit: 's', reference: 'drawn before', referenceValue: before.seconds, ratio: beside.seconds / before.seconds, target: '< 1' },
+      { section: 'rl', case: 'rollout tokens/s over the three hosts (Llama + LoRA) against their batched decoding of the same (the job\'s, without log-probabilities)', value: median(rates.job), unit: 'tok/s', reference: 'the job\'s batched decoding', referenceValue: median(rates.plain), ratio: median(rates.job) / median(rates.plain), target: '≥ 0.8×' },
+      { section: 'rl', case: 'rollout tokens/s over the three hosts (Llama + LoRA) against the hosts\' batched decoding of the model alone (a hosted session, no adapter)', value: median(rates.job), unit: 'tok/s', reference: 'a hosted session', referenceValue: median(rates.hosts), ratio: median(rates.job) / median(rates.hosts), target: '≥ 0.8×' },
     ];
   } finally {
     for (const r of running) r.child.kill('SIGTERM');
