@@ -154,7 +154,9 @@ export async function benchRl(quick: boolean, log: (s: string) => void, out?: st
         // a first round unmeasured (the hosted session's route is measured on its first use)
         for (let i = 0; i < 10; i++) {
           const rounds = [0, 1].map(() => Array.from({ length: GRPO.prompts }, () => task.prompts[rng.int(task.prompts.length)]));
-          for (const which of ['job', 'hosts', 'plain'] as const) {
+          // each sample's order turned by one: none always follows the same one (a session's checks, the ledger's submissions)
+          const kinds = ['job', 'hosts', 'plain'] as const;
+          for (const which of kinds.map((_, k) => kinds[(i + k) % kinds.length])) {
             const t = performance.now();
             let tokens = 0;
             for (const [k, prompts] of rounds.entries()) {

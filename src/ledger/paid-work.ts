@@ -87,12 +87,17 @@ export function paidWork(
 /** A hosted span's job id (`host_NAME_HASH12_FIRST-LAST`, p2p's hostedJobId): the model's part of it is the escrow's job. */
 const HOSTED_SPAN_JOB = /^(host_[A-Za-z0-9_-]{0,32}_[0-9a-f]{12})_[0-9]+-[0-9]+$/;
 
+/** A job planned again (`UUID_rN`, p2p's replannedJobId): the first job's id is the escrow's job. */
+const REPLANNED_JOB = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})_r[0-9]{1,9}$/;
+
 /**
  * The job whose escrow pays a record of `job`: a hosted span's records are paid from the user's escrow for the whole
- * model (p2p's hostedModelJob: one deposit pays every host of every span it routes over); any other job's, its own.
+ * model (p2p's hostedModelJob: one deposit pays every host of every span it routes over); a job planned again (a
+ * worker caught or lost) from its first's, which the user paid into; any other job's, its own. An escrow pays only
+ * records its own user accepted, so no one else's job can draw on it under such a name.
  */
 export function escrowJobOf(job: string): string {
-  return HOSTED_SPAN_JOB.exec(job)?.[1] ?? job;
+  return HOSTED_SPAN_JOB.exec(job)?.[1] ?? REPLANNED_JOB.exec(job)?.[1] ?? job;
 }
 
 /** Code-unit order: the same on every validator, whatever its locale. */

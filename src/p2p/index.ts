@@ -49,6 +49,7 @@ export {
   type HostedSpan,
   hostedJobId,
   hostedModelJob,
+  replannedJobId,
   type HostState,
   parseHostedSpans,
   parseModelName,

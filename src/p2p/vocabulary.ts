@@ -331,6 +331,14 @@ export function hostedModelJob(model: Pick<HostedSpan, 'name' | 'hash'>): string
   return `host_${model.name.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 32)}_${model.hash.slice(0, 12)}`;
 }
 
+/**
+ * The id of a job planned again for the `n`th time (a worker caught or lost): a new id, so its records are not the
+ * first's, that names the first (a UUID), whose escrow pays them (see escrowJobOf in the ledger).
+ */
+export function replannedJobId(first: string, n: number): string {
+  return `${first.replace(/_r[0-9]+$/, '')}_r${n}`;
+}
+
 /** The job id a host serves a span under, which a session's requests name: the model, its hash's start, the blocks. */
 export function hostedJobId(span: Pick<HostedSpan, 'name' | 'hash' | 'layers'>): string {
   return `${hostedModelJob(span)}_${span.layers[0]}-${span.layers[1]}`;

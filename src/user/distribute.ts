@@ -3,7 +3,9 @@ import { basename, resolve } from 'node:path';
 import type { Libp2p } from '@libp2p/interface';
 import { InvalidArgumentError, PlanInfeasibleError } from '../errors.ts';
 import type { CausalLM } from '../models/index.ts';
-import { type DialTarget, MAX_VALIDATORS, type PeerRecord, type StageAssignment, validatorTarget, Validators } from '../p2p/index.ts';
+import {
+  type DialTarget, MAX_VALIDATORS, type PeerRecord, replannedJobId, type StageAssignment, validatorTarget, Validators,
+} from '../p2p/index.ts';
 import {
   type LayerCost, layerCosts, linkBetween, linkTable, measuredLinks, type Plan, plan,
   type PlanOptions, replan, type Replan, type StrategyName, type Swarm,
@@ -165,9 +167,13 @@ async function distributeSource(
   }
   const keepEnds = (options.privacy ?? 'ends') === 'ends';
   const hosted = options.hosted;
-  const placeJob = (avoid?: ReadonlySet<string>) =>
-    (hosted === undefined ? place(node, validator, source, options, avoid) : placeOnHosts(node, validator, source, hosted, avoid));
+  const placeJob = (avoid?: ReadonlySet<string>, jobId?: string) => (hosted === undefined
+    ? place(node, validator, source, options, avoid, jobId)
+    : placeOnHosts(node, validator, source, hosted, avoid, jobId));
   const first = await placeJob();
+  // planned again (a worker caught or lost): a new id, so that its records are not the old ones', that names the first, so
+  // that the first's escrow pays them (ledger's escrowJobOf)
+  let again = 0;
   let job: DistributedJob | null = null;
   try {
     // the validators that may re-run the job's work: every one its validator lists (itself first), as many as a load names
@@ -188,7 +194,7 @@ async function distributeSource(
     const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;
     job = new DistributedJob(node, first.jobId, source, first.plan, first.sections, inbox, {
       keepEnds, onProgress, verifier, validator, tokens: options.tokens, name: options.name, deadlineFloorMs: options.deadlineFloorMs,
-      relocate: (avoid) => placeJob(new Set([...verifier.excluded, ...(avoid ?? [])])),
+      relocate: (avoid) => placeJob(new Set([...verifier.excluded, ...(avoid ?? [])]), replannedJobId(first.jobId, ++again)),
       // a job over hosts takes the route they offer: it moves when one fails, not for a better plan
       ...(hosted === undefined
         ? {
@@ -286,11 +292,11 @@ async function place(
   source: UserModel,
   options: DistributeOptions,
   excluded?: ReadonlySet<string>,
+  jobId: string = randomUUID(),
 ): Promise<Placement> {
   const { groups, costs, first, swarm, options: planOptions } = await survey(node, validator, source, options, excluded);
   const chosen = plan(options.strategy ?? 'layer-aware', costs, swarm.devices, { ...planOptions, links: measuredLinks(swarm.links) });
   plannedOn.set(chosen, swarm);
-  const jobId = randomUUID();
   const placed = chosen.stages.map((s) => {
     const index = groups[0].findIndex((w) => w.peerId === s.device);
     return groups.map((g, replica) => ({ record: g[index], start: s.start + first, end: s.end + first, replica }));

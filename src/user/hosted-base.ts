@@ -23,6 +23,7 @@ export async function placeOnHosts(
   source: UserModel,
   name: string,
   avoid: ReadonlySet<string> = new Set(),
+  jobId: string = randomUUID(),
 ): Promise<Placement & { base: string }> {
   const [model, hash] = name.split('@', 2);
   const entry = await findHosted(node, validator, model, hash);
@@ -33,7 +34,6 @@ export async function placeOnHosts(
   const hosts = new Set(entry.hosts.map((h) => h.peerId));
   const route = await measuredRoute(node, entry, peers, peers.filter((p) => hosts.has(p.peerId)), { avoid });
   if (!route) throw new PlanInfeasibleError(`the online hosts of '${model}' do not cover its ${entry.layers} blocks${avoid.size ? ` without the ${avoid.size} avoided` : ''}`);
-  const jobId = randomUUID();
   const sections: JobStage[][] = [];
   try {
     for (const hop of route) {

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { describe, test } from 'node:test';
 import { type EpochRecord, epochRewards, escrowJobOf, type JobEscrow, paidWork } from '../../src/ledger/index.ts';
-import { hostedJobId, hostedModelJob } from '../../src/p2p/index.ts';
+import { hostedJobId, hostedModelJob, replannedJobId } from '../../src/p2p/index.ts';
 import { Generator } from '../../src/tensor/index.ts';
 
 const PRICE = 1_000_000n;
@@ -43,6 +44,23 @@ describe('ledger: which work an epoch pays', () => {
       assert.equal(escrowJobOf(hostedJobId({ ...model, layers })), hostedModelJob(model));
     }
     for (const job of ['job', 'host_x', 'host_llama_abababababab', 'job_ababababab12_0-1x']) assert.equal(escrowJobOf(job), job);
+  });
+
+  test('a job planned again (a worker caught) is paid from its first\'s escrow, and only by the user who paid into it', () => {
+    const first = randomUUID();
+    assert.equal(replannedJobId(first, 1), `${first}_r1`);
+    assert.equal(replannedJobId(replannedJobId(first, 1), 2), `${first}_r2`);
+    for (const n of [1, 2, 17]) assert.equal(escrowJobOf(replannedJobId(first, n)), first);
+    for (const job of [`${first}_r`, `${first}_rx`, `x${first}_r1`, 'job_r1']) assert.equal(escrowJobOf(job), job);
+    // the records after the re-plan are paid from the deposit for the first job (each record's job read as the validators'
+    // settlement reads it); another user's under the same names are not
+    const paid = paidWork([
+      { peer: 'honest', job: first, user: 'user', flops: 1000 },
+      { peer: 'honest', job: `${first}_r1`, user: 'user', flops: 2000 },
+      { peer: 'other', job: `${first}_r1`, user: 'thief', flops: 5000 },
+    ].map((r) => ({ ...r, job: escrowJobOf(r.job) })), (job, user) => (job === first && user === 'user' ? { payer: '0x1111', held: 10_000n * PRICE } : undefined), accountOf, PRICE);
+    assert.deepEqual(paid.releases, [{ job: first, user: 'user', amount: 3000n * PRICE }]);
+    assert.deepEqual(paid.work, new Map([['honest', 3000]]));
   });
 
   test('an escrow that holds less than its work is due pays each of its records the share it covers', () => {

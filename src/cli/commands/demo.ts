@@ -142,9 +142,9 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       + `2-digit sums written "07+38=045" (${thousands(task.train.length)} to learn from, ${task.test.length} held out)`);
     dm = await distribute(node, swarm.bootstrap, model, { strategy: 'parameter-balanced', verify, name: 'demo: 2-digit sums' });
     const job = dm;
-    // the user pays for the job up front, into escrow: the validators release it against the work the ledger holds
+    // the user pays for the job up front, into escrow: the validators release it against the work the ledger holds (the
+    // job planned again once the cheater is caught runs under an id that names this one, and is paid from this escrow)
     await chain.user.deposit(job.jobId, node.peerId.toString(), DEMO_PAYMENT);
-    const funded = new Set([job.jobId]);
     out.info('  plan (parameter-balanced: the largest section as small as it can be, so no worker waits on a bigger one):');
     for (const [i, a] of dm.assignment.entries()) {
       const stage = dm.plan.stages[i];
@@ -212,8 +212,6 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
       samples.push({ prompt: example.prompt, answer, expected: example.answer, right });
     }
 
-    // a job caught a cheater is planned again under a new id: the user pays for that one too, then the epoch settles
-    if (!funded.has(job.jobId)) await chain.user.deposit(job.jobId, node.peerId.toString(), DEMO_PAYMENT);
     await job.settle();
     const earnings = await settleAndClaim(node, swarm, names, cheater);
     const verification = job.verification!;
@@ -268,7 +266,7 @@ export async function demoCommand(flags: Flags, out: Output): Promise<void> {
         + `${w.excluded ? 'EXCLUDED (caught cheating), ' : w.layers ? `layer ${w.layers[0]}${w.layers[1] !== w.layers[0] ? `–${w.layers[1]}` : ''}, ` : ''}`
         + `${thousands(w.trainForwards)} forwards, ${thousands(w.trainBackwards)} backwards, ${w.optimizerSteps} optimizer steps, `
         + `${thousands(w.forwards)} decoding forwards, busy ${w.busySeconds.toFixed(1)} s`),
-      `  earnings, read from the chain (epoch ${earnings.epoch}; the user paid ${tlk(DEMO_PAYMENT)} per job into escrow, `
+      `  earnings, read from the chain (epoch ${earnings.epoch}; the user paid ${tlk(DEMO_PAYMENT)} into the job's escrow, `
       + `the ledger holds ${thousands(earnings.records)} accepted records):`,
       ...earnings.rows.map((e) => `  ${e.worker} ${e.account.slice(0, 10)}…: `
         + `${e.slashed ? `SLASHED: stake ${tlk(MIN_STAKE)} → ${tlk(e.stake)}, earned nothing` : `earned ${tlk(e.earned)}, claimed ${tlk(e.claimed)}`}`
