@@ -46,8 +46,9 @@ export async function generateRollouts(
     maxNewTokens: options.maxNewTokens,
     stopTokens: stop,
     rows: rows.map((_, r) => ({ temperature: 1, seed: options.seed + r })),
-    onToken: (token, sequence, logits) => {
-      logprobs[sequence].push(logits[token] - logSumExp(logits));
+    // by place, not pushed: a generation run again (a worker caught, the first result discarded) writes over the first's
+    onToken: (token, sequence, logits, index) => {
+      logprobs[sequence][index] = logits[token] - logSumExp(logits);
     },
   });
   return tokens.map((completion, r) => {

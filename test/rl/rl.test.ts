@@ -175,7 +175,8 @@ describe('GRPO\'s loop', () => {
     const model = createModel(config, { seed: 5 });
     model.tokenizer = tok;
     await saveModel(model, dir);
-    const options = { task: ascii, steps: 3, prompts: 2, groupSize: 4, preset: 'dapo' as const, evalEvery: 0, seed: 1 };
+    // overlapped: the rollouts' own log-probabilities are π_old, so those of the discarded draw must not stay
+    const options = { task: ascii, steps: 3, prompts: 2, groupSize: 4, preset: 'dapo' as const, evalEvery: 0, seed: 1, overlap: true };
     const local = await loadModel(dir);
     adaptModel(local, LORA, { seed: 13 });
     local.tokenizer = tok;

@@ -13,9 +13,11 @@ export interface GenerateOptions extends SamplingOptions {
   /**
    * Called for every new token as it is produced (streaming), with the logits it was picked from (the model's, before
    * temperature or top-k/top-p; valid during the call). A promise it returns holds the next step until it settles
-   * (back-pressure: a reader that cannot keep up, or a caller that acts between two tokens).
+   * (back-pressure: a reader that cannot keep up, or a caller that acts between two tokens). `index`: the token's place
+   * among its sequence's new tokens (from 0). A generation run again from its start (a worker caught, its result
+   * discarded) calls it again from index 0.
    */
-  onToken?: (token: number, sequence: number, logits: Float32Array) => unknown;
+  onToken?: (token: number, sequence: number, logits: Float32Array, index: number) => unknown;
   /**
    * Settings of each prompt of a batch (one per prompt), over the shared ones: its own sampling,
    * seed (its own generator, so a row's tokens do not depend on the rows beside it), length,
@@ -119,7 +121,7 @@ export async function generateWith(stepModel: StepModel, prompts: number[][], op
     next.forEach((tok, i) => {
       if (done[i]) return;
       outputs[i].push(tok);
-      const pending = options.onToken?.(tok, i, last[i]);
+      const pending = options.onToken?.(tok, i, last[i], outputs[i].length - 1);
       if (pending instanceof Promise) held.push(pending);
       if (stops[i].has(tok) || outputs[i].length >= limits[i]) done[i] = true;
     });

@@ -99,7 +99,7 @@ export async function generateSpeculative(stepModel: StepModel, prompt: number[]
   /** Emits a token picked from `logits`; true when generation ends with it. */
   const emit = async (token: number, logits: Float32Array): Promise<boolean> => {
     out.push(token);
-    const pending = options.onToken?.(token, 0, logits);
+    const pending = options.onToken?.(token, 0, logits, out.length - 1);
     if (pending instanceof Promise) await pending;
     return stops.has(token) || out.length >= maxNew || options.cancelled?.() === true;
   };
