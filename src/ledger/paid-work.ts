@@ -87,8 +87,8 @@ export function paidWork(
 /** A hosted span's job id (`host_NAME_HASH12_FIRST-LAST`, p2p's hostedJobId): the model's part of it is the escrow's job. */
 const HOSTED_SPAN_JOB = /^(host_[A-Za-z0-9_-]{0,32}_[0-9a-f]{12})_[0-9]+-[0-9]+$/;
 
-/** A job planned again (`UUID_rN`, p2p's replannedJobId): the first job's id is the escrow's job. */
-const REPLANNED_JOB = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})_r[0-9]{1,9}$/;
+/** A job planned again (`UUID_rN_RANDOM`, p2p's replannedJobId): the first job's id is the escrow's job. */
+const REPLANNED_JOB = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})_r[0-9]{1,9}_[0-9a-f]{8}$/;
 
 /**
  * The job whose escrow pays a record of `job`: a hosted span's records are paid from the user's escrow for the whole

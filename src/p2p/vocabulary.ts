@@ -333,10 +333,13 @@ export function hostedModelJob(model: Pick<HostedSpan, 'name' | 'hash'>): string
 
 /**
  * The id of a job planned again for the `n`th time (a worker caught or lost): a new id, so its records are not the
- * first's, that names the first (a UUID), whose escrow pays them (see escrowJobOf in the ledger).
+ * first's, that names the first (a UUID), whose escrow pays them (see escrowJobOf in the ledger). Its random end keeps
+ * anyone who knows the first id from opening the next ones on workers first (a worker gives a job id to whoever opens it).
  */
 export function replannedJobId(first: string, n: number): string {
-  return `${first.replace(/_r[0-9]+$/, '')}_r${n}`;
+  // Web Crypto's (Node's and a tab's): this module runs in both
+  const random = [...globalThis.crypto.getRandomValues(new Uint8Array(4))].map((b) => b.toString(16).padStart(2, '0')).join('');
+  return `${first.replace(/_r[0-9]+_[0-9a-f]{8}$/, '')}_r${n}_${random}`;
 }
 
 /** The job id a host serves a span under, which a session's requests name: the model, its hash's start, the blocks. */

@@ -48,16 +48,18 @@ describe('ledger: which work an epoch pays', () => {
 
   test('a job planned again (a worker caught) is paid from its first\'s escrow, and only by the user who paid into it', () => {
     const first = randomUUID();
-    assert.equal(replannedJobId(first, 1), `${first}_r1`);
-    assert.equal(replannedJobId(replannedJobId(first, 1), 2), `${first}_r2`);
+    assert.match(replannedJobId(first, 1), new RegExp(`^${first}_r1_[0-9a-f]{8}$`));
+    assert.match(replannedJobId(replannedJobId(first, 1), 2), new RegExp(`^${first}_r2_[0-9a-f]{8}$`));
+    // not to be guessed: whoever opens a job id on a worker first holds it there
+    assert.notEqual(replannedJobId(first, 1), replannedJobId(first, 1));
     for (const n of [1, 2, 17]) assert.equal(escrowJobOf(replannedJobId(first, n)), first);
-    for (const job of [`${first}_r`, `${first}_rx`, `x${first}_r1`, 'job_r1']) assert.equal(escrowJobOf(job), job);
+    for (const job of [`${first}_r1`, `${first}_r_0123abcd`, `x${first}_r1_0123abcd`, 'job_r1_0123abcd']) assert.equal(escrowJobOf(job), job);
     // the records after the re-plan are paid from the deposit for the first job (each record's job read as the validators'
     // settlement reads it); another user's under the same names are not
     const paid = paidWork([
       { peer: 'honest', job: first, user: 'user', flops: 1000 },
-      { peer: 'honest', job: `${first}_r1`, user: 'user', flops: 2000 },
-      { peer: 'other', job: `${first}_r1`, user: 'thief', flops: 5000 },
+      { peer: 'honest', job: replannedJobId(first, 1), user: 'user', flops: 2000 },
+      { peer: 'other', job: replannedJobId(first, 1), user: 'thief', flops: 5000 },
     ].map((r) => ({ ...r, job: escrowJobOf(r.job) })), (job, user) => (job === first && user === 'user' ? { payer: '0x1111', held: 10_000n * PRICE } : undefined), accountOf, PRICE);
     assert.deepEqual(paid.releases, [{ job: first, user: 'user', amount: 3000n * PRICE }]);
     assert.deepEqual(paid.work, new Map([['honest', 3000]]));
