@@ -139,7 +139,7 @@ export async function rl(options: RlOptions): Promise<RlResult> {
     // apart from what trains, beside the step, else before it
     if (options.overlap && step < options.steps) {
       if (beside) {
-        await policy.syncRollouts!();
+        await policy.syncRollouts?.();
         next = rollout(step + 1);
         // awaited next step; a step, an evaluation or a callback that throws first must not leave it unhandled
         next.catch(() => {});
@@ -150,11 +150,6 @@ export async function rl(options: RlOptions): Promise<RlResult> {
     const accuracy = result.steps.findLast((s) => s.accuracy !== undefined)?.accuracy ?? result.accuracyBefore;
     policy.annotate?.({ reward, ...(accuracy === undefined ? {} : { accuracy }) });
     const trained = await policy.step(batch);
-    if (!options.overlap && step < options.steps) {
-      await policy.syncRollouts?.();
-      next = rollout(step + 1);
-      next.catch(() => {});
-    }
     const stats: RlStepStats = {
       step,
       reward,
@@ -170,6 +165,12 @@ export async function rl(options: RlOptions): Promise<RlResult> {
     }
     result.steps.push(stats);
     options.onStep?.(stats);
+    // on-policy: the next rollouts from the policy just stepped, after its evaluation (two sessions of one job at once
+    // would share its checks, and a worker caught in one would re-plan the job under the other)
+    if (!options.overlap && step < options.steps) {
+      await policy.syncRollouts?.();
+      next = rollout(step + 1);
+    }
   }
   result.accuracyAfter = result.steps.at(-1)?.accuracy;
   return result;

@@ -393,7 +393,8 @@ export class DistributedJob implements DistributedModel {
       if (own.shape.join() !== t.shape.join()) throw new InvalidArgumentError(`'${name}' is [${own.shape}] on this job, not [${t.shape}]`);
       (own.data as Float32Array).set(t.data as Float32Array);
     }
-    await this.placement.setWeights(onWorkers);
+    // a worker lost on the way is replaced (its section loaded with the new factors) and the load tried again
+    await retryOnLoss(() => this.placement.setWeights(onWorkers), (cause, attempt) => this.recovery.recover(cause, attempt));
   }
 
   async close(): Promise<void> {

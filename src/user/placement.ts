@@ -212,7 +212,8 @@ export class JobPlacement implements Placement {
 
   /**
    * Loads every section again with `weights` in place of the weights of the same names (content-addressed: only the
-   * chunks a worker lacks move; a base its host holds stays). Later loads (a failover, a re-plan) take them too.
+   * chunks a worker lacks move; a base its host holds stays). Later loads (a failover, a re-plan) take them too, those
+   * of a failover during this one among them; a load that fails leaves the sections between the two: set them again.
    */
   async setWeights(weights: Map<string, Tensor>): Promise<void> {
     const held = new Map(this.sections.flatMap(([s]) => this.weightsOf(s).map((w) => [w.name, w.shape.join('×')] as const)));

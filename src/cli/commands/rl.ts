@@ -9,6 +9,7 @@ import {
 import { distribute, HostedModel, pullEnds } from '../../user/index.ts';
 import { validatorTarget } from '../../p2p/index.ts';
 import { payForJob } from '../chain-flags.ts';
+import { openHosted } from './generate-hosted.ts';
 import { joinSwarm } from '../swarm.ts';
 import { type Flags, intFlag, numberFlag, placement, requiredString, stringFlag, UsageError, verifyFlags } from '../args.ts';
 import { bar, type Output } from '../output.ts';
@@ -98,6 +99,7 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
   let dm: Awaited<ReturnType<typeof distribute>> | null = null;
   let base: HostedModel | null = null;
   let drawer: Awaited<ReturnType<typeof distribute>> | null = null;
+  let drawerEscrow: { job: string; user: string } | null = null;
   try {
     let dir = model;
     if (hosted) {
@@ -113,18 +115,23 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
     dm = await distribute(access.node, access.bootstrap, dir, {
       training: true, verify, ...(lora ? { adapter: { ...lora, seed } } : {}), ...(hosted ? { hosted: model } : {}),
     });
-    await payForJob(flags, { jobId: dm.jobId, user: access.node.peerId.toString() }, out);
+    const user = access.node.peerId.toString();
+    // the escrow's job: the first id (a job planned again runs under one that names it, paid from the same escrow)
+    const escrow = { job: dm.jobId, user };
+    await payForJob(flags, { jobId: escrow.job, user }, out);
     for (const a of dm.assignment) out.info(`  ${hosted ? 'host' : 'worker'} …${a.peerId.slice(-6)}: layers ${a.start}–${a.end - 1}`);
     out.info(hosted
       ? `  a LoRA adapter (r ${lora!.r}) over ${model} as its hosts serve it: they hold its factors, step them and generate the rollouts`
       : `  a private job${lora ? ` training a LoRA adapter (r ${lora.r})` : ''}: the workers generate the rollouts and train`);
     const trainer = await dm.trainer({ optimizer: { lr }, totalSteps: steps, warmupSteps: 0, microBatches });
-    // the KL term's reference: the model as its hosts serve it to everyone, without the adapter
-    if (beta > 0) base = await HostedModel.open(access.node, access.bootstrap, model, { ends: dir });
+    // the KL term's reference: the model as its hosts serve it to everyone, without the adapter; checked as `generate
+    // --model` checks it, and with --contracts paid as it is, from the user's escrow for the model
+    if (beta > 0) base = await openHosted(HostedModel, access, model, await loadModel(dir, { part: 'ends' }), flags, out);
     if (hosted && options.overlap) {
       // the rollouts beside each step: a second job of the adapter over the hosts, not training, given the factors before each draw
       drawer = await distribute(access.node, access.bootstrap, dir, { verify, adapter: { ...lora!, seed }, hosted: model });
-      await payForJob(flags, { jobId: drawer.jobId, user: access.node.peerId.toString() }, out);
+      drawerEscrow = { job: drawer.jobId, user };
+      await payForJob(flags, { jobId: drawerEscrow.job, user }, out);
       out.info(`  the rollouts beside each step: a second job of the adapter over ${drawer.assignment.length} hosts, given the factors before each draw`);
     }
     const apart = { ...(base ? { reference: base } : {}), ...(drawer ? { rollouts: drawer } : {}) };
@@ -132,17 +139,18 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
     const result = await rl({ ...options, policy, onStep });
     const verification = await dm.settle();
     const drawn = await drawer?.settle();
-    for (const [what, v] of [['checks', verification], ['rollouts\' checks', drawn]] as const) {
+    const referenced = base && { checked: base.verification.checked, failed: base.verification.failed, flagged: base.verification.flagged };
+    const ledgerError = await base?.drain();
+    if (ledgerError) out.info(`warning: the validator's ledger did not take every step of the reference: ${ledgerError.message}`);
+    for (const [what, v] of [['checks', verification], ['rollouts\' checks', drawn], ['the reference\'s checks', referenced]] as const) {
       if (!v) continue;
       out.info(`  ${what}: ${v.checked} records re-run by the validator, ${v.failed} failed`
         + `${v.flagged.length ? `; caught: ${v.flagged.map((p) => `…${p.slice(-6)}`).join(', ')}` : ''}`);
     }
-    // the job's escrow (with --contracts): the job, and the user whose acceptance releases it
-    const user = access.node.peerId.toString();
-    const escrow = { job: dm.jobId, user };
-    const rollouts = drawer ? { rollouts: { jobId: drawer.jobId, escrow: { job: drawer.jobId, user }, verification: drawn } } : {};
+    const rollouts = drawer ? { rollouts: { jobId: drawer.jobId, escrow: drawerEscrow, verification: drawn } } : {};
     const where = hosted ? `hosted ${model}` : 'a private job';
-    out.result({ task: task.name, where, jobId: dm.jobId, escrow, ...result, verification, ...rollouts }, summary(result));
+    const reference = base ? { reference: { verification: referenced, recorded: base.recorded } } : {};
+    out.result({ task: task.name, where, jobId: dm.jobId, escrow, ...result, verification, ...rollouts, ...reference }, summary(result));
   } finally {
     const removeEnds = () => ends && rmSync(ends, { recursive: true, force: true });
     await inTurn([() => base?.close(), () => drawer?.close(), () => dm?.close(), () => access.close(), removeEnds]);
