@@ -10,7 +10,7 @@ import {
 import { noGrad, type Tensor } from '../tensor/index.ts';
 import { agree, COMMIT_CHUNK, type ComputeFormat, ortTolerance, sectionCost, type WorkRecord } from '../verify/index.ts';
 import { measuredRoute, type RouteOptions } from './hosted-routing.ts';
-import { allModels } from './model-index.ts';
+import { findModel } from './model-index.ts';
 import { LedgerSubmitter } from './ledger-submitter.ts';
 import { HostedSession, MAX_KEPT_INPUT_BYTES, type RouteHop, type SessionRouter } from './hosted-session.ts';
 
@@ -441,13 +441,4 @@ interface Lane {
 /** The format whose results may drift the most (the tolerance redundant routes are compared with). */
 function coarsest(formats: ComputeFormat[]): ComputeFormat {
   return formats.reduce((a, b) => (ortTolerance(b) > ortTolerance(a) ? b : a), 'f32' as ComputeFormat);
-}
-
-async function findModel(node: Libp2p, validator: DialTarget, name: string, hash?: string): Promise<HostedModelEntry> {
-  const found = (await allModels(node, validator)).filter((m) => m.name === name && (hash === undefined || m.hash === hash));
-  if (found.length === 0) throw new PlanInfeasibleError(`no host announces a model named '${name}'${hash ? ` with hash ${hash.slice(0, 12)}…` : ''}`);
-  if (found.length > 1) {
-    throw new InvalidArgumentError(`'${name}' is hosted in ${found.length} different copies (hashes ${found.map((m) => m.hash.slice(0, 12)).join(', ')}): name one by its hash`);
-  }
-  return found[0];
 }

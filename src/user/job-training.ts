@@ -14,7 +14,7 @@ import { RedundantStage } from './redundant-stage.ts';
 import { RemoteTrainStage } from './remote-train.ts';
 import type { Replanner } from './replanner.ts';
 import { ReplicaScorer, type ScoreOptions } from './scoring.ts';
-import type { AuditVerdict, JobVerifier } from './verifier.ts';
+import type { JobVerifier } from './verifier.ts';
 
 export interface DistributedTrainerOptions {
   /** AdamW on every holder of parameters (the only optimizer so far). */
@@ -194,12 +194,6 @@ export class JobTraining {
   async heal(cause: unknown): Promise<void> {
     if (!this.trainer) throw cause;
     await this.trainer.heal(cause);
-  }
-
-  /** Workers caught in a session of the training job: the job is rolled back and replayed without them (JobTrainer.caught). */
-  async caught(failed: AuditVerdict[]): Promise<void> {
-    if (!this.trainer) throw new InvalidArgumentError('this job has no trainer to roll back');
-    await this.trainer.caught(failed);
   }
 
   /** Waits for the checks still under way (the last step's re-runs, a rollback they call for, the ledger's submissions). */

@@ -8,7 +8,7 @@ import {
 import { addTraffic, type DialTarget, newTraffic, type PeerTarget, type Traffic } from '../p2p/index.ts';
 import type { Plan } from '../plan/index.ts';
 import type { Tensor } from '../tensor/index.ts';
-import { DEADLINE_FLOOR_MS, type FailoverEvent, retryOnLoss } from './failover.ts';
+import { DEADLINE_FLOOR_MS, type FailoverEvent, isLoss, retryOnLoss } from './failover.ts';
 import { JobSessions } from './job-sessions.ts';
 import { type JobStage, ownEndLayers } from './job-stage.ts';
 import type { JobTrainer } from './job-trainer.ts';
@@ -147,7 +147,8 @@ export class DistributedJob implements DistributedModel {
     };
     this.training = new JobTraining({ ...parts, progress: this.progress });
     this.sessions = new JobSessions({ ...parts, inbox, trains: () => this.training.trains, settle: () => this.settle(),
-      caught: (failed) => this.training.caught(failed),
+      // workers caught in a session of the training job: it is rolled back and replayed without them (JobTrainer.caught)
+      caught: (failed) => this.training.trainer!.caught(failed),
     });
   }
 
@@ -367,9 +368,20 @@ export class DistributedJob implements DistributedModel {
     await this.settle();
     const state = new Map<string, Tensor>();
     if (this.keepEnds && this.source.ends) for (const [name, t] of adapterState(this.source.ends)) state.set(name, t);
-    for (const [s] of this.placement.sections) {
-      for (const { name } of this.placement.trainedOf(s)) state.set(name, await this.weight(name));
-    }
+    // each section's from its own worker at once (one stream each), weight by weight; a worker lost on the way: one
+    // weight after another, each replacing a lost worker first (two replacements must not run at once)
+    const names = this.placement.sections.map(([s]) => this.placement.trainedOf(s).map((w) => w.name));
+    const read = await Promise.all(this.placement.sections.map(async ([s], i) => {
+      const got: [string, Tensor][] = [];
+      for (const name of names[i]) got.push([name, await s.remote.weight(name)]);
+      return got;
+    })).catch(async (err: unknown) => {
+      if (!isLoss(err)) throw err;
+      const got: [string, Tensor][] = [];
+      for (const name of names.flat()) got.push([name, await this.weight(name)]);
+      return [got];
+    });
+    for (const [name, t] of read.flat()) state.set(name, t);
     return state;
   }
 
