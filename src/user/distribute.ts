@@ -189,6 +189,8 @@ async function distributeSource(
       ...(source.adapter?.base && hosted !== undefined
         ? { base: { name: hosted.split('@', 1)[0], hash: source.adapter.base, format: source.format ?? 'f32' } }
         : {}),
+      // factors set on a job that does not train (setAdapter): a host must compute with them
+      ...(source.adapter ? { factorsOf: (range: readonly [number, number]) => job!.factorsOf(range) } : {}),
     }));
     const inbox = (options.routing ?? 'chain') === 'chain' ? await inboxFor(node) : null;
     const onProgress = options.onProgress ? (stage: JobStage, p: LoadProgress) => options.onProgress!(stage.where, p) : undefined;

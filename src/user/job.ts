@@ -385,6 +385,11 @@ export class DistributedJob implements DistributedModel {
     return state;
   }
 
+  /** The hash of the factors setAdapter put on a section of layers `range` (undefined: none were). */
+  factorsOf(range: readonly [number, number]): string | undefined {
+    return this.placement.factorsOf(range);
+  }
+
   /**
    * Puts `factors` (adapterFactors' of another job of the same adapter) on this job, which does not train: the user's
    * ends take theirs, and every section is loaded again with its own (content-addressed chunks: only the factors move;

@@ -4,6 +4,7 @@ import { configToHF, isAdapterWeight } from '../models/index.ts';
 import type { PeerTarget, StageAssignment } from '../p2p/index.ts';
 import type { Plan } from '../plan/index.ts';
 import type { Tensor } from '../tensor/index.ts';
+import { factorsHash } from '../verify/index.ts';
 import type { JobStage, Placement } from './job-stage.ts';
 import { type LoadProgress, type LoadResult, RemoteStage } from './remote-stage.ts';
 import type { ResultInbox } from './result-inbox.ts';
@@ -208,6 +209,17 @@ export class JobPlacement implements Placement {
     } finally {
       this.loadFrom = null;
     }
+  }
+
+  /**
+   * The hash of the adapter's factors set on the job (`setWeights`) for a section of layers `range` (factorsHash), or
+   * undefined when none were: what an audit of its records checks the factors its worker hands over against.
+   */
+  factorsOf(range: readonly [number, number]): string | undefined {
+    if (!this.setOnJob) return undefined;
+    const names = this.source.section([range[0], range[1]]).weights.map((w) => w.name).filter(isAdapterWeight);
+    if (names.length === 0 || names.some((n) => !this.setOnJob!.has(n))) return undefined;
+    return factorsHash(names.map((n) => [n, this.setOnJob!.get(n)!] as const));
   }
 
   /**

@@ -113,6 +113,8 @@ export class JobVerifier {
       jobId: string; config: Record<string, unknown>; optimizer: { lr: number; weightDecay?: number }; adapter?: WireAdapter;
       /** A job over a hosted model: that model (name, hash, the format the job holds it in), its frozen base. */
       base?: { name: string; hash: string; format: string };
+      /** A job that does not train, given an adapter's factors: their hash for a section of these layers (factorsHash). */
+      factorsOf?: (range: readonly [number, number]) => string | undefined;
     },
   ) {
     const k = options.redundancy ?? 1;
@@ -183,10 +185,12 @@ export class JobVerifier {
   async audit(
     worker: PeerTarget, record: WorkRecord, sent?: string[], commit?: { checks: WorkRecord[]; chunks: number[] },
   ): Promise<AuditVerdict> {
-    const { jobId, config, optimizer, adapter, base } = this.context();
+    const { jobId, config, optimizer, adapter, base, factorsOf } = this.context();
+    const factors = factorsOf?.(record.stage);
     const message = {
       type: 'audit', jobId, worker: { peerId: worker.peerId, addrs: worker.addrs }, config, optimizer, record,
-      ...(sent ? { sent } : {}), ...(adapter ? { adapter } : {}), ...(base ? { base } : {}), ...(commit ? { commit } : {}),
+      ...(sent ? { sent } : {}), ...(adapter ? { adapter } : {}), ...(base ? { base } : {}), ...(factors ? { factors } : {}),
+      ...(commit ? { commit } : {}),
     };
     const answer = await request(this.node, this.validator, message, TRAIN_REQUEST_TIMEOUT_MS);
     const reason = typeof answer.reason === 'string' ? answer.reason : '';

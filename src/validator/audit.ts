@@ -6,8 +6,8 @@ import { baseManifest, baseMismatch, type JobBase } from './base-check.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { type CausalLM, configFromHF } from '../models/index.ts';
 import {
-  type Bundle, checkCommitments, checkpointHash, compactWeightOf, formatOfWeights, maxBundleBytes, parseRecord, rebuildSection, recordId,
-  reexecute, type Reputation, type SessionPrefill, signatureValid, type Verdict, type WorkRecord,
+  type Bundle, checkCommitments, checkpointHash, compactWeightOf, factorsHash, formatOfWeights, maxBundleBytes, parseRecord, rebuildSection,
+  recordId, reexecute, type Reputation, type SessionPrefill, signatureValid, type Verdict, type WorkRecord,
 } from '../verify/index.ts';
 import { SectionCache, SessionPrefills } from './sections.ts';
 import { openStageStream } from './stage-stream.ts';
@@ -53,6 +53,8 @@ export interface AuditRequest {
   adapter?: WireAdapter;
   /** For a job over a hosted model: that model, its frozen base (the base a worker hands over is checked against it). */
   base?: JobBase;
+  /** For a job that does not train, given an adapter's factors: their hash on the record's section (factorsHash). */
+  factors?: string;
   /**
    * Check activation commitments instead of re-running the record (a decoding step): the records of the session that
    * carry the sampled chunks (`checks`, signed by the worker) and the chunks to check; `record` is the session's last
@@ -65,6 +67,11 @@ export interface AuditRequest {
 
 export interface AuditVerdict extends Verdict {
   peer: string;
+  /**
+   * The worker computed with factors other than the ones its user says it gave (AuditRequest.factors): the user's word
+   * against the worker's, so no score moves and nothing is slashed; the user leaves the worker.
+   */
+  unproven?: boolean;
   /** The worker failed to hand over what it signed (the record is no longer kept, or never was). */
   unavailable?: boolean;
 }
@@ -74,9 +81,9 @@ export interface AuditVerdict extends Verdict {
  * inputs sent) and, checking commitments, the chunks and the records that carry them. The same key is the same check:
  * a replayed request is answered from the first one and moves no reputation twice.
  */
-export function auditKey(req: Pick<AuditRequest, 'record' | 'commit' | 'config' | 'adapter' | 'sent' | 'base'>): string {
+export function auditKey(req: Pick<AuditRequest, 'record' | 'commit' | 'config' | 'adapter' | 'sent' | 'base' | 'factors'>): string {
   const h = createHash('sha256').update(recordId(req.record));
-  h.update(`\n${jobConfigHash(req.config, req.adapter, req.base)}\n${req.base?.name ?? ''}\n${(req.sent ?? []).join(',')}`);
+  h.update(`\n${jobConfigHash(req.config, req.adapter, req.base)}\n${req.base?.name ?? ''}\n${(req.sent ?? []).join(',')}\n${req.factors ?? ''}`);
   if (req.commit) h.update(`\n${req.commit.chunks.join(',')}\n${req.commit.checks.map(recordId).join(',')}`);
   return `audit:${h.digest('hex')}`;
 }
@@ -112,7 +119,8 @@ async function auditOnce(
   }
   if (req.commit && record.kind !== 'decode') throw new InvalidArgumentError('commitments are checked for decoding steps only');
   // the validator's own copy of the section (fetched once per job and weights): a commitment check then moves no weights
-  const sectionKey = `${req.jobId}:${record.weights}:${record.config ?? ''}`;
+  // (and, given factors, the factors checked when it was fetched)
+  const sectionKey = `${req.jobId}:${record.weights}:${record.config ?? ''}:${req.factors ?? ''}`;
   const cached = req.commit ? sections.get(sectionKey) : undefined;
   // what the user says about the job must be what the worker signed: a user cannot frame a worker with another config
   if (record.job !== req.jobId) throw new InvalidArgumentError(`the record is of job ${record.job}, not ${req.jobId}`);
@@ -214,6 +222,11 @@ async function auditOnce(
       }
       const mismatch = baseMismatch(manifest, req.base, req.config, record.stage, bundle.weights);
       if (mismatch) return finish({ ok: false, reason: mismatch });
+    }
+    // a job that does not train, given an adapter's factors: those handed over must be the ones its user gave (a host
+    // that kept older factors, or took others, computes with them and signs their hash all the same)
+    if (req.factors && bundle.weights.size > 0 && factorsHash(bundle.weights) !== req.factors) {
+      return { ok: false, unproven: true, reason: 'it computes with LoRA factors other than the ones its user says it gave', peer: worker.peerId };
     }
     if (record.kind === 'decode') {
       if (history.some((h) => !h || !h.input || !h.positions)) return finish({ ok: false, reason: 'it handed over an incomplete session' });

@@ -187,11 +187,13 @@ export async function startValidator(options: ValidatorOptions = {}): Promise<Va
       const what = commit
         ? `chunk(s) ${commit.chunks.join(', ')} of session ${record.session?.slice(0, 8)}, job ${record.job.slice(0, 12)}`
         : `${record.kind === 'step' ? 'update' : record.kind} of step ${record.step}${record.kind === 'step' ? '' : `, micro-batch ${record.micro}`}, job ${record.job.slice(0, 8)}`;
+      // a worker that computed with factors other than its user says it gave: the user's word, no evidence (unproven)
+      const evidence = !verdict.ok && !verdict.unavailable && !verdict.inconclusive && !verdict.unproven;
       if (verdict.ok) events.add('check-passed', worker.peerId, what);
-      else if (!verdict.unavailable && !verdict.inconclusive) events.add('check-failed', worker.peerId, `${what}: ${verdict.reason}`);
+      else if (evidence) events.add('check-failed', worker.peerId, `${what}: ${verdict.reason}`);
       if (!verdict.ok) log.warn('worker-flagged', { peer: worker.peerId, record: `${record.kind} ${record.step}:${record.micro}`, reason: verdict.reason });
       // a re-execution that ran and failed is evidence: the worker's stake is cut (in the background: the user's answer does not wait)
-      if (!verdict.ok && !verdict.unavailable && !verdict.inconclusive && settler) {
+      if (evidence && settler) {
         settler.slash(record).then(() => events.add('slashed', worker.peerId, `stake cut for ${what}`)).catch((err: unknown) => log.warn('slash-failed', { peer: worker.peerId, error: (err as Error).message }));
       }
       return { type: 'audit-result', ...verdict };

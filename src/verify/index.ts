@@ -11,7 +11,7 @@ export {
 export { checkCommitments, COMMIT_THRESHOLDS, type CommitBound, type SessionPrefill, type SessionStep, withinBound } from './commitment.ts';
 export { type Standing, Reputation } from './reputation.ts';
 export { AuditSampler, expectedStepsToCatch, stepCatchProbability, stepsToCatch } from './sampling.ts';
-export { gradsHash, optimizerHash, weightsHash } from './state.ts';
+export { factorsHash, gradsHash, optimizerHash, weightsHash } from './state.ts';
 export {
   cosineSimilarity, type ContributionScore, duplicateGroups, FLAGGED_SCORE, heldOutLoss, heldOutLossAfter, median, type ReplicaGradients,
   scoreContributions,

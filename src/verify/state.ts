@@ -1,3 +1,4 @@
+import { isAdapterWeight } from '../models/index.ts';
 import type { StageExecutor } from '../pipeline/index.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { createHash } from 'node:crypto';
@@ -33,4 +34,12 @@ export function optimizerHash(executor: StageExecutor): string {
 /** The sha256 of one backward's contribution to the gradients, or of the gradients a step used (missing: none reached it). */
 export function gradsHash(executor: StageExecutor, grads: ReadonlyMap<string, Tensor>): string {
   return hashNamed([...executor.named.keys()].map((n) => [n, grads.get(n) ?? null] as const));
+}
+
+/**
+ * The sha256 of the LoRA factors among `weights` (those named `…lora_A/B…`), in name order: what a user put on a job that
+ * does not train (`setAdapter`), which an audit checks the factors its host hands over against.
+ */
+export function factorsHash(weights: Iterable<readonly [string, Tensor]>): string {
+  return hashNamed([...weights].filter(([n]) => isAdapterWeight(n)).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }

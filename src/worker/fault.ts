@@ -16,10 +16,12 @@ import { Generator, packWeight, type Tensor, tensor, unpackMatrix, zeros } from 
  * - substitute:int4 / substitute:other: a host serves a cheaper model than the one it announces: its hosted blocks'
  *   matrices held in int4 (whatever format it announces), or the weights of another seed of the same shape; it still
  *   announces, and signs in its records, the hash of the checkpoint it loaded. Written `substitute:int4` (no rate: the
- *   model it holds is the one it computes with, every time).
+ *   model it holds is the one it computes with, every time);
+ * - stale-adapter: a job that loads new LoRA factors over the section it holds (a rollout job given the policy's update:
+ *   DistributedModel.setAdapter) keeps the ones it had, and computes and signs with them.
  */
 export const CHEAT_KINDS = ['noise', 'skip', 'stale', 'scale-grad', 'zero', 'replay', 'free-ride'] as const;
-export const FAULT_KINDS = [...CHEAT_KINDS, 'slow', 'substitute'] as const;
+export const FAULT_KINDS = [...CHEAT_KINDS, 'slow', 'substitute', 'stale-adapter'] as const;
 /** What a `substitute` host computes with instead of the model it announces. */
 export const SUBSTITUTES = ['int4', 'other'] as const;
 export type Substitute = (typeof SUBSTITUTES)[number];
@@ -42,7 +44,7 @@ export interface Fault {
 export function parseFault(text: string): Fault {
   const [kind, rateText] = text.split(':');
   if (!(FAULT_KINDS as readonly string[]).includes(kind)) {
-    throw new InvalidArgumentError(`--fault takes KIND[:RATE] or substitute:${SUBSTITUTES.join('|')}, with KIND one of ${CHEAT_KINDS.join(', ')}, slow; got '${text}'`);
+    throw new InvalidArgumentError(`--fault takes KIND[:RATE], substitute:${SUBSTITUTES.join('|')} or stale-adapter, with KIND one of ${CHEAT_KINDS.join(', ')}, slow; got '${text}'`);
   }
   if (kind === 'substitute') {
     if (!(SUBSTITUTES as readonly string[]).includes(rateText ?? '') || text.split(':').length !== 2) {
@@ -50,6 +52,7 @@ export function parseFault(text: string): Fault {
     }
     return { kind, rate: 1, substitute: rateText as Substitute };
   }
+  if (kind === 'stale-adapter' && rateText !== undefined) throw new InvalidArgumentError(`--fault stale-adapter takes no rate; got '${text}'`);
   const rate = rateText === undefined ? 1 : Number(rateText);
   if (!(rate > 0 && rate <= 1)) throw new InvalidArgumentError(`the rate of --fault ${kind} must be within (0, 1], got '${rateText}'`);
   return { kind: kind as FaultKind, rate };

@@ -44,6 +44,8 @@ export interface Loading {
   format?: WeightFormat;
   /** The hosted span whose weights the section shares (a job's adapter over a hosted model): only the factors arrive. */
   shared?: HostedSpan;
+  /** `--fault stale-adapter`: the factors the job held before this load, put back at assemble over the ones that came. */
+  stale?: Map<string, Float32Array>;
 }
 
 /** A section being trained on this worker. */

@@ -219,6 +219,59 @@ describe('GRPO\'s loop', () => {
     }
   });
 
+  test('a host of the rollouts\' job that keeps older factors (--fault stale-adapter) is left: the draw it served is made again on '
+    + 'a host that takes them, nothing is slashed (the user\'s word against the host\'s), and the run equals one process\'s', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tl-rl-stale-'));
+    const model = createModel(config, { seed: 5 });
+    model.tokenizer = tok;
+    await saveModel(model, dir);
+    const options = { task: ascii, steps: 3, prompts: 2, groupSize: 4, preset: 'dapo' as const, evalEvery: 0, seed: 2, overlap: true };
+    const local = await loadModel(dir);
+    adaptModel(local, LORA, { seed: 13 });
+    local.tokenizer = tok;
+    const alone = await rl({ ...options, policy: localPolicy(local, { lr: 5e-2, microBatches: 2, totalSteps: 10, warmupSteps: 0 }) });
+
+    const validator = await startValidator();
+    const boot = validator.node.getMultiaddrs()[0].toString();
+    const host = (span: string, fault?: string) => startWorker({
+      bootstrap: boot, host: [parseHostSpec(`tiny=${dir}:${span}`)], ...(fault ? { fault: parseFault(fault) } : {}),
+    });
+    const hosts = await Promise.all([host('0-0'), host('1-1', 'stale-adapter'), host('2-2')]);
+    const stale = hosts[1].node.peerId.toString();
+    const user = await createNode();
+    const job = { hosted: 'tiny', adapter: { ...LORA, seed: 13 } };
+    const dm = await distribute(user, boot, dir, { ...job, training: true, verify: { sampleRate: 0.5 } });
+    const drawer = await distribute(user, boot, dir, { ...job, verify: { sampleRate: 1 } });
+    try {
+      assert.ok(drawer.assignment.some((a) => a.peerId === stale), JSON.stringify(drawer.assignment));
+      // an honest host of its blocks joins once both jobs are placed: the rollouts' job's way on without it
+      const spare = await host('1-1');
+      hosts.push(spare);
+      const trainer = await dm.trainer({ optimizer: { lr: 5e-2 }, totalSteps: 10, warmupSteps: 0, microBatches: 2 });
+      const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok, { rollouts: drawer }) });
+      const drawn = drawer.verification!;
+      assert.deepEqual(drawn.flagged, [stale]);
+      // blocks 1-1 are the job's layers 2-2 (0 is the embedding)
+      assert.equal(drawer.assignment.find((a) => a.start === 2)?.peerId, spare.node.peerId.toString());
+      // the training job, which loads its factors once, kept the host and passed every check
+      const trained = await dm.settle();
+      assert.ok(trained && trained.failed === 0 && dm.assignment.some((a) => a.peerId === stale), JSON.stringify(trained));
+      const standing = validator.reputation.standing(stale);
+      assert.ok(!standing.excluded && standing.failed === 0, `no evidence against it, none counted: ${JSON.stringify(standing)}`);
+      assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
+      assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
+      process.stderr.write(`stale-adapter host left by the rollouts' job after ${drawn.checked} checks (${drawn.failed} failed); `
+        + `rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} as in one process\n`);
+    } finally {
+      await drawer.close().catch(() => {});
+      await dm.close().catch(() => {});
+      await user.stop();
+      await Promise.all(hosts.map((h) => h.stop()));
+      await validator.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('the built-in tasks\' rewards, and a task of one\'s own from a JS module; bad ones refused by name', async () => {
     const addition = rlTaskByName('addition', 1);
     const e = addition.test[0];

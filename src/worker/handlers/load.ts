@@ -24,10 +24,14 @@ import { control, NONE, type StageContext, type StageHandler } from './types.ts'
  */
 export const loadHandlers: Record<string, StageHandler> = {
   load: {
-    run: ({ body, job, bindToStream }, { memory, jobs }) => {
+    run: ({ body, job, bindToStream }, { memory, jobs, fault }) => {
       const request = parseLoad(body);
       const config = configFromHF(request.config);
       checkUpstream(job.jobId, request.assignment, request.upstream);
+      // --fault stale-adapter: new factors loaded over a section it holds are quietly not taken
+      const stale = fault?.fault.kind === 'stale-adapter' && job.section && request.adapter
+        ? new Map([...adapterState(job.section.model)].map(([n, t]) => [n, (t.data as Float32Array).slice()]))
+        : undefined;
       // a new load replaces whatever the job held: its section, training state, caches and their budget
       job.section = undefined;
       job.loading = undefined;
@@ -35,7 +39,7 @@ export const loadHandlers: Record<string, StageHandler> = {
       // the range and the budget first: nothing is allocated for a section that is not in the model or does not fit
       sectionParts(config.layers, request.section, config.tieWordEmbeddings);
       const what = `section [${request.section[0]}, ${request.section[1]}) of ${config.arch}`;
-      if (request.base) return loadOverHosted(request, config, what, { job, bindToStream, memory, jobs });
+      if (request.base) return loadOverHosted(request, config, what, { job, bindToStream, memory, jobs }, stale);
       const format = request.format ?? null;
       if (!format) memory.hold(job.jobId, 'weights', partBytes(config, request.section), what);
       let model;
@@ -130,6 +134,12 @@ export const loadHandlers: Record<string, StageHandler> = {
         throw new InvalidMessageError(`${loading.waiting.size} chunks of the section have not arrived (the first: ${first.slice(0, 12)}…)`);
       }
       job.loading = undefined;
+      if (loading.stale) {
+        for (const [n, t] of adapterState(loading.model)) {
+          const old = loading.stale.get(n);
+          if (old && old.length === t.data.length) (t.data as Float32Array).set(old);
+        }
+      }
       // a compact section's matrices are held as the packed bytes that arrived (frozen; their float32 buffers let go)
       const format = loading.format;
       if (format) {
@@ -185,11 +195,11 @@ function startLoading(
  */
 function loadOverHosted(
   request: LoadRequest, config: ModelConfig, what: string,
-  ctx: { job: JobEntry; bindToStream: () => void; memory: StageContext['memory']; jobs: StageContext['jobs'] },
+  ctx: { job: JobEntry; bindToStream: () => void; memory: StageContext['memory']; jobs: StageContext['jobs'] }, stale?: Map<string, Float32Array>,
 ) {
   const { model, span } = sectionOverHosted(ctx.jobs, request, config);
   ctx.memory.hold(ctx.job.jobId, 'weights', adapterBytes(model), `the adapter on ${what} over hosted ${span.name}`);
-  return startLoading(ctx.job, request, model, adapterState(model), ctx.bindToStream, { shared: span });
+  return startLoading(ctx.job, request, model, adapterState(model), ctx.bindToStream, { shared: span, ...(stale ? { stale } : {}) });
 }
 
 function loadingOf(job: JobEntry): Loading {

@@ -147,6 +147,8 @@ export interface AuditMessage {
   adapter?: WireAdapter;
   /** For a job over a hosted model: that model (its name, hash and the format the job holds it in), its frozen base. */
   base?: { name: string; hash: string; format: string };
+  /** For a job that does not train, given an adapter's factors: their hash on the record's section (verify's factorsHash). */
+  factors?: string;
   /**
    * A commitment check of a session's sampled chunks: the records carrying them (parsed by verify/) and the chunks;
    * `keep`: the session is checked as it goes, and the validator keeps its prefill for the next check.
@@ -180,8 +182,15 @@ export function parseAuditMessage(m: Record<string, unknown>): AuditMessage {
     ...(m.sent === undefined ? {} : { sent: list(m.sent, 'sent', 15_000, (v, what) => str(v, what, 64)) }),
     ...(m.adapter === undefined ? {} : { adapter: parseAdapter(m.adapter) }),
     ...(m.base === undefined ? {} : { base: parseBase(m.base) }),
+    ...(m.factors === undefined ? {} : { factors: parseSha(m.factors, 'factors') }),
     ...(m.commit === undefined ? {} : { commit: parseCommit(m.commit) }),
   };
+}
+
+function parseSha(v: unknown, what: string): string {
+  const hash = str(v, what, 64);
+  if (!/^[0-9a-f]{64}$/.test(hash)) throw new InvalidMessageError(`${what} must be a sha256 in hex`);
+  return hash;
 }
 
 /** The hosted model a job's base is, as an audit names it. */
