@@ -10,7 +10,7 @@ import { InvalidArgumentError } from '../errors.ts';
 import { evaluateExactMatch, type GenerateOptions, type StepResult, type Tokenizer, type TrainingBatch } from '../models/index.ts';
 import { Generator, type Tensor } from '../tensor/index.ts';
 import { type AdvantageScale, GRPO_PRESETS, type GrpoOptions, type GrpoPreset, groupAdvantages } from './grpo.ts';
-import { generateRollouts, grpoBatch, packRollouts, type Rollout, type RolloutGenerator } from './rollouts.ts';
+import { drawnKl, generateRollouts, grpoBatch, packRollouts, type Rollout, type RolloutGenerator } from './rollouts.ts';
 import type { RlTask } from './tasks.ts';
 
 /** What RL trains: it samples (rollouts), generates greedily (evaluation) and takes optimizer steps on a batch. */
@@ -20,8 +20,8 @@ export interface Policy extends RolloutGenerator {
   step(batch: TrainingBatch): Promise<StepResult>;
   /** Optimizer steps taken. */
   readonly version: number;
-  /** Figures to show beside the next step (a job's dashboard: the rollouts' mean reward, held-out accuracy). */
-  annotate?(figures: { reward?: number; accuracy?: number }): void;
+  /** Figures to show beside the next step (a job's dashboard: the rollouts' mean reward, held-out accuracy, their KL). */
+  annotate?(figures: { reward?: number; accuracy?: number; kl?: number }): void;
   /** The reference policy's log-probabilities of `picked` [N, T] after `input` [N, T], flat (for a KL term, β > 0). */
   referenceLogprobs?(input: Tensor, picked: Tensor): Promise<Float32Array | Float64Array>;
   /**
@@ -75,6 +75,11 @@ export interface RlStepStats {
   seconds: number;
   /** Held-out exact match, on the steps evaluated. */
   accuracy?: number;
+  /**
+   * With a KL term: the rollouts' KL to the reference, k3 (e^d − d − 1, d = log π_ref − log π_old) averaged over their
+   * tokens: of the policy that drew them, as drawn (the same figure in this process and across the swarm).
+   */
+  kl?: number;
 }
 
 export interface RlResult {
@@ -135,6 +140,7 @@ export async function rl(options: RlOptions): Promise<RlResult> {
     const packed = packRollouts(rollouts, options.padId ?? 0);
     const refLogprobs = (grpo.beta ?? 0) > 0 ? await reference!(packed.input, packed.picked) : undefined;
     const batch = grpoBatch(packed, advantages, { ...grpo, offPolicy: options.overlap === true, ...(refLogprobs ? { refLogprobs } : {}) });
+    const kl = refLogprobs ? drawnKl(packed, refLogprobs) : undefined;
     // overlapped: the next step's rollouts are drawn from the policy as it is now, before this step's update; drawn
     // apart from what trains, beside the step, else before it
     if (options.overlap && step < options.steps) {
@@ -148,7 +154,7 @@ export async function rl(options: RlOptions): Promise<RlResult> {
     const before = policy.version;
     const reward = rewards.reduce((a, b) => a + b, 0) / rewards.length;
     const accuracy = result.steps.findLast((s) => s.accuracy !== undefined)?.accuracy ?? result.accuracyBefore;
-    policy.annotate?.({ reward, ...(accuracy === undefined ? {} : { accuracy }) });
+    policy.annotate?.({ reward, ...(accuracy === undefined ? {} : { accuracy }), ...(kl === undefined ? {} : { kl }) });
     const trained = await policy.step(batch);
     const stats: RlStepStats = {
       step,
@@ -159,6 +165,7 @@ export async function rl(options: RlOptions): Promise<RlResult> {
       stale: before - version,
       rolloutTokensPerSecond: tokensPerSecond,
       seconds: (performance.now() - started) / 1000,
+      ...(kl === undefined ? {} : { kl }),
     };
     if (evalEvery > 0 && (step % evalEvery === 0 || step === options.steps)) {
       stats.accuracy = await heldOutAccuracy(policy, task, options.evalSize);

@@ -126,3 +126,16 @@ export function grpoBatch(
   };
   return { input: packed.input, target: packed.target, objective, seen };
 }
+
+/** The rollouts' KL to a reference, k3 (e^d − d − 1, d = log π_ref − log π_old) averaged over their tokens. */
+export function drawnKl(packed: PackedRollouts, refLogprobs: ArrayLike<number>): number {
+  let sum = 0;
+  let tokens = 0;
+  for (let p = 0; p < packed.mask.length; p++) {
+    if (!packed.mask[p]) continue;
+    const d = refLogprobs[p] - packed.drawn[p];
+    sum += Math.exp(d) - d - 1;
+    tokens++;
+  }
+  return sum / Math.max(1, tokens);
+}

@@ -48,7 +48,7 @@ export interface DistributedModel {
   /** Sets up training on the workers (their AdamW, the reductions among replicas, verification) and returns the trainer. */
   trainer(options: DistributedTrainerOptions): Promise<JobTrainer>;
   /** Reinforcement learning's figures for the dashboard, carried by the next training step's report (the job shows as 'rl'). */
-  annotateProgress(figures: { reward?: number; accuracy?: number }): void;
+  annotateProgress(figures: { reward?: number; accuracy?: number; kl?: number }): void;
   /** AdamW's state of every parameter that has taken a step, from its first holder: for checkpoints. */
   optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>>;
   /** Gives every holder (replicas too) its parameters' optimizer state: resuming from a checkpoint. */
@@ -180,7 +180,7 @@ export class DistributedJob implements DistributedModel {
   /** What verification has done in this job so far. */
   get verification(): VerificationSummary | null {
     const summary = this.verifier?.summary;
-    return summary ? { ...summary, flagged: [...summary.flagged], byBackend: { ...summary.byBackend } } : null;
+    return summary ? { ...summary, flagged: [...summary.flagged], left: [...summary.left], byBackend: { ...summary.byBackend } } : null;
   }
 
   /** The plan as the dashboard shows it: each section's layers and the workers holding its copies. */
@@ -258,7 +258,7 @@ export class DistributedJob implements DistributedModel {
     return this.sessions.logits(ids);
   }
 
-  annotateProgress(figures: { reward?: number; accuracy?: number }): void {
+  annotateProgress(figures: { reward?: number; accuracy?: number; kl?: number }): void {
     this.progress?.annotate(figures);
   }
 
@@ -385,9 +385,9 @@ export class DistributedJob implements DistributedModel {
     return state;
   }
 
-  /** The hash of the factors setAdapter put on a section of layers `range` (undefined: none were). */
+  /** The hash of the factors setAdapter put on a section of layers `range` (undefined: none were, or the job trains them since). */
   factorsOf(range: readonly [number, number]): string | undefined {
-    return this.placement.factorsOf(range);
+    return this.training.trains ? undefined : this.placement.factorsOf(range);
   }
 
   /**

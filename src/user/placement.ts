@@ -233,7 +233,8 @@ export class JobPlacement implements Placement {
       if (!held.has(name)) throw new InvalidArgumentError(`'${name}' is not a weight this job's workers hold`);
       if (held.get(name) !== t.shape.join('×')) throw new InvalidArgumentError(`'${name}' is [${held.get(name)}] on the workers, not [${t.shape.join('×')}]`);
     }
-    this.setOnJob = new Map([...(this.setOnJob ?? []), ...weights]);
+    // copies: the caller's tensors may change after (a training job's ends go on training)
+    this.setOnJob = new Map([...(this.setOnJob ?? []), ...[...weights].map(([n, t]) => [n, t.clone()] as const)]);
     await this.load();
   }
 

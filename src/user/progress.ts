@@ -32,10 +32,13 @@ export class ProgressReporter {
   ) {}
 
   /** Reinforcement learning's figures, shown with the training steps from now on (the job shows as 'rl'). */
-  private learning: { reward?: number; accuracy?: number } | null = null;
+  private learning: { reward?: number; accuracy?: number; kl?: number } | null = null;
 
-  /** The figures of reinforcement learning the next training step's report carries: its rollouts' mean reward, held-out accuracy. */
-  annotate(figures: { reward?: number; accuracy?: number }): void {
+  /**
+   * The figures of reinforcement learning the next training step's report carries: its rollouts' mean reward, held-out
+   * accuracy, and their KL to the reference.
+   */
+  annotate(figures: { reward?: number; accuracy?: number; kl?: number }): void {
     this.learning = { ...this.learning, ...figures };
   }
 
@@ -48,6 +51,7 @@ export class ProgressReporter {
       : {
           ...(finite(this.learning.reward) ? { reward: this.learning.reward } : {}),
           ...(finite(this.learning.accuracy) ? { accuracy: this.learning.accuracy } : {}),
+          ...(finite(this.learning.kl) && this.learning.kl! >= 0 ? { kl: this.learning.kl } : {}),
         };
     // a loss that diverged is left out (JSON has no NaN or Infinity): the job stays on show, without a loss
     this.send({

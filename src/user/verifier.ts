@@ -54,6 +54,11 @@ export interface VerificationSummary {
   failed: number;
   /** Workers caught: excluded from the job and flagged at the validator. */
   flagged: string[];
+  /**
+   * Workers this job left for computing with LoRA factors other than the ones it gave them (setAdapter): the user's
+   * word against theirs, so not flagged at the validator.
+   */
+  left: string[];
   /** Steps run again after a rollback. */
   replayedSteps: number;
   /** Results compared among redundant workers. */
@@ -74,6 +79,8 @@ export interface AuditVerdict {
   ok: boolean;
   reason: string;
   peer: string;
+  /** It computed with LoRA factors other than the ones this job gave it: left, on the user's word (not flagged). */
+  unproven?: boolean;
 }
 
 /**
@@ -87,7 +94,8 @@ export class JobVerifier {
   readonly sampler: AuditSampler;
   private sampled: { worker: PeerTarget; record: WorkRecord; sent?: string[] }[] = [];
   readonly summary: VerificationSummary = {
-    checked: 0, failed: 0, flagged: [], replayedSteps: 0, compared: 0, recorded: 0, unchecked: 0, byBackend: {}, disputes: 0, chunks: 0,
+    checked: 0, failed: 0, flagged: [], left: [], replayedSteps: 0, compared: 0, recorded: 0, unchecked: 0, byBackend: {}, disputes: 0,
+    chunks: 0,
   };
 
   /** Records returned since the last checks, handed to the ledger once those are done. */
@@ -202,6 +210,12 @@ export class JobVerifier {
     if (commit) this.summary.chunks += typeof answer.chunks === 'number' ? answer.chunks : 0;
     const ok = answer.ok === true;
     if (ok) this.passed.set(worker.peerId, (this.passed.get(worker.peerId) ?? 0) + 1);
+    if (!ok && answer.unproven === true) {
+      // it computed with factors other than this job gave it: the user's word, so not flagged; out of this job all the same
+      this.excluded.add(worker.peerId);
+      if (!this.summary.left.includes(worker.peerId)) this.summary.left.push(worker.peerId);
+      return { ok, reason, peer: worker.peerId, unproven: true };
+    }
     if (!ok) {
       // flagged by the validator, or (unavailable) it would not show what it signed: out of this job either way
       this.summary.failed++;

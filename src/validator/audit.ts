@@ -4,7 +4,7 @@ import { InvalidArgumentError, InvalidMessageError } from '../errors.ts';
 import { fromWire, jobConfigHash, type PeerTarget, publicKeyOf, TRAIN_REQUEST_TIMEOUT_MS, type WireAdapter } from '../p2p/index.ts';
 import { baseManifest, baseMismatch, type JobBase } from './base-check.ts';
 import type { Tensor } from '../tensor/index.ts';
-import { type CausalLM, configFromHF } from '../models/index.ts';
+import { adapterState, type CausalLM, configFromHF } from '../models/index.ts';
 import {
   type Bundle, checkCommitments, checkpointHash, compactWeightOf, factorsHash, formatOfWeights, maxBundleBytes, parseRecord, rebuildSection,
   recordId, reexecute, type Reputation, type SessionPrefill, signatureValid, type Verdict, type WorkRecord,
@@ -18,7 +18,7 @@ import { openStageStream } from './stage-stream.ts';
  */
 function checkSession(
   req: AuditRequest, bundle: Bundle, cached: CausalLM | undefined, sections: SectionCache, key: string, prior?: SessionPrefill,
-): Verdict & { prefill?: SessionPrefill } {
+): Verdict & { prefill?: SessionPrefill; section?: CausalLM } {
   const { record } = req;
   try {
     let section = cached;
@@ -30,7 +30,8 @@ function checkSession(
     }
     const format = formatOfWeights(section.stateDict().values());
     const { checks, chunks } = req.commit!;
-    return checkCommitments(section, { last: record, checks, chunks, history: bundle.history!, sent: req.sent }, format, prior);
+    const session = { last: record, checks, chunks, history: bundle.history!, sent: req.sent };
+    return { ...checkCommitments(section, session, format, prior), section };
   } catch (err) {
     return { ok: false, inconclusive: true, reason: `the check could not run: ${(err as Error).message}` };
   }
@@ -119,8 +120,7 @@ async function auditOnce(
   }
   if (req.commit && record.kind !== 'decode') throw new InvalidArgumentError('commitments are checked for decoding steps only');
   // the validator's own copy of the section (fetched once per job and weights): a commitment check then moves no weights
-  // (and, given factors, the factors checked when it was fetched)
-  const sectionKey = `${req.jobId}:${record.weights}:${record.config ?? ''}:${req.factors ?? ''}`;
+  const sectionKey = `${req.jobId}:${record.weights}:${record.config ?? ''}`;
   const cached = req.commit ? sections.get(sectionKey) : undefined;
   // what the user says about the job must be what the worker signed: a user cannot frame a worker with another config
   if (record.job !== req.jobId) throw new InvalidArgumentError(`the record is of job ${record.job}, not ${req.jobId}`);
@@ -223,23 +223,27 @@ async function auditOnce(
       const mismatch = baseMismatch(manifest, req.base, req.config, record.stage, bundle.weights);
       if (mismatch) return finish({ ok: false, reason: mismatch });
     }
-    // a job that does not train, given an adapter's factors: those handed over must be the ones its user gave (a host
-    // that kept older factors, or took others, computes with them and signs their hash all the same)
-    if (req.factors && bundle.weights.size > 0 && factorsHash(bundle.weights) !== req.factors) {
-      return { ok: false, unproven: true, reason: 'it computes with LoRA factors other than the ones its user says it gave', peer: worker.peerId };
-    }
     if (record.kind === 'decode') {
       if (history.some((h) => !h || !h.input || !h.positions)) return finish({ ok: false, reason: 'it handed over an incomplete session' });
       bundle.history = history.map((h) => ({ input: h.input!, positions: h.positions!, keyMask: h.keyMask }));
     }
+    // a job that does not train, given an adapter's factors: once the record is what those it computed with give (any
+    // other failure is evidence), they must be the ones its user gave; a host that kept older factors, or took others,
+    // computes with them and signs their hash all the same. The user's word against the host's: unproven, unscored
+    const given = (v: Verdict, factors: () => string): AuditVerdict => (v.ok && req.factors && factors() !== req.factors
+      ? { ok: false, unproven: true, reason: 'it computes with LoRA factors other than the ones its user says it gave', peer: worker.peerId }
+      : finish(v));
     if (req.commit) {
       const v = checkSession(req, bundle, cached, sections, sectionKey, first > 0 ? prior : undefined);
       if (going && v.ok && v.prefill) going.sessions.set(going.key, v.prefill);
       else going?.sessions.delete(going.key);
       delete v.prefill;
-      return finish(v);
+      const used = v.section;
+      delete v.section;
+      // the factors of the section checked, rebuilt from what it handed over or from the cache
+      return given(v, () => factorsHash(adapterState(used ?? cached!)));
     }
-    return finish(reexecute(record, bundle));
+    return given(reexecute(record, bundle), () => factorsHash(bundle.weights));
   } catch (err) {
     return finish({ ok: false, reason: `its bundle could not be read: ${(err as Error).message}` }, true);
   } finally {

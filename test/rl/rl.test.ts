@@ -159,7 +159,15 @@ describe('GRPO\'s loop', () => {
         assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
         assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
         assert.ok(base.verification.checked > 0 && base.verification.failed === 0, JSON.stringify(base.verification));
-        process.stderr.write(`KL to the hosted base: losses ${swarm.steps.map((s) => s.loss.toFixed(5)).join(' ')} on both; `
+        // the rollouts' KL to the base, the same figure in both, on the validator's dashboard beside the reward
+        const kls = swarm.steps.map((s) => s.kl!);
+        assert.deepEqual(kls, alone.steps.map((s) => s.kl));
+        assert.ok(kls[0] < 1e-6 && kls.slice(1).every((k) => k > kls[0]), `KL about 0 at the start (the adapter's B is 0), then above: ${kls}`);
+        await waitFor('the KL on the dashboard', async () => {
+          const jobs = parseOverview(await request(user, multiaddr(boot), { type: 'overview' })).jobs;
+          return jobs.find((j) => j.jobId === dm.jobId && j.kl === kls.at(-1));
+        }, 10_000);
+        process.stderr.write(`KL to the hosted base: ${kls.map((k) => k.toExponential(2)).join(' ')}, losses ${swarm.steps.map((s) => s.loss.toFixed(5)).join(' ')} on both; `
           + `${base.verification.checked} of the base's steps re-run\n`);
       } finally {
         await base.close();
@@ -250,7 +258,9 @@ describe('GRPO\'s loop', () => {
       const trainer = await dm.trainer({ optimizer: { lr: 5e-2 }, totalSteps: 10, warmupSteps: 0, microBatches: 2 });
       const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok, { rollouts: drawer }) });
       const drawn = drawer.verification!;
-      assert.deepEqual(drawn.flagged, [stale]);
+      // left on the user's word (what factors it gave the host), not flagged
+      assert.deepEqual(drawn.left, [stale]);
+      assert.deepEqual(drawn.flagged, []);
       // blocks 1-1 are the job's layers 2-2 (0 is the embedding)
       assert.equal(drawer.assignment.find((a) => a.start === 2)?.peerId, spare.node.peerId.toString());
       // the training job, which loads its factors once, kept the host and passed every check
@@ -260,7 +270,7 @@ describe('GRPO\'s loop', () => {
       assert.ok(!standing.excluded && standing.failed === 0, `no evidence against it, none counted: ${JSON.stringify(standing)}`);
       assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
       assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
-      process.stderr.write(`stale-adapter host left by the rollouts' job after ${drawn.checked} checks (${drawn.failed} failed); `
+      process.stderr.write(`stale-adapter host left by the rollouts' job after ${drawn.checked} checks; `
         + `rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} as in one process\n`);
     } finally {
       await drawer.close().catch(() => {});

@@ -68,7 +68,7 @@ export async function rlCommand(flags: Flags, out: Output): Promise<void> {
   const microBatches = Math.min(2, options.prompts * options.groupSize);
   const where = placement(flags);
   const line = (s: RlStepStats) => `${bar(s.step / steps)} ${s.step}/${steps}  reward ${s.reward.toFixed(3)}  solved ${pct(s.solved)}  `
-    + `clipped ${pct(s.clipped)}${s.stale ? '  stale 1' : ''}  rollouts ${Math.round(s.rolloutTokensPerSecond).toLocaleString('en-US')} tok/s`
+    + `clipped ${pct(s.clipped)}${s.kl === undefined ? '' : `  KL ${s.kl.toExponential(2)}`}${s.stale ? '  stale 1' : ''}  rollouts ${Math.round(s.rolloutTokensPerSecond).toLocaleString('en-US')} tok/s`
     + `${s.accuracy === undefined ? '' : `  held-out ${pct(s.accuracy)}`}`;
   const onStep = (s: RlStepStats) => {
     if (s.accuracy !== undefined || s.step === steps) out.info(line(s));

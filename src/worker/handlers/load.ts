@@ -61,7 +61,9 @@ export const loadHandlers: Record<string, StageHandler> = {
         memory.release(job.jobId);
         throw err;
       }
-      return startLoading(job, request, model, weightsWithAdapter(model), bindToStream, request.format ? { format: request.format } : {});
+      return startLoading(job, request, model, weightsWithAdapter(model), bindToStream, {
+        ...(request.format ? { format: request.format } : {}), ...(stale ? { stale } : {}),
+      });
     },
   },
   manifest: {

@@ -54,6 +54,8 @@ export interface JobProgress {
   /** Reinforcement learning: the last step's mean reward of its rollouts, and the last held-out accuracy (0–1). */
   reward?: number;
   accuracy?: number;
+  /** Reinforcement learning with a KL term: the last rollouts' KL to the reference (k3, the mean over their tokens). */
+  kl?: number;
   /** Tokens processed so far (trained on, or generated). */
   tokens: number;
   /** Over the last step or call. */
@@ -122,6 +124,7 @@ export function parseJobProgress(v: unknown): JobProgress {
   const loss = optional(m.loss, (x) => finite(x, 'job-progress.loss', -1e9, 1e9));
   const reward = optional(m.reward, (x) => finite(x, 'job-progress.reward', -1e9, 1e9));
   const accuracy = optional(m.accuracy, (x) => finite(x, 'job-progress.accuracy', 0, 1));
+  const kl = optional(m.kl, (x) => finite(x, 'job-progress.kl', 0, 1e9));
   const model = optional(m.model, (x) => str(x, 'job-progress.model', OVERVIEW_LIMITS.name));
   return {
     jobId: parseJobId(m.jobId),
@@ -133,6 +136,7 @@ export function parseJobProgress(v: unknown): JobProgress {
     ...(loss === undefined ? {} : { loss }),
     ...(reward === undefined ? {} : { reward }),
     ...(accuracy === undefined ? {} : { accuracy }),
+    ...(kl === undefined ? {} : { kl }),
     tokens: int(m.tokens, 'job-progress.tokens'),
     tokensPerSecond: finite(m.tokensPerSecond, 'job-progress.tokensPerSecond', 0, 1e12),
     stageSeconds: list(m.stageSeconds, 'job-progress.stageSeconds', OVERVIEW_LIMITS.stages, (x, w) => finite(x, w, 0, 1e9)),
