@@ -21,7 +21,7 @@ export interface Policy extends RolloutGenerator {
   /** Optimizer steps taken. */
   readonly version: number;
   /** Figures to show beside the next step (a job's dashboard: the rollouts' mean reward, held-out accuracy, their KL). */
-  annotate?(figures: { reward?: number; accuracy?: number; kl?: number }): void;
+  annotate?(figures: { reward?: number; accuracy?: number; kl?: number; rolloutTokensPerSecond?: number }): void;
   /** The reference policy's log-probabilities of `picked` [N, T] after `input` [N, T], flat (for a KL term, β > 0). */
   referenceLogprobs?(input: Tensor, picked: Tensor): Promise<Float32Array | Float64Array>;
   /**
@@ -154,7 +154,9 @@ export async function rl(options: RlOptions): Promise<RlResult> {
     const before = policy.version;
     const reward = rewards.reduce((a, b) => a + b, 0) / rewards.length;
     const accuracy = result.steps.findLast((s) => s.accuracy !== undefined)?.accuracy ?? result.accuracyBefore;
-    policy.annotate?.({ reward, ...(accuracy === undefined ? {} : { accuracy }), ...(kl === undefined ? {} : { kl }) });
+    policy.annotate?.({
+      reward, rolloutTokensPerSecond: tokensPerSecond, ...(accuracy === undefined ? {} : { accuracy }), ...(kl === undefined ? {} : { kl }),
+    });
     const trained = await policy.step(batch);
     const stats: RlStepStats = {
       step,

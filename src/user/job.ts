@@ -14,7 +14,7 @@ import { type JobStage, ownEndLayers } from './job-stage.ts';
 import type { JobTrainer } from './job-trainer.ts';
 import { type DistributedTrainerOptions, JobTraining, type OptimizerEntry } from './job-training.ts';
 import { JobPlacement } from './placement.ts';
-import { ProgressReporter } from './progress.ts';
+import { type Learning, ProgressReporter } from './progress.ts';
 import { JobRecovery, type RecoverOptions } from './recovery.ts';
 import type { LoadProgress, LoadResult } from './remote-stage.ts';
 import { type ProposeReplan, type ReplanEvent, Replanner } from './replanner.ts';
@@ -48,7 +48,7 @@ export interface DistributedModel {
   /** Sets up training on the workers (their AdamW, the reductions among replicas, verification) and returns the trainer. */
   trainer(options: DistributedTrainerOptions): Promise<JobTrainer>;
   /** Reinforcement learning's figures for the dashboard, carried by the next training step's report (the job shows as 'rl'). */
-  annotateProgress(figures: { reward?: number; accuracy?: number; kl?: number }): void;
+  annotateProgress(figures: Learning): void;
   /** AdamW's state of every parameter that has taken a step, from its first holder: for checkpoints. */
   optimizerState(): Promise<Map<string, { moments: Tensor; step: number }>>;
   /** Gives every holder (replicas too) its parameters' optimizer state: resuming from a checkpoint. */
@@ -258,7 +258,7 @@ export class DistributedJob implements DistributedModel {
     return this.sessions.logits(ids);
   }
 
-  annotateProgress(figures: { reward?: number; accuracy?: number; kl?: number }): void {
+  annotateProgress(figures: Learning): void {
     this.progress?.annotate(figures);
   }
 

@@ -13,6 +13,14 @@ export const CLOSE_WAIT_MS = 1_000;
 
 type Report = Omit<JobProgress, 'jobId' | 'stages' | 'model'>;
 
+/** Reinforcement learning's figures (Policy.annotate): the rollouts' mean reward, held-out accuracy, KL, tokens a second. */
+export interface Learning {
+  reward?: number;
+  accuracy?: number;
+  kl?: number;
+  rolloutTokensPerSecond?: number;
+}
+
 /**
  * Tells the validator how a job goes, for its dashboard: after each training step or generation
  * call. One report is in flight at a time; a newer one waiting replaces an older (so the last
@@ -32,13 +40,13 @@ export class ProgressReporter {
   ) {}
 
   /** Reinforcement learning's figures, shown with the training steps from now on (the job shows as 'rl'). */
-  private learning: { reward?: number; accuracy?: number; kl?: number } | null = null;
+  private learning: Learning | null = null;
 
   /**
    * The figures of reinforcement learning the next training step's report carries: its rollouts' mean reward, held-out
-   * accuracy, and their KL to the reference.
+   * accuracy, their KL to the reference and their tokens a second.
    */
-  annotate(figures: { reward?: number; accuracy?: number; kl?: number }): void {
+  annotate(figures: Learning): void {
     this.learning = { ...this.learning, ...figures };
   }
 
@@ -52,6 +60,9 @@ export class ProgressReporter {
           ...(finite(this.learning.reward) ? { reward: this.learning.reward } : {}),
           ...(finite(this.learning.accuracy) ? { accuracy: this.learning.accuracy } : {}),
           ...(finite(this.learning.kl) && this.learning.kl! >= 0 ? { kl: this.learning.kl } : {}),
+          ...(finite(this.learning.rolloutTokensPerSecond) && this.learning.rolloutTokensPerSecond! >= 0
+            ? { rolloutTokensPerSecond: this.learning.rolloutTokensPerSecond }
+            : {}),
         };
     // a loss that diverged is left out (JSON has no NaN or Infinity): the job stays on show, without a loss
     this.send({

@@ -128,6 +128,7 @@ describe('GRPO\'s loop', () => {
           }, 10_000);
           assert.equal(shown.kind, 'rl');
           assert.equal(shown.loss, last.loss);
+          assert.equal(shown.rolloutTokensPerSecond, last.rolloutTokensPerSecond, 'the last rollouts\' tokens a second');
           const summary = await dm.settle();
           assert.ok(summary && summary.checked > 0 && summary.failed === 0, JSON.stringify(summary));
           process.stderr.write(`${apart ? 'beside' : overlap ? 'overlapped' : 'on-policy'}: rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} on both; `

@@ -118,6 +118,7 @@ function Job({ job }: { job: JobView }) {
         {job.reward !== undefined && <div><dt>reward</dt><dd data-field="reward">{fixed(job.reward, 3)}</dd></div>}
         {job.accuracy !== undefined && <div><dt>held-out</dt><dd data-field="accuracy">{(100 * job.accuracy).toFixed(1)}%</dd></div>}
         {job.kl !== undefined && <div><dt>KL</dt><dd data-field="kl">{job.kl.toExponential(2)}</dd></div>}
+        {job.rolloutTokensPerSecond !== undefined && <div><dt>rollouts tokens/s</dt><dd data-field="rollout-tokens-per-second">{job.rolloutTokensPerSecond.toFixed(0)}</dd></div>}
         <div><dt>tokens/s</dt><dd data-field="tokens-per-second">{job.tokensPerSecond.toFixed(0)}</dd></div>
         <div><dt>tokens</dt><dd>{job.tokens.toLocaleString()}</dd></div>
       </dl>

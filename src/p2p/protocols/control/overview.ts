@@ -56,6 +56,8 @@ export interface JobProgress {
   accuracy?: number;
   /** Reinforcement learning with a KL term: the last rollouts' KL to the reference (k3, the mean over their tokens). */
   kl?: number;
+  /** Reinforcement learning: the last rollouts' tokens a second of their generation. */
+  rolloutTokensPerSecond?: number;
   /** Tokens processed so far (trained on, or generated). */
   tokens: number;
   /** Over the last step or call. */
@@ -125,6 +127,7 @@ export function parseJobProgress(v: unknown): JobProgress {
   const reward = optional(m.reward, (x) => finite(x, 'job-progress.reward', -1e9, 1e9));
   const accuracy = optional(m.accuracy, (x) => finite(x, 'job-progress.accuracy', 0, 1));
   const kl = optional(m.kl, (x) => finite(x, 'job-progress.kl', 0, 1e9));
+  const rollouts = optional(m.rolloutTokensPerSecond, (x) => finite(x, 'job-progress.rolloutTokensPerSecond', 0, 1e12));
   const model = optional(m.model, (x) => str(x, 'job-progress.model', OVERVIEW_LIMITS.name));
   return {
     jobId: parseJobId(m.jobId),
@@ -137,6 +140,7 @@ export function parseJobProgress(v: unknown): JobProgress {
     ...(reward === undefined ? {} : { reward }),
     ...(accuracy === undefined ? {} : { accuracy }),
     ...(kl === undefined ? {} : { kl }),
+    ...(rollouts === undefined ? {} : { rolloutTokensPerSecond: rollouts }),
     tokens: int(m.tokens, 'job-progress.tokens'),
     tokensPerSecond: finite(m.tokensPerSecond, 'job-progress.tokensPerSecond', 0, 1e12),
     stageSeconds: list(m.stageSeconds, 'job-progress.stageSeconds', OVERVIEW_LIMITS.stages, (x, w) => finite(x, w, 0, 1e9)),
