@@ -14,7 +14,7 @@ import {
 } from '../../src/models/index.ts';
 import { multiaddr } from '@multiformats/multiaddr';
 import { createNode, parseOverview, request } from '../../src/p2p/index.ts';
-import { jobPolicy, loadTask, localPolicy, rl, type RlTask, rlTaskByName } from '../../src/rl/index.ts';
+import { jobPolicy, loadTask, localPolicy, rl, type RlOptions, type RlResult, type RlTask, rlTaskByName } from '../../src/rl/index.ts';
 import { setBackend, type Tensor } from '../../src/tensor/index.ts';
 import { distribute, HostedModel } from '../../src/user/index.ts';
 import { startValidator } from '../../src/validator/index.ts';
@@ -37,6 +37,45 @@ const ascii: RlTask = {
     return chars.length === 0 ? 0 : chars.filter((c) => c.charCodeAt(0) >= 32 && c.charCodeAt(0) < 127).length / chars.length;
   },
 };
+
+/**
+ * A model hosted for everyone by three hosts (blocks 0-0, 1-1 with `fault`, 2-2) and their validator, one process's
+ * overlapped run of the options given to `body` (seeded by `seed`) to compare with, and a user; `host` starts one more
+ * (an honest one). Everything is stopped after `body`.
+ */
+async function withFaultyHost(fault: string, seed: number, body: (swarm: {
+  dir: string; boot: string; validator: Awaited<ReturnType<typeof startValidator>>; user: Awaited<ReturnType<typeof createNode>>;
+  host: (span: string) => Promise<Worker>; cheater: string; alone: RlResult; options: Omit<RlOptions, 'policy'>;
+}) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'tl-rl-fault-'));
+  const model = createModel(config, { seed: 5 });
+  model.tokenizer = tok;
+  await saveModel(model, dir);
+  // overlapped: the rollouts' own log-probabilities are π_old, so those of a discarded draw must not stay
+  const options = { task: ascii, steps: 3, prompts: 2, groupSize: 4, preset: 'dapo' as const, evalEvery: 0, seed, overlap: true as const };
+  const local = await loadModel(dir);
+  adaptModel(local, LORA, { seed: 13 });
+  local.tokenizer = tok;
+  const alone = await rl({ ...options, policy: localPolicy(local, { lr: 5e-2, microBatches: 2, totalSteps: 10, warmupSteps: 0 }) });
+  const validator = await startValidator();
+  const boot = validator.node.getMultiaddrs()[0].toString();
+  const hosts: Worker[] = [];
+  const host = async (span: string, faulty?: string) => {
+    const w = await startWorker({ bootstrap: boot, host: [parseHostSpec(`tiny=${dir}:${span}`)], ...(faulty ? { fault: parseFault(faulty) } : {}) });
+    hosts.push(w);
+    return w;
+  };
+  const user = await createNode();
+  try {
+    const [, faulty] = await Promise.all([host('0-0'), host('1-1', fault), host('2-2')]);
+    await body({ dir, boot, validator, user, host: (span) => host(span), cheater: faulty.node.peerId.toString(), alone, options });
+  } finally {
+    await user.stop();
+    await Promise.all(hosts.map((h) => h.stop()));
+    await validator.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 describe('GRPO\'s loop', () => {
   setBackend('js');
@@ -180,107 +219,64 @@ describe('GRPO\'s loop', () => {
 
   test('a host that computes with an int4 copy of the model it announces (--fault substitute:int4) is caught; its rollouts are discarded, '
     + 'the job goes on without it, and the run equals one process\'s', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tl-rl-sub-'));
-    const model = createModel(config, { seed: 5 });
-    model.tokenizer = tok;
-    await saveModel(model, dir);
-    // overlapped: the rollouts' own log-probabilities are π_old, so those of the discarded draw must not stay
-    const options = { task: ascii, steps: 3, prompts: 2, groupSize: 4, preset: 'dapo' as const, evalEvery: 0, seed: 1, overlap: true };
-    const local = await loadModel(dir);
-    adaptModel(local, LORA, { seed: 13 });
-    local.tokenizer = tok;
-    const alone = await rl({ ...options, policy: localPolicy(local, { lr: 5e-2, microBatches: 2, totalSteps: 10, warmupSteps: 0 }) });
-
-    const validator = await startValidator();
-    const boot = validator.node.getMultiaddrs()[0].toString();
-    const host = (span: string, fault?: string) => startWorker({
-      bootstrap: boot, host: [parseHostSpec(`tiny=${dir}:${span}`)], ...(fault ? { fault: parseFault(fault) } : {}),
+    await withFaultyHost('substitute:int4', 1, async ({ dir, boot, user, host, cheater, alone, options }) => {
+      const dm = await distribute(user, boot, dir, { training: true, hosted: 'tiny', adapter: { ...LORA, seed: 13 }, verify: { sampleRate: 1 } });
+      try {
+        assert.ok(dm.assignment.some((a) => a.peerId === cheater), JSON.stringify(dm.assignment));
+        // an honest host of the cheater's blocks joins once the job is placed: the job's only way on without it
+        const spare = await host('1-1');
+        const trainer = await dm.trainer({ optimizer: { lr: 5e-2 }, totalSteps: 10, warmupSteps: 0, microBatches: 2 });
+        // its records sign the hash of the int4 weights it computes with: what the validator checks is that they are not
+        // the model's the job asked for (the manifest, fetched from the host and checked against the model's name)
+        const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok) });
+        const summary = await dm.settle();
+        assert.ok(summary && summary.failed > 0, JSON.stringify(summary));
+        assert.deepEqual(summary.flagged, [cheater]);
+        // blocks 1-1 are the job's layers 2-2 (0 is the embedding)
+        assert.equal(dm.assignment.find((a) => a.start === 2)?.peerId, spare.node.peerId.toString());
+        // its rollouts were discarded and drawn again from the job without it: the run is one process's, bit for bit (js)
+        assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
+        assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
+        process.stderr.write(`substitute:int4 host caught: ${summary.failed} of ${summary.checked} records failed, flagged ${cheater.slice(-6)}; `
+          + `${summary.replayedSteps} steps replayed; rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} as in one process\n`);
+      } finally {
+        await dm.close().catch(() => {});
+      }
     });
-    const hosts = await Promise.all([host('0-0'), host('1-1', 'substitute:int4'), host('2-2')]);
-    const cheater = hosts[1].node.peerId.toString();
-    const user = await createNode();
-    const dm = await distribute(user, boot, dir, { training: true, hosted: 'tiny', adapter: { ...LORA, seed: 13 }, verify: { sampleRate: 1 } });
-    try {
-      assert.ok(dm.assignment.some((a) => a.peerId === cheater), JSON.stringify(dm.assignment));
-      // an honest host of the cheater's blocks joins once the job is placed: the job's only way on without it
-      const spare = await host('1-1');
-      hosts.push(spare);
-      const trainer = await dm.trainer({ optimizer: { lr: 5e-2 }, totalSteps: 10, warmupSteps: 0, microBatches: 2 });
-      // its records sign the hash of the int4 weights it computes with: what the validator checks is that they are not
-      // the model's the job asked for (the manifest, fetched from the host and checked against the model's name)
-      const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok) });
-      const summary = await dm.settle();
-      assert.ok(summary && summary.failed > 0, JSON.stringify(summary));
-      assert.deepEqual(summary.flagged, [cheater]);
-      // blocks 1-1 are the job's layers 2-2 (0 is the embedding)
-      assert.equal(dm.assignment.find((a) => a.start === 2)?.peerId, spare.node.peerId.toString());
-      // its rollouts were discarded and drawn again from the job without it: the run is one process's, bit for bit (js)
-      assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
-      assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
-      process.stderr.write(`substitute:int4 host caught: ${summary.failed} of ${summary.checked} records failed, flagged ${cheater.slice(-6)}; `
-        + `${summary.replayedSteps} steps replayed; rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} as in one process\n`);
-    } finally {
-      await dm.close().catch(() => {});
-      await user.stop();
-      await Promise.all(hosts.map((h) => h.stop()));
-      await validator.stop();
-      rmSync(dir, { recursive: true, force: true });
-    }
   });
 
   test('a host of the rollouts\' job that keeps older factors (--fault stale-adapter) is left: the draw it served is made again on '
     + 'a host that takes them, nothing is slashed (the user\'s word against the host\'s), and the run equals one process\'s', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tl-rl-stale-'));
-    const model = createModel(config, { seed: 5 });
-    model.tokenizer = tok;
-    await saveModel(model, dir);
-    const options = { task: ascii, steps: 3, prompts: 2, groupSize: 4, preset: 'dapo' as const, evalEvery: 0, seed: 2, overlap: true };
-    const local = await loadModel(dir);
-    adaptModel(local, LORA, { seed: 13 });
-    local.tokenizer = tok;
-    const alone = await rl({ ...options, policy: localPolicy(local, { lr: 5e-2, microBatches: 2, totalSteps: 10, warmupSteps: 0 }) });
-
-    const validator = await startValidator();
-    const boot = validator.node.getMultiaddrs()[0].toString();
-    const host = (span: string, fault?: string) => startWorker({
-      bootstrap: boot, host: [parseHostSpec(`tiny=${dir}:${span}`)], ...(fault ? { fault: parseFault(fault) } : {}),
+    await withFaultyHost('stale-adapter', 2, async ({ dir, boot, user, host, cheater: stale, alone, options, validator }) => {
+      const job = { hosted: 'tiny', adapter: { ...LORA, seed: 13 } };
+      const dm = await distribute(user, boot, dir, { ...job, training: true, verify: { sampleRate: 0.5 } });
+      const drawer = await distribute(user, boot, dir, { ...job, verify: { sampleRate: 1 } });
+      try {
+        assert.ok(drawer.assignment.some((a) => a.peerId === stale), JSON.stringify(drawer.assignment));
+        // an honest host of its blocks joins once both jobs are placed: the rollouts' job's way on without it
+        const spare = await host('1-1');
+        const trainer = await dm.trainer({ optimizer: { lr: 5e-2 }, totalSteps: 10, warmupSteps: 0, microBatches: 2 });
+        const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok, { rollouts: drawer }) });
+        const drawn = drawer.verification!;
+        // left on the user's word (what factors it gave the host), not flagged
+        assert.deepEqual(drawn.left, [stale]);
+        assert.deepEqual(drawn.flagged, []);
+        // blocks 1-1 are the job's layers 2-2 (0 is the embedding)
+        assert.equal(drawer.assignment.find((a) => a.start === 2)?.peerId, spare.node.peerId.toString());
+        // the training job, which loads its factors once, kept the host and passed every check
+        const trained = await dm.settle();
+        assert.ok(trained && trained.failed === 0 && dm.assignment.some((a) => a.peerId === stale), JSON.stringify(trained));
+        const standing = validator.reputation.standing(stale);
+        assert.ok(!standing.excluded && standing.failed === 0, `no evidence against it, none counted: ${JSON.stringify(standing)}`);
+        assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
+        assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
+        process.stderr.write(`stale-adapter host left by the rollouts' job after ${drawn.checked} checks; `
+          + `rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} as in one process\n`);
+      } finally {
+        await drawer.close().catch(() => {});
+        await dm.close().catch(() => {});
+      }
     });
-    const hosts = await Promise.all([host('0-0'), host('1-1', 'stale-adapter'), host('2-2')]);
-    const stale = hosts[1].node.peerId.toString();
-    const user = await createNode();
-    const job = { hosted: 'tiny', adapter: { ...LORA, seed: 13 } };
-    const dm = await distribute(user, boot, dir, { ...job, training: true, verify: { sampleRate: 0.5 } });
-    const drawer = await distribute(user, boot, dir, { ...job, verify: { sampleRate: 1 } });
-    try {
-      assert.ok(drawer.assignment.some((a) => a.peerId === stale), JSON.stringify(drawer.assignment));
-      // an honest host of its blocks joins once both jobs are placed: the rollouts' job's way on without it
-      const spare = await host('1-1');
-      hosts.push(spare);
-      const trainer = await dm.trainer({ optimizer: { lr: 5e-2 }, totalSteps: 10, warmupSteps: 0, microBatches: 2 });
-      const swarm = await rl({ ...options, policy: jobPolicy(dm, trainer, tok, { rollouts: drawer }) });
-      const drawn = drawer.verification!;
-      // left on the user's word (what factors it gave the host), not flagged
-      assert.deepEqual(drawn.left, [stale]);
-      assert.deepEqual(drawn.flagged, []);
-      // blocks 1-1 are the job's layers 2-2 (0 is the embedding)
-      assert.equal(drawer.assignment.find((a) => a.start === 2)?.peerId, spare.node.peerId.toString());
-      // the training job, which loads its factors once, kept the host and passed every check
-      const trained = await dm.settle();
-      assert.ok(trained && trained.failed === 0 && dm.assignment.some((a) => a.peerId === stale), JSON.stringify(trained));
-      const standing = validator.reputation.standing(stale);
-      assert.ok(!standing.excluded && standing.failed === 0, `no evidence against it, none counted: ${JSON.stringify(standing)}`);
-      assert.deepEqual(swarm.steps.map((s) => s.reward), alone.steps.map((s) => s.reward));
-      assert.deepEqual(swarm.steps.map((s) => s.loss), alone.steps.map((s) => s.loss));
-      process.stderr.write(`stale-adapter host left by the rollouts' job after ${drawn.checked} checks; `
-        + `rewards ${swarm.steps.map((s) => s.reward.toFixed(3)).join(' ')} as in one process\n`);
-    } finally {
-      await drawer.close().catch(() => {});
-      await dm.close().catch(() => {});
-      await user.stop();
-      await Promise.all(hosts.map((h) => h.stop()));
-      await validator.stop();
-      rmSync(dir, { recursive: true, force: true });
-    }
   });
 
   test('the built-in tasks\' rewards, and a task of one\'s own from a JS module; bad ones refused by name', async () => {
