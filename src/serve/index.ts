@@ -4,7 +4,7 @@ export { ApiError, MAX_N, MAX_PROMPTS, MAX_STOPS, parseChat, parseCompletion } f
 export { type BatchRunner, MAX_BATCH_ROWS, MAX_QUEUED, type Row, Scheduler } from './scheduler.ts';
 export { ContinuousScheduler, type RowScheduler } from './continuous.ts';
 export { countSpeculative, type DraftSettings, type SpeculativeCounts, speculativeCounts, speculativeRunner } from './speculative.ts';
-export { MAX_SESSION_ROWS, SessionRows } from './session-rows.ts';
+export { MAX_SESSION_ROWS, SessionRows, streamedOnce } from './session-rows.ts';
 export { type ApiServer, serveApi, type ServedModel, type ServeOptions } from './server.ts';
 export { TextStream } from './text-stream.ts';
 export { DASHBOARD_DIR, DASHBOARD_PUSH_MS, type DashboardServer, type DashboardSource, dashboardRoutes, serveDashboard } from './dashboard.ts';

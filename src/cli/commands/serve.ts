@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
 import { AdapterSet, defaultCacheDir, generateBatch, loadChatTemplate, loadConfig, loadModel, loadTokenizer } from '../../models/index.ts';
 import {
-  ChatFormat, countSpeculative, type Row, serveApi, type ServedModel, speculativeCounts, speculativeRunner,
+  ChatFormat, countSpeculative, type Row, serveApi, type ServedModel, speculativeCounts, speculativeRunner, streamedOnce,
 } from '../../serve/index.ts';
 import { cachedEnds, distribute, fetchOverview, HostedModel, type Overview } from '../../user/index.ts';
 import {
@@ -91,7 +91,8 @@ export async function serveCommand(flags: Flags, out: Output): Promise<void> {
       // (continuous batching on the hosts: a request starts at once); with drafts, a row is decoded speculatively
       const counts = drafts ? speculativeCounts() : null;
       const rows = async (row: Row) => {
-        const onToken = (token: number, _: number, logits: Float32Array) => row.onToken(token, logits);
+        // a generation run again (a host caught) streams nothing twice, and ends the row where it differs from what was sent
+        const onToken = streamedOnce(row);
         if (!drafts || !counts || row.options.mask) await model.generateBatch([row.prompt], { rows: [row.options], onToken });
         else countSpeculative(counts, await model.generateSpeculative(row.prompt, { ...row.options, ...drafts, onToken }));
       };
