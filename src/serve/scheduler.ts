@@ -1,4 +1,4 @@
-import { RateLimitedError } from '../errors.ts';
+import { RateLimitedError, VerificationError } from '../errors.ts';
 import type { GenerateOptions, RowOptions } from '../models/index.ts';
 
 /**
@@ -144,13 +144,15 @@ export class Scheduler {
         await this.gather();
         const batch = this.next();
         const rows = batch.flatMap((w) => w.rows);
+        const streams = rows.map((r) => streamedOnce(r));
         this.counts.batches++;
         this.counts.requests += batch.length;
         this.counts.rows += rows.length;
         try {
           await this.run(rows.map((r) => r.prompt), {
             rows: rows.map((r) => r.options),
-            onToken: (token, i, logits) => rows[i].onToken(token, logits),
+            // a generation run again (a worker caught) streams nothing twice, and ends where it differs from what was sent
+            onToken: (token, i, logits, index) => streams[i](token, i, logits, index),
           }, rows[0]?.adapter ?? null);
           for (const w of batch) w.resolve();
         } catch (err) {
@@ -162,4 +164,23 @@ export class Scheduler {
       this.running = false;
     }
   }
+}
+
+/**
+ * A row's onToken, each token streamed once. A generation run again from its start (a worker or host caught, its
+ * result discarded: HostedModel, a job's sessions) calls again from index 0: the tokens already streamed are passed over where the
+ * new run gives the same, and one that differs ends the row with a VerificationError (what the client was sent came
+ * from the host caught, and cannot be taken back).
+ */
+export function streamedOnce(row: Pick<Row, 'onToken'>): (token: number, sequence: number, logits: Float32Array, index: number) => void {
+  const sent: number[] = [];
+  return (token, _sequence, logits, index) => {
+    if (index < sent.length) {
+      if (sent[index] === token) return;
+      throw new VerificationError(`a host serving this request was caught cheating, and token ${index + 1} of the ${sent.length} streamed `
+        + 'so far is not what the hosts left give: send the request again');
+    }
+    sent.push(token);
+    row.onToken(token, logits);
+  };
 }

@@ -1,4 +1,3 @@
-import { VerificationError } from '../errors.ts';
 import type { RowScheduler } from './continuous.ts';
 import { MAX_QUEUED, refuseOverLimit, type Row } from './scheduler.ts';
 
@@ -65,23 +64,4 @@ export class SessionRows implements RowScheduler {
       }
     }
   }
-}
-
-/**
- * A row's onToken for a hosted session, each token streamed once. A generation run again from its start (a host caught,
- * its result discarded: HostedModel) calls again from index 0: the tokens already streamed are passed over where the
- * new run gives the same, and one that differs ends the row with a VerificationError (what the client was sent came
- * from the host caught, and cannot be taken back).
- */
-export function streamedOnce(row: Pick<Row, 'onToken'>): (token: number, sequence: number, logits: Float32Array, index: number) => void {
-  const sent: number[] = [];
-  return (token, _sequence, logits, index) => {
-    if (index < sent.length) {
-      if (sent[index] === token) return;
-      throw new VerificationError(`a host serving this request was caught cheating, and token ${index + 1} of the ${sent.length} streamed `
-        + 'so far is not what the hosts left give: send the request again');
-    }
-    sent.push(token);
-    row.onToken(token, logits);
-  };
 }
