@@ -7,7 +7,8 @@ export { type StageServer, type StageServerOptions, serveStages } from './stage-
 export { activationBytes } from './handlers/train.ts';
 export { type JobMemory, MemoryBudget, type MemoryUse } from './memory.ts';
 export { ModelIndex } from './model-index.ts';
-export { ANNOUNCE_INTERVAL_MS, PROBE_INTERVAL_MS, startWorker, type Worker, type WorkerOptions } from './worker.ts';
+export { PROBE_INTERVAL_MS } from './probing.ts';
+export { ANNOUNCE_INTERVAL_MS, startWorker, type Worker, type WorkerOptions } from './worker.ts';
 export { CHEAT_KINDS, type Fault, FAULT_KINDS, FaultInjector, type FaultKind, parseFault } from './fault.ts';
 export { type HostSpec, hostModel, modelHash, openModelWeights, parseHostSpec } from './hosting.ts';
 export { listFiles, type ModelFiles, modelFiles } from './model-files.ts';

@@ -5,6 +5,8 @@
  */
 import type { PeerRecord, Proximity } from '../p2p/index.ts';
 
+/** How often a worker re-measures its proximity to the other workers (a round of probes). */
+export const PROBE_INTERVAL_MS = 10_000;
 /** Other workers a worker probes a round at most. */
 export const PROBES_PER_ROUND = 16;
 /** Peers a worker keeps (and announces) its proximity to: the most recently measured. */

@@ -1,5 +1,5 @@
 import type { WeightFormat } from '../tensor/index.ts';
-import { chooseProbes, forgetOldest, PROBES_PER_ROUND } from './probing.ts';
+import { chooseProbes, forgetOldest, PROBE_INTERVAL_MS, PROBES_PER_ROUND } from './probing.ts';
 import { releaseBackendCopies } from './release.ts';
 import type { NodeChain } from '../chain/index.ts';
 import { origin, updateCoordinate } from '../plan/index.ts';
@@ -27,8 +27,6 @@ import { StakeKeeper } from './stake.ts';
 
 /** How often a worker refreshes its announcement (well inside the validator's 10 s TTL). */
 export const ANNOUNCE_INTERVAL_MS = 2_000;
-/** How often a worker re-measures its proximity to the other workers. */
-export const PROBE_INTERVAL_MS = 10_000;
 
 export interface Worker {
   node: TensorLinkNode;

@@ -4,6 +4,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { simulateSwarm, type SimulationReport, VirtualClock } from '../../src/sim/index.ts';
+import { coordinateError, probeFor } from '../../src/sim/coordinates.ts';
+import { makePeers } from '../../src/sim/population.ts';
+import { Random } from '../../src/sim/random.ts';
+import { REGIONS } from '../../src/sim/world.ts';
+import { PROBE_INTERVAL_MS } from '../../src/worker/index.ts';
 
 /** A report without what the wall clock measured. */
 const virtual = (r: SimulationReport) => ({ ...r, wallSeconds: 0, placementMs: { ...r.placementMs, median: 0, max: 0 } });
@@ -41,5 +46,27 @@ describe('the simulation', () => {
     assert.equal(r.economy.slashed, 50 * r.cheatersCaught);
     assert.ok(r.placementMs.devicesMax > 0, 'the planner placed jobs over the live workers');
     assert.equal(r.coverage.length, 31, 'coverage every virtual minute, from the start');
+  });
+
+  // the worst routes of the first runs (up to 10× the best) came from coordinates the simulation let lag: its peers
+  // probed at a quarter of a worker's rate, from the origin at the start
+  test('coordinates: peers probing at a worker\'s rate settle within minutes; the swarm starts with them settled', () => {
+    const hour = 3_600_000;
+    const churn = { medianOnlineMs: hour, medianOfflineMs: hour / 2 };
+    const peers = makePeers(new Random(3), { peers: 1_000, ...churn, cheaterShare: 0, relayedShare: 0.12 });
+    const access = { name: 'fibre' as const, upMbps: 1e4, downMbps: 1e4, accessMs: 1, weight: 0 };
+    const relay = { place: { region: 0, lat: REGIONS[0].lat, lon: REGIONS[0].lon, access, relayed: false }, mbps: 50 };
+    const online = peers.filter((p) => p.online);
+    const rng = new Random(4);
+    const error = () => coordinateError(online, relay, new Random(5));
+    assert.ok(error() > 0.5, `from the origin: ${error()}`);
+    // two minutes of probes (12 rounds of 10 s), then three more
+    for (let t = 0; t < 2 * 60_000; t += PROBE_INTERVAL_MS) probeFor(online, PROBE_INTERVAL_MS, relay, rng);
+    const twoMinutes = error();
+    for (let t = 0; t < 3 * 60_000; t += PROBE_INTERVAL_MS) probeFor(online, PROBE_INTERVAL_MS, relay, rng);
+    const fiveMinutes = error();
+    assert.ok(fiveMinutes < 0.05 && fiveMinutes < twoMinutes, `median relative error ${twoMinutes} after 2 minutes, ${fiveMinutes} after 5`);
+    const r = simulateSwarm({ peers: 600, hours: 0.05, seed: 7 });
+    assert.ok(r.coordinateError.start < 0.05 && r.coordinateError.end < 0.05, JSON.stringify(r.coordinateError));
   });
 });

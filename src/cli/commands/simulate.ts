@@ -31,7 +31,8 @@ function summary(r: SimulationReport): string {
     `sessions: ${r.sessions} started, ${r.sessionsCompleted} completed (${pct(r.completionRate)}), failed: ${failed}; ${r.reroutes} re-routes`,
     `tokens/s per session: median ${r.tokensPerSecond.median.toFixed(1)}, p99 ${r.tokensPerSecond.p99.toFixed(1)}`,
     `routes against the best (${r.routeLatencyRatio.sampled} sampled): median ${r.routeLatencyRatio.median.toFixed(2)}×, `
-    + `p90 ${r.routeLatencyRatio.p90.toFixed(2)}×, ${pct(r.routeLatencyRatio.withinTenPercent)} within 10%`,
+    + `p90 ${r.routeLatencyRatio.p90.toFixed(2)}×, max ${r.routeLatencyRatio.max.toFixed(2)}×, ${pct(r.routeLatencyRatio.withinTenPercent)} within 10%; `
+    + `coordinates' median error ${r.coordinateError.start.toFixed(3)} at the start, ${r.coordinateError.end.toFixed(3)} at the end`,
     `jobs: ${r.jobs} started, ${r.jobsCompleted} completed, ${r.failovers} failovers; placement median ${r.placementMs.median.toFixed(1)} ms, `
     + `max ${r.placementMs.max.toFixed(1)} ms over up to ${r.placementMs.devicesMax} workers`,
     `cheaters: ${r.cheatersCaught} of ${r.cheaters} that worked caught`
