@@ -21,16 +21,21 @@ export function probeFor(online: readonly SimPeer[], ms: number, relay: Relay, r
   }
 }
 
-/** The median relative error of the round trips that `samples` random pairs of `peers` predict from their coordinates. */
+/**
+ * The median relative error of the round trips that `samples` random pairs of `peers` predict from their coordinates
+ * (NaN with fewer than two peers: there is no pair).
+ */
 export function coordinateError(peers: readonly SimPeer[], relay: Relay, rng: Random, samples = 2_000): number {
+  if (peers.length < 2) return Number.NaN;
   const errors: number[] = [];
-  while (errors.length < samples && peers.length > 1) {
+  while (errors.length < samples) {
     const a = peers[rng.below(peers.length)];
     const b = peers[rng.below(peers.length)];
     if (a === b) continue;
     const truth = rttMs(a.place, b.place, relay);
+    if (!(truth > 0)) continue;
     errors.push(Math.abs(estimateRttMs(a.coordinate, b.coordinate) - truth) / truth);
   }
   errors.sort((x, y) => x - y);
-  return errors[errors.length >> 1] ?? 0;
+  return errors[errors.length >> 1];
 }

@@ -185,7 +185,8 @@ export function simulateSwarm(options: SimulateOptions): SimulationReport {
     });
   };
   // the swarm starts in its steady state (its peers' lives began a day before), its coordinates too: those online at
-  // the start have probed for COORDINATE_HISTORY_MS (a peer that comes later starts at the origin, as a worker does)
+  // the start have probed for COORDINATE_HISTORY_MS (a peer that first comes later starts at the origin, as a worker
+  // does; one that sleeps and returns keeps its coordinate, as a machine's sleep keeps the worker's memory)
   const atStart = peers.filter((p) => p.online);
   for (let t = 0; t < COORDINATE_HISTORY_MS; t += REFRESH_MS) probeFor(atStart, REFRESH_MS, ctx.relay, rng.probes);
   const coordinatesAtStart = coordinateError(atStart, ctx.relay, new Random(seed + 8));

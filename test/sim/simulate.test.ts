@@ -8,7 +8,7 @@ import { coordinateError, probeFor } from '../../src/sim/coordinates.ts';
 import { makePeers } from '../../src/sim/population.ts';
 import { Random } from '../../src/sim/random.ts';
 import { REGIONS } from '../../src/sim/world.ts';
-import { PROBE_INTERVAL_MS } from '../../src/worker/index.ts';
+import { PROBE_INTERVAL_MS } from '../../src/worker/probing.ts';
 
 /** A report without what the wall clock measured. */
 const virtual = (r: SimulationReport) => ({ ...r, wallSeconds: 0, placementMs: { ...r.placementMs, median: 0, max: 0 } });
@@ -57,8 +57,10 @@ describe('the simulation', () => {
     const access = { name: 'fibre' as const, upMbps: 1e4, downMbps: 1e4, accessMs: 1, weight: 0 };
     const relay = { place: { region: 0, lat: REGIONS[0].lat, lon: REGIONS[0].lon, access, relayed: false }, mbps: 50 };
     const online = peers.filter((p) => p.online);
+    // the same peers probing at a quarter of the rate (2 others every 5 s: the simulation's rate until #50's fix)
+    const slow = online.map((p) => ({ ...p, coordinate: { ...p.coordinate, x: [...p.coordinate.x] as [number, number, number] } }));
     const rng = new Random(4);
-    const error = () => coordinateError(online, relay, new Random(5));
+    const error = (of = online) => coordinateError(of, relay, new Random(5));
     assert.ok(error() > 0.5, `from the origin: ${error()}`);
     // two minutes of probes (12 rounds of 10 s), then three more
     for (let t = 0; t < 2 * 60_000; t += PROBE_INTERVAL_MS) probeFor(online, PROBE_INTERVAL_MS, relay, rng);
@@ -66,6 +68,8 @@ describe('the simulation', () => {
     for (let t = 0; t < 3 * 60_000; t += PROBE_INTERVAL_MS) probeFor(online, PROBE_INTERVAL_MS, relay, rng);
     const fiveMinutes = error();
     assert.ok(fiveMinutes < 0.05 && fiveMinutes < twoMinutes, `median relative error ${twoMinutes} after 2 minutes, ${fiveMinutes} after 5`);
+    for (let t = 0; t < 5 * 60_000; t += PROBE_INTERVAL_MS) probeFor(slow, PROBE_INTERVAL_MS / 4, relay, rng);
+    assert.ok(error(slow) > 0.1, `at a quarter of the rate, after 5 minutes: ${error(slow)}`);
     const r = simulateSwarm({ peers: 600, hours: 0.05, seed: 7 });
     assert.ok(r.coordinateError.start < 0.05 && r.coordinateError.end < 0.05, JSON.stringify(r.coordinateError));
   });

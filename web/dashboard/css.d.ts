@@ -1,2 +1,2 @@
-// The stylesheet the dashboard imports for its side effect (esbuild bundles it into app.css): a module with nothing in it.
+// Stylesheets the dashboard imports for their side effect (esbuild bundles them into app.css): modules with nothing in them.
 declare module '*.css';
