@@ -90,6 +90,10 @@ describe('the package', () => {
       assert.ok(files.includes(need), `the package lacks ${need}`);
     }
     assert.deepEqual(files.filter((f) => f.startsWith('src/') || f.startsWith('test/')), []);
+    // nor the /lend page's test build, the one that honours ?fault= (served by nobody: the browser tests route to it),
+    // with its second copy of onnxruntime-web's 26 MB of WebAssembly; the page validators serve is there
+    assert.deepEqual(files.filter((f) => f.startsWith('dist/lend-test/')), []);
+    assert.ok(files.includes('dist/lend/app.js') && files.includes('dist/lend/ort/ort-wasm-simd-threaded.asyncify.wasm'), 'the package lacks dist/lend');
     const file = join(dir, 'contracts.json');
     const child = spawn(process.execPath, [join(installed, 'bin', 'tensorlink.js'), 'chain', '--out', file], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
