@@ -114,15 +114,26 @@ async function npmRun(name) {
   return code === 0;
 }
 
-/** Bundles the test files into .test-build/ (each module's `import.meta.url` the URL of its source): file → its bundle. */
+/**
+ * Scripts of test/ that test files start as processes of their own, bundled beside them: a test finds the bundle through
+ * TL_TEST_BUILD (test/helpers/processes.ts: helperArgs), where tsx would take about 3 CPU-s more to start each.
+ */
+const HELPERS = ['test/helpers/ends-user.ts'];
+
+/**
+ * Bundles the test files and HELPERS into .test-build/ (each module's `import.meta.url` the URL of its source), and
+ * names that folder to the test processes (TL_TEST_BUILD): file → its bundle.
+ */
 async function bundleTests(files) {
   const outdir = join(root, '.test-build');
   rmSync(outdir, { recursive: true, force: true });
+  const entries = [...new Set([...files, ...HELPERS])];
   const seconds = await bundle({
-    entryPoints: files.map((f) => ({ in: join(root, f), out: f.replace(/\.ts$/, '') })), outdir, under: root, filter: /\.ts$/,
+    entryPoints: entries.map((f) => ({ in: join(root, f), out: f.replace(/\.ts$/, '') })), outdir, under: root, filter: /\.ts$/,
     loader: 'ts', ownUrl: (path) => JSON.stringify(pathToFileURL(path).href), absWorkingDir: root,
   });
   process.stderr.write(`bundled ${files.length} test files in ${seconds.toFixed(1)} s\n`);
+  testEnv.TL_TEST_BUILD = outdir;
   return new Map(files.map((f) => [f, join(outdir, f.replace(/\.ts$/, '.js'))]));
 }
 

@@ -90,15 +90,18 @@ describe('a hosted model, paid on a chain', () => {
     const rlEscrow = ran.escrow as { job: string; user: string };
     assert.equal(rlEscrow.job, ran.jobId);
     assert.equal((await chain.user.escrowOf(rlEscrow.job, rlEscrow.user)).amount, deposit);
-    // what it added to the ledger, block by block: the rollouts' decoding steps, the adapter's passes and steps
+    // what it added to the ledger, block by block: the rollouts' decoding steps, the adapter's passes and steps (asked
+    // as `ledger show` asks, from this process's node: a CLI process a poll and a block would cost a second of CPU each;
+    // `ledger show --height` is test/chain/settlement.test.ts's)
+    const ledgerShow = (height?: number) => request(user, boot, { type: 'ledger-show', ...(height === undefined ? {} : { height }) });
     const { value: shown } = await waitFor('the run\'s records in blocks', async () => {
-      const now = cli('ledger', 'show', '--bootstrap', swarm!.bootstrap);
+      const now = await ledgerShow();
       return (now.pending as number) === 0 && (now.height as number) > (show.height as number) ? now : null;
     }, 30_000);
     type Row = { kind: string; flops: number };
     const rows: Row[] = [];
     for (let h = show.height as number; h < (shown.height as number); h++) {
-      rows.push(...(cli('ledger', 'show', '--bootstrap', swarm.bootstrap, '--height', String(h)).block as { records: Row[] }).records);
+      rows.push(...((await ledgerShow(h)).block as { records: Row[] }).records);
     }
     const kinds = new Map<string, number>();
     for (const r of rows) kinds.set(r.kind, (kinds.get(r.kind) ?? 0) + 1);

@@ -1,9 +1,21 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launchNode } from '../../src/swarm/index.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/tensorlink.js', import.meta.url));
+
+/**
+ * Node's arguments for a script of test/ that a test starts as a process of its own (`path` from the project's root,
+ * e.g. test/helpers/ends-user.ts): its bundle where `npm test` made one (TL_TEST_BUILD, scripts/test.mjs's HELPERS),
+ * else its source through tsx.
+ */
+export function helperArgs(path: string): string[] {
+  const build = process.env.TL_TEST_BUILD;
+  const bundled = build ? join(build, path.replace(/\.ts$/, '.js')) : null;
+  return bundled && existsSync(bundled) ? [bundled] : ['--import', 'tsx', path];
+}
 
 export interface Running {
   child: ChildProcess;

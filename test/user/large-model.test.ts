@@ -8,6 +8,7 @@ import { describe, test } from 'node:test';
 import { localSwarm } from '../../src/swarm/index.ts';
 import { createModel, gpt2Config, loadModel, partBytes, saveModel } from '../../src/models/index.ts';
 import { setBackend } from '../../src/tensor/index.ts';
+import { helperArgs } from '../helpers/processes.ts';
 
 const run = promisify(execFile);
 
@@ -35,7 +36,7 @@ interface UserRun {
 }
 
 async function userProcess(bootstrap: string, dir: string, mode: 'checkpoint' | 'memory', out: string, cache: string): Promise<UserRun> {
-  const { stdout } = await run(process.execPath, ['--import', 'tsx', 'test/helpers/ends-user.ts', bootstrap, dir, mode, out, cache], { timeout: 300_000 });
+  const { stdout } = await run(process.execPath, [...helperArgs('test/helpers/ends-user.ts'), bootstrap, dir, mode, out, cache], { timeout: 300_000 });
   return JSON.parse(stdout.trim().split('\n').at(-1)!) as UserRun;
 }
 
