@@ -90,6 +90,8 @@ const chosen = args.length > 0 ? args : [...suite(), ALONE];
  */
 const SWIFTSHADER = { icd: '/usr/lib/chromium/vk_swiftshader_icd.json', lib: '/usr/lib/chromium' };
 const testEnv = { ...process.env };
+// set by bundleTests once it has made the bundles, not taken from the shell (a --tsx run has none)
+delete testEnv.TL_TEST_BUILD;
 if (testEnv.VK_ICD_FILENAMES === undefined && existsSync(SWIFTSHADER.icd)) {
   testEnv.VK_ICD_FILENAMES = SWIFTSHADER.icd;
   testEnv.LD_LIBRARY_PATH = [testEnv.LD_LIBRARY_PATH, SWIFTSHADER.lib].filter(Boolean).join(':');
@@ -132,7 +134,7 @@ async function bundleTests(files) {
     entryPoints: entries.map((f) => ({ in: join(root, f), out: f.replace(/\.ts$/, '') })), outdir, under: root, filter: /\.ts$/,
     loader: 'ts', ownUrl: (path) => JSON.stringify(pathToFileURL(path).href), absWorkingDir: root,
   });
-  process.stderr.write(`bundled ${files.length} test files in ${seconds.toFixed(1)} s\n`);
+  process.stderr.write(`bundled ${files.length} test files and ${entries.length - files.length} helper(s) in ${seconds.toFixed(1)} s\n`);
   testEnv.TL_TEST_BUILD = outdir;
   return new Map(files.map((f) => [f, join(outdir, f.replace(/\.ts$/, '.js'))]));
 }

@@ -93,7 +93,9 @@ describe('the package', () => {
     // nor the /lend page's test build, the one that honours ?fault= (served by nobody: the browser tests route to it),
     // with its second copy of onnxruntime-web's 26 MB of WebAssembly; the page validators serve is there
     assert.deepEqual(files.filter((f) => f.startsWith('dist/lend-test/')), []);
-    assert.ok(files.includes('dist/lend/app.js') && files.includes('dist/lend/ort/ort-wasm-simd-threaded.asyncify.wasm'), 'the package lacks dist/lend');
+    for (const served of ['index.html', 'app.js', 'engine.js', 'serve.js', 'ort/ort-wasm-simd-threaded.asyncify.mjs', 'ort/ort-wasm-simd-threaded.asyncify.wasm']) {
+      assert.ok(files.includes(`dist/lend/${served}`), `the package lacks dist/lend/${served}`);
+    }
     const file = join(dir, 'contracts.json');
     const child = spawn(process.execPath, [join(installed, 'bin', 'tensorlink.js'), 'chain', '--out', file], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
