@@ -14,7 +14,7 @@ import { placeHost, runSession, type SessionOutcome, type Spans, unplaceHost } f
 import { CHURN_SHAPE, makePeers, makeUsers, type SimPeer } from './population.ts';
 import { Random } from './random.ts';
 import { jobLayers, type JobOutcome, runJob } from './training.ts';
-import { REGIONS } from './world.ts';
+import { validatorRelay } from './world.ts';
 import { coordinateError, probeFor } from './coordinates.ts';
 
 export interface SimulateOptions {
@@ -131,14 +131,11 @@ export function simulateSwarm(options: SimulateOptions): SimulationReport {
     peers: options.peers, medianOnlineMs, medianOfflineMs, cheaterShare: options.cheaterShare ?? 0.02, relayedShare,
   });
   const users = makeUsers(new Random(seed + 6), Math.max(10, Math.round(options.peers / 20)), relayedShare);
-  // the validator and its relay: in a Frankfurt datacentre
-  const access = { name: 'fibre' as const, upMbps: 10_000, downMbps: 10_000, accessMs: 1, weight: 0 };
-  const validatorPlace = { region: 0, lat: REGIONS[0].lat, lon: REGIONS[0].lon, access, relayed: false };
   const spans: Spans = SIM_MODELS.map(() => new Map());
   const flaggedSinceRefresh = new Set<string>();
   const ctx: SimContext = {
     clock, rng, peers, byId: new Map(peers.map((p) => [p.id, p])), users, models: [...SIM_MODELS],
-    relay: { place: validatorPlace, mbps: 50 },
+    relay: validatorRelay(),
     reputation: new Reputation(),
     view: { live: [], models: new Map() },
     work: [], requests: {}, catches: [], honestFlagged: [], skippedFlops: new Map(),

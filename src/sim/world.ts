@@ -109,6 +109,12 @@ export interface Relay {
   mbps: number;
 }
 
+/** The validator and its relay: in a Frankfurt datacentre, 50 Mbit/s for each relayed connection. */
+export function validatorRelay(): Relay {
+  const access = { name: 'fibre' as const, upMbps: 10_000, downMbps: 10_000, accessMs: 1, weight: 0 };
+  return { place: { region: 0, lat: REGIONS[0].lat, lon: REGIONS[0].lon, access, relayed: false }, mbps: 50 };
+}
+
 /** Round-trip ms between two places, through the relay where either end is behind a NAT that cannot be punched. */
 export function rttMs(a: Place, b: Place, relay: Relay): number {
   if (!a.relayed && !b.relayed) return directRttMs(a, b);

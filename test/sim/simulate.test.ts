@@ -7,7 +7,7 @@ import { simulateSwarm, type SimulationReport, VirtualClock } from '../../src/si
 import { coordinateError, probeFor } from '../../src/sim/coordinates.ts';
 import { makePeers } from '../../src/sim/population.ts';
 import { Random } from '../../src/sim/random.ts';
-import { REGIONS } from '../../src/sim/world.ts';
+import { validatorRelay } from '../../src/sim/world.ts';
 import { PROBE_INTERVAL_MS } from '../../src/worker/probing.ts';
 
 /** A report without what the wall clock measured. */
@@ -54,11 +54,10 @@ describe('the simulation', () => {
     const hour = 3_600_000;
     const churn = { medianOnlineMs: hour, medianOfflineMs: hour / 2 };
     const peers = makePeers(new Random(3), { peers: 1_000, ...churn, cheaterShare: 0, relayedShare: 0.12 });
-    const access = { name: 'fibre' as const, upMbps: 1e4, downMbps: 1e4, accessMs: 1, weight: 0 };
-    const relay = { place: { region: 0, lat: REGIONS[0].lat, lon: REGIONS[0].lon, access, relayed: false }, mbps: 50 };
+    const relay = validatorRelay();
     const online = peers.filter((p) => p.online);
     // the same peers probing at a quarter of the rate (2 others every 5 s: the simulation's rate until #50's fix)
-    const slow = online.map((p) => ({ ...p, coordinate: { ...p.coordinate, x: [...p.coordinate.x] as [number, number, number] } }));
+    const slow = online.map((p) => ({ ...p })); // updateCoordinate makes a new coordinate: each copy moves its own
     const rng = new Random(4);
     const error = (of = online) => coordinateError(of, relay, new Random(5));
     assert.ok(error() > 0.5, `from the origin: ${error()}`);
