@@ -28,6 +28,12 @@ const ALONE = 'test/demo.test.ts';
  */
 const BESIDE_DEMO = ['test/p2p/nat.test.ts'];
 /**
+ * The demo starts when the files left in the pool's queue add up to this many seconds (test/durations.json), not after
+ * the last of them: alone beside the NAT file it leaves about half a core idle for its 70–90 s, and the pool's last
+ * files (under 2 s each) fill it. The demo then shares the cores with at most three small files for its first ~40 s.
+ */
+const DEMO_HEADSTART_SECONDS = 60;
+/**
  * Files that mostly wait too (on the validator forgetting a killed worker, a deadline passing: 20 of 56 s on the CPU for
  * the failover file, 5-7 of 13-17 s for the others), run one after another from the moment the build is done, beside
  * the typecheck and the lint (which leave a core idle once the lint is done), and on beside the pool if the checks end
@@ -140,7 +146,12 @@ async function bundleTests(files) {
 }
 
 const known = existsSync(DURATIONS) ? JSON.parse(readFileSync(DURATIONS, 'utf8')) : {};
-const byLength = (files) => [...files].sort((a, b) => (known[b] ?? 0) - (known[a] ?? 0));
+/**
+ * The longest first. A file with no duration yet (new since test/durations.json was saved) starts before all: taken as
+ * short it would start last, and one of 30 s then ran alone after the rest (five such files held the demo's start back
+ * by 30 s); `--save-durations` records them.
+ */
+const byLength = (files) => [...files].sort((a, b) => (known[b] ?? Infinity) - (known[a] ?? Infinity) || 0);
 
 /** Node 20.14+ and 22+: the test runner may end the process once the file's tests are done (see runFile). */
 const [NODE_MAJOR, NODE_MINOR] = process.versions.node.split('.').map(Number);
@@ -200,15 +211,29 @@ function failures(out, limit = 6000) {
 /** Set when a check failed: a lane starts no other file. */
 let stopping = false;
 
-/** Runs `files` `width` at a time, the longest first. */
-async function pool(files, width) {
+/**
+ * Runs `files` `width` at a time, the longest first. `tail.start` is called once, when the seconds the queue has left
+ * (by test/durations.json) fall to `tail.seconds` or below: the lanes drain the rest beside what it started.
+ */
+async function pool(files, width, tail = null) {
   const queue = byLength(files);
+  let left = queue.reduce((n, f) => n + (known[f] ?? 0), 0);
+  let started = null;
   const results = [];
-  const lane = async () => {
-    for (let file = queue.shift(); file !== undefined && !stopping; file = queue.shift()) results.push(await runFile(file));
+  const startTail = () => {
+    if (tail !== null && started === null && left <= tail.seconds && !stopping) started = tail.start();
   };
+  const lane = async () => {
+    for (let file = queue.shift(); file !== undefined && !stopping; file = queue.shift()) {
+      left -= known[file] ?? 0;
+      startTail();
+      results.push(await runFile(file));
+    }
+  };
+  startTail();
   await Promise.all(Array.from({ length: Math.max(1, width) }, lane));
-  return results;
+  if (tail !== null && started === null && !stopping) started = tail.start();
+  return [...results, ...(started === null ? [] : await started)];
 }
 
 // the checks, the build and the tests' bundle side by side; once the build is done, the files of BESIDE_CHECKS start
@@ -228,8 +253,11 @@ if (!(await checks).every(Boolean)) {
   process.stderr.write(`the checks or the build failed: ${ran.length > 0 ? 'no other test file was run' : 'the tests were not run'}\n`);
   process.exit(1);
 }
-const results = await pool(chosen.filter((f) => f !== ALONE && !early.includes(f) && !beside.includes(f)), concurrency);
-if (demo) results.push(...(await Promise.all([pool([ALONE], 1), pool(beside, 1)])).flat());
+// the demo and the files beside it start while the pool's lanes drain its last files
+const demoPhase = demo
+  ? { seconds: DEMO_HEADSTART_SECONDS, start: async () => (await Promise.all([pool([ALONE], 1), pool(beside, 1)])).flat() }
+  : null;
+const results = await pool(chosen.filter((f) => f !== ALONE && !early.includes(f) && !beside.includes(f)), concurrency, demoPhase);
 results.push(...(await earlyResults));
 for (const group of leftGroups) {
   try {
