@@ -2,9 +2,10 @@
 // runs compiled JavaScript, not TypeScript through tsx: `npm run build:test`, the CLI's bundle made by esbuild from
 // src/ without tsc's emit, which would compile again what the typecheck compiles; test/cli/build.test.ts runs the
 // whole `npm run build`), then runs the test files three at a time on two cores (each its own process; the longest
-// first, by test/durations.json; most of them wait on sockets and timers part of the time), then the demo's file
-// beside a few files that mostly wait (its 5-minute gate measures the demo, not a neighbour's computing), and ends with
-// the ten slowest files. Files that mostly wait also run beside the checks, from the moment the build is done
+// first, by test/durations.json, files not in it before all; most of them wait on sockets and timers part of the
+// time). The demo's file starts, with a file that mostly waits beside it, when the pool's queue holds only its last
+// small files (its 5-minute gate measures the demo, not a neighbour's heavy computing). The run ends with the ten
+// slowest files. Files that mostly wait also run beside the checks, from the moment the build is done
 // (BESIDE_CHECKS, BESIDE_DEMO). Exits non-zero if a check or any file failed. (Four at a time with the checks beside
 // the tests was slower on 2 cores: 555 s for the files instead of 440.) The test files run as JavaScript that esbuild
 // bundled (our code only; packages stay imports) into .test-build/, which starts a file's process in a third of the
@@ -22,17 +23,18 @@ const DURATIONS = `${root}test/durations.json`;
 const ALONE = 'test/demo.test.ts';
 /**
  * Files that spend most of their time waiting (on timers, other hosts' processes, NAT routers: 15–18 of 55–66 s on the
- * CPU for the NAT file, counting every process it starts), run beside the demo, which leaves about a third of a core
- * idle, rather than taking a lane of the pool for that long. Their seconds stay under the demo's (72–98 s in CI); the
+ * CPU for the NAT file, counting every process it starts), run beside the demo, which leaves about half a core idle
+ * (it computes on 1.4–1.5 of the 2), rather than taking a lane of the pool for that long. Their seconds stay under the
+ * demo's (70–100 s in CI); the
  * links file, once beside them too, made the phase outlast the demo and now runs in the pool.
  */
 const BESIDE_DEMO = ['test/p2p/nat.test.ts'];
 /**
- * The demo starts when the files left in the pool's queue add up to this many seconds (test/durations.json), not after
- * the last of them: alone beside the NAT file it leaves about half a core idle for its 70–90 s, and the pool's last
- * files (under 2 s each) fill it. The demo then shares the cores with at most three small files for its first ~40 s.
+ * The demo starts when the files left in the pool's queue add up to this many seconds by test/durations.json (about 80
+ * files of 3 s or less), not after the last of them: beside the NAT file alone it leaves about half a core idle, and
+ * those files fill it. With them it took 96 s locally and 100 s in CI (ci70), against 69–87 s after the pool.
  */
-const DEMO_HEADSTART_SECONDS = 60;
+const DEMO_AT_QUEUE_SECONDS = 60;
 /**
  * Files that mostly wait too (on the validator forgetting a killed worker, a deadline passing: 20 of 56 s on the CPU for
  * the failover file, 5-7 of 13-17 s for the others), run one after another from the moment the build is done, beside
@@ -72,6 +74,11 @@ const valueOf = (name) => {
   return value;
 };
 const concurrency = Number(valueOf('--concurrency') ?? Math.min(8, availableParallelism() + 1));
+if (!Number.isInteger(concurrency) || concurrency < 1) {
+  // else no lane would start and no file would run
+  process.stderr.write('--concurrency must be a whole number of at least 1\n');
+  process.exit(2);
+}
 const build = !flag('--no-build');
 const checked = !flag('--no-checks');
 const save = flag('--save-durations');
@@ -212,28 +219,32 @@ function failures(out, limit = 6000) {
 let stopping = false;
 
 /**
- * Runs `files` `width` at a time, the longest first. `tail.start` is called once, when the seconds the queue has left
- * (by test/durations.json) fall to `tail.seconds` or below: the lanes drain the rest beside what it started.
+ * Runs `files` `width` at a time, the longest first, and returns their results. `tail.start` (when given) is called
+ * once: as soon as every file left in the queue has a duration and those add up to `tail.seconds` or less, or else once
+ * the lanes are done. The lanes drain the queue beside what it started (with one lane, three processes may run), and
+ * what it resolves to is returned after the pool's own results.
  */
 async function pool(files, width, tail = null) {
   const queue = byLength(files);
   let left = queue.reduce((n, f) => n + (known[f] ?? 0), 0);
-  let started = null;
+  let unknown = queue.filter((f) => known[f] === undefined).length;
+  let tailRun = null;
   const results = [];
   const startTail = () => {
-    if (tail !== null && started === null && left <= tail.seconds && !stopping) started = tail.start();
+    if (tail !== null && tailRun === null && unknown === 0 && left <= tail.seconds) tailRun = tail.start();
   };
   const lane = async () => {
     for (let file = queue.shift(); file !== undefined && !stopping; file = queue.shift()) {
-      left -= known[file] ?? 0;
+      if (known[file] === undefined) unknown--;
+      else left -= known[file];
       startTail();
       results.push(await runFile(file));
     }
   };
   startTail();
   await Promise.all(Array.from({ length: Math.max(1, width) }, lane));
-  if (tail !== null && started === null && !stopping) started = tail.start();
-  return [...results, ...(started === null ? [] : await started)];
+  if (tail !== null && tailRun === null) tailRun = tail.start();
+  return [...results, ...(tailRun === null ? [] : await tailRun)];
 }
 
 // the checks, the build and the tests' bundle side by side; once the build is done, the files of BESIDE_CHECKS start
@@ -255,7 +266,7 @@ if (!(await checks).every(Boolean)) {
 }
 // the demo and the files beside it start while the pool's lanes drain its last files
 const demoPhase = demo
-  ? { seconds: DEMO_HEADSTART_SECONDS, start: async () => (await Promise.all([pool([ALONE], 1), pool(beside, 1)])).flat() }
+  ? { seconds: DEMO_AT_QUEUE_SECONDS, start: async () => (await Promise.all([pool([ALONE], 1), pool(beside, 1)])).flat() }
   : null;
 const results = await pool(chosen.filter((f) => f !== ALONE && !early.includes(f) && !beside.includes(f)), concurrency, demoPhase);
 results.push(...(await earlyResults));
