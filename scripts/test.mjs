@@ -25,8 +25,8 @@ const ALONE = 'test/demo.test.ts';
  * Files that spend most of their time waiting (on timers, other hosts' processes, NAT routers: 15–18 of 55–66 s on the
  * CPU for the NAT file, counting every process it starts), run beside the demo, which leaves about half a core idle
  * (it computes on 1.4–1.5 of the 2), rather than taking a lane of the pool for that long. Their seconds stay under the
- * demo's (70–100 s in CI); the
- * links file, once beside them too, made the phase outlast the demo and now runs in the pool.
+ * demo's (70–100 s in CI); the links file, once beside them too, made the phase outlast the demo and now runs in the
+ * pool.
  */
 const BESIDE_DEMO = ['test/p2p/nat.test.ts'];
 /**
@@ -226,17 +226,15 @@ let stopping = false;
  */
 async function pool(files, width, tail = null) {
   const queue = byLength(files);
-  let left = queue.reduce((n, f) => n + (known[f] ?? 0), 0);
-  let unknown = queue.filter((f) => known[f] === undefined).length;
   let tailRun = null;
   const results = [];
+  // read from the queue each time (at most a few hundred files): every one left has a duration, and they add up to little
   const startTail = () => {
-    if (tail !== null && tailRun === null && unknown === 0 && left <= tail.seconds) tailRun = tail.start();
+    if (tail === null || tailRun !== null || queue.some((f) => known[f] === undefined)) return;
+    if (queue.reduce((n, f) => n + known[f], 0) <= tail.seconds) tailRun = tail.start();
   };
   const lane = async () => {
     for (let file = queue.shift(); file !== undefined && !stopping; file = queue.shift()) {
-      if (known[file] === undefined) unknown--;
-      else left -= known[file];
       startTail();
       results.push(await runFile(file));
     }
